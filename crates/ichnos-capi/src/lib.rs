@@ -1,0 +1,24 @@
+//! The C ABI of ichnos: `libichnos.so` and `libichnos.a`.
+//!
+//! This crate only converts and checks arguments; every behaviour lives in
+//! the library crates. The image functions keep libipt's names, signatures,
+//! structure layouts and negative `pte_*` error numbers, so that a program
+//! written against libipt's `pt_iscache_*` and `pt_image_*` manual pages
+//! builds against `include/ichnos/iscache.h` by changing its include line
+//! and its link line. Deliberate differences are listed in
+//! `docs/c-abi-iscache.md`.
+//!
+//! Where libipt's ABI has no way to say more than an error number,
+//! `ichnos_last_error()` returns a message of the last failure on the calling
+//! thread that names the file, isid or address involved.
+
+// The C names are libipt's and stay as they are.
+#![allow(non_camel_case_types)]
+
+mod error;
+mod image;
+mod iscache;
+
+pub use error::{ichnos_last_error, pt_errstr};
+pub use image::*;
+pub use iscache::*;

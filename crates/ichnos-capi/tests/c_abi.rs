@@ -1,0 +1,137 @@
+//! Builds the C test programs against `libichnos` (shared and static) and,
+//! where it is installed, against libipt itself, runs them, and checks that
+//! every expectation held: the same C source holds both libraries to the same
+//! behaviour.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// `target/<profile>`, where cargo put `libichnos.so` and `libichnos.a`.
+fn lib_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/..")
+        .to_owned()
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn compile(out: &Path, extra: &[&str]) {
+    let source = repo_root().join("crates/ichnos-capi/tests/c/iscache_test.c");
+    let status = Command::new("gcc")
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic", "-g"])
+        .arg(&source)
+        .arg("-o")
+        .arg(out)
+        .args(extra)
+        .status()
+        .expect("run gcc");
+    assert!(status.success(), "gcc failed on {}", source.display());
+}
+
+/// Runs the program and returns its `N passed, N failed` line after checking
+/// that it exited 0 with no failure.
+fn run(program: &Path, ld_path: Option<&Path>) -> String {
+    let scratch = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(program);
+    cmd.arg(scratch.path());
+    if let Some(dir) = ld_path {
+        cmd.env("LD_LIBRARY_PATH", dir);
+    }
+    let out = cmd.output().expect("run C test");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{} failed:\n{stdout}\n{stderr}",
+        program.display()
+    );
+    assert!(
+        stdout.trim_end().ends_with(" passed, 0 failed"),
+        "unexpected output: {stdout}"
+    );
+    let passed: u32 = stdout.split_whitespace().next().unwrap().parse().unwrap();
+    assert!(passed > 50, "only {passed} checks ran");
+    stdout
+}
+
+#[test]
+fn c_program_against_shared_libichnos() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("iscache_test");
+    let lib = lib_dir();
+    let include = repo_root().join("include");
+    compile(
+        &exe,
+        &[
+            "-DICHNOS",
+            "-I",
+            include.to_str().unwrap(),
+            "-L",
+            lib.to_str().unwrap(),
+            "-lichnos",
+        ],
+    );
+    run(&exe, Some(&lib));
+}
+
+#[test]
+fn c_program_against_static_libichnos() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("iscache_test_static");
+    let archive = lib_dir().join("libichnos.a");
+    let include = repo_root().join("include");
+    compile(
+        &exe,
+        &[
+            "-DICHNOS",
+            "-I",
+            include.to_str().unwrap(),
+            archive.to_str().unwrap(),
+            "-lpthread",
+            "-ldl",
+            "-lm",
+        ],
+    );
+    run(&exe, None);
+}
+
+/// The same program against Debian's libipt: proves the expectations are
+/// libipt's and not written to fit ichnos.
+#[test]
+fn c_program_against_libipt() {
+    if !Path::new("/usr/include/intel-pt.h").exists() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "libipt-dev is not installed; .ci/run must install it"
+        );
+        eprintln!("skipped: libipt-dev is not installed (apt-get install libipt-dev)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("iscache_test_libipt");
+    compile(&exe, &["-lipt"]);
+    run(&exe, None);
+}
+
+#[test]
+fn header_compiles_as_cxx() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("h.cc");
+    std::fs::write(&src, "#include <ichnos/iscache.h>\nint main() { struct pt_asid a; pt_asid_init(&a); return (int)a.size - 24; }\n").unwrap();
+    let exe = dir.path().join("h");
+    let include = repo_root().join("include");
+    let status = Command::new("g++")
+        .args(["-Wall", "-Wextra", "-Werror", "-I"])
+        .arg(&include)
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .status()
+        .expect("run g++");
+    assert!(status.success());
+    assert!(Command::new(&exe).status().unwrap().success());
+}

@@ -1,0 +1,193 @@
+//! `ichnos`: records what native programs do and turns the record into
+//! answers. This binary is the command line only: it parses flags into
+//! library configuration and maps errors to the exit codes of
+//! `docs/cli.md` (0 success, 1 user error, 2 usage error).
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use ichnos_image::{Asid, Image, ImageSection, SectionCache};
+
+#[derive(Parser, Debug)]
+#[command(name = "ichnos", version, about = "Profile and trace native programs")]
+struct Cli {
+    /// Print only errors.
+    #[arg(short, long, global = true)]
+    quiet: bool,
+    /// Print more detail.
+    #[arg(short, long, global = true)]
+    verbose: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// List an image's sections (and optionally read memory through it).
+    Image(ImageArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct ImageArgs {
+    /// An ELF file whose PT_LOAD segments to load, at an optional load bias
+    /// (hex with 0x, or decimal). Repeatable.
+    #[arg(long = "elf", value_name = "FILE[:BIAS]", conflicts_with = "pid")]
+    elf: Vec<String>,
+    /// A live process whose mappings to load (`self` for ichnos itself).
+    #[arg(short, long, value_name = "PID")]
+    pid: Option<String>,
+    /// Read LEN bytes (default 16) at ADDR through the image and print them
+    /// in hex. Repeatable.
+    #[arg(long, value_name = "ADDR[:LEN]")]
+    read: Vec<String>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(&cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            if is_broken_pipe(&e) {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+fn run(cli: &Cli) -> Result<()> {
+    match &cli.command {
+        Command::Image(args) => image(cli, args),
+    }
+}
+
+/// Parses a number written in hex (`0x` prefix) or decimal.
+fn parse_u64(text: &str) -> Result<u64> {
+    let parsed = match text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => text.parse(),
+    };
+    parsed.with_context(|| format!("{text:?} is not a number (write hex as 0x...)"))
+}
+
+fn image(cli: &Cli, args: &ImageArgs) -> Result<()> {
+    let cache = SectionCache::new(Some("ichnos image"));
+    let mut image = Image::new(None);
+    if let Some(pid) = &args.pid {
+        let pid = if pid == "self" {
+            std::process::id()
+        } else {
+            pid.parse()
+                .with_context(|| format!("{pid:?} is not a process id"))?
+        };
+        let process = Image::from_proc_maps_cached(pid, &cache)
+            .with_context(|| format!("cannot build the image of process {pid}"))?;
+        for skipped in &process.skipped {
+            if cli.verbose {
+                eprintln!(
+                    "note: skipped {:#x}-{:#x} {}: {}",
+                    skipped.entry.range.start,
+                    skipped.entry.range.end,
+                    skipped.entry.name,
+                    skipped.reason
+                );
+            }
+        }
+        if !cli.quiet && !process.skipped.is_empty() && !cli.verbose {
+            eprintln!(
+                "note: {} mappings could not be loaded (-v lists them)",
+                process.skipped.len()
+            );
+        }
+        image = process.image;
+        print_sections(image.sections(), &process.live_ranges)?;
+    } else if args.elf.is_empty() {
+        bail!("nothing to load: give --elf FILE[:BIAS] or -p PID");
+    } else {
+        for spec in &args.elf {
+            let (path, bias) = match spec.rsplit_once(':') {
+                Some((path, bias)) if !path.is_empty() => (path, parse_u64(bias)?),
+                _ => (spec.as_str(), 0),
+            };
+            image
+                .add_elf_cached(&cache, path, bias, Asid::ANY)
+                .with_context(|| format!("cannot load {path}"))?;
+        }
+        print_sections(image.sections(), &[])?;
+    }
+    for spec in &args.read {
+        let (addr, len) = match spec.split_once(':') {
+            Some((addr, len)) => (parse_u64(addr)?, parse_u64(len)?),
+            None => (parse_u64(spec)?, 16),
+        };
+        dump(&mut image, addr, len)?;
+    }
+    Ok(())
+}
+
+fn print_sections<'a>(
+    sections: impl Iterator<Item = ImageSection<'a>>,
+    live: &[std::ops::Range<u64>],
+) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "{:<18} {:<18} {:>10} {:>10} {:>5}  FILE",
+        "START", "END", "SIZE", "OFFSET", "ISID"
+    )?;
+    for s in sections {
+        let isid = s.isid.map_or_else(|| "-".to_owned(), |i| i.to_string());
+        writeln!(
+            out,
+            "{:#018x} {:#018x} {:>#10x} {:>#10x} {:>5}  {}",
+            s.vaddr,
+            s.vaddr + s.size,
+            s.size,
+            s.file_offset,
+            isid,
+            s.path.display()
+        )?;
+    }
+    for r in live {
+        writeln!(
+            out,
+            "{:#018x} {:#018x} {:>#10x} {:>10} {:>5}  [process memory]",
+            r.start,
+            r.end,
+            r.end - r.start,
+            "-",
+            "-"
+        )?;
+    }
+    Ok(())
+}
+
+/// Prints `len` bytes at `addr`, 16 to a line, reading on across sections.
+fn dump(image: &mut Image, addr: u64, len: u64) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    let mut bytes = Vec::new();
+    let mut at = addr;
+    while (bytes.len() as u64) < len {
+        let mut buf = vec![0u8; (len - bytes.len() as u64).min(4096) as usize];
+        let read = image
+            .read(&Asid::ANY, at, &mut buf)
+            .with_context(|| format!("cannot read {len} bytes at {addr:#x}"))?;
+        bytes.extend_from_slice(&buf[..read.len]);
+        at += read.len as u64;
+    }
+    for (i, line) in bytes.chunks(16).enumerate() {
+        let hex: Vec<String> = line.iter().map(|b| format!("{b:02x}")).collect();
+        writeln!(out, "{:#018x}  {}", addr + 16 * i as u64, hex.join(" "))?;
+    }
+    Ok(())
+}
