@@ -256,7 +256,7 @@ impl SectionCache {
                 what: "read buffer is empty",
             });
         }
-        let (section, laddr, mapping) = {
+        let (section, laddr) = {
             let mut state = self.state();
             let Some(entry) = state.entries.get(isid.index()) else {
                 return Err(Error::UnknownIsid {
@@ -265,22 +265,23 @@ impl SectionCache {
                 });
             };
             let (section, laddr) = (Arc::clone(&entry.section), entry.laddr);
-            let mapping = state.touch(section.id);
-            (section, laddr, mapping)
+            let end = laddr + section.size;
+            if vaddr < laddr || vaddr >= end {
+                return Err(Error::OutsideSection {
+                    isid,
+                    vaddr,
+                    begin: laddr,
+                    end,
+                });
+            }
+            // A mapped section is read under the lock: a copy of a few bytes
+            // costs less than taking and dropping a reference to the mapping.
+            if let Some(bytes) = state.touch(section.id) {
+                return Ok(copy_out(bytes, vaddr - laddr, buf));
+            }
+            (section, laddr)
         };
-        let end = laddr + section.size;
-        if vaddr < laddr || vaddr >= end {
-            return Err(Error::OutsideSection {
-                isid,
-                vaddr,
-                begin: laddr,
-                end,
-            });
-        }
-        let mapping = match mapping {
-            Some(mapping) => mapping,
-            None => section.map()?,
-        };
+        let mapping = section.map()?;
         Ok(copy_out(mapping.bytes(), vaddr - laddr, buf))
     }
 
@@ -373,13 +374,14 @@ impl CacheShared {
 }
 
 impl CacheState {
-    /// The cached mapping of a section, marked as most recently used.
-    fn touch(&mut self, section_id: u64) -> Option<Arc<Mapping>> {
+    /// The bytes of a section the cache keeps mapped, marked as most
+    /// recently used.
+    fn touch(&mut self, section_id: u64) -> Option<&[u8]> {
         self.clock += 1;
         let stamp = self.clock;
         self.lru.get_mut(&section_id).map(|entry| {
             entry.stamp = stamp;
-            Arc::clone(&entry.mapping)
+            entry.mapping.bytes()
         })
     }
 

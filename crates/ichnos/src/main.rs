@@ -31,7 +31,7 @@ enum Command {
 
 #[derive(clap::Args, Debug)]
 struct ImageArgs {
-    /// An ELF file whose PT_LOAD segments to load, at an optional load bias
+    /// An ELF file whose `PT_LOAD` segments to load, at an optional load bias
     /// (hex with 0x, or decimal). Repeatable.
     #[arg(long = "elf", value_name = "FILE[:BIAS]", conflicts_with = "pid")]
     elf: Vec<String>,

@@ -1,0 +1,2 @@
+//! The integration tests of ichnos-image, built as one binary.
+mod suite;
