@@ -25,20 +25,38 @@ pub struct LoadSegment {
 /// The file-backed `PT_LOAD` segments of the ELF file at `path`, placed at
 /// their addresses plus `load_bias`. Only the headers are read.
 pub fn load_segments(path: &Path, load_bias: u64) -> Result<Vec<LoadSegment>> {
-    let bad = |reason: String| Error::BadElf {
-        path: path.to_owned(),
-        reason,
-    };
     let file = File::open(path).map_err(|source| Error::File {
         path: path.to_owned(),
         op: "open",
         source,
     })?;
     let data = ReadCache::new(file);
-    let kind = FileKind::parse(&data).map_err(|e| bad(e.to_string()))?;
+    segments_of(path, &data, load_bias)
+}
+
+/// Like [`load_segments`], for an ELF file already in memory (`path` only
+/// names it in errors).
+pub fn load_segments_from_bytes(
+    path: &Path,
+    bytes: &[u8],
+    load_bias: u64,
+) -> Result<Vec<LoadSegment>> {
+    segments_of(path, bytes, load_bias)
+}
+
+fn segments_of<'data, R: ReadRef<'data>>(
+    path: &Path,
+    data: R,
+    load_bias: u64,
+) -> Result<Vec<LoadSegment>> {
+    let bad = |reason: String| Error::BadElf {
+        path: path.to_owned(),
+        reason,
+    };
+    let kind = FileKind::parse(data).map_err(|e| bad(e.to_string()))?;
     let raw = match kind {
-        FileKind::Elf32 => segments::<object::elf::FileHeader32<object::Endianness>, _>(&data),
-        FileKind::Elf64 => segments::<object::elf::FileHeader64<object::Endianness>, _>(&data),
+        FileKind::Elf32 => segments::<object::elf::FileHeader32<object::Endianness>, _>(data),
+        FileKind::Elf64 => segments::<object::elf::FileHeader64<object::Endianness>, _>(data),
         other => return Err(bad(format!("file kind is {other:?}"))),
     }
     .map_err(|e| bad(e.to_string()))?;

@@ -6,6 +6,7 @@ mod image;
 mod loaders;
 mod model;
 mod stress;
+mod untrusted;
 
 use std::path::PathBuf;
 
