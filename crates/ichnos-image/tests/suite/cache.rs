@@ -421,3 +421,62 @@ fn sections_outlive_the_cache() {
     assert_eq!((read.len, read.isid), (2, Some(isid)));
     assert_eq!(buf, [0x10, 0x11]);
 }
+
+/// Mappings of `path` in this process, per `/proc/self/maps`.
+fn mappings_of(path: &std::path::Path) -> usize {
+    let name = path.to_str().unwrap();
+    std::fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .filter(|l| l.ends_with(name))
+        .count()
+}
+
+#[test]
+fn many_images_share_one_mapping() {
+    let files = Files::new();
+    let path = files.counting("once.bin", 0x3000);
+    let cache = SectionCache::new(None);
+    let isid = cache.add_file(&path, 0x1000, 0x1000, 0x40_0000).unwrap();
+    let mut images: Vec<ichnos_image::Image> =
+        (0..20).map(|_| ichnos_image::Image::new(None)).collect();
+    for image in &mut images {
+        image
+            .add_cached(&cache, isid, ichnos_image::Asid::ANY)
+            .unwrap();
+        let mut buf = [0u8; 1];
+        image
+            .read(&ichnos_image::Asid::ANY, 0x40_0010, &mut buf)
+            .unwrap();
+        assert_eq!(buf[0], 0x10);
+    }
+    let mut copies: Vec<ichnos_image::Image> = (0..20)
+        .map(|_| {
+            let mut copy = ichnos_image::Image::new(None);
+            copy.copy_from(&images[0]);
+            copy.read(&ichnos_image::Asid::ANY, 0x40_0020, &mut [0u8; 1])
+                .unwrap();
+            copy
+        })
+        .collect();
+    assert_eq!(mappings_of(&path), 1);
+    // Contrast: images that each add the file themselves map it each.
+    let mut separate: Vec<ichnos_image::Image> =
+        (0..5).map(|_| ichnos_image::Image::new(None)).collect();
+    for image in &mut separate {
+        image
+            .add_file(&path, 0x1000, 0x1000, ichnos_image::Asid::ANY, 0x40_0000)
+            .unwrap();
+        image
+            .read(&ichnos_image::Asid::ANY, 0x40_0010, &mut [0u8; 1])
+            .unwrap();
+    }
+    assert_eq!(mappings_of(&path), 6);
+    drop((separate, copies.pop()));
+    assert_eq!(mappings_of(&path), 1);
+    // The cache alone keeps the one mapping; a limit of 0 lets it go.
+    drop((images, copies));
+    assert_eq!(mappings_of(&path), 1);
+    cache.set_limit(0);
+    assert_eq!(mappings_of(&path), 0);
+}
