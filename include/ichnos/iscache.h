@@ -117,7 +117,8 @@ extern int pt_image_remove_by_asid(struct pt_image *image,
 				   const struct pt_asid *asid);
 
 /* Reads memory no section covers: returns bytes read or a negative
- * pt_error_code. */
+ * pt_error_code. It must not call pt_image_* functions on the image it
+ * reads for. */
 typedef int(read_memory_callback_t)(uint8_t *buffer, size_t size,
 				    const struct pt_asid *asid, uint64_t ip,
 				    void *context);

@@ -23,7 +23,9 @@ thread_local! {
 /// Records `message` as this thread's last error.
 pub(crate) fn set_last_error(message: &str) {
     let text = CString::new(message.replace('\0', "\\0")).unwrap_or_default();
-    LAST_ERROR.with(|last| *last.borrow_mut() = text);
+    // During thread teardown the slot may be gone; the message is then lost,
+    // but the error number still reaches the caller.
+    let _ = LAST_ERROR.try_with(|last| *last.borrow_mut() = text);
 }
 
 /// Records `what` as the last error and returns `-code`.
@@ -52,7 +54,9 @@ pub(crate) fn status(error: &Error) -> i32 {
 /// The pointer stays valid until the next failing call on the same thread.
 #[no_mangle]
 pub extern "C" fn ichnos_last_error() -> *const c_char {
-    LAST_ERROR.with(|last| last.borrow().as_ptr())
+    LAST_ERROR
+        .try_with(|last| last.borrow().as_ptr())
+        .unwrap_or(c"".as_ptr())
 }
 
 /// libipt's `pt_errstr`: a description of an error code (negated or not).

@@ -98,7 +98,8 @@ impl Image {
     /// Adds the `PT_LOAD` segments of the ELF file at `path`, shifted by
     /// `load_bias` (the address the file is loaded at, for a position-
     /// independent file), in `asid`. Returns the number of segments added.
-    /// Nothing is added when the headers cannot be read.
+    /// Nothing is added when the headers cannot be read; when adding a
+    /// segment fails, the segments before it stay added.
     pub fn add_elf(&mut self, path: impl AsRef<Path>, load_bias: u64, asid: Asid) -> Result<usize> {
         let path = path.as_ref();
         let segments = load_segments(path, load_bias)?;

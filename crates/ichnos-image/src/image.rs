@@ -334,16 +334,19 @@ impl Image {
             });
         }
         let Some(i) = self.find(asid, vaddr) else {
-            return match &mut self.callback {
-                Some(callback) => {
-                    let len = callback(buf, asid, vaddr)?;
-                    Ok(ReadOutcome {
-                        len: len.min(buf.len()),
-                        isid: None,
-                    })
-                }
-                None => Err(Error::NoMapping { asid: *asid, vaddr }),
+            // The callback is taken out while it runs, so that a callback
+            // which replaces or removes itself does not free itself mid-call.
+            let Some(mut callback) = self.callback.take() else {
+                return Err(Error::NoMapping { asid: *asid, vaddr });
             };
+            let result = callback(buf, asid, vaddr);
+            if self.callback.is_none() {
+                self.callback = Some(callback);
+            }
+            return result.map(|len| ReadOutcome {
+                len: len.min(buf.len()),
+                isid: None,
+            });
         };
         let exclusive = self.exclusive(i);
         let w = &mut self.windows[i];

@@ -522,3 +522,19 @@ fn image_is_send_and_cache_is_send_sync() {
     send::<Image>();
     sync::<SectionCache>();
 }
+
+#[test]
+fn callback_survives_being_called_again_and_again() {
+    let mut image = Image::new(None);
+    let calls = Arc::new(Mutex::new(0));
+    let count = Arc::clone(&calls);
+    image.set_callback(Some(Box::new(move |buf: &mut [u8], _: &Asid, _: u64| {
+        *count.lock().unwrap() += 1;
+        buf.fill(1);
+        Ok(buf.len())
+    })));
+    for at in 0..3 {
+        assert_eq!(read(&mut image, Asid::ANY, at, 2), (vec![1, 1], None));
+    }
+    assert_eq!(*calls.lock().unwrap(), 3);
+}
