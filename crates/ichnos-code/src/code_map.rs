@@ -1,0 +1,167 @@
+//! Code objects by address: which rows unwind a given instruction address.
+
+use std::sync::Arc;
+
+use crate::jit::JitRows;
+use crate::row::{RowTable, UnwindRow};
+
+/// Where a code object's rows came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RowSource {
+    /// An SFrame section.
+    Sframe,
+    /// `.eh_frame` CFI, converted.
+    EhFrame,
+    /// A JIT unwind table.
+    Jit,
+    /// No rows: the frame-pointer chain only.
+    None,
+}
+
+/// The rows of a code object: fixed, or a JIT table that grows.
+#[derive(Clone, Debug)]
+pub enum Rows {
+    /// Rows converted once (SFrame, `.eh_frame`), shared per build id.
+    Fixed(Arc<RowTable>),
+    /// A JIT table chain, re-read when an address is not yet covered.
+    Jit(Arc<JitRows>),
+}
+
+/// A range of code and how to unwind it.
+#[derive(Clone, Debug)]
+pub struct CodeObject {
+    /// First address of the code.
+    pub start: u64,
+    /// One past the last address.
+    pub end: u64,
+    /// Added to the table's addresses to get run-time addresses (the load
+    /// address of the ELF file; 0 for JIT tables, which count from their
+    /// text start).
+    pub bias: u64,
+    /// The rows.
+    pub rows: Rows,
+    /// Where they came from.
+    pub source: RowSource,
+    /// A name for people: the file path or "jit".
+    pub name: Arc<str>,
+}
+
+impl CodeObject {
+    /// The row for `pc`, if the object has one.
+    #[inline]
+    #[must_use]
+    pub fn find_row(&self, pc: u64) -> Option<UnwindRow> {
+        match &self.rows {
+            Rows::Fixed(table) => table.find(pc.wrapping_sub(self.bias)).copied(),
+            Rows::Jit(jit) => jit.find(pc),
+        }
+    }
+}
+
+/// What the unwinder learns about one address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    /// A row, and its source.
+    Row(UnwindRow, RowSource),
+    /// The address is in a known code object without a row for it.
+    NoRow,
+    /// The address is in no known code object.
+    NoCode,
+}
+
+/// Anything that can say how to unwind from an address.
+pub trait FindRow {
+    /// The rule at `pc`.
+    fn find_row(&self, pc: u64) -> Lookup;
+}
+
+/// A sorted set of non-overlapping code objects.
+#[derive(Clone, Debug, Default)]
+pub struct CodeMap {
+    objects: Vec<Arc<CodeObject>>,
+}
+
+/// A code object overlapping one already in the map.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("code range [{start:#x}, {end:#x}) overlaps a registered range [{other_start:#x}, {other_end:#x})")]
+pub struct Overlap {
+    /// The new range.
+    pub start: u64,
+    /// Its end.
+    pub end: u64,
+    /// The existing range.
+    pub other_start: u64,
+    /// Its end.
+    pub other_end: u64,
+}
+
+impl CodeMap {
+    /// An empty map.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The objects, sorted by start.
+    #[must_use]
+    pub fn objects(&self) -> &[Arc<CodeObject>] {
+        &self.objects
+    }
+
+    /// Checks that `[start, end)` overlaps no object in the map.
+    pub fn check_free(&self, start: u64, end: u64) -> Result<usize, Overlap> {
+        let i = self.objects.partition_point(|o| o.start < start);
+        let clash = |o: &CodeObject| Overlap {
+            start,
+            end,
+            other_start: o.start,
+            other_end: o.end,
+        };
+        if let Some(prev) = i.checked_sub(1).map(|j| &self.objects[j]) {
+            if prev.end > start {
+                return Err(clash(prev));
+            }
+        }
+        if let Some(next) = self.objects.get(i) {
+            if next.start < end {
+                return Err(clash(next));
+            }
+        }
+        Ok(i)
+    }
+
+    /// Adds `object`; its range must not overlap another.
+    pub fn insert(&mut self, object: Arc<CodeObject>) -> Result<(), Overlap> {
+        let i = self.check_free(object.start, object.end)?;
+        self.objects.insert(i, object);
+        Ok(())
+    }
+
+    /// Removes the object starting at `start`.
+    pub fn remove(&mut self, start: u64) -> Option<Arc<CodeObject>> {
+        let i = self.objects.binary_search_by_key(&start, |o| o.start).ok()?;
+        Some(self.objects.remove(i))
+    }
+
+    /// The object containing `pc`.
+    #[inline]
+    #[must_use]
+    pub fn find(&self, pc: u64) -> Option<&Arc<CodeObject>> {
+        let i = self.objects.partition_point(|o| o.start <= pc);
+        let o = self.objects.get(i.checked_sub(1)?)?;
+        (pc < o.end).then_some(o)
+    }
+}
+
+impl FindRow for CodeMap {
+    #[inline]
+    fn find_row(&self, pc: u64) -> Lookup {
+        match self.find(pc) {
+            None => Lookup::NoCode,
+            Some(o) => match o.find_row(pc) {
+                Some(row) => Lookup::Row(row, o.source),
+                None => Lookup::NoRow,
+            },
+        }
+    }
+}

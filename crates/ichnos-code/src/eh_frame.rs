@@ -1,0 +1,335 @@
+//! `.eh_frame` call-frame information converted to unwind rows.
+//!
+//! Most binaries have no `.sframe`, but nearly all have `.eh_frame`. Each
+//! row of its CFI table (gimli evaluates the CFA instructions) is turned into
+//! an [`UnwindRow`] where the rule is expressible as one: CFA = SP or FP +
+//! offset, return address and caller's FP at fixed offsets from the CFA.
+//! Ranges whose rule is anything else (a DWARF expression, a CFA in another
+//! register, a register saved in a register) become rows marked
+//! [`ROW_UNEXPRESSIBLE`](crate::row::ROW_UNEXPRESSIBLE), where the unwinder
+//! falls back to the frame-pointer chain.
+//!
+//! Only x86-64 register numbers are understood; other architectures'
+//! `.eh_frame` is reported as [`EhFrameError::UnsupportedArch`].
+
+use gimli::{
+    BaseAddresses, CfaRule, CieOrFde, EhFrame, LittleEndian, RegisterRule, UnwindContext,
+    UnwindSection, X86_64,
+};
+use object::{Object, ObjectSection};
+
+use crate::row::{
+    RowTable, UnwindRow, ROW_CFA_BASE_SP, ROW_OUTERMOST, ROW_UNEXPRESSIBLE,
+};
+
+/// Upper bound on the rows kept from one `.eh_frame` (a 1 GiB binary has a
+/// few million); beyond it conversion stops and reports truncation.
+const MAX_ROWS: usize = 1 << 24;
+
+/// Why `.eh_frame` could not be converted at all.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EhFrameError {
+    /// The ELF file could not be parsed.
+    #[error("not a readable ELF file: {0}")]
+    BadElf(String),
+    /// The file has no `.eh_frame` section.
+    #[error("no .eh_frame section")]
+    Missing,
+    /// The file is for an architecture whose register numbers are not
+    /// understood here.
+    #[error("unsupported architecture {0} (only x86-64 CFI is converted)")]
+    UnsupportedArch(String),
+}
+
+/// The result of converting one `.eh_frame`.
+#[derive(Clone, Debug)]
+pub struct EhConversion {
+    /// The rows, counted from the lowest FDE start.
+    pub table: RowTable,
+    /// Rows whose rule could not be expressed (kept, marked).
+    pub unexpressible_rows: usize,
+    /// FDEs whose CIE or instructions could not be parsed.
+    pub skipped_fdes: usize,
+    /// The first parse error, with the offset gimli reported.
+    pub first_error: Option<String>,
+    /// Whether [`MAX_ROWS`] cut the conversion short.
+    pub truncated: bool,
+}
+
+/// Converts the `.eh_frame` of an ELF file given as bytes. Addresses are
+/// the file's link-time virtual addresses.
+pub fn rows_from_elf(elf: &[u8]) -> Result<EhConversion, EhFrameError> {
+    let file = object::File::parse(elf).map_err(|e| EhFrameError::BadElf(e.to_string()))?;
+    if file.architecture() != object::Architecture::X86_64 {
+        return Err(EhFrameError::UnsupportedArch(format!("{:?}", file.architecture())));
+    }
+    let section = file.section_by_name(".eh_frame").ok_or(EhFrameError::Missing)?;
+    let data = section
+        .data()
+        .map_err(|e| EhFrameError::BadElf(format!(".eh_frame: {e}")))?;
+    let text = file.section_by_name(".text").map(|s| s.address());
+    let got = file.section_by_name(".got").map(|s| s.address());
+    Ok(rows_from_eh_frame(data, section.address(), text, got))
+}
+
+/// Converts x86-64 `.eh_frame` bytes loaded at `eh_frame_addr`; `text_addr`
+/// and `got_addr` resolve `DW_EH_PE_textrel` / `datarel` pointers.
+#[must_use]
+pub fn rows_from_eh_frame(
+    data: &[u8],
+    eh_frame_addr: u64,
+    text_addr: Option<u64>,
+    got_addr: Option<u64>,
+) -> EhConversion {
+    let eh_frame = EhFrame::new(data, LittleEndian);
+    let mut bases = BaseAddresses::default().set_eh_frame(eh_frame_addr);
+    if let Some(text) = text_addr {
+        bases = bases.set_text(text);
+    }
+    if let Some(got) = got_addr {
+        bases = bases.set_got(got);
+    }
+    let mut ctx = Box::new(UnwindContext::new());
+    let mut rows: Vec<(u64, u64, UnwindRow)> = Vec::new();
+    let mut unexpressible = 0;
+    let mut skipped = 0;
+    let mut first_error = None;
+    let mut truncated = false;
+    let mut entries = eh_frame.entries(&bases);
+    loop {
+        let entry = match entries.next() {
+            Ok(Some(entry)) => entry,
+            Ok(None) => break,
+            Err(e) => {
+                // The entry's length is unreadable: nothing after it can be
+                // found either.
+                skipped += 1;
+                first_error.get_or_insert_with(|| e.to_string());
+                break;
+            }
+        };
+        let CieOrFde::Fde(partial) = entry else {
+            continue;
+        };
+        let fde = match partial.parse(EhFrame::cie_from_offset) {
+            Ok(fde) => fde,
+            Err(e) => {
+                skipped += 1;
+                first_error.get_or_insert_with(|| e.to_string());
+                continue;
+            }
+        };
+        let mut table = match fde.rows(&eh_frame, &bases, &mut ctx) {
+            Ok(t) => t,
+            Err(e) => {
+                skipped += 1;
+                first_error.get_or_insert_with(|| e.to_string());
+                continue;
+            }
+        };
+        loop {
+            match table.next_row() {
+                Ok(Some(row)) => {
+                    let (start, end) = (row.start_address(), row.end_address());
+                    if end <= start {
+                        continue;
+                    }
+                    let converted = convert_row(row);
+                    let evaluated = (converted.info & ROW_UNEXPRESSIBLE != 0)
+                        .then(|| {
+                            evaluate_cfa_expression(row, &eh_frame, fde.cie().encoding(), &converted_rules(row))
+                        })
+                        .flatten();
+                    match evaluated {
+                        Some(pieces) => {
+                            for (s, e, r) in pieces {
+                                rows.push((s, e, r));
+                            }
+                        }
+                        None => {
+                            if converted.info & ROW_UNEXPRESSIBLE != 0 {
+                                unexpressible += 1;
+                            }
+                            rows.push((start, end, converted));
+                        }
+                    }
+                    if rows.len() >= MAX_ROWS {
+                        truncated = true;
+                        break;
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    skipped += 1;
+                    first_error.get_or_insert_with(|| e.to_string());
+                    break;
+                }
+            }
+        }
+        if truncated {
+            break;
+        }
+    }
+    let base = rows.iter().map(|r| r.0).min().unwrap_or(0);
+    let rows = rows
+        .into_iter()
+        .filter_map(|(start, end, mut row)| {
+            let off = start - base;
+            let size = end - start;
+            (off <= u64::from(u32::MAX) && size <= u64::from(u32::MAX)).then(|| {
+                row.ip_off = off as u32;
+                row.size = size as u32;
+                row
+            })
+        })
+        .collect();
+    let (table, _) = RowTable::from_unsorted(base, rows);
+    EhConversion {
+        table,
+        unexpressible_rows: unexpressible,
+        skipped_fdes: skipped,
+        first_error,
+        truncated,
+    }
+}
+
+/// Largest code range whose CFA expression is evaluated address by address
+/// (PLT sections are a few KiB).
+const MAX_EVALUATED_RANGE: u64 = 64 * 1024;
+
+/// The row's rules with the CFA rule replaced by "SP + 0": what
+/// [`convert_row`] makes of the return-address and frame-pointer rules, for
+/// use once the CFA expression is evaluated.
+fn converted_rules(row: &gimli::UnwindTableRow<usize>) -> UnwindRow {
+    let mut out = UnwindRow::default();
+    match row.register(X86_64::RA) {
+        Some(RegisterRule::Offset(offset)) => match i32::try_from(offset) {
+            Ok(offset) if offset != 0 => out.ra_off = offset,
+            _ => out.info |= ROW_UNEXPRESSIBLE,
+        },
+        _ => out.info |= ROW_UNEXPRESSIBLE,
+    }
+    match row.register(X86_64::RBP) {
+        None | Some(RegisterRule::Undefined | RegisterRule::SameValue) => {}
+        Some(RegisterRule::Offset(offset)) => match i32::try_from(offset) {
+            Ok(offset) if offset != 0 => out.fp_off = offset,
+            _ => out.info |= ROW_UNEXPRESSIBLE,
+        },
+        _ => out.info |= ROW_UNEXPRESSIBLE,
+    }
+    out
+}
+
+/// A CFA given by a DWARF expression of SP and IP, as the linker writes for
+/// PLT sections (`rsp + 8 + ((rip & 15) >= 11) * 8`), evaluated at every
+/// address of the row and turned into SP-based rows. `None` when the
+/// expression reads other registers or memory, or is not SP plus a
+/// function of IP.
+fn evaluate_cfa_expression(
+    row: &gimli::UnwindTableRow<usize>,
+    eh_frame: &EhFrame<gimli::EndianSlice<'_, LittleEndian>>,
+    encoding: gimli::Encoding,
+    rules: &UnwindRow,
+) -> Option<Vec<(u64, u64, UnwindRow)>> {
+    let CfaRule::Expression(expression) = row.cfa() else {
+        return None;
+    };
+    if rules.info & ROW_UNEXPRESSIBLE != 0 {
+        return None;
+    }
+    let (start, end) = (row.start_address(), row.end_address());
+    if end - start > MAX_EVALUATED_RANGE {
+        return None;
+    }
+    let expression = expression.get(eh_frame).ok()?;
+    let cfa_at = |sp: u64, ip: u64| -> Option<u64> {
+        let mut eval = expression.clone().evaluation(encoding);
+        eval.set_max_iterations(1000);
+        let mut result = eval.evaluate().ok()?;
+        loop {
+            match result {
+                gimli::EvaluationResult::Complete => break,
+                gimli::EvaluationResult::RequiresRegister { register, .. } => {
+                    let value = match register {
+                        X86_64::RSP => sp,
+                        X86_64::RA => ip,
+                        _ => return None,
+                    };
+                    result = eval
+                        .resume_with_register(gimli::Value::Generic(value))
+                        .ok()?;
+                }
+                _ => return None,
+            }
+        }
+        match eval.as_result().first()?.location {
+            gimli::Location::Address { address } => Some(address),
+            _ => None,
+        }
+    };
+    const SP_A: u64 = 0x1000_0000;
+    const SP_B: u64 = 0x2000_0000;
+    let mut out: Vec<(u64, u64, UnwindRow)> = Vec::new();
+    for ip in start..end {
+        let a = cfa_at(SP_A, ip)?;
+        let b = cfa_at(SP_B, ip)?;
+        if b.wrapping_sub(a) != SP_B - SP_A {
+            return None;
+        }
+        let offset = i32::try_from(a.wrapping_sub(SP_A) as i64).ok()?;
+        let row = UnwindRow {
+            cfa_off: offset,
+            info: rules.info | ROW_CFA_BASE_SP,
+            ..*rules
+        };
+        match out.last_mut() {
+            Some(last) if last.1 == ip && last.2.cfa_off == offset => last.1 = ip + 1,
+            _ => out.push((ip, ip + 1, row)),
+        }
+    }
+    Some(out)
+}
+
+fn convert_row(row: &gimli::UnwindTableRow<usize>) -> UnwindRow {
+    let unexpressible = UnwindRow {
+        info: ROW_UNEXPRESSIBLE,
+        ..UnwindRow::default()
+    };
+    let mut out = UnwindRow::default();
+    match row.cfa() {
+        CfaRule::RegisterAndOffset { register, offset } => {
+            if *register == X86_64::RSP {
+                out.info |= ROW_CFA_BASE_SP;
+            } else if *register != X86_64::RBP {
+                return unexpressible;
+            }
+            let Ok(offset) = i32::try_from(*offset) else {
+                return unexpressible;
+            };
+            out.cfa_off = offset;
+        }
+        CfaRule::Expression(_) => return unexpressible,
+    }
+    match row.register(X86_64::RA) {
+        Some(RegisterRule::Undefined) => {
+            out.info |= ROW_OUTERMOST;
+            return out;
+        }
+        Some(RegisterRule::Offset(offset)) => match i32::try_from(offset) {
+            Ok(offset) if offset != 0 => out.ra_off = offset,
+            _ => return unexpressible,
+        },
+        // No rule (libgcc's "unsaved") or a rule in a register or expression.
+        _ => return unexpressible,
+    }
+    match row.register(X86_64::RBP) {
+        None | Some(RegisterRule::Undefined | RegisterRule::SameValue) => {}
+        Some(RegisterRule::Offset(offset)) => match i32::try_from(offset) {
+            Ok(offset) if offset != 0 => out.fp_off = offset,
+            _ => return unexpressible,
+        },
+        _ => return unexpressible,
+    }
+    out
+}

@@ -1,0 +1,93 @@
+//! Small ELF facts the registry needs: where the first `PT_LOAD` starts,
+//! and the build id and debug link of a file.
+
+use object::{Object, ObjectSegment};
+
+/// Alignment of the ELF range start: registrations count an object's
+/// addresses from the page of its first `PT_LOAD`.
+pub const ELF_START_ALIGN: u64 = 0x1000;
+
+/// The lowest `PT_LOAD` virtual address of an ELF file.
+#[must_use]
+pub fn first_load_vaddr(elf: &[u8]) -> Option<u64> {
+    let file = object::File::parse(elf).ok()?;
+    file.segments().map(|s| s.address()).min()
+}
+
+/// The build id and `.gnu_debuglink` (name, CRC) of an ELF file.
+#[must_use]
+pub fn identity(elf: &[u8]) -> (Option<Vec<u8>>, Option<(Vec<u8>, u32)>) {
+    let Ok(file) = object::File::parse(elf) else {
+        return (None, None);
+    };
+    let build_id = file.build_id().ok().flatten().map(<[u8]>::to_vec);
+    let link = file
+        .gnu_debuglink()
+        .ok()
+        .flatten()
+        .map(|(name, crc)| (name.to_vec(), crc));
+    (build_id, link)
+}
+
+/// Why an ELF file's rows could not be made.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FileRowsError {
+    /// Not a readable ELF file.
+    #[error("not a readable ELF file: {0}")]
+    BadElf(String),
+    /// The file has no section of the kind asked for.
+    #[error("no {0} section")]
+    Missing(&'static str),
+    /// The SFrame section is malformed.
+    #[error(transparent)]
+    Sframe(#[from] crate::sframe::SframeError),
+    /// The `.eh_frame` could not be converted.
+    #[error(transparent)]
+    EhFrame(#[from] crate::eh_frame::EhFrameError),
+}
+
+/// Which of a file's unwind sections [`file_rows`] reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RowChoice {
+    /// `.sframe` only.
+    Sframe,
+    /// `.eh_frame` only.
+    EhFrame,
+    /// `.sframe` rows, with `.eh_frame` rows where SFrame has none
+    /// (start-up code, hand-written assembly); either alone if the other is
+    /// missing.
+    SframeThenEhFrame,
+}
+
+/// The unwind rows of an ELF file, counted from the file's *ELF origin*: the page of
+/// its first `PT_LOAD`. A code object for the file loaded with its first
+/// `PT_LOAD` page at `elf_start` uses the table with `bias = elf_start`.
+pub fn file_rows(elf: &[u8], choice: RowChoice) -> Result<crate::RowTable, FileRowsError> {
+    use object::ObjectSection;
+    let file = object::File::parse(elf).map_err(|e| FileRowsError::BadElf(e.to_string()))?;
+    let origin = first_load_vaddr(elf).unwrap_or(0) & !(ELF_START_ALIGN - 1);
+    let sframe = || -> Result<crate::RowTable, FileRowsError> {
+        let section = file
+            .section_by_name(".sframe")
+            .ok_or(FileRowsError::Missing(".sframe"))?;
+        let data = section
+            .data()
+            .map_err(|e| FileRowsError::BadElf(format!(".sframe: {e}")))?;
+        Ok(crate::sframe::SframeSection::parse(data, section.address())?
+            .to_rows()
+            .table)
+    };
+    let eh_frame = || crate::eh_frame::rows_from_elf(elf).map(|c| c.table);
+    let table = match choice {
+        RowChoice::Sframe => sframe()?,
+        RowChoice::EhFrame => eh_frame()?,
+        RowChoice::SframeThenEhFrame => match (sframe(), eh_frame()) {
+            (Ok(s), Ok(e)) => s.with_gaps_filled_from(&e),
+            (Ok(s), Err(_)) => s,
+            (Err(_), Ok(e)) => e,
+            (Err(e), Err(_)) => return Err(e),
+        },
+    };
+    Ok(crate::registry::rebase(&table, origin))
+}

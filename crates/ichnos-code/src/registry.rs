@@ -1,0 +1,445 @@
+//! The code registry: a user-space re-creation of the codectl(2) proposal.
+//!
+//! Loaders register ELF code (text range, SFrame section, path, build id,
+//! debug link) and JITs register text ranges with a JIT unwind table.
+//! Lookups by instruction address read an immutable snapshot of the map
+//! (an atomic pointer load), so a profiler looking up every frame never
+//! waits for a registering thread, and registering never waits for lookups.
+//! Registrations take a writer lock among themselves and publish a new
+//! snapshot.
+//!
+//! Unwind rows are made once per registration: SFrame sections are read
+//! from memory and decoded; ELF code without SFrame gets its `.eh_frame`
+//! converted from the file at `path`. Both are cached per build id, so the
+//! same library registered again (or in another process model) is not
+//! converted twice.
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::ops::Range;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use arc_swap::ArcSwap;
+
+use crate::code_map::{CodeMap, CodeObject, FindRow, Lookup, Overlap, RowSource, Rows};
+use crate::export::Exporter;
+use crate::jit::{JitRows, JitUnwindTable};
+use crate::memory::{Memory, MemoryError, ProcessMemory};
+use crate::row::RowTable;
+use crate::sframe::{SframeError, SframeSection};
+
+/// Largest SFrame section read from memory (the SFrame of a 1 GiB binary is
+/// a few tens of MiB).
+pub const MAX_SFRAME_LEN: u64 = 256 << 20;
+
+/// ELF code to register (`struct code_elf_info`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ElfCode {
+    /// The whole mapped object: first `PT_LOAD` to the end of the last
+    /// (empty when unknown; then the text range stands for it).
+    pub elf: Range<u64>,
+    /// The executable range described.
+    pub text: Range<u64>,
+    /// The loaded SFrame section, if any.
+    pub sframe: Option<Range<u64>>,
+    /// The file's path.
+    pub path: Option<PathBuf>,
+    /// The GNU build id.
+    pub build_id: Option<Vec<u8>>,
+    /// The `.gnu_debuglink` file name.
+    pub debug_link: Option<PathBuf>,
+    /// The `.gnu_debuglink` CRC32.
+    pub debug_link_crc: u32,
+}
+
+/// JIT code to register (`struct code_jit_info`).
+#[derive(Clone, Debug)]
+pub struct JitCode {
+    /// The text range the JIT fills.
+    pub text: Range<u64>,
+    /// Address of the first `struct code_jit_unwind_table`, or 0.
+    pub unwind_head: u64,
+    keep_alive: Option<Arc<JitUnwindTable>>,
+}
+
+impl JitCode {
+    /// JIT code whose table chain starts at `unwind_head` (an address in
+    /// the registering process).
+    #[must_use]
+    pub fn new(text: Range<u64>, unwind_head: u64) -> Self {
+        Self {
+            text,
+            unwind_head,
+            keep_alive: None,
+        }
+    }
+
+    /// JIT code described by a table built with [`JitUnwindTable`]; the
+    /// registry keeps the table alive until the code is unregistered.
+    #[must_use]
+    pub fn with_table(text: Range<u64>, table: &Arc<JitUnwindTable>) -> Self {
+        Self {
+            text,
+            unwind_head: table.address(),
+            keep_alive: Some(Arc::clone(table)),
+        }
+    }
+}
+
+/// What a registration holds, as the registry reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Registration {
+    /// ELF code.
+    Elf(ElfCode),
+    /// JIT code: the text range and the table chain's head.
+    Jit {
+        /// The text range.
+        text: Range<u64>,
+        /// The first table.
+        unwind_head: u64,
+    },
+}
+
+impl Registration {
+    /// The registered text range.
+    #[must_use]
+    pub fn text(&self) -> &Range<u64> {
+        match self {
+            Self::Elf(e) => &e.text,
+            Self::Jit { text, .. } => text,
+        }
+    }
+}
+
+/// Why a registration failed. [`RegistryError::errno`] gives the codectl
+/// error number.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegistryError {
+    /// An argument is not valid.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// The text range overlaps a registered one.
+    #[error(transparent)]
+    Overlap(#[from] Overlap),
+    /// Nothing is registered at the address.
+    #[error("no code registered at {0:#x}")]
+    NotFound(u64),
+    /// The SFrame section is malformed.
+    #[error("SFrame section at {addr:#x}: {source}")]
+    Sframe {
+        /// Where the section is.
+        addr: u64,
+        /// What is wrong.
+        source: SframeError,
+    },
+    /// Memory named by the registration could not be read.
+    #[error("{what}: {source}")]
+    Memory {
+        /// What was being read.
+        what: &'static str,
+        /// The failed read.
+        source: MemoryError,
+    },
+}
+
+impl RegistryError {
+    /// The negative errno codectl returns for this error.
+    #[must_use]
+    pub fn errno(&self) -> i32 {
+        -match self {
+            Self::InvalidArgument(_) | Self::Sframe { .. } => libc::EINVAL,
+            Self::Overlap(_) => libc::EEXIST,
+            Self::NotFound(_) => libc::ENOENT,
+            Self::Memory { .. } => libc::EFAULT,
+        }
+    }
+}
+
+/// Rows converted per build id and source, shared by every registration
+/// of the same file.
+#[derive(Debug, Default)]
+struct RowCache {
+    tables: Mutex<HashMap<(Vec<u8>, RowSource), Arc<RowTable>>>,
+}
+
+impl RowCache {
+    fn get_or_make(
+        &self,
+        build_id: Option<&[u8]>,
+        source: RowSource,
+        make: impl FnOnce() -> Result<Arc<RowTable>, RegistryError>,
+    ) -> Result<Arc<RowTable>, RegistryError> {
+        let Some(id) = build_id.filter(|id| !id.is_empty()) else {
+            return make();
+        };
+        let key = (id.to_vec(), source);
+        if let Some(t) = self.lock().get(&key) {
+            return Ok(Arc::clone(t));
+        }
+        let table = make()?;
+        self.lock().insert(key, Arc::clone(&table));
+        Ok(table)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(Vec<u8>, RowSource), Arc<RowTable>>> {
+        self.tables.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+struct Entry {
+    registration: Registration,
+    _keep_alive: Option<Arc<JitUnwindTable>>,
+}
+
+/// A code registry for one process (see the module documentation).
+pub struct Registry {
+    map: ArcSwap<CodeMap>,
+    writer: Mutex<Vec<Entry>>,
+    cache: RowCache,
+    pid: u32,
+    exporter: Option<&'static Exporter>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry")
+            .field("pid", &self.pid)
+            .field("objects", &self.map.load().objects().len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Registry {
+    /// An empty registry for code in this process.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::for_process(std::process::id())
+    }
+
+    /// An empty registry whose addresses are in process `pid` (SFrame
+    /// sections and JIT tables are read from its memory).
+    #[must_use]
+    pub fn for_process(pid: u32) -> Self {
+        Self {
+            map: ArcSwap::from_pointee(CodeMap::new()),
+            writer: Mutex::new(Vec::new()),
+            cache: RowCache::default(),
+            pid,
+            exporter: None,
+        }
+    }
+
+    /// The registry of this process: the one codectl uses and the one
+    /// published through the exported `ichnos_code_registry` symbol.
+    pub fn global() -> &'static Registry {
+        static GLOBAL: OnceLock<Registry> = OnceLock::new();
+        GLOBAL.get_or_init(|| {
+            let mut r = Registry::new();
+            r.exporter = Some(crate::export::exporter());
+            r
+        })
+    }
+
+    fn entries(&self) -> std::sync::MutexGuard<'_, Vec<Entry>> {
+        self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Registers ELF code; its unwind rows come from the SFrame section if
+    /// given, else from the `.eh_frame` of the file at `path`, else there
+    /// are none (frame pointers only).
+    pub fn register_elf(&self, code: ElfCode) -> Result<(), RegistryError> {
+        check_range("text", &code.text)?;
+        let elf = if code.elf.is_empty() {
+            code.text.clone()
+        } else {
+            code.elf.clone()
+        };
+        if elf.start > code.text.start || elf.end < code.text.end {
+            return Err(RegistryError::InvalidArgument(format!(
+                "text range [{:#x}, {:#x}) is not inside the ELF range [{:#x}, {:#x})",
+                code.text.start, code.text.end, elf.start, elf.end
+            )));
+        }
+        if let Some(s) = &code.sframe {
+            check_range("sframe", s)?;
+            if s.end - s.start > MAX_SFRAME_LEN {
+                return Err(RegistryError::InvalidArgument(format!(
+                    "SFrame section of {} bytes is larger than {MAX_SFRAME_LEN}",
+                    s.end - s.start
+                )));
+            }
+        }
+        if code.build_id.as_ref().is_some_and(|b| b.len() > 64) {
+            return Err(RegistryError::InvalidArgument("build id longer than 64 bytes".into()));
+        }
+        let mut entries = self.entries();
+        // Fail on overlap before doing any conversion work.
+        self.map.load().check_free(code.text.start, code.text.end)?;
+        let (rows, source) = self.elf_rows(&code, elf.start)?;
+        let name: Arc<str> = code
+            .path
+            .as_ref()
+            .map_or_else(|| Arc::from("[elf]"), |p| Arc::from(p.to_string_lossy().as_ref()));
+        let object = CodeObject {
+            start: code.text.start,
+            end: code.text.end,
+            bias: elf.start,
+            rows,
+            source,
+            name,
+        };
+        self.publish(&mut entries, object, Registration::Elf(code), None)
+    }
+
+    fn elf_rows(&self, code: &ElfCode, elf_start: u64) -> Result<(Rows, RowSource), RegistryError> {
+        let build_id = code.build_id.as_deref();
+        if let Some(range) = &code.sframe {
+            let table = self.cache.get_or_make(build_id, RowSource::Sframe, || {
+                let mut bytes = vec![0u8; (range.end - range.start) as usize];
+                ProcessMemory::new(self.pid)
+                    .read(range.start, &mut bytes)
+                    .map_err(|source| RegistryError::Memory {
+                        what: "reading the SFrame section",
+                        source,
+                    })?;
+                let section = SframeSection::parse(&bytes, range.start).map_err(|source| {
+                    RegistryError::Sframe {
+                        addr: range.start,
+                        source,
+                    }
+                })?;
+                let conversion = section.to_rows();
+                Ok(Arc::new(rebase(&conversion.table, elf_start)))
+            })?;
+            return Ok((Rows::Fixed(table), RowSource::Sframe));
+        }
+        if let Some(path) = &code.path {
+            let made = self.cache.get_or_make(build_id, RowSource::EhFrame, || {
+                let bytes = std::fs::read(path).map_err(|e| {
+                    RegistryError::InvalidArgument(format!("{}: {e}", path.display()))
+                })?;
+                // The file's addresses are link-time, counted here from the
+                // page of its first PT_LOAD, as the ELF range is.
+                crate::elf::file_rows(&bytes, crate::elf::RowChoice::EhFrame)
+                    .map(Arc::new)
+                    .map_err(|e| RegistryError::InvalidArgument(format!("{}: {e}", path.display())))
+            });
+            if let Ok(table) = made {
+                return Ok((Rows::Fixed(table), RowSource::EhFrame));
+            }
+        }
+        Ok((Rows::Fixed(Arc::new(RowTable::new(0))), RowSource::None))
+    }
+
+    /// Registers JIT code whose rows are read from its table chain.
+    pub fn register_jit(&self, code: JitCode) -> Result<(), RegistryError> {
+        check_range("text", &code.text)?;
+        let mut entries = self.entries();
+        let jit = JitRows::new(self.pid, code.text.start, code.text.end, code.unwind_head);
+        let object = CodeObject {
+            start: code.text.start,
+            end: code.text.end,
+            bias: 0,
+            rows: Rows::Jit(Arc::new(jit)),
+            source: RowSource::Jit,
+            name: Arc::from("[jit]"),
+        };
+        let registration = Registration::Jit {
+            text: code.text.clone(),
+            unwind_head: code.unwind_head,
+        };
+        self.publish(&mut entries, object, registration, code.keep_alive)
+    }
+
+    fn publish(
+        &self,
+        entries: &mut Vec<Entry>,
+        object: CodeObject,
+        registration: Registration,
+        keep_alive: Option<Arc<JitUnwindTable>>,
+    ) -> Result<(), RegistryError> {
+        let mut map = CodeMap::clone(&self.map.load());
+        map.insert(Arc::new(object))?;
+        self.map.store(Arc::new(map));
+        entries.push(Entry {
+            registration,
+            _keep_alive: keep_alive,
+        });
+        if let Some(exporter) = self.exporter {
+            exporter.publish(entries.iter().map(|e| &e.registration));
+        }
+        Ok(())
+    }
+
+    /// Removes the registration whose text range starts at `text_start`.
+    pub fn unregister(&self, text_start: u64) -> Result<(), RegistryError> {
+        let mut entries = self.entries();
+        let mut map = CodeMap::clone(&self.map.load());
+        map.remove(text_start)
+            .ok_or(RegistryError::NotFound(text_start))?;
+        self.map.store(Arc::new(map));
+        entries.retain(|e| e.registration.text().start != text_start);
+        if let Some(exporter) = self.exporter {
+            exporter.publish(entries.iter().map(|e| &e.registration));
+        }
+        Ok(())
+    }
+
+    /// The code object containing `addr`. Never waits for a registration.
+    #[must_use]
+    pub fn lookup(&self, addr: u64) -> Option<Arc<CodeObject>> {
+        self.map.load().find(addr).cloned()
+    }
+
+    /// The current map, to unwind many frames against one snapshot.
+    #[must_use]
+    pub fn snapshot(&self) -> Arc<CodeMap> {
+        self.map.load_full()
+    }
+
+    /// Every registration, in registration order.
+    #[must_use]
+    pub fn registrations(&self) -> Vec<Registration> {
+        self.entries().iter().map(|e| e.registration.clone()).collect()
+    }
+}
+
+impl FindRow for Registry {
+    fn find_row(&self, pc: u64) -> Lookup {
+        self.map.load().find_row(pc)
+    }
+}
+
+fn check_range(what: &str, r: &Range<u64>) -> Result<(), RegistryError> {
+    if r.start >= r.end {
+        return Err(RegistryError::InvalidArgument(format!(
+            "{what} range [{:#x}, {:#x}) is empty or reversed",
+            r.start, r.end
+        )));
+    }
+    Ok(())
+}
+
+/// The same rows counted from `origin` instead of address 0, so that a
+/// table made for one load address serves any other (bias = load address).
+pub(crate) fn rebase(table: &RowTable, origin: u64) -> RowTable {
+    let mut out = RowTable::new(table.base().wrapping_sub(origin));
+    for row in table.rows() {
+        let _ = out.push(out.base() + u64::from(row.ip_off), *row);
+    }
+    out
+}
+
+/// A path from raw bytes (C strings).
+pub(crate) fn path_from_bytes(bytes: &[u8]) -> PathBuf {
+    PathBuf::from(OsStr::from_bytes(bytes))
+}

@@ -1,0 +1,382 @@
+//! The one unwind row format.
+//!
+//! Every unwind source — SFrame FREs, codectl JIT FREs, `.eh_frame` CFI — is
+//! turned into [`UnwindRow`], which is field for field the codectl
+//! `struct code_jit_unwind_fre` and the Linux kernel's decoded
+//! `sframe_fre_internal`. A code object's rows sit in one sorted array, a
+//! [`RowTable`], so finding the rule for an address is one binary search.
+
+use std::fmt;
+
+/// `info` bit: the CFA is computed from the stack pointer (set) or the frame
+/// pointer (clear). The same bit and meaning as SFrame's
+/// `fre_cfa_base_reg_id`.
+pub const ROW_CFA_BASE_SP: u8 = 0x01;
+/// `info` bit: the return address is undefined here; this is the outermost
+/// frame (SFrame v3 FREs without offsets, DWARF `DW_CFA_undefined` of the
+/// return-address column).
+pub const ROW_OUTERMOST: u8 = 0x02;
+/// `info` bit: the range has unwind information that the row cannot express
+/// (a DWARF expression, a CFA in another register). The unwinder falls back
+/// to the frame-pointer chain here.
+pub const ROW_UNEXPRESSIBLE: u8 = 0x04;
+/// `info` bit: the saved return address is signed (AArch64 pointer
+/// authentication); SFrame's `fre_mangled_ra_p`.
+pub const ROW_MANGLED_RA: u8 = 0x80;
+/// Every `info` bit with a meaning; a JIT table row with any other bit set
+/// is rejected.
+pub const ROW_KNOWN_BITS: u8 = ROW_CFA_BASE_SP | ROW_OUTERMOST | ROW_UNEXPRESSIBLE | ROW_MANGLED_RA;
+
+/// Where the canonical frame address (CFA) is computed from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CfaBase {
+    /// CFA = SP + offset.
+    Sp,
+    /// CFA = FP + offset.
+    Fp,
+}
+
+/// One unwind rule for a range of code: how to find the caller's frame from
+/// an address in `[ip_off, ip_off + size)` of its code object.
+///
+/// The layout is the codectl `struct code_jit_unwind_fre` (24 bytes with
+/// padding); `ra_off` and `fp_off` are offsets from the CFA where the return
+/// address and the caller's frame pointer are saved, `0` meaning "not saved
+/// here" (for `ra_off`, the architecture's fixed slot, CFA−8 on x86-64).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(C)]
+pub struct UnwindRow {
+    /// Length in bytes of the code range the row covers.
+    pub size: u32,
+    /// Offset of the range's first byte from the table's base address.
+    pub ip_off: u32,
+    /// CFA = base register + `cfa_off`.
+    pub cfa_off: i32,
+    /// The return address is at CFA + `ra_off`; 0 = the fixed slot.
+    pub ra_off: i32,
+    /// The caller's frame pointer is at CFA + `fp_off`; 0 = unchanged.
+    pub fp_off: i32,
+    /// `ROW_*` bits.
+    pub info: u8,
+}
+
+impl UnwindRow {
+    /// The register the CFA is computed from.
+    #[must_use]
+    pub fn cfa_base(&self) -> CfaBase {
+        if self.info & ROW_CFA_BASE_SP != 0 {
+            CfaBase::Sp
+        } else {
+            CfaBase::Fp
+        }
+    }
+
+    /// Whether the row marks the outermost frame.
+    #[must_use]
+    pub fn is_outermost(&self) -> bool {
+        self.info & ROW_OUTERMOST != 0
+    }
+
+    /// Whether the row only says "unwind information exists but is not
+    /// expressible as a row".
+    #[must_use]
+    pub fn is_unexpressible(&self) -> bool {
+        self.info & ROW_UNEXPRESSIBLE != 0
+    }
+
+    /// One past the last offset covered, widened so it cannot overflow.
+    #[must_use]
+    pub fn end_off(&self) -> u64 {
+        u64::from(self.ip_off) + u64::from(self.size)
+    }
+}
+
+impl fmt::Debug for UnwindRow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let base = match self.cfa_base() {
+            CfaBase::Sp => "sp",
+            CfaBase::Fp => "fp",
+        };
+        write!(f, "[{:#x}+{:#x}) ", self.ip_off, self.size)?;
+        if self.is_unexpressible() {
+            return write!(f, "unexpressible");
+        }
+        if self.is_outermost() {
+            return write!(f, "outermost");
+        }
+        write!(f, "cfa={base}{:+} ra=c{:+} ", self.cfa_off, self.ra_off)?;
+        if self.fp_off == 0 {
+            write!(f, "fp=u")
+        } else {
+            write!(f, "fp=c{:+}", self.fp_off)
+        }
+    }
+}
+
+/// The rows of one code object, sorted by `ip_off` and not overlapping.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RowTable {
+    base: u64,
+    rows: Vec<UnwindRow>,
+}
+
+/// A row that could not be added to a [`RowTable`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RowOrderError {
+    /// The row starts before the end of the row before it.
+    #[error("row at offset {ip_off:#x} overlaps or precedes the previous row, which ends at {prev_end:#x}")]
+    Overlap {
+        /// The rejected row's start.
+        ip_off: u32,
+        /// Where the previous row ends.
+        prev_end: u64,
+    },
+    /// The row's address is not representable as an offset from the base.
+    #[error("address {addr:#x} is not within 4 GiB above the table base {base:#x}")]
+    OutOfRange {
+        /// The rejected address.
+        addr: u64,
+        /// The table's base address.
+        base: u64,
+    },
+}
+
+impl RowTable {
+    /// An empty table whose offsets count from `base`.
+    #[must_use]
+    pub fn new(base: u64) -> Self {
+        Self {
+            base,
+            rows: Vec::new(),
+        }
+    }
+
+    /// Builds a table from rows in any order; rows that overlap an earlier
+    /// (lower-starting) row are cut to start where it ends, or dropped.
+    /// Returns the table and the number of rows dropped or cut.
+    #[must_use]
+    pub fn from_unsorted(base: u64, mut rows: Vec<UnwindRow>) -> (Self, usize) {
+        rows.retain(|r| r.size != 0);
+        rows.sort_by_key(|r| (r.ip_off, std::cmp::Reverse(r.size)));
+        let mut out: Vec<UnwindRow> = Vec::with_capacity(rows.len());
+        let mut damaged = 0;
+        for mut row in rows {
+            if let Some(prev) = out.last() {
+                let prev_end = prev.end_off();
+                if u64::from(row.ip_off) < prev_end {
+                    damaged += 1;
+                    if row.end_off() <= prev_end {
+                        continue;
+                    }
+                    let cut = (prev_end - u64::from(row.ip_off)) as u32;
+                    row.ip_off += cut;
+                    row.size -= cut;
+                }
+            }
+            out.push(row);
+        }
+        (Self { base, rows: out }, damaged)
+    }
+
+    /// The address that offset 0 stands for.
+    #[must_use]
+    pub fn base(&self) -> u64 {
+        self.base
+    }
+
+    /// The rows, sorted.
+    #[must_use]
+    pub fn rows(&self) -> &[UnwindRow] {
+        &self.rows
+    }
+
+    /// Number of rows.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Whether the table has no rows.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// Appends a row covering `[addr, addr + size)`; it must start at or
+    /// after the end of the last row.
+    pub fn push(&mut self, addr: u64, mut row: UnwindRow) -> Result<(), RowOrderError> {
+        let off = addr
+            .checked_sub(self.base)
+            .filter(|off| *off <= u64::from(u32::MAX))
+            .ok_or(RowOrderError::OutOfRange {
+                addr,
+                base: self.base,
+            })?;
+        row.ip_off = off as u32;
+        if let Some(prev) = self.rows.last_mut() {
+            let prev_end = prev.end_off();
+            if u64::from(row.ip_off) < prev_end {
+                return Err(RowOrderError::Overlap {
+                    ip_off: row.ip_off,
+                    prev_end,
+                });
+            }
+            // Adjacent rows with the same rule are one row.
+            if u64::from(row.ip_off) == prev_end
+                && (prev.cfa_off, prev.ra_off, prev.fp_off, prev.info)
+                    == (row.cfa_off, row.ra_off, row.fp_off, row.info)
+            {
+                if let Some(size) = prev.size.checked_add(row.size) {
+                    prev.size = size;
+                    return Ok(());
+                }
+            }
+        }
+        if row.size != 0 {
+            self.rows.push(row);
+        }
+        Ok(())
+    }
+
+    /// The row covering `addr`, if any.
+    #[inline]
+    #[must_use]
+    pub fn find(&self, addr: u64) -> Option<&UnwindRow> {
+        let off = addr.checked_sub(self.base)?;
+        if off > u64::from(u32::MAX) {
+            return None;
+        }
+        let off = off as u32;
+        let i = self.rows.partition_point(|r| r.ip_off <= off);
+        let row = self.rows.get(i.checked_sub(1)?)?;
+        (u64::from(off) < row.end_off()).then_some(row)
+    }
+
+    /// This table's rows, and `other`'s rows where this table has none:
+    /// SFrame rows with `.eh_frame` rows filling what SFrame does not cover
+    /// (start-up code, hand-written assembly).
+    #[must_use]
+    pub fn with_gaps_filled_from(&self, other: &RowTable) -> RowTable {
+        let base = self.base.min(other.base);
+        let shift = |t: &RowTable, r: &UnwindRow| (t.base + u64::from(r.ip_off), t.base + r.end_off());
+        let mut out: Vec<UnwindRow> = Vec::with_capacity(self.rows.len() + other.rows.len());
+        let mut emit = |start: u64, end: u64, row: &UnwindRow| {
+            if let (Ok(off), Ok(size)) = (u32::try_from(start - base), u32::try_from(end - start)) {
+                if size > 0 {
+                    out.push(UnwindRow { ip_off: off, size, ..*row });
+                }
+            }
+        };
+        for r in &self.rows {
+            let (s, e) = shift(self, r);
+            emit(s, e, r);
+        }
+        let mut i = 0;
+        for r in &other.rows {
+            let (mut s, e) = shift(other, r);
+            // Skip primary rows that end before this one starts.
+            while i < self.rows.len() && shift(self, &self.rows[i]).1 <= s {
+                i += 1;
+            }
+            let mut j = i;
+            while s < e {
+                match self.rows.get(j).map(|p| shift(self, p)) {
+                    Some((ps, pe)) if ps < e => {
+                        if ps > s {
+                            emit(s, ps, r);
+                        }
+                        s = s.max(pe);
+                        j += 1;
+                    }
+                    _ => {
+                        emit(s, e, r);
+                        break;
+                    }
+                }
+            }
+        }
+        RowTable::from_unsorted(base, out).0
+    }
+
+    /// Heap bytes held by the table.
+    #[must_use]
+    pub fn heap_bytes(&self) -> usize {
+        self.rows.capacity() * std::mem::size_of::<UnwindRow>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(ip_off: u32, size: u32, cfa: i32) -> UnwindRow {
+        UnwindRow {
+            size,
+            ip_off,
+            cfa_off: cfa,
+            ra_off: -8,
+            fp_off: 0,
+            info: ROW_CFA_BASE_SP,
+        }
+    }
+
+    #[test]
+    fn layout_is_the_codectl_fre() {
+        assert_eq!(std::mem::size_of::<UnwindRow>(), 24);
+        assert_eq!(std::mem::offset_of!(UnwindRow, ip_off), 4);
+        assert_eq!(std::mem::offset_of!(UnwindRow, info), 20);
+    }
+
+    #[test]
+    fn find_respects_gaps_and_ends() {
+        let mut t = RowTable::new(0x1000);
+        t.push(0x1000, row(0, 4, 8)).unwrap();
+        t.push(0x1010, row(0, 4, 16)).unwrap();
+        assert_eq!(t.find(0x1003).unwrap().cfa_off, 8);
+        assert!(t.find(0x1004).is_none());
+        assert!(t.find(0x0fff).is_none());
+        assert_eq!(t.find(0x1013).unwrap().cfa_off, 16);
+        assert!(t.find(0x1014).is_none());
+        assert!(t.push(0x1012, row(0, 1, 1)).is_err());
+    }
+
+    #[test]
+    fn adjacent_equal_rows_merge() {
+        let mut t = RowTable::new(0);
+        t.push(0, row(0, 4, 8)).unwrap();
+        t.push(4, row(0, 4, 8)).unwrap();
+        t.push(8, row(0, 4, 16)).unwrap();
+        assert_eq!(t.len(), 2);
+        assert_eq!(t.rows()[0].size, 8);
+    }
+
+    #[test]
+    fn gaps_are_filled_only_where_the_primary_has_no_row() {
+        let mut primary = RowTable::new(0x100);
+        primary.push(0x110, row(0, 0x10, 1)).unwrap();
+        primary.push(0x130, row(0, 0x10, 2)).unwrap();
+        let mut other = RowTable::new(0x100);
+        other.push(0x100, row(0, 0x50, 9)).unwrap();
+        let merged = primary.with_gaps_filled_from(&other);
+        let at = |a| merged.find(a).map(|r| r.cfa_off);
+        assert_eq!(at(0x100), Some(9));
+        assert_eq!(at(0x10f), Some(9));
+        assert_eq!(at(0x110), Some(1));
+        assert_eq!(at(0x11f), Some(1));
+        assert_eq!(at(0x120), Some(9));
+        assert_eq!(at(0x135), Some(2));
+        assert_eq!(at(0x140), Some(9));
+        assert_eq!(at(0x14f), Some(9));
+        assert_eq!(at(0x150), None);
+    }
+
+    #[test]
+    fn from_unsorted_cuts_overlaps() {
+        let (t, damaged) =
+            RowTable::from_unsorted(0, vec![row(8, 8, 2), row(0, 10, 1), row(20, 0, 3)]);
+        assert_eq!(damaged, 1);
+        assert_eq!(t.rows()[1].ip_off, 10);
+        assert_eq!(t.rows()[1].size, 6);
+        assert_eq!(t.len(), 2);
+    }
+}

@@ -1,0 +1,119 @@
+//! The unwinder against gdb: C fixtures built with `-O2
+//! -fomit-frame-pointer -Wa,--gsframe` are stopped at known points under
+//! gdb, which records the registers, the stack from rsp and its own
+//! backtrace. The unwinder walks the same stack copy (as perf delivers it,
+//! with no other memory) by SFrame alone, by converted `.eh_frame` alone,
+//! and by both; the return addresses must agree with gdb's frame for frame.
+
+mod support;
+
+use std::collections::HashMap;
+
+use ichnos_code::memory::NoMemory;
+use ichnos_code::{unwind, FindRow, Lookup, Regs, StopReason, UnwindOptions};
+use support::{build_prog, capture, code_map, Rules, Stop};
+
+fn walk(stop: &Stop, rules: &impl FindRow, fp_fallback: bool) -> (Vec<u64>, StopReason) {
+    let regs = Regs {
+        ip: stop.rip,
+        sp: stop.rsp,
+        fp: stop.rbp,
+    };
+    let options = UnwindOptions {
+        max_frames: 128,
+        frame_pointer_fallback: fp_fallback,
+    };
+    let w = unwind(rules, regs, &stop.stack, &mut NoMemory, &options);
+    (w.frames.iter().map(|f| f.ip).collect(), w.stop)
+}
+
+fn describe(stop: &Stop) -> String {
+    let frames: Vec<String> = stop
+        .frames
+        .iter()
+        .map(|(pc, name)| format!("{pc:#x} {name}"))
+        .collect();
+    format!("{}: gdb says [{}]", stop.label, frames.join(", "))
+}
+
+/// The stops, and the directory holding the fixtures they name (keep it
+/// alive while reading their files).
+fn stops() -> (tempfile::TempDir, Vec<Stop>) {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = build_prog(dir.path());
+    let stops = capture(
+        &prog,
+        &[
+            "lib_inner",
+            "*'lib_call@plt'",
+            "*'lib_call@plt'+11",
+            "*'lib_inner@plt'",
+        ],
+    );
+    // Not vacuous: every planned stop happened.
+    let labels: Vec<&str> = stops.iter().map(|s| s.label.as_str()).collect();
+    for want in [":main", ":lib_call@plt", ":lib_inner@plt", ":lib_inner", ":leaf"] {
+        assert!(
+            labels.iter().any(|l| l.ends_with(want)),
+            "no stop at {want}: {labels:?}"
+        );
+    }
+    assert!(labels.iter().filter(|l| l.ends_with(":lib_call@plt")).count() == 2);
+    (dir, stops)
+}
+
+#[test]
+fn eh_frame_alone_agrees_with_gdb_to_the_outermost_frame() {
+    let mut cache = HashMap::new();
+    let (_dir, stops) = stops();
+    for stop in stops {
+        let map = code_map(&stop.maps, Rules::EhFrameOnly, &mut cache);
+        let (ours, why) = walk(&stop, &map, false);
+        let gdb: Vec<u64> = stop.frames.iter().map(|f| f.0).collect();
+        assert_eq!(ours, gdb, "{}", describe(&stop));
+        assert_eq!(why, StopReason::Outermost, "{}", describe(&stop));
+    }
+}
+
+#[test]
+fn sframe_alone_agrees_with_gdb_while_sframe_covers_the_frames() {
+    let mut cache = HashMap::new();
+    let mut deepest = 0;
+    let (_dir, stops) = stops();
+    for stop in stops {
+        let map = code_map(&stop.maps, Rules::SframeOnly, &mut cache);
+        let (ours, why) = walk(&stop, &map, false);
+        // gdb's frames up to and including the first one outside any
+        // object with SFrame (libc has none here).
+        let gdb: Vec<u64> = stop.frames.iter().map(|f| f.0).collect();
+        let first_uncovered = gdb
+            .iter()
+            .enumerate()
+            .position(|(i, &pc)| {
+                let lookup = if i == 0 { pc } else { pc - 1 };
+                map.find_row(lookup) == Lookup::NoCode
+            })
+            .expect("libc frames have no SFrame");
+        assert_eq!(ours, gdb[..=first_uncovered], "{}", describe(&stop));
+        let pc = gdb[first_uncovered] - u64::from(first_uncovered > 0);
+        assert_eq!(why, StopReason::NoUnwindInfo { pc }, "{}", describe(&stop));
+        deepest = deepest.max(first_uncovered);
+    }
+    // leaf, big_frame, with_alloca, recurse x4, callback, lib_inner,
+    // lib_call, main: all unwound through SFrame rows.
+    assert!(deepest >= 10, "deepest SFrame walk was {deepest} frames");
+}
+
+#[test]
+fn sframe_then_eh_frame_agrees_with_gdb_everywhere() {
+    let mut cache = HashMap::new();
+    let (_dir, stops) = stops();
+    for stop in stops {
+        let map = code_map(&stop.maps, Rules::Preferred, &mut cache);
+        let (ours, why) = walk(&stop, &map, true);
+        let gdb: Vec<u64> = stop.frames.iter().map(|f| f.0).collect();
+        assert_eq!(ours, gdb, "{}", describe(&stop));
+        assert_eq!(why, StopReason::Outermost);
+    }
+}
+

@@ -1,0 +1,168 @@
+//! Fixtures shared by the integration tests: C programs built with SFrame,
+//! captured at known stops by gdb.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use ichnos_code::elf::RowChoice;
+use ichnos_code::{CodeMap, CodeObject, RowSource, Rows};
+
+/// The C compiler flags of every fixture: no frame pointers, SFrame.
+pub const CFLAGS: &[&str] = &["-O2", "-g", "-fomit-frame-pointer", "-Wa,--gsframe"];
+
+pub fn fixtures_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+fn run(cmd: &mut Command) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Builds `libfix.so` and `prog` (linked against it) in `dir`.
+pub fn build_prog(dir: &Path) -> PathBuf {
+    let src = fixtures_dir();
+    run(Command::new("gcc")
+        .args(CFLAGS)
+        .args(["-fPIC", "-shared", "-o"])
+        .arg(dir.join("libfix.so"))
+        .arg(src.join("libfix.c")));
+    run(Command::new("gcc")
+        .args(CFLAGS)
+        .arg("-o")
+        .arg(dir.join("prog"))
+        .arg(src.join("prog.c"))
+        .arg(format!("-L{}", dir.display()))
+        .arg("-lfix")
+        .arg(format!("-Wl,-rpath,{}", dir.display())));
+    dir.join("prog")
+}
+
+/// One stop captured by gdb.
+#[derive(Debug)]
+pub struct Stop {
+    pub label: String,
+    pub rip: u64,
+    pub rsp: u64,
+    pub rbp: u64,
+    pub stack: Vec<u8>,
+    pub maps: String,
+    /// gdb's backtrace: pc and function name, innermost first, without
+    /// the tail-call frames gdb synthesises from DWARF call-site data.
+    pub frames: Vec<(u64, String)>,
+    /// How many tail-call frames gdb showed besides.
+    pub tailcall_frames: usize,
+}
+
+/// Runs `program` under gdb with `breaks` set after `main` is reached and
+/// returns every stop.
+pub fn capture(program: &Path, breaks: &[&str]) -> Vec<Stop> {
+    let out_path = program.with_extension("capture.jsonl");
+    let out = Command::new("gdb")
+        .args(["--batch", "-nx", "-x"])
+        .arg(fixtures_dir().join("gdb_capture.py"))
+        .arg(program)
+        .env("CAPTURE_OUT", &out_path)
+        .env("CAPTURE_BREAKS", breaks.join(";"))
+        .output()
+        .expect("gdb runs (install gdb)");
+    let text = std::fs::read_to_string(&out_path).unwrap_or_else(|e| {
+        panic!(
+            "gdb wrote no capture ({e}); stderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    text.lines()
+        .map(|line| {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            let hex = v["stack"].as_str().unwrap();
+            let stack = (0..hex.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+                .collect();
+            Stop {
+                label: v["label"].as_str().unwrap().to_string(),
+                rip: v["rip"].as_u64().unwrap(),
+                rsp: v["rsp"].as_u64().unwrap(),
+                rbp: v["rbp"].as_u64().unwrap(),
+                stack,
+                maps: v["maps"].as_str().unwrap().to_string(),
+                tailcall_frames: v["frames"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|f| f["tailcall"].as_bool() == Some(true))
+                    .count(),
+                frames: v["frames"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|f| f["tailcall"].as_bool() != Some(true))
+                    .map(|f| (f["pc"].as_u64().unwrap(), f["name"].as_str().unwrap().to_string()))
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
+/// Which rows a code map built from a stop's mappings uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rules {
+    /// `.sframe` only; files without it get no code object.
+    SframeOnly,
+    /// Converted `.eh_frame` only.
+    EhFrameOnly,
+    /// `.sframe` where the file has it, else `.eh_frame`.
+    Preferred,
+}
+
+/// Builds the code map of a process from its `/proc/PID/maps` text: one
+/// code object per executable file mapping.
+pub fn code_map(maps: &str, rules: Rules, cache: &mut HashMap<(String, RowChoice), Option<Arc<ichnos_code::RowTable>>>) -> CodeMap {
+    let entries = ichnos_image::parse_maps(0, maps).unwrap();
+    let mut map = CodeMap::new();
+    for m in entries.iter().filter(|m| m.perms.contains('x') && m.name.starts_with('/')) {
+        let Some(origin) = entries
+            .iter()
+            .find(|o| o.name == m.name && o.offset == 0)
+            .map(|o| o.range.start)
+        else {
+            continue;
+        };
+        let mut table_for = |choice| {
+            cache
+                .entry((m.name.clone(), choice))
+                .or_insert_with(|| {
+                    let bytes = std::fs::read(&m.name).ok()?;
+                    ichnos_code::elf::file_rows(&bytes, choice).ok().map(Arc::new)
+                })
+                .clone()
+        };
+        let chosen = match rules {
+            Rules::SframeOnly => table_for(RowChoice::Sframe).map(|t| (t, RowSource::Sframe)),
+            Rules::EhFrameOnly => table_for(RowChoice::EhFrame).map(|t| (t, RowSource::EhFrame)),
+            Rules::Preferred => table_for(RowChoice::SframeThenEhFrame).map(|t| (t, RowSource::Sframe)),
+        };
+        let Some((table, source)) = chosen else {
+            continue;
+        };
+        map.insert(Arc::new(CodeObject {
+            start: m.range.start,
+            end: m.range.end,
+            bias: origin,
+            rows: Rows::Fixed(table),
+            source,
+            name: Arc::from(m.name.as_str()),
+        }))
+        .unwrap();
+    }
+    map
+}
