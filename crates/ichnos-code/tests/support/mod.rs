@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod sframe_writer;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,0 +1,322 @@
+//! The SFrame reader against independent truths: binutils' own `objdump
+//! --sframe` on sections `as --gsframe` produced (v1), a model encoded by a
+//! test-only writer (v1, v2, v2 with PCREL, v3; AMD64 and AArch64), and the
+//! simple-frame-rs crate as a second reader. Malformed sections give typed
+//! errors and never panic.
+
+mod support;
+
+use std::process::Command;
+
+use ichnos_code::sframe::{SframeErrorKind, SframeSection};
+use proptest::prelude::*;
+use support::sframe_writer::{encode, model_find, Arch, Flavour, ModelFre, ModelFunc};
+
+const SECTION_ADDR: u64 = 0x40_2000;
+
+fn fre_strategy(arch: Arch) -> impl Strategy<Value = ModelFre> {
+    (
+        any::<bool>(),
+        prop_oneof![8i32..200, -40_000i32..40_000, 100_000i32..200_000],
+        proptest::option::of(-300i32..-8),
+        proptest::option::of(-300i32..-8),
+    )
+        .prop_map(move |(sp_base, cfa, ra, fp)| {
+            let (ra, fp) = match arch {
+                Arch::Amd64 => (None, fp),
+                // AArch64 FREs cannot say "FP saved, RA not".
+                Arch::Aarch64 => (ra, if ra.is_some() { fp } else { None }),
+            };
+            ModelFre {
+                start: 0,
+                sp_base,
+                cfa,
+                ra,
+                fp,
+            }
+        })
+}
+
+fn func_strategy(arch: Arch, allow_mask: bool) -> impl Strategy<Value = ModelFunc> {
+    (
+        prop_oneof![1u32..300, 300u32..70_000, 70_000u32..200_000],
+        proptest::collection::vec(fre_strategy(arch), 1..6),
+        any::<bool>(),
+        0u32..1_000,
+    )
+        .prop_map(move |(size, mut fres, mask, gap)| {
+            let mask = (allow_mask && mask).then_some(16u8);
+            let limit = if mask.is_some() { 16 } else { size };
+            // Strictly increasing starts below the limit, the first at 0.
+            let n = fres.len().min(limit as usize);
+            fres.truncate(n);
+            for (i, r) in fres.iter_mut().enumerate() {
+                r.start = (i as u32 * (limit / n as u32)).min(limit - 1);
+            }
+            fres.dedup_by_key(|r| r.start);
+            let size = if mask.is_some() { size.max(16) } else { size };
+            ModelFunc {
+                start: u64::from(gap),
+                size,
+                mask,
+                fres,
+            }
+        })
+}
+
+/// Functions laid out one after another (with gaps) from 0x40_1000.
+fn funcs_strategy(arch: Arch, allow_mask: bool) -> impl Strategy<Value = Vec<ModelFunc>> {
+    proptest::collection::vec(func_strategy(arch, allow_mask), 0..12).prop_map(|mut funcs| {
+        let mut at = 0x40_1000u64;
+        for f in &mut funcs {
+            at += f.start; // the gap
+            f.start = at;
+            at += u64::from(f.size);
+        }
+        funcs
+    })
+}
+
+fn check_against_model(funcs: &[ModelFunc], flavour: Flavour, arch: Arch, pcs: &[u64]) {
+    let bytes = encode(funcs, flavour, arch, SECTION_ADDR);
+    let section = SframeSection::parse(&bytes, SECTION_ADDR).unwrap();
+    let rows = section.to_rows();
+    assert_eq!(rows.skipped_fdes, 0, "{:?}", rows.first_error);
+    let first = funcs.first().map_or(0, |f| f.start);
+    let last = funcs.last().map_or(0, |f| f.start + u64::from(f.size));
+    let mut probe: Vec<u64> = pcs.iter().map(|p| first.saturating_sub(8) + p % (last - first + 16).max(1)).collect();
+    for f in funcs {
+        probe.extend([f.start, f.start + u64::from(f.size) - 1, f.start + u64::from(f.size)]);
+        probe.extend(f.fres.iter().map(|r| f.start + u64::from(r.start)));
+    }
+    for pc in probe {
+        let want = model_find(funcs, pc, 16);
+        let got = section.find(pc).unwrap();
+        let row = rows.table.find(pc);
+        match (&want, &got) {
+            (None, None) => assert!(row.is_none(), "row at {pc:#x} where the model has none"),
+            (Some((start, fre)), Some(found)) => {
+                assert_eq!(found.fde.start, *start, "function of {pc:#x}");
+                assert_eq!(found.fre.cfa_base_is_sp(), fre.sp_base, "base at {pc:#x}");
+                assert_eq!(found.fre.cfa_off, fre.cfa, "CFA at {pc:#x}");
+                assert_eq!(found.fre.fp_off, fre.fp, "FP at {pc:#x}");
+                let ra = match arch {
+                    Arch::Amd64 => Some(-8),
+                    Arch::Aarch64 => fre.ra,
+                };
+                assert_eq!(found.fre.ra_off, ra, "RA at {pc:#x}");
+                let row = row.unwrap_or_else(|| panic!("no row at {pc:#x}"));
+                assert_eq!((row.cfa_off, row.fp_off), (fre.cfa, fre.fp.unwrap_or(0)));
+            }
+            _ => panic!("{pc:#x}: model {want:?}, reader {got:?}"),
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn find_agrees_with_a_linear_scan_of_the_model_in_every_version(
+        amd in funcs_strategy(Arch::Amd64, true),
+        arm in funcs_strategy(Arch::Aarch64, false),
+        pcs in proptest::collection::vec(any::<u64>(), 32),
+    ) {
+        for flavour in [Flavour::V1, Flavour::V2, Flavour::V2Pcrel, Flavour::V3] {
+            check_against_model(&amd, flavour, Arch::Amd64, &pcs);
+            check_against_model(&arm, flavour, Arch::Aarch64, &pcs);
+        }
+    }
+
+    #[test]
+    fn find_agrees_with_simple_frame_rs(
+        funcs in funcs_strategy(Arch::Amd64, false),
+        pcs in proptest::collection::vec(any::<u64>(), 32),
+    ) {
+        for flavour in [Flavour::V1, Flavour::V2, Flavour::V2Pcrel, Flavour::V3] {
+            let bytes = encode(&funcs, flavour, Arch::Amd64, SECTION_ADDR);
+            let ours = SframeSection::parse(&bytes, SECTION_ADDR).unwrap();
+            let theirs = simple_frame_rs::SFrameSection::from(&bytes, SECTION_ADDR).unwrap();
+            for pc in pcs.iter().map(|p| 0x40_0f00 + p % 0x20_0000) {
+                let got = ours.find(pc).unwrap();
+                let want = theirs
+                    .find_fde(pc)
+                    .unwrap()
+                    .and_then(|fde| fde.find_fre(&theirs, pc).unwrap());
+                match (got, want) {
+                    (None, None) => {}
+                    (Some(g), Some(w)) => {
+                        prop_assert_eq!(u8::from(g.fre.cfa_base_is_sp()), w.get_cfa_base_reg_id());
+                        prop_assert_eq!(Some(g.fre.cfa_off), w.get_cfa_offset(&theirs).unwrap());
+                        prop_assert_eq!(g.fre.fp_off, w.get_fp_offset(&theirs).unwrap());
+                    }
+                    (g, w) => prop_assert!(false, "{:?} at {:#x}: ours {:?}, simple-frame-rs {:?}", flavour, pc, g, w),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn damaged_sections_give_errors_not_panics(
+        funcs in funcs_strategy(Arch::Amd64, true),
+        flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8),
+        cut in any::<prop::sample::Index>(),
+        pcs in proptest::collection::vec(any::<u64>(), 8),
+    ) {
+        for flavour in [Flavour::V1, Flavour::V2, Flavour::V3] {
+            let mut bytes = encode(&funcs, flavour, Arch::Amd64, SECTION_ADDR);
+            for (at, value) in &flips {
+                let i = at.index(bytes.len());
+                bytes[i] = *value;
+            }
+            let len = cut.index(bytes.len() + 1);
+            let bytes = &bytes[..len];
+            if let Ok(section) = SframeSection::parse(bytes, SECTION_ADDR) {
+                let conversion = section.to_rows();
+                prop_assert!(conversion.table.len() <= 1 << 22);
+                for pc in &pcs {
+                    let _ = section.find(0x40_1000 + pc % 0x10_0000);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn every_truncation_is_an_error_naming_a_field() {
+    let funcs = vec![ModelFunc {
+        start: 0x40_1000,
+        size: 64,
+        mask: None,
+        fres: vec![
+            ModelFre { start: 0, sp_base: true, cfa: 8, ra: None, fp: None },
+            ModelFre { start: 4, sp_base: true, cfa: 16, ra: None, fp: Some(-16) },
+        ],
+    }];
+    for flavour in [Flavour::V1, Flavour::V2, Flavour::V2Pcrel, Flavour::V3] {
+        let bytes = encode(&funcs, flavour, Arch::Amd64, SECTION_ADDR);
+        assert!(SframeSection::parse(&bytes, SECTION_ADDR).is_ok());
+        for len in 0..bytes.len() {
+            let e = SframeSection::parse(&bytes[..len], SECTION_ADDR)
+                .err()
+                .unwrap_or_else(|| panic!("{flavour:?}: {len} of {} bytes parsed", bytes.len()));
+            assert!(!e.field.is_empty() && e.offset <= bytes.len(), "{e}");
+        }
+    }
+}
+
+#[test]
+fn malformed_fields_are_named() {
+    let funcs = vec![ModelFunc {
+        start: 0x40_1000,
+        size: 64,
+        mask: None,
+        fres: vec![
+            ModelFre { start: 0, sp_base: true, cfa: 8, ra: None, fp: None },
+            ModelFre { start: 4, sp_base: true, cfa: 16, ra: None, fp: None },
+        ],
+    }];
+    let good = encode(&funcs, Flavour::V2, Arch::Amd64, SECTION_ADDR);
+    fn parse(b: &[u8]) -> Result<SframeSection<'_>, ichnos_code::sframe::SframeError> {
+        SframeSection::parse(b, SECTION_ADDR)
+    }
+
+    let mut b = good.clone();
+    b[0] = 0x12;
+    let e = parse(&b).unwrap_err();
+    assert_eq!((e.field, e.offset), ("sfp_magic", 0));
+    assert!(matches!(e.kind, SframeErrorKind::BadMagic(_)));
+
+    let mut b = good.clone();
+    b[2] = 9;
+    let e = parse(&b).unwrap_err();
+    assert_eq!((e.field, e.kind), ("sfp_version", SframeErrorKind::UnsupportedVersion(9)));
+
+    let mut b = good.clone();
+    b[3] |= 0x40;
+    assert_eq!(parse(&b).unwrap_err().field, "sfp_flags");
+
+    let mut b = good.clone();
+    b[4] = 7;
+    assert_eq!(parse(&b).unwrap_err().kind, SframeErrorKind::UnknownAbi(7));
+
+    let mut b = good.clone();
+    b[8..12].copy_from_slice(&1000u32.to_le_bytes());
+    assert_eq!(parse(&b).unwrap_err().field, "sfh_fdeoff");
+
+    // The second FRE's start made equal to the first: not increasing.
+    let mut b = good.clone();
+    let fre2 = 28 + 20 + 3; // header, one FDE, first FRE (1 + 1 + 1 bytes)
+    b[fre2] = 0;
+    let s = parse(&b).unwrap();
+    let e = s.find(0x40_1010).unwrap_err();
+    assert_eq!((e.field, e.offset), ("sfre_start_address", fre2));
+    assert!(matches!(e.kind, SframeErrorKind::FreOrder { .. }));
+    assert_eq!(s.to_rows().skipped_fdes, 1);
+
+    // A reserved offset size in the first FRE's info byte.
+    let mut b = good.clone();
+    b[28 + 20 + 1] |= 0x60;
+    let e = parse(&b).unwrap().find(0x40_1000).unwrap_err();
+    assert_eq!((e.field, e.kind), ("sfre_info", SframeErrorKind::BadOffsetSize));
+
+    // A FLEX FDE in v3 is reported as unsupported, not misread.
+    let mut b = encode(&funcs, Flavour::V3, Arch::Amd64, SECTION_ADDR);
+    b[28 + 16 + 3] = 1; // info2 of the attribute record
+    let e = parse(&b).unwrap().find(0x40_1000).unwrap_err();
+    assert_eq!(e.field, "sfda_func_info2");
+    assert!(matches!(e.kind, SframeErrorKind::Unsupported(_)));
+}
+
+/// `objdump --sframe` rows: (function start, FRE start address, CFA text,
+/// FP text), e.g. (0x1170, 0x117a, "sp+20016", "u").
+fn objdump_rows(path: &std::path::Path) -> Vec<(u64, u64, bool, String, String)> {
+    let out = Command::new("objdump").arg("--sframe").arg(path).output().expect("objdump runs");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut rows = Vec::new();
+    let mut func = 0u64;
+    let mut mask = false;
+    for line in text.lines() {
+        let line = line.trim();
+        if let Some(rest) = line.strip_prefix("func idx [") {
+            let pc = rest.split("pc = 0x").nth(1).unwrap().split(',').next().unwrap();
+            func = u64::from_str_radix(pc, 16).unwrap();
+        } else if line.starts_with("STARTPC") {
+            mask = line.starts_with("STARTPC[m]");
+        } else if line.len() > 16 && line.as_bytes()[..16].iter().all(u8::is_ascii_hexdigit) {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            let start = u64::from_str_radix(cols[0], 16).unwrap();
+            rows.push((func, start, mask, cols[1].to_string(), cols[2].to_string()));
+        }
+    }
+    rows
+}
+
+#[test]
+fn v1_sections_from_binutils_read_as_objdump_prints_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = support::build_prog(dir.path());
+    let mut checked = 0;
+    for path in [prog, dir.path().join("libfix.so")] {
+        let bytes = std::fs::read(&path).unwrap();
+        let file = object::File::parse(&*bytes).unwrap();
+        use object::{Object, ObjectSection};
+        let sframe = file.section_by_name(".sframe").unwrap();
+        let section = SframeSection::parse(sframe.data().unwrap(), sframe.address()).unwrap();
+        assert_eq!(section.version(), 1, "binutils 2.40 writes SFrame v1");
+        let want = objdump_rows(&path);
+        assert!(want.len() >= 10, "{}: {want:?}", path.display());
+        for (func, start, mask, cfa, fp) in want {
+            let pc = if mask { func + start } else { start };
+            let found = section.find(pc).unwrap().unwrap();
+            assert_eq!(found.fde.start, func);
+            let base = if found.fre.cfa_base_is_sp() { "sp" } else { "fp" };
+            assert_eq!(format!("{base}+{}", found.fre.cfa_off), cfa, "CFA at {pc:#x}");
+            let ours_fp = found.fre.fp_off.map_or("u".to_string(), |o| format!("c{o}"));
+            assert_eq!(ours_fp, fp, "FP at {pc:#x}");
+            assert_eq!(found.fre.ra_off, Some(-8));
+            checked += 1;
+        }
+    }
+    assert!(checked >= 25);
+}
