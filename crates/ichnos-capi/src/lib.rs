@@ -1,5 +1,9 @@
 //! The C ABI of ichnos: `libichnos.so` and `libichnos.a`.
 //!
+//! Two headers: `include/ichnos/iscache.h` (image section cache and images,
+//! libipt-compatible) and `include/ichnos/codectl.h` (the code registry,
+//! a user-space codectl(2)).
+//!
 //! This crate only converts and checks arguments; every behaviour lives in
 //! the library crates. The image functions keep libipt's names, signatures,
 //! structure layouts and negative `pte_*` error numbers, so that a program
@@ -15,10 +19,12 @@
 // The C names are libipt's and stay as they are.
 #![allow(non_camel_case_types)]
 
+mod codectl;
 mod error;
 mod image;
 mod iscache;
 
+pub use codectl::*;
 pub use error::{ichnos_last_error, pt_errstr};
 pub use image::*;
 pub use iscache::*;

@@ -42,7 +42,11 @@ fn repo_root() -> PathBuf {
 }
 
 fn compile(out: &Path, extra: &[&str]) {
-    let source = repo_root().join("crates/ichnos-capi/tests/c/iscache_test.c");
+    compile_source("iscache_test.c", out, extra);
+}
+
+fn compile_source(name: &str, out: &Path, extra: &[&str]) {
+    let source = repo_root().join("crates/ichnos-capi/tests/c").join(name);
     let status = Command::new("gcc")
         .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic", "-g"])
         .arg(&source)
@@ -57,6 +61,10 @@ fn compile(out: &Path, extra: &[&str]) {
 /// Runs the program and returns its `N passed, N failed` line after checking
 /// that it exited 0 with no failure.
 fn run(program: &Path, ld_path: Option<&Path>) -> String {
+    run_expecting(program, ld_path, 50)
+}
+
+fn run_expecting(program: &Path, ld_path: Option<&Path>, min_checks: u32) -> String {
     let scratch = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(program);
     cmd.arg(scratch.path());
@@ -76,7 +84,7 @@ fn run(program: &Path, ld_path: Option<&Path>) -> String {
         "unexpected output: {stdout}"
     );
     let passed: u32 = stdout.split_whitespace().next().unwrap().parse().unwrap();
-    assert!(passed > 50, "only {passed} checks ran");
+    assert!(passed > min_checks, "only {passed} checks ran");
     stdout
 }
 
@@ -139,11 +147,51 @@ fn c_program_against_libipt() {
     run(&exe, None);
 }
 
+/// The codectl program: layouts, registration, look-up, JIT tables, size
+/// extension and every error number, against the shared library and the
+/// static one. Built with SFrame so it can register its own text.
+#[test]
+fn codectl_from_c_shared_and_static() {
+    let dir = tempfile::tempdir().unwrap();
+    let lib = lib_dir();
+    let include = repo_root().join("include");
+    let shared = dir.path().join("codectl_test");
+    compile_source(
+        "codectl_test.c",
+        &shared,
+        &[
+            "-Wa,--gsframe",
+            "-I",
+            include.to_str().unwrap(),
+            "-L",
+            lib.to_str().unwrap(),
+            "-lichnos",
+        ],
+    );
+    run_expecting(&shared, Some(&lib), 50);
+    let fixed = dir.path().join("codectl_test_static");
+    let archive = lib.join("libichnos.a");
+    compile_source(
+        "codectl_test.c",
+        &fixed,
+        &[
+            "-Wa,--gsframe",
+            "-I",
+            include.to_str().unwrap(),
+            archive.to_str().unwrap(),
+            "-lpthread",
+            "-ldl",
+            "-lm",
+        ],
+    );
+    run_expecting(&fixed, None, 50);
+}
+
 #[test]
 fn header_compiles_as_cxx() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("h.cc");
-    std::fs::write(&src, "#include <ichnos/iscache.h>\nint main() { struct pt_asid a; pt_asid_init(&a); return (int)a.size - 24; }\n").unwrap();
+    std::fs::write(&src, "#include <ichnos/iscache.h>\n#include <ichnos/codectl.h>\nint main() { struct pt_asid a; pt_asid_init(&a); return (int)a.size - 24 + (int)sizeof(struct code_jit_unwind_fre) - 24; }\n").unwrap();
     let exe = dir.path().join("h");
     let include = repo_root().join("include");
     let status = Command::new("g++")

@@ -47,6 +47,22 @@ pub struct CodeObject {
 }
 
 impl CodeObject {
+    /// The row for `pc` and the run-time address where the row's range
+    /// starts.
+    #[must_use]
+    pub fn find_row_at(&self, pc: u64) -> Option<(u64, UnwindRow)> {
+        match &self.rows {
+            Rows::Fixed(table) => {
+                let row = *table.find(pc.wrapping_sub(self.bias))?;
+                Some((self.bias.wrapping_add(table.base()) + u64::from(row.ip_off), row))
+            }
+            Rows::Jit(jit) => {
+                let row = jit.find(pc)?;
+                Some((self.start + u64::from(row.ip_off), row))
+            }
+        }
+    }
+
     /// The row for `pc`, if the object has one.
     #[inline]
     #[must_use]

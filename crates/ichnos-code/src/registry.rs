@@ -135,6 +135,14 @@ pub enum RegistryError {
         /// What is wrong.
         source: SframeError,
     },
+    /// Memory for the registration could not be allocated.
+    #[error("out of memory allocating {bytes} bytes for {what}")]
+    NoMemory {
+        /// What was being allocated.
+        what: &'static str,
+        /// How much.
+        bytes: usize,
+    },
     /// Memory named by the registration could not be read.
     #[error("{what}: {source}")]
     Memory {
@@ -154,6 +162,7 @@ impl RegistryError {
             Self::Overlap(_) => libc::EEXIST,
             Self::NotFound(_) => libc::ENOENT,
             Self::Memory { .. } => libc::EFAULT,
+            Self::NoMemory { .. } => libc::ENOMEM,
         }
     }
 }
@@ -304,7 +313,13 @@ impl Registry {
         let build_id = code.build_id.as_deref();
         if let Some(range) = &code.sframe {
             let table = self.cache.get_or_make(build_id, RowSource::Sframe, || {
-                let mut bytes = vec![0u8; (range.end - range.start) as usize];
+                let len = (range.end - range.start) as usize;
+                let mut bytes = Vec::new();
+                bytes.try_reserve_exact(len).map_err(|_| RegistryError::NoMemory {
+                    what: "a copy of the SFrame section",
+                    bytes: len,
+                })?;
+                bytes.resize(len, 0);
                 ProcessMemory::new(self.pid)
                     .read(range.start, &mut bytes)
                     .map_err(|source| RegistryError::Memory {

@@ -1,0 +1,260 @@
+//! `codectl()` and the code-registry extensions, over
+//! [`ichnos_code::Registry::global`].
+
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::path::PathBuf;
+
+use ichnos_code::{ElfCode, JitCode, Registry, RegistryError, RowSource, UnwindRow};
+
+use crate::error::set_last_error;
+
+const CODE_UNREGISTER: c_uint = 0;
+const CODE_REGISTER_ELF: c_uint = 1;
+const CODE_REGISTER_JIT: c_uint = 2;
+
+/// Largest `info_size` accepted, as the kernel's `copy_struct_from_user`
+/// callers bound it.
+const MAX_INFO_SIZE: usize = 4096;
+
+/// `struct code_elf_info`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct code_elf_info {
+    /// First byte of the object's first `PT_LOAD` page.
+    pub elf_start: u64,
+    /// End of the last `PT_LOAD`.
+    pub elf_end: u64,
+    /// Start of the executable range.
+    pub text_start: u64,
+    /// End of the executable range.
+    pub text_end: u64,
+    /// Start of the loaded SFrame section, or 0.
+    pub sframe_start: u64,
+    /// End of the SFrame section, or 0.
+    pub sframe_end: u64,
+    /// `const char *` path, or 0.
+    pub pathname: u64,
+    /// `const unsigned char *` build id, or 0.
+    pub build_id: u64,
+    /// `const char *` debug-link file name, or 0.
+    pub debug_link_pathname: u64,
+    /// Bytes at `build_id`.
+    pub build_id_len: u32,
+    /// CRC32 of the debug-link file.
+    pub debug_link_crc: u32,
+}
+
+/// `struct code_jit_info`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct code_jit_info {
+    /// Start of the JIT text.
+    pub text_start: u64,
+    /// End of the JIT text.
+    pub text_end: u64,
+    /// `struct code_jit_unwind_table *`, or 0.
+    pub unwind_head: u64,
+}
+
+/// `struct code_unregister_info`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct code_unregister_info {
+    /// Start of the registered text range.
+    pub text_start: u64,
+}
+
+/// `struct ichnos_code_lookup`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ichnos_code_lookup {
+    /// Start of the registration containing the address.
+    pub text_start: u64,
+    /// Its end.
+    pub text_end: u64,
+    /// `enum ichnos_row_source`.
+    pub source: u32,
+    /// 1 if `row` is valid.
+    pub has_row: u32,
+    /// The row, `ip_off` counted from `text_start`.
+    pub row: UnwindRow,
+}
+
+/// Copies a caller's struct of `size` bytes into `T` the way the kernel's
+/// `copy_struct_from_user` does: a shorter (older) struct is zero-extended;
+/// a longer (newer) one is accepted only if the bytes we do not know are 0.
+///
+/// # Safety
+/// `info` must point at `size` readable bytes.
+unsafe fn copy_struct<T: Copy + Default>(info: *const c_void, size: usize) -> Result<T, c_int> {
+    if info.is_null() {
+        set_last_error("info is NULL");
+        return Err(-libc::EINVAL);
+    }
+    if size > MAX_INFO_SIZE {
+        set_last_error(&format!("info_size {size} is larger than {MAX_INFO_SIZE}"));
+        return Err(-libc::E2BIG);
+    }
+    // SAFETY: the caller promises `size` readable bytes at `info`.
+    let bytes = unsafe { std::slice::from_raw_parts(info.cast::<u8>(), size) };
+    let known = std::mem::size_of::<T>();
+    if let Some(extra) = bytes.get(known..) {
+        if let Some(i) = extra.iter().position(|&b| b != 0) {
+            set_last_error(&format!(
+                "info_size {size} is larger than the {known} bytes this library knows, and byte {} is not 0",
+                known + i
+            ));
+            return Err(-libc::E2BIG);
+        }
+    }
+    let mut out = T::default();
+    let n = size.min(known);
+    // SAFETY: `out` is a plain-old-data struct of `known` bytes and we copy
+    // at most that many from `bytes`.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), (&raw mut out).cast::<u8>(), n);
+    }
+    Ok(out)
+}
+
+fn status(result: Result<(), RegistryError>) -> c_int {
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            set_last_error(&e.to_string());
+            e.errno()
+        }
+    }
+}
+
+/// A C string argument, or `None` for 0.
+///
+/// # Safety
+/// A non-zero `addr` must point at a NUL-terminated string.
+unsafe fn c_path(addr: u64) -> Option<PathBuf> {
+    if addr == 0 {
+        return None;
+    }
+    // SAFETY: the caller's contract.
+    let bytes = unsafe { CStr::from_ptr(addr as usize as *const c_char) }.to_bytes();
+    Some(PathBuf::from(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(bytes)))
+}
+
+/// Registers or unregisters code; see `include/ichnos/codectl.h`.
+///
+/// # Safety
+/// `info` must point at `info_size` readable bytes, and the pointers in it
+/// at what the header says.
+#[no_mangle]
+pub unsafe extern "C" fn codectl(
+    option: c_uint,
+    info: *mut c_void,
+    info_size: usize,
+    flags: c_uint,
+) -> c_int {
+    if flags != 0 {
+        set_last_error(&format!("flags {flags:#x} must be 0"));
+        return -libc::EINVAL;
+    }
+    let registry = Registry::global();
+    match option {
+        CODE_REGISTER_ELF => {
+            // SAFETY: forwarded caller contract.
+            let info: code_elf_info = match unsafe { copy_struct(info, info_size) } {
+                Ok(i) => i,
+                Err(e) => return e,
+            };
+            let build_id = if info.build_id == 0 || info.build_id_len == 0 {
+                None
+            } else if info.build_id_len > 64 {
+                set_last_error(&format!("build_id_len {} is larger than 64", info.build_id_len));
+                return -libc::EINVAL;
+            } else {
+                // SAFETY: the caller promises build_id_len bytes at build_id.
+                Some(unsafe {
+                    std::slice::from_raw_parts(info.build_id as usize as *const u8, info.build_id_len as usize)
+                }
+                .to_vec())
+            };
+            let sframe = match (info.sframe_start, info.sframe_end) {
+                (0, 0) => None,
+                (s, e) => Some(s..e),
+            };
+            let code = ElfCode {
+                elf: info.elf_start..info.elf_end,
+                text: info.text_start..info.text_end,
+                sframe,
+                // SAFETY: the caller promises NUL-terminated strings.
+                path: unsafe { c_path(info.pathname) },
+                build_id,
+                // SAFETY: as above.
+                debug_link: unsafe { c_path(info.debug_link_pathname) },
+                debug_link_crc: info.debug_link_crc,
+            };
+            status(registry.register_elf(code))
+        }
+        CODE_REGISTER_JIT => {
+            // SAFETY: forwarded caller contract.
+            let info: code_jit_info = match unsafe { copy_struct(info, info_size) } {
+                Ok(i) => i,
+                Err(e) => return e,
+            };
+            status(registry.register_jit(JitCode::new(info.text_start..info.text_end, info.unwind_head)))
+        }
+        CODE_UNREGISTER => {
+            // SAFETY: forwarded caller contract.
+            let info: code_unregister_info = match unsafe { copy_struct(info, info_size) } {
+                Ok(i) => i,
+                Err(e) => return e,
+            };
+            status(registry.unregister(info.text_start))
+        }
+        other => {
+            set_last_error(&format!("unknown option {other}"));
+            -libc::EINVAL
+        }
+    }
+}
+
+/// Looks up `addr` in the registry; see `include/ichnos/codectl.h`.
+///
+/// # Safety
+/// `out` must be NULL or point at a writable `struct ichnos_code_lookup`.
+#[no_mangle]
+pub unsafe extern "C" fn ichnos_code_lookup(addr: u64, out: *mut ichnos_code_lookup) -> c_int {
+    if out.is_null() {
+        set_last_error("out is NULL");
+        return -libc::EINVAL;
+    }
+    let Some(object) = Registry::global().lookup(addr) else {
+        set_last_error(&format!("no code registered at {addr:#x}"));
+        return -libc::ENOENT;
+    };
+    let mut answer = ichnos_code_lookup {
+        text_start: object.start,
+        text_end: object.end,
+        source: match object.source {
+            RowSource::Sframe => 1,
+            RowSource::EhFrame => 2,
+            RowSource::Jit => 3,
+            _ => 0,
+        },
+        ..ichnos_code_lookup::default()
+    };
+    if let Some((start, mut row)) = object.find_row_at(addr) {
+        row.ip_off = (start - object.start) as u32;
+        answer.row = row;
+        answer.has_row = 1;
+    }
+    // SAFETY: `out` is non-NULL and writable per the contract.
+    unsafe { out.write(answer) };
+    0
+}
+
+/// Registers every loaded object; returns how many text ranges were
+/// registered.
+#[no_mangle]
+pub extern "C" fn ichnos_code_register_loaded_objects() -> c_int {
+    let report = ichnos_code::register_loaded_objects(Registry::global());
+    c_int::try_from(report.registered.len()).unwrap_or(c_int::MAX)
+}
