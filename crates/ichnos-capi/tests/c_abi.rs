@@ -205,3 +205,75 @@ fn header_compiles_as_cxx() {
     assert!(status.success());
     assert!(Command::new(&exe).status().unwrap().success());
 }
+
+/// A C process registers its loaded objects and a JIT table through
+/// codectl; this process finds its exported registry, reads every
+/// registration with process_vm_readv and looks up the JIT row remotely.
+#[test]
+fn another_process_reads_the_registry() {
+    use std::io::{BufRead, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let lib = lib_dir();
+    let include = repo_root().join("include");
+    let exe = dir.path().join("remote_child");
+    compile_source(
+        "remote_child.c",
+        &exe,
+        &[
+            "-Wa,--gsframe",
+            "-I",
+            include.to_str().unwrap(),
+            "-L",
+            lib.to_str().unwrap(),
+            "-lichnos",
+        ],
+    );
+    let mut child = Command::new(&exe)
+        .env("LD_LIBRARY_PATH", &lib)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let fields: Vec<i64> = line.split_whitespace().map(|f| f.parse().unwrap()).collect();
+    assert!(fields[0] >= 3, "child registered {} text ranges", fields[0]);
+    assert_eq!(fields[1], 0, "codectl JIT registration in the child");
+
+    let pid = child.id();
+    let result = ichnos_code::Registry::from_process(pid);
+    child.stdin.as_mut().unwrap().write_all(b"done\n").unwrap();
+    assert!(child.wait().unwrap().success());
+
+    let (registry, failed) = result.unwrap();
+    assert!(failed.is_empty(), "{failed:?}");
+    let registrations = registry.registrations();
+    let elf_paths: Vec<String> = registrations
+        .iter()
+        .filter_map(|r| match r {
+            ichnos_code::Registration::Elf(e) => e.path.as_ref().map(|p| p.display().to_string()),
+            ichnos_code::Registration::Jit { .. } => None,
+        })
+        .collect();
+    assert!(elf_paths.iter().any(|p| p.ends_with("remote_child")), "{elf_paths:?}");
+    assert!(elf_paths.iter().any(|p| p.contains("libichnos.so")), "{elf_paths:?}");
+    assert!(elf_paths.iter().any(|p| p.contains("libc.so")), "{elf_paths:?}");
+    // The child's own text has SFrame rows; build ids came across.
+    let own = registrations
+        .iter()
+        .find_map(|r| match r {
+            ichnos_code::Registration::Elf(e) if e.path.as_ref().is_some_and(|p| p.ends_with("remote_child")) => Some(e),
+            _ => None,
+        })
+        .unwrap();
+    assert!(own.sframe.is_some());
+    assert!(own.build_id.as_ref().is_some_and(|b| !b.is_empty()));
+    let object = registry.lookup(own.text.start + 1).unwrap();
+    assert_eq!(object.source, ichnos_code::RowSource::Sframe);
+    // The JIT row, read from the child's table.
+    let jit = registry.lookup(0x6000_0090).unwrap();
+    let row = jit.find_row(0x6000_0090).unwrap();
+    assert_eq!((row.ip_off, row.size, row.cfa_off, row.fp_off), (0x80, 0x40, 32, -16));
+}

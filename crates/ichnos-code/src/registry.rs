@@ -360,6 +360,9 @@ impl Registry {
         check_range("text", &code.text)?;
         let mut entries = self.entries();
         let jit = JitRows::new(self.pid, code.text.start, code.text.end, code.unwind_head);
+        // Read what is published now, so the rows outlive a target that
+        // exits before the first lookup.
+        jit.refresh();
         let object = CodeObject {
             start: code.text.start,
             end: code.text.end,
