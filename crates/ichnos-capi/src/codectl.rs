@@ -137,7 +137,9 @@ unsafe fn c_path(addr: u64) -> Option<PathBuf> {
     }
     // SAFETY: the caller's contract.
     let bytes = unsafe { CStr::from_ptr(addr as usize as *const c_char) }.to_bytes();
-    Some(PathBuf::from(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(bytes)))
+    Some(PathBuf::from(
+        <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(bytes),
+    ))
 }
 
 /// Registers or unregisters code; see `include/ichnos/codectl.h`.
@@ -167,14 +169,22 @@ pub unsafe extern "C" fn codectl(
             let build_id = if info.build_id == 0 || info.build_id_len == 0 {
                 None
             } else if info.build_id_len > 64 {
-                set_last_error(&format!("build_id_len {} is larger than 64", info.build_id_len));
+                set_last_error(&format!(
+                    "build_id_len {} is larger than 64",
+                    info.build_id_len
+                ));
                 return -libc::EINVAL;
             } else {
                 // SAFETY: the caller promises build_id_len bytes at build_id.
-                Some(unsafe {
-                    std::slice::from_raw_parts(info.build_id as usize as *const u8, info.build_id_len as usize)
-                }
-                .to_vec())
+                Some(
+                    unsafe {
+                        std::slice::from_raw_parts(
+                            info.build_id as usize as *const u8,
+                            info.build_id_len as usize,
+                        )
+                    }
+                    .to_vec(),
+                )
             };
             let sframe = match (info.sframe_start, info.sframe_end) {
                 (0, 0) => None,
@@ -199,7 +209,10 @@ pub unsafe extern "C" fn codectl(
                 Ok(i) => i,
                 Err(e) => return e,
             };
-            status(registry.register_jit(JitCode::new(info.text_start..info.text_end, info.unwind_head)))
+            status(registry.register_jit(JitCode::new(
+                info.text_start..info.text_end,
+                info.unwind_head,
+            )))
         }
         CODE_UNREGISTER => {
             // SAFETY: forwarded caller contract.
@@ -237,7 +250,7 @@ pub unsafe extern "C" fn ichnos_code_lookup(addr: u64, out: *mut ichnos_code_loo
             RowSource::Sframe => 1,
             RowSource::EhFrame => 2,
             RowSource::Jit => 3,
-            _ => 0,
+            RowSource::None => 0,
         },
         ..ichnos_code_lookup::default()
     };

@@ -208,7 +208,7 @@ fn header_compiles_as_cxx() {
 
 /// A C process registers its loaded objects and a JIT table through
 /// codectl; this process finds its exported registry, reads every
-/// registration with process_vm_readv and looks up the JIT row remotely.
+/// registration with `process_vm_readv` and looks up the JIT row remotely.
 #[test]
 fn another_process_reads_the_registry() {
     use std::io::{BufRead, Write};
@@ -238,7 +238,10 @@ fn another_process_reads_the_registry() {
     std::io::BufReader::new(child.stdout.as_mut().unwrap())
         .read_line(&mut line)
         .unwrap();
-    let fields: Vec<i64> = line.split_whitespace().map(|f| f.parse().unwrap()).collect();
+    let fields: Vec<i64> = line
+        .split_whitespace()
+        .map(|f| f.parse().unwrap())
+        .collect();
     assert!(fields[0] >= 3, "child registered {} text ranges", fields[0]);
     assert_eq!(fields[1], 0, "codectl JIT registration in the child");
 
@@ -257,14 +260,27 @@ fn another_process_reads_the_registry() {
             ichnos_code::Registration::Jit { .. } => None,
         })
         .collect();
-    assert!(elf_paths.iter().any(|p| p.ends_with("remote_child")), "{elf_paths:?}");
-    assert!(elf_paths.iter().any(|p| p.contains("libichnos.so")), "{elf_paths:?}");
-    assert!(elf_paths.iter().any(|p| p.contains("libc.so")), "{elf_paths:?}");
+    assert!(
+        elf_paths.iter().any(|p| p.ends_with("remote_child")),
+        "{elf_paths:?}"
+    );
+    assert!(
+        elf_paths.iter().any(|p| p.contains("libichnos.so")),
+        "{elf_paths:?}"
+    );
+    assert!(
+        elf_paths.iter().any(|p| p.contains("libc.so")),
+        "{elf_paths:?}"
+    );
     // The child's own text has SFrame rows; build ids came across.
     let own = registrations
         .iter()
         .find_map(|r| match r {
-            ichnos_code::Registration::Elf(e) if e.path.as_ref().is_some_and(|p| p.ends_with("remote_child")) => Some(e),
+            ichnos_code::Registration::Elf(e)
+                if e.path.as_ref().is_some_and(|p| p.ends_with("remote_child")) =>
+            {
+                Some(e)
+            }
             _ => None,
         })
         .unwrap();
@@ -275,5 +291,8 @@ fn another_process_reads_the_registry() {
     // The JIT row, read from the child's table.
     let jit = registry.lookup(0x6000_0090).unwrap();
     let row = jit.find_row(0x6000_0090).unwrap();
-    assert_eq!((row.ip_off, row.size, row.cfa_off, row.fp_off), (0x80, 0x40, 32, -16));
+    assert_eq!(
+        (row.ip_off, row.size, row.cfa_off, row.fp_off),
+        (0x80, 0x40, 32, -16)
+    );
 }

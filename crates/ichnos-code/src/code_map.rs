@@ -54,7 +54,10 @@ impl CodeObject {
         match &self.rows {
             Rows::Fixed(table) => {
                 let row = *table.find(pc.wrapping_sub(self.bias))?;
-                Some((self.bias.wrapping_add(table.base()) + u64::from(row.ip_off), row))
+                Some((
+                    self.bias.wrapping_add(table.base()) + u64::from(row.ip_off),
+                    row,
+                ))
             }
             Rows::Jit(jit) => {
                 let row = jit.find(pc)?;
@@ -155,7 +158,10 @@ impl CodeMap {
 
     /// Removes the object starting at `start`.
     pub fn remove(&mut self, start: u64) -> Option<Arc<CodeObject>> {
-        let i = self.objects.binary_search_by_key(&start, |o| o.start).ok()?;
+        let i = self
+            .objects
+            .binary_search_by_key(&start, |o| o.start)
+            .ok()?;
         Some(self.objects.remove(i))
     }
 

@@ -18,9 +18,7 @@ use gimli::{
 };
 use object::{Object, ObjectSection};
 
-use crate::row::{
-    RowTable, UnwindRow, ROW_CFA_BASE_SP, ROW_OUTERMOST, ROW_UNEXPRESSIBLE,
-};
+use crate::row::{RowTable, UnwindRow, ROW_CFA_BASE_SP, ROW_OUTERMOST, ROW_UNEXPRESSIBLE};
 
 /// Upper bound on the rows kept from one `.eh_frame` (a 1 GiB binary has a
 /// few million); beyond it conversion stops and reports truncation.
@@ -62,9 +60,14 @@ pub struct EhConversion {
 pub fn rows_from_elf(elf: &[u8]) -> Result<EhConversion, EhFrameError> {
     let file = object::File::parse(elf).map_err(|e| EhFrameError::BadElf(e.to_string()))?;
     if file.architecture() != object::Architecture::X86_64 {
-        return Err(EhFrameError::UnsupportedArch(format!("{:?}", file.architecture())));
+        return Err(EhFrameError::UnsupportedArch(format!(
+            "{:?}",
+            file.architecture()
+        )));
     }
-    let section = file.section_by_name(".eh_frame").ok_or(EhFrameError::Missing)?;
+    let section = file
+        .section_by_name(".eh_frame")
+        .ok_or(EhFrameError::Missing)?;
     let data = section
         .data()
         .map_err(|e| EhFrameError::BadElf(format!(".eh_frame: {e}")))?;
@@ -120,54 +123,19 @@ pub fn rows_from_eh_frame(
                 continue;
             }
         };
-        let mut table = match fde.rows(&eh_frame, &bases, &mut ctx) {
-            Ok(t) => t,
-            Err(e) => {
-                skipped += 1;
-                first_error.get_or_insert_with(|| e.to_string());
-                continue;
-            }
-        };
-        loop {
-            match table.next_row() {
-                Ok(Some(row)) => {
-                    let (start, end) = (row.start_address(), row.end_address());
-                    if end <= start {
-                        continue;
-                    }
-                    let converted = convert_row(row);
-                    let evaluated = (converted.info & ROW_UNEXPRESSIBLE != 0)
-                        .then(|| {
-                            evaluate_cfa_expression(row, &eh_frame, fde.cie().encoding(), &converted_rules(row))
-                        })
-                        .flatten();
-                    match evaluated {
-                        Some(pieces) => {
-                            for (s, e, r) in pieces {
-                                rows.push((s, e, r));
-                            }
-                        }
-                        None => {
-                            if converted.info & ROW_UNEXPRESSIBLE != 0 {
-                                unexpressible += 1;
-                            }
-                            rows.push((start, end, converted));
-                        }
-                    }
-                    if rows.len() >= MAX_ROWS {
-                        truncated = true;
-                        break;
-                    }
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    skipped += 1;
-                    first_error.get_or_insert_with(|| e.to_string());
-                    break;
-                }
-            }
+        if let Err(e) = fde_rows(
+            &fde,
+            &eh_frame,
+            &bases,
+            &mut ctx,
+            &mut rows,
+            &mut unexpressible,
+        ) {
+            skipped += 1;
+            first_error.get_or_insert(e);
         }
-        if truncated {
+        if rows.len() >= MAX_ROWS {
+            truncated = true;
             break;
         }
     }
@@ -177,7 +145,7 @@ pub fn rows_from_eh_frame(
         .filter_map(|(start, end, mut row)| {
             let off = start - base;
             let size = end - start;
-            (off <= u64::from(u32::MAX) && size <= u64::from(u32::MAX)).then(|| {
+            (u32::try_from(off).is_ok() && u32::try_from(size).is_ok()).then(|| {
                 row.ip_off = off as u32;
                 row.size = size as u32;
                 row
@@ -193,6 +161,47 @@ pub fn rows_from_eh_frame(
         truncated,
     }
 }
+
+/// Appends the rows of one FDE; counts the unexpressible ones.
+fn fde_rows(
+    fde: &gimli::FrameDescriptionEntry<gimli::EndianSlice<'_, LittleEndian>>,
+    eh_frame: &EhFrame<gimli::EndianSlice<'_, LittleEndian>>,
+    bases: &BaseAddresses,
+    ctx: &mut UnwindContext<usize>,
+    rows: &mut Vec<(u64, u64, UnwindRow)>,
+    unexpressible: &mut usize,
+) -> Result<(), String> {
+    let mut table = fde.rows(eh_frame, bases, ctx).map_err(|e| e.to_string())?;
+    while let Some(row) = table.next_row().map_err(|e| e.to_string())? {
+        let (start, end) = (row.start_address(), row.end_address());
+        if end <= start {
+            continue;
+        }
+        let converted = convert_row(row);
+        let evaluated = if converted.info & ROW_UNEXPRESSIBLE == 0 {
+            None
+        } else {
+            evaluate_cfa_expression(row, eh_frame, fde.cie().encoding(), &converted_rules(row))
+        };
+        if let Some(pieces) = evaluated {
+            rows.extend(pieces);
+        } else {
+            if converted.info & ROW_UNEXPRESSIBLE != 0 {
+                *unexpressible += 1;
+            }
+            rows.push((start, end, converted));
+        }
+        if rows.len() >= MAX_ROWS {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Two stack pointers the CFA expression is evaluated with, to tell "SP +
+/// constant" from anything else.
+const SP_A: u64 = 0x1000_0000;
+const SP_B: u64 = 0x2000_0000;
 
 /// Largest code range whose CFA expression is evaluated address by address
 /// (PLT sections are a few KiB).
@@ -244,7 +253,7 @@ fn evaluate_cfa_expression(
     }
     let expression = expression.get(eh_frame).ok()?;
     let cfa_at = |sp: u64, ip: u64| -> Option<u64> {
-        let mut eval = expression.clone().evaluation(encoding);
+        let mut eval = expression.evaluation(encoding);
         eval.set_max_iterations(1000);
         let mut result = eval.evaluate().ok()?;
         loop {
@@ -268,8 +277,6 @@ fn evaluate_cfa_expression(
             _ => None,
         }
     };
-    const SP_A: u64 = 0x1000_0000;
-    const SP_B: u64 = 0x2000_0000;
     let mut out: Vec<(u64, u64, UnwindRow)> = Vec::new();
     for ip in start..end {
         let a = cfa_at(SP_A, ip)?;
@@ -277,7 +284,7 @@ fn evaluate_cfa_expression(
         if b.wrapping_sub(a) != SP_B - SP_A {
             return None;
         }
-        let offset = i32::try_from(a.wrapping_sub(SP_A) as i64).ok()?;
+        let offset = i32::try_from(a.wrapping_sub(SP_A).cast_signed()).ok()?;
         let row = UnwindRow {
             cfa_off: offset,
             info: rules.info | ROW_CFA_BASE_SP,

@@ -14,9 +14,12 @@ pub fn first_load_vaddr(elf: &[u8]) -> Option<u64> {
     file.segments().map(|s| s.address()).min()
 }
 
-/// The build id and `.gnu_debuglink` (name, CRC) of an ELF file.
+/// A `.gnu_debuglink`: the debug file's name and its CRC32.
+pub type DebugLink = (Vec<u8>, u32);
+
+/// The build id and `.gnu_debuglink` of an ELF file.
 #[must_use]
-pub fn identity(elf: &[u8]) -> (Option<Vec<u8>>, Option<(Vec<u8>, u32)>) {
+pub fn identity(elf: &[u8]) -> (Option<Vec<u8>>, Option<DebugLink>) {
     let Ok(file) = object::File::parse(elf) else {
         return (None, None);
     };
@@ -74,9 +77,11 @@ pub fn file_rows(elf: &[u8], choice: RowChoice) -> Result<crate::RowTable, FileR
         let data = section
             .data()
             .map_err(|e| FileRowsError::BadElf(format!(".sframe: {e}")))?;
-        Ok(crate::sframe::SframeSection::parse(data, section.address())?
-            .to_rows()
-            .table)
+        Ok(
+            crate::sframe::SframeSection::parse(data, section.address())?
+                .to_rows()
+                .table,
+        )
     };
     let eh_frame = || crate::eh_frame::rows_from_elf(elf).map(|c| c.table);
     let table = match choice {

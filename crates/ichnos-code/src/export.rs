@@ -221,7 +221,10 @@ pub fn find_exported_registry(pid: u32) -> Result<u64, RemoteError> {
         pid,
         source: std::io::Error::other(e.to_string()),
     })?;
-    for m in entries.iter().filter(|m| m.offset == 0 && m.name.starts_with('/')) {
+    for m in entries
+        .iter()
+        .filter(|m| m.offset == 0 && m.name.starts_with('/'))
+    {
         let Ok(bytes) = std::fs::read(&m.name) else {
             continue;
         };
@@ -267,7 +270,7 @@ pub fn read_exported_registry(pid: u32, addr: u64) -> Result<Vec<Registration>, 
         if version != EXPORT_VERSION {
             return Err(bad(addr + 8, "version", version.to_string()));
         }
-        if entry_size < EXPORT_ENTRY_SIZE || entry_size > 4096 {
+        if !(EXPORT_ENTRY_SIZE..=4096).contains(&entry_size) {
             return Err(bad(addr + 12, "entry_size", entry_size.to_string()));
         }
         let (generation, table, count) = (word(16), word(24), word(32));
@@ -295,7 +298,10 @@ pub fn read_exported_registry(pid: u32, addr: u64) -> Result<Vec<Registration>, 
         let mut out = Vec::with_capacity(count as usize);
         for (i, e) in raw.chunks_exact(entry_size as usize).enumerate() {
             let at = table + i as u64 * u64::from(entry_size);
-            out.push(decode_entry(&mut memory, e, at).map_err(|(field, detail)| bad(at, field, detail))?);
+            out.push(
+                decode_entry(&mut memory, e, at)
+                    .map_err(|(field, detail)| bad(at, field, detail))?,
+            );
         }
         return Ok(out);
     }
@@ -346,7 +352,8 @@ fn decode_entry(
                 sframe: (!sframe.is_empty()).then_some(sframe),
                 path: read_c_string(memory, u64_at(64)).map_err(|d| ("pathname", d))?,
                 build_id,
-                debug_link: read_c_string(memory, u64_at(80)).map_err(|d| ("debug_link_pathname", d))?,
+                debug_link: read_c_string(memory, u64_at(80))
+                    .map_err(|d| ("debug_link_pathname", d))?,
                 debug_link_crc: u32_at(88),
             }))
         }
@@ -354,7 +361,10 @@ fn decode_entry(
     }
 }
 
-fn read_c_string(memory: &mut ProcessMemory, addr: u64) -> Result<Option<std::path::PathBuf>, String> {
+fn read_c_string(
+    memory: &mut ProcessMemory,
+    addr: u64,
+) -> Result<Option<std::path::PathBuf>, String> {
     if addr == 0 {
         return Ok(None);
     }
@@ -377,11 +387,15 @@ fn read_c_string(memory: &mut ProcessMemory, addr: u64) -> Result<Option<std::pa
     Err(format!("no NUL within {MAX_PATH} bytes"))
 }
 
+/// A registration another process exports that could not be made here:
+/// its text range and why.
+pub type FailedRegistration = (Range<u64>, RegistryError);
+
 impl Registry {
     /// A registry for process `pid` built from what it exports: every ELF
     /// and JIT registration, with SFrame sections and JIT tables read from
     /// its memory. Registrations that fail are returned beside it.
-    pub fn from_process(pid: u32) -> Result<(Registry, Vec<(Range<u64>, RegistryError)>), RemoteError> {
+    pub fn from_process(pid: u32) -> Result<(Registry, Vec<FailedRegistration>), RemoteError> {
         let addr = find_exported_registry(pid)?;
         let registrations = read_exported_registry(pid, addr)?;
         let registry = Registry::for_process(pid);

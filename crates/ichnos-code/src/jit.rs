@@ -204,7 +204,10 @@ impl JitUnwindTable {
         if row.info & !ROW_KNOWN_BITS != 0 {
             return Err(JitTableError::BadRow("info has undefined bits"));
         }
-        let mut w = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut w = self
+            .writer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if w.rows == self.capacity {
             return Err(JitTableError::Full {
                 capacity: self.capacity,
@@ -219,9 +222,13 @@ impl JitUnwindTable {
         let at = TABLE_HEADER_LEN + w.rows * FRE_STRIDE as usize;
         // SAFETY: `at + 24 <= layout.size()` because rows < capacity; the
         // slot is above `used_len`, so no reader looks at it; `UnwindRow` is
-        // repr(C) with the FRE layout and the slot is 8-aligned.
+        // repr(C) with the FRE layout; the write is unaligned-safe.
         unsafe {
-            self.ptr.as_ptr().add(at).cast::<UnwindRow>().write(row);
+            self.ptr
+                .as_ptr()
+                .add(at)
+                .cast::<UnwindRow>()
+                .write_unaligned(row);
         }
         w.rows += 1;
         w.prev_end = row.end_off();
@@ -262,7 +269,11 @@ pub struct JitProblem {
 
 impl std::fmt::Display for JitProblem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "JIT unwind table at {:#x}: {}: {}", self.table, self.field, self.detail)
+        write!(
+            f,
+            "JIT unwind table at {:#x}: {}: {}",
+            self.table, self.field, self.detail
+        )
     }
 }
 
@@ -384,11 +395,21 @@ fn read_chain(memory: &mut dyn Memory, head: u64, text_len: u64, cursor: &mut Cu
     let mut addr = head;
     while addr != 0 {
         if !seen.insert(addr) {
-            note(cursor, addr, "next", "the chain loops back to this table; stopped".into());
+            note(
+                cursor,
+                addr,
+                "next",
+                "the chain loops back to this table; stopped".into(),
+            );
             return;
         }
         if seen.len() > MAX_TABLES {
-            note(cursor, addr, "next", format!("more than {MAX_TABLES} tables; stopped"));
+            note(
+                cursor,
+                addr,
+                "next",
+                format!("more than {MAX_TABLES} tables; stopped"),
+            );
             return;
         }
         let mut raw = [0u8; TABLE_HEADER_LEN];
@@ -404,13 +425,25 @@ fn read_chain(memory: &mut dyn Memory, head: u64, text_len: u64, cursor: &mut Cu
         std::sync::atomic::fence(Ordering::Acquire);
         if !cursor.rejected.contains(&addr) {
             let problem = if size < FRE_SIZE {
-                Some(("fre_size", format!("{size} is smaller than a row ({FRE_SIZE} bytes)")))
+                Some((
+                    "fre_size",
+                    format!("{size} is smaller than a row ({FRE_SIZE} bytes)"),
+                ))
             } else if stride < size {
-                Some(("fre_stride", format!("{stride} is smaller than fre_size {size}")))
+                Some((
+                    "fre_stride",
+                    format!("{stride} is smaller than fre_size {size}"),
+                ))
             } else if stride > MAX_FRE_STRIDE {
-                Some(("fre_stride", format!("{stride} is larger than {MAX_FRE_STRIDE}")))
+                Some((
+                    "fre_stride",
+                    format!("{stride} is larger than {MAX_FRE_STRIDE}"),
+                ))
             } else if used > reserved {
-                Some(("used_len", format!("{used} is beyond reserved_len {reserved}")))
+                Some((
+                    "used_len",
+                    format!("{used} is beyond reserved_len {reserved}"),
+                ))
             } else {
                 None
             };
@@ -440,7 +473,12 @@ fn read_rows(
     let mut buf = Vec::new();
     while done < whole {
         if cursor.rows.len() >= MAX_ROWS {
-            note(cursor, table, "used_len", format!("more than {MAX_ROWS} rows; rest ignored"));
+            note(
+                cursor,
+                table,
+                "used_len",
+                format!("more than {MAX_ROWS} rows; rest ignored"),
+            );
             break;
         }
         let n = per_chunk.min(whole - done);
@@ -449,7 +487,12 @@ fn read_rows(
             break;
         };
         if memory.read(at, &mut buf).is_err() {
-            note(cursor, table, "fre", format!("rows at {at:#x} unreadable; will retry"));
+            note(
+                cursor,
+                table,
+                "fre",
+                format!("rows at {at:#x} unreadable; will retry"),
+            );
             return;
         }
         for (i, raw) in buf.chunks_exact(stride as usize).enumerate() {
@@ -457,9 +500,9 @@ fn read_rows(
             let row = UnwindRow {
                 size: f32_at(0),
                 ip_off: f32_at(4),
-                cfa_off: f32_at(8) as i32,
-                ra_off: f32_at(12) as i32,
-                fp_off: f32_at(16) as i32,
+                cfa_off: f32_at(8).cast_signed(),
+                ra_off: f32_at(12).cast_signed(),
+                fp_off: f32_at(16).cast_signed(),
                 info: raw[20],
             };
             let index = (done / stride64) as usize + i;
@@ -474,22 +517,27 @@ fn read_rows(
             } else {
                 None
             };
-            match bad {
-                Some(why) => {
-                    let detail = format!("row {index} [{:#x}+{:#x}) {why}; row ignored", row.ip_off, row.size);
-                    note(cursor, table, "fre", detail);
-                }
-                None => {
-                    cursor.prev_end = row.end_off();
-                    cursor.rows.push(row);
-                }
+            if let Some(why) = bad {
+                let detail = format!(
+                    "row {index} [{:#x}+{:#x}) {why}; row ignored",
+                    row.ip_off, row.size
+                );
+                note(cursor, table, "fre", detail);
+            } else {
+                cursor.prev_end = row.end_off();
+                cursor.rows.push(row);
             }
         }
         done += n;
         cursor.consumed.insert(table, done);
     }
-    if used % stride64 != 0 && !cursor.rejected.contains(&table) {
-        note(cursor, table, "used_len", format!("{used} is not a multiple of fre_stride {stride}; partial row ignored"));
+    if !used.is_multiple_of(stride64) && !cursor.rejected.contains(&table) {
+        note(
+            cursor,
+            table,
+            "used_len",
+            format!("{used} is not a multiple of fre_stride {stride}; partial row ignored"),
+        );
         cursor.rejected.insert(table);
     }
 }
@@ -503,7 +551,12 @@ pub fn read_table_chain(
     text_end: u64,
 ) -> (RowTable, Vec<JitProblem>) {
     let mut cursor = Cursor::default();
-    read_chain(memory, head, text_end.saturating_sub(text_start), &mut cursor);
+    read_chain(
+        memory,
+        head,
+        text_end.saturating_sub(text_start),
+        &mut cursor,
+    );
     let mut table = RowTable::new(text_start);
     for row in &cursor.rows {
         let _ = table.push(text_start + u64::from(row.ip_off), *row);

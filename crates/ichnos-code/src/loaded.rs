@@ -33,11 +33,19 @@ pub fn register_loaded_objects(registry: &Registry) -> LoadedReport {
         } else {
             path_from_bytes(&object.name)
         };
-        let loads: Vec<_> = object.phdrs.iter().filter(|p| p.p_type == PT_LOAD).collect();
+        let loads: Vec<_> = object
+            .phdrs
+            .iter()
+            .filter(|p| p.p_type == PT_LOAD)
+            .collect();
         let Some(min_vaddr) = loads.iter().map(|p| p.p_vaddr).min() else {
             continue;
         };
-        let max_end = loads.iter().map(|p| p.p_vaddr + p.p_memsz).max().unwrap_or(min_vaddr);
+        let max_end = loads
+            .iter()
+            .map(|p| p.p_vaddr + p.p_memsz)
+            .max()
+            .unwrap_or(min_vaddr);
         let elf = object.bias + (min_vaddr & !(ELF_START_ALIGN - 1))..object.bias + max_end;
         let sframe = object
             .phdrs
@@ -45,8 +53,14 @@ pub fn register_loaded_objects(registry: &Registry) -> LoadedReport {
             .find(|p| p.p_type == PT_GNU_SFRAME && p.p_memsz > 0)
             .map(|p| object.bias + p.p_vaddr..object.bias + p.p_vaddr + p.p_memsz);
         let file = std::fs::read(&path).ok();
-        let (build_id, debug_link) = file.as_deref().map(crate::elf::identity).unwrap_or_default();
-        for text in loads.iter().filter(|p| p.p_flags & PF_X != 0 && p.p_memsz > 0) {
+        let (build_id, debug_link) = file
+            .as_deref()
+            .map(crate::elf::identity)
+            .unwrap_or_default();
+        for text in loads
+            .iter()
+            .filter(|p| p.p_flags & PF_X != 0 && p.p_memsz > 0)
+        {
             let text = object.bias + text.p_vaddr..object.bias + text.p_vaddr + text.p_memsz;
             let code = ElfCode {
                 elf: elf.clone(),

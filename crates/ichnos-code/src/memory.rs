@@ -88,7 +88,9 @@ impl ProcessMemory {
     /// The process `pid`.
     #[must_use]
     pub fn new(pid: u32) -> Self {
-        Self { pid: pid as libc::pid_t }
+        Self {
+            pid: pid.cast_signed(),
+        }
     }
 
     /// The calling process.

@@ -169,9 +169,11 @@ impl RegistryError {
 
 /// Rows converted per build id and source, shared by every registration
 /// of the same file.
+type RowCacheMap = HashMap<(Vec<u8>, RowSource), Arc<RowTable>>;
+
 #[derive(Debug, Default)]
 struct RowCache {
-    tables: Mutex<HashMap<(Vec<u8>, RowSource), Arc<RowTable>>>,
+    tables: Mutex<RowCacheMap>,
 }
 
 impl RowCache {
@@ -193,8 +195,10 @@ impl RowCache {
         Ok(table)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(Vec<u8>, RowSource), Arc<RowTable>>> {
-        self.tables.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn lock(&self) -> std::sync::MutexGuard<'_, RowCacheMap> {
+        self.tables
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -259,7 +263,9 @@ impl Registry {
     }
 
     fn entries(&self) -> std::sync::MutexGuard<'_, Vec<Entry>> {
-        self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.writer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Registers ELF code; its unwind rows come from the SFrame section if
@@ -288,16 +294,18 @@ impl Registry {
             }
         }
         if code.build_id.as_ref().is_some_and(|b| b.len() > 64) {
-            return Err(RegistryError::InvalidArgument("build id longer than 64 bytes".into()));
+            return Err(RegistryError::InvalidArgument(
+                "build id longer than 64 bytes".into(),
+            ));
         }
         let mut entries = self.entries();
         // Fail on overlap before doing any conversion work.
         self.map.load().check_free(code.text.start, code.text.end)?;
         let (rows, source) = self.elf_rows(&code, elf.start)?;
-        let name: Arc<str> = code
-            .path
-            .as_ref()
-            .map_or_else(|| Arc::from("[elf]"), |p| Arc::from(p.to_string_lossy().as_ref()));
+        let name: Arc<str> = code.path.as_ref().map_or_else(
+            || Arc::from("[elf]"),
+            |p| Arc::from(p.to_string_lossy().as_ref()),
+        );
         let object = CodeObject {
             start: code.text.start,
             end: code.text.end,
@@ -315,10 +323,12 @@ impl Registry {
             let table = self.cache.get_or_make(build_id, RowSource::Sframe, || {
                 let len = (range.end - range.start) as usize;
                 let mut bytes = Vec::new();
-                bytes.try_reserve_exact(len).map_err(|_| RegistryError::NoMemory {
-                    what: "a copy of the SFrame section",
-                    bytes: len,
-                })?;
+                bytes
+                    .try_reserve_exact(len)
+                    .map_err(|_| RegistryError::NoMemory {
+                        what: "a copy of the SFrame section",
+                        bytes: len,
+                    })?;
                 bytes.resize(len, 0);
                 ProcessMemory::new(self.pid)
                     .read(range.start, &mut bytes)
@@ -427,7 +437,10 @@ impl Registry {
     /// Every registration, in registration order.
     #[must_use]
     pub fn registrations(&self) -> Vec<Registration> {
-        self.entries().iter().map(|e| e.registration.clone()).collect()
+        self.entries()
+            .iter()
+            .map(|e| e.registration.clone())
+            .collect()
     }
 }
 

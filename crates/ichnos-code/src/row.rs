@@ -207,7 +207,7 @@ impl RowTable {
     pub fn push(&mut self, addr: u64, mut row: UnwindRow) -> Result<(), RowOrderError> {
         let off = addr
             .checked_sub(self.base)
-            .filter(|off| *off <= u64::from(u32::MAX))
+            .filter(|off| u32::try_from(*off).is_ok())
             .ok_or(RowOrderError::OutOfRange {
                 addr,
                 base: self.base,
@@ -258,12 +258,17 @@ impl RowTable {
     #[must_use]
     pub fn with_gaps_filled_from(&self, other: &RowTable) -> RowTable {
         let base = self.base.min(other.base);
-        let shift = |t: &RowTable, r: &UnwindRow| (t.base + u64::from(r.ip_off), t.base + r.end_off());
+        let shift =
+            |t: &RowTable, r: &UnwindRow| (t.base + u64::from(r.ip_off), t.base + r.end_off());
         let mut out: Vec<UnwindRow> = Vec::with_capacity(self.rows.len() + other.rows.len());
         let mut emit = |start: u64, end: u64, row: &UnwindRow| {
             if let (Ok(off), Ok(size)) = (u32::try_from(start - base), u32::try_from(end - start)) {
                 if size > 0 {
-                    out.push(UnwindRow { ip_off: off, size, ..*row });
+                    out.push(UnwindRow {
+                        ip_off: off,
+                        size,
+                        ..*row
+                    });
                 }
             }
         };

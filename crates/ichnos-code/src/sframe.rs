@@ -81,7 +81,9 @@ pub enum SframeErrorKind {
     #[error("FRE offset count {0} is not valid here")]
     BadOffsetCount(u8),
     /// FRE start addresses that do not increase, or lie past the function.
-    #[error("FRE start {start:#x} is not above the previous one and below the function size {size:#x}")]
+    #[error(
+        "FRE start {start:#x} is not above the previous one and below the function size {size:#x}"
+    )]
     FreOrder {
         /// The FRE's start offset.
         start: u32,
@@ -311,8 +313,8 @@ impl<'a> SframeSection<'a> {
             version,
             flags,
             abi,
-            fixed_fp: data[5] as i8,
-            fixed_ra: data[6] as i8,
+            fixed_fp: data[5].cast_signed(),
+            fixed_ra: data[6].cast_signed(),
             num_fdes: 0,
             num_fres: 0,
             fde_start: 0,
@@ -324,7 +326,7 @@ impl<'a> SframeSection<'a> {
         s.num_fres = s.u32_at(12, "sfh_num_fres")?;
         let fre_len = s.u32_at(16, "sfh_fre_len")?;
         let fdeoff = s.u32_at(20, "sfh_fdeoff")?;
-        let freoff = s.u32_at(24, "sfh_freoff")?;
+        let fre_sub_off = s.u32_at(24, "sfh_freoff")?;
         let end_of_header = HEADER_LEN + auxhdr_len;
         if end_of_header > data.len() {
             return Err(err(7, "sfh_auxhdr_len", K::OutOfBounds(auxhdr_len as u64)));
@@ -334,14 +336,14 @@ impl<'a> SframeSection<'a> {
         if fde_end > data.len() as u64 {
             return Err(err(20, "sfh_fdeoff", K::OutOfBounds(fde_end)));
         }
-        let fre_start = end_of_header as u64 + u64::from(freoff);
-        let fre_end = fre_start + u64::from(fre_len);
-        if fre_end > data.len() as u64 {
-            return Err(err(16, "sfh_fre_len", K::OutOfBounds(fre_end)));
+        let fres_begin = end_of_header as u64 + u64::from(fre_sub_off);
+        let fres_finish = fres_begin + u64::from(fre_len);
+        if fres_finish > data.len() as u64 {
+            return Err(err(16, "sfh_fre_len", K::OutOfBounds(fres_finish)));
         }
         s.fde_start = fde_start as usize;
-        s.fre_start = fre_start as usize;
-        s.fre_end = fre_end as usize;
+        s.fre_start = fres_begin as usize;
+        s.fre_end = fres_finish as usize;
         Ok(s)
     }
 
@@ -401,7 +403,11 @@ impl<'a> SframeSection<'a> {
         }
     }
 
-    fn bytes<const N: usize>(&self, at: usize, field: &'static str) -> Result<[u8; N], SframeError> {
+    fn bytes<const N: usize>(
+        &self,
+        at: usize,
+        field: &'static str,
+    ) -> Result<[u8; N], SframeError> {
         self.data
             .get(at..at.wrapping_add(N))
             .and_then(|b| b.try_into().ok())
@@ -444,9 +450,9 @@ impl<'a> SframeSection<'a> {
     fn fde_start_addr(&self, index: u32) -> Result<u64, SframeError> {
         let at = self.fde_start + index as usize * self.fde_entry_size();
         let value = if self.version == 3 {
-            self.u64_at(at, "sfdi_func_start_offset")? as i64
+            self.u64_at(at, "sfdi_func_start_offset")?.cast_signed()
         } else {
-            i64::from(self.u32_at(at, "sfde_func_start_address")? as i32)
+            i64::from(self.u32_at(at, "sfde_func_start_address")?.cast_signed())
         };
         let base = if self.flags & F_FDE_FUNC_START_PCREL != 0 {
             self.addr.wrapping_add(at as u64)
@@ -470,7 +476,11 @@ impl<'a> SframeSection<'a> {
             fre_off = self.u32_at(at + 12, "sfdi_func_start_fre_off")?;
             let attr = self.fre_start as u64 + u64::from(fre_off);
             if attr + 5 > self.fre_end as u64 {
-                return Err(err(at + 12, "sfdi_func_start_fre_off", K::OutOfBounds(attr)));
+                return Err(err(
+                    at + 12,
+                    "sfdi_func_start_fre_off",
+                    K::OutOfBounds(attr),
+                ));
             }
             let attr = attr as usize;
             num_fres = u32::from(self.u16_at(attr, "sfda_func_num_fres")?);
@@ -491,7 +501,11 @@ impl<'a> SframeSection<'a> {
             };
             let first = self.fre_start as u64 + u64::from(fre_off);
             if first > self.fre_end as u64 {
-                return Err(err(at + 8, "sfde_func_start_fre_off", K::OutOfBounds(first)));
+                return Err(err(
+                    at + 8,
+                    "sfde_func_start_fre_off",
+                    K::OutOfBounds(first),
+                ));
             }
             fres_at = first as usize;
         }
@@ -661,8 +675,12 @@ impl<'a> SframeSection<'a> {
         let func_off = fde
             .start
             .checked_sub(base)
-            .filter(|o| o + u64::from(fde.size) <= u64::from(u32::MAX))
-            .ok_or(err(fde.offset, "sfde_func_start_address", K::OutOfBounds(fde.start)))?;
+            .filter(|o| u32::try_from(o + u64::from(fde.size)).is_ok())
+            .ok_or(err(
+                fde.offset,
+                "sfde_func_start_address",
+                K::OutOfBounds(fde.start),
+            ))?;
         let fres: Vec<Fre> = self.fres(fde).collect::<Result<_, _>>()?;
         let mut emit = |block_off: u64, limit: u64| {
             for (i, fre) in fres.iter().enumerate() {
@@ -682,7 +700,11 @@ impl<'a> SframeSection<'a> {
                 let block = u64::from(self.mask_block(fde)?);
                 let blocks = u64::from(fde.size).div_ceil(block);
                 if blocks * fres.len() as u64 > MAX_MASK_ROWS {
-                    return Err(err(fde.offset, "sfde_func_size", K::OutOfBounds(u64::from(fde.size))));
+                    return Err(err(
+                        fde.offset,
+                        "sfde_func_size",
+                        K::OutOfBounds(u64::from(fde.size)),
+                    ));
                 }
                 for b in 0..blocks {
                     emit(b * block, (b + 1) * block);
@@ -739,7 +761,11 @@ impl FreIter<'_, '_> {
         };
         let ordered = self.prev_start.is_none_or(|p| start > p);
         if !ordered || (start >= limit && limit != 0) {
-            return Err(err(at, "sfre_start_address", K::FreOrder { start, size: limit }));
+            return Err(err(
+                at,
+                "sfre_start_address",
+                K::FreOrder { start, size: limit },
+            ));
         }
         let info_at = at + addr_size;
         let info = s.u8_at(info_at, "sfre_info")?;
@@ -752,16 +778,16 @@ impl FreIter<'_, '_> {
         let count = (info >> 1) & 0xf;
         let mut offsets = [0i32; 3];
         let max = if s.fixed_ra != 0 { 2 } else { 3 };
-        let min = if s.version == 3 { 0 } else { 1 };
+        let min = u8::from(s.version != 3);
         if count > max || count < min {
             return Err(err(info_at, "sfre_info", K::BadOffsetCount(count)));
         }
         let mut p = info_at + 1;
         for slot in offsets.iter_mut().take(usize::from(count)) {
             *slot = match offset_size {
-                1 => i32::from(s.u8_at(p, "sfre_offset")? as i8),
-                2 => i32::from(s.u16_at(p, "sfre_offset")? as i16),
-                _ => s.u32_at(p, "sfre_offset")? as i32,
+                1 => i32::from(s.u8_at(p, "sfre_offset")?.cast_signed()),
+                2 => i32::from(s.u16_at(p, "sfre_offset")?.cast_signed()),
+                _ => s.u32_at(p, "sfre_offset")?.cast_signed(),
             };
             p += offset_size;
         }

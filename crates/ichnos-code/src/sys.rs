@@ -26,7 +26,7 @@ pub(crate) fn process_vm_read(pid: libc::pid_t, addr: u64, buf: &mut [u8]) -> io
     if n < 0 {
         Err(io::Error::last_os_error())
     } else {
-        Ok(n as usize)
+        Ok(n.cast_unsigned())
     }
 }
 

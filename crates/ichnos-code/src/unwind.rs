@@ -141,96 +141,139 @@ pub fn unwind_into<R: FindRow + ?Sized, M: Memory + ?Sized>(
     frames: &mut Vec<Frame>,
 ) -> StopReason {
     frames.clear();
-    let stack = Bytes {
-        addr: regs.sp,
-        data: stack,
+    let mut reader = Reader {
+        stack: Bytes {
+            addr: regs.sp,
+            data: stack,
+        },
+        memory,
     };
-    let mut read = |addr: u64| -> Result<u64, StopReason> {
-        if let Some(v) = stack.u64_at(addr) {
-            return Ok(v);
-        }
-        memory
-            .read_u64(addr)
-            .map_err(|_| StopReason::StackEnd { addr })
+    let mut frame = Frame {
+        ip: regs.ip,
+        sp: regs.sp,
+        kind: FrameKind::Registers,
     };
-    let (mut ip, mut sp, mut fp) = (regs.ip, regs.sp, regs.fp);
-    let mut kind = FrameKind::Registers;
+    let mut fp = regs.fp;
     loop {
         if frames.len() >= options.max_frames {
             return StopReason::DepthLimit;
         }
-        let frame = Frame { ip, sp, kind };
         frames.push(frame);
         let pc = frame.lookup_address();
-        let step = match rules.find_row(pc) {
+        let caller = match rules.find_row(pc) {
             Lookup::Row(row, source) if !row.is_unexpressible() => {
                 if row.is_outermost() {
                     return StopReason::Outermost;
                 }
-                let base = match row.cfa_base() {
-                    CfaBase::Sp => sp,
-                    CfaBase::Fp => fp,
-                };
-                let Some(cfa) = base.checked_add_signed(i64::from(row.cfa_off)) else {
-                    return StopReason::BadAddress;
-                };
-                let ra_off = if row.ra_off == 0 {
-                    X86_64_RA_OFFSET
-                } else {
-                    row.ra_off
-                };
-                let Some(ra_at) = cfa.checked_add_signed(i64::from(ra_off)) else {
-                    return StopReason::BadAddress;
-                };
-                let ra = match read(ra_at) {
-                    Ok(v) => v,
-                    Err(stop) => return stop,
-                };
-                let new_fp = if row.fp_off == 0 {
-                    fp
-                } else {
-                    let Some(fp_at) = cfa.checked_add_signed(i64::from(row.fp_off)) else {
-                        return StopReason::BadAddress;
-                    };
-                    match read(fp_at) {
-                        Ok(v) => v,
-                        Err(stop) => return stop,
-                    }
-                };
-                Some((ra, cfa, new_fp, FrameKind::Row(source)))
+                step_by_row(&row, source, frame.sp, fp, &mut reader)
             }
-            _ => None,
-        };
-        let (ra, new_sp, new_fp, new_kind) = match step {
-            Some(step) => step,
-            None => {
-                // The frame-pointer chain: [fp] = caller's fp, [fp+8] = RA.
-                if !options.frame_pointer_fallback || fp <= sp || fp % 8 != 0 {
-                    return StopReason::NoUnwindInfo { pc };
-                }
-                let (Some(ra_at), Some(new_sp)) = (fp.checked_add(8), fp.checked_add(16)) else {
-                    return StopReason::BadAddress;
-                };
-                let ra = match read(ra_at) {
-                    Ok(v) => v,
-                    Err(stop) => return stop,
-                };
-                let new_fp = match read(fp) {
-                    Ok(v) => v,
-                    Err(stop) => return stop,
-                };
-                (ra, new_sp, new_fp, FrameKind::FramePointer)
+            _ if options.frame_pointer_fallback => {
+                step_by_frame_pointer(pc, frame.sp, fp, &mut reader)
             }
+            _ => Err(StopReason::NoUnwindInfo { pc }),
         };
-        if ra == 0 {
+        let caller = match caller {
+            Ok(caller) => caller,
+            Err(stop) => return stop,
+        };
+        if caller.ra == 0 {
             return StopReason::Outermost;
         }
-        if new_sp <= sp {
+        if caller.cfa <= frame.sp {
             return StopReason::Loop;
         }
-        ip = ra;
-        sp = new_sp;
-        fp = new_fp;
-        kind = new_kind;
+        frame = Frame {
+            ip: caller.ra,
+            sp: caller.cfa,
+            kind: caller.kind,
+        };
+        fp = caller.fp;
     }
+}
+
+/// What one step learns about the caller.
+struct Caller {
+    /// The return address: the caller's instruction pointer.
+    ra: u64,
+    /// The CFA: the caller's stack pointer.
+    cfa: u64,
+    /// The caller's frame pointer.
+    fp: u64,
+    kind: FrameKind,
+}
+
+/// Reads from the stack copy first, then from memory.
+struct Reader<'a, M: ?Sized> {
+    stack: Bytes<'a>,
+    memory: &'a mut M,
+}
+
+impl<M: Memory + ?Sized> Reader<'_, M> {
+    #[inline]
+    fn u64_at(&mut self, addr: u64) -> Result<u64, StopReason> {
+        if let Some(v) = self.stack.u64_at(addr) {
+            return Ok(v);
+        }
+        self.memory
+            .read_u64(addr)
+            .map_err(|_| StopReason::StackEnd { addr })
+    }
+}
+
+fn offset(base: u64, off: i32) -> Result<u64, StopReason> {
+    base.checked_add_signed(i64::from(off))
+        .ok_or(StopReason::BadAddress)
+}
+
+#[inline]
+fn step_by_row<M: Memory + ?Sized>(
+    row: &crate::row::UnwindRow,
+    source: crate::code_map::RowSource,
+    sp: u64,
+    fp: u64,
+    reader: &mut Reader<'_, M>,
+) -> Result<Caller, StopReason> {
+    let base = match row.cfa_base() {
+        CfaBase::Sp => sp,
+        CfaBase::Fp => fp,
+    };
+    let cfa = offset(base, row.cfa_off)?;
+    let ra_off = if row.ra_off == 0 {
+        X86_64_RA_OFFSET
+    } else {
+        row.ra_off
+    };
+    let ra = reader.u64_at(offset(cfa, ra_off)?)?;
+    let caller_fp = if row.fp_off == 0 {
+        fp
+    } else {
+        reader.u64_at(offset(cfa, row.fp_off)?)?
+    };
+    Ok(Caller {
+        ra,
+        cfa,
+        fp: caller_fp,
+        kind: FrameKind::Row(source),
+    })
+}
+
+/// The frame-pointer chain: `[fp]` is the caller's FP, `[fp + 8]` the
+/// return address, and the caller's SP is `fp + 16`.
+fn step_by_frame_pointer<M: Memory + ?Sized>(
+    pc: u64,
+    sp: u64,
+    fp: u64,
+    reader: &mut Reader<'_, M>,
+) -> Result<Caller, StopReason> {
+    if fp <= sp || !fp.is_multiple_of(8) {
+        return Err(StopReason::NoUnwindInfo { pc });
+    }
+    let ra = reader.u64_at(offset(fp, 8)?)?;
+    let caller_fp = reader.u64_at(fp)?;
+    Ok(Caller {
+        ra,
+        cfa: offset(fp, 16)?,
+        fp: caller_fp,
+        kind: FrameKind::FramePointer,
+    })
 }

@@ -52,13 +52,25 @@ fn stops() -> (tempfile::TempDir, Vec<Stop>) {
     );
     // Not vacuous: every planned stop happened.
     let labels: Vec<&str> = stops.iter().map(|s| s.label.as_str()).collect();
-    for want in [":main", ":lib_call@plt", ":lib_inner@plt", ":lib_inner", ":leaf"] {
+    for want in [
+        ":main",
+        ":lib_call@plt",
+        ":lib_inner@plt",
+        ":lib_inner",
+        ":leaf",
+    ] {
         assert!(
             labels.iter().any(|l| l.ends_with(want)),
             "no stop at {want}: {labels:?}"
         );
     }
-    assert!(labels.iter().filter(|l| l.ends_with(":lib_call@plt")).count() == 2);
+    assert!(
+        labels
+            .iter()
+            .filter(|l| l.ends_with(":lib_call@plt"))
+            .count()
+            == 2
+    );
     (dir, stops)
 }
 
@@ -116,4 +128,3 @@ fn sframe_then_eh_frame_agrees_with_gdb_everywhere() {
         assert_eq!(why, StopReason::Outermost);
     }
 }
-

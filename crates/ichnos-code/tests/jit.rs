@@ -47,7 +47,10 @@ impl JitPage {
             );
             assert_ne!(addr, libc::MAP_FAILED);
             std::ptr::copy_nonoverlapping(code.as_ptr(), addr.cast::<u8>(), code.len());
-            assert_eq!(libc::mprotect(addr, 4096, libc::PROT_READ | libc::PROT_EXEC), 0);
+            assert_eq!(
+                libc::mprotect(addr, 4096, libc::PROT_READ | libc::PROT_EXEC),
+                0
+            );
             Self { addr: addr.cast() }
         }
     }
@@ -188,7 +191,9 @@ struct RawTable {
 impl RawTable {
     fn new(rows: &[UnwindRow], reserved_rows: usize, stride: u32, size: u32) -> Self {
         // Room for whole rows even when the stride is (wrongly) smaller.
-        let bytes = TABLE_HEADER_LEN + reserved_rows * stride.max(FRE_STRIDE) as usize + FRE_STRIDE as usize;
+        let bytes = TABLE_HEADER_LEN
+            + reserved_rows * stride.max(FRE_STRIDE) as usize
+            + FRE_STRIDE as usize;
         let mut words = vec![0u64; bytes.div_ceil(8)];
         let mut t = Self { words: Vec::new() };
         {
@@ -226,10 +231,18 @@ fn bytemuck_bytes(words: &mut [u64]) -> &mut [u8] {
 }
 
 fn read(head: u64, text_len: u64) -> (Vec<UnwindRow>, Vec<String>) {
-    let (table, problems) = read_table_chain(&mut ProcessMemory::current(), head, 0x1000, 0x1000 + text_len);
+    let (table, problems) = read_table_chain(
+        &mut ProcessMemory::current(),
+        head,
+        0x1000,
+        0x1000 + text_len,
+    );
     (
         table.rows().to_vec(),
-        problems.iter().map(|p| format!("{}: {}", p.field, p.detail)).collect(),
+        problems
+            .iter()
+            .map(|p| format!("{}: {}", p.field, p.detail))
+            .collect(),
     )
 }
 
@@ -237,11 +250,19 @@ fn read(head: u64, text_len: u64) -> (Vec<UnwindRow>, Vec<String>) {
 fn chained_tables_are_read_in_order() {
     let mut second = RawTable::new(&[sp_row(0x40, 8, 24)], 4, FRE_STRIDE, FRE_SIZE);
     second.set_word(2, 0);
-    let mut first = RawTable::new(&[sp_row(0, 8, 8), sp_row(0x10, 8, 16)], 2, FRE_STRIDE, FRE_SIZE);
+    let mut first = RawTable::new(
+        &[sp_row(0, 8, 8), sp_row(0x10, 8, 16)],
+        2,
+        FRE_STRIDE,
+        FRE_SIZE,
+    );
     first.set_word(2, second.addr());
     let (rows, problems) = read(first.addr(), 0x100);
     assert!(problems.is_empty(), "{problems:?}");
-    assert_eq!(rows.iter().map(|r| r.cfa_off).collect::<Vec<_>>(), [8, 16, 24]);
+    assert_eq!(
+        rows.iter().map(|r| r.cfa_off).collect::<Vec<_>>(),
+        [8, 16, 24]
+    );
 }
 
 #[test]
@@ -282,16 +303,19 @@ fn hostile_tables_are_rejected_for_the_affected_range_only() {
     unknown.info |= 0x40;
     let rows_in = [
         sp_row(0x10, 8, 1),
-        sp_row(0x00, 8, 2),  // before the previous one
-        sp_row(0x14, 8, 3),  // overlaps the first
+        sp_row(0x00, 8, 2), // before the previous one
+        sp_row(0x14, 8, 3), // overlaps the first
         sp_row(0x20, 8, 4),
-        sp_row(0xfc, 8, 5),  // runs past the 0x100 bytes of text
+        sp_row(0xfc, 8, 5), // runs past the 0x100 bytes of text
         unknown,
         sp_row(0x70, 8, 6),
     ];
     let table = RawTable::new(&rows_in, rows_in.len(), FRE_STRIDE, FRE_SIZE);
     let (rows, problems) = read(table.addr(), 0x100);
-    assert_eq!(rows.iter().map(|r| r.cfa_off).collect::<Vec<_>>(), [1, 4, 6]);
+    assert_eq!(
+        rows.iter().map(|r| r.cfa_off).collect::<Vec<_>>(),
+        [1, 4, 6]
+    );
     assert_eq!(problems.len(), 4, "{problems:?}");
 
     // A chain that loops back on itself stops, with its rows read once.
@@ -309,20 +333,28 @@ fn hostile_tables_are_rejected_for_the_affected_range_only() {
     c.set_word(2, 0x10);
     let (rows, problems) = read(c.addr(), 0x100);
     assert_eq!(rows.len(), 1);
-    assert!(problems.iter().any(|p| p.contains("unreadable")), "{problems:?}");
+    assert!(
+        problems.iter().any(|p| p.contains("unreadable")),
+        "{problems:?}"
+    );
 }
 
 #[test]
 fn a_runaway_chain_is_cut() {
     // MAX_TABLES + 10 empty tables in a row.
     let n = ichnos_code::jit::MAX_TABLES + 10;
-    let mut tables: Vec<RawTable> = (0..n).map(|_| RawTable::new(&[], 0, FRE_STRIDE, FRE_SIZE)).collect();
+    let mut tables: Vec<RawTable> = (0..n)
+        .map(|_| RawTable::new(&[], 0, FRE_STRIDE, FRE_SIZE))
+        .collect();
     for i in (0..n - 1).rev() {
         let next = tables[i + 1].addr();
         tables[i].set_word(2, next);
     }
     let (_, problems) = read(tables[0].addr(), 0x100);
-    assert!(problems.iter().any(|p| p.contains("more than")), "{problems:?}");
+    assert!(
+        problems.iter().any(|p| p.contains("more than")),
+        "{problems:?}"
+    );
 }
 
 #[test]
@@ -356,7 +388,7 @@ fn lookups_racing_a_jit_see_whole_rows_or_nothing() {
                         // Whole and right, never torn or another row's.
                         assert_eq!(row.ip_off, i * 16);
                         assert_eq!(row.size, 16);
-                        assert_eq!(row.cfa_off, i as i32 * 8 + 8);
+                        assert_eq!(row.cfa_off, i.cast_signed() * 8 + 8);
                         max_found = max_found.max(i);
                         seen.fetch_add(1, Ordering::Relaxed);
                     }
@@ -367,7 +399,7 @@ fn lookups_racing_a_jit_see_whole_rows_or_nothing() {
         .collect();
     let mut current = Arc::clone(&first);
     for i in 0..ROWS {
-        let row = sp_row(i * 16, 16, i as i32 * 8 + 8);
+        let row = sp_row(i * 16, 16, i.cast_signed() * 8 + 8);
         if current.push(row).is_err() {
             let next = Arc::new(JitUnwindTable::with_capacity(ROWS as usize / 2 + 1));
             current.chain(Arc::clone(&next)).unwrap();
@@ -386,6 +418,10 @@ fn lookups_racing_a_jit_see_whole_rows_or_nothing() {
     let object = registry.lookup(text.start).unwrap();
     for i in 0..ROWS {
         let pc = text.start + u64::from(i) * 16 + 15;
-        assert_eq!(object.find_row(pc).map(|r| r.cfa_off), Some(i as i32 * 8 + 8), "row {i}");
+        assert_eq!(
+            object.find_row(pc).map(|r| r.cfa_off),
+            Some(i.cast_signed() * 8 + 8),
+            "row {i}"
+        );
     }
 }

@@ -8,6 +8,8 @@ mod support;
 
 use std::process::Command;
 
+use object::{Object, ObjectSection};
+
 use ichnos_code::sframe::{SframeErrorKind, SframeSection};
 use proptest::prelude::*;
 use support::sframe_writer::{encode, model_find, Arch, Flavour, ModelFre, ModelFunc};
@@ -64,7 +66,7 @@ fn func_strategy(arch: Arch, allow_mask: bool) -> impl Strategy<Value = ModelFun
         })
 }
 
-/// Functions laid out one after another (with gaps) from 0x40_1000.
+/// Functions laid out one after another (with gaps) from `0x40_1000`.
 fn funcs_strategy(arch: Arch, allow_mask: bool) -> impl Strategy<Value = Vec<ModelFunc>> {
     proptest::collection::vec(func_strategy(arch, allow_mask), 0..12).prop_map(|mut funcs| {
         let mut at = 0x40_1000u64;
@@ -84,9 +86,16 @@ fn check_against_model(funcs: &[ModelFunc], flavour: Flavour, arch: Arch, pcs: &
     assert_eq!(rows.skipped_fdes, 0, "{:?}", rows.first_error);
     let first = funcs.first().map_or(0, |f| f.start);
     let last = funcs.last().map_or(0, |f| f.start + u64::from(f.size));
-    let mut probe: Vec<u64> = pcs.iter().map(|p| first.saturating_sub(8) + p % (last - first + 16).max(1)).collect();
+    let mut probe: Vec<u64> = pcs
+        .iter()
+        .map(|p| first.saturating_sub(8) + p % (last - first + 16).max(1))
+        .collect();
     for f in funcs {
-        probe.extend([f.start, f.start + u64::from(f.size) - 1, f.start + u64::from(f.size)]);
+        probe.extend([
+            f.start,
+            f.start + u64::from(f.size) - 1,
+            f.start + u64::from(f.size),
+        ]);
         probe.extend(f.fres.iter().map(|r| f.start + u64::from(r.start)));
     }
     for pc in probe {
@@ -189,8 +198,20 @@ fn every_truncation_is_an_error_naming_a_field() {
         size: 64,
         mask: None,
         fres: vec![
-            ModelFre { start: 0, sp_base: true, cfa: 8, ra: None, fp: None },
-            ModelFre { start: 4, sp_base: true, cfa: 16, ra: None, fp: Some(-16) },
+            ModelFre {
+                start: 0,
+                sp_base: true,
+                cfa: 8,
+                ra: None,
+                fp: None,
+            },
+            ModelFre {
+                start: 4,
+                sp_base: true,
+                cfa: 16,
+                ra: None,
+                fp: Some(-16),
+            },
         ],
     }];
     for flavour in [Flavour::V1, Flavour::V2, Flavour::V2Pcrel, Flavour::V3] {
@@ -205,6 +226,10 @@ fn every_truncation_is_an_error_naming_a_field() {
     }
 }
 
+fn parse(b: &[u8]) -> Result<SframeSection<'_>, ichnos_code::sframe::SframeError> {
+    SframeSection::parse(b, SECTION_ADDR)
+}
+
 #[test]
 fn malformed_fields_are_named() {
     let funcs = vec![ModelFunc {
@@ -212,14 +237,23 @@ fn malformed_fields_are_named() {
         size: 64,
         mask: None,
         fres: vec![
-            ModelFre { start: 0, sp_base: true, cfa: 8, ra: None, fp: None },
-            ModelFre { start: 4, sp_base: true, cfa: 16, ra: None, fp: None },
+            ModelFre {
+                start: 0,
+                sp_base: true,
+                cfa: 8,
+                ra: None,
+                fp: None,
+            },
+            ModelFre {
+                start: 4,
+                sp_base: true,
+                cfa: 16,
+                ra: None,
+                fp: None,
+            },
         ],
     }];
     let good = encode(&funcs, Flavour::V2, Arch::Amd64, SECTION_ADDR);
-    fn parse(b: &[u8]) -> Result<SframeSection<'_>, ichnos_code::sframe::SframeError> {
-        SframeSection::parse(b, SECTION_ADDR)
-    }
 
     let mut b = good.clone();
     b[0] = 0x12;
@@ -230,7 +264,10 @@ fn malformed_fields_are_named() {
     let mut b = good.clone();
     b[2] = 9;
     let e = parse(&b).unwrap_err();
-    assert_eq!((e.field, e.kind), ("sfp_version", SframeErrorKind::UnsupportedVersion(9)));
+    assert_eq!(
+        (e.field, e.kind),
+        ("sfp_version", SframeErrorKind::UnsupportedVersion(9))
+    );
 
     let mut b = good.clone();
     b[3] |= 0x40;
@@ -258,7 +295,10 @@ fn malformed_fields_are_named() {
     let mut b = good.clone();
     b[28 + 20 + 1] |= 0x60;
     let e = parse(&b).unwrap().find(0x40_1000).unwrap_err();
-    assert_eq!((e.field, e.kind), ("sfre_info", SframeErrorKind::BadOffsetSize));
+    assert_eq!(
+        (e.field, e.kind),
+        ("sfre_info", SframeErrorKind::BadOffsetSize)
+    );
 
     // A FLEX FDE in v3 is reported as unsupported, not misread.
     let mut b = encode(&funcs, Flavour::V3, Arch::Amd64, SECTION_ADDR);
@@ -271,7 +311,11 @@ fn malformed_fields_are_named() {
 /// `objdump --sframe` rows: (function start, FRE start address, CFA text,
 /// FP text), e.g. (0x1170, 0x117a, "sp+20016", "u").
 fn objdump_rows(path: &std::path::Path) -> Vec<(u64, u64, bool, String, String)> {
-    let out = Command::new("objdump").arg("--sframe").arg(path).output().expect("objdump runs");
+    let out = Command::new("objdump")
+        .arg("--sframe")
+        .arg(path)
+        .output()
+        .expect("objdump runs");
     let text = String::from_utf8(out.stdout).unwrap();
     let mut rows = Vec::new();
     let mut func = 0u64;
@@ -279,7 +323,13 @@ fn objdump_rows(path: &std::path::Path) -> Vec<(u64, u64, bool, String, String)>
     for line in text.lines() {
         let line = line.trim();
         if let Some(rest) = line.strip_prefix("func idx [") {
-            let pc = rest.split("pc = 0x").nth(1).unwrap().split(',').next().unwrap();
+            let pc = rest
+                .split("pc = 0x")
+                .nth(1)
+                .unwrap()
+                .split(',')
+                .next()
+                .unwrap();
             func = u64::from_str_radix(pc, 16).unwrap();
         } else if line.starts_with("STARTPC") {
             mask = line.starts_with("STARTPC[m]");
@@ -300,7 +350,6 @@ fn v1_sections_from_binutils_read_as_objdump_prints_them() {
     for path in [prog, dir.path().join("libfix.so")] {
         let bytes = std::fs::read(&path).unwrap();
         let file = object::File::parse(&*bytes).unwrap();
-        use object::{Object, ObjectSection};
         let sframe = file.section_by_name(".sframe").unwrap();
         let section = SframeSection::parse(sframe.data().unwrap(), sframe.address()).unwrap();
         assert_eq!(section.version(), 1, "binutils 2.40 writes SFrame v1");
@@ -310,9 +359,20 @@ fn v1_sections_from_binutils_read_as_objdump_prints_them() {
             let pc = if mask { func + start } else { start };
             let found = section.find(pc).unwrap().unwrap();
             assert_eq!(found.fde.start, func);
-            let base = if found.fre.cfa_base_is_sp() { "sp" } else { "fp" };
-            assert_eq!(format!("{base}+{}", found.fre.cfa_off), cfa, "CFA at {pc:#x}");
-            let ours_fp = found.fre.fp_off.map_or("u".to_string(), |o| format!("c{o}"));
+            let base = if found.fre.cfa_base_is_sp() {
+                "sp"
+            } else {
+                "fp"
+            };
+            assert_eq!(
+                format!("{base}+{}", found.fre.cfa_off),
+                cfa,
+                "CFA at {pc:#x}"
+            );
+            let ours_fp = found
+                .fre
+                .fp_off
+                .map_or("u".to_string(), |o| format!("c{o}"));
             assert_eq!(ours_fp, fp, "FP at {pc:#x}");
             assert_eq!(found.fre.ra_off, Some(-8));
             checked += 1;

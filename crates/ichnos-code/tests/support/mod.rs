@@ -21,7 +21,9 @@ pub fn fixtures_dir() -> PathBuf {
 }
 
 fn run(cmd: &mut Command) {
-    let out = cmd.output().unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
     assert!(
         out.status.success(),
         "{cmd:?} failed: {}",
@@ -108,7 +110,12 @@ pub fn capture(program: &Path, breaks: &[&str]) -> Vec<Stop> {
                     .unwrap()
                     .iter()
                     .filter(|f| f["tailcall"].as_bool() != Some(true))
-                    .map(|f| (f["pc"].as_u64().unwrap(), f["name"].as_str().unwrap().to_string()))
+                    .map(|f| {
+                        (
+                            f["pc"].as_u64().unwrap(),
+                            f["name"].as_str().unwrap().to_string(),
+                        )
+                    })
                     .collect(),
             }
         })
@@ -128,10 +135,17 @@ pub enum Rules {
 
 /// Builds the code map of a process from its `/proc/PID/maps` text: one
 /// code object per executable file mapping.
-pub fn code_map(maps: &str, rules: Rules, cache: &mut HashMap<(String, RowChoice), Option<Arc<ichnos_code::RowTable>>>) -> CodeMap {
+pub fn code_map(
+    maps: &str,
+    rules: Rules,
+    cache: &mut HashMap<(String, RowChoice), Option<Arc<ichnos_code::RowTable>>>,
+) -> CodeMap {
     let entries = ichnos_image::parse_maps(0, maps).unwrap();
     let mut map = CodeMap::new();
-    for m in entries.iter().filter(|m| m.perms.contains('x') && m.name.starts_with('/')) {
+    for m in entries
+        .iter()
+        .filter(|m| m.perms.contains('x') && m.name.starts_with('/'))
+    {
         let Some(origin) = entries
             .iter()
             .find(|o| o.name == m.name && o.offset == 0)
@@ -144,14 +158,18 @@ pub fn code_map(maps: &str, rules: Rules, cache: &mut HashMap<(String, RowChoice
                 .entry((m.name.clone(), choice))
                 .or_insert_with(|| {
                     let bytes = std::fs::read(&m.name).ok()?;
-                    ichnos_code::elf::file_rows(&bytes, choice).ok().map(Arc::new)
+                    ichnos_code::elf::file_rows(&bytes, choice)
+                        .ok()
+                        .map(Arc::new)
                 })
                 .clone()
         };
         let chosen = match rules {
             Rules::SframeOnly => table_for(RowChoice::Sframe).map(|t| (t, RowSource::Sframe)),
             Rules::EhFrameOnly => table_for(RowChoice::EhFrame).map(|t| (t, RowSource::EhFrame)),
-            Rules::Preferred => table_for(RowChoice::SframeThenEhFrame).map(|t| (t, RowSource::Sframe)),
+            Rules::Preferred => {
+                table_for(RowChoice::SframeThenEhFrame).map(|t| (t, RowSource::Sframe))
+            }
         };
         let Some((table, source)) = chosen else {
             continue;

@@ -119,7 +119,7 @@ pub fn encode(funcs: &[ModelFunc], flavour: Flavour, arch: Arch, section_addr: u
     });
     out.push(0);
     out.push(match arch {
-        Arch::Amd64 => (-8i8) as u8,
+        Arch::Amd64 => (-8i8).cast_unsigned(),
         Arch::Aarch64 => 0,
     });
     out.push(0);
@@ -131,9 +131,9 @@ pub fn encode(funcs: &[ModelFunc], flavour: Flavour, arch: Arch, section_addr: u
     for (i, f) in funcs.iter().enumerate() {
         let field_addr = section_addr + header_len + i as u64 * fde_size;
         let start = if pcrel {
-            f.start.wrapping_sub(field_addr) as i64
+            f.start.wrapping_sub(field_addr).cast_signed()
         } else {
-            f.start.wrapping_sub(section_addr) as i64
+            f.start.wrapping_sub(section_addr).cast_signed()
         };
         if version == 3 {
             out.extend_from_slice(&start.to_le_bytes());
