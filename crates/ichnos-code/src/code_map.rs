@@ -92,12 +92,50 @@ pub enum Lookup {
 pub trait FindRow {
     /// The rule at `pc`.
     fn find_row(&self, pc: u64) -> Lookup;
+
+    /// A number that changes whenever an answer of [`Self::find_row`] other
+    /// than "not yet" could change, so that an [`UnwindCache`] can keep
+    /// answers; `None` (the default) when answers must not be cached.
+    ///
+    /// [`UnwindCache`]: crate::unwind::UnwindCache
+    fn generation(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// A sorted set of non-overlapping code objects.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug)]
 pub struct CodeMap {
     objects: Vec<Arc<CodeObject>>,
+    /// `objects[i].start`, searched without touching the objects.
+    starts: Vec<u64>,
+    generation: u64,
+}
+
+impl Default for CodeMap {
+    fn default() -> Self {
+        Self {
+            objects: Vec::new(),
+            starts: Vec::new(),
+            generation: next_generation(),
+        }
+    }
+}
+
+impl Clone for CodeMap {
+    /// A copy with a generation of its own: it will be changed.
+    fn clone(&self) -> Self {
+        Self {
+            objects: self.objects.clone(),
+            starts: self.starts.clone(),
+            generation: next_generation(),
+        }
+    }
+}
+
+fn next_generation() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// A code object overlapping one already in the map.
@@ -152,7 +190,9 @@ impl CodeMap {
     /// Adds `object`; its range must not overlap another.
     pub fn insert(&mut self, object: Arc<CodeObject>) -> Result<(), Overlap> {
         let i = self.check_free(object.start, object.end)?;
+        self.starts.insert(i, object.start);
         self.objects.insert(i, object);
+        self.generation = next_generation();
         Ok(())
     }
 
@@ -169,7 +209,7 @@ impl CodeMap {
     #[inline]
     #[must_use]
     pub fn find(&self, pc: u64) -> Option<&Arc<CodeObject>> {
-        let i = self.objects.partition_point(|o| o.start <= pc);
+        let i = self.starts.partition_point(|&s| s <= pc);
         let o = self.objects.get(i.checked_sub(1)?)?;
         (pc < o.end).then_some(o)
     }
@@ -185,5 +225,11 @@ impl FindRow for CodeMap {
                 None => Lookup::NoRow,
             },
         }
+    }
+
+    /// Rows, once found, never change while the map is the same: fixed
+    /// tables are immutable and JIT rows are only ever added.
+    fn generation(&self) -> Option<u64> {
+        Some(self.generation)
     }
 }

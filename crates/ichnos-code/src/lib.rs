@@ -53,4 +53,6 @@ pub use jit::{JitRows, JitUnwindTable};
 pub use loaded::{register_loaded_objects, LoadedReport};
 pub use registry::{ElfCode, JitCode, Registration, Registry, RegistryError};
 pub use row::{CfaBase, RowTable, UnwindRow};
-pub use unwind::{unwind, Frame, FrameKind, Regs, StopReason, Unwind, UnwindOptions};
+pub use unwind::{
+    unwind, unwind_cached, Frame, FrameKind, Regs, StopReason, Unwind, UnwindCache, UnwindOptions,
+};

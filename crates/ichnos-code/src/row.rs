@@ -7,6 +7,7 @@
 //! [`RowTable`], so finding the rule for an address is one binary search.
 
 use std::fmt;
+use std::sync::OnceLock;
 
 /// `info` bit: the CFA is computed from the stack pointer (set) or the frame
 /// pointer (clear). The same bit and meaning as SFrame's
@@ -24,7 +25,7 @@ pub const ROW_UNEXPRESSIBLE: u8 = 0x04;
 /// authentication); SFrame's `fre_mangled_ra_p`.
 pub const ROW_MANGLED_RA: u8 = 0x80;
 /// Every `info` bit with a meaning; a JIT table row with any other bit set
-/// is rejected.
+/// is rejected. (Bits 4–5 are used inside the unwinder's cache.)
 pub const ROW_KNOWN_BITS: u8 = ROW_CFA_BASE_SP | ROW_OUTERMOST | ROW_UNEXPRESSIBLE | ROW_MANGLED_RA;
 
 /// Where the canonical frame address (CFA) is computed from.
@@ -114,10 +115,77 @@ impl fmt::Debug for UnwindRow {
 }
 
 /// The rows of one code object, sorted by `ip_off` and not overlapping.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+///
+/// Lookups go through an index built on first use: the rows' start offsets
+/// in an array of their own (16 to a cache line), and per "page" of code —
+/// sized so that a page holds about one row — the first row starting in it.
+/// A lookup reads one index word and searches the one or two starts of its
+/// page instead of binary-searching the whole table; the index costs four
+/// bytes per row.
+#[derive(Clone, Debug, Default)]
 pub struct RowTable {
     base: u64,
     rows: Vec<UnwindRow>,
+    index: OnceLock<PageIndex>,
+}
+
+impl PartialEq for RowTable {
+    fn eq(&self, other: &Self) -> bool {
+        self.base == other.base && self.rows == other.rows
+    }
+}
+
+impl Eq for RowTable {}
+
+#[derive(Clone, Debug, Default)]
+struct PageIndex {
+    /// `rows[i].ip_off`.
+    starts: Vec<u32>,
+    /// `first[p]`: the number of rows starting below page `p`.
+    first: Vec<u32>,
+    /// log2 of the page size.
+    shift: u32,
+}
+
+impl PageIndex {
+    fn build(rows: &[UnwindRow]) -> Self {
+        let starts: Vec<u32> = rows.iter().map(|r| r.ip_off).collect();
+        let span = rows.last().map_or(0, UnwindRow::end_off);
+        // Pages small enough to hold about one row each (16 bytes at the
+        // least), so a lookup searches one or two starts; at most one index
+        // word per row (or 1024 words for small tables).
+        let mut shift = 4;
+        while (span >> shift) > (rows.len() as u64).max(1024) {
+            shift += 1;
+        }
+        let pages = (span >> shift) as usize + 1;
+        let mut first = Vec::with_capacity(pages + 1);
+        let mut i = 0usize;
+        for p in 0..=pages as u64 {
+            while i < starts.len() && u64::from(starts[i]) < p << shift {
+                i += 1;
+            }
+            first.push(i as u32);
+        }
+        Self {
+            starts,
+            first,
+            shift,
+        }
+    }
+
+    /// The index of the last row starting at or below `off`.
+    #[inline]
+    fn last_at_or_below(&self, off: u32) -> Option<usize> {
+        let p = (off >> self.shift) as usize;
+        let (lo, hi) = match (self.first.get(p), self.first.get(p + 1)) {
+            (Some(&lo), Some(&hi)) => (lo as usize, hi as usize),
+            // Past the last page: only the last row can cover it.
+            _ => (self.starts.len(), self.starts.len()),
+        };
+        let within = self.starts[lo..hi].partition_point(|&s| s <= off);
+        (lo + within).checked_sub(1)
+    }
 }
 
 /// A row that could not be added to a [`RowTable`].
@@ -148,6 +216,7 @@ impl RowTable {
         Self {
             base,
             rows: Vec::new(),
+            index: OnceLock::new(),
         }
     }
 
@@ -175,7 +244,14 @@ impl RowTable {
             }
             out.push(row);
         }
-        (Self { base, rows: out }, damaged)
+        (
+            Self {
+                base,
+                rows: out,
+                index: OnceLock::new(),
+            },
+            damaged,
+        )
     }
 
     /// The address that offset 0 stands for.
@@ -213,6 +289,7 @@ impl RowTable {
                 base: self.base,
             })?;
         row.ip_off = off as u32;
+        self.index = OnceLock::new();
         if let Some(prev) = self.rows.last_mut() {
             let prev_end = prev.end_off();
             if u64::from(row.ip_off) < prev_end {
@@ -242,13 +319,9 @@ impl RowTable {
     #[inline]
     #[must_use]
     pub fn find(&self, addr: u64) -> Option<&UnwindRow> {
-        let off = addr.checked_sub(self.base)?;
-        if off > u64::from(u32::MAX) {
-            return None;
-        }
-        let off = off as u32;
-        let i = self.rows.partition_point(|r| r.ip_off <= off);
-        let row = self.rows.get(i.checked_sub(1)?)?;
+        let off = u32::try_from(addr.checked_sub(self.base)?).ok()?;
+        let index = self.index.get_or_init(|| PageIndex::build(&self.rows));
+        let row = &self.rows[index.last_at_or_below(off)?];
         (u64::from(off) < row.end_off()).then_some(row)
     }
 
@@ -373,6 +446,37 @@ mod tests {
         assert_eq!(at(0x140), Some(9));
         assert_eq!(at(0x14f), Some(9));
         assert_eq!(at(0x150), None);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn indexed_find_agrees_with_a_linear_scan(
+            spans in proptest::collection::vec((0u32..5000, 1u32..300), 0..400),
+            big_gap in proptest::option::of(1u32 << 20..1u32 << 31),
+            probes in proptest::collection::vec(0u32..u32::MAX, 200),
+        ) {
+            let mut t = RowTable::new(0x40_0000);
+            let mut at = 0u64;
+            let mut rows = Vec::new();
+            for (i, (gap, size)) in spans.iter().enumerate() {
+                at += u64::from(*gap);
+                if i == spans.len() / 2 {
+                    at += u64::from(big_gap.unwrap_or(0));
+                }
+                let r = row(0, *size, i32::try_from(i).unwrap());
+                t.push(0x40_0000 + at, r).unwrap();
+                rows.push((at, at + u64::from(*size), i32::try_from(i).unwrap()));
+                at += u64::from(*size);
+            }
+            let mut all: Vec<u64> = probes.iter().map(|p| u64::from(*p) % (at + 10)).collect();
+            all.extend(rows.iter().flat_map(|r| [r.0, r.1 - 1, r.1]));
+            for off in all {
+                let want = rows.iter().find(|r| r.0 <= off && off < r.1).map(|r| r.2);
+                // Every row has its own CFA offset, so none merge.
+                let got = t.find(0x40_0000 + off).map(|r| r.cfa_off);
+                proptest::prop_assert_eq!(want, got, "offset {:#x}", off);
+            }
+        }
     }
 
     #[test]

@@ -140,6 +140,157 @@ pub fn unwind_into<R: FindRow + ?Sized, M: Memory + ?Sized>(
     options: &UnwindOptions,
     frames: &mut Vec<Frame>,
 ) -> StopReason {
+    walk(
+        |pc| rules.find_row(pc),
+        regs,
+        stack,
+        memory,
+        options,
+        frames,
+    )
+}
+
+/// Rules recently found, by address: a profiler unwinds the same return
+/// addresses over and over, and a hit costs one load instead of two binary
+/// searches. Direct-mapped, 512 entries; only rows are kept (never "no
+/// row", which a JIT may yet fill), and everything is forgotten when the
+/// rules' [`FindRow::generation`] changes.
+#[derive(Clone)]
+pub struct UnwindCache {
+    entries: Box<[CacheEntry; CACHE_SLOTS]>,
+    generation: Option<u64>,
+    hits: u64,
+    misses: u64,
+}
+
+const CACHE_SLOTS: usize = 512;
+
+/// 32 bytes: the row's source rides in `info` bits 4–5, which rows do not
+/// use.
+#[derive(Clone, Copy, Default)]
+#[repr(C, align(32))]
+struct CacheEntry {
+    /// Lookup address + 1; 0 marks an empty slot.
+    key: u64,
+    row: crate::row::UnwindRow,
+}
+
+const SOURCE_SHIFT: u32 = 4;
+const SOURCE_MASK: u8 = 0x30;
+
+impl std::fmt::Debug for UnwindCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UnwindCache")
+            .field("hits", &self.hits)
+            .field("misses", &self.misses)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for UnwindCache {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl UnwindCache {
+    /// An empty cache (about 16 KiB).
+    #[must_use]
+    pub fn new() -> Self {
+        Self {
+            entries: Box::new([CacheEntry::default(); CACHE_SLOTS]),
+            generation: None,
+            hits: 0,
+            misses: 0,
+        }
+    }
+
+    /// Lookups answered from the cache and not, since it was made.
+    #[must_use]
+    pub fn stats(&self) -> (u64, u64) {
+        (self.hits, self.misses)
+    }
+
+    #[inline]
+    fn slot(pc: u64) -> usize {
+        // Return addresses differ in their low bits; fold in some higher
+        // ones so that two libraries' addresses spread too.
+        ((pc ^ (pc >> 9) ^ (pc >> 18)) as usize) % CACHE_SLOTS
+    }
+}
+
+fn source_code(source: RowSource) -> u8 {
+    match source {
+        RowSource::Sframe => 0,
+        RowSource::EhFrame => 1,
+        RowSource::Jit => 2,
+        RowSource::None => 3,
+    }
+}
+
+fn source_of(code: u8) -> RowSource {
+    match code {
+        0 => RowSource::Sframe,
+        1 => RowSource::EhFrame,
+        2 => RowSource::Jit,
+        _ => RowSource::None,
+    }
+}
+
+/// As [`unwind_into`], keeping found rules in `cache` across calls.
+pub fn unwind_cached<R: FindRow + ?Sized, M: Memory + ?Sized>(
+    rules: &R,
+    regs: Regs,
+    stack: &[u8],
+    memory: &mut M,
+    options: &UnwindOptions,
+    cache: &mut UnwindCache,
+    frames: &mut Vec<Frame>,
+) -> StopReason {
+    let generation = rules.generation();
+    if generation.is_none() || generation != cache.generation {
+        cache.entries.fill(CacheEntry::default());
+        cache.generation = generation;
+    }
+    let cacheable = generation.is_some();
+    let (mut hits, mut misses) = (0u64, 0u64);
+    let entries = &mut cache.entries;
+    let find = |pc: u64| {
+        let slot = &mut entries[UnwindCache::slot(pc)];
+        if slot.key == pc.wrapping_add(1) {
+            hits += 1;
+            let mut row = slot.row;
+            let source = source_of((row.info & SOURCE_MASK) >> SOURCE_SHIFT);
+            row.info &= !SOURCE_MASK;
+            return Lookup::Row(row, source);
+        }
+        misses += 1;
+        let found = rules.find_row(pc);
+        if let (true, Lookup::Row(row, source)) = (cacheable, found) {
+            let mut stored = row;
+            stored.info = (row.info & !SOURCE_MASK) | (source_code(source) << SOURCE_SHIFT);
+            *slot = CacheEntry {
+                key: pc.wrapping_add(1),
+                row: stored,
+            };
+        }
+        found
+    };
+    let stop = walk(find, regs, stack, memory, options, frames);
+    cache.hits += hits;
+    cache.misses += misses;
+    stop
+}
+
+#[inline]
+fn walk<M: Memory + ?Sized, F: FnMut(u64) -> Lookup>(
+    mut find_row: F,
+    regs: Regs,
+    stack: &[u8],
+    memory: &mut M,
+    options: &UnwindOptions,
+    frames: &mut Vec<Frame>,
+) -> StopReason {
     frames.clear();
     let mut reader = Reader {
         stack: Bytes {
@@ -160,7 +311,7 @@ pub fn unwind_into<R: FindRow + ?Sized, M: Memory + ?Sized>(
         }
         frames.push(frame);
         let pc = frame.lookup_address();
-        let caller = match rules.find_row(pc) {
+        let caller = match find_row(pc) {
             Lookup::Row(row, source) if !row.is_unexpressible() => {
                 if row.is_outermost() {
                     return StopReason::Outermost;
@@ -211,8 +362,13 @@ struct Reader<'a, M: ?Sized> {
 impl<M: Memory + ?Sized> Reader<'_, M> {
     #[inline]
     fn u64_at(&mut self, addr: u64) -> Result<u64, StopReason> {
-        if let Some(v) = self.stack.u64_at(addr) {
-            return Ok(v);
+        // One compare for the common case: the word lies in the stack copy.
+        let off = addr.wrapping_sub(self.stack.addr);
+        if let Some(word) = usize::try_from(off)
+            .ok()
+            .and_then(|off| self.stack.data.get(off..)?.first_chunk::<8>())
+        {
+            return Ok(u64::from_le_bytes(*word));
         }
         self.memory
             .read_u64(addr)

@@ -1,0 +1,314 @@
+//! Unwinding captured stacks: ichnos with SFrame rows, ichnos with converted
+//! `.eh_frame` rows, and framehop (`.eh_frame` with its rule cache), on the
+//! same stack copies in the same run.
+//!
+//! Two stacks: the C fixture stopped by gdb in its leaf (14 frames through
+//! SFrame code, a shared library and libc; needs gcc and gdb), and this
+//! benchmark's own stack captured 40 Rust frames deep (Rust code, libc,
+//! `.eh_frame` only). Before timing, both unwinders must produce the same
+//! return addresses. The table at the end gives frames per second and the
+//! ratio to framehop, computed from criterion's estimates of this run.
+//!
+//! `cargo bench -p ichnos-code --bench unwind`
+
+#[path = "../tests/support/mod.rs"]
+#[allow(dead_code)]
+mod support;
+
+use std::collections::HashMap;
+use std::hint::black_box;
+use std::path::Path;
+
+use criterion::Criterion;
+use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
+use framehop::{ExplicitModuleSectionInfo, Module, Unwinder};
+use ichnos_code::memory::{Memory, NoMemory, ProcessMemory};
+use ichnos_code::unwind::unwind_into;
+use ichnos_code::{unwind_cached, CodeMap, Regs, UnwindCache, UnwindOptions};
+use object::{Object, ObjectSection, ObjectSegment};
+
+struct Stack {
+    name: &'static str,
+    regs: Regs,
+    bytes: Vec<u8>,
+    maps: String,
+}
+
+/// framehop modules for the executable file mappings of `maps`.
+fn framehop_unwinder(maps: &str) -> UnwinderX86_64<Vec<u8>> {
+    let mut unwinder = UnwinderX86_64::new();
+    let entries = ichnos_image::parse_maps(0, maps).unwrap();
+    for m in entries
+        .iter()
+        .filter(|m| m.perms.contains('x') && m.name.starts_with('/'))
+    {
+        let Some(origin) = entries
+            .iter()
+            .find(|o| o.name == m.name && o.offset == 0)
+            .map(|o| o.range.start)
+        else {
+            continue;
+        };
+        let Ok(bytes) = std::fs::read(&m.name) else {
+            continue;
+        };
+        let file = object::File::parse(&*bytes).unwrap();
+        let first = file.segments().map(|s| s.address()).min().unwrap_or(0) & !0xfff;
+        let section = |name: &str| {
+            file.section_by_name(name).map(|s| {
+                (
+                    s.address()..s.address() + s.size(),
+                    s.data().unwrap_or(&[]).to_vec(),
+                )
+            })
+        };
+        let text = section(".text");
+        let eh = section(".eh_frame");
+        let hdr = section(".eh_frame_hdr");
+        let got = section(".got");
+        let info = ExplicitModuleSectionInfo {
+            base_svma: 0,
+            text_svma: text.as_ref().map(|t| t.0.clone()),
+            text: text.map(|t| t.1),
+            got_svma: got.map(|g| g.0),
+            eh_frame_svma: eh.as_ref().map(|e| e.0.clone()),
+            eh_frame: eh.map(|e| e.1),
+            eh_frame_hdr_svma: hdr.as_ref().map(|h| h.0.clone()),
+            eh_frame_hdr: hdr.map(|h| h.1),
+            ..Default::default()
+        };
+        unwinder.add_module(Module::new(
+            m.name.clone(),
+            m.range.clone(),
+            origin - first,
+            info,
+        ));
+    }
+    unwinder
+}
+
+fn framehop_walk(
+    unwinder: &UnwinderX86_64<Vec<u8>>,
+    cache: &mut CacheX86_64,
+    stack: &Stack,
+    out: &mut Vec<u64>,
+) {
+    out.clear();
+    let base = stack.regs.sp;
+    let bytes = &stack.bytes;
+    let mut read = |addr: u64| -> Result<u64, ()> {
+        let off = usize::try_from(addr.checked_sub(base).ok_or(())?).map_err(|_| ())?;
+        let b = bytes.get(off..off + 8).ok_or(())?;
+        Ok(u64::from_le_bytes(b.try_into().unwrap()))
+    };
+    let regs = UnwindRegsX86_64::new(stack.regs.ip, stack.regs.sp, stack.regs.fp);
+    let mut frames = unwinder.iter_frames(stack.regs.ip, regs, cache, &mut read);
+    while let Ok(Some(frame)) = frames.next() {
+        out.push(frame.address());
+    }
+}
+
+const OPTIONS: UnwindOptions = UnwindOptions {
+    max_frames: 256,
+    frame_pointer_fallback: true,
+};
+
+fn ichnos_walk(map: &CodeMap, stack: &Stack, frames: &mut Vec<ichnos_code::Frame>) {
+    unwind_into(
+        map,
+        stack.regs,
+        &stack.bytes,
+        &mut NoMemory,
+        &OPTIONS,
+        frames,
+    );
+}
+
+fn ichnos_walk_cached(
+    map: &CodeMap,
+    cache: &mut UnwindCache,
+    stack: &Stack,
+    frames: &mut Vec<ichnos_code::Frame>,
+) {
+    unwind_cached(
+        map,
+        stack.regs,
+        &stack.bytes,
+        &mut NoMemory,
+        &OPTIONS,
+        cache,
+        frames,
+    );
+}
+
+#[inline(never)]
+fn capture_here() -> Stack {
+    let (ip, sp, fp): (u64, u64, u64);
+    // SAFETY: reads rip, rsp and rbp; touches no memory.
+    unsafe {
+        std::arch::asm!(
+            "lea {ip}, [rip]",
+            "mov {sp}, rsp",
+            "mov {fp}, rbp",
+            ip = out(reg) ip,
+            sp = out(reg) sp,
+            fp = out(reg) fp,
+            options(nomem, nostack, preserves_flags),
+        );
+    }
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let top = ichnos_image::parse_maps(0, &maps)
+        .unwrap()
+        .into_iter()
+        .find(|m| m.range.contains(&sp))
+        .map_or(sp, |m| m.range.end);
+    let mut bytes = vec![0u8; (top - sp).min(64 * 1024) as usize];
+    ProcessMemory::current().read(sp, &mut bytes).unwrap();
+    Stack {
+        name: "rust-self",
+        regs: Regs { ip, sp, fp },
+        bytes,
+        maps,
+    }
+}
+
+#[inline(never)]
+fn deep(n: u32) -> Stack {
+    if n == 0 {
+        return capture_here();
+    }
+    let s = deep(black_box(n - 1));
+    black_box(&s);
+    s
+}
+
+fn fixture_stack(dir: &Path) -> Option<Stack> {
+    let prog = support::build_prog(dir);
+    let stops = support::capture(&prog, &[]);
+    let stop = stops.into_iter().find(|s| s.label.ends_with(":leaf"))?;
+    Some(Stack {
+        name: "c-fixture",
+        regs: Regs {
+            ip: stop.rip,
+            sp: stop.rsp,
+            fp: stop.rbp,
+        },
+        bytes: stop.stack,
+        maps: stop.maps,
+    })
+}
+
+fn mean_ns(group: &str, function: &str) -> Option<f64> {
+    let dir = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"),
+        Into::into,
+    );
+    let path = dir
+        .join("criterion")
+        .join(group)
+        .join(function)
+        .join("new/estimates.json");
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+    json["mean"]["point_estimate"].as_f64()
+}
+
+fn main() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut stacks = vec![deep(40)];
+    match fixture_stack(dir.path()) {
+        Some(s) => stacks.insert(0, s),
+        None => eprintln!("note: the C fixture stack needs gcc and gdb; skipped"),
+    }
+    let mut c = Criterion::default().configure_from_args();
+    let mut cache = HashMap::new();
+    let mut rows = Vec::new();
+    for stack in &stacks {
+        let sframe = support::code_map(&stack.maps, support::Rules::Preferred, &mut cache);
+        let eh = support::code_map(&stack.maps, support::Rules::EhFrameOnly, &mut cache);
+        let fh = framehop_unwinder(&stack.maps);
+        let mut fh_cache = CacheX86_64::new();
+
+        // Same answers before any timing.
+        let mut ours = Vec::new();
+        ichnos_walk(&eh, stack, &mut ours);
+        let mut theirs = Vec::new();
+        framehop_walk(&fh, &mut fh_cache, stack, &mut theirs);
+        let ours_ips: Vec<u64> = ours.iter().map(|f| f.ip).collect();
+        assert_eq!(
+            ours_ips, theirs,
+            "{}: ichnos and framehop disagree",
+            stack.name
+        );
+        let mut with_sframe = Vec::new();
+        ichnos_walk(&sframe, stack, &mut with_sframe);
+        assert_eq!(with_sframe.iter().map(|f| f.ip).collect::<Vec<_>>(), theirs);
+        let frames = theirs.len();
+
+        let group_name = format!("unwind/{}", stack.name);
+        let mut group = c.benchmark_group(&group_name);
+        group.bench_function("ichnos_sframe_rows", |b| {
+            b.iter(|| ichnos_walk(black_box(&sframe), stack, &mut ours));
+        });
+        group.bench_function("ichnos_eh_frame_rows", |b| {
+            b.iter(|| ichnos_walk(black_box(&eh), stack, &mut ours));
+        });
+        let mut cache = UnwindCache::new();
+        group.bench_function("ichnos_sframe_rows_cached", |b| {
+            b.iter(|| ichnos_walk_cached(black_box(&sframe), &mut cache, stack, &mut ours));
+        });
+        let mut cache = UnwindCache::new();
+        group.bench_function("ichnos_eh_frame_rows_cached", |b| {
+            b.iter(|| ichnos_walk_cached(black_box(&eh), &mut cache, stack, &mut ours));
+        });
+        assert_eq!(ours.iter().map(|f| f.ip).collect::<Vec<_>>(), theirs);
+        group.bench_function("framehop", |b| {
+            b.iter(|| framehop_walk(black_box(&fh), &mut fh_cache, stack, &mut theirs));
+        });
+        group.finish();
+        rows.push((stack.name, frames, group_name.replace('/', "_")));
+    }
+    c.final_summary();
+
+    println!("\nnanoseconds per frame, and framehop's time over ours (above 1: ichnos is faster), this run:");
+    println!(
+        "{:>10} {:>6}  {:>9} {:>9} {:>9} {:>9} {:>9}  {:>7} {:>7} {:>7} {:>7}",
+        "stack",
+        "frames",
+        "sframe",
+        "eh",
+        "sframe+c",
+        "eh+c",
+        "framehop",
+        "sframe",
+        "eh",
+        "sframe+c",
+        "eh+c"
+    );
+    for (name, frames, group) in rows {
+        let per_frame = |f| mean_ns(&group, f).map(|ns| ns / frames as f64);
+        let fh = per_frame("framehop");
+        let ours = [
+            per_frame("ichnos_sframe_rows"),
+            per_frame("ichnos_eh_frame_rows"),
+            per_frame("ichnos_sframe_rows_cached"),
+            per_frame("ichnos_eh_frame_rows_cached"),
+        ];
+        let show = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1}"));
+        let ratio = |a: Option<f64>| match (a, fh) {
+            (Some(a), Some(b)) => format!("{:.2}x", b / a),
+            _ => "-".to_owned(),
+        };
+        println!(
+            "{name:>10} {frames:>6}  {:>9} {:>9} {:>9} {:>9} {:>9}  {:>7} {:>7} {:>7} {:>7}",
+            show(ours[0]),
+            show(ours[1]),
+            show(ours[2]),
+            show(ours[3]),
+            show(fh),
+            ratio(ours[0]),
+            ratio(ours[1]),
+            ratio(ours[2]),
+            ratio(ours[3]),
+        );
+    }
+}
