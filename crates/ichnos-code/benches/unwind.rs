@@ -12,7 +12,6 @@
 //! `cargo bench -p ichnos-code --bench unwind`
 
 #[path = "../tests/support/mod.rs"]
-#[allow(dead_code)]
 mod support;
 
 use std::collections::HashMap;
