@@ -167,13 +167,20 @@ impl RegistryError {
     }
 }
 
-/// Rows converted per build id and source, shared by every registration
-/// of the same file.
-type RowCacheMap = HashMap<(Vec<u8>, RowSource), Arc<RowTable>>;
+/// Rows converted per build id and source, shared by every registration of
+/// the same file in every registry of this process (a recorder keeps one
+/// registry per traced process; libc is converted once). Entries are weak:
+/// a table is freed when its last registration goes.
+type RowCacheMap = HashMap<(Vec<u8>, RowSource), std::sync::Weak<RowTable>>;
 
 #[derive(Debug, Default)]
 struct RowCache {
     tables: Mutex<RowCacheMap>,
+}
+
+fn row_cache() -> &'static RowCache {
+    static CACHE: OnceLock<RowCache> = OnceLock::new();
+    CACHE.get_or_init(RowCache::default)
 }
 
 impl RowCache {
@@ -187,11 +194,13 @@ impl RowCache {
             return make();
         };
         let key = (id.to_vec(), source);
-        if let Some(t) = self.lock().get(&key) {
-            return Ok(Arc::clone(t));
+        if let Some(t) = self.lock().get(&key).and_then(std::sync::Weak::upgrade) {
+            return Ok(t);
         }
         let table = make()?;
-        self.lock().insert(key, Arc::clone(&table));
+        let mut map = self.lock();
+        map.retain(|_, weak| weak.strong_count() > 0);
+        map.insert(key, Arc::downgrade(&table));
         Ok(table)
     }
 
@@ -211,7 +220,6 @@ struct Entry {
 pub struct Registry {
     map: ArcSwap<CodeMap>,
     writer: Mutex<Vec<Entry>>,
-    cache: RowCache,
     pid: u32,
     exporter: Option<&'static Exporter>,
 }
@@ -245,7 +253,6 @@ impl Registry {
         Self {
             map: ArcSwap::from_pointee(CodeMap::new()),
             writer: Mutex::new(Vec::new()),
-            cache: RowCache::default(),
             pid,
             exporter: None,
         }
@@ -318,9 +325,11 @@ impl Registry {
     }
 
     fn elf_rows(&self, code: &ElfCode, elf_start: u64) -> Result<(Rows, RowSource), RegistryError> {
-        let build_id = code.build_id.as_deref();
+        // Rows are shared by build id only when counted from a real ELF
+        // range start; a registration without one counts from its text.
+        let build_id = code.build_id.as_deref().filter(|_| !code.elf.is_empty());
         if let Some(range) = &code.sframe {
-            let table = self.cache.get_or_make(build_id, RowSource::Sframe, || {
+            let table = row_cache().get_or_make(build_id, RowSource::Sframe, || {
                 let len = (range.end - range.start) as usize;
                 let mut bytes = Vec::new();
                 bytes
@@ -348,7 +357,7 @@ impl Registry {
             return Ok((Rows::Fixed(table), RowSource::Sframe));
         }
         if let Some(path) = &code.path {
-            let made = self.cache.get_or_make(build_id, RowSource::EhFrame, || {
+            let made = row_cache().get_or_make(build_id, RowSource::EhFrame, || {
                 let bytes = std::fs::read(path).map_err(|e| {
                     RegistryError::InvalidArgument(format!("{}: {e}", path.display()))
                 })?;

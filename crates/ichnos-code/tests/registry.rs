@@ -1,0 +1,190 @@
+//! The registry in this process: self-registration of loaded objects
+//! (a library of ours with SFrame, dlopen'ed), rows shared per build id,
+//! lookups that never wait for a registration, and argument checks.
+
+mod support;
+
+use std::ffi::CString;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use ichnos_code::elf::{file_rows, RowChoice};
+use ichnos_code::{register_loaded_objects, ElfCode, Registry, RegistryError, RowSource, Rows};
+
+/// Builds the fixture library and loads it into this process.
+fn load_libfix() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    support::build_prog(dir.path());
+    let lib = dir.path().join("libfix.so");
+    let c = CString::new(lib.to_str().unwrap()).unwrap();
+    // SAFETY: loading a library of ours whose constructors do nothing.
+    let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW) };
+    assert!(!handle.is_null(), "dlopen {}", lib.display());
+    (dir, lib)
+}
+
+#[test]
+fn loaded_objects_are_registered_with_their_sframe_and_identity() {
+    let (_dir, lib) = load_libfix();
+    let registry = Registry::new();
+    let report = register_loaded_objects(&registry);
+    assert!(report.skipped.is_empty(), "{:?}", report.skipped);
+    let ours = registry
+        .registrations()
+        .into_iter()
+        .find_map(|r| match r {
+            ichnos_code::Registration::Elf(e) if e.path.as_deref() == Some(lib.as_path()) => {
+                Some(e)
+            }
+            _ => None,
+        })
+        .expect("libfix.so registered");
+    assert!(ours.sframe.is_some());
+    let bytes = std::fs::read(&lib).unwrap();
+    let (build_id, _) = ichnos_code::elf::identity(&bytes);
+    assert_eq!(ours.build_id, build_id);
+
+    // Rows read from the loaded SFrame segment equal the rows read from the
+    // file's .sframe section, address for address.
+    let from_file = file_rows(&bytes, RowChoice::Sframe).unwrap();
+    let object = registry.lookup(ours.text.start).unwrap();
+    assert_eq!(object.source, RowSource::Sframe);
+    let mut compared = 0;
+    for pc in ours.text.clone() {
+        let want = from_file
+            .find(pc - ours.elf.start)
+            .map(|r| (r.cfa_off, r.fp_off, r.info));
+        let got = object.find_row(pc).map(|r| (r.cfa_off, r.fp_off, r.info));
+        assert_eq!(got, want, "at {pc:#x}");
+        compared += usize::from(got.is_some());
+    }
+    // lib_inner, lib_call and the PLT: 72 bytes of code with rows.
+    assert!(compared >= 64, "{compared} addresses with rows");
+
+    // A second walk registers nothing new: everything is already there.
+    let again = register_loaded_objects(&registry);
+    assert!(again.registered.is_empty());
+    assert!(again
+        .skipped
+        .iter()
+        .all(|(_, e)| matches!(e, RegistryError::Overlap(_))));
+}
+
+#[test]
+fn rows_are_converted_once_per_build_id() {
+    let (_dir, lib) = load_libfix();
+    let (a, b) = (Registry::new(), Registry::new());
+    register_loaded_objects(&a);
+    register_loaded_objects(&b);
+    let text = a
+        .registrations()
+        .into_iter()
+        .find_map(|r| match r {
+            ichnos_code::Registration::Elf(e) if e.path.as_deref() == Some(lib.as_path()) => {
+                Some(e.text)
+            }
+            _ => None,
+        })
+        .unwrap();
+    let (oa, ob) = (a.lookup(text.start).unwrap(), b.lookup(text.start).unwrap());
+    match (&oa.rows, &ob.rows) {
+        (Rows::Fixed(x), Rows::Fixed(y)) => assert!(Arc::ptr_eq(x, y), "two conversions"),
+        _ => panic!("fixed rows expected"),
+    }
+}
+
+#[test]
+fn lookups_go_on_while_a_registration_is_in_progress() {
+    let registry = Arc::new(Registry::new());
+    registry
+        .register_elf(ElfCode {
+            text: 0x1000..0x2000,
+            ..ElfCode::default()
+        })
+        .unwrap();
+    let registering = Arc::new(AtomicBool::new(false));
+    let during = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (registry, registering, during, stop) = (
+            Arc::clone(&registry),
+            Arc::clone(&registering),
+            Arc::clone(&during),
+            Arc::clone(&stop),
+        );
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Acquire) {
+                assert!(registry.lookup(0x1800).is_some());
+                if registering.load(Ordering::Acquire) {
+                    during.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })
+    };
+    // Registrations that convert a large .eh_frame (libc's) from the file,
+    // without a build id so nothing is cached.
+    let libc_path = std::fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| p.contains("libc.so"))
+        .unwrap()
+        .to_string();
+    for i in 0..5u64 {
+        registering.store(true, Ordering::Release);
+        let base = 0x10_0000_0000 + i * 0x1000_0000;
+        registry
+            .register_elf(ElfCode {
+                elf: base..base + 0x100_0000,
+                text: base + 0x1000..base + 0x10_0000,
+                path: Some(libc_path.clone().into()),
+                ..ElfCode::default()
+            })
+            .unwrap();
+        registering.store(false, Ordering::Release);
+    }
+    stop.store(true, Ordering::Release);
+    reader.join().unwrap();
+    assert!(
+        during.load(Ordering::Relaxed) > 100,
+        "only {} lookups completed during registrations",
+        during.load(Ordering::Relaxed)
+    );
+    assert_eq!(
+        registry.lookup(0x10_0000_2000).unwrap().source,
+        RowSource::EhFrame
+    );
+}
+
+#[test]
+#[allow(clippy::reversed_empty_ranges)] // a reversed range is the point
+fn bad_registrations_are_refused_with_the_right_error() {
+    let r = Registry::new();
+    let err = |code| r.register_elf(code).unwrap_err();
+    let e = err(ElfCode {
+        text: 0x2000..0x1000,
+        ..ElfCode::default()
+    });
+    assert_eq!(e.errno(), -libc::EINVAL);
+    assert!(e.to_string().contains("empty or reversed"), "{e}");
+    let e = err(ElfCode {
+        elf: 0x1000..0x1800,
+        text: 0x1000..0x2000,
+        ..ElfCode::default()
+    });
+    assert_eq!(e.errno(), -libc::EINVAL);
+    r.register_elf(ElfCode {
+        text: 0x1000..0x2000,
+        ..ElfCode::default()
+    })
+    .unwrap();
+    let e = err(ElfCode {
+        text: 0x1fff..0x3000,
+        ..ElfCode::default()
+    });
+    assert_eq!(e.errno(), -libc::EEXIST);
+    assert!(e.to_string().contains("overlaps"), "{e}");
+    assert_eq!(r.unregister(0x1001).unwrap_err().errno(), -libc::ENOENT);
+    r.unregister(0x1000).unwrap();
+    assert!(r.lookup(0x1800).is_none());
+}
