@@ -675,7 +675,10 @@ impl<'a> SframeSection<'a> {
         let func_off = fde
             .start
             .checked_sub(base)
-            .filter(|o| u32::try_from(o + u64::from(fde.size)).is_ok())
+            .filter(|o| {
+                o.checked_add(u64::from(fde.size))
+                    .is_some_and(|end| u32::try_from(end).is_ok())
+            })
             .ok_or(err(
                 fde.offset,
                 "sfde_func_start_address",
