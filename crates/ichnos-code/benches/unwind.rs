@@ -14,7 +14,6 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use std::collections::HashMap;
 use std::hint::black_box;
 use std::path::Path;
 
@@ -219,11 +218,10 @@ fn main() {
         None => eprintln!("note: the C fixture stack needs gcc and gdb; skipped"),
     }
     let mut c = Criterion::default().configure_from_args();
-    let mut cache = HashMap::new();
     let mut rows = Vec::new();
     for stack in &stacks {
-        let sframe = support::code_map(&stack.maps, support::Rules::Preferred, &mut cache);
-        let eh = support::code_map(&stack.maps, support::Rules::EhFrameOnly, &mut cache);
+        let sframe = support::code_map(&stack.maps, support::Rules::Preferred);
+        let eh = support::code_map(&stack.maps, support::Rules::EhFrameOnly);
         let fh = framehop_unwinder(&stack.maps);
         let mut fh_cache = CacheX86_64::new();
 

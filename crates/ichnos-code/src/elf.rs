@@ -14,6 +14,15 @@ pub fn first_load_vaddr(elf: &[u8]) -> Option<u64> {
     file.segments().map(|s| s.address()).min()
 }
 
+/// Whether an ELF file has a section of this name.
+#[must_use]
+pub fn has_section(elf: &[u8], name: &str) -> bool {
+    use object::ObjectSection as _;
+    object::File::parse(elf)
+        .ok()
+        .is_some_and(|f| f.section_by_name(name).is_some_and(|s| s.size() > 0))
+}
+
 /// A `.gnu_debuglink`: the debug file's name and its CRC32.
 pub type DebugLink = (Vec<u8>, u32);
 

@@ -42,6 +42,7 @@ pub mod export;
 pub mod jit;
 pub mod loaded;
 pub mod memory;
+pub mod process;
 pub mod registry;
 pub mod row;
 pub mod sframe;

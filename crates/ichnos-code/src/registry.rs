@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use arc_swap::ArcSwap;
 
 use crate::code_map::{CodeMap, CodeObject, FindRow, Lookup, Overlap, RowSource, Rows};
+use crate::elf::RowChoice;
 use crate::export::Exporter;
 use crate::jit::{JitRows, JitUnwindTable};
 use crate::memory::{Memory, MemoryError, ProcessMemory};
@@ -171,25 +172,25 @@ impl RegistryError {
 /// the same file in every registry of this process (a recorder keeps one
 /// registry per traced process; libc is converted once). Entries are weak:
 /// a table is freed when its last registration goes.
-type RowCacheMap = HashMap<(Vec<u8>, RowSource), std::sync::Weak<RowTable>>;
+type RowCacheMap = HashMap<(Vec<u8>, RowChoice), std::sync::Weak<RowTable>>;
 
 #[derive(Debug, Default)]
-struct RowCache {
+pub(crate) struct RowCache {
     tables: Mutex<RowCacheMap>,
 }
 
-fn row_cache() -> &'static RowCache {
+pub(crate) fn row_cache() -> &'static RowCache {
     static CACHE: OnceLock<RowCache> = OnceLock::new();
     CACHE.get_or_init(RowCache::default)
 }
 
 impl RowCache {
-    fn get_or_make(
+    pub(crate) fn get_or_make<E>(
         &self,
         build_id: Option<&[u8]>,
-        source: RowSource,
-        make: impl FnOnce() -> Result<Arc<RowTable>, RegistryError>,
-    ) -> Result<Arc<RowTable>, RegistryError> {
+        source: RowChoice,
+        make: impl FnOnce() -> Result<Arc<RowTable>, E>,
+    ) -> Result<Arc<RowTable>, E> {
         let Some(id) = build_id.filter(|id| !id.is_empty()) else {
             return make();
         };
@@ -329,7 +330,7 @@ impl Registry {
         // range start; a registration without one counts from its text.
         let build_id = code.build_id.as_deref().filter(|_| !code.elf.is_empty());
         if let Some(range) = &code.sframe {
-            let table = row_cache().get_or_make(build_id, RowSource::Sframe, || {
+            let table = row_cache().get_or_make(build_id, RowChoice::Sframe, || {
                 let len = (range.end - range.start) as usize;
                 let mut bytes = Vec::new();
                 bytes
@@ -352,18 +353,18 @@ impl Registry {
                     }
                 })?;
                 let conversion = section.to_rows();
-                Ok(Arc::new(rebase(&conversion.table, elf_start)))
+                Ok::<_, RegistryError>(Arc::new(rebase(&conversion.table, elf_start)))
             })?;
             return Ok((Rows::Fixed(table), RowSource::Sframe));
         }
         if let Some(path) = &code.path {
-            let made = row_cache().get_or_make(build_id, RowSource::EhFrame, || {
+            let made = row_cache().get_or_make(build_id, RowChoice::EhFrame, || {
                 let bytes = std::fs::read(path).map_err(|e| {
                     RegistryError::InvalidArgument(format!("{}: {e}", path.display()))
                 })?;
                 // The file's addresses are link-time, counted here from the
                 // page of its first PT_LOAD, as the ELF range is.
-                crate::elf::file_rows(&bytes, crate::elf::RowChoice::EhFrame)
+                crate::elf::file_rows(&bytes, RowChoice::EhFrame)
                     .map(Arc::new)
                     .map_err(|e| RegistryError::InvalidArgument(format!("{}: {e}", path.display())))
             });

@@ -81,3 +81,59 @@ pub(crate) fn loaded_objects() -> Vec<LoadedObject> {
     }
     out
 }
+
+/// The registers of a stopped thread.
+pub(crate) struct ThreadRegs {
+    pub ip: u64,
+    pub sp: u64,
+    pub fp: u64,
+}
+
+/// Stops thread `tid` with `PTRACE_SEIZE` + `PTRACE_INTERRUPT`, calls `f`
+/// with its registers while it is stopped, and detaches (the thread then
+/// continues as if nothing happened).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn with_stopped_thread<T>(
+    tid: libc::pid_t,
+    f: impl FnOnce(ThreadRegs) -> T,
+) -> io::Result<T> {
+    let last = || io::Error::last_os_error();
+    // SAFETY: ptrace requests on a thread id with null address/data
+    // arguments, as PTRACE_SEIZE and PTRACE_INTERRUPT take them.
+    unsafe {
+        if libc::ptrace(libc::PTRACE_SEIZE, tid, 0usize, 0usize) != 0 {
+            return Err(last());
+        }
+        if libc::ptrace(libc::PTRACE_INTERRUPT, tid, 0usize, 0usize) != 0 {
+            let e = last();
+            libc::ptrace(libc::PTRACE_DETACH, tid, 0usize, 0usize);
+            return Err(e);
+        }
+    }
+    let mut status = 0;
+    // SAFETY: waits for the thread we just interrupted; `status` is ours.
+    let waited = unsafe { libc::waitpid(tid, &raw mut status, libc::__WALL) };
+    if waited != tid {
+        let e = last();
+        // SAFETY: detaching the thread we seized.
+        unsafe { libc::ptrace(libc::PTRACE_DETACH, tid, 0usize, 0usize) };
+        return Err(e);
+    }
+    let mut regs = std::mem::MaybeUninit::<libc::user_regs_struct>::zeroed();
+    // SAFETY: PTRACE_GETREGS writes one user_regs_struct to `regs`.
+    let got = unsafe { libc::ptrace(libc::PTRACE_GETREGS, tid, 0usize, regs.as_mut_ptr()) };
+    let result = if got == 0 {
+        // SAFETY: zero-initialised and filled by the kernel.
+        let regs = unsafe { regs.assume_init() };
+        Ok(f(ThreadRegs {
+            ip: regs.rip,
+            sp: regs.rsp,
+            fp: regs.rbp,
+        }))
+    } else {
+        Err(last())
+    };
+    // SAFETY: detaching the thread we seized; it resumes.
+    unsafe { libc::ptrace(libc::PTRACE_DETACH, tid, 0usize, 0usize) };
+    result
+}

@@ -7,8 +7,6 @@
 
 mod support;
 
-use std::collections::HashMap;
-
 use ichnos_code::memory::NoMemory;
 use ichnos_code::{unwind, FindRow, Lookup, Regs, StopReason, UnwindOptions};
 use support::{build_prog, capture, code_map, Rules, Stop};
@@ -76,10 +74,9 @@ fn stops() -> (tempfile::TempDir, Vec<Stop>) {
 
 #[test]
 fn eh_frame_alone_agrees_with_gdb_to_the_outermost_frame() {
-    let mut cache = HashMap::new();
     let (_dir, stops) = stops();
     for stop in stops {
-        let map = code_map(&stop.maps, Rules::EhFrameOnly, &mut cache);
+        let map = code_map(&stop.maps, Rules::EhFrameOnly);
         let (ours, why) = walk(&stop, &map, false);
         let gdb: Vec<u64> = stop.frames.iter().map(|f| f.0).collect();
         assert_eq!(ours, gdb, "{}", describe(&stop));
@@ -89,11 +86,10 @@ fn eh_frame_alone_agrees_with_gdb_to_the_outermost_frame() {
 
 #[test]
 fn sframe_alone_agrees_with_gdb_while_sframe_covers_the_frames() {
-    let mut cache = HashMap::new();
     let mut deepest = 0;
     let (_dir, stops) = stops();
     for stop in stops {
-        let map = code_map(&stop.maps, Rules::SframeOnly, &mut cache);
+        let map = code_map(&stop.maps, Rules::SframeOnly);
         let (ours, why) = walk(&stop, &map, false);
         // gdb's frames up to and including the first one outside any
         // object with SFrame (libc has none here).
@@ -118,10 +114,9 @@ fn sframe_alone_agrees_with_gdb_while_sframe_covers_the_frames() {
 
 #[test]
 fn sframe_then_eh_frame_agrees_with_gdb_everywhere() {
-    let mut cache = HashMap::new();
     let (_dir, stops) = stops();
     for stop in stops {
-        let map = code_map(&stop.maps, Rules::Preferred, &mut cache);
+        let map = code_map(&stop.maps, Rules::Preferred);
         let (ours, why) = walk(&stop, &map, true);
         let gdb: Vec<u64> = stop.frames.iter().map(|f| f.0).collect();
         assert_eq!(ours, gdb, "{}", describe(&stop));

@@ -38,7 +38,10 @@ fn an_image_serves_reads_across_its_segments() {
 fn the_live_process_is_read_without_faults() {
     let value: u64 = 0x0123_4567_89ab_cdef;
     let mut me = ProcessMemory::current();
-    assert_eq!(me.read_u64(std::ptr::addr_of!(value) as u64).unwrap(), value);
+    assert_eq!(
+        me.read_u64(std::ptr::addr_of!(value) as u64).unwrap(),
+        value
+    );
     assert!(me.read_u64(0x10).is_err());
     assert!(me.read_u64(u64::MAX - 4).is_err());
 }
@@ -46,8 +49,14 @@ fn the_live_process_is_read_without_faults() {
 #[test]
 fn bytes_are_read_only_inside_the_block() {
     let data: Vec<u8> = (0..32).collect();
-    let mut b = Bytes { addr: 0x1000, data: &data };
-    assert_eq!(b.read_u64(0x1018).unwrap(), u64::from_le_bytes(data[24..32].try_into().unwrap()));
+    let mut b = Bytes {
+        addr: 0x1000,
+        data: &data,
+    };
+    assert_eq!(
+        b.read_u64(0x1018).unwrap(),
+        u64::from_le_bytes(data[24..32].try_into().unwrap())
+    );
     assert!(b.read_u64(0x1019).is_err());
     assert!(b.read_u64(0xfff).is_err());
     assert!(b.read_u64(u64::MAX).is_err());

@@ -8,6 +8,8 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
+
+mod stack;
 use ichnos_image::{Asid, Image, ImageSection, SectionCache};
 
 #[derive(Parser, Debug)]
@@ -27,6 +29,8 @@ struct Cli {
 enum Command {
     /// List an image's sections (and optionally read memory through it).
     Image(ImageArgs),
+    /// Print the stacks of a live process's threads.
+    Stack(stack::StackArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -68,6 +72,7 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 fn run(cli: &Cli) -> Result<()> {
     match &cli.command {
         Command::Image(args) => image(cli, args),
+        Command::Stack(args) => stack::stack(args, cli.verbose),
     }
 }
 

@@ -124,3 +124,95 @@ fn usage_errors_exit_2() {
     );
     assert_eq!(ichnos(&["image"]).status.code(), Some(1));
 }
+
+/// A process waiting under frames of its own; killed when dropped.
+struct Sleeper(std::process::Child);
+
+impl Drop for Sleeper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_sleeper(dir: &std::path::Path) -> Sleeper {
+    use std::io::BufRead;
+    let exe = dir.join("sleeper");
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sleeper.c");
+    let status = Command::new("gcc")
+        .args(["-O2", "-fomit-frame-pointer", "-Wa,--gsframe", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut child = Command::new(&exe)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready");
+    // Let it reach pause().
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    Sleeper(child)
+}
+
+fn frame_addresses(text: &str) -> Vec<u64> {
+    text.lines()
+        .filter_map(|l| l.trim_start().strip_prefix('#'))
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .filter_map(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).ok())
+        .collect()
+}
+
+#[test]
+fn stack_of_a_live_process_agrees_with_gdb() {
+    let dir = tempfile::tempdir().unwrap();
+    let sleeper = start_sleeper(dir.path());
+    let pid = sleeper.0.id().to_string();
+    let out = ichnos(&["stack", "-p", &pid]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ours = stdout(&out);
+    assert!(ours.contains("stopped: outermost frame"), "{ours}");
+    assert!(ours.contains("[via sframe]"), "{ours}");
+    let gdb = Command::new("gdb")
+        .args(["--batch", "-nx", "-p", &pid])
+        .args([
+            "-ex",
+            "set backtrace past-main on",
+            "-ex",
+            "set backtrace past-entry on",
+            "-ex",
+            "bt",
+        ])
+        .output()
+        .expect("gdb runs");
+    let gdb_text = String::from_utf8_lossy(&gdb.stdout);
+    // gdb prints frame 0 without its address when it has line information.
+    let mut want = frame_addresses(&gdb_text);
+    let got = frame_addresses(&ours);
+    if want.len() + 1 == got.len() {
+        want.insert(0, got[0]);
+    }
+    assert_eq!(got, want, "ichnos:\n{ours}\ngdb:\n{gdb_text}");
+    assert!(got.len() >= 8, "{ours}");
+    // The process carries on after both looked.
+    assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
+}
+
+#[test]
+fn stack_errors_name_the_process() {
+    let out = ichnos(&["stack", "-p", "999999999"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("process 999999999 does not exist"), "{err}");
+    let out = ichnos(&["stack"]);
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -5,13 +5,11 @@
 
 pub mod sframe_writer;
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
 
 use ichnos_code::elf::RowChoice;
-use ichnos_code::{CodeMap, CodeObject, RowSource, Rows};
+use ichnos_code::CodeMap;
 
 /// The C compiler flags of every fixture: no frame pointers, SFrame.
 pub const CFLAGS: &[&str] = &["-O2", "-g", "-fomit-frame-pointer", "-Wa,--gsframe"];
@@ -134,55 +132,13 @@ pub enum Rules {
 }
 
 /// Builds the code map of a process from its `/proc/PID/maps` text: one
-/// code object per executable file mapping.
-pub fn code_map(
-    maps: &str,
-    rules: Rules,
-    cache: &mut HashMap<(String, RowChoice), Option<Arc<ichnos_code::RowTable>>>,
-) -> CodeMap {
+/// code object per executable file mapping (the library's own builder).
+pub fn code_map(maps: &str, rules: Rules) -> CodeMap {
     let entries = ichnos_image::parse_maps(0, maps).unwrap();
-    let mut map = CodeMap::new();
-    for m in entries
-        .iter()
-        .filter(|m| m.perms.contains('x') && m.name.starts_with('/'))
-    {
-        let Some(origin) = entries
-            .iter()
-            .find(|o| o.name == m.name && o.offset == 0)
-            .map(|o| o.range.start)
-        else {
-            continue;
-        };
-        let mut table_for = |choice| {
-            cache
-                .entry((m.name.clone(), choice))
-                .or_insert_with(|| {
-                    let bytes = std::fs::read(&m.name).ok()?;
-                    ichnos_code::elf::file_rows(&bytes, choice)
-                        .ok()
-                        .map(Arc::new)
-                })
-                .clone()
-        };
-        let chosen = match rules {
-            Rules::SframeOnly => table_for(RowChoice::Sframe).map(|t| (t, RowSource::Sframe)),
-            Rules::EhFrameOnly => table_for(RowChoice::EhFrame).map(|t| (t, RowSource::EhFrame)),
-            Rules::Preferred => {
-                table_for(RowChoice::SframeThenEhFrame).map(|t| (t, RowSource::Sframe))
-            }
-        };
-        let Some((table, source)) = chosen else {
-            continue;
-        };
-        map.insert(Arc::new(CodeObject {
-            start: m.range.start,
-            end: m.range.end,
-            bias: origin,
-            rows: Rows::Fixed(table),
-            source,
-            name: Arc::from(m.name.as_str()),
-        }))
-        .unwrap();
-    }
-    map
+    let choice = match rules {
+        Rules::SframeOnly => RowChoice::Sframe,
+        Rules::EhFrameOnly => RowChoice::EhFrame,
+        Rules::Preferred => RowChoice::SframeThenEhFrame,
+    };
+    ichnos_code::process::code_map_from_maps(&entries, choice).map
 }

@@ -1,0 +1,142 @@
+//! `ichnos stack`: the stacks of a live process's threads, taken for a
+//! moment with ptrace and unwound by ichnos (SFrame, `.eh_frame`, JIT
+//! tables the process registered, frame pointers).
+
+use std::io::Write;
+
+use anyhow::{Context, Result};
+use ichnos_code::elf::RowChoice;
+use ichnos_code::process::{code_map_for_process, take_stack, unwind_thread};
+use ichnos_code::{CodeMap, FrameKind, RowSource, StopReason, UnwindOptions};
+
+/// Where unwind rows come from.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rows {
+    /// SFrame where a file has it, `.eh_frame` elsewhere.
+    Both,
+    /// SFrame only.
+    Sframe,
+    /// `.eh_frame` only.
+    EhFrame,
+}
+
+/// Arguments of `ichnos stack`.
+#[derive(clap::Args, Debug)]
+pub struct StackArgs {
+    /// The process.
+    #[arg(short, long, value_name = "PID")]
+    pid: u32,
+    /// Only this thread (default: every thread of the process).
+    #[arg(long, value_name = "TID")]
+    tid: Option<u32>,
+    /// Which unwind information to use.
+    #[arg(long, value_enum, default_value_t = Rows::Both)]
+    rows: Rows,
+    /// Do not follow frame pointers where no unwind information applies.
+    #[arg(long)]
+    no_frame_pointers: bool,
+    /// At most this many frames per thread.
+    #[arg(long, default_value_t = 256, value_name = "N")]
+    max_frames: usize,
+}
+
+pub fn stack(args: &StackArgs, verbose: bool) -> Result<()> {
+    let choice = match args.rows {
+        Rows::Both => RowChoice::SframeThenEhFrame,
+        Rows::Sframe => RowChoice::Sframe,
+        Rows::EhFrame => RowChoice::EhFrame,
+    };
+    let pid = args.pid;
+    if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        anyhow::bail!("process {pid} does not exist");
+    }
+    let code = code_map_for_process(pid, choice)
+        .with_context(|| format!("cannot read the mappings of process {pid}"))?;
+    if verbose {
+        for s in &code.skipped {
+            eprintln!("note: no unwind rows for {}: {}", s.path, s.reason);
+        }
+    }
+    let map = with_registered_jit_code(pid, code.map, verbose);
+    let tids = match args.tid {
+        Some(tid) => vec![tid],
+        None => threads(pid)?,
+    };
+    let options = UnwindOptions {
+        max_frames: args.max_frames,
+        frame_pointer_fallback: !args.no_frame_pointers,
+    };
+    let mut out = std::io::stdout().lock();
+    for (i, tid) in tids.iter().enumerate() {
+        let stack = take_stack(*tid, 256 * 1024).map_err(|e| {
+            let hint = if e.raw_os_error() == Some(libc::EPERM) {
+                " (tracing needs the same user and kernel.yama.ptrace_scope 0, or CAP_SYS_PTRACE)"
+            } else {
+                ""
+            };
+            anyhow::anyhow!("cannot stop thread {tid} of process {pid}: {e}{hint}")
+        })?;
+        let walk = unwind_thread(&map, &stack, &options);
+        if i > 0 {
+            writeln!(out)?;
+        }
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+            .map(|c| c.trim().to_owned())
+            .unwrap_or_default();
+        writeln!(out, "thread {tid} ({comm})")?;
+        for (n, frame) in walk.frames.iter().enumerate() {
+            let how = match frame.kind {
+                FrameKind::Registers => "registers",
+                FrameKind::Row(RowSource::Sframe) => "via sframe",
+                FrameKind::Row(RowSource::EhFrame) => "via eh_frame",
+                FrameKind::Row(RowSource::Jit) => "via jit table",
+                FrameKind::Row(RowSource::None) | FrameKind::FramePointer => "via frame pointer",
+            };
+            let place = map.find(frame.lookup_address()).map_or_else(
+                || "?".to_owned(),
+                |o| format!("{}+{:#x}", o.name, frame.ip - o.bias),
+            );
+            writeln!(out, "  #{n:<3} {:#018x}  {place}  [{how}]", frame.ip)?;
+        }
+        writeln!(out, "  stopped: {}", describe(walk.stop))?;
+    }
+    Ok(())
+}
+
+/// Adds the JIT code the process registered (if it exports a registry).
+fn with_registered_jit_code(pid: u32, mut map: CodeMap, verbose: bool) -> CodeMap {
+    let Ok((registry, _)) = ichnos_code::Registry::from_process(pid) else {
+        return map;
+    };
+    for object in registry.snapshot().objects() {
+        if object.source == RowSource::Jit {
+            if let Err(e) = map.insert(std::sync::Arc::clone(object)) {
+                if verbose {
+                    eprintln!("note: registered JIT code left out: {e}");
+                }
+            }
+        }
+    }
+    map
+}
+
+fn threads(pid: u32) -> Result<Vec<u32>> {
+    let dir = format!("/proc/{pid}/task");
+    let mut tids: Vec<u32> = std::fs::read_dir(&dir)
+        .with_context(|| format!("process {pid} does not exist or cannot be read ({dir})"))?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    tids.sort_unstable();
+    Ok(tids)
+}
+
+fn describe(stop: StopReason) -> String {
+    match stop {
+        StopReason::Outermost => "outermost frame".into(),
+        StopReason::Loop => "the stack pointer did not move up (loop or corrupt stack)".into(),
+        StopReason::DepthLimit => "frame limit (--max-frames)".into(),
+        StopReason::StackEnd { addr } => format!("cannot read the stack at {addr:#x}"),
+        StopReason::NoUnwindInfo { pc } => format!("no unwind information for {pc:#x}"),
+        StopReason::BadAddress => "an address overflowed (corrupt registers or rows)".into(),
+    }
+}
