@@ -198,10 +198,9 @@ impl CodeMap {
 
     /// Removes the object starting at `start`.
     pub fn remove(&mut self, start: u64) -> Option<Arc<CodeObject>> {
-        let i = self
-            .objects
-            .binary_search_by_key(&start, |o| o.start)
-            .ok()?;
+        let i = self.starts.binary_search(&start).ok()?;
+        self.starts.remove(i);
+        self.generation = next_generation();
         Some(self.objects.remove(i))
     }
 
@@ -231,5 +230,55 @@ impl FindRow for CodeMap {
     /// tables are immutable and JIT rows are only ever added.
     fn generation(&self) -> Option<u64> {
         Some(self.generation)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(start: u64, end: u64) -> Arc<CodeObject> {
+        Arc::new(CodeObject {
+            start,
+            end,
+            bias: 0,
+            rows: Rows::Fixed(Arc::new(RowTable::new(0))),
+            source: RowSource::None,
+            name: Arc::from(""),
+        })
+    }
+
+    proptest::proptest! {
+        /// Inserts and removals against a list searched linearly.
+        #[test]
+        fn find_agrees_with_a_model_through_inserts_and_removals(
+            ops in proptest::collection::vec((proptest::bool::ANY, 0u64..64, 1u64..4), 1..80),
+            probes in proptest::collection::vec(0u64..0x50, 40),
+        ) {
+            let mut map = CodeMap::new();
+            let mut model: Vec<(u64, u64)> = Vec::new();
+            for (insert, at, len) in ops {
+                let (start, end) = (at, at + len);
+                if insert {
+                    let free = model.iter().all(|&(s, e)| end <= s || e <= start);
+                    let before = map.generation;
+                    proptest::prop_assert_eq!(map.insert(object(start, end)).is_ok(), free);
+                    if free {
+                        model.push((start, end));
+                        proptest::prop_assert_ne!(map.generation, before);
+                    }
+                } else {
+                    let present = model.iter().position(|&(s, _)| s == start);
+                    proptest::prop_assert_eq!(map.remove(start).is_some(), present.is_some());
+                    if let Some(i) = present {
+                        model.remove(i);
+                    }
+                }
+                for &pc in &probes {
+                    let want = model.iter().find(|&&(s, e)| s <= pc && pc < e).map(|r| r.0);
+                    proptest::prop_assert_eq!(map.find(pc).map(|o| o.start), want);
+                }
+            }
+        }
     }
 }
