@@ -45,6 +45,28 @@ fn compile(out: &Path, extra: &[&str]) {
     compile_source("iscache_test.c", out, extra);
 }
 
+/// How a C test program is linked with libichnos.
+#[derive(Clone, Copy)]
+enum Linkage {
+    Shared,
+    Static,
+}
+
+/// Compiles `source` against libichnos with `flags` before the library
+/// arguments. A shared build runs with `LD_LIBRARY_PATH` = [`lib_dir`].
+fn compile_with_libichnos(source: &str, out: &Path, linkage: Linkage, flags: &[&str]) {
+    let lib = lib_dir();
+    let include = repo_root().join("include");
+    let archive = lib.join("libichnos.a");
+    let mut args: Vec<&str> = flags.to_vec();
+    args.extend(["-I", include.to_str().unwrap()]);
+    match linkage {
+        Linkage::Shared => args.extend(["-L", lib.to_str().unwrap(), "-lichnos"]),
+        Linkage::Static => args.extend([archive.to_str().unwrap(), "-lpthread", "-ldl", "-lm"]),
+    }
+    compile_source(source, out, &args);
+}
+
 fn compile_source(name: &str, out: &Path, extra: &[&str]) {
     let source = repo_root().join("crates/ichnos-capi/tests/c").join(name);
     let status = Command::new("gcc")
@@ -92,40 +114,15 @@ fn run_expecting(program: &Path, ld_path: Option<&Path>, min_checks: u32) -> Str
 fn c_program_against_shared_libichnos() {
     let dir = tempfile::tempdir().unwrap();
     let exe = dir.path().join("iscache_test");
-    let lib = lib_dir();
-    let include = repo_root().join("include");
-    compile(
-        &exe,
-        &[
-            "-DICHNOS",
-            "-I",
-            include.to_str().unwrap(),
-            "-L",
-            lib.to_str().unwrap(),
-            "-lichnos",
-        ],
-    );
-    run(&exe, Some(&lib));
+    compile_with_libichnos("iscache_test.c", &exe, Linkage::Shared, &["-DICHNOS"]);
+    run(&exe, Some(&lib_dir()));
 }
 
 #[test]
 fn c_program_against_static_libichnos() {
     let dir = tempfile::tempdir().unwrap();
     let exe = dir.path().join("iscache_test_static");
-    let archive = lib_dir().join("libichnos.a");
-    let include = repo_root().join("include");
-    compile(
-        &exe,
-        &[
-            "-DICHNOS",
-            "-I",
-            include.to_str().unwrap(),
-            archive.to_str().unwrap(),
-            "-lpthread",
-            "-ldl",
-            "-lm",
-        ],
-    );
+    compile_with_libichnos("iscache_test.c", &exe, Linkage::Static, &["-DICHNOS"]);
     run(&exe, None);
 }
 
@@ -153,36 +150,20 @@ fn c_program_against_libipt() {
 #[test]
 fn codectl_from_c_shared_and_static() {
     let dir = tempfile::tempdir().unwrap();
-    let lib = lib_dir();
-    let include = repo_root().join("include");
     let shared = dir.path().join("codectl_test");
-    compile_source(
+    compile_with_libichnos(
         "codectl_test.c",
         &shared,
-        &[
-            "-Wa,--gsframe",
-            "-I",
-            include.to_str().unwrap(),
-            "-L",
-            lib.to_str().unwrap(),
-            "-lichnos",
-        ],
+        Linkage::Shared,
+        &["-Wa,--gsframe"],
     );
-    run_expecting(&shared, Some(&lib), 50);
+    run_expecting(&shared, Some(&lib_dir()), 50);
     let fixed = dir.path().join("codectl_test_static");
-    let archive = lib.join("libichnos.a");
-    compile_source(
+    compile_with_libichnos(
         "codectl_test.c",
         &fixed,
-        &[
-            "-Wa,--gsframe",
-            "-I",
-            include.to_str().unwrap(),
-            archive.to_str().unwrap(),
-            "-lpthread",
-            "-ldl",
-            "-lm",
-        ],
+        Linkage::Static,
+        &["-Wa,--gsframe"],
     );
     run_expecting(&fixed, None, 50);
 }
@@ -214,20 +195,8 @@ fn another_process_reads_the_registry() {
     use std::io::{BufRead, Write};
     let dir = tempfile::tempdir().unwrap();
     let lib = lib_dir();
-    let include = repo_root().join("include");
     let exe = dir.path().join("remote_child");
-    compile_source(
-        "remote_child.c",
-        &exe,
-        &[
-            "-Wa,--gsframe",
-            "-I",
-            include.to_str().unwrap(),
-            "-L",
-            lib.to_str().unwrap(),
-            "-lichnos",
-        ],
-    );
+    compile_with_libichnos("remote_child.c", &exe, Linkage::Shared, &["-Wa,--gsframe"]);
     let mut child = Command::new(&exe)
         .env("LD_LIBRARY_PATH", &lib)
         .stdin(std::process::Stdio::piped())

@@ -36,15 +36,8 @@ struct Stack {
 fn framehop_unwinder(maps: &str) -> UnwinderX86_64<Vec<u8>> {
     let mut unwinder = UnwinderX86_64::new();
     let entries = ichnos_image::parse_maps(0, maps).unwrap();
-    for m in entries
-        .iter()
-        .filter(|m| m.perms.contains('x') && m.name.starts_with('/'))
-    {
-        let Some(origin) = entries
-            .iter()
-            .find(|o| o.name == m.name && o.offset == 0)
-            .map(|o| o.range.start)
-        else {
+    for (m, origin) in ichnos_code::process::executable_file_mappings(&entries) {
+        let Some(origin) = origin else {
             continue;
         };
         let Ok(bytes) = std::fs::read(&m.name) else {

@@ -43,16 +43,8 @@ pub struct ProcessCode {
 pub fn code_map_from_maps(entries: &[MapsEntry], choice: RowChoice) -> ProcessCode {
     let mut out = ProcessCode::default();
     let mut per_file: HashMap<&str, Result<(Arc<RowTable>, RowSource), String>> = HashMap::new();
-    for m in entries
-        .iter()
-        .filter(|m| m.perms.contains('x') && m.name.starts_with('/'))
-    {
-        // The ELF origin: where the file's first page is mapped.
-        let Some(origin) = entries
-            .iter()
-            .find(|o| o.name == m.name && o.offset == 0)
-            .map(|o| o.range.start)
-        else {
+    for (m, origin) in executable_file_mappings(entries) {
+        let Some(origin) = origin else {
             out.skipped.push(SkippedCode {
                 path: m.name.clone(),
                 reason: "no mapping of the file's first page".into(),
@@ -93,6 +85,23 @@ pub fn code_map_from_maps(entries: &[MapsEntry], choice: RowChoice) -> ProcessCo
 
 /// The file's rows and their main source (SFrame if the file has it and
 /// `choice` allows it).
+/// The executable mappings of files, each with the file's ELF origin:
+/// where its first page is mapped (`None` if it is not).
+pub fn executable_file_mappings(
+    entries: &[MapsEntry],
+) -> impl Iterator<Item = (&MapsEntry, Option<u64>)> {
+    entries
+        .iter()
+        .filter(|m| m.perms.contains('x') && m.name.starts_with('/'))
+        .map(|m| {
+            let origin = entries
+                .iter()
+                .find(|o| o.name == m.name && o.offset == 0)
+                .map(|o| o.range.start);
+            (m, origin)
+        })
+}
+
 fn rows_for_file(path: &str, choice: RowChoice) -> Result<(Arc<RowTable>, RowSource), String> {
     let bytes = std::fs::read(path).map_err(|e| format!("cannot read: {e}"))?;
     let (build_id, _) = crate::elf::identity(&bytes);

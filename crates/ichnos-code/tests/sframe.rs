@@ -191,29 +191,27 @@ proptest! {
     }
 }
 
-#[test]
-fn every_truncation_is_an_error_naming_a_field() {
-    let funcs = vec![ModelFunc {
+/// One 64-byte function at `0x40_1000`: CFA = SP+8, then from offset 4
+/// CFA = SP+16 with the FP saved at `fp`.
+fn one_function(fp: Option<i32>) -> Vec<ModelFunc> {
+    let row = |start, cfa, fp| ModelFre {
+        start,
+        sp_base: true,
+        cfa,
+        ra: None,
+        fp,
+    };
+    vec![ModelFunc {
         start: 0x40_1000,
         size: 64,
         mask: None,
-        fres: vec![
-            ModelFre {
-                start: 0,
-                sp_base: true,
-                cfa: 8,
-                ra: None,
-                fp: None,
-            },
-            ModelFre {
-                start: 4,
-                sp_base: true,
-                cfa: 16,
-                ra: None,
-                fp: Some(-16),
-            },
-        ],
-    }];
+        fres: vec![row(0, 8, None), row(4, 16, fp)],
+    }]
+}
+
+#[test]
+fn every_truncation_is_an_error_naming_a_field() {
+    let funcs = one_function(Some(-16));
     for flavour in [Flavour::V1, Flavour::V2, Flavour::V2Pcrel, Flavour::V3] {
         let bytes = encode(&funcs, flavour, Arch::Amd64, SECTION_ADDR);
         assert!(SframeSection::parse(&bytes, SECTION_ADDR).is_ok());
@@ -232,27 +230,7 @@ fn parse(b: &[u8]) -> Result<SframeSection<'_>, ichnos_code::sframe::SframeError
 
 #[test]
 fn malformed_fields_are_named() {
-    let funcs = vec![ModelFunc {
-        start: 0x40_1000,
-        size: 64,
-        mask: None,
-        fres: vec![
-            ModelFre {
-                start: 0,
-                sp_base: true,
-                cfa: 8,
-                ra: None,
-                fp: None,
-            },
-            ModelFre {
-                start: 4,
-                sp_base: true,
-                cfa: 16,
-                ra: None,
-                fp: None,
-            },
-        ],
-    }];
+    let funcs = one_function(None);
     let good = encode(&funcs, Flavour::V2, Arch::Amd64, SECTION_ADDR);
 
     let mut b = good.clone();
