@@ -255,7 +255,12 @@ pub unsafe extern "C" fn ichnos_code_lookup(addr: u64, out: *mut ichnos_code_loo
         ..ichnos_code_lookup::default()
     };
     if let Some((start, mut row)) = object.find_row_at(addr) {
+        // A row may begin before the registered text (rows of equal rules
+        // merge across segment boundaries): report the part inside it.
+        let end = start.saturating_add(u64::from(row.size)).min(object.end);
+        let start = start.max(object.start);
         row.ip_off = (start - object.start) as u32;
+        row.size = (end - start) as u32;
         answer.row = row;
         answer.has_row = 1;
     }

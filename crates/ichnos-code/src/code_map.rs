@@ -54,10 +54,11 @@ impl CodeObject {
         match &self.rows {
             Rows::Fixed(table) => {
                 let row = *table.find(pc.wrapping_sub(self.bias))?;
-                Some((
-                    self.bias.wrapping_add(table.base()) + u64::from(row.ip_off),
-                    row,
-                ))
+                let start = self
+                    .bias
+                    .wrapping_add(table.base())
+                    .wrapping_add(u64::from(row.ip_off));
+                Some((start, row))
             }
             Rows::Jit(jit) => {
                 let row = jit.find(pc)?;

@@ -56,8 +56,9 @@ pub struct EhConversion {
 }
 
 /// Converts the `.eh_frame` of an ELF file given as bytes. Addresses are
-/// the file's link-time virtual addresses.
-pub fn rows_from_elf(elf: &[u8]) -> Result<EhConversion, EhFrameError> {
+/// the file's link-time virtual addresses; rows count from `base` (default:
+/// the lowest FDE start) and rows below it are left out.
+pub fn rows_from_elf(elf: &[u8], base: Option<u64>) -> Result<EhConversion, EhFrameError> {
     let file = object::File::parse(elf).map_err(|e| EhFrameError::BadElf(e.to_string()))?;
     if file.architecture() != object::Architecture::X86_64 {
         return Err(EhFrameError::UnsupportedArch(format!(
@@ -73,17 +74,19 @@ pub fn rows_from_elf(elf: &[u8]) -> Result<EhConversion, EhFrameError> {
         .map_err(|e| EhFrameError::BadElf(format!(".eh_frame: {e}")))?;
     let text = file.section_by_name(".text").map(|s| s.address());
     let got = file.section_by_name(".got").map(|s| s.address());
-    Ok(rows_from_eh_frame(data, section.address(), text, got))
+    Ok(rows_from_eh_frame(data, section.address(), text, got, base))
 }
 
 /// Converts x86-64 `.eh_frame` bytes loaded at `eh_frame_addr`; `text_addr`
-/// and `got_addr` resolve `DW_EH_PE_textrel` / `datarel` pointers.
+/// and `got_addr` resolve `DW_EH_PE_textrel` / `datarel` pointers; rows count
+/// from `base` (default: the lowest FDE start).
 #[must_use]
 pub fn rows_from_eh_frame(
     data: &[u8],
     eh_frame_addr: u64,
     text_addr: Option<u64>,
     got_addr: Option<u64>,
+    base: Option<u64>,
 ) -> EhConversion {
     let eh_frame = EhFrame::new(data, LittleEndian);
     let mut bases = BaseAddresses::default().set_eh_frame(eh_frame_addr);
@@ -139,15 +142,17 @@ pub fn rows_from_eh_frame(
             break;
         }
     }
-    let base = rows.iter().map(|r| r.0).min().unwrap_or(0);
+    let base = base.unwrap_or_else(|| rows.iter().map(|r| r.0).min().unwrap_or(0));
+    // Rows below the base, or reaching beyond 4 GiB above it, cannot be
+    // expressed as offsets and are left out.
     let rows = rows
         .into_iter()
         .filter_map(|(start, end, mut row)| {
-            let off = start - base;
-            let size = end - start;
-            (u32::try_from(off).is_ok() && u32::try_from(size).is_ok()).then(|| {
+            let off = start.checked_sub(base)?;
+            let end = end.checked_sub(base)?;
+            (end <= 1 << 32).then(|| {
                 row.ip_off = off as u32;
-                row.size = size as u32;
+                row.size = (end - off) as u32;
                 row
             })
         })

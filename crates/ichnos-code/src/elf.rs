@@ -23,13 +23,27 @@ pub fn has_section(elf: &[u8], name: &str) -> bool {
         .is_some_and(|f| f.section_by_name(name).is_some_and(|s| s.size() > 0))
 }
 
+/// The build id and `.gnu_debuglink` of the ELF file at `path`, reading only
+/// its headers and the sections concerned.
+#[must_use]
+pub fn identity_of_file(path: &std::path::Path) -> (Option<Vec<u8>>, Option<DebugLink>) {
+    let Ok(f) = std::fs::File::open(path) else {
+        return (None, None);
+    };
+    identity_in(&object::ReadCache::new(f))
+}
+
 /// A `.gnu_debuglink`: the debug file's name and its CRC32.
 pub type DebugLink = (Vec<u8>, u32);
 
 /// The build id and `.gnu_debuglink` of an ELF file.
 #[must_use]
 pub fn identity(elf: &[u8]) -> (Option<Vec<u8>>, Option<DebugLink>) {
-    let Ok(file) = object::File::parse(elf) else {
+    identity_in(elf)
+}
+
+fn identity_in<'d, R: object::ReadRef<'d>>(data: R) -> (Option<Vec<u8>>, Option<DebugLink>) {
+    let Ok(file) = object::File::parse(data) else {
         return (None, None);
     };
     let build_id = file.build_id().ok().flatten().map(<[u8]>::to_vec);
@@ -88,11 +102,11 @@ pub fn file_rows(elf: &[u8], choice: RowChoice) -> Result<crate::RowTable, FileR
             .map_err(|e| FileRowsError::BadElf(format!(".sframe: {e}")))?;
         Ok(
             crate::sframe::SframeSection::parse(data, section.address())?
-                .to_rows()
+                .to_rows_from(origin)
                 .table,
         )
     };
-    let eh_frame = || crate::eh_frame::rows_from_elf(elf).map(|c| c.table);
+    let eh_frame = || crate::eh_frame::rows_from_elf(elf, Some(origin)).map(|c| c.table);
     let table = match choice {
         RowChoice::Sframe => sframe()?,
         RowChoice::EhFrame => eh_frame()?,
@@ -103,5 +117,6 @@ pub fn file_rows(elf: &[u8], choice: RowChoice) -> Result<crate::RowTable, FileR
             (Err(e), Err(_)) => return Err(e),
         },
     };
-    Ok(crate::registry::rebase(&table, origin))
+    // Counted from the origin, the table serves every load address.
+    Ok(table.rebased(0))
 }

@@ -29,10 +29,12 @@ pub const ENTRY_ELF: u32 = 1;
 pub const ENTRY_JIT: u32 = 2;
 /// Most entries a reader accepts.
 pub const MAX_EXPORTED_ENTRIES: u64 = 1 << 20;
+/// Most bytes of entries a reader accepts (2^20 entries of version 1).
+pub const MAX_EXPORTED_BYTES: u64 = MAX_EXPORTED_ENTRIES * EXPORT_ENTRY_SIZE as u64;
 /// Longest path a reader accepts.
 const MAX_PATH: usize = 4096;
-/// Published tables kept alive after being replaced, so a reader that
-/// raced an update still reads memory that is ours.
+/// Published tables kept alive (the current one and the seven before it),
+/// so a reader that raced an update still reads memory that is ours.
 const RETIRED_KEPT: usize = 8;
 
 /// The exported header (`struct ichnos_code_registry` in the docs).
@@ -214,7 +216,7 @@ pub enum RemoteError {
 
 /// Finds `ichnos_code_registry` in the files mapped by `pid`.
 pub fn find_exported_registry(pid: u32) -> Result<u64, RemoteError> {
-    use object::{Object, ObjectSymbol};
+    use object::{Object, ObjectSegment, ObjectSymbol};
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
         .map_err(|source| RemoteError::Maps { pid, source })?;
     let entries = ichnos_image::parse_maps(pid, &maps).map_err(|e| RemoteError::Maps {
@@ -225,22 +227,27 @@ pub fn find_exported_registry(pid: u32) -> Result<u64, RemoteError> {
         .iter()
         .filter(|m| m.offset == 0 && m.name.starts_with('/'))
     {
-        let Ok(bytes) = std::fs::read(&m.name) else {
+        // The file as the process sees it; only the headers and symbol
+        // tables are read (a mapped file can be large).
+        let Ok(f) = std::fs::File::open(format!("/proc/{pid}/root{}", m.name)) else {
             continue;
         };
-        let Ok(file) = object::File::parse(&*bytes) else {
+        if !f.metadata().is_ok_and(|meta| meta.is_file()) {
+            continue;
+        }
+        let cache = object::ReadCache::new(f);
+        let Ok(file) = object::File::parse(&cache) else {
             continue;
         };
-        let Some(first) = crate::elf::first_load_vaddr(&bytes) else {
+        let Some(first) = file.segments().map(|s| s.address()).min() else {
             continue;
         };
-        let symbol = file
-            .symbols()
-            .chain(file.dynamic_symbols())
-            .find(|s| s.name_bytes().ok() == Some(b"ichnos_code_registry".as_slice()));
-        if let Some(s) = symbol {
-            let link_origin = first & !(crate::elf::ELF_START_ALIGN - 1);
-            return Ok(m.range.start + (s.address() - link_origin));
+        let symbol = file.symbols().chain(file.dynamic_symbols()).find(|s| {
+            s.is_definition() && s.name_bytes().ok() == Some(b"ichnos_code_registry".as_slice())
+        });
+        let link_origin = first & !(crate::elf::ELF_START_ALIGN - 1);
+        if let Some(offset) = symbol.and_then(|s| s.address().checked_sub(link_origin)) {
+            return Ok(m.range.start.wrapping_add(offset));
         }
     }
     Err(RemoteError::NoSymbol { pid })
@@ -278,8 +285,12 @@ pub fn read_exported_registry(pid: u32, addr: u64) -> Result<Vec<Registration>, 
             std::thread::yield_now();
             continue;
         }
-        if count > MAX_EXPORTED_ENTRIES {
-            return Err(bad(addr + 32, "count", count.to_string()));
+        if count > MAX_EXPORTED_ENTRIES || count * u64::from(entry_size) > MAX_EXPORTED_BYTES {
+            return Err(bad(
+                addr + 32,
+                "count",
+                format!("{count} entries of {entry_size} bytes"),
+            ));
         }
         fence(Ordering::Acquire);
         let mut raw = vec![0u8; (count * u64::from(entry_size)) as usize];
@@ -299,8 +310,7 @@ pub fn read_exported_registry(pid: u32, addr: u64) -> Result<Vec<Registration>, 
         for (i, e) in raw.chunks_exact(entry_size as usize).enumerate() {
             let at = table + i as u64 * u64::from(entry_size);
             out.push(
-                decode_entry(&mut memory, e, at)
-                    .map_err(|(field, detail)| bad(at, field, detail))?,
+                decode_entry(&mut memory, e).map_err(|(field, detail)| bad(at, field, detail))?,
             );
         }
         return Ok(out);
@@ -311,7 +321,6 @@ pub fn read_exported_registry(pid: u32, addr: u64) -> Result<Vec<Registration>, 
 fn decode_entry(
     memory: &mut ProcessMemory,
     e: &[u8],
-    at: u64,
 ) -> Result<Registration, (&'static str, String)> {
     let u32_at = |o: usize| u32::from_le_bytes(e[o..o + 4].try_into().unwrap_or([0; 4]));
     let u64_at = |o: usize| u64::from_le_bytes(e[o..o + 8].try_into().unwrap_or([0; 8]));
@@ -324,7 +333,6 @@ fn decode_entry(
         }
     };
     let text = range(8, "text_start")?;
-    let _ = at;
     match u32_at(0) {
         ENTRY_JIT => Ok(Registration::Jit {
             text,

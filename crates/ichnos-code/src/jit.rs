@@ -283,9 +283,13 @@ struct Cursor {
     consumed: std::collections::HashMap<u64, u64>,
     /// Tables that failed validation as a whole.
     rejected: HashSet<u64>,
+    /// Tables whose partial last row was reported.
+    partial_noted: HashSet<u64>,
     rows: Vec<UnwindRow>,
     prev_end: u64,
     problems: Vec<JitProblem>,
+    /// Rows looked at in the current pass, good or bad.
+    scanned: usize,
 }
 
 const MAX_PROBLEMS: usize = 64;
@@ -393,6 +397,7 @@ fn note(cursor: &mut Cursor, table: u64, field: &'static str, detail: String) {
 fn read_chain(memory: &mut dyn Memory, head: u64, text_len: u64, cursor: &mut Cursor) {
     let mut seen = HashSet::new();
     let mut addr = head;
+    cursor.scanned = 0;
     while addr != 0 {
         if !seen.insert(addr) {
             note(
@@ -450,8 +455,10 @@ fn read_chain(memory: &mut dyn Memory, head: u64, text_len: u64, cursor: &mut Cu
             if let Some((field, detail)) = problem {
                 note(cursor, addr, field, format!("{detail}; table ignored"));
                 cursor.rejected.insert(addr);
-            } else {
-                read_rows(memory, addr, used, stride, text_len, cursor);
+            } else if !read_rows(memory, addr, used, stride, text_len, cursor) {
+                // Rows after these would be taken for unsorted ones: stop
+                // here and continue from this table next time.
+                return;
             }
         }
         addr = next;
@@ -465,7 +472,7 @@ fn read_rows(
     stride: u32,
     text_len: u64,
     cursor: &mut Cursor,
-) {
+) -> bool {
     let stride64 = u64::from(stride);
     let whole = used - used % stride64;
     let mut done = *cursor.consumed.get(&table).unwrap_or(&0);
@@ -479,12 +486,26 @@ fn read_rows(
                 "used_len",
                 format!("more than {MAX_ROWS} rows; rest ignored"),
             );
-            break;
+            return false;
+        }
+        if cursor.scanned >= 2 * MAX_ROWS {
+            note(
+                cursor,
+                table,
+                "used_len",
+                format!(
+                    "more than {} rows looked at in one pass; stopped",
+                    2 * MAX_ROWS
+                ),
+            );
+            return false;
         }
         let n = per_chunk.min(whole - done);
         buf.resize(n as usize, 0);
-        let Some(at) = (table + TABLE_HEADER_LEN as u64).checked_add(done) else {
-            break;
+        let Some(at) =
+            (table.checked_add(TABLE_HEADER_LEN as u64)).and_then(|rows| rows.checked_add(done))
+        else {
+            return false;
         };
         if memory.read(at, &mut buf).is_err() {
             note(
@@ -493,7 +514,7 @@ fn read_rows(
                 "fre",
                 format!("rows at {at:#x} unreadable; will retry"),
             );
-            return;
+            return false;
         }
         for (i, raw) in buf.chunks_exact(stride as usize).enumerate() {
             let f32_at = |o: usize| u32::from_le_bytes(raw[o..o + 4].try_into().unwrap_or([0; 4]));
@@ -517,12 +538,15 @@ fn read_rows(
             } else {
                 None
             };
+            cursor.scanned += 1;
             if let Some(why) = bad {
-                let detail = format!(
-                    "row {index} [{:#x}+{:#x}) {why}; row ignored",
-                    row.ip_off, row.size
-                );
-                note(cursor, table, "fre", detail);
+                if cursor.problems.len() < MAX_PROBLEMS {
+                    let detail = format!(
+                        "row {index} [{:#x}+{:#x}) {why}; row ignored",
+                        row.ip_off, row.size
+                    );
+                    note(cursor, table, "fre", detail);
+                }
             } else {
                 cursor.prev_end = row.end_off();
                 cursor.rows.push(row);
@@ -531,15 +555,15 @@ fn read_rows(
         done += n;
         cursor.consumed.insert(table, done);
     }
-    if !used.is_multiple_of(stride64) && !cursor.rejected.contains(&table) {
+    if !used.is_multiple_of(stride64) && cursor.partial_noted.insert(table) {
         note(
             cursor,
             table,
             "used_len",
             format!("{used} is not a multiple of fre_stride {stride}; partial row ignored"),
         );
-        cursor.rejected.insert(table);
     }
+    true
 }
 
 /// Reads a whole chain once (no cursor kept), for tools and tests: the rows

@@ -52,11 +52,8 @@ pub fn register_loaded_objects(registry: &Registry) -> LoadedReport {
             .iter()
             .find(|p| p.p_type == PT_GNU_SFRAME && p.p_memsz > 0)
             .map(|p| object.bias + p.p_vaddr..object.bias + p.p_vaddr + p.p_memsz);
-        let file = std::fs::read(&path).ok();
-        let (build_id, debug_link) = file
-            .as_deref()
-            .map(crate::elf::identity)
-            .unwrap_or_default();
+        let readable = std::fs::metadata(&path).is_ok_and(|m| m.is_file());
+        let (build_id, debug_link) = crate::elf::identity_of_file(&path);
         for text in loads
             .iter()
             .filter(|p| p.p_flags & PF_X != 0 && p.p_memsz > 0)
@@ -66,7 +63,7 @@ pub fn register_loaded_objects(registry: &Registry) -> LoadedReport {
                 elf: elf.clone(),
                 text: text.clone(),
                 sframe: sframe.clone(),
-                path: file.is_some().then(|| path.clone()),
+                path: readable.then(|| path.clone()),
                 build_id: build_id.clone(),
                 debug_link: debug_link.as_ref().map(|(name, _)| path_from_bytes(name)),
                 debug_link_crc: debug_link.as_ref().map_or(0, |(_, crc)| *crc),

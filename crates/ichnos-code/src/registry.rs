@@ -31,6 +31,9 @@ use crate::memory::{Memory, MemoryError, ProcessMemory};
 use crate::row::RowTable;
 use crate::sframe::{SframeError, SframeSection};
 
+/// Largest object file read to convert its `.eh_frame`.
+pub const MAX_OBJECT_FILE: u64 = 4 << 30;
+
 /// Largest SFrame section read from memory (the SFrame of a 1 GiB binary is
 /// a few tens of MiB).
 pub const MAX_SFRAME_LEN: u64 = 256 << 20;
@@ -352,16 +355,18 @@ impl Registry {
                         source,
                     }
                 })?;
-                let conversion = section.to_rows();
-                Ok::<_, RegistryError>(Arc::new(rebase(&conversion.table, elf_start)))
+                // Counted from the ELF start, the table serves this object at
+                // any load address (and is shared per build id).
+                let conversion = section.to_rows_from(elf_start);
+                Ok::<_, RegistryError>(Arc::new(conversion.table.rebased(0)))
             })?;
             return Ok((Rows::Fixed(table), RowSource::Sframe));
         }
-        if let Some(path) = &code.path {
+        // .eh_frame rows count from the file's first PT_LOAD page, so they
+        // need the ELF range to be placed.
+        if let Some(path) = code.path.as_ref().filter(|_| !code.elf.is_empty()) {
             let made = row_cache().get_or_make(build_id, RowChoice::EhFrame, || {
-                let bytes = std::fs::read(path).map_err(|e| {
-                    RegistryError::InvalidArgument(format!("{}: {e}", path.display()))
-                })?;
+                let bytes = self.read_object_file(path)?;
                 // The file's addresses are link-time, counted here from the
                 // page of its first PT_LOAD, as the ELF range is.
                 crate::elf::file_rows(&bytes, RowChoice::EhFrame)
@@ -373,6 +378,33 @@ impl Registry {
             }
         }
         Ok((Rows::Fixed(Arc::new(RowTable::new(0))), RowSource::None))
+    }
+
+    /// Reads an object file named by a registration. The name comes from
+    /// the registering process, which may be another one and is not
+    /// trusted: only a regular file of at most [`MAX_OBJECT_FILE`] bytes is
+    /// read, seen from that process's root directory.
+    fn read_object_file(&self, path: &std::path::Path) -> Result<Vec<u8>, RegistryError> {
+        let seen = if self.pid == std::process::id() {
+            path.to_path_buf()
+        } else {
+            let relative = path.strip_prefix("/").unwrap_or(path);
+            PathBuf::from(format!("/proc/{}/root", self.pid)).join(relative)
+        };
+        let bad =
+            |why: String| RegistryError::InvalidArgument(format!("{}: {why}", path.display()));
+        let file = std::fs::File::open(&seen).map_err(|e| bad(e.to_string()))?;
+        let meta = file.metadata().map_err(|e| bad(e.to_string()))?;
+        if !meta.is_file() {
+            return Err(bad("not a regular file".into()));
+        }
+        if meta.len() > MAX_OBJECT_FILE {
+            return Err(bad(format!("larger than {MAX_OBJECT_FILE} bytes")));
+        }
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::Read::take(file, MAX_OBJECT_FILE), &mut bytes)
+            .map_err(|e| bad(e.to_string()))?;
+        Ok(bytes)
     }
 
     /// Registers JIT code whose rows are read from its table chain.
@@ -458,6 +490,12 @@ impl FindRow for Registry {
     fn find_row(&self, pc: u64) -> Lookup {
         self.map.load().find_row(pc)
     }
+
+    /// The current snapshot's: a cache is cleared by the next walk after a
+    /// registration (unwinding against [`Registry::snapshot`] is exact).
+    fn generation(&self) -> Option<u64> {
+        self.map.load().generation()
+    }
 }
 
 fn check_range(what: &str, r: &Range<u64>) -> Result<(), RegistryError> {
@@ -468,16 +506,6 @@ fn check_range(what: &str, r: &Range<u64>) -> Result<(), RegistryError> {
         )));
     }
     Ok(())
-}
-
-/// The same rows counted from `origin` instead of address 0, so that a
-/// table made for one load address serves any other (bias = load address).
-pub(crate) fn rebase(table: &RowTable, origin: u64) -> RowTable {
-    let mut out = RowTable::new(table.base().wrapping_sub(origin));
-    for row in table.rows() {
-        let _ = out.push(out.base() + u64::from(row.ip_off), *row);
-    }
-    out
 }
 
 /// A path from raw bytes (C strings).

@@ -43,7 +43,10 @@ pub enum CfaBase {
 /// The layout is the codectl `struct code_jit_unwind_fre` (24 bytes with
 /// padding); `ra_off` and `fp_off` are offsets from the CFA where the return
 /// address and the caller's frame pointer are saved, `0` meaning "not saved
-/// here" (for `ra_off`, the architecture's fixed slot, CFA−8 on x86-64).
+/// here" (for `ra_off`: the architecture's fixed slot, CFA−8 on x86-64; on
+/// AArch64 a row from SFrame with `ra_off` 0 means the return address is
+/// still in the link register, which this crate's x86-64 unwinder does not
+/// handle).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(C)]
 pub struct UnwindRow {
@@ -118,10 +121,10 @@ impl fmt::Debug for UnwindRow {
 ///
 /// Lookups go through an index built on first use: the rows' start offsets
 /// in an array of their own (16 to a cache line), and per "page" of code —
-/// sized so that a page holds about one row — the first row starting in it.
-/// A lookup reads one index word and searches the one or two starts of its
-/// page instead of binary-searching the whole table; the index costs four
-/// bytes per row.
+/// sized so that a page holds about one row on average — the first row
+/// starting in it. A lookup reads one index word and searches the few
+/// starts of its page instead of binary-searching the whole table; the
+/// index costs about eight bytes per row (at least 4 KiB).
 #[derive(Clone, Debug, Default)]
 pub struct RowTable {
     base: u64,
@@ -226,6 +229,12 @@ impl RowTable {
     #[must_use]
     pub fn from_unsorted(base: u64, mut rows: Vec<UnwindRow>) -> (Self, usize) {
         rows.retain(|r| r.size != 0);
+        // Offsets are 32-bit: clip rows that would end beyond 4 GiB.
+        for r in &mut rows {
+            if r.end_off() > 1 << 32 {
+                r.size = ((1u64 << 32) - u64::from(r.ip_off)) as u32;
+            }
+        }
         rows.sort_by_key(|r| (r.ip_off, std::cmp::Reverse(r.size)));
         let mut out: Vec<UnwindRow> = Vec::with_capacity(rows.len());
         let mut damaged = 0;
@@ -252,6 +261,14 @@ impl RowTable {
             },
             damaged,
         )
+    }
+
+    /// The same rows, with offset 0 standing for `base` (rows are relative,
+    /// so nothing else changes).
+    #[must_use]
+    pub fn rebased(mut self, base: u64) -> Self {
+        self.base = base;
+        self
     }
 
     /// The address that offset 0 stands for.
@@ -331,8 +348,12 @@ impl RowTable {
     #[must_use]
     pub fn with_gaps_filled_from(&self, other: &RowTable) -> RowTable {
         let base = self.base.min(other.base);
-        let shift =
-            |t: &RowTable, r: &UnwindRow| (t.base + u64::from(r.ip_off), t.base + r.end_off());
+        let shift = |t: &RowTable, r: &UnwindRow| {
+            (
+                t.base.saturating_add(u64::from(r.ip_off)),
+                t.base.saturating_add(r.end_off()),
+            )
+        };
         let mut out: Vec<UnwindRow> = Vec::with_capacity(self.rows.len() + other.rows.len());
         let mut emit = |start: u64, end: u64, row: &UnwindRow| {
             if let (Ok(off), Ok(size)) = (u32::try_from(start - base), u32::try_from(end - start)) {
@@ -477,6 +498,20 @@ mod tests {
                 proptest::prop_assert_eq!(want, got, "offset {:#x}", off);
             }
         }
+    }
+
+    #[test]
+    fn rows_reaching_past_4_gib_are_clipped_not_wrapped() {
+        let (t, _) = RowTable::from_unsorted(
+            0,
+            vec![
+                row(0xffff_0000, 0xffff_ffff, 1),
+                row(0xffff_0001, 0xffff_ffff, 2),
+            ],
+        );
+        assert_eq!(t.len(), 1);
+        assert_eq!(t.rows()[0].end_off(), 1 << 32);
+        assert_eq!(t.find(0xffff_ffff).unwrap().cfa_off, 1);
     }
 
     #[test]

@@ -19,7 +19,9 @@
 //! malformed field is a [`SframeError`] naming the field and its offset in
 //! the section.
 
-use crate::row::{RowTable, UnwindRow, ROW_CFA_BASE_SP, ROW_MANGLED_RA, ROW_OUTERMOST};
+use crate::row::{
+    RowTable, UnwindRow, ROW_CFA_BASE_SP, ROW_MANGLED_RA, ROW_OUTERMOST, ROW_UNEXPRESSIBLE,
+};
 
 /// `sfp_magic`.
 pub const SFRAME_MAGIC: u16 = 0xdee2;
@@ -202,7 +204,7 @@ pub struct Fre {
     /// Where the caller's FP is saved relative to the CFA, `None` when not
     /// saved.
     pub fp_off: Option<i32>,
-    /// v3: the FRE has no offsets, so the return address is undefined.
+    /// v2/v3: the FRE has no offsets, so the return address is undefined.
     pub outermost: bool,
 }
 
@@ -553,8 +555,20 @@ impl<'a> SframeSection<'a> {
                 K::Unsupported("FLEX FDE (only default FDEs are read)"),
             ));
         }
+        if self.abi == Abi::S390x {
+            return Err(err(
+                4,
+                "sfh_abi_arch",
+                K::Unsupported("s390x (its offsets are encoded and may name registers)"),
+            ));
+        }
         if let Err(t) = fde.fre_addr_size() {
-            return Err(err(field_at, "sfde_func_info", K::BadFreType(t)));
+            let (at, field) = if self.version == 3 {
+                (fde.fre_offset - 3, "sfda_func_info")
+            } else {
+                (field_at, "sfde_func_info")
+            };
+            return Err(err(at, field, K::BadFreType(t)));
         }
         Ok(())
     }
@@ -641,23 +655,37 @@ impl<'a> SframeSection<'a> {
     /// counted in [`Conversion::skipped_fdes`], with the first error kept.
     #[must_use]
     pub fn to_rows(&self) -> Conversion {
+        let base = (0..self.num_fdes)
+            .filter_map(|i| self.fde_start_addr(i).ok())
+            .min()
+            .unwrap_or(0);
+        self.to_rows_from(base)
+    }
+
+    /// As [`Self::to_rows`], with rows counting from `base`: functions that
+    /// start below it, or end more than 4 GiB above it, are skipped (an FDE
+    /// with a wild start address cannot drag the table away from the code).
+    ///
+    /// The rows made are bounded by the section's size: FDEs that share FRE
+    /// bytes or overlap cannot multiply them beyond `sfh_fre_len` plus a
+    /// few PLT expansions ([`Conversion::truncated`]).
+    #[must_use]
+    pub fn to_rows_from(&self, base: u64) -> Conversion {
         let mut rows = Vec::new();
         let mut skipped = 0;
         let mut first_error = None;
-        let mut base = u64::MAX;
-        for i in 0..self.num_fdes {
-            if let Ok(start) = self.fde_start_addr(i) {
-                base = base.min(start);
-            }
-        }
-        if base == u64::MAX {
-            base = 0;
-        }
+        let budget = (self.fre_end - self.fre_start) as u64 + 4 * MAX_MASK_ROWS;
+        let mut truncated = false;
         for fde in self.fdes() {
             let result = fde.and_then(|fde| self.fde_rows(&fde, base, &mut rows));
             if let Err(e) = result {
                 skipped += 1;
                 first_error.get_or_insert(e);
+            }
+            if rows.len() as u64 > budget {
+                rows.truncate(budget as usize);
+                truncated = true;
+                break;
             }
         }
         let (table, overlapping) = RowTable::from_unsorted(base, rows);
@@ -666,6 +694,7 @@ impl<'a> SframeSection<'a> {
             skipped_fdes: skipped,
             overlapping_rows: overlapping,
             first_error,
+            truncated,
         }
     }
 
@@ -685,6 +714,9 @@ impl<'a> SframeSection<'a> {
                 K::OutOfBounds(fde.start),
             ))?;
         let fres: Vec<Fre> = self.fres(fde).collect::<Result<_, _>>()?;
+        // A v3 signal frame's caller is found through the signal context,
+        // which no row describes: mark its rows for the fallback.
+        let signal_frame = self.version == 3 && fde.info & 0x80 != 0;
         let mut emit = |block_off: u64, limit: u64| {
             for (i, fre) in fres.iter().enumerate() {
                 let start = block_off + u64::from(fre.start);
@@ -693,7 +725,11 @@ impl<'a> SframeSection<'a> {
                     .map_or(limit, |next| block_off + u64::from(next.start))
                     .min(u64::from(fde.size));
                 if start < end {
-                    out.push(fre.to_row((func_off + start) as u32, (end - start) as u32));
+                    let mut row = fre.to_row((func_off + start) as u32, (end - start) as u32);
+                    if signal_frame {
+                        row.info |= ROW_UNEXPRESSIBLE;
+                    }
+                    out.push(row);
                 }
             }
         };
@@ -727,6 +763,9 @@ pub struct Conversion {
     pub skipped_fdes: usize,
     /// Rows dropped or cut because they overlapped another function's.
     pub overlapping_rows: usize,
+    /// Whether conversion stopped at its row budget (a section whose FDEs
+    /// share or overlap their FREs many times over).
+    pub truncated: bool,
     /// The first error met, if any.
     pub first_error: Option<SframeError>,
 }
@@ -780,8 +819,12 @@ impl FreIter<'_, '_> {
         };
         let count = (info >> 1) & 0xf;
         let mut offsets = [0i32; 3];
-        let max = if s.fixed_ra != 0 { 2 } else { 3 };
-        let min = u8::from(s.version != 3);
+        // CFA, then RA and FP unless the header fixes them.
+        let max = 3 - u8::from(s.fixed_ra != 0) - u8::from(s.fixed_fp != 0);
+        // FREs without offsets mark the outermost frame in v3, and in v2 as
+        // binutils writes it since the kernel's "outermost frame indication";
+        // v1 never had them.
+        let min = u8::from(s.version == 1);
         if count > max || count < min {
             return Err(err(info_at, "sfre_info", K::BadOffsetCount(count)));
         }

@@ -111,14 +111,27 @@ pub(crate) fn with_stopped_thread<T>(
         }
     }
     let mut status = 0;
-    // SAFETY: waits for the thread we just interrupted; `status` is ours.
-    let waited = unsafe { libc::waitpid(tid, &raw mut status, libc::__WALL) };
+    let waited = loop {
+        // SAFETY: waits for the thread we just interrupted; `status` is ours.
+        let w = unsafe { libc::waitpid(tid, &raw mut status, libc::__WALL) };
+        if w >= 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            break w;
+        }
+    };
     if waited != tid {
         let e = last();
         // SAFETY: detaching the thread we seized.
         unsafe { libc::ptrace(libc::PTRACE_DETACH, tid, 0usize, 0usize) };
         return Err(e);
     }
+    // A signal that arrived before our interrupt stops the thread first
+    // (a signal-delivery-stop): it is handed back on detach, not lost. Our
+    // own interrupt shows as PTRACE_EVENT_STOP.
+    let pending_signal = if libc::WIFSTOPPED(status) && status >> 16 != libc::PTRACE_EVENT_STOP {
+        libc::WSTOPSIG(status)
+    } else {
+        0
+    };
     let mut regs = std::mem::MaybeUninit::<libc::user_regs_struct>::zeroed();
     // SAFETY: PTRACE_GETREGS writes one user_regs_struct to `regs`.
     let got = unsafe { libc::ptrace(libc::PTRACE_GETREGS, tid, 0usize, regs.as_mut_ptr()) };
@@ -133,7 +146,15 @@ pub(crate) fn with_stopped_thread<T>(
     } else {
         Err(last())
     };
-    // SAFETY: detaching the thread we seized; it resumes.
-    unsafe { libc::ptrace(libc::PTRACE_DETACH, tid, 0usize, 0usize) };
+    // SAFETY: detaching the thread we seized; it resumes, with the signal
+    // it was about to receive, if any.
+    unsafe {
+        libc::ptrace(
+            libc::PTRACE_DETACH,
+            tid,
+            0usize,
+            pending_signal.cast_unsigned() as usize,
+        )
+    };
     result
 }

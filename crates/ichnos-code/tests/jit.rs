@@ -339,6 +339,22 @@ fn hostile_tables_are_rejected_for_the_affected_range_only() {
     );
 }
 
+/// A `used_len` in the middle of a row (a buggy JIT) yields the whole rows
+/// and keeps the table: rows published later are still read.
+#[test]
+fn a_partial_used_len_does_not_lose_later_rows() {
+    let rows = [sp_row(0, 8, 8), sp_row(8, 8, 16), sp_row(16, 8, 24)];
+    let mut t = RawTable::new(&rows, 3, FRE_STRIDE, FRE_SIZE);
+    t.set_word(1, u64::from(FRE_STRIDE) + 7);
+    let jit = ichnos_code::JitRows::new(std::process::id(), 0x1000, 0x1100, t.addr());
+    assert!(jit.refresh());
+    assert_eq!(jit.rows().len(), 1);
+    assert!(jit.problems().iter().any(|p| p.field == "used_len"));
+    t.set_word(1, 3 * u64::from(FRE_STRIDE));
+    assert!(jit.refresh());
+    assert_eq!(jit.rows().len(), 3);
+}
+
 #[test]
 fn a_runaway_chain_is_cut() {
     // MAX_TABLES + 10 empty tables in a row.

@@ -35,6 +35,7 @@ fn fre_strategy(arch: Arch) -> impl Strategy<Value = ModelFre> {
                 cfa,
                 ra,
                 fp,
+                outermost: false,
             }
         })
 }
@@ -200,6 +201,7 @@ fn one_function(fp: Option<i32>) -> Vec<ModelFunc> {
         cfa,
         ra: None,
         fp,
+        outermost: false,
     };
     vec![ModelFunc {
         start: 0x40_1000,
@@ -374,4 +376,88 @@ fn fuzz_regression_function_end_overflow() {
     let section = SframeSection::parse(&data, 0x40_0000).unwrap();
     let conversion = section.to_rows();
     assert!(conversion.skipped_fdes > 0);
+}
+
+/// FREs without offsets mark the outermost frame (`_start` with
+/// `.cfi_undefined rip`) in v2 as binutils writes it since 2.45 and in v3;
+/// v1 never had them and calls them malformed.
+#[test]
+fn an_fre_without_offsets_is_the_outermost_frame() {
+    let mut funcs = one_function(None);
+    funcs[0].fres[1].outermost = true;
+    for flavour in [Flavour::V2, Flavour::V2Pcrel, Flavour::V3] {
+        let bytes = encode(&funcs, flavour, Arch::Amd64, SECTION_ADDR);
+        let s = parse(&bytes).unwrap();
+        let found = s.find(0x40_1010).unwrap().unwrap();
+        assert!(found.fre.outermost, "{flavour:?}");
+        let rows = s.to_rows();
+        assert_eq!(rows.skipped_fdes, 0);
+        assert!(rows.table.find(0x40_1010).unwrap().is_outermost());
+        assert!(!rows.table.find(0x40_1000).unwrap().is_outermost());
+    }
+    let bytes = encode(&funcs, Flavour::V1, Arch::Amd64, SECTION_ADDR);
+    let e = parse(&bytes).unwrap().find(0x40_1010).unwrap_err();
+    assert_eq!(e.kind, SframeErrorKind::BadOffsetCount(0));
+}
+
+/// Rows counted from a chosen base: a function below it (a stray FDE
+/// whose start resolved to 0) is skipped, not allowed to drag the table
+/// away from the code.
+#[test]
+fn rows_from_a_base_skip_functions_below_it() {
+    let mut funcs = one_function(Some(-16));
+    let mut stray = funcs[0].clone();
+    stray.start = 0x1000;
+    funcs.insert(0, stray);
+    let bytes = encode(&funcs, Flavour::V2, Arch::Amd64, SECTION_ADDR);
+    let s = parse(&bytes).unwrap();
+    let from_code = s.to_rows_from(0x40_0000);
+    assert_eq!(from_code.skipped_fdes, 1);
+    assert_eq!(from_code.table.base(), 0x40_0000);
+    assert_eq!(from_code.table.find(0x40_1004).unwrap().fp_off, -16);
+    assert!(from_code.table.find(0x1004).is_none());
+    // From the lowest start both are kept: 4 MiB apart fits in 32 bits.
+    assert_eq!(s.to_rows().skipped_fdes, 0);
+}
+
+/// FDEs that all point at the same FREs cannot multiply the rows beyond
+/// the section's own size: 500 FDEs sharing one function's 10,000 FREs
+/// would make 5 million rows from a 50 KiB section.
+#[test]
+fn shared_fres_cannot_multiply_rows_without_bound() {
+    let fre = |start| ModelFre {
+        start,
+        sp_base: true,
+        cfa: 8,
+        ra: None,
+        fp: None,
+        outermost: false,
+    };
+    let big = ModelFunc {
+        start: 0x40_0000,
+        size: 60_000,
+        mask: None,
+        fres: (0..10_000).map(|i| fre(i * 6)).collect(),
+    };
+    let mut funcs = vec![big];
+    for i in 1..500u64 {
+        funcs.push(ModelFunc {
+            start: 0x40_0000 + i * 0x1_0000,
+            size: 16,
+            mask: None,
+            fres: vec![fre(0)],
+        });
+    }
+    let mut bytes = encode(&funcs, Flavour::V2, Arch::Amd64, SECTION_ADDR);
+    for i in 1..500usize {
+        let at = 28 + i * 20;
+        bytes[at + 4..at + 8].copy_from_slice(&60_000u32.to_le_bytes());
+        bytes[at + 8..at + 12].copy_from_slice(&0u32.to_le_bytes());
+        bytes[at + 12..at + 16].copy_from_slice(&10_000u32.to_le_bytes());
+        bytes[at + 16] = bytes[28 + 16]; // the big function's FRE type
+    }
+    let s = parse(&bytes).unwrap();
+    let rows = s.to_rows();
+    assert!(rows.truncated);
+    assert!(rows.table.len() <= bytes.len() + 4 * (1 << 20));
 }

@@ -13,6 +13,8 @@ pub struct ModelFre {
     /// AArch64 only: the RA slot (AMD64 uses the fixed −8).
     pub ra: Option<i32>,
     pub fp: Option<i32>,
+    /// An FRE without offsets: the outermost frame (v2 and v3 only).
+    pub outermost: bool,
 }
 
 /// One function of the model.
@@ -40,6 +42,9 @@ pub enum Arch {
 }
 
 fn offsets(arch: Arch, f: &ModelFre) -> Vec<i32> {
+    if f.outermost {
+        return Vec::new();
+    }
     let mut v = vec![f.cfa];
     match arch {
         Arch::Amd64 => v.extend(f.fp),
