@@ -102,6 +102,7 @@ pub fn rows_from_eh_frame(
     let mut skipped = 0;
     let mut first_error = None;
     let mut truncated = false;
+    let mut evaluation_budget = MAX_EVALUATED_ADDRESSES;
     let mut entries = eh_frame.entries(&bases);
     loop {
         let entry = match entries.next() {
@@ -133,6 +134,7 @@ pub fn rows_from_eh_frame(
             &mut ctx,
             &mut rows,
             &mut unexpressible,
+            &mut evaluation_budget,
         ) {
             skipped += 1;
             first_error.get_or_insert(e);
@@ -175,6 +177,7 @@ fn fde_rows(
     ctx: &mut UnwindContext<usize>,
     rows: &mut Vec<(u64, u64, UnwindRow)>,
     unexpressible: &mut usize,
+    evaluation_budget: &mut u64,
 ) -> Result<(), String> {
     let mut table = fde.rows(eh_frame, bases, ctx).map_err(|e| e.to_string())?;
     while let Some(row) = table.next_row().map_err(|e| e.to_string())? {
@@ -186,7 +189,13 @@ fn fde_rows(
         let evaluated = if converted.info & ROW_UNEXPRESSIBLE == 0 {
             None
         } else {
-            evaluate_cfa_expression(row, eh_frame, fde.cie().encoding(), &converted_rules(row))
+            evaluate_cfa_expression(
+                row,
+                eh_frame,
+                fde.cie().encoding(),
+                &converted_rules(row),
+                evaluation_budget,
+            )
         };
         if let Some(pieces) = evaluated {
             rows.extend(pieces);
@@ -211,6 +220,10 @@ const SP_B: u64 = 0x2000_0000;
 /// Largest code range whose CFA expression is evaluated address by address
 /// (PLT sections are a few KiB).
 const MAX_EVALUATED_RANGE: u64 = 64 * 1024;
+
+/// Most addresses evaluated in one conversion, so that a crafted
+/// `.eh_frame` full of expressions cannot take minutes.
+const MAX_EVALUATED_ADDRESSES: u64 = 1 << 20;
 
 /// The row's rules with the CFA rule replaced by "SP + 0": what
 /// [`convert_row`] makes of the return-address and frame-pointer rules, for
@@ -245,6 +258,7 @@ fn evaluate_cfa_expression(
     eh_frame: &EhFrame<gimli::EndianSlice<'_, LittleEndian>>,
     encoding: gimli::Encoding,
     rules: &UnwindRow,
+    budget: &mut u64,
 ) -> Option<Vec<(u64, u64, UnwindRow)>> {
     let CfaRule::Expression(expression) = row.cfa() else {
         return None;
@@ -253,9 +267,10 @@ fn evaluate_cfa_expression(
         return None;
     }
     let (start, end) = (row.start_address(), row.end_address());
-    if end - start > MAX_EVALUATED_RANGE {
+    if end - start > MAX_EVALUATED_RANGE || end - start > *budget {
         return None;
     }
+    *budget -= end - start;
     let expression = expression.get(eh_frame).ok()?;
     let cfa_at = |sp: u64, ip: u64| -> Option<u64> {
         let mut eval = expression.evaluation(encoding);

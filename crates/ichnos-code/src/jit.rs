@@ -426,7 +426,10 @@ fn read_chain(memory: &mut dyn Memory, head: u64, text_len: u64, cursor: &mut Cu
         let u32_at = |o: usize| u32::from_le_bytes(raw[o..o + 4].try_into().unwrap_or([0; 4]));
         let (reserved, used, next) = (u64_at(0), u64_at(8), u64_at(16));
         let (stride, size) = (u32_at(24), u32_at(28));
-        // Rows below `used_len` were written before it was published.
+        // Rows below `used_len` were written before it was published (the
+        // writer's store-release). The reads are system calls made in
+        // order, and x86-64 does not reorder loads; the fence states the
+        // intent and orders this thread's later reads.
         std::sync::atomic::fence(Ordering::Acquire);
         if !cursor.rejected.contains(&addr) {
             let problem = if size < FRE_SIZE {

@@ -333,22 +333,33 @@ impl Registry {
         // range start; a registration without one counts from its text.
         let build_id = code.build_id.as_deref().filter(|_| !code.elf.is_empty());
         if let Some(range) = &code.sframe {
-            let table = row_cache().get_or_make(build_id, RowChoice::Sframe, || {
-                let len = (range.end - range.start) as usize;
-                let mut bytes = Vec::new();
-                bytes
-                    .try_reserve_exact(len)
-                    .map_err(|_| RegistryError::NoMemory {
-                        what: "a copy of the SFrame section",
-                        bytes: len,
-                    })?;
-                bytes.resize(len, 0);
-                ProcessMemory::new(self.pid)
-                    .read(range.start, &mut bytes)
-                    .map_err(|source| RegistryError::Memory {
-                        what: "reading the SFrame section",
-                        source,
-                    })?;
+            let len = (range.end - range.start) as usize;
+            let mut bytes = Vec::new();
+            bytes
+                .try_reserve_exact(len)
+                .map_err(|_| RegistryError::NoMemory {
+                    what: "a copy of the SFrame section",
+                    bytes: len,
+                })?;
+            bytes.resize(len, 0);
+            ProcessMemory::new(self.pid)
+                .read(range.start, &mut bytes)
+                .map_err(|source| RegistryError::Memory {
+                    what: "reading the SFrame section",
+                    source,
+                })?;
+            // The section comes from the registering process, which is not
+            // trusted: the cache key names its bytes as well as the build
+            // id, so a process that lies about a build id cannot give other
+            // registrations its rows.
+            let key = build_id.map(|id| {
+                let mut hasher = std::hash::DefaultHasher::new();
+                std::hash::Hash::hash(&bytes, &mut hasher);
+                let mut key = id.to_vec();
+                key.extend(std::hash::Hasher::finish(&hasher).to_le_bytes());
+                key
+            });
+            let table = row_cache().get_or_make(key.as_deref(), RowChoice::Sframe, || {
                 let section = SframeSection::parse(&bytes, range.start).map_err(|source| {
                     RegistryError::Sframe {
                         addr: range.start,
