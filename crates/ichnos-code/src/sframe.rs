@@ -667,14 +667,14 @@ impl<'a> SframeSection<'a> {
     /// with a wild start address cannot drag the table away from the code).
     ///
     /// The rows made are bounded by the section's size: FDEs that share FRE
-    /// bytes or overlap cannot multiply them beyond `sfh_fre_len` plus a
-    /// few PLT expansions ([`Conversion::truncated`]).
+    /// bytes or overlap cannot multiply them beyond `sfh_fre_len` plus one
+    /// million (room for PLT expansions); see [`Conversion::truncated`].
     #[must_use]
     pub fn to_rows_from(&self, base: u64) -> Conversion {
         let mut rows = Vec::new();
         let mut skipped = 0;
         let mut first_error = None;
-        let budget = (self.fre_end - self.fre_start) as u64 + 4 * MAX_MASK_ROWS;
+        let budget = (self.fre_end - self.fre_start) as u64 + MAX_MASK_ROWS;
         let mut truncated = false;
         for fde in self.fdes() {
             let result = fde.and_then(|fde| self.fde_rows(&fde, base, &mut rows));

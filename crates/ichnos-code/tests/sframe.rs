@@ -459,5 +459,5 @@ fn shared_fres_cannot_multiply_rows_without_bound() {
     let s = parse(&bytes).unwrap();
     let rows = s.to_rows();
     assert!(rows.truncated);
-    assert!(rows.table.len() <= bytes.len() + 4 * (1 << 20));
+    assert!(rows.table.len() <= bytes.len() + (1 << 20));
 }
