@@ -34,7 +34,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use arc_swap::ArcSwap;
 
 use crate::memory::{Memory, ProcessMemory};
-use crate::row::{RowTable, UnwindRow, ROW_KNOWN_BITS, ROW_UNEXPRESSIBLE};
+use crate::row::{RowTable, UnwindRow, ROW_KNOWN_BITS};
 
 /// Bytes of the table header before `fre[]`.
 pub const TABLE_HEADER_LEN: usize = 32;
@@ -589,16 +589,4 @@ pub fn read_table_chain(
         let _ = table.push(text_start + u64::from(row.ip_off), *row);
     }
     (table, cursor.problems)
-}
-
-/// A row saying "no expressible rule here" for JIT code that keeps frame
-/// pointers and wants the frame-pointer chain used.
-#[must_use]
-pub fn unexpressible_row(ip_off: u32, size: u32) -> UnwindRow {
-    UnwindRow {
-        size,
-        ip_off,
-        info: ROW_UNEXPRESSIBLE,
-        ..UnwindRow::default()
-    }
 }

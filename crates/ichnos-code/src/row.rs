@@ -397,11 +397,6 @@ impl RowTable {
         RowTable::from_unsorted(base, out).0
     }
 
-    /// Heap bytes held by the table.
-    #[must_use]
-    pub fn heap_bytes(&self) -> usize {
-        self.rows.capacity() * std::mem::size_of::<UnwindRow>()
-    }
 }
 
 #[cfg(test)]
