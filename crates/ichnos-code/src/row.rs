@@ -25,7 +25,7 @@ pub const ROW_UNEXPRESSIBLE: u8 = 0x04;
 /// authentication); SFrame's `fre_mangled_ra_p`.
 pub const ROW_MANGLED_RA: u8 = 0x80;
 /// Every `info` bit with a meaning; a JIT table row with any other bit set
-/// is rejected. (Bits 4–5 are used inside the unwinder's cache.)
+/// is rejected.
 pub const ROW_KNOWN_BITS: u8 = ROW_CFA_BASE_SP | ROW_OUTERMOST | ROW_UNEXPRESSIBLE | ROW_MANGLED_RA;
 
 /// Where the canonical frame address (CFA) is computed from.
@@ -396,7 +396,6 @@ impl RowTable {
         }
         RowTable::from_unsorted(base, out).0
     }
-
 }
 
 #[cfg(test)]

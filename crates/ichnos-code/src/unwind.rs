@@ -85,7 +85,9 @@ pub enum StopReason {
         /// The address looked up.
         pc: u64,
     },
-    /// An address computation overflowed (corrupt registers or rows).
+    /// The frame pointer is too close to the top of the address space to
+    /// hold a frame (corrupt registers). Rows whose addresses wrap stop the
+    /// walk as [`StopReason::StackEnd`] or [`StopReason::Loop`] instead.
     BadAddress,
 }
 
@@ -165,18 +167,19 @@ pub struct UnwindCache {
 
 const CACHE_SLOTS: usize = 512;
 
-/// 32 bytes: the row's source rides in `info` bits 4–5, which rows do not
-/// use.
+/// 24 bytes: what a step needs of a row (its range is not needed once the
+/// address is known to be in it), with the return-address slot resolved.
 #[derive(Clone, Copy, Default)]
-#[repr(C, align(32))]
+#[repr(C)]
 struct CacheEntry {
     /// Lookup address + 1; 0 marks an empty slot.
     key: u64,
-    row: crate::row::UnwindRow,
+    cfa_off: i32,
+    ra_off: i32,
+    fp_off: i32,
+    info: u8,
+    source: u8,
 }
-
-const SOURCE_SHIFT: u32 = 4;
-const SOURCE_MASK: u8 = 0x30;
 
 impl std::fmt::Debug for UnwindCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -253,31 +256,43 @@ pub fn unwind_cached<R: FindRow + ?Sized, M: Memory + ?Sized>(
         cache.generation = generation;
     }
     let cacheable = generation.is_some();
-    let (mut hits, mut misses) = (0u64, 0u64);
+    // Only misses are counted as they happen (hits are the rest), to keep
+    // the hit path free of memory writes.
+    let mut misses = 0u64;
     let entries = &mut cache.entries;
     let find = |pc: u64| {
         let slot = &mut entries[UnwindCache::slot(pc)];
         if slot.key == pc.wrapping_add(1) {
-            hits += 1;
-            let mut row = slot.row;
-            let source = source_of((row.info & SOURCE_MASK) >> SOURCE_SHIFT);
-            row.info &= !SOURCE_MASK;
-            return Lookup::Row(row, source);
+            let row = crate::row::UnwindRow {
+                size: 0,
+                ip_off: 0,
+                cfa_off: slot.cfa_off,
+                ra_off: slot.ra_off,
+                fp_off: slot.fp_off,
+                info: slot.info,
+            };
+            return Lookup::Row(row, source_of(slot.source));
         }
         misses += 1;
         let found = rules.find_row(pc);
         if let (true, Lookup::Row(row, source)) = (cacheable, found) {
-            let mut stored = row;
-            stored.info = (row.info & !SOURCE_MASK) | (source_code(source) << SOURCE_SHIFT);
             *slot = CacheEntry {
                 key: pc.wrapping_add(1),
-                row: stored,
+                cfa_off: row.cfa_off,
+                ra_off: if row.ra_off == 0 {
+                    X86_64_RA_OFFSET
+                } else {
+                    row.ra_off
+                },
+                fp_off: row.fp_off,
+                info: row.info,
+                source: source_code(source),
             };
         }
         found
     };
     let stop = walk(find, regs, stack, memory, options, frames);
-    cache.hits += hits;
+    cache.hits += frames.len() as u64 - misses;
     cache.misses += misses;
     stop
 }
@@ -393,17 +408,21 @@ fn step_by_row<M: Memory + ?Sized>(
         CfaBase::Sp => sp,
         CfaBase::Fp => fp,
     };
-    let cfa = offset(base, row.cfa_off)?;
+    // Wrapping arithmetic: an address that wrapped is caught where it is
+    // used (it lies in no stack copy, no memory serves it, and a CFA that
+    // wrapped below SP stops the walk as a loop), so the hot path carries
+    // no overflow branches.
+    let cfa = base.wrapping_add_signed(i64::from(row.cfa_off));
     let ra_off = if row.ra_off == 0 {
         X86_64_RA_OFFSET
     } else {
         row.ra_off
     };
-    let ra = reader.u64_at(offset(cfa, ra_off)?)?;
+    let ra = reader.u64_at(cfa.wrapping_add_signed(i64::from(ra_off)))?;
     let caller_fp = if row.fp_off == 0 {
         fp
     } else {
-        reader.u64_at(offset(cfa, row.fp_off)?)?
+        reader.u64_at(cfa.wrapping_add_signed(i64::from(row.fp_off)))?
     };
     Ok(Caller {
         ra,
