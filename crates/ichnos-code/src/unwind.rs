@@ -14,7 +14,7 @@
 
 use crate::code_map::{FindRow, Lookup, RowSource};
 use crate::memory::{Bytes, Memory};
-use crate::row::CfaBase;
+use crate::row::{CfaBase, ROW_CFA_BASE_SP, ROW_OUTERMOST, ROW_UNEXPRESSIBLE};
 
 /// x86-64: the return address sits just below the CFA.
 const X86_64_RA_OFFSET: i32 = -8;
@@ -256,45 +256,116 @@ pub fn unwind_cached<R: FindRow + ?Sized, M: Memory + ?Sized>(
         cache.generation = generation;
     }
     let cacheable = generation.is_some();
-    // Only misses are counted as they happen (hits are the rest), to keep
-    // the hit path free of memory writes.
-    let mut misses = 0u64;
-    let entries = &mut cache.entries;
-    let find = |pc: u64| {
-        let slot = &mut entries[UnwindCache::slot(pc)];
-        if slot.key == pc.wrapping_add(1) {
-            let row = crate::row::UnwindRow {
-                size: 0,
-                ip_off: 0,
-                cfa_off: slot.cfa_off,
-                ra_off: slot.ra_off,
-                fp_off: slot.fp_off,
-                info: slot.info,
-            };
-            return Lookup::Row(row, source_of(slot.source));
-        }
-        misses += 1;
-        let found = rules.find_row(pc);
-        if let (true, Lookup::Row(row, source)) = (cacheable, found) {
-            *slot = CacheEntry {
-                key: pc.wrapping_add(1),
-                cfa_off: row.cfa_off,
-                ra_off: if row.ra_off == 0 {
-                    X86_64_RA_OFFSET
-                } else {
-                    row.ra_off
-                },
-                fp_off: row.fp_off,
-                info: row.info,
-                source: source_code(source),
-            };
-        }
-        found
+    frames.clear();
+    let stack = Bytes {
+        addr: regs.sp,
+        data: stack,
     };
-    let stop = walk(find, regs, stack, memory, options, frames);
+    let mut reader = Reader { stack, memory };
+    let mut frame = Frame {
+        ip: regs.ip,
+        sp: regs.sp,
+        kind: FrameKind::Registers,
+    };
+    let mut fp = regs.fp;
+    let mut misses = 0u64;
+    let stop = loop {
+        if frames.len() >= options.max_frames {
+            break StopReason::DepthLimit;
+        }
+        frames.push(frame);
+        let pc = frame.lookup_address();
+        let slot = &mut cache.entries[UnwindCache::slot(pc)];
+        // The fast path: a cached, plain row whose slots lie in the stack
+        // copy, and a caller that is not the end of the walk.
+        if slot.key == pc.wrapping_add(1) {
+            if let Some((caller, caller_fp)) = fast_step(slot, frame.sp, fp, &stack) {
+                frame = caller;
+                fp = caller_fp;
+                continue;
+            }
+        }
+        // Anything else: the general step, through the cache.
+        let found = if slot.key == pc.wrapping_add(1) {
+            slot.lookup()
+        } else {
+            misses += 1;
+            let found = rules.find_row(pc);
+            if let (true, Lookup::Row(row, source)) = (cacheable, found) {
+                *slot = CacheEntry::new(pc, &row, source);
+            }
+            found
+        };
+        match general_step(found, pc, frame, fp, &mut reader, options) {
+            Ok((caller, caller_fp)) => {
+                frame = caller;
+                fp = caller_fp;
+            }
+            Err(stop) => break stop,
+        }
+    };
     cache.hits += frames.len() as u64 - misses;
     cache.misses += misses;
     stop
+}
+
+impl CacheEntry {
+    fn new(pc: u64, row: &crate::row::UnwindRow, source: RowSource) -> Self {
+        Self {
+            key: pc.wrapping_add(1),
+            cfa_off: row.cfa_off,
+            ra_off: if row.ra_off == 0 {
+                X86_64_RA_OFFSET
+            } else {
+                row.ra_off
+            },
+            fp_off: row.fp_off,
+            info: row.info,
+            source: source_code(source),
+        }
+    }
+
+    fn lookup(&self) -> Lookup {
+        let row = crate::row::UnwindRow {
+            size: 0,
+            ip_off: 0,
+            cfa_off: self.cfa_off,
+            ra_off: self.ra_off,
+            fp_off: self.fp_off,
+            info: self.info,
+        };
+        Lookup::Row(row, source_of(self.source))
+    }
+}
+
+/// One step with a cached row when nothing is unusual; `None` sends the
+/// frame to [`general_step`], which decides every stop.
+#[inline(always)]
+fn fast_step(e: &CacheEntry, sp: u64, fp: u64, stack: &Bytes<'_>) -> Option<(Frame, u64)> {
+    if e.info & (ROW_OUTERMOST | ROW_UNEXPRESSIBLE) != 0 {
+        return None;
+    }
+    let base = if e.info & ROW_CFA_BASE_SP != 0 {
+        sp
+    } else {
+        fp
+    };
+    let cfa = base.wrapping_add_signed(i64::from(e.cfa_off));
+    let ra = stack.u64_at(cfa.wrapping_add_signed(i64::from(e.ra_off)))?;
+    let caller_fp = if e.fp_off == 0 {
+        fp
+    } else {
+        stack.u64_at(cfa.wrapping_add_signed(i64::from(e.fp_off)))?
+    };
+    if ra == 0 || cfa <= sp {
+        return None;
+    }
+    let caller = Frame {
+        ip: ra,
+        sp: cfa,
+        kind: FrameKind::Row(source_of(e.source)),
+    };
+    Some((caller, caller_fp))
 }
 
 #[inline]
@@ -326,35 +397,49 @@ fn walk<M: Memory + ?Sized, F: FnMut(u64) -> Lookup>(
         }
         frames.push(frame);
         let pc = frame.lookup_address();
-        let caller = match find_row(pc) {
-            Lookup::Row(row, source) if !row.is_unexpressible() => {
-                if row.is_outermost() {
-                    return StopReason::Outermost;
-                }
-                step_by_row(&row, source, frame.sp, fp, &mut reader)
+        match general_step(find_row(pc), pc, frame, fp, &mut reader, options) {
+            Ok((caller, caller_fp)) => {
+                frame = caller;
+                fp = caller_fp;
             }
-            _ if options.frame_pointer_fallback => {
-                step_by_frame_pointer(pc, frame.sp, fp, &mut reader)
-            }
-            _ => Err(StopReason::NoUnwindInfo { pc }),
-        };
-        let caller = match caller {
-            Ok(caller) => caller,
             Err(stop) => return stop,
-        };
-        if caller.ra == 0 {
-            return StopReason::Outermost;
         }
-        if caller.cfa <= frame.sp {
-            return StopReason::Loop;
-        }
-        frame = Frame {
-            ip: caller.ra,
-            sp: caller.cfa,
-            kind: caller.kind,
-        };
-        fp = caller.fp;
     }
+}
+
+/// One step from `frame` given what is known at `pc`: the caller's frame
+/// and frame pointer, or why the walk ends.
+#[inline]
+fn general_step<M: Memory + ?Sized>(
+    found: Lookup,
+    pc: u64,
+    frame: Frame,
+    fp: u64,
+    reader: &mut Reader<'_, M>,
+    options: &UnwindOptions,
+) -> Result<(Frame, u64), StopReason> {
+    let caller = match found {
+        Lookup::Row(row, source) if !row.is_unexpressible() => {
+            if row.is_outermost() {
+                return Err(StopReason::Outermost);
+            }
+            step_by_row(&row, source, frame.sp, fp, reader)?
+        }
+        _ if options.frame_pointer_fallback => step_by_frame_pointer(pc, frame.sp, fp, reader)?,
+        _ => return Err(StopReason::NoUnwindInfo { pc }),
+    };
+    if caller.ra == 0 {
+        return Err(StopReason::Outermost);
+    }
+    if caller.cfa <= frame.sp {
+        return Err(StopReason::Loop);
+    }
+    let next = Frame {
+        ip: caller.ra,
+        sp: caller.cfa,
+        kind: caller.kind,
+    };
+    Ok((next, caller.fp))
 }
 
 /// What one step learns about the caller.
