@@ -340,7 +340,7 @@ impl CacheEntry {
 
 /// One step with a cached row when nothing is unusual; `None` sends the
 /// frame to [`general_step`], which decides every stop.
-#[inline(always)]
+#[inline]
 fn fast_step(e: &CacheEntry, sp: u64, fp: u64, stack: &Bytes<'_>) -> Option<(Frame, u64)> {
     if e.info & (ROW_OUTERMOST | ROW_UNEXPRESSIBLE) != 0 {
         return None;
