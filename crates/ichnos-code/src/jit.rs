@@ -72,9 +72,12 @@ pub enum JitTableError {
     /// The row covers no bytes, or has `info` bits without a meaning.
     #[error("row is not valid: {0}")]
     BadRow(&'static str),
-    /// A chained table must start after this one's last row.
-    #[error("the table is already chained")]
+    /// The table already has a successor: rows go to the last table.
+    #[error("the table is already chained; append to the last table")]
     AlreadyChained,
+    /// The table cannot be chained as asked.
+    #[error("cannot chain: {0}")]
+    BadChain(&'static str),
 }
 
 #[repr(C)]
@@ -88,7 +91,11 @@ struct Header {
 
 struct WriterState {
     rows: usize,
+    /// Where the last row ends; a chained table starts from its
+    /// predecessor's, so the chain stays sorted.
     prev_end: u64,
+    /// A table with a successor takes no more rows.
+    chained: bool,
 }
 
 /// A JIT unwind table owned by a JIT written in Rust: the codectl layout in
@@ -147,6 +154,7 @@ impl JitUnwindTable {
             writer: Mutex::new(WriterState {
                 rows: 0,
                 prev_end: 0,
+                chained: false,
             }),
             next: OnceLock::new(),
         };
@@ -204,10 +212,10 @@ impl JitUnwindTable {
         if row.info & !ROW_KNOWN_BITS != 0 {
             return Err(JitTableError::BadRow("info has undefined bits"));
         }
-        let mut w = self
-            .writer
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut w = self.writer_state();
+        if w.chained {
+            return Err(JitTableError::AlreadyChained);
+        }
         if w.rows == self.capacity {
             return Err(JitTableError::Full {
                 capacity: self.capacity,
@@ -238,12 +246,43 @@ impl JitUnwindTable {
         Ok(())
     }
 
-    /// Links `next` after this table; the chain keeps it alive.
+    fn writer_state(&self) -> std::sync::MutexGuard<'_, WriterState> {
+        self.writer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Links `next`, an empty table, after this one; the chain keeps it
+    /// alive. This table then takes no more rows, and `next` takes only
+    /// rows after this one's last, so the chain stays sorted.
     pub fn chain(&self, next: Arc<JitUnwindTable>) -> Result<(), JitTableError> {
+        if std::ptr::eq(self, Arc::as_ptr(&next)) {
+            return Err(JitTableError::BadChain("a table cannot follow itself"));
+        }
+        // One lock at a time (never both), so no two chain calls can
+        // deadlock: claim this table first, then check the next one.
+        let end = {
+            let mut w = self.writer_state();
+            if w.chained {
+                return Err(JitTableError::AlreadyChained);
+            }
+            w.chained = true;
+            w.prev_end
+        };
+        {
+            let mut n = next.writer_state();
+            if n.rows != 0 || n.chained {
+                drop(n);
+                self.writer_state().chained = false;
+                return Err(JitTableError::BadChain(
+                    "the next table must be empty and unchained",
+                ));
+            }
+            n.prev_end = end;
+        }
         let addr = next.address();
-        self.next
-            .set(next)
-            .map_err(|_| JitTableError::AlreadyChained)?;
+        // Cannot fail: `chained` was false, so `next` was never set.
+        let _ = self.next.set(next);
         self.header().next.store(addr, Ordering::Release);
         Ok(())
     }

@@ -18,15 +18,21 @@ pub struct LoadedReport {
     pub registered: Vec<(PathBuf, std::ops::Range<u64>)>,
     /// Text ranges not registered (already registered, unreadable SFrame…).
     pub skipped: Vec<(PathBuf, RegistryError)>,
+    /// Text starts that an earlier walk registered and that are no longer
+    /// loaded (`dlclose`d): unregistered, so a library loaded there later
+    /// is not unwound with the old one's rows.
+    pub removed: Vec<u64>,
 }
 
 /// Walks this process's loaded objects (`dl_iterate_phdr`) and registers
 /// each executable `PT_LOAD` with the object's `PT_GNU_SFRAME` segment, its
 /// build id and debug link (read from the file). Objects already registered
 /// are reported as skipped, so calling this again after a `dlopen` adds only
-/// the new ones.
+/// the new ones, and after a `dlclose` removes what an earlier walk
+/// registered for objects that are gone.
 pub fn register_loaded_objects(registry: &Registry) -> LoadedReport {
     let mut report = LoadedReport::default();
+    let mut present = std::collections::HashSet::new();
     for object in loaded_objects() {
         let path = if object.name.is_empty() {
             std::fs::read_link("/proc/self/exe").unwrap_or_default()
@@ -68,10 +74,26 @@ pub fn register_loaded_objects(registry: &Registry) -> LoadedReport {
                 debug_link: debug_link.as_ref().map(|(name, _)| path_from_bytes(name)),
                 debug_link_crc: debug_link.as_ref().map_or(0, |(_, crc)| *crc),
             };
+            present.insert(text.start);
             match registry.register_elf(code) {
-                Ok(()) => report.registered.push((path.clone(), text)),
+                Ok(()) => {
+                    registry.loader_texts().insert(text.start);
+                    report.registered.push((path.clone(), text));
+                }
                 Err(e) => report.skipped.push((path.clone(), e)),
             }
+        }
+    }
+    let gone: Vec<u64> = registry
+        .loader_texts()
+        .iter()
+        .copied()
+        .filter(|start| !present.contains(start))
+        .collect();
+    for start in gone {
+        registry.loader_texts().remove(&start);
+        if registry.unregister(start).is_ok() {
+            report.removed.push(start);
         }
     }
     report

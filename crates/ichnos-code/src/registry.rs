@@ -226,6 +226,8 @@ pub struct Registry {
     writer: Mutex<Vec<Entry>>,
     pid: u32,
     exporter: Option<&'static Exporter>,
+    /// Text starts registered by [`crate::register_loaded_objects`].
+    loader_texts: Mutex<std::collections::HashSet<u64>>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -259,6 +261,7 @@ impl Registry {
             writer: Mutex::new(Vec::new()),
             pid,
             exporter: None,
+            loader_texts: Mutex::new(std::collections::HashSet::new()),
         }
     }
 
@@ -271,6 +274,12 @@ impl Registry {
             r.exporter = Some(crate::export::exporter());
             r
         })
+    }
+
+    pub(crate) fn loader_texts(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<u64>> {
+        self.loader_texts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn entries(&self) -> std::sync::MutexGuard<'_, Vec<Entry>> {

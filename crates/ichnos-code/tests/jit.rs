@@ -356,6 +356,38 @@ fn a_partial_used_len_does_not_lose_later_rows() {
 }
 
 #[test]
+fn the_rust_builder_keeps_a_chain_sorted() {
+    let a = Arc::new(JitUnwindTable::with_capacity(2));
+    let b = Arc::new(JitUnwindTable::with_capacity(2));
+    a.push(sp_row(0x10, 8, 8)).unwrap();
+    assert!(matches!(
+        a.push(sp_row(0x0, 8, 8)),
+        Err(ichnos_code::jit::JitTableError::Unsorted { .. })
+    ));
+    assert!(
+        a.chain(Arc::clone(&a)).is_err(),
+        "a table cannot follow itself"
+    );
+    b.push(sp_row(0x40, 8, 8)).unwrap();
+    assert!(
+        a.chain(Arc::clone(&b)).is_err(),
+        "the next table must be empty"
+    );
+    let c = Arc::new(JitUnwindTable::with_capacity(2));
+    a.chain(Arc::clone(&c)).unwrap();
+    // The first table is closed; the next starts after its last row.
+    assert!(a.push(sp_row(0x100, 8, 8)).is_err());
+    assert!(c.push(sp_row(0x8, 8, 8)).is_err());
+    c.push(sp_row(0x18, 8, 16)).unwrap();
+    let (rows, problems) = read(a.address(), 0x200);
+    assert!(problems.is_empty(), "{problems:?}");
+    assert_eq!(
+        rows.iter().map(|r| r.ip_off).collect::<Vec<_>>(),
+        [0x10, 0x18]
+    );
+}
+
+#[test]
 fn a_runaway_chain_is_cut() {
     // MAX_TABLES + 10 empty tables in a row.
     let n = ichnos_code::jit::MAX_TABLES + 10;
