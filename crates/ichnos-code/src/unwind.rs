@@ -142,14 +142,34 @@ pub fn unwind_into<R: FindRow + ?Sized, M: Memory + ?Sized>(
     options: &UnwindOptions,
     frames: &mut Vec<Frame>,
 ) -> StopReason {
-    walk(
-        |pc| rules.find_row(pc),
-        regs,
-        stack,
+    frames.clear();
+    let mut reader = Reader {
+        stack: Bytes {
+            addr: regs.sp,
+            data: stack,
+        },
         memory,
-        options,
-        frames,
-    )
+    };
+    let mut frame = Frame {
+        ip: regs.ip,
+        sp: regs.sp,
+        kind: FrameKind::Registers,
+    };
+    let mut fp = regs.fp;
+    loop {
+        if frames.len() >= options.max_frames {
+            return StopReason::DepthLimit;
+        }
+        frames.push(frame);
+        let pc = frame.lookup_address();
+        match general_step(rules.find_row(pc), pc, frame, fp, &mut reader, options) {
+            Ok((caller, caller_fp)) => {
+                frame = caller;
+                fp = caller_fp;
+            }
+            Err(stop) => return stop,
+        }
+    }
 }
 
 /// Rules recently found, by address: a profiler unwinds the same return
@@ -366,45 +386,6 @@ fn fast_step(e: &CacheEntry, sp: u64, fp: u64, stack: &Bytes<'_>) -> Option<(Fra
         kind: FrameKind::Row(source_of(e.source)),
     };
     Some((caller, caller_fp))
-}
-
-#[inline]
-fn walk<M: Memory + ?Sized, F: FnMut(u64) -> Lookup>(
-    mut find_row: F,
-    regs: Regs,
-    stack: &[u8],
-    memory: &mut M,
-    options: &UnwindOptions,
-    frames: &mut Vec<Frame>,
-) -> StopReason {
-    frames.clear();
-    let mut reader = Reader {
-        stack: Bytes {
-            addr: regs.sp,
-            data: stack,
-        },
-        memory,
-    };
-    let mut frame = Frame {
-        ip: regs.ip,
-        sp: regs.sp,
-        kind: FrameKind::Registers,
-    };
-    let mut fp = regs.fp;
-    loop {
-        if frames.len() >= options.max_frames {
-            return StopReason::DepthLimit;
-        }
-        frames.push(frame);
-        let pc = frame.lookup_address();
-        match general_step(find_row(pc), pc, frame, fp, &mut reader, options) {
-            Ok((caller, caller_fp)) => {
-                frame = caller;
-                fp = caller_fp;
-            }
-            Err(stop) => return stop,
-        }
-    }
 }
 
 /// One step from `frame` given what is known at `pc`: the caller's frame
