@@ -10,6 +10,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
 mod stack;
+mod symbolize;
 use ichnos_image::{Asid, Image, ImageSection, SectionCache};
 
 #[derive(Parser, Debug)]
@@ -31,6 +32,8 @@ enum Command {
     Image(ImageArgs),
     /// Print the stacks of a live process's threads.
     Stack(stack::StackArgs),
+    /// Turn addresses of an object file into functions, files and lines.
+    Symbolize(symbolize::SymbolizeArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -73,6 +76,7 @@ fn run(cli: &Cli) -> Result<()> {
     match &cli.command {
         Command::Image(args) => image(cli, args),
         Command::Stack(args) => stack::stack(args, cli.verbose),
+        Command::Symbolize(args) => symbolize::symbolize(args, cli.verbose),
     }
 }
 

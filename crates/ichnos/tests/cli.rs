@@ -216,3 +216,89 @@ fn stack_errors_name_the_process() {
     let out = ichnos(&["stack"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// `ichnos symbolize` prints what `addr2line -f -i -C` prints for the same
+/// addresses of a C program built with `-O2 -g` (inlined frames included),
+/// discriminators aside; addresses come from the command line or stdin.
+#[test]
+fn symbolize_prints_addr2line_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("inlines");
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../ichnos-symbol/tests/fixtures/inlines.c");
+    let status = Command::new("gcc")
+        .args(["-O2", "-g", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let disasm = Command::new("objdump")
+        .args(["-d", "--no-show-raw-insn", "--disassemble=work"])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let addrs: Vec<String> = String::from_utf8_lossy(&disasm.stdout)
+        .lines()
+        .filter(|l| l.starts_with("    ") && l.contains(':'))
+        .filter_map(|l| l.trim().split(':').next().map(|a| format!("0x{a}")))
+        .collect();
+    assert!(addrs.len() > 10);
+    let exe_str = exe.to_str().unwrap();
+    let mut args = vec!["symbolize", "-e", exe_str];
+    args.extend(addrs.iter().map(String::as_str));
+    let out = ichnos(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let theirs = Command::new("addr2line")
+        .args(["-f", "-i", "-C", "-e", exe_str])
+        .args(&addrs)
+        .output()
+        .unwrap();
+    let theirs: String = String::from_utf8_lossy(&theirs.stdout)
+        .lines()
+        .map(|l| l.split(" (discriminator").next().unwrap().to_string() + "\n")
+        .collect();
+    assert_eq!(stdout(&out), theirs);
+    assert!(
+        theirs.contains("square"),
+        "inlined frames expected:\n{theirs}"
+    );
+
+    // Standard input, one address a line; an unknown address is ??/??:0.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ichnos"))
+        .args(["symbolize", "-e", exe_str])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(
+        &mut child.stdin.take().unwrap(),
+        format!("{}\n0x999999\n", addrs[0]).as_bytes(),
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.ends_with("??\n??:0\n"), "{text}");
+
+    // JSON on request.
+    let out = ichnos(&["symbolize", "-e", exe_str, "--json", &addrs[3]]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["source"], "the file itself");
+    assert!(v["frames"][0]["line"].as_u64().unwrap() > 0);
+
+    // A bad address and a missing file are user errors.
+    assert_eq!(
+        ichnos(&["symbolize", "-e", exe_str, "xyz"]).status.code(),
+        Some(1)
+    );
+    assert_eq!(
+        ichnos(&["symbolize", "-e", "/no/such/file", "0x10"])
+            .status
+            .code(),
+        Some(1)
+    );
+}

@@ -1,0 +1,121 @@
+//! Finding the debug information of an object, as distributions ship it.
+
+use std::path::{Path, PathBuf};
+
+/// Where the answers for an object came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DebugSource {
+    /// DWARF in the object file itself.
+    SameFile,
+    /// DWARF in the file found by build id (`.build-id/xx/yyyy.debug`).
+    BuildId(PathBuf),
+    /// DWARF in the file named by `.gnu_debuglink`, CRC checked.
+    DebugLink(PathBuf),
+    /// No DWARF found: names from the ELF symbol tables only.
+    SymbolsOnly,
+}
+
+impl std::fmt::Display for DebugSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::SameFile => write!(f, "the file itself"),
+            Self::BuildId(p) => write!(f, "build id: {}", p.display()),
+            Self::DebugLink(p) => write!(f, "debug link: {}", p.display()),
+            Self::SymbolsOnly => write!(f, "symbol tables only"),
+        }
+    }
+}
+
+/// The CRC32 (IEEE) of a file's contents, as `.gnu_debuglink` records it.
+pub fn crc32_of_file(path: &Path) -> std::io::Result<u32> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = crc32fast::Hasher::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            return Ok(hasher.finalize());
+        }
+        hasher.update(&buf[..n]);
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes.iter().fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+/// A debug file found for an object, or the candidates that were refused.
+#[derive(Debug, Default)]
+pub(crate) struct Search {
+    pub found: Option<(PathBuf, DebugSource)>,
+    /// Candidates that exist but were refused (wrong CRC), with the reason.
+    pub refused: Vec<String>,
+}
+
+/// Looks for the separate debug file of `object`: by build id under each
+/// debug directory, then by debug link next to the object, in its
+/// `.debug/` subdirectory, and under each debug directory followed by the
+/// object's directory.
+pub(crate) fn find_debug_file(
+    object: &Path,
+    build_id: Option<&[u8]>,
+    debug_link: Option<(&[u8], u32)>,
+    debug_dirs: &[PathBuf],
+) -> Search {
+    let mut search = Search::default();
+    if let Some(id) = build_id.filter(|id| id.len() >= 2) {
+        for dir in debug_dirs {
+            let candidate = dir
+                .join(".build-id")
+                .join(hex(&id[..1]))
+                .join(format!("{}.debug", hex(&id[1..])));
+            if candidate.is_file() && !same_file(&candidate, object) {
+                search.found = Some((candidate.clone(), DebugSource::BuildId(candidate)));
+                return search;
+            }
+        }
+    }
+    if let Some((name, crc)) = debug_link {
+        let name = Path::new(std::ffi::OsStr::new(
+            std::str::from_utf8(name).unwrap_or_default(),
+        ));
+        if name.as_os_str().is_empty() || name.components().count() != 1 {
+            return search;
+        }
+        let dir = object.parent().unwrap_or(Path::new("/"));
+        let mut candidates = vec![dir.join(name), dir.join(".debug").join(name)];
+        for debug_dir in debug_dirs {
+            let relative = dir.strip_prefix("/").unwrap_or(dir);
+            candidates.push(debug_dir.join(relative).join(name));
+        }
+        for candidate in candidates {
+            if !candidate.is_file() || same_file(&candidate, object) {
+                continue;
+            }
+            match crc32_of_file(&candidate) {
+                Ok(c) if c == crc => {
+                    search.found = Some((candidate.clone(), DebugSource::DebugLink(candidate)));
+                    return search;
+                }
+                Ok(c) => search.refused.push(format!(
+                    "{}: CRC32 {c:#010x}, the debug link says {crc:#010x}",
+                    candidate.display()
+                )),
+                Err(e) => search.refused.push(format!("{}: {e}", candidate.display())),
+            }
+        }
+    }
+    search
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}

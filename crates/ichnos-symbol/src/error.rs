@@ -1,0 +1,33 @@
+//! What can go wrong when symbolizing.
+
+use std::path::PathBuf;
+
+/// Why an object could not be symbolized.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SymbolError {
+    /// The file could not be opened or mapped.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The failure.
+        source: std::io::Error,
+    },
+    /// The file is not an ELF object this crate reads.
+    #[error("{path}: not a readable ELF file: {detail}")]
+    BadObject {
+        /// The file.
+        path: PathBuf,
+        /// What the parser said.
+        detail: String,
+    },
+    /// The DWARF of the file could not be read.
+    #[error("{path}: bad DWARF: {detail}")]
+    BadDwarf {
+        /// The file holding the DWARF.
+        path: PathBuf,
+        /// What gimli said.
+        detail: String,
+    },
+}

@@ -1,0 +1,29 @@
+//! Addresses to the names people read.
+//!
+//! A [`Symbolizer`] turns addresses in an object file (an executable or a
+//! shared library, at its link-time virtual addresses) into frames: the
+//! function, and where DWARF says so the source file and line, with
+//! inlined functions first and the function they were inlined into last —
+//! what `addr2line -f -i -C` prints. Names come from DWARF where there is
+//! debug information, else from the ELF symbol tables (`.symtab`, then
+//! `.dynsym`); Rust and C++ names are demangled, the raw name is kept.
+//!
+//! Debug information is found the way distributions ship it: in the file
+//! itself, then under `.build-id/xx/yyyy.debug` in the debug directories,
+//! then by the `.gnu_debuglink` name (its CRC32 checked) next to the file,
+//! in its `.debug/` directory and under the debug directories. Every answer
+//! says which file it came from ([`DebugSource`]).
+//!
+//! Parsed objects are kept per path, so a batch of addresses for one file
+//! parses it once.
+
+mod debug_file;
+mod demangle;
+mod error;
+mod object_file;
+mod symbolizer;
+
+pub use debug_file::{crc32_of_file, DebugSource};
+pub use demangle::demangle;
+pub use error::SymbolError;
+pub use symbolizer::{Frame, Symbolized, Symbolizer, SymbolizerOptions};

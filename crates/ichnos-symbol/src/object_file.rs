@@ -1,0 +1,236 @@
+//! One object file, parsed once: its symbol tables and its DWARF.
+
+use std::borrow::Cow;
+use std::ops::Deref;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
+
+use crate::debug_file::{find_debug_file, DebugSource};
+use crate::error::SymbolError;
+
+/// The bytes DWARF is read from: a mapped file, or a decompressed section.
+#[derive(Debug)]
+enum Buffer {
+    Mapped(memmap2::Mmap),
+    Owned(Vec<u8>),
+}
+
+/// A shared handle on a [`Buffer`], the storage of [`Reader`].
+#[derive(Debug, Clone)]
+pub(crate) struct Shared(Arc<Buffer>);
+
+impl Deref for Shared {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match &*self.0 {
+            Buffer::Mapped(m) => m,
+            Buffer::Owned(v) => v,
+        }
+    }
+}
+
+// SAFETY: the bytes live in the `Arc`'s allocation (a mapping or a vector
+// that is never changed), so they stay at one address when the handle moves
+// or is cloned.
+unsafe impl gimli::StableDeref for Shared {}
+// SAFETY: as above; clones share the same allocation.
+unsafe impl gimli::CloneStableDeref for Shared {}
+
+pub(crate) type Reader = gimli::EndianReader<gimli::RunTimeEndian, Shared>;
+
+/// A function symbol from the ELF symbol tables.
+#[derive(Clone, Debug)]
+pub(crate) struct Sym {
+    pub addr: u64,
+    pub size: u64,
+    /// End of the symbol's section: a symbol without a size covers no
+    /// address beyond it.
+    pub section_end: u64,
+    pub name: String,
+    /// For a local symbol, the source file its `STT_FILE` symbol names (as
+    /// binutils reports it when there is no line information).
+    pub file: Option<String>,
+}
+
+/// A parsed object.
+pub(crate) struct LoadedObject {
+    pub symbols: Vec<Sym>,
+    pub dwarf: Option<addr2line::Context<Reader>>,
+    pub source: DebugSource,
+    /// Debug files that were found but refused (CRC mismatch).
+    pub refused: Vec<String>,
+}
+
+impl std::fmt::Debug for LoadedObject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadedObject")
+            .field("symbols", &self.symbols.len())
+            .field("dwarf", &self.dwarf.is_some())
+            .field("source", &self.source)
+            .finish_non_exhaustive()
+    }
+}
+
+fn map(path: &Path) -> Result<Shared, SymbolError> {
+    let io = |source| SymbolError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    // SAFETY: the mapping is read-only and private; a file changed under
+    // it by another process can change the bytes read (not memory safety
+    // of this process, beyond a SIGBUS on truncation, which the image
+    // crate documents likewise).
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+    Ok(Shared(Arc::new(Buffer::Mapped(map))))
+}
+
+impl LoadedObject {
+    pub(crate) fn load(path: &Path, debug_dirs: &[PathBuf]) -> Result<Self, SymbolError> {
+        let bytes = map(path)?;
+        let bad = |detail: String| SymbolError::BadObject {
+            path: path.to_path_buf(),
+            detail,
+        };
+        let file = object::File::parse(&*bytes).map_err(|e| bad(e.to_string()))?;
+        let symbols = function_symbols(&file);
+        let mut refused = Vec::new();
+        let (dwarf, source) = if has_dwarf(&file) {
+            (
+                Some(load_dwarf(path, &bytes, &file)?),
+                DebugSource::SameFile,
+            )
+        } else {
+            let build_id = file.build_id().ok().flatten();
+            let link = file.gnu_debuglink().ok().flatten();
+            let search = find_debug_file(path, build_id, link, debug_dirs);
+            refused = search.refused;
+            match search.found {
+                Some((debug_path, source)) => {
+                    let debug_bytes = map(&debug_path)?;
+                    let debug_file =
+                        object::File::parse(&*debug_bytes).map_err(|e| SymbolError::BadObject {
+                            path: debug_path.clone(),
+                            detail: e.to_string(),
+                        })?;
+                    let dwarf = load_dwarf(&debug_path, &debug_bytes, &debug_file)?;
+                    (Some(dwarf), source)
+                }
+                None => (None, DebugSource::SymbolsOnly),
+            }
+        };
+        Ok(Self {
+            symbols,
+            dwarf,
+            source,
+            refused,
+        })
+    }
+
+    /// The nearest function symbol at or below `addr` in the same section,
+    /// past its size or not (for addresses the line table gives to it).
+    pub(crate) fn symbol_before(&self, addr: u64) -> Option<&Sym> {
+        let i = self.symbols.partition_point(|s| s.addr <= addr);
+        let s = self.symbols.get(i.checked_sub(1)?)?;
+        (addr < s.section_end).then_some(s)
+    }
+
+    /// The function symbol covering `addr`, never one of another section
+    /// or past its end.
+    pub(crate) fn symbol(&self, addr: u64) -> Option<&Sym> {
+        let i = self.symbols.partition_point(|s| s.addr <= addr);
+        let s = self.symbols.get(i.checked_sub(1)?)?;
+        let end = if s.size > 0 {
+            s.addr.saturating_add(s.size)
+        } else {
+            // No size: up to the next symbol, within the section.
+            self.symbols
+                .get(i)
+                .map_or(s.section_end, |next| next.addr.min(s.section_end))
+        };
+        (addr < end).then_some(s)
+    }
+}
+
+fn has_dwarf(file: &object::File<'_>) -> bool {
+    file.section_by_name(".debug_info")
+        .is_some_and(|s| s.size() > 0)
+}
+
+/// Function symbols of `.symtab` and `.dynsym`, sorted, one per address
+/// (the first name seen wins, as `.symtab` is read first).
+fn function_symbols(file: &object::File<'_>) -> Vec<Sym> {
+    let mut out: Vec<Sym> = Vec::new();
+    // In `.symtab`, a file symbol precedes the local symbols of that file.
+    let mut current_file: Option<String> = None;
+    for s in file.symbols().chain(file.dynamic_symbols()) {
+        if s.kind() == SymbolKind::File {
+            current_file = s.name().ok().map(str::to_string);
+            continue;
+        }
+        if s.kind() != SymbolKind::Text || !s.is_definition() {
+            continue;
+        }
+        let Ok(name) = s.name() else { continue };
+        if name.is_empty() {
+            continue;
+        }
+        let section_end = s
+            .section_index()
+            .and_then(|i| file.section_by_index(i).ok())
+            .map_or(u64::MAX, |sec| sec.address() + sec.size());
+        out.push(Sym {
+            addr: s.address(),
+            size: s.size(),
+            section_end,
+            name: name.to_string(),
+            file: if s.is_local() {
+                current_file.clone()
+            } else {
+                None
+            },
+        });
+    }
+    out.sort_by_key(|s| s.addr);
+    out.dedup_by_key(|s| s.addr);
+    out
+}
+
+fn load_dwarf(
+    path: &Path,
+    bytes: &Shared,
+    file: &object::File<'_>,
+) -> Result<addr2line::Context<Reader>, SymbolError> {
+    let endian = if file.is_little_endian() {
+        gimli::RunTimeEndian::Little
+    } else {
+        gimli::RunTimeEndian::Big
+    };
+    let section = |id: gimli::SectionId| -> Result<Reader, gimli::Error> {
+        let Some(s) = file.section_by_name(id.name()) else {
+            return Ok(Reader::new(
+                Shared(Arc::new(Buffer::Owned(Vec::new()))),
+                endian,
+            ));
+        };
+        let data = s.uncompressed_data().unwrap_or(Cow::Borrowed(&[]));
+        Ok(match data {
+            Cow::Owned(v) => Reader::new(Shared(Arc::new(Buffer::Owned(v))), endian),
+            Cow::Borrowed(b) => {
+                // A slice of the mapping: find where it starts.
+                let start = b.as_ptr() as usize - bytes.as_ptr() as usize;
+                Reader::new(bytes.clone(), endian).range(start..start + b.len())
+            }
+        })
+    };
+    let dwarf = gimli::Dwarf::load(section).map_err(|e| SymbolError::BadDwarf {
+        path: path.to_path_buf(),
+        detail: e.to_string(),
+    })?;
+    addr2line::Context::from_dwarf(dwarf).map_err(|e| SymbolError::BadDwarf {
+        path: path.to_path_buf(),
+        detail: e.to_string(),
+    })
+}

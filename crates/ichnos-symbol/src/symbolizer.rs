@@ -1,0 +1,194 @@
+//! The symbolizer: batches of addresses per object, parsed objects kept.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use crate::debug_file::DebugSource;
+use crate::demangle::demangle;
+use crate::error::SymbolError;
+use crate::object_file::LoadedObject;
+
+/// How to symbolize.
+#[derive(Clone, Debug)]
+pub struct SymbolizerOptions {
+    /// Where separate debug files live (`/usr/lib/debug` by default).
+    pub debug_dirs: Vec<PathBuf>,
+    /// Demangle Rust and C++ names (the raw name is kept beside).
+    pub demangle: bool,
+    /// Report inlined functions as frames of their own.
+    pub inlines: bool,
+}
+
+impl Default for SymbolizerOptions {
+    fn default() -> Self {
+        Self {
+            debug_dirs: vec![PathBuf::from("/usr/lib/debug")],
+            demangle: true,
+            inlines: true,
+        }
+    }
+}
+
+/// One frame of an address: a function, and where in the source.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Frame {
+    /// The function, demangled if asked for; `None` if unknown.
+    pub function: Option<String>,
+    /// The function's name as stored.
+    pub raw_function: Option<String>,
+    /// The source file.
+    pub file: Option<String>,
+    /// The line, 0 or `None` when unknown.
+    pub line: Option<u32>,
+    /// The column.
+    pub column: Option<u32>,
+    /// Whether this frame was inlined into the next one.
+    pub inlined: bool,
+}
+
+/// The frames of one address, innermost (inlined) first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Symbolized {
+    /// The address asked for.
+    pub addr: u64,
+    /// Its frames; one frame with nothing known for an unknown address.
+    pub frames: Vec<Frame>,
+    /// Where the answer came from.
+    pub source: DebugSource,
+}
+
+/// Symbolizes addresses of object files, keeping each parsed object.
+#[derive(Debug, Default)]
+pub struct Symbolizer {
+    options: SymbolizerOptions,
+    objects: Mutex<HashMap<PathBuf, Arc<Mutex<LoadedObject>>>>,
+}
+
+impl Symbolizer {
+    /// A symbolizer with these options.
+    #[must_use]
+    pub fn new(options: SymbolizerOptions) -> Self {
+        Self {
+            options,
+            objects: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The parsed object for `path` (parsed on first use). DWARF lookups
+    /// keep lazily parsed state, so each object is used by one thread at a
+    /// time.
+    fn object(&self, path: &Path) -> Result<Arc<Mutex<LoadedObject>>, SymbolError> {
+        if let Some(o) = self.lock().get(path) {
+            return Ok(Arc::clone(o));
+        }
+        let loaded = Arc::new(Mutex::new(LoadedObject::load(
+            path,
+            &self.options.debug_dirs,
+        )?));
+        self.lock().insert(path.to_path_buf(), Arc::clone(&loaded));
+        Ok(loaded)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Arc<Mutex<LoadedObject>>>> {
+        self.objects
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Debug files found for `path` but refused (a CRC that does not
+    /// match), each with the reason.
+    pub fn refused_debug_files(&self, path: &Path) -> Result<Vec<String>, SymbolError> {
+        let object = self.object(path)?;
+        let object = object
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Ok(object.refused.clone())
+    }
+
+    /// Symbolizes `addrs`, virtual addresses of the object file at `path`
+    /// as its program headers place it (what `addr2line -e` takes).
+    pub fn symbolize_file(
+        &self,
+        path: &Path,
+        addrs: &[u64],
+    ) -> Result<Vec<Symbolized>, SymbolError> {
+        let object = self.object(path)?;
+        let object = object
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Ok(addrs
+            .iter()
+            .map(|&addr| Symbolized {
+                addr,
+                frames: self.frames(&object, addr),
+                source: object.source.clone(),
+            })
+            .collect())
+    }
+
+    fn name(&self, raw: &str) -> String {
+        if self.options.demangle {
+            demangle(raw).unwrap_or_else(|| raw.to_string())
+        } else {
+            raw.to_string()
+        }
+    }
+
+    fn frames(&self, object: &LoadedObject, addr: u64) -> Vec<Frame> {
+        let mut frames = Vec::new();
+        if let Some(ctx) = &object.dwarf {
+            if let Ok(mut iter) = ctx.find_frames(addr).skip_all_loads() {
+                while let Ok(Some(f)) = iter.next() {
+                    let raw = f
+                        .function
+                        .as_ref()
+                        .and_then(|n| n.raw_name().ok().map(std::borrow::Cow::into_owned));
+                    frames.push(Frame {
+                        function: raw.as_deref().map(|r| self.name(r)),
+                        raw_function: raw,
+                        file: f.location.as_ref().and_then(|l| l.file.map(str::to_string)),
+                        line: f.location.as_ref().and_then(|l| l.line),
+                        column: f.location.as_ref().and_then(|l| l.column),
+                        inlined: true,
+                    });
+                }
+            }
+        }
+        // The outermost frame is the function itself, not inlined.
+        if let Some(last) = frames.last_mut() {
+            last.inlined = false;
+        }
+        if !self.options.inlines && frames.len() > 1 {
+            let location = frames[0].clone();
+            let mut outer = frames.pop().unwrap_or_default();
+            outer.file = location.file;
+            outer.line = location.line;
+            outer.column = location.column;
+            frames = vec![outer];
+        }
+        // Where DWARF names no function, the symbol tables may.
+        // An address the line table places in a function but DWARF gives no
+        // function for (alignment padding after it) is named after the
+        // symbol before it, as binutils does; with no line either, only a
+        // symbol that covers the address names it.
+        let symbol = if frames.first().is_some_and(|f| f.line.is_some()) {
+            object.symbol_before(addr)
+        } else {
+            object.symbol(addr)
+        };
+        if frames.is_empty() {
+            frames.push(Frame::default());
+        }
+        if frames.len() == 1 && frames[0].function.is_none() {
+            if let Some(s) = symbol {
+                frames[0].raw_function = Some(s.name.clone());
+                frames[0].function = Some(self.name(&s.name));
+                if frames[0].file.is_none() {
+                    frames[0].file.clone_from(&s.file);
+                }
+            }
+        }
+        frames
+    }
+}

@@ -1,0 +1,222 @@
+//! ichnos against binutils `addr2line -f -i -C` on the same addresses of a
+//! C program built with `-O2 -g` (inlined functions present), and debug
+//! information found in separate files: by `.gnu_debuglink` with its CRC
+//! checked, and by build id.
+//!
+//! Deliberate difference: an address in the padding between two functions
+//! (never executed) is named by binutils after the function before it; by
+//! ichnos, after nothing ("??"), since it lies outside that function.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use ichnos_symbol::{DebugSource, Frame, Symbolizer, SymbolizerOptions};
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn fixture(dir: &Path) -> PathBuf {
+    let exe = dir.join("inlines");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/inlines.c");
+    run(Command::new("gcc")
+        .args(["-O2", "-g", "-Wl,--build-id", "-o"])
+        .arg(&exe)
+        .arg(src));
+    exe
+}
+
+/// Every instruction address of the file's code, per objdump.
+fn instruction_addresses(exe: &Path) -> Vec<u64> {
+    run(Command::new("objdump")
+        .args(["-d", "--no-show-raw-insn"])
+        .arg(exe))
+    .lines()
+    .filter_map(|l| {
+        let (addr, rest) = l.trim_start().split_once(':')?;
+        (!rest.is_empty() && l.starts_with(' ')).then_some(())?;
+        u64::from_str_radix(addr, 16).ok()
+    })
+    .collect()
+}
+
+/// binutils' frames per address: (function, file, line) with line 0 for
+/// "?" and discriminators dropped.
+fn binutils(exe: &Path, addrs: &[u64]) -> Vec<Vec<(String, String, u32)>> {
+    let mut cmd = Command::new("addr2line");
+    cmd.args(["-a", "-f", "-i", "-C", "-e"]).arg(exe);
+    for a in addrs {
+        cmd.arg(format!("{a:#x}"));
+    }
+    let text = run(&mut cmd);
+    let mut out: Vec<Vec<(String, String, u32)>> = Vec::new();
+    let mut lines = text.lines().peekable();
+    while let Some(marker) = lines.next() {
+        assert!(marker.starts_with("0x"), "{marker}");
+        let mut frames = Vec::new();
+        while lines.peek().is_some_and(|l| !l.starts_with("0x")) {
+            let function = lines.next().unwrap().to_string();
+            let location = lines.next().unwrap();
+            let location = location.split(" (discriminator").next().unwrap();
+            let (file, line) = location.rsplit_once(':').unwrap();
+            frames.push((function, file.to_string(), line.parse().unwrap_or(0)));
+        }
+        out.push(frames);
+    }
+    out
+}
+
+fn ours(frames: &[Frame]) -> Vec<(String, String, u32)> {
+    frames
+        .iter()
+        .map(|f| {
+            (
+                f.function.clone().unwrap_or_else(|| "??".into()),
+                f.file.clone().unwrap_or_else(|| "??".into()),
+                f.line.unwrap_or(0),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn every_instruction_agrees_with_binutils_addr2line() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = fixture(dir.path());
+    let addrs = instruction_addresses(&exe);
+    assert!(addrs.len() > 50, "{} addresses", addrs.len());
+    let want = binutils(&exe, &addrs);
+    assert_eq!(want.len(), addrs.len());
+    let symbolizer = Symbolizer::new(SymbolizerOptions::default());
+    let got = symbolizer.symbolize_file(&exe, &addrs).unwrap();
+    let (mut compared, mut inlined, mut padding) = (0, 0, 0);
+    for ((addr, want), got) in addrs.iter().zip(&want).zip(&got) {
+        assert_eq!(got.source, DebugSource::SameFile);
+        let got = ours(&got.frames);
+        if want.len() == 1 && want[0].1 == "??" && got == [("??".into(), "??".into(), 0)] {
+            padding += 1;
+            continue;
+        }
+        assert_eq!(&got, want, "at {addr:#x}");
+        compared += 1;
+        inlined += usize::from(want.len() > 1);
+    }
+    assert!(compared > 50, "{compared} compared");
+    assert!(inlined > 5, "only {inlined} addresses with inlined frames");
+    assert!(padding < compared / 4, "{padding} padding addresses");
+}
+
+fn split_debug(dir: &Path, exe: &Path) -> (PathBuf, PathBuf) {
+    let debug = dir.join("inlines.debug");
+    run(Command::new("objcopy")
+        .arg("--only-keep-debug")
+        .arg(exe)
+        .arg(&debug));
+    let stripped = dir.join("stripped").join("inlines");
+    std::fs::create_dir_all(stripped.parent().unwrap()).unwrap();
+    run(Command::new("objcopy")
+        .arg("--strip-debug")
+        .arg(format!("--add-gnu-debuglink={}", debug.display()))
+        .arg(exe)
+        .arg(&stripped));
+    (stripped, debug)
+}
+
+fn some_inlined_address(exe: &Path) -> (u64, Vec<(String, String, u32)>) {
+    let addrs = instruction_addresses(exe);
+    let want = binutils(exe, &addrs);
+    addrs
+        .into_iter()
+        .zip(want)
+        .find(|(_, w)| w.len() > 1)
+        .expect("an inlined address")
+}
+
+#[test]
+fn a_debug_link_is_followed_and_its_crc_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = fixture(dir.path());
+    let (addr, want) = some_inlined_address(&exe);
+    let (stripped, debug) = split_debug(dir.path(), &exe);
+    // The debug file next to the stripped binary, as `.debug/` would hold it.
+    let beside = stripped.parent().unwrap().join(".debug");
+    std::fs::create_dir_all(&beside).unwrap();
+    std::fs::copy(&debug, beside.join("inlines.debug")).unwrap();
+    let options = SymbolizerOptions {
+        debug_dirs: vec![dir.path().join("no-such-dir")],
+        ..SymbolizerOptions::default()
+    };
+    let got = Symbolizer::new(options.clone())
+        .symbolize_file(&stripped, &[addr])
+        .unwrap();
+    assert_eq!(
+        got[0].source,
+        DebugSource::DebugLink(beside.join("inlines.debug"))
+    );
+    assert_eq!(ours(&got[0].frames), want);
+
+    // A debug file whose CRC does not match is refused, and said so.
+    let mut bytes = std::fs::read(beside.join("inlines.debug")).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(beside.join("inlines.debug"), &bytes).unwrap();
+    let symbolizer = Symbolizer::new(options);
+    let got = symbolizer.symbolize_file(&stripped, &[addr]).unwrap();
+    assert_eq!(got[0].source, DebugSource::SymbolsOnly);
+    let refused = symbolizer.refused_debug_files(&stripped).unwrap();
+    assert!(refused.iter().any(|r| r.contains("CRC32")), "{refused:?}");
+    // Without DWARF the symbol table still names the outer function.
+    assert_eq!(got[0].frames.len(), 1);
+    assert_eq!(
+        got[0].frames[0].function.as_deref(),
+        Some(want.last().unwrap().0.as_str())
+    );
+}
+
+#[test]
+fn a_build_id_directory_is_searched() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = fixture(dir.path());
+    let (addr, want) = some_inlined_address(&exe);
+    let (stripped, debug) = split_debug(dir.path(), &exe);
+    let id_hex = run(Command::new("readelf").args(["-n"]).arg(&exe))
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string))
+        .expect("a build id");
+    let debug_root = dir.path().join("debug");
+    let by_id = debug_root
+        .join(".build-id")
+        .join(&id_hex[..2])
+        .join(format!("{}.debug", &id_hex[2..]));
+    std::fs::create_dir_all(by_id.parent().unwrap()).unwrap();
+    std::fs::rename(&debug, &by_id).unwrap();
+    let options = SymbolizerOptions {
+        debug_dirs: vec![debug_root],
+        ..SymbolizerOptions::default()
+    };
+    let got = Symbolizer::new(options)
+        .symbolize_file(&stripped, &[addr])
+        .unwrap();
+    assert_eq!(got[0].source, DebugSource::BuildId(by_id));
+    assert_eq!(ours(&got[0].frames), want);
+}
+
+#[test]
+fn bad_files_are_errors_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk");
+    std::fs::write(&junk, b"not an elf file at all").unwrap();
+    let s = Symbolizer::new(SymbolizerOptions::default());
+    let e = s.symbolize_file(&junk, &[0x1000]).unwrap_err();
+    assert!(e.to_string().contains("junk"), "{e}");
+    let e = s
+        .symbolize_file(&dir.path().join("missing"), &[0])
+        .unwrap_err();
+    assert!(e.to_string().contains("missing"), "{e}");
+}

@@ -1,0 +1,124 @@
+//! `ichnos symbolize`: addresses of an object file to functions, source
+//! files and lines, in `addr2line -f -i -C` form or as JSON.
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use ichnos_symbol::{Symbolized, Symbolizer, SymbolizerOptions};
+
+/// Arguments of `ichnos symbolize`.
+#[derive(clap::Args, Debug)]
+pub struct SymbolizeArgs {
+    /// The object file (executable or shared library).
+    #[arg(short = 'e', long = "exe", value_name = "FILE")]
+    exe: PathBuf,
+    /// Print JSON, one object per address, instead of addr2line's lines.
+    #[arg(long)]
+    json: bool,
+    /// Do not demangle Rust and C++ names.
+    #[arg(long)]
+    no_demangle: bool,
+    /// Print only the outermost function, not inlined ones.
+    #[arg(long)]
+    no_inlines: bool,
+    /// A directory with separate debug files (default /usr/lib/debug).
+    /// Repeatable.
+    #[arg(long = "debug-dir", value_name = "DIR")]
+    debug_dirs: Vec<PathBuf>,
+    /// Addresses in hex (0x optional), as addr2line takes them; read from
+    /// standard input, one per line, when none is given.
+    #[arg(value_name = "ADDR")]
+    addrs: Vec<String>,
+}
+
+fn parse_addr(text: &str) -> Result<u64> {
+    let hex = text
+        .trim()
+        .trim_start_matches("0x")
+        .trim_start_matches("0X");
+    u64::from_str_radix(hex, 16).with_context(|| format!("{text:?} is not a hex address"))
+}
+
+pub fn symbolize(args: &SymbolizeArgs, verbose: bool) -> Result<()> {
+    let mut addrs = Vec::new();
+    if args.addrs.is_empty() {
+        for line in std::io::stdin().lock().lines() {
+            let line = line.context("reading addresses from standard input")?;
+            if !line.trim().is_empty() {
+                addrs.push(parse_addr(&line)?);
+            }
+        }
+    } else {
+        for a in &args.addrs {
+            addrs.push(parse_addr(a)?);
+        }
+    }
+    let mut options = SymbolizerOptions {
+        demangle: !args.no_demangle,
+        inlines: !args.no_inlines,
+        ..SymbolizerOptions::default()
+    };
+    if !args.debug_dirs.is_empty() {
+        options.debug_dirs.clone_from(&args.debug_dirs);
+    }
+    let symbolizer = Symbolizer::new(options);
+    let results = symbolizer
+        .symbolize_file(&args.exe, &addrs)
+        .with_context(|| format!("cannot symbolize {}", args.exe.display()))?;
+    for refused in symbolizer
+        .refused_debug_files(&args.exe)
+        .unwrap_or_default()
+    {
+        eprintln!("warning: debug file refused: {refused}");
+    }
+    if verbose {
+        if let Some(first) = results.first() {
+            eprintln!("note: answers from {}", first.source);
+        }
+    }
+    let mut out = std::io::stdout().lock();
+    for r in &results {
+        if args.json {
+            writeln!(out, "{}", json(r))?;
+        } else {
+            for f in &r.frames {
+                writeln!(out, "{}", f.function.as_deref().unwrap_or("??"))?;
+                let location = match (&f.file, f.line) {
+                    (None, _) if f.function.is_none() => "??:0".to_owned(),
+                    (file, line) => format!(
+                        "{}:{}",
+                        file.as_deref().unwrap_or("??"),
+                        line.filter(|l| *l > 0)
+                            .map_or_else(|| "?".to_owned(), |l| l.to_string())
+                    ),
+                };
+                writeln!(out, "{location}")?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn json(r: &Symbolized) -> String {
+    let frames: Vec<serde_json::Value> = r
+        .frames
+        .iter()
+        .map(|f| {
+            serde_json::json!({
+                "function": f.function,
+                "raw_function": f.raw_function,
+                "file": f.file,
+                "line": f.line,
+                "column": f.column,
+                "inlined": f.inlined,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "address": format!("{:#x}", r.addr),
+        "source": r.source.to_string(),
+        "frames": frames,
+    })
+    .to_string()
+}
