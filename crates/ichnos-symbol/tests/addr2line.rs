@@ -220,3 +220,37 @@ fn bad_files_are_errors_naming_the_file() {
         .unwrap_err();
     assert!(e.to_string().contains("missing"), "{e}");
 }
+
+/// A Rust binary (this test program, with its debug information): points
+/// a quarter, half and three quarters into every 20th function that `nm`
+/// lists, against binutils.
+#[test]
+fn a_rust_binary_agrees_with_binutils_addr2line() {
+    let exe = std::env::current_exe().unwrap();
+    let nm = run(Command::new("nm").args(["-S", "--defined-only"]).arg(&exe));
+    let addrs: Vec<u64> = nm
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 4 && (f[2] == "t" || f[2] == "T")).then_some(())?;
+            Some((
+                u64::from_str_radix(f[0], 16).ok()?,
+                u64::from_str_radix(f[1], 16).ok()?,
+            ))
+        })
+        .filter(|(_, size)| *size >= 8)
+        .step_by(20)
+        .flat_map(|(a, s)| [a + s / 4, a + s / 2, a + 3 * s / 4])
+        .collect();
+    assert!(addrs.len() > 100, "{} addresses", addrs.len());
+    let want = binutils(&exe, &addrs);
+    let got = Symbolizer::new(SymbolizerOptions::default())
+        .symbolize_file(&exe, &addrs)
+        .unwrap();
+    let mut inlined = 0;
+    for ((addr, want), got) in addrs.iter().zip(&want).zip(&got) {
+        assert_eq!(&ours(&got.frames), want, "at {addr:#x}");
+        inlined += usize::from(want.len() > 1);
+    }
+    assert!(inlined > 10, "only {inlined} addresses with inlined frames");
+}
