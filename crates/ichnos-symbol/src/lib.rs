@@ -16,11 +16,17 @@
 //!
 //! Parsed objects are kept per path, so a batch of addresses for one file
 //! parses it once.
+//!
+//! JIT code has no object file: [`perf_map`] reads the `/tmp/perf-PID.map`
+//! names runtimes write, and [`jitdump`] reads `jit-PID.dump` files (code
+//! loads, moves and line information).
 
 mod debug_file;
 mod demangle;
 mod error;
+pub mod jitdump;
 mod object_file;
+pub mod perf_map;
 mod symbolizer;
 
 pub use debug_file::{crc32_of_file, DebugSource};
