@@ -27,9 +27,11 @@ mod error;
 pub mod jitdump;
 mod object_file;
 pub mod perf_map;
+mod process;
 mod symbolizer;
 
 pub use debug_file::{crc32_of_file, DebugSource};
 pub use demangle::demangle;
 pub use error::SymbolError;
+pub use process::{Place, ProcessSymbolized};
 pub use symbolizer::{Frame, Symbolized, Symbolizer, SymbolizerOptions};

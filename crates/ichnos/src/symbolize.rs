@@ -5,14 +5,24 @@ use std::io::{BufRead, Write};
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use ichnos_symbol::{Symbolized, Symbolizer, SymbolizerOptions};
+use ichnos_symbol::{Place, Symbolized, Symbolizer, SymbolizerOptions};
 
 /// Arguments of `ichnos symbolize`.
 #[derive(clap::Args, Debug)]
 pub struct SymbolizeArgs {
-    /// The object file (executable or shared library).
-    #[arg(short = 'e', long = "exe", value_name = "FILE")]
-    exe: PathBuf,
+    /// The object file (executable or shared library); addresses are its
+    /// own virtual addresses.
+    #[arg(
+        short = 'e',
+        long = "exe",
+        value_name = "FILE",
+        required_unless_present = "pid"
+    )]
+    exe: Option<PathBuf>,
+    /// A live process; addresses are run-time addresses in it, placed
+    /// through its mappings (JIT code named from /tmp/perf-PID.map).
+    #[arg(short = 'p', long = "pid", value_name = "PID", conflicts_with = "exe")]
+    pid: Option<u32>,
     /// Print JSON, one object per address, instead of addr2line's lines.
     #[arg(long)]
     json: bool,
@@ -63,24 +73,34 @@ pub fn symbolize(args: &SymbolizeArgs, verbose: bool) -> Result<()> {
         options.debug_dirs.clone_from(&args.debug_dirs);
     }
     let symbolizer = Symbolizer::new(options);
-    let results = symbolizer
-        .symbolize_file(&args.exe, &addrs)
-        .with_context(|| format!("cannot symbolize {}", args.exe.display()))?;
-    for refused in symbolizer
-        .refused_debug_files(&args.exe)
-        .unwrap_or_default()
-    {
-        eprintln!("warning: debug file refused: {refused}");
-    }
+    let (results, places): (Vec<Symbolized>, Vec<Option<Place>>) = match (&args.exe, args.pid) {
+        (Some(exe), _) => {
+            let results = symbolizer
+                .symbolize_file(exe, &addrs)
+                .with_context(|| format!("cannot symbolize {}", exe.display()))?;
+            for refused in symbolizer.refused_debug_files(exe).unwrap_or_default() {
+                eprintln!("warning: debug file refused: {refused}");
+            }
+            let n = results.len();
+            (results, vec![None; n])
+        }
+        (None, Some(pid)) => symbolizer
+            .symbolize_process(pid, &addrs)
+            .with_context(|| format!("cannot symbolize addresses of process {pid}"))?
+            .into_iter()
+            .map(|p| (p.symbolized, Some(p.place)))
+            .unzip(),
+        (None, None) => anyhow::bail!("give -e FILE or -p PID"),
+    };
     if verbose {
         if let Some(first) = results.first() {
             eprintln!("note: answers from {}", first.source);
         }
     }
     let mut out = std::io::stdout().lock();
-    for r in &results {
+    for (r, place) in results.iter().zip(&places) {
         if args.json {
-            writeln!(out, "{}", json(r))?;
+            writeln!(out, "{}", json(r, place.as_ref()))?;
         } else {
             for f in &r.frames {
                 writeln!(out, "{}", f.function.as_deref().unwrap_or("??"))?;
@@ -100,7 +120,7 @@ pub fn symbolize(args: &SymbolizeArgs, verbose: bool) -> Result<()> {
     Ok(())
 }
 
-fn json(r: &Symbolized) -> String {
+fn json(r: &Symbolized, place: Option<&Place>) -> String {
     let frames: Vec<serde_json::Value> = r
         .frames
         .iter()
@@ -115,10 +135,20 @@ fn json(r: &Symbolized) -> String {
             })
         })
         .collect();
-    serde_json::json!({
+    let mut v = serde_json::json!({
         "address": format!("{:#x}", r.addr),
         "source": r.source.to_string(),
         "frames": frames,
-    })
-    .to_string()
+    });
+    if let Some(place) = place {
+        v["object"] = match place {
+            Place::Object { path, .. } => path.display().to_string().into(),
+            Place::Anonymous => "[anonymous]".into(),
+            Place::Unmapped => serde_json::Value::Null,
+        };
+        if let Place::Object { file_addr, .. } = place {
+            v["object_address"] = format!("{file_addr:#x}").into();
+        }
+    }
+    v.to_string()
 }

@@ -302,3 +302,85 @@ fn symbolize_prints_addr2line_lines() {
         Some(1)
     );
 }
+
+/// `ichnos symbolize -p`: run-time addresses of a live process, placed
+/// through its mappings. Its own code reads as `addr2line -e` reads the
+/// file at the file's address; its JIT code is named from its perf map.
+#[test]
+fn symbolize_a_live_process() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("jitter");
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/jitter.c");
+    let status = Command::new("gcc")
+        .args(["-O2", "-g", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let child = Command::new(&exe)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = Sleeper(child);
+    let mut line = String::new();
+    std::io::BufReader::new(child.0.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let pid = child.0.id();
+    let perf_map = format!("/tmp/perf-{pid}.map");
+    let addrs: Vec<u64> = line
+        .split_whitespace()
+        .map(|a| u64::from_str_radix(a, 16).unwrap())
+        .collect();
+    let (work, jit) = (addrs[0] + 4, addrs[1] + 0x10);
+    let out = ichnos(&[
+        "symbolize",
+        "-p",
+        &pid.to_string(),
+        &format!("{work:#x}"),
+        &format!("{jit:#x}"),
+        "0x10",
+    ]);
+    let _ = std::fs::remove_file(&perf_map);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    // work(): the same as binutils at the file address (PIE: run-time
+    // address minus where the file's first page is mapped).
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    let exe_str = exe.to_str().unwrap();
+    let base = maps
+        .lines()
+        .find(|l| l.ends_with(exe_str) && l.split_whitespace().nth(2) == Some("00000000"))
+        .and_then(|l| l.split('-').next())
+        .map(|a| u64::from_str_radix(a, 16).unwrap())
+        .expect("the executable's first mapping");
+    let theirs = Command::new("addr2line")
+        .args([
+            "-f",
+            "-i",
+            "-C",
+            "-e",
+            exe_str,
+            &format!("{:#x}", work - base),
+        ])
+        .output()
+        .unwrap();
+    let theirs = String::from_utf8_lossy(&theirs.stdout);
+    let theirs: Vec<&str> = theirs.lines().collect();
+    assert_eq!(&lines[..theirs.len()], &theirs[..], "{text}");
+    assert_eq!(theirs[0], "work");
+    // The JIT code: the perf map's name, no line; an unmapped address: ??.
+    let rest = &lines[theirs.len()..];
+    assert_eq!(
+        rest,
+        ["jitted::handler (tier 2)", "??:?", "??", "??:0"],
+        "{text}"
+    );
+}

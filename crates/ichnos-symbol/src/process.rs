@@ -1,0 +1,151 @@
+//! Addresses of a live process: through its mappings to the object file
+//! and the file's own address, or to the JIT names in its perf map.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use object::{Object, ObjectSegment};
+
+use crate::perf_map::PerfMap;
+use crate::symbolizer::{Frame, Symbolized, Symbolizer};
+use crate::SymbolError;
+
+/// Where an address of a process lies.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Place {
+    /// In a mapped object file, at this address of the file (what
+    /// `addr2line -e FILE` takes).
+    Object {
+        /// The file.
+        path: PathBuf,
+        /// The address in the file's own terms.
+        file_addr: u64,
+    },
+    /// In anonymous executable memory (JIT code).
+    Anonymous,
+    /// In no mapping.
+    Unmapped,
+}
+
+/// An address of a process, placed and symbolized.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProcessSymbolized {
+    /// Where the address lies.
+    pub place: Place,
+    /// Its frames.
+    pub symbolized: Symbolized,
+}
+
+/// The `PT_LOAD` segments of a file: (file offset, file size, vaddr).
+fn load_segments(path: &Path) -> Option<Vec<(u64, u64, u64)>> {
+    let file = std::fs::File::open(path).ok()?;
+    let cache = object::ReadCache::new(file);
+    let elf = object::File::parse(&cache).ok()?;
+    Some(
+        elf.segments()
+            .map(|s| {
+                let (offset, size) = s.file_range();
+                (offset, size, s.address())
+            })
+            .collect(),
+    )
+}
+
+impl Symbolizer {
+    /// Symbolizes addresses of the live process `pid`: each is placed
+    /// through `/proc/PID/maps` into an object file (then symbolized like
+    /// [`Symbolizer::symbolize_file`], one batch per file) or into
+    /// anonymous executable memory, named from `/tmp/perf-PID.map` when
+    /// the process wrote one (and it belongs to the process's user).
+    pub fn symbolize_process(
+        &self,
+        pid: u32,
+        addrs: &[u64],
+    ) -> Result<Vec<ProcessSymbolized>, SymbolError> {
+        let maps_path = PathBuf::from(format!("/proc/{pid}/maps"));
+        let text = std::fs::read_to_string(&maps_path).map_err(|source| SymbolError::Io {
+            path: maps_path.clone(),
+            source,
+        })?;
+        let maps = ichnos_image::parse_maps(pid, &text).map_err(|e| SymbolError::BadObject {
+            path: maps_path,
+            detail: e.to_string(),
+        })?;
+        let perf_map = PerfMap::for_process(pid).ok();
+        let mut segments: HashMap<String, Option<Vec<(u64, u64, u64)>>> = HashMap::new();
+        let places: Vec<Place> = addrs
+            .iter()
+            .map(|&addr| {
+                let Some(m) = maps.iter().find(|m| m.range.contains(&addr)) else {
+                    return Place::Unmapped;
+                };
+                if !m.name.starts_with('/') {
+                    return Place::Anonymous;
+                }
+                let offset = addr - m.range.start + m.offset;
+                let segs = segments
+                    .entry(m.name.clone())
+                    .or_insert_with(|| load_segments(Path::new(&m.name)));
+                let file_addr = segs.as_ref().and_then(|segs| {
+                    segs.iter()
+                        .find(|(o, s, _)| (*o..o + s).contains(&offset))
+                        .map(|(o, _, v)| v + (offset - o))
+                });
+                match file_addr {
+                    Some(file_addr) => Place::Object {
+                        path: PathBuf::from(&m.name),
+                        file_addr,
+                    },
+                    None => Place::Anonymous,
+                }
+            })
+            .collect();
+        // One batch per object file.
+        let mut by_file: HashMap<&Path, Vec<usize>> = HashMap::new();
+        for (i, p) in places.iter().enumerate() {
+            if let Place::Object { path, .. } = p {
+                by_file.entry(path.as_path()).or_default().push(i);
+            }
+        }
+        let mut results: Vec<Option<Symbolized>> = vec![None; addrs.len()];
+        for (path, indices) in by_file {
+            let file_addrs: Vec<u64> = indices
+                .iter()
+                .map(|&i| match &places[i] {
+                    Place::Object { file_addr, .. } => *file_addr,
+                    _ => 0,
+                })
+                .collect();
+            // A file that cannot be read leaves its addresses unnamed.
+            if let Ok(done) = self.symbolize_file(path, &file_addrs) {
+                for (i, s) in indices.into_iter().zip(done) {
+                    results[i] = Some(s);
+                }
+            }
+        }
+        Ok(places
+            .into_iter()
+            .zip(results)
+            .zip(addrs)
+            .map(|((place, done), &addr)| {
+                let symbolized = done.unwrap_or_else(|| {
+                    let name = perf_map
+                        .as_ref()
+                        .filter(|_| place != Place::Unmapped)
+                        .and_then(|m| m.lookup(addr))
+                        .map(|e| e.name.clone());
+                    Symbolized {
+                        addr,
+                        frames: vec![Frame {
+                            function: name.clone(),
+                            raw_function: name,
+                            ..Frame::default()
+                        }],
+                        source: crate::DebugSource::SymbolsOnly,
+                    }
+                });
+                ProcessSymbolized { place, symbolized }
+            })
+            .collect())
+    }
+}
