@@ -36,8 +36,11 @@ pub struct ProcessSymbolized {
     pub symbolized: Symbolized,
 }
 
-/// The `PT_LOAD` segments of a file: (file offset, file size, vaddr).
-fn load_segments(path: &Path) -> Option<Vec<(u64, u64, u64)>> {
+/// A segment of a file: (file offset, file size, virtual address).
+type Segment = (u64, u64, u64);
+
+/// The segments of a file.
+fn load_segments(path: &Path) -> Option<Vec<Segment>> {
     let file = std::fs::File::open(path).ok()?;
     let cache = object::ReadCache::new(file);
     let elf = object::File::parse(&cache).ok()?;
@@ -72,7 +75,7 @@ impl Symbolizer {
             detail: e.to_string(),
         })?;
         let perf_map = PerfMap::for_process(pid).ok();
-        let mut segments: HashMap<String, Option<Vec<(u64, u64, u64)>>> = HashMap::new();
+        let mut segments: HashMap<String, Option<Vec<Segment>>> = HashMap::new();
         let places: Vec<Place> = addrs
             .iter()
             .map(|&addr| {
