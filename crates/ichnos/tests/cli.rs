@@ -125,6 +125,22 @@ fn usage_errors_exit_2() {
     assert_eq!(ichnos(&["image"]).status.code(), Some(1));
 }
 
+/// Compiles a C fixture (a path relative to this crate) with `flags` into
+/// `dir`, returning the executable.
+fn build_fixture(dir: &std::path::Path, source: &str, flags: &[&str]) -> std::path::PathBuf {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(source);
+    let exe = dir.join(src.file_stem().unwrap());
+    let status = Command::new("gcc")
+        .args(flags)
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(status.success(), "gcc failed on {}", src.display());
+    exe
+}
+
 /// A process waiting under frames of its own; killed when dropped.
 struct Sleeper(std::process::Child);
 
@@ -137,15 +153,11 @@ impl Drop for Sleeper {
 
 fn start_sleeper(dir: &std::path::Path) -> Sleeper {
     use std::io::BufRead;
-    let exe = dir.join("sleeper");
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sleeper.c");
-    let status = Command::new("gcc")
-        .args(["-O2", "-fomit-frame-pointer", "-Wa,--gsframe", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .status()
-        .unwrap();
-    assert!(status.success());
+    let exe = build_fixture(
+        dir,
+        "tests/fixtures/sleeper.c",
+        &["-O2", "-fomit-frame-pointer", "-Wa,--gsframe"],
+    );
     let mut child = Command::new(&exe)
         .stdout(std::process::Stdio::piped())
         .spawn()
@@ -223,16 +235,11 @@ fn stack_errors_name_the_process() {
 #[test]
 fn symbolize_prints_addr2line_lines() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = dir.path().join("inlines");
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../ichnos-symbol/tests/fixtures/inlines.c");
-    let status = Command::new("gcc")
-        .args(["-O2", "-g", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .status()
-        .unwrap();
-    assert!(status.success());
+    let exe = build_fixture(
+        dir.path(),
+        "../ichnos-symbol/tests/fixtures/inlines.c",
+        &["-O2", "-g"],
+    );
     let disasm = Command::new("objdump")
         .args(["-d", "--no-show-raw-insn", "--disassemble=work"])
         .arg(&exe)
@@ -310,15 +317,7 @@ fn symbolize_prints_addr2line_lines() {
 fn symbolize_a_live_process() {
     use std::io::BufRead;
     let dir = tempfile::tempdir().unwrap();
-    let exe = dir.path().join("jitter");
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/jitter.c");
-    let status = Command::new("gcc")
-        .args(["-O2", "-g", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .status()
-        .unwrap();
-    assert!(status.success());
+    let exe = build_fixture(dir.path(), "tests/fixtures/jitter.c", &["-O2", "-g"]);
     let child = Command::new(&exe)
         .stdout(std::process::Stdio::piped())
         .spawn()
