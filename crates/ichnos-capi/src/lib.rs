@@ -1,8 +1,9 @@
 //! The C ABI of ichnos: `libichnos.so` and `libichnos.a`.
 //!
-//! Two headers: `include/ichnos/iscache.h` (image section cache and images,
-//! libipt-compatible) and `include/ichnos/codectl.h` (the code registry,
-//! a user-space codectl(2)).
+//! Three headers: `include/ichnos/iscache.h` (image section cache and
+//! images, libipt-compatible), `include/ichnos/codectl.h` (the code
+//! registry, a user-space codectl(2)) and `include/ichnos/symbolize.h`
+//! (addresses to functions, files and lines).
 //!
 //! This crate only converts and checks arguments; every behaviour lives in
 //! the library crates. The image functions keep libipt's names, signatures,
@@ -23,8 +24,10 @@ mod codectl;
 mod error;
 mod image;
 mod iscache;
+mod symbolize;
 
 pub use codectl::*;
 pub use error::{ichnos_last_error, pt_errstr};
 pub use image::*;
 pub use iscache::*;
+pub use symbolize::*;

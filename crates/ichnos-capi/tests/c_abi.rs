@@ -172,7 +172,7 @@ fn codectl_from_c_shared_and_static() {
 fn header_compiles_as_cxx() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("h.cc");
-    std::fs::write(&src, "#include <ichnos/iscache.h>\n#include <ichnos/codectl.h>\nint main() { struct pt_asid a; pt_asid_init(&a); return (int)a.size - 24 + (int)sizeof(struct code_jit_unwind_fre) - 24; }\n").unwrap();
+    std::fs::write(&src, "#include <ichnos/iscache.h>\n#include <ichnos/codectl.h>\n#include <ichnos/symbolize.h>\nint main() { struct pt_asid a; pt_asid_init(&a); return (int)a.size - 24 + (int)sizeof(struct code_jit_unwind_fre) - 24; }\n").unwrap();
     let exe = dir.path().join("h");
     let include = repo_root().join("include");
     let status = Command::new("g++")
@@ -264,4 +264,59 @@ fn another_process_reads_the_registry() {
         (row.ip_off, row.size, row.cfa_off, row.fp_off),
         (0x80, 0x40, 32, -16)
     );
+}
+
+/// The symbolization ABI from C prints, for every instruction of a C
+/// function with inlined calls, what `addr2line -f -i -C` prints, and
+/// returns the documented error numbers.
+#[test]
+fn symbolize_from_c_agrees_with_addr2line() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("symbolize_test");
+    compile_with_libichnos("symbolize_test.c", &exe, Linkage::Shared, &[]);
+    let fixture = dir.path().join("inlines");
+    let src = repo_root().join("crates/ichnos-symbol/tests/fixtures/inlines.c");
+    assert!(Command::new("gcc")
+        .args(["-O2", "-g", "-o"])
+        .arg(&fixture)
+        .arg(&src)
+        .status()
+        .unwrap()
+        .success());
+    let junk = dir.path().join("junk");
+    std::fs::write(&junk, b"no elf here").unwrap();
+    let disasm = Command::new("objdump")
+        .args(["-d", "--no-show-raw-insn", "--disassemble=work"])
+        .arg(&fixture)
+        .output()
+        .unwrap();
+    let addrs: Vec<String> = String::from_utf8_lossy(&disasm.stdout)
+        .lines()
+        .filter(|l| l.starts_with("    ") && l.contains(':'))
+        .filter_map(|l| l.trim().split(':').next().map(|a| format!("0x{a}")))
+        .collect();
+    assert!(addrs.len() > 10);
+    let out = Command::new(&exe)
+        .arg(&fixture)
+        .arg(&junk)
+        .args(&addrs)
+        .env("LD_LIBRARY_PATH", lib_dir())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let theirs = Command::new("addr2line")
+        .args(["-f", "-i", "-C", "-e"])
+        .arg(&fixture)
+        .args(&addrs)
+        .output()
+        .unwrap();
+    let theirs: String = String::from_utf8_lossy(&theirs.stdout)
+        .lines()
+        .map(|l| l.split(" (discriminator").next().unwrap().to_string() + "\n")
+        .collect();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), theirs);
 }

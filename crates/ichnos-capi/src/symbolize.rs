@@ -1,0 +1,149 @@
+//! The symbolization C ABI (`include/ichnos/symbolize.h`) over
+//! [`ichnos_symbol::Symbolizer`].
+
+use std::ffi::{c_char, c_int, CStr, CString};
+use std::path::{Path, PathBuf};
+
+use ichnos_symbol::{DebugSource, Symbolizer, SymbolizerOptions};
+
+use crate::error::set_last_error;
+
+/// `struct ichnos_symbolizer`: the symbolizer and the strings of its last
+/// answer.
+#[derive(Debug)]
+pub struct ichnos_symbolizer {
+    symbolizer: Symbolizer,
+    strings: Vec<CString>,
+}
+
+/// `struct ichnos_frame`.
+#[repr(C)]
+#[derive(Debug)]
+pub struct ichnos_frame {
+    /// Demangled function name, or NULL.
+    pub function: *const c_char,
+    /// Raw function name, or NULL.
+    pub raw_function: *const c_char,
+    /// Source file, or NULL.
+    pub file: *const c_char,
+    /// Line, 0 when unknown.
+    pub line: u32,
+    /// Column, 0 when unknown.
+    pub column: u32,
+    /// 1 if inlined into the next frame.
+    pub inlined: c_int,
+}
+
+/// # Safety
+/// `text` must be NULL or a NUL-terminated string.
+unsafe fn path_arg(text: *const c_char) -> Option<PathBuf> {
+    if text.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's contract.
+    let bytes = unsafe { CStr::from_ptr(text) }.to_bytes();
+    Some(PathBuf::from(
+        <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(bytes),
+    ))
+}
+
+/// Creates a symbolizer; see `include/ichnos/symbolize.h`.
+///
+/// # Safety
+/// `debug_dir` must be NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn ichnos_symbolizer_new(debug_dir: *const c_char) -> *mut ichnos_symbolizer {
+    let mut options = SymbolizerOptions::default();
+    // SAFETY: forwarded caller contract.
+    if let Some(dir) = unsafe { path_arg(debug_dir) } {
+        options.debug_dirs = vec![dir];
+    }
+    Box::into_raw(Box::new(ichnos_symbolizer {
+        symbolizer: Symbolizer::new(options),
+        strings: Vec::new(),
+    }))
+}
+
+/// Frees a symbolizer.
+///
+/// # Safety
+/// `symbolizer` must be NULL or from `ichnos_symbolizer_new`, not yet freed.
+#[no_mangle]
+pub unsafe extern "C" fn ichnos_symbolizer_free(symbolizer: *mut ichnos_symbolizer) {
+    if !symbolizer.is_null() {
+        // SAFETY: allocated by Box in `ichnos_symbolizer_new`, freed once.
+        drop(unsafe { Box::from_raw(symbolizer) });
+    }
+}
+
+fn c_string(strings: &mut Vec<CString>, s: Option<&str>) -> *const c_char {
+    let Some(s) = s else {
+        return std::ptr::null();
+    };
+    let c = CString::new(s.replace('\0', "?")).unwrap_or_default();
+    let p = c.as_ptr();
+    strings.push(c);
+    p
+}
+
+/// Symbolizes one address; see `include/ichnos/symbolize.h`.
+///
+/// # Safety
+/// `symbolizer` from `ichnos_symbolizer_new`; `path` a NUL-terminated
+/// string; `frames` NULL (with `max` 0) or `max` writable frames; `source`
+/// NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ichnos_symbolize(
+    symbolizer: *mut ichnos_symbolizer,
+    path: *const c_char,
+    addr: u64,
+    frames: *mut ichnos_frame,
+    max: usize,
+    source: *mut c_int,
+) -> c_int {
+    // SAFETY: forwarded caller contract.
+    let path = unsafe { path_arg(path) };
+    let (Some(path), false, false) = (path, symbolizer.is_null(), frames.is_null() && max > 0)
+    else {
+        set_last_error("symbolizer, path and frames must not be NULL");
+        return -libc::EINVAL;
+    };
+    // SAFETY: a live symbolizer from `ichnos_symbolizer_new`, used by one
+    // thread at a time (the header says so).
+    let s = unsafe { &mut *symbolizer };
+    let result = match s.symbolizer.symbolize_file(Path::new(&path), &[addr]) {
+        Ok(mut r) => r.remove(0),
+        Err(e) => {
+            set_last_error(&e.to_string());
+            return if path.exists() {
+                -libc::EIO
+            } else {
+                -libc::ENOENT
+            };
+        }
+    };
+    s.strings.clear();
+    for (i, f) in result.frames.iter().take(max).enumerate() {
+        let out = ichnos_frame {
+            function: c_string(&mut s.strings, f.function.as_deref()),
+            raw_function: c_string(&mut s.strings, f.raw_function.as_deref()),
+            file: c_string(&mut s.strings, f.file.as_deref()),
+            line: f.line.unwrap_or(0),
+            column: f.column.unwrap_or(0),
+            inlined: c_int::from(f.inlined),
+        };
+        // SAFETY: `i < max` and `frames` holds `max` writable frames.
+        unsafe { frames.add(i).write(out) };
+    }
+    if !source.is_null() {
+        let code = match result.source {
+            DebugSource::SameFile => 0,
+            DebugSource::BuildId(_) => 1,
+            DebugSource::DebugLink(_) => 2,
+            DebugSource::SymbolsOnly => 3,
+        };
+        // SAFETY: non-NULL and writable per the contract.
+        unsafe { source.write(code) };
+    }
+    c_int::try_from(result.frames.len()).unwrap_or(c_int::MAX)
+}

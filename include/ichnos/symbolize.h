@@ -1,0 +1,70 @@
+/*
+ * ichnos: addresses to functions, source files and lines.
+ *
+ * A symbolizer parses each object file once and answers addresses of it
+ * (the file's own virtual addresses, what addr2line -e takes) with frames:
+ * inlined functions first, the function they were inlined into last.
+ * Debug information comes from the file, or from separate debug files
+ * found by build id or .gnu_debuglink (CRC checked). Specification:
+ * docs/c-abi-symbolize.md.
+ *
+ * SPDX-License-Identifier: MIT OR Apache-2.0
+ */
+#ifndef ICHNOS_SYMBOLIZE_H
+#define ICHNOS_SYMBOLIZE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* An opaque symbolizer; not to be used by two threads at once. */
+struct ichnos_symbolizer;
+
+/* One frame. Strings are NUL-terminated, NULL when unknown, and stay valid
+ * until the next ichnos_symbolize() call on the same symbolizer. */
+struct ichnos_frame {
+	const char *function;		/* demangled */
+	const char *raw_function;	/* as stored */
+	const char *file;
+	uint32_t line;			/* 0 when unknown */
+	uint32_t column;		/* 0 when unknown */
+	int inlined;			/* 1 if inlined into the next frame */
+};
+
+/* Where the answer came from. */
+enum ichnos_debug_source {
+	ICHNOS_DEBUG_SAME_FILE = 0,
+	ICHNOS_DEBUG_BUILD_ID = 1,
+	ICHNOS_DEBUG_LINK = 2,
+	ICHNOS_DEBUG_SYMBOLS_ONLY = 3,
+};
+
+/* A symbolizer. debug_dir: where separate debug files live, or NULL for
+ * /usr/lib/debug. Returns NULL on failure (ichnos_last_error() says why). */
+struct ichnos_symbolizer *ichnos_symbolizer_new(const char *debug_dir);
+
+/* Frees a symbolizer and everything it returned. NULL is allowed. */
+void ichnos_symbolizer_free(struct ichnos_symbolizer *symbolizer);
+
+/*
+ * Symbolizes address addr of the object file at path. Fills up to max
+ * frames (innermost first) and, if source is not NULL, where the answer
+ * came from. Returns the number of frames the address has (at least 1;
+ * more than max means frames were left out), or a negative errno: -EINVAL
+ * (NULL argument), -ENOENT (file missing), -EIO (file unreadable or not
+ * ELF, message in ichnos_last_error()).
+ */
+int ichnos_symbolize(struct ichnos_symbolizer *symbolizer, const char *path, uint64_t addr,
+		     struct ichnos_frame *frames, size_t max, int *source);
+
+/* The message of the last failed call on this thread (see iscache.h). */
+const char *ichnos_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ICHNOS_SYMBOLIZE_H */
