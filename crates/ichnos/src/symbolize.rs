@@ -73,33 +73,50 @@ pub fn symbolize(args: &SymbolizeArgs, verbose: bool) -> Result<()> {
         options.debug_dirs.clone_from(&args.debug_dirs);
     }
     let symbolizer = Symbolizer::new(options);
-    let (results, places): (Vec<Symbolized>, Vec<Option<Place>>) = match (&args.exe, args.pid) {
-        (Some(exe), _) => {
-            let results = symbolizer
-                .symbolize_file(exe, &addrs)
-                .with_context(|| format!("cannot symbolize {}", exe.display()))?;
-            for refused in symbolizer.refused_debug_files(exe).unwrap_or_default() {
-                eprintln!("warning: debug file refused: {refused}");
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    // In chunks: answers are printed and dropped as they come, so memory
+    // does not grow with the number of addresses.
+    for (n, chunk) in addrs.chunks(4096).enumerate() {
+        let (results, places): (Vec<Symbolized>, Vec<Option<Place>>) = match (&args.exe, args.pid) {
+            (Some(exe), _) => {
+                let results = symbolizer
+                    .symbolize_file(exe, chunk)
+                    .with_context(|| format!("cannot symbolize {}", exe.display()))?;
+                if n == 0 {
+                    for refused in symbolizer.refused_debug_files(exe).unwrap_or_default() {
+                        eprintln!("warning: debug file refused: {refused}");
+                    }
+                }
+                let count = results.len();
+                (results, vec![None; count])
             }
-            let n = results.len();
-            (results, vec![None; n])
+            (None, Some(pid)) => symbolizer
+                .symbolize_process(pid, chunk)
+                .with_context(|| format!("cannot symbolize addresses of process {pid}"))?
+                .into_iter()
+                .map(|p| (p.symbolized, Some(p.place)))
+                .unzip(),
+            (None, None) => anyhow::bail!("give -e FILE or -p PID"),
+        };
+        if verbose && n == 0 {
+            if let Some(first) = results.first() {
+                eprintln!("note: answers from {}", first.source);
+            }
         }
-        (None, Some(pid)) => symbolizer
-            .symbolize_process(pid, &addrs)
-            .with_context(|| format!("cannot symbolize addresses of process {pid}"))?
-            .into_iter()
-            .map(|p| (p.symbolized, Some(p.place)))
-            .unzip(),
-        (None, None) => anyhow::bail!("give -e FILE or -p PID"),
-    };
-    if verbose {
-        if let Some(first) = results.first() {
-            eprintln!("note: answers from {}", first.source);
-        }
+        print(&mut out, &results, &places, args.json)?;
     }
-    let mut out = std::io::stdout().lock();
-    for (r, place) in results.iter().zip(&places) {
-        if args.json {
+    out.flush()?;
+    Ok(())
+}
+
+fn print(
+    out: &mut impl Write,
+    results: &[Symbolized],
+    places: &[Option<Place>],
+    json_output: bool,
+) -> Result<()> {
+    for (r, place) in results.iter().zip(places) {
+        if json_output {
             writeln!(out, "{}", json(r, place.as_ref()))?;
         } else {
             for f in &r.frames {
