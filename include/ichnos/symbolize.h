@@ -40,6 +40,7 @@ enum ichnos_debug_source {
 	ICHNOS_DEBUG_BUILD_ID = 1,
 	ICHNOS_DEBUG_LINK = 2,
 	ICHNOS_DEBUG_SYMBOLS_ONLY = 3,
+	ICHNOS_DEBUG_MINI_DEBUG_INFO = 4,	/* symbols from .gnu_debugdata */
 };
 
 /* A symbolizer. debug_dir: where separate debug files live, or NULL for

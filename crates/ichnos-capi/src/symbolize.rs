@@ -141,6 +141,7 @@ pub unsafe extern "C" fn ichnos_symbolize(
             DebugSource::BuildId(_) => 1,
             DebugSource::DebugLink(_) => 2,
             DebugSource::SymbolsOnly => 3,
+            DebugSource::MiniDebugInfo => 4,
         };
         // SAFETY: non-NULL and writable per the contract.
         unsafe { source.write(code) };

@@ -13,6 +13,9 @@ pub enum DebugSource {
     DebugLink(PathBuf),
     /// No DWARF found: names from the ELF symbol tables only.
     SymbolsOnly,
+    /// No DWARF found; names from the symbol tables and from the
+    /// MiniDebugInfo (`.gnu_debugdata`, xz) symbol table.
+    MiniDebugInfo,
 }
 
 impl std::fmt::Display for DebugSource {
@@ -22,6 +25,7 @@ impl std::fmt::Display for DebugSource {
             Self::BuildId(p) => write!(f, "build id: {}", p.display()),
             Self::DebugLink(p) => write!(f, "debug link: {}", p.display()),
             Self::SymbolsOnly => write!(f, "symbol tables only"),
+            Self::MiniDebugInfo => write!(f, "symbol tables and MiniDebugInfo"),
         }
     }
 }

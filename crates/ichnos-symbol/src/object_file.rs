@@ -95,7 +95,14 @@ impl LoadedObject {
             detail,
         };
         let file = object::File::parse(&*bytes).map_err(|e| bad(e.to_string()))?;
-        let symbols = function_symbols(&file);
+        let mut symbols = function_symbols(&file);
+        let mini = mini_debug_info_symbols(&file);
+        let has_mini = !mini.is_empty();
+        if has_mini {
+            symbols.extend(mini);
+            symbols.sort_by_key(|s| s.addr);
+            symbols.dedup_by_key(|s| s.addr);
+        }
         let mut refused = Vec::new();
         let (dwarf, source) = if has_dwarf(&file) {
             (
@@ -118,6 +125,7 @@ impl LoadedObject {
                     let dwarf = load_dwarf(&debug_path, &debug_bytes, &debug_file)?;
                     (Some(dwarf), source)
                 }
+                None if has_mini => (None, DebugSource::MiniDebugInfo),
                 None => (None, DebugSource::SymbolsOnly),
             }
         };
@@ -152,6 +160,41 @@ impl LoadedObject {
         };
         (addr < end).then_some(s)
     }
+}
+
+/// Largest MiniDebugInfo decompressed (it holds a symbol table only).
+const MAX_MINI_DEBUG_INFO: usize = 256 << 20;
+
+/// A writer that refuses to grow past a limit.
+struct Bounded(Vec<u8>);
+
+impl std::io::Write for Bounded {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.0.len() + buf.len() > MAX_MINI_DEBUG_INFO {
+            return Err(std::io::Error::other("MiniDebugInfo larger than 256 MiB"));
+        }
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The function symbols of the xz-compressed ELF file in `.gnu_debugdata`
+/// (MiniDebugInfo, as Fedora ships it); none if absent or unreadable.
+fn mini_debug_info_symbols(file: &object::File<'_>) -> Vec<Sym> {
+    let Some(data) = file
+        .section_by_name(".gnu_debugdata")
+        .and_then(|s| s.data().ok())
+    else {
+        return Vec::new();
+    };
+    let mut out = Bounded(Vec::new());
+    if lzma_rs::xz_decompress(&mut std::io::Cursor::new(data), &mut out).is_err() {
+        return Vec::new();
+    }
+    object::File::parse(&*out.0).map_or_else(|_| Vec::new(), |mini| function_symbols(&mini))
 }
 
 fn has_dwarf(file: &object::File<'_>) -> bool {

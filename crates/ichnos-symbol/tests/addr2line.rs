@@ -254,3 +254,77 @@ fn a_rust_binary_agrees_with_binutils_addr2line() {
     }
     assert!(inlined > 10, "only {inlined} addresses with inlined frames");
 }
+
+/// MiniDebugInfo as Fedora builds it: a stripped file whose
+/// `.gnu_debugdata` holds an xz-compressed ELF with the function symbols
+/// `.dynsym` lacks. Every function `nm` saw in the original is named.
+#[test]
+fn mini_debug_info_names_functions_of_a_stripped_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/inlines.c");
+    let exe = dir.path().join("plain");
+    run(Command::new("gcc").args(["-O2", "-o"]).arg(&exe).arg(&src));
+    let syms = |args: &[&str]| -> Vec<(u64, String)> {
+        run(Command::new("nm").args(args).arg(&exe))
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.len() >= 3 && (f[1] == "T" || f[1] == "t"))
+                    .then(|| (u64::from_str_radix(f[0], 16).unwrap(), f[2].to_string()))
+            })
+            .collect()
+    };
+    let functions = syms(&["--defined-only"]);
+    let dynamic: Vec<String> = syms(&["-D", "--defined-only"])
+        .into_iter()
+        .map(|s| s.1)
+        .collect();
+    let keep: Vec<&str> = functions
+        .iter()
+        .map(|(_, n)| n.as_str())
+        .filter(|n| !dynamic.iter().any(|d| d == n))
+        .collect();
+    std::fs::write(dir.path().join("keep"), keep.join("\n") + "\n").unwrap();
+    let mini = dir.path().join("mini");
+    run(Command::new("objcopy")
+        .args(["-S", "--remove-section", ".comment", "--keep-symbols"])
+        .arg(dir.path().join("keep"))
+        .arg(&exe)
+        .arg(&mini));
+    run(Command::new("xz").arg("-f").arg(&mini));
+    let stripped = dir.path().join("stripped");
+    run(Command::new("strip")
+        .arg("--strip-all")
+        .arg("-o")
+        .arg(&stripped)
+        .arg(&exe));
+    run(Command::new("objcopy")
+        .arg(format!(
+            "--add-section=.gnu_debugdata={}",
+            dir.path().join("mini.xz").display()
+        ))
+        .arg(&stripped));
+    let addrs: Vec<u64> = functions.iter().map(|(a, _)| a + 1).collect();
+    let s = Symbolizer::new(SymbolizerOptions {
+        debug_dirs: vec![dir.path().join("none")],
+        ..SymbolizerOptions::default()
+    });
+    let got = s.symbolize_file(&stripped, &addrs).unwrap();
+    let mut named = 0;
+    for ((_, name), r) in functions.iter().zip(&got) {
+        assert_eq!(r.source, DebugSource::MiniDebugInfo);
+        assert_eq!(r.frames[0].function.as_deref(), Some(name.as_str()));
+        named += 1;
+    }
+    assert!(named >= 5, "{named} functions");
+    // Without the section, the stripped file names only what .dynsym has.
+    let bare = dir.path().join("bare");
+    run(Command::new("strip")
+        .arg("--strip-all")
+        .arg("-o")
+        .arg(&bare)
+        .arg(&exe));
+    let got = s.symbolize_file(&bare, &addrs).unwrap();
+    assert_eq!(got[0].source, DebugSource::SymbolsOnly);
+    assert!(got.iter().any(|r| r.frames[0].function.is_none()));
+}
