@@ -61,6 +61,8 @@ pub(crate) struct LoadedObject {
     pub source: DebugSource,
     /// Debug files that were found but refused (CRC mismatch).
     pub refused: Vec<String>,
+    /// Bytes of the files mapped for this object.
+    pub mapped_bytes: u64,
 }
 
 impl std::fmt::Debug for LoadedObject {
@@ -71,6 +73,15 @@ impl std::fmt::Debug for LoadedObject {
             .field("source", &self.source)
             .finish_non_exhaustive()
     }
+}
+
+/// The GNU build id of the ELF file at `path`, reading only its headers
+/// and notes.
+pub(crate) fn build_id_of(path: &Path) -> Option<Vec<u8>> {
+    let file = std::fs::File::open(path).ok()?;
+    let cache = object::ReadCache::new(file);
+    let elf = object::File::parse(&cache).ok()?;
+    elf.build_id().ok().flatten().map(<[u8]>::to_vec)
 }
 
 fn map(path: &Path) -> Result<Shared, SymbolError> {
@@ -90,6 +101,7 @@ fn map(path: &Path) -> Result<Shared, SymbolError> {
 impl LoadedObject {
     pub(crate) fn load(path: &Path, debug_dirs: &[PathBuf]) -> Result<Self, SymbolError> {
         let bytes = map(path)?;
+        let mut mapped_bytes = bytes.len() as u64;
         let bad = |detail: String| SymbolError::BadObject {
             path: path.to_path_buf(),
             detail,
@@ -117,6 +129,7 @@ impl LoadedObject {
             match search.found {
                 Some((debug_path, source)) => {
                     let debug_bytes = map(&debug_path)?;
+                    mapped_bytes += debug_bytes.len() as u64;
                     let debug_file =
                         object::File::parse(&*debug_bytes).map_err(|e| SymbolError::BadObject {
                             path: debug_path.clone(),
@@ -134,6 +147,7 @@ impl LoadedObject {
             dwarf,
             source,
             refused,
+            mapped_bytes,
         })
     }
 

@@ -18,6 +18,10 @@ pub struct SymbolizerOptions {
     pub demangle: bool,
     /// Report inlined functions as frames of their own.
     pub inlines: bool,
+    /// Parsed objects are kept (one per build id, or per path without one)
+    /// while the files they map total at most this many bytes; the least
+    /// recently used are dropped beyond it.
+    pub max_cached_bytes: u64,
 }
 
 impl Default for SymbolizerOptions {
@@ -26,6 +30,7 @@ impl Default for SymbolizerOptions {
             debug_dirs: vec![PathBuf::from("/usr/lib/debug")],
             demangle: true,
             inlines: true,
+            max_cached_bytes: 4 << 30,
         }
     }
 }
@@ -62,7 +67,71 @@ pub struct Symbolized {
 #[derive(Debug, Default)]
 pub struct Symbolizer {
     options: SymbolizerOptions,
-    objects: Mutex<HashMap<PathBuf, Arc<Mutex<LoadedObject>>>>,
+    cache: Mutex<ObjectCache>,
+}
+
+/// What names a parsed object: its build id and size (a stripped and an
+/// unstripped file share a build id but not what they can answer), or its
+/// path without a build id.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Key {
+    BuildId(Vec<u8>, u64),
+    Path(PathBuf),
+}
+
+#[derive(Debug)]
+struct Cached {
+    object: Arc<Mutex<LoadedObject>>,
+    bytes: u64,
+    used: u64,
+}
+
+/// Parsed objects by key, paths to keys, and a least-recently-used bound.
+#[derive(Debug, Default)]
+struct ObjectCache {
+    paths: HashMap<PathBuf, Key>,
+    objects: HashMap<Key, Cached>,
+    clock: u64,
+    bytes: u64,
+}
+
+impl ObjectCache {
+    fn get(&mut self, key: &Key) -> Option<Arc<Mutex<LoadedObject>>> {
+        self.clock += 1;
+        let clock = self.clock;
+        self.objects.get_mut(key).map(|c| {
+            c.used = clock;
+            Arc::clone(&c.object)
+        })
+    }
+
+    fn insert(&mut self, key: &Key, object: Arc<Mutex<LoadedObject>>, bytes: u64, limit: u64) {
+        self.clock += 1;
+        self.bytes += bytes;
+        self.objects.insert(
+            key.clone(),
+            Cached {
+                object,
+                bytes,
+                used: self.clock,
+            },
+        );
+        while self.bytes > limit && self.objects.len() > 1 {
+            let Some(oldest) = self
+                .objects
+                .iter()
+                .filter(|(k, _)| *k != key)
+                .min_by_key(|(_, c)| c.used)
+                .map(|(k, _)| k.clone())
+            else {
+                break;
+            };
+            if let Some(c) = self.objects.remove(&oldest) {
+                self.bytes -= c.bytes;
+            }
+            self.paths.retain(|_, k| *k != oldest);
+        }
+    }
 }
 
 impl Symbolizer {
@@ -71,7 +140,7 @@ impl Symbolizer {
     pub fn new(options: SymbolizerOptions) -> Self {
         Self {
             options,
-            objects: Mutex::new(HashMap::new()),
+            cache: Mutex::new(ObjectCache::default()),
         }
     }
 
@@ -79,21 +148,52 @@ impl Symbolizer {
     /// keep lazily parsed state, so each object is used by one thread at a
     /// time.
     fn object(&self, path: &Path) -> Result<Arc<Mutex<LoadedObject>>, SymbolError> {
-        if let Some(o) = self.lock().get(path) {
-            return Ok(Arc::clone(o));
+        {
+            let mut cache = self.lock();
+            if let Some(key) = cache.paths.get(path).cloned() {
+                if let Some(o) = cache.get(&key) {
+                    return Ok(o);
+                }
+            }
         }
-        let loaded = Arc::new(Mutex::new(LoadedObject::load(
-            path,
-            &self.options.debug_dirs,
-        )?));
-        self.lock().insert(path.to_path_buf(), Arc::clone(&loaded));
+        // The same file under another path (or a copy) is the same object:
+        // key it by build id, read from the headers only.
+        let size = std::fs::metadata(path).map_or(0, |m| m.len());
+        let key = match crate::object_file::build_id_of(path) {
+            Some(id) => Key::BuildId(id, size),
+            None => Key::Path(path.to_path_buf()),
+        };
+        {
+            let mut cache = self.lock();
+            if let Some(o) = cache.get(&key) {
+                cache.paths.insert(path.to_path_buf(), key);
+                return Ok(o);
+            }
+        }
+        let loaded = LoadedObject::load(path, &self.options.debug_dirs)?;
+        let bytes = loaded.mapped_bytes;
+        let loaded = Arc::new(Mutex::new(loaded));
+        let mut cache = self.lock();
+        cache.paths.insert(path.to_path_buf(), key.clone());
+        cache.insert(
+            &key,
+            Arc::clone(&loaded),
+            bytes,
+            self.options.max_cached_bytes,
+        );
         Ok(loaded)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Arc<Mutex<LoadedObject>>>> {
-        self.objects
+    fn lock(&self) -> std::sync::MutexGuard<'_, ObjectCache> {
+        self.cache
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// How many parsed objects are kept.
+    #[must_use]
+    pub fn cached_objects(&self) -> usize {
+        self.lock().objects.len()
     }
 
     /// Debug files found for `path` but refused (a CRC that does not
@@ -117,14 +217,19 @@ impl Symbolizer {
         let object = object
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        Ok(addrs
-            .iter()
-            .map(|&addr| Symbolized {
-                addr,
-                frames: self.frames(&object, addr),
+        // In address order, so DWARF units are parsed and walked once; the
+        // answers go back in the order asked.
+        let mut order: Vec<usize> = (0..addrs.len()).collect();
+        order.sort_by_key(|&i| addrs[i]);
+        let mut out: Vec<Option<Symbolized>> = vec![None; addrs.len()];
+        for i in order {
+            out[i] = Some(Symbolized {
+                addr: addrs[i],
+                frames: self.frames(&object, addrs[i]),
                 source: object.source.clone(),
-            })
-            .collect())
+            });
+        }
+        Ok(out.into_iter().flatten().collect())
     }
 
     fn name(&self, raw: &str) -> String {

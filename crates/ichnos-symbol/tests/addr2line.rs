@@ -328,3 +328,38 @@ fn mini_debug_info_names_functions_of_a_stripped_file() {
     assert_eq!(got[0].source, DebugSource::SymbolsOnly);
     assert!(got.iter().any(|r| r.frames[0].function.is_none()));
 }
+
+/// Parsed objects are kept per build id (a copy of a file is the same
+/// object) under a memory bound; answers come back in the order asked
+/// whatever order they are worked in.
+#[test]
+fn objects_are_kept_per_build_id_within_a_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = fixture(dir.path());
+    let copy = dir.path().join("copy");
+    std::fs::copy(&exe, &copy).unwrap();
+    let s = Symbolizer::new(SymbolizerOptions::default());
+    let mut addrs = instruction_addresses(&exe);
+    addrs.reverse();
+    let a = s.symbolize_file(&exe, &addrs).unwrap();
+    let b = s.symbolize_file(&copy, &addrs).unwrap();
+    assert_eq!(s.cached_objects(), 1, "a copy with the same build id");
+    assert_eq!(a, b);
+    assert!(a.iter().zip(&addrs).all(|(r, &addr)| r.addr == addr));
+
+    // A bound smaller than two files keeps one object at a time.
+    let other = dir.path().join("other");
+    run(Command::new("gcc")
+        .args(["-O1", "-g", "-o"])
+        .arg(&other)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/inlines.c")));
+    let small = Symbolizer::new(SymbolizerOptions {
+        max_cached_bytes: std::fs::metadata(&exe).unwrap().len() + 1,
+        ..SymbolizerOptions::default()
+    });
+    small.symbolize_file(&exe, &addrs[..4]).unwrap();
+    small.symbolize_file(&other, &[0x1000]).unwrap();
+    assert_eq!(small.cached_objects(), 1);
+    // Evicted objects are parsed again when asked for.
+    assert_eq!(small.symbolize_file(&exe, &addrs[..4]).unwrap(), a[..4]);
+}
