@@ -6,7 +6,11 @@ use std::path::{Path, PathBuf};
 
 use object::{Object, ObjectSegment};
 
+use crate::jitdump::JitDump;
 use crate::perf_map::PerfMap;
+
+/// Largest jitdump file read (it holds the code bytes too).
+const MAX_JITDUMP: u64 = 1 << 30;
 use crate::symbolizer::{Frame, Symbolized, Symbolizer};
 use crate::SymbolError;
 
@@ -75,6 +79,18 @@ impl Symbolizer {
             detail: e.to_string(),
         })?;
         let perf_map = PerfMap::for_process(pid).ok();
+        // A runtime writing jitdump maps its `jit-PID.dump` (so perf sees
+        // it): find it among the mappings, bounded in size.
+        let jitdump = maps
+            .iter()
+            .find(|m| m.name.ends_with(&format!("/jit-{pid}.dump")))
+            .and_then(|m| {
+                let path = format!("/proc/{pid}/root{}", m.name);
+                let meta = std::fs::metadata(&path).ok()?;
+                (meta.is_file() && meta.len() <= MAX_JITDUMP).then_some(())?;
+                std::fs::read(&path).ok()
+            })
+            .map(|bytes| JitDump::parse(&bytes));
         let mut segments: HashMap<String, Option<Vec<Segment>>> = HashMap::new();
         let places: Vec<Place> = addrs
             .iter()
@@ -132,18 +148,23 @@ impl Symbolizer {
             .zip(addrs)
             .map(|((place, done), &addr)| {
                 let symbolized = done.unwrap_or_else(|| {
-                    let name = perf_map
-                        .as_ref()
-                        .filter(|_| place != Place::Unmapped)
-                        .and_then(|m| m.lookup(addr))
-                        .map(|e| e.name.clone());
+                    let mut frame = Frame::default();
+                    if place != Place::Unmapped {
+                        // jitdump first (it has lines), then the perf map.
+                        if let Some(code) = jitdump.as_ref().and_then(|d| d.lookup(addr)) {
+                            frame.function = Some(code.name.clone());
+                            if let Some(line) = code.line(addr) {
+                                frame.file = Some(line.file.clone());
+                                frame.line = Some(line.line);
+                            }
+                        } else if let Some(e) = perf_map.as_ref().and_then(|m| m.lookup(addr)) {
+                            frame.function = Some(e.name.clone());
+                        }
+                        frame.raw_function.clone_from(&frame.function);
+                    }
                     Symbolized {
                         addr,
-                        frames: vec![Frame {
-                            function: name.clone(),
-                            raw_function: name,
-                            ..Frame::default()
-                        }],
+                        frames: vec![frame],
                         source: crate::DebugSource::SymbolsOnly,
                     }
                 });

@@ -329,11 +329,12 @@ fn symbolize_a_live_process() {
         .unwrap();
     let pid = child.0.id();
     let perf_map = format!("/tmp/perf-{pid}.map");
+    let jitdump = format!("/tmp/jit-{pid}.dump");
     let addrs: Vec<u64> = line
         .split_whitespace()
         .map(|a| u64::from_str_radix(a, 16).unwrap())
         .collect();
-    let (work, jit) = (addrs[0] + 4, addrs[1] + 0x10);
+    let (work, jit, dumped) = (addrs[0] + 4, addrs[1] + 0x10, addrs[2] + 8);
     let out = ichnos(&[
         "symbolize",
         "-p",
@@ -341,8 +342,10 @@ fn symbolize_a_live_process() {
         &format!("{work:#x}"),
         &format!("{jit:#x}"),
         "0x10",
+        &format!("{dumped:#x}"),
     ]);
     let _ = std::fs::remove_file(&perf_map);
+    let _ = std::fs::remove_file(&jitdump);
     assert!(
         out.status.success(),
         "{}",
@@ -375,11 +378,19 @@ fn symbolize_a_live_process() {
     let theirs: Vec<&str> = theirs.lines().collect();
     assert_eq!(&lines[..theirs.len()], &theirs[..], "{text}");
     assert_eq!(theirs[0], "work");
-    // The JIT code: the perf map's name, no line; an unmapped address: ??.
+    // The JIT code: the perf map's name, no line; an unmapped address: ??;
+    // code the jitdump describes: its name and line.
     let rest = &lines[theirs.len()..];
     assert_eq!(
         rest,
-        ["jitted::handler (tier 2)", "??:?", "??", "??:0"],
+        [
+            "jitted::handler (tier 2)",
+            "??:?",
+            "??",
+            "??:0",
+            "jitted::dumped",
+            "script.js:42"
+        ],
         "{text}"
     );
 }
