@@ -44,7 +44,8 @@ enum ichnos_debug_source {
 };
 
 /* A symbolizer. debug_dir: where separate debug files live, or NULL for
- * /usr/lib/debug. Returns NULL on failure (ichnos_last_error() says why). */
+ * /usr/lib/debug. Parsed objects are kept (per build id) up to 4 GiB of
+ * mapped files, the least recently used dropped beyond. Never NULL. */
 struct ichnos_symbolizer *ichnos_symbolizer_new(const char *debug_dir);
 
 /* Frees a symbolizer and everything it returned. NULL is allowed. */

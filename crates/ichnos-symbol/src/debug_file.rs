@@ -91,7 +91,9 @@ pub(crate) fn find_debug_file(
         if name.as_os_str().is_empty() || name.components().count() != 1 {
             return search;
         }
-        let dir = object.parent().unwrap_or(Path::new("/"));
+        // The directory as GDB takes it: the object's real location.
+        let real = std::fs::canonicalize(object).unwrap_or_else(|_| object.to_path_buf());
+        let dir = real.parent().unwrap_or(Path::new("/"));
         let mut candidates = vec![dir.join(name), dir.join(".debug").join(name)];
         for debug_dir in debug_dirs {
             let relative = dir.strip_prefix("/").unwrap_or(dir);

@@ -154,7 +154,8 @@ impl JitDump {
         self.pid = c.u32("pid")?;
         c.at = header_size;
         // Line information precedes the load of the code it describes.
-        let mut pending_lines: Vec<(u64, Vec<JitLine>)> = Vec::new();
+        let mut pending_lines: std::collections::HashMap<u64, Vec<JitLine>> =
+            std::collections::HashMap::new();
         while c.at < data.len() {
             let start = c.at;
             c.limit = data.len();
@@ -173,7 +174,10 @@ impl JitDump {
             match id {
                 CODE_LOAD => self.read_load(&mut c, end, timestamp, &mut pending_lines)?,
                 CODE_MOVE => self.read_move(&mut c)?,
-                CODE_DEBUG_INFO => pending_lines.push(read_debug_info(&mut c, end)?),
+                CODE_DEBUG_INFO => {
+                    let (addr, lines) = read_debug_info(&mut c, end)?;
+                    pending_lines.insert(addr, lines);
+                }
                 // CLOSE, UNWINDING_INFO and records of later versions.
                 _ => {}
             }
@@ -187,7 +191,7 @@ impl JitDump {
         c: &mut Cursor<'_>,
         end: usize,
         timestamp: u64,
-        pending_lines: &mut Vec<(u64, Vec<JitLine>)>,
+        pending_lines: &mut std::collections::HashMap<u64, Vec<JitLine>>,
     ) -> Result<(), JitDumpError> {
         let _pid = c.u32("pid")?;
         let _tid = c.u32("tid")?;
@@ -199,11 +203,7 @@ impl JitDump {
         if code_size > (end - c.at) as u64 {
             return Err(c.err(format!("code_size {code_size} runs past the record")));
         }
-        let lines = pending_lines
-            .iter()
-            .position(|(a, _)| *a == addr)
-            .map(|i| pending_lines.swap_remove(i).1)
-            .unwrap_or_default();
+        let lines = pending_lines.remove(&addr).unwrap_or_default();
         self.code.push(JitCode {
             addr,
             size: code_size,
@@ -273,7 +273,17 @@ fn read_debug_info(c: &mut Cursor<'_>, end: usize) -> Result<(u64, Vec<JitLine>)
         let line_addr = c.u64("entry code_addr")?;
         let line = c.u32("entry line")?;
         let _discrim = c.u32("entry discrim")?;
-        let file = c.string(end, "entry name")?;
+        // "\xff\0" stands for the previous entry's file.
+        let same = c.at + 2 <= c.limit && c.data.get(c.at..c.at + 2) == Some(&[0xff, 0][..]);
+        let file = if same {
+            c.at += 2;
+            lines
+                .last()
+                .map(|l: &JitLine| l.file.clone())
+                .unwrap_or_default()
+        } else {
+            c.string(end, "entry name")?
+        };
         lines.push(JitLine {
             addr: line_addr,
             file,

@@ -14,8 +14,10 @@
 //! in its `.debug/` directory and under the debug directories. Every answer
 //! says which file it came from ([`DebugSource`]).
 //!
-//! Parsed objects are kept per path, so a batch of addresses for one file
-//! parses it once.
+//! Parsed objects are kept per build id (and size; per path without a build
+//! id) under a byte bound, so a batch of addresses for one file parses it
+//! once. Names without DWARF come from `.symtab`, `.dynsym`, the separate
+//! debug file's `.symtab` and MiniDebugInfo.
 //!
 //! JIT code has no object file: [`perf_map`] reads the `/tmp/perf-PID.map`
 //! names runtimes write, and [`jitdump`] reads `jit-PID.dump` files (code

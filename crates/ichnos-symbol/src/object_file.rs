@@ -102,46 +102,46 @@ impl LoadedObject {
     pub(crate) fn load(path: &Path, debug_dirs: &[PathBuf]) -> Result<Self, SymbolError> {
         let bytes = map(path)?;
         let mut mapped_bytes = bytes.len() as u64;
-        let bad = |detail: String| SymbolError::BadObject {
+        let file = object::File::parse(&*bytes).map_err(|e| SymbolError::BadObject {
             path: path.to_path_buf(),
-            detail,
-        };
-        let file = object::File::parse(&*bytes).map_err(|e| bad(e.to_string()))?;
+            detail: e.to_string(),
+        })?;
         let mut symbols = function_symbols(&file);
-        let mini = mini_debug_info_symbols(&file);
-        let has_mini = !mini.is_empty();
-        if has_mini {
-            symbols.extend(mini);
-            symbols.sort_by_key(|s| s.addr);
-            symbols.dedup_by_key(|s| s.addr);
-        }
         let mut refused = Vec::new();
-        let (dwarf, source) = if has_dwarf(&file) {
-            (
-                Some(load_dwarf(path, &bytes, &file)?),
-                DebugSource::SameFile,
-            )
+        let mut dwarf = None;
+        let mut source = DebugSource::SymbolsOnly;
+        // Debug information that cannot be read is reported and passed
+        // over: the symbol tables still name addresses.
+        if has_dwarf(&file) {
+            match load_dwarf(path, &bytes, &file) {
+                Ok(d) => (dwarf, source) = (Some(d), DebugSource::SameFile),
+                Err(e) => refused.push(e.to_string()),
+            }
         } else {
             let build_id = file.build_id().ok().flatten();
             let link = file.gnu_debuglink().ok().flatten();
             let search = find_debug_file(path, build_id, link, debug_dirs);
             refused = search.refused;
-            match search.found {
-                Some((debug_path, source)) => {
-                    let debug_bytes = map(&debug_path)?;
-                    mapped_bytes += debug_bytes.len() as u64;
-                    let debug_file =
-                        object::File::parse(&*debug_bytes).map_err(|e| SymbolError::BadObject {
-                            path: debug_path.clone(),
-                            detail: e.to_string(),
-                        })?;
-                    let dwarf = load_dwarf(&debug_path, &debug_bytes, &debug_file)?;
-                    (Some(dwarf), source)
+            if let Some((debug_path, found)) = search.found {
+                match load_debug_file(&debug_path) {
+                    Ok((d, debug_symbols, len)) => {
+                        mapped_bytes += len;
+                        symbols.extend(debug_symbols);
+                        (dwarf, source) = (Some(d), found);
+                    }
+                    Err(e) => refused.push(e.to_string()),
                 }
-                None if has_mini => (None, DebugSource::MiniDebugInfo),
-                None => (None, DebugSource::SymbolsOnly),
             }
-        };
+        }
+        if dwarf.is_none() {
+            let mini = mini_debug_info_symbols(&file);
+            if !mini.is_empty() {
+                symbols.extend(mini);
+                source = DebugSource::MiniDebugInfo;
+            }
+        }
+        symbols.sort_by_key(|s| s.addr);
+        symbols.dedup_by_key(|s| s.addr);
         Ok(Self {
             symbols,
             dwarf,
@@ -176,39 +176,56 @@ impl LoadedObject {
     }
 }
 
-/// Largest MiniDebugInfo decompressed (it holds a symbol table only).
-const MAX_MINI_DEBUG_INFO: usize = 256 << 20;
-
-/// A writer that refuses to grow past a limit.
-struct Bounded(Vec<u8>);
-
-impl std::io::Write for Bounded {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        if self.0.len() + buf.len() > MAX_MINI_DEBUG_INFO {
-            return Err(std::io::Error::other("MiniDebugInfo larger than 256 MiB"));
-        }
-        self.0.extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
+/// Largest MiniDebugInfo decompressed (it holds a symbol table only; real
+/// ones are a few MiB).
+const MAX_MINI_DEBUG_INFO: u64 = 64 << 20;
+/// Memory liblzma may use to decode it.
+const MINI_DEBUG_INFO_MEMLIMIT: u64 = 128 << 20;
 
 /// The function symbols of the xz-compressed ELF file in `.gnu_debugdata`
 /// (MiniDebugInfo, as Fedora ships it); none if absent or unreadable.
 fn mini_debug_info_symbols(file: &object::File<'_>) -> Vec<Sym> {
+    use std::io::Read;
     let Some(data) = file
         .section_by_name(".gnu_debugdata")
         .and_then(|s| s.data().ok())
     else {
         return Vec::new();
     };
-    let mut out = Bounded(Vec::new());
-    if lzma_rs::xz_decompress(&mut std::io::Cursor::new(data), &mut out).is_err() {
+    // liblzma streams its output, so reading at most the limit bounds the
+    // memory whatever the compressed data claims.
+    let Ok(stream) = xz2::stream::Stream::new_stream_decoder(MINI_DEBUG_INFO_MEMLIMIT, 0) else {
+        return Vec::new();
+    };
+    let decoder = xz2::read::XzDecoder::new_stream(data, stream);
+    let mut out = Vec::new();
+    if decoder
+        .take(MAX_MINI_DEBUG_INFO + 1)
+        .read_to_end(&mut out)
+        .is_err()
+        || out.len() as u64 > MAX_MINI_DEBUG_INFO
+    {
         return Vec::new();
     }
-    object::File::parse(&*out.0).map_or_else(|_| Vec::new(), |mini| function_symbols(&mini))
+    object::File::parse(&*out).map_or_else(|_| Vec::new(), |mini| function_symbols(&mini))
+}
+
+/// A separate debug file: its DWARF, its function symbols (the stripped
+/// file may have none) and its size.
+fn load_debug_file(
+    debug_path: &Path,
+) -> Result<(addr2line::Context<Reader>, Vec<Sym>, u64), SymbolError> {
+    let debug_bytes = map(debug_path)?;
+    let debug_file = object::File::parse(&*debug_bytes).map_err(|e| SymbolError::BadObject {
+        path: debug_path.to_path_buf(),
+        detail: e.to_string(),
+    })?;
+    let dwarf = load_dwarf(debug_path, &debug_bytes, &debug_file)?;
+    Ok((
+        dwarf,
+        function_symbols(&debug_file),
+        debug_bytes.len() as u64,
+    ))
 }
 
 fn has_dwarf(file: &object::File<'_>) -> bool {
@@ -237,7 +254,7 @@ fn function_symbols(file: &object::File<'_>) -> Vec<Sym> {
         let section_end = s
             .section_index()
             .and_then(|i| file.section_by_index(i).ok())
-            .map_or(u64::MAX, |sec| sec.address() + sec.size());
+            .map_or(u64::MAX, |sec| sec.address().saturating_add(sec.size()));
         out.push(Sym {
             addr: s.address(),
             size: s.size(),
@@ -272,14 +289,23 @@ fn load_dwarf(
                 endian,
             ));
         };
-        let data = s.uncompressed_data().unwrap_or(Cow::Borrowed(&[]));
-        Ok(match data {
-            Cow::Owned(v) => Reader::new(Shared(Arc::new(Buffer::Owned(v))), endian),
-            Cow::Borrowed(b) => {
+        let empty = || Reader::new(Shared(Arc::new(Buffer::Owned(Vec::new()))), endian);
+        // A section that cannot be read (bad offsets, unknown compression)
+        // reads as empty: the rest of the DWARF still answers.
+        Ok(match s.uncompressed_data() {
+            Ok(Cow::Owned(v)) => Reader::new(Shared(Arc::new(Buffer::Owned(v))), endian),
+            Ok(Cow::Borrowed(b)) => {
                 // A slice of the mapping: find where it starts.
-                let start = b.as_ptr() as usize - bytes.as_ptr() as usize;
-                Reader::new(bytes.clone(), endian).range(start..start + b.len())
+                let whole = bytes.as_ptr_range();
+                let inside = whole.start <= b.as_ptr() && b.as_ptr_range().end <= whole.end;
+                if inside {
+                    let start = b.as_ptr() as usize - whole.start as usize;
+                    Reader::new(bytes.clone(), endian).range(start..start + b.len())
+                } else {
+                    empty()
+                }
             }
+            Err(_) => empty(),
         })
     };
     let dwarf = gimli::Dwarf::load(section).map_err(|e| SymbolError::BadDwarf {

@@ -66,6 +66,9 @@ pub struct PerfMap {
     errors: Vec<PerfMapLineError>,
 }
 
+/// Most bytes of a perf map read (runtimes append for as long as they run).
+const MAX_PERF_MAP: u64 = 256 << 20;
+
 /// Longest name kept (a line can be arbitrarily long).
 const MAX_NAME: usize = 4096;
 
@@ -138,7 +141,12 @@ impl PerfMap {
                 process_uid,
             });
         }
-        let text = std::fs::read_to_string(path).map_err(io)?;
+        let file = std::fs::File::open(path).map_err(io)?;
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::Read::take(file, MAX_PERF_MAP), &mut bytes)
+            .map_err(io)?;
+        // A stray invalid byte costs its line, not the file.
+        let text = String::from_utf8_lossy(&bytes);
         Ok(Self::parse(&text, &path.display().to_string()))
     }
 

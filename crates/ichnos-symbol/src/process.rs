@@ -25,9 +25,10 @@ pub enum Place {
         /// The address in the file's own terms.
         file_addr: u64,
     },
-    /// In anonymous executable memory (JIT code).
+    /// In anonymous executable memory (JIT code), or in a mapped file
+    /// whose segments cannot be read.
     Anonymous,
-    /// In no mapping.
+    /// In no mapping, or in memory that holds no code (heap, stack).
     Unmapped,
 }
 
@@ -58,6 +59,37 @@ fn load_segments(path: &Path) -> Option<Vec<Segment>> {
     )
 }
 
+/// A runtime writing jitdump maps its `jit-PID.dump` (so perf sees it):
+/// find it among the mappings and read it, bounded in size.
+fn mapped_jitdump(pid: u32, maps: &[ichnos_image::MapsEntry]) -> Option<JitDump> {
+    let m = maps
+        .iter()
+        .find(|m| m.name.ends_with(&format!("/jit-{pid}.dump")))?;
+    let path = format!("/proc/{pid}/root{}", m.name);
+    let meta = std::fs::metadata(&path).ok()?;
+    (meta.is_file() && meta.len() <= MAX_JITDUMP).then_some(())?;
+    std::fs::read(&path)
+        .ok()
+        .map(|bytes| JitDump::parse(&bytes))
+}
+
+/// The frame of JIT code: from the jitdump first (it has lines), then
+/// from the perf map.
+fn jit_frame(addr: u64, jitdump: Option<&JitDump>, perf_map: Option<&PerfMap>) -> Frame {
+    let mut frame = Frame::default();
+    if let Some(code) = jitdump.and_then(|d| d.lookup(addr)) {
+        frame.function = Some(code.name.clone());
+        if let Some(line) = code.line(addr) {
+            frame.file = Some(line.file.clone());
+            frame.line = Some(line.line);
+        }
+    } else if let Some(e) = perf_map.and_then(|m| m.lookup(addr)) {
+        frame.function = Some(e.name.clone());
+    }
+    frame.raw_function.clone_from(&frame.function);
+    frame
+}
+
 impl Symbolizer {
     /// Symbolizes addresses of the live process `pid`: each is placed
     /// through `/proc/PID/maps` into an object file (then symbolized like
@@ -79,18 +111,7 @@ impl Symbolizer {
             detail: e.to_string(),
         })?;
         let perf_map = PerfMap::for_process(pid).ok();
-        // A runtime writing jitdump maps its `jit-PID.dump` (so perf sees
-        // it): find it among the mappings, bounded in size.
-        let jitdump = maps
-            .iter()
-            .find(|m| m.name.ends_with(&format!("/jit-{pid}.dump")))
-            .and_then(|m| {
-                let path = format!("/proc/{pid}/root{}", m.name);
-                let meta = std::fs::metadata(&path).ok()?;
-                (meta.is_file() && meta.len() <= MAX_JITDUMP).then_some(())?;
-                std::fs::read(&path).ok()
-            })
-            .map(|bytes| JitDump::parse(&bytes));
+        let jitdump = mapped_jitdump(pid, &maps);
         let mut segments: HashMap<String, Option<Vec<Segment>>> = HashMap::new();
         let places: Vec<Place> = addrs
             .iter()
@@ -99,7 +120,12 @@ impl Symbolizer {
                     return Place::Unmapped;
                 };
                 if !m.name.starts_with('/') {
-                    return Place::Anonymous;
+                    // Only executable memory can hold JIT code.
+                    return if m.perms.contains('x') {
+                        Place::Anonymous
+                    } else {
+                        Place::Unmapped
+                    };
                 }
                 let offset = addr - m.range.start + m.offset;
                 let segs = segments
@@ -107,8 +133,8 @@ impl Symbolizer {
                     .or_insert_with(|| load_segments(Path::new(&m.name)));
                 let file_addr = segs.as_ref().and_then(|segs| {
                     segs.iter()
-                        .find(|(o, s, _)| (*o..o + s).contains(&offset))
-                        .map(|(o, _, v)| v + (offset - o))
+                        .find(|(o, s, _)| (*o..o.saturating_add(*s)).contains(&offset))
+                        .map(|(o, _, v)| v.wrapping_add(offset - o))
                 });
                 match file_addr {
                     Some(file_addr) => Place::Object {
@@ -137,7 +163,9 @@ impl Symbolizer {
                 .collect();
             // A file that cannot be read leaves its addresses unnamed.
             if let Ok(done) = self.symbolize_file(path, &file_addrs) {
-                for (i, s) in indices.into_iter().zip(done) {
+                for (i, mut s) in indices.into_iter().zip(done) {
+                    // The address asked for, not the file's.
+                    s.addr = addrs[i];
                     results[i] = Some(s);
                 }
             }
@@ -147,26 +175,14 @@ impl Symbolizer {
             .zip(results)
             .zip(addrs)
             .map(|((place, done), &addr)| {
-                let symbolized = done.unwrap_or_else(|| {
-                    let mut frame = Frame::default();
-                    if place != Place::Unmapped {
-                        // jitdump first (it has lines), then the perf map.
-                        if let Some(code) = jitdump.as_ref().and_then(|d| d.lookup(addr)) {
-                            frame.function = Some(code.name.clone());
-                            if let Some(line) = code.line(addr) {
-                                frame.file = Some(line.file.clone());
-                                frame.line = Some(line.line);
-                            }
-                        } else if let Some(e) = perf_map.as_ref().and_then(|m| m.lookup(addr)) {
-                            frame.function = Some(e.name.clone());
-                        }
-                        frame.raw_function.clone_from(&frame.function);
-                    }
-                    Symbolized {
-                        addr,
-                        frames: vec![frame],
-                        source: crate::DebugSource::SymbolsOnly,
-                    }
+                let symbolized = done.unwrap_or_else(|| Symbolized {
+                    addr,
+                    frames: vec![if place == Place::Unmapped {
+                        Frame::default()
+                    } else {
+                        jit_frame(addr, jitdump.as_ref(), perf_map.as_ref())
+                    }],
+                    source: crate::DebugSource::SymbolsOnly,
                 });
                 ProcessSymbolized { place, symbolized }
             })

@@ -108,14 +108,17 @@ impl ObjectCache {
     fn insert(&mut self, key: &Key, object: Arc<Mutex<LoadedObject>>, bytes: u64, limit: u64) {
         self.clock += 1;
         self.bytes += bytes;
-        self.objects.insert(
+        // Two threads may have parsed the same object: count it once.
+        if let Some(old) = self.objects.insert(
             key.clone(),
             Cached {
                 object,
                 bytes,
                 used: self.clock,
             },
-        );
+        ) {
+            self.bytes -= old.bytes;
+        }
         while self.bytes > limit && self.objects.len() > 1 {
             let Some(oldest) = self
                 .objects

@@ -172,6 +172,26 @@ fn jitdump_loads_moves_and_lines() {
     }
 }
 
+/// A debug entry whose name is "\xff\0" reuses the previous entry's file.
+#[test]
+fn jitdump_same_file_marker() {
+    let mut w = Writer::new(false, 1);
+    w.debug(1, 0x1000, &[(0x1000, 10, "a.js"), (0x1004, 11, "\u{ff}")]);
+    w.load(2, 0x1000, 16, 1, "f");
+    // The writer wrote "\u{ff}" as UTF-8 (c3 bf): make it the raw 0xff.
+    let at = w.out.windows(2).position(|b| b == [0xc3, 0xbf]).unwrap();
+    w.out[at] = 0xff;
+    w.out.remove(at + 1);
+    let size_at = 40 + 4;
+    let size = u32::from_le_bytes(w.out[size_at..size_at + 4].try_into().unwrap()) - 1;
+    w.out[size_at..size_at + 4].copy_from_slice(&size.to_le_bytes());
+    let dump = JitDump::parse(&w.out);
+    assert_eq!(dump.error, None);
+    let f = dump.lookup(0x1006).unwrap();
+    assert_eq!(f.line(0x1006).unwrap().file, "a.js");
+    assert_eq!(f.line(0x1006).unwrap().line, 11);
+}
+
 #[test]
 fn jitdump_errors_name_the_offset() {
     let good = sample(false);

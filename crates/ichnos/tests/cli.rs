@@ -378,6 +378,18 @@ fn symbolize_a_live_process() {
     let theirs: Vec<&str> = theirs.lines().collect();
     assert_eq!(&lines[..theirs.len()], &theirs[..], "{text}");
     assert_eq!(theirs[0], "work");
+    // JSON gives the address asked for and where it lies.
+    let out = ichnos(&[
+        "symbolize",
+        "-p",
+        &pid.to_string(),
+        "--json",
+        &format!("{work:#x}"),
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["address"], format!("{work:#x}"));
+    assert_eq!(v["object_address"], format!("{:#x}", work - base));
+    assert_eq!(v["object"], exe_str);
     // The JIT code: the perf map's name, no line; an unmapped address: ??;
     // code the jitdump describes: its name and line.
     let rest = &lines[theirs.len()..];
