@@ -363,3 +363,38 @@ fn objects_are_kept_per_build_id_within_a_bound() {
     // Evicted objects are parsed again when asked for.
     assert_eq!(small.symbolize_file(&exe, &addrs[..4]).unwrap(), a[..4]);
 }
+
+/// Compressed DWARF (`-gz`, as Debian's debug packages ship it) reads the
+/// same as plain DWARF, per binutils.
+#[test]
+fn compressed_debug_sections_agree_with_binutils() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("compressed");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/inlines.c");
+    run(Command::new("gcc")
+        .args(["-O2", "-g", "-gz=zlib", "-o"])
+        .arg(&exe)
+        .arg(src));
+    let sections = run(Command::new("readelf").args(["-SW"]).arg(&exe));
+    assert!(
+        sections
+            .lines()
+            .any(|l| l.contains(".debug_info") && l.split_whitespace().any(|f| f == "C")),
+        "the fixture's DWARF is compressed:\n{sections}"
+    );
+    let addrs = instruction_addresses(&exe);
+    let want = binutils(&exe, &addrs);
+    let got = Symbolizer::new(SymbolizerOptions::default())
+        .symbolize_file(&exe, &addrs)
+        .unwrap();
+    let mut compared = 0;
+    for ((addr, want), got) in addrs.iter().zip(&want).zip(&got) {
+        let got = ours(&got.frames);
+        if want.len() == 1 && want[0].1 == "??" && got == [("??".into(), "??".into(), 0)] {
+            continue;
+        }
+        assert_eq!(&got, want, "at {addr:#x}");
+        compared += 1;
+    }
+    assert!(compared > 50);
+}
