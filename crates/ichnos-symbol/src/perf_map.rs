@@ -126,12 +126,20 @@ impl PerfMap {
     /// Reads a perf map at `path` for process `pid`, refusing it unless it
     /// belongs to the process's user.
     pub fn read_owned(path: &Path, pid: u32) -> Result<Self, PerfMapError> {
-        use std::os::unix::fs::MetadataExt;
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
         let io = |source| PerfMapError::Io {
             path: path.to_path_buf(),
             source,
         };
-        let file_uid = std::fs::metadata(path).map_err(io)?.uid();
+        // Opened without following a link, and the owner taken from the
+        // opened file: another user cannot swap the file between the
+        // check and the read.
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)
+            .map_err(io)?;
+        let file_uid = file.metadata().map_err(io)?.uid();
         let process_uid = std::fs::metadata(format!("/proc/{pid}")).map_err(io)?.uid();
         if file_uid != process_uid {
             return Err(PerfMapError::NotOwned {
@@ -141,7 +149,6 @@ impl PerfMap {
                 process_uid,
             });
         }
-        let file = std::fs::File::open(path).map_err(io)?;
         let mut bytes = Vec::new();
         std::io::Read::read_to_end(&mut std::io::Read::take(file, MAX_PERF_MAP), &mut bytes)
             .map_err(io)?;

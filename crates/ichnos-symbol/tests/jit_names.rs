@@ -44,6 +44,13 @@ fn a_perf_map_of_another_user_is_refused() {
     let me = std::process::id();
     let map = PerfMap::read_owned(&path, me).unwrap();
     assert_eq!(map.lookup(0x1008).unwrap().name, "f");
+    // A link is not followed (another user could point it anywhere).
+    let link = dir.path().join("link.map");
+    std::os::unix::fs::symlink(&path, &link).unwrap();
+    assert!(matches!(
+        PerfMap::read_owned(&link, me),
+        Err(PerfMapError::Io { .. })
+    ));
     let my_uid = std::fs::metadata("/proc/self").unwrap().uid();
     let other = my_uid + 1;
     if std::os::unix::fs::chown(&path, Some(other), None).is_ok() {
