@@ -74,8 +74,10 @@ pub fn symbolize(args: &SymbolizeArgs, verbose: bool) -> Result<()> {
     }
     let symbolizer = Symbolizer::new(options);
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    // In chunks: answers are printed and dropped as they come, so memory
-    // does not grow with the number of addresses.
+    // In chunks: answers are printed and dropped as they come, so only the
+    // addresses themselves (8 bytes each) are held for the whole input.
+    // (Standard input is read to its end first: not an addr2line
+    // coprocess yet.)
     for (n, chunk) in addrs.chunks(4096).enumerate() {
         let (results, places): (Vec<Symbolized>, Vec<Option<Place>>) = match (&args.exe, args.pid) {
             (Some(exe), _) => {
