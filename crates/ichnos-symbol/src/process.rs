@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use object::{Object, ObjectSegment};
+use ichnos_image::{load_segments, LoadSegment};
 
 use crate::jitdump::JitDump;
 use crate::perf_map::PerfMap;
@@ -39,24 +39,6 @@ pub struct ProcessSymbolized {
     pub place: Place,
     /// Its frames.
     pub symbolized: Symbolized,
-}
-
-/// A segment of a file: (file offset, file size, virtual address).
-type Segment = (u64, u64, u64);
-
-/// The segments of a file.
-fn load_segments(path: &Path) -> Option<Vec<Segment>> {
-    let file = std::fs::File::open(path).ok()?;
-    let cache = object::ReadCache::new(file);
-    let elf = object::File::parse(&cache).ok()?;
-    Some(
-        elf.segments()
-            .map(|s| {
-                let (offset, size) = s.file_range();
-                (offset, size, s.address())
-            })
-            .collect(),
-    )
 }
 
 /// A runtime writing jitdump maps its `jit-PID.dump` (so perf sees it):
@@ -112,7 +94,7 @@ impl Symbolizer {
         })?;
         let perf_map = PerfMap::for_process(pid).ok();
         let jitdump = mapped_jitdump(pid, &maps);
-        let mut segments: HashMap<String, Option<Vec<Segment>>> = HashMap::new();
+        let mut segments: HashMap<String, Option<Vec<LoadSegment>>> = HashMap::new();
         let places: Vec<Place> = addrs
             .iter()
             .map(|&addr| {
@@ -130,11 +112,11 @@ impl Symbolizer {
                 let offset = addr - m.range.start + m.offset;
                 let segs = segments
                     .entry(m.name.clone())
-                    .or_insert_with(|| load_segments(Path::new(&m.name)));
+                    .or_insert_with(|| load_segments(Path::new(&m.name), 0).ok());
                 let file_addr = segs.as_ref().and_then(|segs| {
                     segs.iter()
-                        .find(|(o, s, _)| (*o..o.saturating_add(*s)).contains(&offset))
-                        .map(|(o, _, v)| v.wrapping_add(offset - o))
+                        .find(|s| (s.offset..s.offset.saturating_add(s.filesz)).contains(&offset))
+                        .map(|s| s.vaddr.wrapping_add(offset - s.offset))
                 });
                 match file_addr {
                     Some(file_addr) => Place::Object {
