@@ -1,0 +1,64 @@
+//! Anonymous memory for per-thread buffers, fenced.
+//!
+//! Buffers are mapped rather than allocated from the heap so that the
+//! first write of a thread — which may happen inside a signal handler —
+//! never enters `malloc`: `mmap` is async-signal-safe.
+
+use std::io;
+use std::ptr::NonNull;
+
+/// A private anonymous mapping, unmapped on drop.
+#[derive(Debug)]
+pub(crate) struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory owned by this value; which thread
+// unmaps it does not matter.
+unsafe impl Send for Mapping {}
+
+impl Mapping {
+    /// Maps `len` bytes (rounded up to whole pages) of zeroed memory.
+    pub(crate) fn anonymous(len: usize) -> io::Result<Mapping> {
+        let len = round_to_pages(len.max(1));
+        // SAFETY: an anonymous private mapping at an address of the
+        // kernel's choosing touches no existing memory.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let ptr =
+            NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned NULL"))?;
+        Ok(Mapping { ptr, len })
+    }
+
+    /// The first byte of the mapping.
+    pub(crate) fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` describe exactly the mapping created in
+        // `anonymous`, and nothing refers to it once its owner drops it.
+        unsafe {
+            libc::munmap(self.ptr.as_ptr().cast(), self.len);
+        }
+    }
+}
+
+fn round_to_pages(len: usize) -> usize {
+    let page = crate::page_size();
+    len.div_ceil(page).saturating_mul(page)
+}

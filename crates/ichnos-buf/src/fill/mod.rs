@@ -1,0 +1,588 @@
+//! Per-thread fill buffers in the manner of DynamoRIO's drx_buf.
+//!
+//! A [`FillBuffer`] is a handle; every thread that writes through it gets
+//! its own memory, set up on the thread's first write. Instrumented code
+//! fills it with a tiny fast path — reserve `n` bytes with one add on a
+//! thread-local cursor, store the fields, commit with one more add — and
+//! never takes a lock. Two kinds exist, as in drx_buf:
+//!
+//! - **circular** ([`FillBuffer::circular`]): fixed-size records in a
+//!   power-of-two ring that wraps by masking; the position counts wraps,
+//!   so the ring can be read newest first at any time, from any thread.
+//! - **trace** ([`FillBuffer::trace`]): when a record does not fit, the
+//!   flush function receives every committed byte and the record goes to
+//!   the start of the emptied buffer; at thread exit, at process exit and
+//!   on [`FillBuffer::flush`] it receives what is left.
+//!
+//! Records are never torn and never split across a flush: a flush hands
+//! out only committed bytes, and only at a moment when no write is half
+//! done. A signal handler may write while the thread it interrupted is in
+//! the middle of a write; both records stay whole. The one case that
+//! cannot be served — a handler's record that would need a flush while the
+//! interrupted write is still open — drops the handler's record and counts
+//! it ([`Stats::lost_records`], and in the next [`Flush`]).
+//!
+//! ```
+//! use ichnos_buf::fill::FillBuffer;
+//! use std::sync::{Arc, Mutex};
+//!
+//! let out = Arc::new(Mutex::new(Vec::new()));
+//! let sink = out.clone();
+//! let buf = FillBuffer::trace(64, move |flush| sink.lock().unwrap().extend_from_slice(flush.data))?;
+//! for i in 0u64..20 {
+//!     // One record of two fields, one reservation and one commit.
+//!     buf.write_with(16, |rec| {
+//!         rec[..8].copy_from_slice(&i.to_le_bytes());
+//!         rec[8..].copy_from_slice(&(i * i).to_le_bytes());
+//!     })?;
+//! }
+//! buf.flush();
+//! assert_eq!(out.lock().unwrap().len(), 20 * 16);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+// The write path is a handful of instructions that must be inlined into
+// the instrumented code; `inline(always)` is deliberate there.
+#![allow(clippy::inline_always)]
+
+mod mem;
+mod sigatomic;
+mod slot;
+mod thread;
+
+pub use thread::MAX_BUFFERS;
+
+use slot::Slot;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// What a buffer does when it is full.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Overwrite the oldest record. `capacity` is a power of two and a
+    /// multiple of `stride`, the size of every record.
+    Circular {
+        /// Bytes per thread.
+        capacity: usize,
+        /// Bytes per record.
+        stride: usize,
+    },
+    /// Hand the filled bytes to the flush function.
+    Trace {
+        /// Bytes per thread.
+        capacity: usize,
+    },
+}
+
+/// Why a flush function was called.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlushReason {
+    /// The next record did not fit.
+    Full,
+    /// [`FillBuffer::flush`] asked for it.
+    Explicit,
+    /// The thread is exiting.
+    ThreadExit,
+    /// The process is exiting (`exit`, or a return from `main`).
+    ProcessExit,
+}
+
+/// What a flush function receives.
+#[derive(Debug)]
+pub struct Flush<'a> {
+    /// The committed records, in the order they were reserved.
+    pub data: &'a [u8],
+    /// The thread that wrote them.
+    pub tid: i32,
+    /// 0 for this thread's first flush of this buffer, then 1, 2, ...
+    pub seq: u64,
+    /// Why now.
+    pub reason: FlushReason,
+    /// Records dropped on this thread since the previous flush (see the
+    /// module documentation for when that happens).
+    pub lost_records: u64,
+    /// Bytes of those records.
+    pub lost_bytes: u64,
+}
+
+/// Why a buffer could not be created.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FillError {
+    /// A circular buffer's capacity must be a power of two.
+    #[error("circular buffer capacity {0} is not a power of two")]
+    CapacityNotPowerOfTwo(usize),
+    /// A circular buffer's stride must divide its capacity, so that no
+    /// record straddles the wrap.
+    #[error("stride {stride} does not divide capacity {capacity}")]
+    StrideDoesNotDivide {
+        /// The capacity asked for.
+        capacity: usize,
+        /// The stride asked for.
+        stride: usize,
+    },
+    /// Capacity or stride of 0.
+    #[error("capacity and stride must not be 0")]
+    Zero,
+    /// Every one of the [`MAX_BUFFERS`] handles exists already.
+    #[error("all {MAX_BUFFERS} fill buffer handles are in use")]
+    TooManyBuffers,
+}
+
+/// Why a record was not written.
+#[derive(Debug, Clone, Copy, thiserror::Error, PartialEq, Eq)]
+pub enum WriteError {
+    /// A trace buffer's record larger than its capacity, or a circular
+    /// buffer's record of another size than its stride.
+    #[error(
+        "record of {len} bytes does not fit this buffer (capacity {capacity}, stride {stride})"
+    )]
+    Size {
+        /// The record's size.
+        len: usize,
+        /// The buffer's capacity.
+        capacity: usize,
+        /// The circular buffer's stride (0 for trace buffers).
+        stride: usize,
+    },
+    /// The record was dropped and counted: see the module documentation.
+    #[error("record dropped (counted as lost)")]
+    Dropped,
+}
+
+/// A thread's counters for one buffer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Records dropped since the last flush.
+    pub lost_records: u64,
+    /// Bytes of those records.
+    pub lost_bytes: u64,
+    /// Flushes so far.
+    pub flushes: u64,
+    /// Circular: records written so far (the ring holds the newest
+    /// `capacity / stride` of them). Trace: bytes reserved since the last flush.
+    pub position: u64,
+}
+
+type FlushFn = dyn Fn(&Flush<'_>) + Send + Sync;
+
+/// A fill buffer handle: cheap to clone, usable from every thread.
+#[derive(Clone)]
+pub struct FillBuffer {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for FillBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FillBuffer")
+            .field("kind", &self.shared.kind)
+            .field("slot", &self.shared.index)
+            .finish_non_exhaustive()
+    }
+}
+
+pub(crate) struct Shared {
+    pub(crate) id: u64,
+    index: usize,
+    kind: Kind,
+    flush: Option<Box<FlushFn>>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        thread::release_index(self.index);
+    }
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+impl FillBuffer {
+    /// A circular buffer of `capacity` bytes per thread holding records of
+    /// `stride` bytes (drx_buf's fast circular buffer is 65536 bytes).
+    pub fn circular(capacity: usize, stride: usize) -> Result<FillBuffer, FillError> {
+        if capacity == 0 || stride == 0 {
+            return Err(FillError::Zero);
+        }
+        if !capacity.is_power_of_two() {
+            return Err(FillError::CapacityNotPowerOfTwo(capacity));
+        }
+        if !capacity.is_multiple_of(stride) {
+            return Err(FillError::StrideDoesNotDivide { capacity, stride });
+        }
+        FillBuffer::create(Kind::Circular { capacity, stride }, None)
+    }
+
+    /// A trace buffer of `capacity` bytes per thread; `flush` receives the
+    /// filled bytes. `flush` runs on the writing thread (or, at process
+    /// exit, on the exiting thread), possibly inside a signal handler if
+    /// handlers write records; it may write to *other* buffers. A panic in
+    /// it aborts the process, as it cannot unwind through those places.
+    pub fn trace<F>(capacity: usize, flush: F) -> Result<FillBuffer, FillError>
+    where
+        F: Fn(&Flush<'_>) + Send + Sync + 'static,
+    {
+        if capacity == 0 {
+            return Err(FillError::Zero);
+        }
+        FillBuffer::create(Kind::Trace { capacity }, Some(Box::new(flush)))
+    }
+
+    fn create(kind: Kind, flush: Option<Box<FlushFn>>) -> Result<FillBuffer, FillError> {
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let mut index = None;
+        let shared = Arc::new_cyclic(|weak| {
+            index = thread::claim_index(weak);
+            Shared {
+                id,
+                index: index.unwrap_or(usize::MAX),
+                kind,
+                flush,
+            }
+        });
+        if index.is_none() {
+            // Do not let Drop release a slot we never had.
+            std::mem::forget(shared);
+            return Err(FillError::TooManyBuffers);
+        }
+        Ok(FillBuffer { shared })
+    }
+
+    /// The buffer's kind and sizes.
+    #[must_use]
+    pub fn kind(&self) -> Kind {
+        self.shared.kind
+    }
+
+    /// Writes one record.
+    #[inline]
+    pub fn write(&self, record: &[u8]) -> Result<(), WriteError> {
+        self.write_with(record.len(), |dst| dst.copy_from_slice(record))
+    }
+
+    /// Reserves `len` bytes, lets `fill` store the record's fields in any
+    /// order, and commits them at once. `fill` sees the bytes as they were
+    /// (a circular buffer's oldest record, or zeros): it should write them all.
+    #[inline]
+    pub fn write_with(&self, len: usize, fill: impl FnOnce(&mut [u8])) -> Result<(), WriteError> {
+        let ptr = self.reserve_raw(len)?;
+        // SAFETY: `reserve_raw` returned `len` bytes of this thread's
+        // buffer reserved for this writer alone until the commit below.
+        fill(unsafe { std::slice::from_raw_parts_mut(ptr, len) });
+        self.commit_raw(len);
+        Ok(())
+    }
+
+    /// Like [`FillBuffer::write_with`], but `fill` may give up by
+    /// returning false: the record is then never seen by a flush or a
+    /// reader (if a signal handler wrote a record after it meanwhile, its
+    /// bytes are zeroed instead and still take their place).
+    pub fn try_write_with(
+        &self,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]) -> bool,
+    ) -> Result<bool, WriteError> {
+        let ptr = self.reserve_raw(len)?;
+        // SAFETY: as in `write_with`.
+        if fill(unsafe { std::slice::from_raw_parts_mut(ptr, len) }) {
+            self.commit_raw(len);
+            return Ok(true);
+        }
+        let shared = &*self.shared;
+        thread::with_slot(shared.index, |slot| match shared.kind {
+            Kind::Trace { .. } => {
+                let old = (ptr as usize).wrapping_sub(slot.base.load(Ordering::Relaxed) as usize);
+                slot.trace_abort(old, len, ptr);
+            }
+            Kind::Circular { .. } => {
+                // A ring slot cannot be given back once later records may
+                // follow it; zero it so readers see an empty record.
+                // SAFETY: as in `write_with`.
+                unsafe { std::ptr::write_bytes(ptr, 0, len) };
+                slot.commit(len);
+            }
+        });
+        Ok(false)
+    }
+
+    /// Reserves `len` bytes in this thread's buffer and returns where to
+    /// write them; [`FillBuffer::commit_raw`] with the same length must
+    /// follow on this thread before the next reservation of the same
+    /// record's code path (the C ABI's `ichnos_buf_reserve`).
+    #[inline]
+    pub fn reserve_raw(&self, len: usize) -> Result<*mut u8, WriteError> {
+        let shared = &*self.shared;
+        thread::with_slot(shared.index, |slot| {
+            if slot.owner.load(Ordering::Relaxed) == shared.id {
+                match shared.kind {
+                    Kind::Trace { capacity } => match slot.trace_reserve(len) {
+                        Ok(ptr) => return Ok(ptr),
+                        Err(old) => return shared.overflow(slot, old, len, capacity),
+                    },
+                    Kind::Circular { stride, .. } if len == stride => {
+                        return Ok(slot.ring_reserve(stride))
+                    }
+                    Kind::Circular { .. } => return Err(shared.size_error(len)),
+                }
+            }
+            shared.first_write(slot, len)
+        })
+    }
+
+    /// Commits `len` bytes reserved by [`FillBuffer::reserve_raw`].
+    #[inline]
+    pub fn commit_raw(&self, len: usize) {
+        thread::with_slot(self.shared.index, |slot| slot.commit(len));
+    }
+
+    /// Hands this thread's committed records to the flush function now
+    /// (trace buffers). Returns false if there was nothing to do or it
+    /// could not be done here (inside a signal handler that interrupted a
+    /// write or a flush of this buffer).
+    #[allow(clippy::must_use_candidate)] // flushing is the point; the result is advisory
+    pub fn flush(&self) -> bool {
+        let shared = &*self.shared;
+        let tid = thread::current_tid();
+        thread::with_slot(shared.index, |slot| {
+            slot.owner.load(Ordering::Relaxed) == shared.id
+                && shared.flush_slot(slot, FlushReason::Explicit, tid)
+        })
+    }
+
+    /// This thread's counters for this buffer.
+    #[must_use]
+    pub fn stats(&self) -> Stats {
+        let shared = &*self.shared;
+        thread::with_slot(shared.index, |slot| {
+            if slot.owner.load(Ordering::Relaxed) != shared.id {
+                return Stats::default();
+            }
+            Stats {
+                lost_records: slot.lost_records.load(Ordering::Relaxed),
+                lost_bytes: slot.lost_bytes.load(Ordering::Relaxed),
+                flushes: slot.flushes.load(Ordering::Relaxed),
+                position: match shared.kind {
+                    Kind::Circular { stride, .. } => {
+                        (slot.committed.load(Ordering::Relaxed) / stride) as u64
+                    }
+                    Kind::Trace { .. } => slot.reserved.load(Ordering::Relaxed) as u64,
+                },
+            }
+        })
+    }
+
+    /// Circular buffers: this thread's records, newest first. `None` for
+    /// a trace buffer, or inside a signal handler that interrupted a
+    /// write to this buffer.
+    #[must_use]
+    pub fn newest_first(&self) -> Option<RingRecords> {
+        let shared = &*self.shared;
+        let Kind::Circular { capacity, stride } = shared.kind else {
+            return None;
+        };
+        thread::with_slot(shared.index, |slot| {
+            if slot.owner.load(Ordering::Relaxed) != shared.id {
+                return Some(RingRecords::empty(stride));
+            }
+            let mut bytes = Vec::new();
+            let position = slot.ring_snapshot(capacity, stride, &mut bytes)?;
+            Some(RingRecords {
+                bytes,
+                stride,
+                position,
+            })
+        })
+    }
+
+    /// Circular buffers: every live thread's records, newest first, read
+    /// while the threads go on writing (records overwritten during the
+    /// copy, and one being written, are left out). Threads stopped inside
+    /// a write are skipped.
+    #[must_use]
+    pub fn snapshot_threads(&self) -> Vec<(i32, RingRecords)> {
+        let shared = &*self.shared;
+        let Kind::Circular { capacity, stride } = shared.kind else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        thread::for_each_thread_slot(shared.index, |tid, slot| {
+            if slot.owner.load(Ordering::Acquire) != shared.id {
+                return;
+            }
+            let mut bytes = Vec::new();
+            if let Some(position) = slot.ring_snapshot(capacity, stride, &mut bytes) {
+                out.push((
+                    tid,
+                    RingRecords {
+                        bytes,
+                        stride,
+                        position,
+                    },
+                ));
+            }
+        });
+        out
+    }
+}
+
+impl Shared {
+    fn size_error(&self, len: usize) -> WriteError {
+        let (capacity, stride) = match self.kind {
+            Kind::Circular { capacity, stride } => (capacity, stride),
+            Kind::Trace { capacity } => (capacity, 0),
+        };
+        WriteError::Size {
+            len,
+            capacity,
+            stride,
+        }
+    }
+
+    /// The thread's first write (or the first since the slot served a
+    /// handle that is gone): map memory, then write.
+    #[cold]
+    fn first_write(&self, slot: &Slot, len: usize) -> Result<*mut u8, WriteError> {
+        let (bytes, limit, fits) = match self.kind {
+            Kind::Trace { capacity } => (capacity, capacity, len <= capacity),
+            Kind::Circular { capacity, stride } => (capacity, capacity - 1, len == stride),
+        };
+        if !fits {
+            return Err(self.size_error(len));
+        }
+        if thread::EXITING.load(Ordering::Acquire) || !slot.try_claim() {
+            slot.count_lost(len);
+            return Err(WriteError::Dropped);
+        }
+        let attached = thread::attach(slot, self.index, self.id, bytes, limit);
+        slot.release();
+        if !attached {
+            slot.count_lost(len);
+            return Err(WriteError::Dropped);
+        }
+        match self.kind {
+            Kind::Trace { capacity } => match slot.trace_reserve(len) {
+                Ok(ptr) => Ok(ptr),
+                Err(old) => self.overflow(slot, old, len, capacity),
+            },
+            Kind::Circular { stride, .. } => Ok(slot.ring_reserve(stride)),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn overflow(
+        &self,
+        slot: &Slot,
+        old: usize,
+        len: usize,
+        capacity: usize,
+    ) -> Result<*mut u8, WriteError> {
+        if len > capacity {
+            sigatomic::add(&slot.reserved, len.wrapping_neg());
+            return Err(self.size_error(len));
+        }
+        if thread::EXITING.load(Ordering::Acquire) {
+            sigatomic::add(&slot.reserved, len.wrapping_neg());
+            slot.count_lost(len);
+            return Err(WriteError::Dropped);
+        }
+        let tid = thread::current_tid();
+        slot.trace_overflow(old, len, capacity, &mut |slot, data| {
+            self.deliver(slot, data, FlushReason::Full, tid);
+        })
+        .ok_or(WriteError::Dropped)
+    }
+
+    /// Flushes `slot` (trace buffers); false for circular ones.
+    pub(crate) fn flush_slot(&self, slot: &Slot, reason: FlushReason, tid: i32) -> bool {
+        match self.kind {
+            Kind::Trace { capacity } => slot.trace_flush(capacity, &mut |slot, data| {
+                self.deliver(slot, data, reason, tid);
+            }),
+            Kind::Circular { .. } => false,
+        }
+    }
+
+    /// [`Shared::flush_slot`] with `busy` already held by the caller.
+    pub(crate) fn flush_claimed(
+        &self,
+        slot: &Slot,
+        reason: FlushReason,
+        tid: i32,
+        own_thread: bool,
+    ) -> bool {
+        match self.kind {
+            Kind::Trace { capacity } => {
+                slot.trace_flush_claimed(capacity, own_thread, &mut |slot, data| {
+                    self.deliver(slot, data, reason, tid);
+                })
+            }
+            Kind::Circular { .. } => false,
+        }
+    }
+
+    fn deliver(&self, slot: &Slot, data: &[u8], reason: FlushReason, tid: i32) {
+        let Some(flush) = &self.flush else { return };
+        let info = Flush {
+            data,
+            tid,
+            seq: slot.flushes.fetch_add(1, Ordering::Relaxed),
+            reason,
+            lost_records: slot.lost_records.swap(0, Ordering::Relaxed),
+            lost_bytes: slot.lost_bytes.swap(0, Ordering::Relaxed),
+        };
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| flush(&info))).is_err() {
+            eprintln!("ichnos-buf: a fill buffer's flush function panicked; aborting");
+            std::process::abort();
+        }
+    }
+}
+
+impl<'a> IntoIterator for &'a RingRecords {
+    type Item = &'a [u8];
+    type IntoIter = std::slice::Chunks<'a, u8>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+/// A circular buffer's records, newest first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RingRecords {
+    bytes: Vec<u8>,
+    stride: usize,
+    position: u64,
+}
+
+impl RingRecords {
+    fn empty(stride: usize) -> RingRecords {
+        RingRecords {
+            bytes: Vec::new(),
+            stride,
+            position: 0,
+        }
+    }
+
+    /// The records, newest first, each `stride` bytes.
+    pub fn iter(&self) -> std::slice::Chunks<'_, u8> {
+        self.bytes.chunks(self.stride)
+    }
+
+    /// How many records.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.bytes.len() / self.stride
+    }
+
+    /// True when there is none.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    /// Byte position after the newest record: the number of bytes ever
+    /// written, so `position / capacity` is how often the ring wrapped.
+    #[must_use]
+    pub fn position(&self) -> u64 {
+        self.position
+    }
+}

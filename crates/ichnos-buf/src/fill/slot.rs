@@ -1,0 +1,290 @@
+//! One thread's state for one fill buffer, and the write protocol on it.
+//!
+//! The protocol (issue 2618 of DynamoRIO asks for exactly this): a writer
+//! *reserves* its bytes with one signal-atomic add on `reserved`, writes
+//! them, then *commits* with one signal-atomic add on `committed`. A
+//! signal handler that writes a record while the thread is between those
+//! two steps reserves the bytes after it, so both records stay whole and
+//! are ordered by reservation. Data is handed out only when `committed ==
+//! reserved`, i.e. when no write is half done, so a flush never contains a
+//! torn record. When a handler would have to flush while the write it
+//! interrupted is still open, it drops its own record and counts it.
+
+use super::sigatomic;
+use std::sync::atomic::{
+    compiler_fence, fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering,
+};
+
+/// A thread's view of one buffer. Lives in that thread's TLS; other
+/// threads read it (through the registry) only to snapshot or to flush at
+/// process exit, and claim `busy` before they do.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    /// Id of the buffer handle this slot serves; 0 when unused. Writers
+    /// check it first, so a slot left by a freed handle is set up afresh.
+    pub(crate) owner: AtomicU64,
+    /// Start of this thread's buffer memory.
+    pub(crate) base: AtomicPtr<u8>,
+    /// Trace buffers: capacity (0 blocks every reservation while a flush
+    /// runs). Circular buffers: capacity - 1, the wrap mask.
+    pub(crate) limit: AtomicUsize,
+    /// Trace: offset of the next reservation. Circular: monotonic
+    /// position of the next record (position / capacity = wrap count).
+    pub(crate) reserved: AtomicUsize,
+    /// Bytes whose writes are complete (trace: since the last flush).
+    pub(crate) committed: AtomicUsize,
+    /// Held by whoever runs a slow path, flushes or snapshots this slot.
+    pub(crate) busy: AtomicBool,
+    pub(crate) lost_records: AtomicU64,
+    pub(crate) lost_bytes: AtomicU64,
+    /// Flushes made so far: the sequence number of the next one.
+    pub(crate) flushes: AtomicU64,
+}
+
+impl Slot {
+    pub(crate) const fn new() -> Slot {
+        Slot {
+            owner: AtomicU64::new(0),
+            base: AtomicPtr::new(std::ptr::null_mut()),
+            limit: AtomicUsize::new(0),
+            reserved: AtomicUsize::new(0),
+            committed: AtomicUsize::new(0),
+            busy: AtomicBool::new(false),
+            lost_records: AtomicU64::new(0),
+            lost_bytes: AtomicU64::new(0),
+            flushes: AtomicU64::new(0),
+        }
+    }
+
+    /// Points the slot at fresh memory for buffer `owner`. Called by the
+    /// owning thread with `busy` held.
+    pub(crate) fn install(&self, owner: u64, base: *mut u8, limit: usize) {
+        self.limit.store(0, Ordering::Relaxed);
+        compiler_fence(Ordering::SeqCst);
+        self.base.store(base, Ordering::Relaxed);
+        self.reserved.store(0, Ordering::Relaxed);
+        self.committed.store(0, Ordering::Relaxed);
+        self.lost_records.store(0, Ordering::Relaxed);
+        self.lost_bytes.store(0, Ordering::Relaxed);
+        self.flushes.store(0, Ordering::Relaxed);
+        compiler_fence(Ordering::SeqCst);
+        self.limit.store(limit, Ordering::Relaxed);
+        self.owner.store(owner, Ordering::Release);
+    }
+
+    /// Detaches the slot from its memory so that every later write takes
+    /// the slow path. Called with `busy` held.
+    pub(crate) fn retire(&self) {
+        self.owner.store(0, Ordering::Relaxed);
+        self.limit.store(0, Ordering::Relaxed);
+        compiler_fence(Ordering::SeqCst);
+        self.base.store(std::ptr::null_mut(), Ordering::Relaxed);
+    }
+
+    pub(crate) fn try_claim(&self) -> bool {
+        !self.busy.swap(true, Ordering::Acquire)
+    }
+
+    pub(crate) fn release(&self) {
+        self.busy.store(false, Ordering::Release);
+    }
+
+    pub(crate) fn count_lost(&self, bytes: usize) {
+        self.lost_records.fetch_add(1, Ordering::Relaxed);
+        self.lost_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// Trace buffers: reserves `len` bytes. `Ok(ptr)` on the fast path;
+    /// `Err(old)` when they do not fit, with the reservation still held
+    /// (the caller goes to [`Slot::trace_overflow`]).
+    #[inline(always)]
+    pub(crate) fn trace_reserve(&self, len: usize) -> Result<*mut u8, usize> {
+        let old = sigatomic::fetch_add(&self.reserved, len);
+        let end = old.wrapping_add(len);
+        if end <= self.limit.load(Ordering::Relaxed) && end >= old {
+            compiler_fence(Ordering::SeqCst);
+            // SAFETY (for the caller): end <= limit = capacity of the
+            // memory at base, so [old, end) is inside it.
+            Ok(self.base.load(Ordering::Relaxed).wrapping_add(old))
+        } else {
+            Err(old)
+        }
+    }
+
+    /// Marks `len` reserved bytes as written.
+    #[inline(always)]
+    pub(crate) fn commit(&self, len: usize) {
+        compiler_fence(Ordering::SeqCst);
+        sigatomic::add(&self.committed, len);
+    }
+
+    /// Gives back a reservation of `len` bytes at `old` if nothing was
+    /// reserved after it; otherwise the bytes stay and are committed as
+    /// zero padding. Returns whether the bytes were given back.
+    pub(crate) fn trace_abort(&self, old: usize, len: usize, ptr: *mut u8) -> bool {
+        if sigatomic::compare_exchange(&self.reserved, old + len, old) {
+            return true;
+        }
+        // SAFETY: `ptr` is the reservation's start and `len` its length,
+        // inside this thread's buffer, reserved for this writer only.
+        unsafe { std::ptr::write_bytes(ptr, 0, len) };
+        self.commit(len);
+        false
+    }
+
+    /// Trace buffers, slow path: the reservation `[old, old + len)` did
+    /// not fit. Hands the committed bytes to `flush`, starts the buffer
+    /// afresh and returns the new place of the record, or drops the record
+    /// (counted) when that cannot be done safely: another slow path or a
+    /// half-done write below this one is open (we are in a signal handler
+    /// that interrupted it), or the record is larger than the buffer.
+    pub(crate) fn trace_overflow(
+        &self,
+        old: usize,
+        len: usize,
+        capacity: usize,
+        flush: &mut dyn FnMut(&Slot, &[u8]),
+    ) -> Option<*mut u8> {
+        let undo = || sigatomic::add(&self.reserved, len.wrapping_neg());
+        if len > capacity || !self.try_claim() {
+            undo();
+            self.count_lost(len);
+            return None;
+        }
+        if old > capacity || self.committed.load(Ordering::Relaxed) != old {
+            undo();
+            self.release();
+            self.count_lost(len);
+            return None;
+        }
+        let base = self.base.load(Ordering::Relaxed);
+        if old > 0 {
+            // SAFETY: [base, base + old) was reserved and committed by
+            // writers of this thread, and every write is complete
+            // (committed == old); nothing writes there until we reset.
+            let data = unsafe { std::slice::from_raw_parts(base, old) };
+            flush(self, data);
+        }
+        // Handlers that ran since our reservation saw reserved > capacity
+        // and undid theirs, so reserved == old + len here.
+        self.committed.store(0, Ordering::Relaxed);
+        compiler_fence(Ordering::SeqCst);
+        self.reserved.store(len, Ordering::Relaxed);
+        self.release();
+        Some(base)
+    }
+
+    /// Trace buffers: hands the committed bytes to `flush` now and starts
+    /// afresh. Returns false (and does nothing) when a write or a slow
+    /// path of this thread is open.
+    pub(crate) fn trace_flush(&self, capacity: usize, flush: &mut dyn FnMut(&Slot, &[u8])) -> bool {
+        if !self.try_claim() {
+            return false;
+        }
+        let flushed = self.trace_flush_claimed(capacity, true, flush);
+        self.release();
+        flushed
+    }
+
+    /// [`Slot::trace_flush`] for a caller that already holds `busy`.
+    ///
+    /// With `reset` false (another thread's buffer, at process exit) the
+    /// counters are left alone — only their owner may write them — and the
+    /// buffer stays closed: later records of that thread are dropped.
+    pub(crate) fn trace_flush_claimed(
+        &self,
+        capacity: usize,
+        reset: bool,
+        flush: &mut dyn FnMut(&Slot, &[u8]),
+    ) -> bool {
+        // Close the fast path first: a handler arriving from here on
+        // fails its limit check and, finding `busy`, drops its record.
+        self.limit.store(0, Ordering::Relaxed);
+        compiler_fence(Ordering::SeqCst);
+        let reserved = self.reserved.load(Ordering::Relaxed);
+        let committed = self.committed.load(Ordering::Acquire);
+        if reserved != committed || reserved > capacity {
+            if reset {
+                self.limit.store(capacity, Ordering::Relaxed);
+            }
+            return false;
+        }
+        let base = self.base.load(Ordering::Relaxed);
+        if committed > 0 && !base.is_null() {
+            // SAFETY: as in `trace_overflow`: [base, base + committed) is
+            // complete and no writer can reserve while limit is 0.
+            let data = unsafe { std::slice::from_raw_parts(base, committed) };
+            flush(self, data);
+        }
+        if reset {
+            self.reserved.store(0, Ordering::Relaxed);
+            self.committed.store(0, Ordering::Relaxed);
+            compiler_fence(Ordering::SeqCst);
+            self.limit.store(capacity, Ordering::Relaxed);
+        }
+        true
+    }
+
+    /// Circular buffers: reserves the next `stride` bytes, overwriting the
+    /// oldest record once the ring is full.
+    #[inline(always)]
+    pub(crate) fn ring_reserve(&self, stride: usize) -> *mut u8 {
+        let old = sigatomic::fetch_add(&self.reserved, stride);
+        compiler_fence(Ordering::SeqCst);
+        let mask = self.limit.load(Ordering::Relaxed);
+        self.base.load(Ordering::Relaxed).wrapping_add(old & mask)
+    }
+
+    /// Circular buffers: copies the records still in the ring, newest
+    /// first, into `out` (each `stride` bytes) and returns the position
+    /// after the newest one (position / capacity = times wrapped). Safe
+    /// to call from any thread while the owner keeps writing: records that
+    /// the owner overwrote during the copy are left out, and so is a
+    /// record that was still being written. `None` if no stable moment
+    /// was found (the owner is stopped inside a write).
+    pub(crate) fn ring_snapshot(
+        &self,
+        capacity: usize,
+        stride: usize,
+        out: &mut Vec<u8>,
+    ) -> Option<u64> {
+        let base = self.base.load(Ordering::Acquire);
+        if base.is_null() {
+            return Some(0);
+        }
+        let mut newest = None;
+        for _ in 0..10_000 {
+            let reserved = self.reserved.load(Ordering::Acquire);
+            let committed = self.committed.load(Ordering::Acquire);
+            if reserved == committed {
+                newest = Some(reserved);
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        let newest = newest?;
+        let oldest = newest.saturating_sub(capacity);
+        let mut copy = vec![0u8; newest - oldest];
+        for (i, chunk) in copy.chunks_mut(stride).enumerate() {
+            let pos = oldest + i * stride;
+            let src = base.wrapping_add(pos & (capacity - 1));
+            for (j, byte) in chunk.iter_mut().enumerate() {
+                // SAFETY: `src + j` lies inside the ring (pos is a record
+                // start, stride divides capacity). Volatile: the owner may
+                // be writing it; torn copies are discarded below.
+                *byte = unsafe { std::ptr::read_volatile(src.wrapping_add(j)) };
+            }
+        }
+        fence(Ordering::Acquire);
+        let after = self.reserved.load(Ordering::Acquire);
+        // Position p is overwritten by the writer of p + capacity; every
+        // reservation below `after` may have written, so keep p >= after - capacity.
+        let first_valid = oldest.max(after.saturating_sub(capacity));
+        let skip = first_valid.min(newest) - oldest;
+        out.clear();
+        for record in copy[skip..].chunks(stride).rev() {
+            out.extend_from_slice(record);
+        }
+        Some(newest as u64)
+    }
+}

@@ -1,0 +1,316 @@
+//! Per-thread slots, the registry of live threads, and the lifecycle
+//! hooks: thread exit, process exit (`atexit`) and `fork`.
+//!
+//! Each thread has a fixed table of [`Slot`]s in TLS, one per possible
+//! buffer handle, so the fast path is one TLS-relative access as with
+//! drx_buf's raw TLS slot. The table has no destructor (so reaching it
+//! costs nothing); a second TLS value, [`ThreadState`], owns the memory
+//! and flushes at thread exit. The main thread never runs TLS destructors
+//! (rust-lang/rust#28129), so an `atexit` hook flushes it, and every other
+//! thread still running, from the registry.
+
+use super::mem::Mapping;
+use super::slot::Slot;
+use super::Shared;
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Once, Weak};
+
+/// How many buffer handles can exist at once (drx_buf is limited by raw
+/// TLS slots in the same way).
+pub const MAX_BUFFERS: usize = 16;
+
+thread_local! {
+    static SLOTS: [Slot; MAX_BUFFERS] = const { [const { Slot::new() }; MAX_BUFFERS] };
+    static STATE: ThreadState = const { ThreadState::new() };
+    /// Set while this thread holds the registry lock, so that a signal
+    /// handler interrupting it does not spin on it forever.
+    static HOLDS_LOCK: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` on this thread's slot `index`.
+#[inline(always)]
+pub(crate) fn with_slot<R>(index: usize, f: impl FnOnce(&Slot) -> R) -> R {
+    SLOTS.with(|slots| f(&slots[index]))
+}
+
+/// The memory this thread owns for each slot; dropping it (at thread
+/// exit) flushes and unmaps.
+struct ThreadState {
+    memory: [RefCell<Option<Mapping>>; MAX_BUFFERS],
+    registered: Cell<bool>,
+}
+
+impl ThreadState {
+    const fn new() -> ThreadState {
+        ThreadState {
+            memory: [const { RefCell::new(None) }; MAX_BUFFERS],
+            registered: Cell::new(false),
+        }
+    }
+}
+
+impl Drop for ThreadState {
+    fn drop(&mut self) {
+        if !self.registered.get() {
+            return;
+        }
+        let tid = current_tid();
+        SLOTS.with(|slots| {
+            for (index, slot) in slots.iter().enumerate() {
+                let owner = slot.owner.load(Ordering::Relaxed);
+                if owner == 0 {
+                    continue;
+                }
+                if !EXITING.load(Ordering::Acquire) {
+                    if let Some(shared) = handle(index, owner) {
+                        shared.flush_slot(slot, super::FlushReason::ThreadExit, tid);
+                    }
+                }
+                // Wait out a snapshot reader of another thread, then cut
+                // the slot off from the memory we are about to unmap.
+                while !slot.try_claim() {
+                    std::hint::spin_loop();
+                }
+                slot.retire();
+                slot.release();
+            }
+        });
+        with_registry(|r| r.threads.retain(|t| t.tid != tid));
+        for memory in &self.memory {
+            memory.borrow_mut().take();
+        }
+    }
+}
+
+/// Gives this thread's slot `index` memory of `len` bytes for buffer
+/// `owner`. Returns false if that cannot be done here and now (the thread
+/// is exiting, the registry is held by the code this signal handler
+/// interrupted, or the memory could not be mapped).
+pub(crate) fn attach(slot: &Slot, index: usize, owner: u64, len: usize, limit: usize) -> bool {
+    let attached = STATE.try_with(|state| {
+        if !state.registered.get() {
+            let tid = current_tid();
+            let slots: *const [Slot; MAX_BUFFERS] = SLOTS.with(std::ptr::from_ref);
+            if with_registry(|r| r.threads.push(ThreadEntry { tid, slots })).is_none() {
+                return false;
+            }
+            state.registered.set(true);
+        }
+        let Ok(mut memory) = state.memory[index].try_borrow_mut() else {
+            return false;
+        };
+        let Ok(mapping) = Mapping::anonymous(len) else {
+            return false;
+        };
+        slot.install(owner, mapping.as_ptr(), limit);
+        // The old mapping (of a freed handle) is unmapped only now that
+        // the slot points elsewhere.
+        *memory = Some(mapping);
+        true
+    });
+    attached.unwrap_or(false)
+}
+
+/// This thread's id (what `gettid` returns).
+pub(crate) fn current_tid() -> i32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() }
+}
+
+/// A live thread with buffers, as the registry knows it.
+struct ThreadEntry {
+    tid: i32,
+    /// The thread's slot table. Valid while the entry is registered: the
+    /// thread removes it (under the registry lock) before its TLS dies.
+    slots: *const [Slot; MAX_BUFFERS],
+}
+
+/// Live threads and buffer handles.
+struct Registry {
+    threads: Vec<ThreadEntry>,
+    handles: [Option<Weak<Shared>>; MAX_BUFFERS],
+}
+
+/// The registry is guarded by a spin lock rather than a `Mutex` because
+/// `fork` needs it held from the prepare handler to the parent and child
+/// handlers, which a guard object cannot span.
+static LOCK: AtomicBool = AtomicBool::new(false);
+static mut REGISTRY: Registry = Registry {
+    threads: Vec::new(),
+    handles: [const { None }; MAX_BUFFERS],
+};
+/// Set by the `atexit` hook: buffers have been flushed for the last time.
+pub(crate) static EXITING: AtomicBool = AtomicBool::new(false);
+
+fn lock() -> bool {
+    if HOLDS_LOCK.try_with(Cell::get).unwrap_or(true) {
+        return false;
+    }
+    while LOCK
+        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        std::thread::yield_now();
+    }
+    let _ = HOLDS_LOCK.try_with(|h| h.set(true));
+    true
+}
+
+fn unlock() {
+    let _ = HOLDS_LOCK.try_with(|h| h.set(false));
+    LOCK.store(false, Ordering::Release);
+}
+
+/// Runs `f` with the registry locked; `None` if this thread already holds
+/// the lock (a signal handler interrupted it).
+fn with_registry<R>(f: impl FnOnce(&mut Registry) -> R) -> Option<R> {
+    if !lock() {
+        return None;
+    }
+    // SAFETY: LOCK is held, so this is the only reference to REGISTRY.
+    let registry = unsafe { &mut *std::ptr::addr_of_mut!(REGISTRY) };
+    let result = f(registry);
+    unlock();
+    Some(result)
+}
+
+/// The live handle that owns slot `index` with id `owner`, if any.
+fn handle(index: usize, owner: u64) -> Option<std::sync::Arc<Shared>> {
+    with_registry(|r| r.handles[index].as_ref().and_then(Weak::upgrade))
+        .flatten()
+        .filter(|shared| shared.id == owner)
+}
+
+/// Claims a free slot index for a new handle.
+pub(crate) fn claim_index(shared: &Weak<Shared>) -> Option<usize> {
+    install_hooks();
+    with_registry(|r| {
+        let index = r
+            .handles
+            .iter()
+            .position(|h| h.as_ref().is_none_or(|w| w.strong_count() == 0))?;
+        r.handles[index] = Some(shared.clone());
+        Some(index)
+    })
+    .flatten()
+}
+
+/// Gives slot `index` back when its handle is dropped.
+pub(crate) fn release_index(index: usize) {
+    with_registry(|r| r.handles[index] = None);
+}
+
+/// Calls `f` on slot `index` of every registered thread, with the tid.
+/// `f` runs with the registry locked and must not write to buffers.
+pub(crate) fn for_each_thread_slot(index: usize, mut f: impl FnMut(i32, &Slot)) {
+    with_registry(|r| {
+        for thread in &r.threads {
+            // SAFETY: the entry is registered, so its thread has not yet
+            // torn down its TLS (it unregisters under this lock first).
+            let slots = unsafe { &*thread.slots };
+            f(thread.tid, &slots[index]);
+        }
+    });
+}
+
+fn install_hooks() {
+    static HOOKS: Once = Once::new();
+    HOOKS.call_once(|| {
+        // SAFETY: the hooks are `extern "C"` functions without arguments
+        // that live for the whole program.
+        unsafe {
+            libc::atexit(at_exit);
+            libc::pthread_atfork(
+                Some(before_fork),
+                Some(after_fork_parent),
+                Some(after_fork_child),
+            );
+        }
+    });
+}
+
+/// Flushes every trace buffer of every registered thread for the last
+/// time: the calling thread's completely, other threads' up to what they
+/// had committed when we looked.
+extern "C" fn at_exit() {
+    let Some(entries) = with_registry(|r| {
+        let handles: Vec<_> = r
+            .handles
+            .iter()
+            .map(|h| h.as_ref().and_then(Weak::upgrade))
+            .collect();
+        let threads: Vec<_> = r.threads.iter().map(|t| (t.tid, t.slots)).collect();
+        (handles, threads)
+    }) else {
+        return;
+    };
+    let (handles, threads) = entries;
+    // From here on slow paths drop records: nothing will flush them again.
+    EXITING.store(true, Ordering::Release);
+    // Flushes run without the lock, since a flush function may write to
+    // other buffers; each thread is checked to be still registered just
+    // before its slot is read, and an exiting thread waits for `busy`.
+    let me = current_tid();
+    for (tid, slots) in threads {
+        for (index, shared) in handles.iter().enumerate() {
+            let Some(shared) = shared else { continue };
+            // Claim the slot while the thread is known to be registered:
+            // an exiting thread waits for `busy` before it unregisters
+            // and frees its TLS.
+            let claimed = with_registry(|r| {
+                r.threads.iter().any(|t| std::ptr::eq(t.slots, slots))
+                    // SAFETY: the thread is registered (checked under the lock).
+                    && unsafe { (*slots)[index].try_claim() }
+            });
+            if claimed != Some(true) {
+                continue;
+            }
+            // SAFETY: claimed above; the thread cannot free it meanwhile.
+            let slot = unsafe { &(*slots)[index] };
+            if slot.owner.load(Ordering::Acquire) == shared.id {
+                shared.flush_claimed(slot, super::FlushReason::ProcessExit, tid, tid == me);
+            }
+            slot.release();
+        }
+    }
+}
+
+extern "C" fn before_fork() {
+    // Held across fork so that the child's copy of the registry is whole.
+    while !lock() {
+        // Only a fork from inside a signal handler that interrupted the
+        // registry lock could get here; waiting is all we can do.
+        std::thread::yield_now();
+    }
+}
+
+extern "C" fn after_fork_parent() {
+    unlock();
+}
+
+/// The child has one thread, the one that called `fork`. Its buffers start
+/// empty (the parent keeps and flushes what was in them); the other
+/// threads' buffers are abandoned, never flushed twice.
+extern "C" fn after_fork_child() {
+    // SAFETY: the lock is held (taken in `before_fork`) and the child has
+    // only this thread.
+    let registry = unsafe { &mut *std::ptr::addr_of_mut!(REGISTRY) };
+    let mine: *const [Slot; MAX_BUFFERS] = SLOTS.with(std::ptr::from_ref);
+    let tid = current_tid();
+    registry.threads.retain(|t| std::ptr::eq(t.slots, mine));
+    for thread in &mut registry.threads {
+        thread.tid = tid;
+    }
+    SLOTS.with(|slots| {
+        for slot in slots {
+            slot.reserved.store(0, Ordering::Relaxed);
+            slot.committed.store(0, Ordering::Relaxed);
+            slot.lost_records.store(0, Ordering::Relaxed);
+            slot.lost_bytes.store(0, Ordering::Relaxed);
+            slot.flushes.store(0, Ordering::Relaxed);
+            slot.busy.store(false, Ordering::Relaxed);
+        }
+    });
+    unlock();
+}
