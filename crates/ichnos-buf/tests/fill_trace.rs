@@ -261,10 +261,12 @@ fn many_threads_each_record_delivered_once_in_order() {
     const THREADS: usize = 8;
     const RECORDS: u64 = 5000;
     let (buf, sink) = trace(1000);
-    std::thread::scope(|s| {
-        for t in 0..THREADS as u64 {
+    // Joined with pthread_join (JoinHandle::join), which waits for the
+    // TLS destructors that flush; std::thread::scope returns before them.
+    let handles: Vec<_> = (0..THREADS as u64)
+        .map(|t| {
             let buf = buf.clone();
-            s.spawn(move || {
+            std::thread::spawn(move || {
                 for i in 0..RECORDS {
                     buf.write_with(16, |r| {
                         r[..8].copy_from_slice(&t.to_le_bytes());
@@ -272,10 +274,13 @@ fn many_threads_each_record_delivered_once_in_order() {
                     })
                     .unwrap();
                 }
-            });
-        }
-    });
-    // Scoped threads have exited: each flushed its rest (ThreadExit).
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    // The threads have exited: each flushed its rest (ThreadExit).
     let got = sink.lock().unwrap();
     let mut per_tid: std::collections::HashMap<i32, Vec<&Delivered>> =
         std::collections::HashMap::new();

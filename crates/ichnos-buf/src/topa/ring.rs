@@ -946,8 +946,11 @@ impl Consumer {
         bump_and_wake(&h.space_futex.0, &h.producer_waiting);
     }
 
-    /// Waits until there is something to read, a notification arrives,
-    /// the producer is gone, or `timeout` passes (`None`: forever).
+    /// Returns at once if there is something to read; otherwise sleeps
+    /// until the producer notifies (at the wakeup watermark, or when it
+    /// stops for lack of room), the producer is gone, or `timeout` passes
+    /// (`None`: forever). Like perf's `poll`, a sleeper is not woken for
+    /// data below the watermark.
     #[allow(clippy::must_use_candidate)] // waiting is the point
     pub fn wait(&self, timeout: Option<Duration>) -> WaitOutcome {
         let h = self.mapped.header();
@@ -973,9 +976,6 @@ impl Consumer {
             // below returns at once.
             futex_wait(&h.data_futex.0, seen, left);
             h.consumer_waiting.fetch_sub(1, Ordering::SeqCst);
-            if h.data_futex.0.load(Ordering::SeqCst) != seen {
-                return WaitOutcome::Ready;
-            }
         }
     }
 
