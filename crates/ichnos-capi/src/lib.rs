@@ -1,9 +1,10 @@
 //! The C ABI of ichnos: `libichnos.so` and `libichnos.a`.
 //!
-//! Three headers: `include/ichnos/iscache.h` (image section cache and
+//! Four headers: `include/ichnos/iscache.h` (image section cache and
 //! images, libipt-compatible), `include/ichnos/codectl.h` (the code
-//! registry, a user-space codectl(2)) and `include/ichnos/symbolize.h`
-//! (addresses to functions, files and lines).
+//! registry, a user-space codectl(2)), `include/ichnos/symbolize.h`
+//! (addresses to functions, files and lines) and `include/ichnos/buf.h`
+//! (per-thread fill buffers for instrumented code).
 //!
 //! This crate only converts and checks arguments; every behaviour lives in
 //! the library crates. The image functions keep libipt's names, signatures,
@@ -20,12 +21,14 @@
 // The C names are libipt's and stay as they are.
 #![allow(non_camel_case_types)]
 
+mod buf;
 mod codectl;
 mod error;
 mod image;
 mod iscache;
 mod symbolize;
 
+pub use buf::*;
 pub use codectl::*;
 pub use error::{ichnos_last_error, pt_errstr};
 pub use image::*;

@@ -168,11 +168,32 @@ fn codectl_from_c_shared_and_static() {
     run_expecting(&fixed, None, 50);
 }
 
+/// Fill buffers from C, shared and static: many threads, reserve/commit,
+/// errors, circular reads, and `-finstrument-functions` hooks recording
+/// every call of an instrumented function.
+#[test]
+fn fill_buffers_from_c_shared_and_static() {
+    let dir = tempfile::tempdir().unwrap();
+    for (linkage, name, ld) in [
+        (Linkage::Shared, "buf_test", Some(lib_dir())),
+        (Linkage::Static, "buf_test_static", None),
+    ] {
+        let exe = dir.path().join(name);
+        compile_with_libichnos(
+            "buf_test.c",
+            &exe,
+            linkage,
+            &["-O1", "-finstrument-functions", "-pthread"],
+        );
+        run_expecting(&exe, ld.as_deref(), 15);
+    }
+}
+
 #[test]
 fn header_compiles_as_cxx() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("h.cc");
-    std::fs::write(&src, "#include <ichnos/iscache.h>\n#include <ichnos/codectl.h>\n#include <ichnos/symbolize.h>\nint main() { struct pt_asid a; pt_asid_init(&a); return (int)a.size - 24 + (int)sizeof(struct code_jit_unwind_fre) - 24; }\n").unwrap();
+    std::fs::write(&src, "#include <ichnos/iscache.h>\n#include <ichnos/codectl.h>\n#include <ichnos/symbolize.h>\n#include <ichnos/buf.h>\nint main() { struct pt_asid a; pt_asid_init(&a); return (int)a.size - 24 + (int)sizeof(struct code_jit_unwind_fre) - 24; }\n").unwrap();
     let exe = dir.path().join("h");
     let include = repo_root().join("include");
     let status = Command::new("g++")
