@@ -25,6 +25,10 @@ use ichnos_code::unwind::unwind_into;
 use ichnos_code::{unwind_cached, CodeMap, Regs, UnwindCache, UnwindOptions};
 use object::{Object, ObjectSection, ObjectSegment};
 
+#[path = "../../../tools/bench/estimates.rs"]
+mod estimates;
+use estimates::mean_ns;
+
 struct Stack {
     name: &'static str,
     regs: Regs,
@@ -187,20 +191,6 @@ fn fixture_stack(dir: &Path) -> Option<Stack> {
         bytes: stop.stack,
         maps: stop.maps,
     })
-}
-
-fn mean_ns(group: &str, function: &str) -> Option<f64> {
-    let dir = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"),
-        Into::into,
-    );
-    let path = dir
-        .join("criterion")
-        .join(group)
-        .join(function)
-        .join("new/estimates.json");
-    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
-    json["mean"]["point_estimate"].as_f64()
 }
 
 fn main() {

@@ -21,6 +21,10 @@ use std::path::Path;
 use criterion::{BenchmarkId, Criterion};
 use ichnos_image::{Asid, Image, Isid, SectionCache};
 
+#[path = "../../../tools/bench/estimates.rs"]
+mod estimates;
+use estimates::mean_ns;
+
 const SECTION: u64 = 4096;
 const BASE: u64 = 0x40_0000;
 const PROBES: usize = 1 << 14;
@@ -139,21 +143,6 @@ fn bench(c: &mut Criterion, file: &Path, libipt: Option<&Libipt>) {
         }
         group.finish();
     }
-}
-
-/// Criterion's point estimate of the mean, in nanoseconds, for this run.
-fn mean_ns(group: &str, function: &str) -> Option<f64> {
-    let dir = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"),
-        Into::into,
-    );
-    let path = dir
-        .join("criterion")
-        .join(group)
-        .join(function)
-        .join("new/estimates.json");
-    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
-    json["mean"]["point_estimate"].as_f64()
 }
 
 fn main() {

@@ -254,7 +254,7 @@ impl FillBuffer {
     }
 
     /// Writes one record.
-    #[inline]
+    #[inline(always)]
     pub fn write(&self, record: &[u8]) -> Result<(), WriteError> {
         self.write_with(record.len(), |dst| dst.copy_from_slice(record))
     }
@@ -262,7 +262,7 @@ impl FillBuffer {
     /// Reserves `len` bytes, lets `fill` store the record's fields in any
     /// order, and commits them at once. `fill` sees the bytes as they were
     /// (a circular buffer's oldest record, or zeros): it should write them all.
-    #[inline]
+    #[inline(always)]
     pub fn write_with(&self, len: usize, fill: impl FnOnce(&mut [u8])) -> Result<(), WriteError> {
         let ptr = self.reserve_raw(len)?;
         // SAFETY: `reserve_raw` returned `len` bytes of this thread's
@@ -308,7 +308,7 @@ impl FillBuffer {
     /// write them; [`FillBuffer::commit_raw`] with the same length must
     /// follow on this thread before the next reservation of the same
     /// record's code path (the C ABI's `ichnos_buf_reserve`).
-    #[inline]
+    #[inline(always)]
     pub fn reserve_raw(&self, len: usize) -> Result<*mut u8, WriteError> {
         let shared = &*self.shared;
         thread::with_slot(shared.index, |slot| {
@@ -329,7 +329,7 @@ impl FillBuffer {
     }
 
     /// Commits `len` bytes reserved by [`FillBuffer::reserve_raw`].
-    #[inline]
+    #[inline(always)]
     pub fn commit_raw(&self, len: usize) {
         thread::with_slot(self.shared.index, |slot| slot.commit(len));
     }

@@ -31,7 +31,17 @@ thread_local! {
 /// Runs `f` on this thread's slot `index`.
 #[inline(always)]
 pub(crate) fn with_slot<R>(index: usize, f: impl FnOnce(&Slot) -> R) -> R {
-    SLOTS.with(|slots| f(&slots[index]))
+    // SAFETY: the pointer is to this thread's TLS, which lives as long as
+    // the thread, and we are on that thread for the duration of `f`.
+    f(unsafe { &*slot_ptr(index) })
+}
+
+/// This thread's slot `index`. Getting a pointer is a tiny closure that
+/// inlines (an offset from the thread pointer); doing the work inside
+/// `LocalKey::with` made the whole write path one out-of-line call.
+#[inline(always)]
+fn slot_ptr(index: usize) -> *const Slot {
+    SLOTS.with(|slots| std::ptr::from_ref(&slots[index & (MAX_BUFFERS - 1)]))
 }
 
 /// The memory this thread owns for each slot; dropping it (at thread
