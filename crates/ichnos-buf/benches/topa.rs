@@ -188,13 +188,13 @@ fn main() {
         group.throughput(Throughput::Bytes(TOTAL));
         group.sample_size(10);
         group.bench_function("ichnos_region_table", |b| {
-            b.iter_custom(|n| (0..n).map(|_| ichnos(record)).sum())
+            b.iter_custom(|n| (0..n).map(|_| ichnos(record)).sum());
         });
         group.bench_function("rtrb", |b| {
-            b.iter_custom(|n| (0..n).map(|_| rtrb(record)).sum())
+            b.iter_custom(|n| (0..n).map(|_| rtrb(record)).sum());
         });
         group.bench_function("single_region_ring", |b| {
-            b.iter_custom(|n| (0..n).map(|_| single_region(record)).sum())
+            b.iter_custom(|n| (0..n).map(|_| single_region(record)).sum());
         });
         group.finish();
     }
