@@ -66,6 +66,19 @@ fn bench_size<const N: usize>(c: &mut Criterion) {
         });
     });
 
+    let guarded = FillBuffer::trace_guarded(1 << 20, |f| {
+        black_box(f.data.len());
+    })
+    .unwrap();
+    group.bench_function("ichnos_trace_guarded", |b| {
+        b.iter(|| {
+            let base = black_box(7u64);
+            for i in 0..BATCH as u64 {
+                let _ = guarded.write(&record::<N>(base + i));
+            }
+        });
+    });
+
     // Several entries with one pointer adjust: 64 records per reservation.
     group.bench_function("ichnos_trace_64_per_commit", |b| {
         b.iter(|| {
@@ -126,6 +139,7 @@ fn main() {
         "plain_store",
         "ichnos_circular",
         "ichnos_trace",
+        "ichnos_trace_guarded",
         "ichnos_trace_64_per_commit",
         "rtrb",
         "crossbeam_array_queue",

@@ -14,12 +14,20 @@
 pub mod fill;
 pub mod topa;
 
-/// The system page size.
+/// The system page size (asked once: write paths check against it).
 pub(crate) fn page_size() -> usize {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static PAGE: AtomicUsize = AtomicUsize::new(0);
+    let cached = PAGE.load(Ordering::Relaxed);
+    if cached != 0 {
+        return cached;
+    }
     // SAFETY: sysconf has no preconditions.
     let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    usize::try_from(size)
+    let size = usize::try_from(size)
         .ok()
         .filter(|&s| s > 0)
-        .unwrap_or(4096)
+        .unwrap_or(4096);
+    PAGE.store(size, Ordering::Relaxed);
+    size
 }

@@ -42,6 +42,21 @@ impl Mapping {
         Ok(Mapping { ptr, len })
     }
 
+    /// Maps room for `len` bytes that end exactly where an inaccessible
+    /// guard page begins. Returns the mapping, the buffer's first byte and
+    /// the guard page.
+    pub(crate) fn guarded(len: usize) -> io::Result<(Mapping, *mut u8, *mut u8)> {
+        let page = crate::page_size();
+        let data = round_to_pages(len.max(1));
+        let mapping = Mapping::anonymous(data + page)?;
+        let guard = mapping.as_ptr().wrapping_add(data);
+        // SAFETY: the last page of our own fresh mapping.
+        if unsafe { libc::mprotect(guard.cast(), page, libc::PROT_NONE) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok((mapping, guard.wrapping_sub(len), guard))
+    }
+
     /// The first byte of the mapping.
     pub(crate) fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()

@@ -45,6 +45,8 @@
 // the instrumented code; `inline(always)` is deliberate there.
 #![allow(clippy::inline_always)]
 
+#[cfg(target_arch = "x86_64")]
+mod guard;
 mod mem;
 mod sigatomic;
 mod slot;
@@ -124,6 +126,9 @@ pub enum FillError {
     /// Capacity or stride of 0.
     #[error("capacity and stride must not be 0")]
     Zero,
+    /// Guard-page mode exists on x86-64 only.
+    #[error("guard-page mode is not available on this architecture")]
+    Unsupported,
     /// Every one of the [`MAX_BUFFERS`] handles exists already.
     #[error("all {MAX_BUFFERS} fill buffer handles are in use")]
     TooManyBuffers,
@@ -185,6 +190,8 @@ pub(crate) struct Shared {
     pub(crate) id: u64,
     index: usize,
     kind: Kind,
+    /// Guard-page mode (trace buffers on x86-64).
+    guarded: bool,
     flush: Option<Box<FlushFn>>,
 }
 
@@ -209,7 +216,7 @@ impl FillBuffer {
         if !capacity.is_multiple_of(stride) {
             return Err(FillError::StrideDoesNotDivide { capacity, stride });
         }
-        FillBuffer::create(Kind::Circular { capacity, stride }, None)
+        FillBuffer::create(Kind::Circular { capacity, stride }, false, None)
     }
 
     /// A trace buffer of `capacity` bytes per thread; `flush` receives the
@@ -224,10 +231,42 @@ impl FillBuffer {
         if capacity == 0 {
             return Err(FillError::Zero);
         }
-        FillBuffer::create(Kind::Trace { capacity }, Some(Box::new(flush)))
+        FillBuffer::create(Kind::Trace { capacity }, false, Some(Box::new(flush)))
     }
 
-    fn create(kind: Kind, flush: Option<Box<FlushFn>>) -> Result<FillBuffer, FillError> {
+    /// A trace buffer in guard-page mode (x86-64): each thread's buffer
+    /// ends at an inaccessible page, and [`FillBuffer::write`] has no
+    /// bounds check at all — running into the page is the full check. A
+    /// SIGSEGV handler (installed on first use, chained to the one before
+    /// it) recognises faults of our own copy routine in our own guard
+    /// pages, flushes and restarts the copy in the emptied buffer; every
+    /// other fault goes to the previous handler or the default action.
+    /// Records must be shorter than a page. The flush function may run in
+    /// that signal handler: it must be async-signal-safe.
+    pub fn trace_guarded<F>(capacity: usize, flush: F) -> Result<FillBuffer, FillError>
+    where
+        F: Fn(&Flush<'_>) + Send + Sync + 'static,
+    {
+        if capacity == 0 {
+            return Err(FillError::Zero);
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            guard::install_handler();
+            FillBuffer::create(Kind::Trace { capacity }, true, Some(Box::new(flush)))
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            drop(flush);
+            Err(FillError::Unsupported)
+        }
+    }
+
+    fn create(
+        kind: Kind,
+        guarded: bool,
+        flush: Option<Box<FlushFn>>,
+    ) -> Result<FillBuffer, FillError> {
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let mut index = None;
         let shared = Arc::new_cyclic(|weak| {
@@ -236,6 +275,7 @@ impl FillBuffer {
                 id,
                 index: index.unwrap_or(usize::MAX),
                 kind,
+                guarded,
                 flush,
             }
         });
@@ -253,9 +293,14 @@ impl FillBuffer {
         self.shared.kind
     }
 
-    /// Writes one record.
+    /// Writes one record. In guard-page mode this is the path without a
+    /// bounds check.
     #[inline(always)]
     pub fn write(&self, record: &[u8]) -> Result<(), WriteError> {
+        #[cfg(target_arch = "x86_64")]
+        if self.shared.guarded {
+            return self.shared.write_guarded(record);
+        }
         self.write_with(record.len(), |dst| dst.copy_from_slice(record))
     }
 
@@ -425,6 +470,43 @@ impl FillBuffer {
 }
 
 impl Shared {
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    fn write_guarded(&self, record: &[u8]) -> Result<(), WriteError> {
+        let capacity = self.capacity();
+        // Shorter than a page: a record that starts at or below the end of
+        // the buffer then always faults inside the guard page, never past it.
+        if record.len() > capacity || record.len() >= crate::page_size() {
+            return Err(self.size_error(record.len()));
+        }
+        thread::with_slot(self.index, |slot| {
+            if slot.owner.load(Ordering::Relaxed) != self.id {
+                if thread::EXITING.load(Ordering::Acquire) || !slot.try_claim() {
+                    slot.count_lost(record.len());
+                    return Err(WriteError::Dropped);
+                }
+                let handle = std::ptr::from_ref(self).cast::<()>();
+                let attached =
+                    thread::attach(slot, self.index, self.id, capacity, capacity, Some(handle));
+                slot.release();
+                if !attached {
+                    slot.count_lost(record.len());
+                    return Err(WriteError::Dropped);
+                }
+            }
+            guard::write(slot, record)
+                .map(|_| ())
+                .ok_or(WriteError::Dropped)
+        })
+    }
+
+    /// Bytes per thread.
+    pub(crate) fn capacity(&self) -> usize {
+        match self.kind {
+            Kind::Circular { capacity, .. } | Kind::Trace { capacity } => capacity,
+        }
+    }
+
     fn size_error(&self, len: usize) -> WriteError {
         let (capacity, stride) = match self.kind {
             Kind::Circular { capacity, stride } => (capacity, stride),
@@ -452,7 +534,8 @@ impl Shared {
             slot.count_lost(len);
             return Err(WriteError::Dropped);
         }
-        let attached = thread::attach(slot, self.index, self.id, bytes, limit);
+        let handle = self.guarded.then(|| std::ptr::from_ref(self).cast::<()>());
+        let attached = thread::attach(slot, self.index, self.id, bytes, limit, handle);
         slot.release();
         if !attached {
             slot.count_lost(len);
@@ -494,12 +577,19 @@ impl Shared {
 
     /// Flushes `slot` (trace buffers); false for circular ones.
     pub(crate) fn flush_slot(&self, slot: &Slot, reason: FlushReason, tid: i32) -> bool {
-        match self.kind {
-            Kind::Trace { capacity } => slot.trace_flush(capacity, &mut |slot, data| {
+        let Kind::Trace { capacity } = self.kind else {
+            return false;
+        };
+        let flush = || {
+            slot.trace_flush(capacity, &mut |slot, data| {
                 self.deliver(slot, data, reason, tid);
-            }),
-            Kind::Circular { .. } => false,
+            })
+        };
+        #[cfg(target_arch = "x86_64")]
+        if self.guarded {
+            return guard::with_signals_blocked(flush);
         }
+        flush()
     }
 
     /// [`Shared::flush_slot`] with `busy` already held by the caller.

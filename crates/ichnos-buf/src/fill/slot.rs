@@ -18,6 +18,10 @@ use std::sync::atomic::{
 /// A thread's view of one buffer. Lives in that thread's TLS; other
 /// threads read it (through the registry) only to snapshot or to flush at
 /// process exit, and claim `busy` before they do.
+///
+/// `repr(C)`: the guarded write routine (guard.rs) addresses fields by
+/// offset.
+#[repr(C)]
 #[derive(Debug)]
 pub(crate) struct Slot {
     /// Id of the buffer handle this slot serves; 0 when unused. Writers
@@ -39,6 +43,11 @@ pub(crate) struct Slot {
     pub(crate) lost_bytes: AtomicU64,
     /// Flushes made so far: the sequence number of the next one.
     pub(crate) flushes: AtomicU64,
+    /// Guard-page mode: the inaccessible page right after the buffer.
+    pub(crate) guard: AtomicPtr<u8>,
+    /// Guard-page mode: the handle (`*const Shared`) the slot serves, for
+    /// the fault handler, which can reach it only through the slot.
+    pub(crate) handle: AtomicPtr<()>,
 }
 
 impl Slot {
@@ -53,6 +62,8 @@ impl Slot {
             lost_records: AtomicU64::new(0),
             lost_bytes: AtomicU64::new(0),
             flushes: AtomicU64::new(0),
+            guard: AtomicPtr::new(std::ptr::null_mut()),
+            handle: AtomicPtr::new(std::ptr::null_mut()),
         }
     }
 

@@ -97,7 +97,17 @@ impl Drop for ThreadState {
 /// `owner`. Returns false if that cannot be done here and now (the thread
 /// is exiting, the registry is held by the code this signal handler
 /// interrupted, or the memory could not be mapped).
-pub(crate) fn attach(slot: &Slot, index: usize, owner: u64, len: usize, limit: usize) -> bool {
+///
+/// `guarded_for`: the handle, for a guard-page buffer (its memory ends at
+/// an inaccessible page, and the fault handler finds the handle in the slot).
+pub(crate) fn attach(
+    slot: &Slot,
+    index: usize,
+    owner: u64,
+    len: usize,
+    limit: usize,
+    guarded_for: Option<*const ()>,
+) -> bool {
     let attached = STATE.try_with(|state| {
         if !state.registered.get() {
             let tid = current_tid();
@@ -110,16 +120,37 @@ pub(crate) fn attach(slot: &Slot, index: usize, owner: u64, len: usize, limit: u
         let Ok(mut memory) = state.memory[index].try_borrow_mut() else {
             return false;
         };
-        let Ok(mapping) = Mapping::anonymous(len) else {
-            return false;
+        let (mapping, base, guard) = if guarded_for.is_some() {
+            let Ok(guarded) = Mapping::guarded(len) else {
+                return false;
+            };
+            guarded
+        } else {
+            let Ok(mapping) = Mapping::anonymous(len) else {
+                return false;
+            };
+            let base = mapping.as_ptr();
+            (mapping, base, std::ptr::null_mut())
         };
-        slot.install(owner, mapping.as_ptr(), limit);
+        slot.guard.store(guard, Ordering::Relaxed);
+        slot.handle.store(
+            guarded_for.unwrap_or(std::ptr::null()).cast_mut(),
+            Ordering::Relaxed,
+        );
+        slot.install(owner, base, limit);
         // The old mapping (of a freed handle) is unmapped only now that
         // the slot points elsewhere.
         *memory = Some(mapping);
         true
     });
     attached.unwrap_or(false)
+}
+
+/// Whether `ptr` is the address of one of this thread's slots.
+pub(crate) fn is_own_slot(ptr: usize) -> bool {
+    let start = SLOTS.with(|slots| slots.as_ptr() as usize);
+    let size = std::mem::size_of::<Slot>();
+    ptr >= start && ptr < start + MAX_BUFFERS * size && (ptr - start).is_multiple_of(size)
 }
 
 /// This thread's id (what `gettid` returns).
