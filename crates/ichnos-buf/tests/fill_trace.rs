@@ -370,3 +370,46 @@ fn snapshots_taken_while_the_owner_writes_are_consistent() {
     let written = writer.join().unwrap();
     assert!(written > 0 && nonempty > 0);
 }
+
+#[test]
+fn handles_created_and_dropped_concurrently_never_share_a_slot() {
+    let handles: Vec<_> = (0..6u64)
+        .map(|t| {
+            std::thread::spawn(move || {
+                for round in 0..2_000u64 {
+                    let (buf, sink) = trace(64);
+                    let rec = [t.to_le_bytes(), round.to_le_bytes()].concat();
+                    buf.write(&rec).unwrap();
+                    buf.flush();
+                    let got = sink.lock().unwrap();
+                    assert_eq!(got.len(), 1, "thread {t} round {round}");
+                    assert_eq!(got[0].data, rec, "another handle's data in ours");
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+}
+
+#[test]
+fn a_panic_while_filling_a_record_leaves_the_buffer_usable() {
+    let (buf, sink) = trace(64);
+    buf.write(&record(0, 8)).unwrap();
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = buf.write_with(8, |bytes| {
+            bytes[0] = 0xff;
+            panic!("filling failed");
+        });
+    }));
+    assert!(result.is_err());
+    buf.write(&record(1, 8)).unwrap();
+    assert!(buf.flush(), "the open reservation was closed by the unwind");
+    let got = sink.lock().unwrap();
+    assert_eq!(
+        got[0].data,
+        [record(0, 8), vec![0; 8], record(1, 8)].concat(),
+        "the broken record became zero padding"
+    );
+}

@@ -33,6 +33,12 @@ std::arch::global_asm!(
     "    mov r10, rdx",
     // Reserve: one instruction, so a signal handler cannot split it.
     "    xadd qword ptr [r11 + {reserved}], r10",
+    // Not a full check: only nested signal handlers, each reserving behind
+    // the last before any of them stored a byte, can start a record beyond
+    // the end of the buffer, where its first store might land past the
+    // guard page. Drop such a record (counted).
+    "    cmp r10, qword ptr [r11 + {limit}]",
+    "    ja 5f",
     ".globl ichnos_guarded_copy_begin",
     ".hidden ichnos_guarded_copy_begin",
     "ichnos_guarded_copy_begin:",
@@ -68,6 +74,12 @@ std::arch::global_asm!(
     "    add qword ptr [r11 + {committed}], r9",
     "    mov rax, r10",
     "    ret",
+    "5:",
+    "    sub qword ptr [r11 + {reserved}], r9",
+    "    add qword ptr [r11 + {lost_records}], 1",
+    "    add qword ptr [r11 + {lost_bytes}], r9",
+    "    mov rax, -1",
+    "    ret",
     ".globl ichnos_guarded_dropped",
     ".hidden ichnos_guarded_dropped",
     "ichnos_guarded_dropped:",
@@ -78,6 +90,9 @@ std::arch::global_asm!(
     reserved = const offset_of!(Slot, reserved),
     base = const offset_of!(Slot, base),
     committed = const offset_of!(Slot, committed),
+    limit = const offset_of!(Slot, limit),
+    lost_records = const offset_of!(Slot, lost_records),
+    lost_bytes = const offset_of!(Slot, lost_bytes),
 );
 
 unsafe extern "C" {

@@ -197,7 +197,7 @@ pub(crate) struct Shared {
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        thread::release_index(self.index);
+        thread::release_index(self.index, std::ptr::from_ref(self));
     }
 }
 
@@ -310,11 +310,33 @@ impl FillBuffer {
     #[inline(always)]
     pub fn write_with(&self, len: usize, fill: impl FnOnce(&mut [u8])) -> Result<(), WriteError> {
         let ptr = self.reserve_raw(len)?;
+        // A panic in `fill` would leave the reservation open forever (no
+        // flush could happen again); the guard commits it as zeros.
+        let guard = PadOnUnwind {
+            buf: self,
+            ptr,
+            len,
+        };
         // SAFETY: `reserve_raw` returned `len` bytes of this thread's
         // buffer reserved for this writer alone until the commit below.
         fill(unsafe { std::slice::from_raw_parts_mut(ptr, len) });
+        std::mem::forget(guard);
         self.commit_raw(len);
         Ok(())
+    }
+
+    /// Sets up this thread's buffer now, without writing. A thread whose
+    /// first write may happen inside a signal handler should call this at
+    /// its start: setting up maps memory and registers the thread, which
+    /// allocates (drx_buf does the same work in its thread-init event).
+    pub fn attach_thread(&self) -> Result<(), WriteError> {
+        let shared = &*self.shared;
+        thread::with_slot(shared.index, |slot| {
+            if slot.owner.load(Ordering::Relaxed) == shared.id {
+                return Ok(());
+            }
+            shared.attach(slot, 0)
+        })
     }
 
     /// Like [`FillBuffer::write_with`], but `fill` may give up by
@@ -481,18 +503,7 @@ impl Shared {
         }
         thread::with_slot(self.index, |slot| {
             if slot.owner.load(Ordering::Relaxed) != self.id {
-                if thread::EXITING.load(Ordering::Acquire) || !slot.try_claim() {
-                    slot.count_lost(record.len());
-                    return Err(WriteError::Dropped);
-                }
-                let handle = std::ptr::from_ref(self).cast::<()>();
-                let attached =
-                    thread::attach(slot, self.index, self.id, capacity, capacity, Some(handle));
-                slot.release();
-                if !attached {
-                    slot.count_lost(record.len());
-                    return Err(WriteError::Dropped);
-                }
+                self.attach(slot, record.len())?;
             }
             guard::write(slot, record)
                 .map(|_| ())
@@ -523,24 +534,14 @@ impl Shared {
     /// handle that is gone): map memory, then write.
     #[cold]
     fn first_write(&self, slot: &Slot, len: usize) -> Result<*mut u8, WriteError> {
-        let (bytes, limit, fits) = match self.kind {
-            Kind::Trace { capacity } => (capacity, capacity, len <= capacity),
-            Kind::Circular { capacity, stride } => (capacity, capacity - 1, len == stride),
+        let fits = match self.kind {
+            Kind::Trace { capacity } => len <= capacity,
+            Kind::Circular { stride, .. } => len == stride,
         };
         if !fits {
             return Err(self.size_error(len));
         }
-        if thread::EXITING.load(Ordering::Acquire) || !slot.try_claim() {
-            slot.count_lost(len);
-            return Err(WriteError::Dropped);
-        }
-        let handle = self.guarded.then(|| std::ptr::from_ref(self).cast::<()>());
-        let attached = thread::attach(slot, self.index, self.id, bytes, limit, handle);
-        slot.release();
-        if !attached {
-            slot.count_lost(len);
-            return Err(WriteError::Dropped);
-        }
+        self.attach(slot, len)?;
         match self.kind {
             Kind::Trace { capacity } => match slot.trace_reserve(len) {
                 Ok(ptr) => Ok(ptr),
@@ -548,6 +549,32 @@ impl Shared {
             },
             Kind::Circular { stride, .. } => Ok(slot.ring_reserve(stride)),
         }
+    }
+
+    /// Maps this thread's memory for the slot; a record of `len` bytes is
+    /// counted lost if that cannot be done here and now.
+    #[cold]
+    fn attach(&self, slot: &Slot, len: usize) -> Result<(), WriteError> {
+        let (bytes, limit) = match self.kind {
+            Kind::Trace { capacity } => (capacity, capacity),
+            Kind::Circular { capacity, .. } => (capacity, capacity - 1),
+        };
+        if thread::EXITING.load(Ordering::Acquire) || !slot.try_claim() {
+            if len > 0 {
+                slot.count_lost(len);
+            }
+            return Err(WriteError::Dropped);
+        }
+        let handle = self.guarded.then(|| std::ptr::from_ref(self).cast::<()>());
+        let attached = thread::attach(slot, self.index, self.id, bytes, limit, handle);
+        slot.release();
+        if !attached {
+            if len > 0 {
+                slot.count_lost(len);
+            }
+            return Err(WriteError::Dropped);
+        }
+        Ok(())
     }
 
     #[cold]
@@ -580,6 +607,11 @@ impl Shared {
         let Kind::Trace { capacity } = self.kind else {
             return false;
         };
+        if thread::EXITING.load(Ordering::Acquire) {
+            // The exit hook flushed this buffer without resetting it;
+            // flushing again would deliver the same bytes twice.
+            return false;
+        }
         let flush = || {
             slot.trace_flush(capacity, &mut |slot, data| {
                 self.deliver(slot, data, reason, tid);
@@ -632,6 +664,21 @@ impl<'a> IntoIterator for &'a RingRecords {
     type IntoIter = std::slice::Chunks<'a, u8>;
     fn into_iter(self) -> Self::IntoIter {
         self.iter()
+    }
+}
+
+/// Commits a reservation as zeros if the code filling it unwinds.
+struct PadOnUnwind<'a> {
+    buf: &'a FillBuffer,
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Drop for PadOnUnwind<'_> {
+    fn drop(&mut self) {
+        // SAFETY: the reservation this guard was made for.
+        unsafe { std::ptr::write_bytes(self.ptr, 0, self.len) };
+        self.buf.commit_raw(self.len);
     }
 }
 

@@ -31,7 +31,7 @@ pub(crate) fn fetch_add(word: &AtomicUsize, delta: usize) -> usize {
                 "xadd qword ptr [{word}], {value}",
                 word = in(reg) word.as_ptr(),
                 value = inout(reg) value,
-                options(nostack, preserves_flags),
+                options(nostack),
             );
         }
         value
@@ -89,6 +89,17 @@ pub(crate) fn compare_exchange(word: &AtomicUsize, current: usize, new: usize) -
         word.compare_exchange(current, new, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
     }
+}
+
+/// Orders a reservation before the record's stores for readers on other
+/// threads (circular snapshots). x86-64 keeps stores in order, so only the
+/// compiler needs telling; elsewhere a release fence does it.
+#[inline(always)]
+pub(crate) fn after_reserve() {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
+    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+    std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
 }
 
 #[cfg(test)]

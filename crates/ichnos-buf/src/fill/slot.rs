@@ -75,8 +75,8 @@ impl Slot {
         self.base.store(base, Ordering::Relaxed);
         self.reserved.store(0, Ordering::Relaxed);
         self.committed.store(0, Ordering::Relaxed);
-        self.lost_records.store(0, Ordering::Relaxed);
-        self.lost_bytes.store(0, Ordering::Relaxed);
+        // Lost counts survive: records dropped before the memory existed
+        // (a failed first write) are reported with the first flush.
         self.flushes.store(0, Ordering::Relaxed);
         compiler_fence(Ordering::SeqCst);
         self.limit.store(limit, Ordering::Relaxed);
@@ -113,7 +113,7 @@ impl Slot {
         let old = sigatomic::fetch_add(&self.reserved, len);
         let end = old.wrapping_add(len);
         if end <= self.limit.load(Ordering::Relaxed) && end >= old {
-            compiler_fence(Ordering::SeqCst);
+            sigatomic::after_reserve();
             // SAFETY (for the caller): end <= limit = capacity of the
             // memory at base, so [old, end) is inside it.
             Ok(self.base.load(Ordering::Relaxed).wrapping_add(old))
@@ -212,8 +212,9 @@ impl Slot {
         // fails its limit check and, finding `busy`, drops its record.
         self.limit.store(0, Ordering::Relaxed);
         compiler_fence(Ordering::SeqCst);
-        let reserved = self.reserved.load(Ordering::Relaxed);
+        // Committed first, as in `ring_snapshot`.
         let committed = self.committed.load(Ordering::Acquire);
+        let reserved = self.reserved.load(Ordering::Relaxed);
         if reserved != committed || reserved > capacity {
             if reset {
                 self.limit.store(capacity, Ordering::Relaxed);
@@ -241,7 +242,7 @@ impl Slot {
     #[inline(always)]
     pub(crate) fn ring_reserve(&self, stride: usize) -> *mut u8 {
         let old = sigatomic::fetch_add(&self.reserved, stride);
-        compiler_fence(Ordering::SeqCst);
+        sigatomic::after_reserve();
         let mask = self.limit.load(Ordering::Relaxed);
         self.base.load(Ordering::Relaxed).wrapping_add(old & mask)
     }
@@ -265,8 +266,11 @@ impl Slot {
         }
         let mut newest = None;
         for _ in 0..10_000 {
-            let reserved = self.reserved.load(Ordering::Acquire);
+            // Committed first: committed <= reserved at every instant and
+            // the ring's reserved only grows, so equal values read in this
+            // order mean that no write was open when `committed` was read.
             let committed = self.committed.load(Ordering::Acquire);
+            let reserved = self.reserved.load(Ordering::Acquire);
             if reserved == committed {
                 newest = Some(reserved);
                 break;

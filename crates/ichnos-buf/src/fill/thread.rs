@@ -86,7 +86,21 @@ impl Drop for ThreadState {
                 slot.release();
             }
         });
-        with_registry(|r| r.threads.retain(|t| t.tid != tid));
+        let mine: *const [Slot; MAX_BUFFERS] = SLOTS.with(std::ptr::from_ref);
+        while with_registry(|r| r.threads.retain(|t| !std::ptr::eq(t.slots, mine))).is_none() {
+            std::thread::yield_now();
+        }
+        // The exit hook of another thread may have claimed any slot while
+        // we were still registered; once we are not, no one can claim one
+        // anew, so waiting for each to be free makes the TLS ours to drop.
+        SLOTS.with(|slots| {
+            for slot in slots {
+                while !slot.try_claim() {
+                    std::thread::yield_now();
+                }
+                slot.release();
+            }
+        });
         for memory in &self.memory {
             memory.borrow_mut().take();
         }
@@ -185,7 +199,10 @@ static mut REGISTRY: Registry = Registry {
 pub(crate) static EXITING: AtomicBool = AtomicBool::new(false);
 
 fn lock() -> bool {
-    if HOLDS_LOCK.try_with(Cell::get).unwrap_or(true) {
+    // The flag is raised before trying and lowered after releasing, so a
+    // signal handler arriving anywhere in between sees it and backs off
+    // instead of spinning on a lock its own thread holds.
+    if HOLDS_LOCK.try_with(|h| h.replace(true)).unwrap_or(true) {
         return false;
     }
     while LOCK
@@ -194,13 +211,12 @@ fn lock() -> bool {
     {
         std::thread::yield_now();
     }
-    let _ = HOLDS_LOCK.try_with(|h| h.set(true));
     true
 }
 
 fn unlock() {
-    let _ = HOLDS_LOCK.try_with(|h| h.set(false));
     LOCK.store(false, Ordering::Release);
+    let _ = HOLDS_LOCK.try_with(|h| h.set(false));
 }
 
 /// Runs `f` with the registry locked; `None` if this thread already holds
@@ -227,19 +243,26 @@ fn handle(index: usize, owner: u64) -> Option<std::sync::Arc<Shared>> {
 pub(crate) fn claim_index(shared: &Weak<Shared>) -> Option<usize> {
     install_hooks();
     with_registry(|r| {
-        let index = r
-            .handles
-            .iter()
-            .position(|h| h.as_ref().is_none_or(|w| w.strong_count() == 0))?;
+        // Only an empty entry is free: a Weak whose count is 0 may belong
+        // to a handle still being built (new_cyclic) or being dropped.
+        let index = r.handles.iter().position(Option::is_none)?;
         r.handles[index] = Some(shared.clone());
         Some(index)
     })
     .flatten()
 }
 
-/// Gives slot `index` back when its handle is dropped.
-pub(crate) fn release_index(index: usize) {
-    with_registry(|r| r.handles[index] = None);
+/// Gives slot `index` back when the handle at `shared` is dropped (only
+/// if the entry is still that handle's).
+pub(crate) fn release_index(index: usize, shared: *const Shared) {
+    with_registry(|r| {
+        if r.handles[index]
+            .as_ref()
+            .is_some_and(|w| std::ptr::eq(w.as_ptr(), shared))
+        {
+            r.handles[index] = None;
+        }
+    });
 }
 
 /// Calls `f` on slot `index` of every registered thread, with the tid.

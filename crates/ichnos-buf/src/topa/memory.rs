@@ -355,3 +355,37 @@ impl Mapped {
         &self.fd
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::offset_of;
+
+    /// The layout docs/topa-buffer.md specifies, so another implementation
+    /// can share a buffer with this one.
+    #[test]
+    fn header_layout_is_the_documented_one() {
+        assert_eq!(offset_of!(Header, magic), 0);
+        assert_eq!(offset_of!(Header, version), 8);
+        assert_eq!(offset_of!(Header, nr_regions), 12);
+        assert_eq!(offset_of!(Header, capacity), 16);
+        assert_eq!(offset_of!(Header, mode), 24);
+        assert_eq!(offset_of!(Header, granularity), 28);
+        assert_eq!(offset_of!(Header, watermark), 32);
+        assert_eq!(offset_of!(Header, block_timeout_ns), 40);
+        assert_eq!(offset_of!(Header, region_pad), 48);
+        assert_eq!(offset_of!(Header, head), 64);
+        assert_eq!(offset_of!(Header, tail), 128);
+        assert_eq!(offset_of!(Header, counters), 192);
+        assert_eq!(offset_of!(Counters, written), 0);
+        assert_eq!(offset_of!(Counters, padded_bytes), 40);
+        assert_eq!(offset_of!(Header, data_futex), 256);
+        assert_eq!(offset_of!(Header, space_futex), 320);
+        assert_eq!(offset_of!(Header, consumer_waiting), 384);
+        assert_eq!(offset_of!(Header, producer_waiting), 388);
+        assert_eq!(offset_of!(Header, producer_gone), 392);
+        assert_eq!(offset_of!(Header, consumer_gone), 396);
+        assert_eq!(offset_of!(Header, region_lens), 400);
+        assert_eq!(MAGIC.to_le_bytes(), *b"ICHNTOPA");
+    }
+}
