@@ -37,7 +37,7 @@ fn ichnos(record: usize) -> Duration {
         config,
     )
     .unwrap();
-    let (mut producer, mut consumer) = buf.split();
+    let (mut producer, mut consumer) = buf.split().unwrap();
     let start = Instant::now();
     let writer = std::thread::spawn(move || {
         let rec = vec![0x5au8; record];

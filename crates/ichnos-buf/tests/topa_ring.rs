@@ -28,7 +28,7 @@ fn stream(range: std::ops::Range<u64>) -> Vec<u8> {
 #[test]
 fn empty_to_exactly_full_reads_as_full_not_empty() {
     // The Linux driver's 0-byte TRUNCATED bug (fixed October 2024).
-    let (mut producer, mut consumer) = buffer(&[2, 1, 1], Config::default()).split();
+    let (mut producer, mut consumer) = buffer(&[2, 1, 1], Config::default()).split().unwrap();
     let capacity = 4 * PAGE;
     assert_eq!(
         producer.write(&stream(0..capacity)),
@@ -71,7 +71,7 @@ fn snapshot_after_whole_laps_is_the_last_capacity_bytes() {
     };
     let buf = buffer(&[1, 2, 1], config);
     let capacity = buf.capacity();
-    let (mut producer, consumer) = buf.split();
+    let (mut producer, consumer) = buf.split().unwrap();
     let mut out = Vec::new();
     for (written, laps) in [
         (100, 0),
@@ -98,7 +98,7 @@ fn snapshot_after_whole_laps_is_the_last_capacity_bytes() {
 
 #[test]
 fn a_record_across_regions_reads_back_as_two_slices() {
-    let (mut producer, consumer) = buffer(&[1, 1], Config::default()).split();
+    let (mut producer, consumer) = buffer(&[1, 1], Config::default()).split().unwrap();
     producer.write(&stream(0..PAGE - 10));
     let record = stream(PAGE - 10..PAGE + 30);
     let at = producer.write_record(&record).unwrap();
@@ -113,7 +113,7 @@ fn a_record_across_regions_reads_back_as_two_slices() {
 
 #[test]
 fn advance_is_checked_in_absolute_positions() {
-    let (mut producer, mut consumer) = buffer(&[1], Config::default()).split();
+    let (mut producer, mut consumer) = buffer(&[1], Config::default()).split().unwrap();
     producer.write(&stream(0..100));
     assert_eq!(
         consumer.advance(101),
@@ -139,7 +139,7 @@ fn region_granular_stop_leaves_the_partial_region_unused() {
         stop: Granularity::Region,
         ..Config::default()
     };
-    let (mut producer, mut consumer) = buffer(&[1, 1, 1, 1], config).split();
+    let (mut producer, mut consumer) = buffer(&[1, 1, 1, 1], config).split().unwrap();
     producer.write(&stream(0..4 * PAGE));
     // The consumer frees one and a half regions: only one whole region
     // can be filled, as the hardware's STOP bit allows.
@@ -193,7 +193,7 @@ proptest! {
         let buf = buffer(&pages, config);
         let table = buf.table().clone();
         let capacity = buf.capacity();
-        let (mut producer, mut consumer) = buf.split();
+        let (mut producer, mut consumer) = buf.split().unwrap();
         let (mut head, mut tail) = (0u64, 0u64);
         let mut accepted = Vec::new();
         let mut read = Vec::new();
@@ -242,7 +242,7 @@ fn notifications_come_once_per_watermark_when_the_consumer_keeps_up() {
         wakeup_watermark: 1024,
         ..Config::default()
     };
-    let (mut producer, mut consumer) = buffer(&[2, 1, 1], config).split();
+    let (mut producer, mut consumer) = buffer(&[2, 1, 1], config).split().unwrap();
     let mut out = Vec::new();
     let total = 100_000u64;
     for i in 0..total / 8 {
@@ -254,7 +254,7 @@ fn notifications_come_once_per_watermark_when_the_consumer_keeps_up() {
 
 #[test]
 fn two_threads_stream_without_loss_or_corruption() {
-    let (mut producer, mut consumer) = buffer(&[4, 2, 1, 1], Config::default()).split();
+    let (mut producer, mut consumer) = buffer(&[4, 2, 1, 1], Config::default()).split().unwrap();
     let total: u64 = 20 << 20;
     let writer = std::thread::spawn(move || {
         let mut pos = 0u64;
@@ -304,7 +304,7 @@ fn snapshots_while_the_producer_runs_hold_only_intact_bytes() {
         mode: Mode::Snapshot,
         ..Config::default()
     };
-    let (mut producer, consumer) = buffer(&[1, 2, 1], config).split();
+    let (mut producer, consumer) = buffer(&[1, 2, 1], config).split().unwrap();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writer = {
         let stop = stop.clone();
@@ -337,7 +337,7 @@ fn block_on_full_waits_for_room_times_out_and_sees_the_consumer_go() {
         },
         ..Config::default()
     };
-    let (mut producer, mut consumer) = buffer(&[1], config).split();
+    let (mut producer, mut consumer) = buffer(&[1], config).split().unwrap();
     producer.write(&stream(0..PAGE));
     let start = std::time::Instant::now();
     assert_eq!(
@@ -364,7 +364,7 @@ fn block_on_full_waits_for_room_times_out_and_sees_the_consumer_go() {
 
 #[test]
 fn consumer_wait_reports_data_timeout_and_producer_exit() {
-    let (mut producer, consumer) = buffer(&[1], Config::default()).split();
+    let (mut producer, consumer) = buffer(&[1], Config::default()).split().unwrap();
     assert_eq!(
         consumer.wait(Some(Duration::from_millis(20))),
         WaitOutcome::TimedOut
@@ -374,7 +374,7 @@ fn consumer_wait_reports_data_timeout_and_producer_exit() {
         consumer.wait(Some(Duration::from_millis(20))),
         WaitOutcome::Ready
     );
-    let (mut producer, consumer) = buffer(&[1], Config::default()).split();
+    let (mut producer, consumer) = buffer(&[1], Config::default()).split().unwrap();
     let t = std::thread::spawn(move || {
         let first = consumer.wait(None);
         (first, consumer)
@@ -405,7 +405,7 @@ fn pad_region_fills_the_abandoned_tail() {
         pad_byte: 0xaa,
         ..Config::default()
     };
-    let (mut producer, mut consumer) = buffer(&[1, 1], config).split();
+    let (mut producer, mut consumer) = buffer(&[1, 1], config).split().unwrap();
     producer.write(&[1; 100]);
     assert_eq!(producer.pad_region(), PAGE - 100);
     assert_eq!(producer.pad_region(), 0, "already at a region start");
@@ -479,7 +479,7 @@ fn producer_child_entry() {
         <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd.parse().unwrap())
     };
     let buf = TopaBuffer::open(fd).unwrap();
-    let mut producer = buf.producer();
+    let mut producer = buf.producer().unwrap();
     let mut pos = 0u64;
     while pos < 4_000_000 {
         if producer.write_record(&stream(pos..pos + 1000)).is_ok() {
@@ -505,7 +505,7 @@ fn producer_and_consumer_in_two_processes() {
         .unwrap();
     // SAFETY: our copy is no longer needed once the child has it.
     unsafe { libc::close(inherited) };
-    let mut consumer = buf.consumer();
+    let mut consumer = buf.consumer().unwrap();
     let mut out = Vec::new();
     let total = 4_000_000;
     while consumer.tail() < total {
@@ -521,4 +521,136 @@ fn producer_and_consumer_in_two_processes() {
     }
     assert!(child.wait().unwrap().success());
     assert_eq!(consumer.stats().written, total);
+}
+
+#[test]
+fn one_producer_and_one_consumer_at_a_time() {
+    let buf = buffer(&[1], Config::default());
+    let producer = buf.producer().unwrap();
+    assert!(matches!(buf.producer(), Err(AllocError::Taken("producer"))));
+    let consumer = buf.consumer().unwrap();
+    assert!(matches!(buf.consumer(), Err(AllocError::Taken("consumer"))));
+    drop(producer);
+    let mut again = buf.producer().unwrap();
+    again.write_record(&[1, 2, 3]).unwrap();
+    assert_eq!(consumer.available(), 3);
+}
+
+#[test]
+fn block_on_full_streams_a_write_larger_than_the_buffer() {
+    let config = Config {
+        mode: Mode::BlockOnFull {
+            timeout: Duration::from_secs(5),
+        },
+        ..Config::default()
+    };
+    let (mut producer, mut consumer) = buffer(&[1, 1], config).split().unwrap();
+    let total = 10 * 2 * PAGE;
+    let reader = std::thread::spawn(move || {
+        let mut out = Vec::new();
+        while (out.len() as u64) < total {
+            consumer.wait(Some(Duration::from_millis(5)));
+            consumer.read_into(&mut out);
+        }
+        out
+    });
+    assert_eq!(
+        producer.write(&stream(0..total)),
+        WriteOutcome::Written(total as usize)
+    );
+    assert_eq!(reader.join().unwrap(), stream(0..total));
+    assert_eq!(producer.stats().lost_writes, 0);
+    // And a timed-out raw write is counted once.
+    let config = Config {
+        mode: Mode::BlockOnFull {
+            timeout: Duration::from_millis(10),
+        },
+        ..Config::default()
+    };
+    let (mut producer, _consumer) = buffer(&[1], config).split().unwrap();
+    assert_eq!(
+        producer.write(&stream(0..PAGE + 10)),
+        WriteOutcome::Stopped {
+            written: PAGE as usize,
+            lost: 10
+        }
+    );
+    let stats = producer.stats();
+    assert_eq!(
+        (stats.lost_writes, stats.lost_bytes, stats.truncations),
+        (1, 10, 1)
+    );
+}
+
+/// Writes `value` at `offset` of the buffer's memfd, as a broken or
+/// hostile peer process could (offsets from docs/topa-buffer.md).
+fn poke(buf: &TopaBuffer, offset: i64, value: u64) {
+    use std::os::fd::AsRawFd;
+    let bytes = value.to_le_bytes();
+    // SAFETY: pwrite of 8 bytes from a local array to our own memfd.
+    let n = unsafe { libc::pwrite(buf.fd().as_raw_fd(), bytes.as_ptr().cast(), 8, offset) };
+    assert_eq!(n, 8);
+}
+
+const HEAD_OFFSET: i64 = 64;
+const AHEAD_OFFSET: i64 = 72;
+
+#[test]
+fn positions_a_peer_corrupted_are_refused_not_trusted() {
+    let buf = buffer(&[1, 1], Config::default());
+    let consumer = buf.consumer().unwrap();
+    poke(&buf, HEAD_OFFSET, u64::MAX - 4097);
+    assert!(
+        matches!(buf.producer(), Err(AllocError::BadHeader(_))),
+        "a producer must not start from that head"
+    );
+    assert_eq!(
+        consumer.available(),
+        0,
+        "the consumer reads nothing rather than garbage"
+    );
+    assert!(consumer.segments(0..0).is_empty());
+    poke(&buf, HEAD_OFFSET, 3 * PAGE); // more than a capacity ahead of the tail
+    assert_eq!(consumer.available(), 0);
+    poke(&buf, HEAD_OFFSET, 100);
+    assert_eq!(consumer.available(), 100, "a sane head is read as it is");
+}
+
+#[test]
+fn a_snapshot_leaves_out_what_the_producer_announced_it_is_overwriting() {
+    // The producer raises `ahead` before it copies; one stopped half way
+    // through a write leaves `ahead` above `head`.
+    let config = Config {
+        mode: Mode::Snapshot,
+        ..Config::default()
+    };
+    let buf = buffer(&[1], config);
+    let (mut producer, consumer) = (buf.producer().unwrap(), buf.consumer().unwrap());
+    producer.write(&stream(0..2 * PAGE));
+    poke(&buf, AHEAD_OFFSET, 2 * PAGE + 100);
+    let mut out = Vec::new();
+    let info = consumer.snapshot(&mut out);
+    assert_eq!(info.range, PAGE + 100..2 * PAGE);
+    assert_eq!(out, stream(PAGE + 100..2 * PAGE));
+    assert_eq!(info.overwritten_during_copy, 100);
+}
+
+#[test]
+fn open_refuses_an_unsealed_or_foreign_memfd() {
+    // SAFETY: creating and sizing a memfd of our own.
+    let fd = unsafe {
+        let raw = libc::memfd_create(c"not-a-buffer".as_ptr(), 0);
+        assert!(raw >= 0);
+        libc::ftruncate(raw, 64 * 1024);
+        <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw)
+    };
+    assert!(matches!(TopaBuffer::open(fd), Err(AllocError::BadHeader(m)) if m.contains("sealed")));
+    // SAFETY: as above, with sealing allowed and a shrink seal, but no header.
+    let fd = unsafe {
+        let raw = libc::memfd_create(c"not-a-buffer".as_ptr(), libc::MFD_ALLOW_SEALING);
+        libc::ftruncate(raw, 64 * 1024);
+        libc::fcntl(raw, libc::F_ADD_SEALS, libc::F_SEAL_SHRINK);
+        <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw)
+    };
+    assert!(matches!(TopaBuffer::open(fd), Err(AllocError::BadHeader(m)) if m.contains("magic")));
 }

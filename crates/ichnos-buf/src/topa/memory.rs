@@ -40,8 +40,10 @@ pub(crate) struct Header {
     pub(crate) block_timeout_ns: u64,
     /// Fill byte for abandoned region tails.
     pub(crate) region_pad: u8,
-    /// Producer position (written by the producer only).
-    pub(crate) head: Line<AtomicU64>,
+    /// The page size regions are made of (and the header's size).
+    pub(crate) page_size: u32,
+    /// Producer positions (written by the producer only).
+    pub(crate) producer: Line<ProducerWords>,
     /// Consumer position (written by the consumer only).
     pub(crate) tail: Line<AtomicU64>,
     /// Producer-side counters.
@@ -54,7 +56,22 @@ pub(crate) struct Header {
     pub(crate) producer_waiting: AtomicU32,
     pub(crate) producer_gone: AtomicU32,
     pub(crate) consumer_gone: AtomicU32,
+    /// Set while a `Producer` exists (anywhere): one producer per buffer.
+    pub(crate) producer_claimed: AtomicU32,
+    /// Set while a `Consumer` exists: one consumer per buffer.
+    pub(crate) consumer_claimed: AtomicU32,
     pub(crate) region_lens: [u64; MAX_REGIONS],
+}
+
+/// The producer's published positions.
+#[repr(C)]
+#[derive(Debug, Default)]
+pub(crate) struct ProducerWords {
+    /// Bytes below this are written (Release).
+    pub(crate) head: AtomicU64,
+    /// Snapshot mode: bytes below this may be being written, so data
+    /// older than `ahead - capacity` may already be overwritten.
+    pub(crate) ahead: AtomicU64,
 }
 
 /// What the producer counts (all exact).
@@ -116,6 +133,9 @@ pub enum AllocError {
         /// The error.
         source: io::Error,
     },
+    /// The buffer already has a producer (or a consumer).
+    #[error("the buffer's {0} is taken (one producer and one consumer per buffer)")]
+    Taken(&'static str),
     /// A memfd handed to [`Mapped::open`] is not a region-table buffer.
     #[error("not a region-table buffer: {0}")]
     BadHeader(String),
@@ -215,7 +235,7 @@ impl Mapped {
             HEADER_BYTES as u64
         };
         let total = header_bytes + table.capacity();
-        let mut mfd_flags = libc::MFD_CLOEXEC;
+        let mut mfd_flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
         if flags.huge_pages {
             mfd_flags |= libc::MFD_HUGETLB;
         }
@@ -233,6 +253,13 @@ impl Mapped {
         if unsafe { libc::ftruncate(fd.as_raw_fd(), size) } != 0 {
             return Err(os("ftruncate")(io::Error::last_os_error()));
         }
+        // Sealed against shrinking: a process that maps the buffer must not
+        // be killed by SIGBUS because another truncated the file.
+        let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+        // SAFETY: fcntl on our own descriptor.
+        if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
+            return Err(os("F_ADD_SEALS")(io::Error::last_os_error()));
+        }
         let header = Map::new(&fd, 0, header_bytes as usize, true).map_err(os("mmap header"))?;
         {
             // SAFETY: the header mapping is fresh, zeroed, page-aligned and
@@ -242,6 +269,7 @@ impl Mapped {
             h.version = VERSION;
             h.nr_regions = lens.len() as u32;
             h.capacity = table.capacity();
+            h.page_size = page as u32;
             h.region_lens[..lens.len()].copy_from_slice(lens);
             init(h);
         }
@@ -287,6 +315,13 @@ impl Mapped {
             return Err(os("fstat")(io::Error::last_os_error()));
         }
         let file_size = u64::try_from(st.st_size).unwrap_or(0);
+        // SAFETY: fcntl on a valid descriptor.
+        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+        if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
+            return Err(AllocError::BadHeader(
+                "the memfd is not sealed against shrinking".into(),
+            ));
+        }
         if file_size < HEADER_BYTES as u64 {
             return Err(AllocError::BadHeader(format!(
                 "file of {file_size} bytes has no header page"
@@ -301,6 +336,12 @@ impl Mapped {
             return Err(AllocError::BadHeader(format!(
                 "magic {:#x} version {}",
                 h.magic, h.version
+            )));
+        }
+        if h.page_size as usize != crate::page_size() {
+            return Err(AllocError::BadHeader(format!(
+                "page size {} (huge-page buffers cannot be opened from another process yet)",
+                h.page_size
             )));
         }
         let n = h.nr_regions as usize;
@@ -374,7 +415,9 @@ mod tests {
         assert_eq!(offset_of!(Header, watermark), 32);
         assert_eq!(offset_of!(Header, block_timeout_ns), 40);
         assert_eq!(offset_of!(Header, region_pad), 48);
-        assert_eq!(offset_of!(Header, head), 64);
+        assert_eq!(offset_of!(Header, page_size), 52);
+        assert_eq!(offset_of!(Header, producer), 64);
+        assert_eq!(offset_of!(ProducerWords, ahead), 8);
         assert_eq!(offset_of!(Header, tail), 128);
         assert_eq!(offset_of!(Header, counters), 192);
         assert_eq!(offset_of!(Counters, written), 0);
@@ -385,7 +428,9 @@ mod tests {
         assert_eq!(offset_of!(Header, producer_waiting), 388);
         assert_eq!(offset_of!(Header, producer_gone), 392);
         assert_eq!(offset_of!(Header, consumer_gone), 396);
-        assert_eq!(offset_of!(Header, region_lens), 400);
+        assert_eq!(offset_of!(Header, producer_claimed), 400);
+        assert_eq!(offset_of!(Header, consumer_claimed), 404);
+        assert_eq!(offset_of!(Header, region_lens), 408);
         assert_eq!(MAGIC.to_le_bytes(), *b"ICHNTOPA");
     }
 }

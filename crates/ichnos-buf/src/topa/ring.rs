@@ -183,22 +183,32 @@ impl TopaBuffer {
         self.mapped.fd()
     }
 
-    /// The producing end.
-    #[must_use]
-    pub fn producer(&self) -> Producer {
+    /// The producing end. One may exist at a time (in any process):
+    /// `Taken` while another does; `BadHeader` if the shared positions are
+    /// inconsistent (a peer wrote nonsense).
+    pub fn producer(&self) -> Result<Producer, AllocError> {
+        let h = self.mapped.header();
+        if h.producer_claimed.swap(1, Ordering::AcqRel) != 0 {
+            return Err(AllocError::Taken("producer"));
+        }
+        h.producer_gone.store(0, Ordering::SeqCst);
         Producer::new(self.mapped.clone())
+            .inspect_err(|_| h.producer_claimed.store(0, Ordering::Release))
     }
 
-    /// The consuming end.
-    #[must_use]
-    pub fn consumer(&self) -> Consumer {
-        Consumer::new(self.mapped.clone())
+    /// The consuming end. One may exist at a time (in any process).
+    pub fn consumer(&self) -> Result<Consumer, AllocError> {
+        let h = self.mapped.header();
+        if h.consumer_claimed.swap(1, Ordering::AcqRel) != 0 {
+            return Err(AllocError::Taken("consumer"));
+        }
+        h.consumer_gone.store(0, Ordering::SeqCst);
+        Ok(Consumer::new(self.mapped.clone()))
     }
 
     /// Both ends.
-    #[must_use]
-    pub fn split(self) -> (Producer, Consumer) {
-        (self.producer(), self.consumer())
+    pub fn split(self) -> Result<(Producer, Consumer), AllocError> {
+        Ok((self.producer()?, self.consumer()?))
     }
 
     /// A readable dump of the region table in the manner of the kernel's
@@ -340,6 +350,9 @@ pub struct Producer {
     fast_limit: u64,
     stopped: bool,
     truncated: bool,
+    /// The consumer was told of the current stop (one notification per
+    /// stop, however many writes it refuses).
+    stop_notified: bool,
 }
 
 // SAFETY: the raw region pointer is into the shared mapping the producer
@@ -358,9 +371,9 @@ impl fmt::Debug for Producer {
 }
 
 impl Producer {
-    fn new(mapped: Arc<Mapped>) -> Producer {
+    fn new(mapped: Arc<Mapped>) -> Result<Producer, AllocError> {
         let h = mapped.header();
-        let capacity = h.capacity;
+        let capacity = mapped.table().capacity();
         let mode = match h.mode {
             1 => Mode::Snapshot,
             2 => Mode::BlockOnFull {
@@ -375,7 +388,17 @@ impl Producer {
                 Granularity::Byte
             }
         };
-        let head = h.head.0.load(Ordering::Acquire);
+        let head = h.producer.0.head.load(Ordering::Acquire);
+        let tail = h.tail.0.load(Ordering::Acquire);
+        // Positions another process left in shared memory are checked
+        // before any arithmetic relies on them.
+        let consistent = head < super::table::MAX_POSITION / 2
+            && (mode == Mode::Snapshot || (tail <= head && head - tail <= capacity));
+        if !consistent {
+            return Err(AllocError::BadHeader(format!(
+                "head {head} and tail {tail} are inconsistent with capacity {capacity}"
+            )));
+        }
         let mut p = Producer {
             capacity,
             mode,
@@ -396,11 +419,12 @@ impl Producer {
             fast_limit: head,
             stopped: false,
             truncated: false,
+            stop_notified: false,
             mapped,
         };
         p.reset_offsets();
         let _ = p.reset_markers();
-        p
+        Ok(p)
     }
 
     fn header(&self) -> &Header {
@@ -498,6 +522,7 @@ impl Producer {
             }
             self.plan = plan;
             self.stopped = false;
+            self.stop_notified = false;
         } else {
             self.plan = MarkerPlan {
                 stop_at: self.head,
@@ -539,7 +564,12 @@ impl Producer {
     pub fn write_record(&mut self, record: &[u8]) -> Result<u64, RecordError> {
         let len = record.len() as u64;
         let start = self.head;
-        if start + len <= self.fast_limit {
+        // head <= fast_limit always; compared by difference, so no sum of
+        // positions can wrap.
+        if len <= self.fast_limit - start {
+            if self.mode == Mode::Snapshot {
+                self.announce(start + len);
+            }
             // SAFETY: [head, head + len) lies in the current region (below
             // region_end) and below stop_at, so the consumer does not read
             // it and no one else writes it.
@@ -566,8 +596,14 @@ impl Producer {
                 capacity: self.capacity,
             });
         }
-        self.make_room(len)?;
+        if let Err(e) = self.make_room(len) {
+            self.count_loss(record.len());
+            return Err(e);
+        }
         let start = self.head;
+        if self.mode == Mode::Snapshot {
+            self.announce(start + len);
+        }
         self.copy_in(record);
         self.publish(len);
         self.after_notify_point();
@@ -575,36 +611,57 @@ impl Producer {
     }
 
     /// Writes a raw stream: as much as fits before the stop marker (all,
-    /// except in stop-on-full mode), the rest lost and counted.
+    /// in snapshot mode; in block-on-full mode, waiting for room as it
+    /// goes), the rest lost and counted once.
     pub fn write(&mut self, bytes: &[u8]) -> WriteOutcome {
-        let len = bytes.len() as u64;
-        if self.mode != Mode::Snapshot && self.head + len > self.plan.stop_at {
-            let _ = self.reset_markers();
+        let mut written = 0usize;
+        while written < bytes.len() {
+            let left = (bytes.len() - written) as u64;
+            let room = if self.mode == Mode::Snapshot {
+                left
+            } else {
+                if self.plan.stop_at.saturating_sub(self.head) < left {
+                    let _ = self.reset_markers();
+                }
+                let mut room = self.plan.stop_at.saturating_sub(self.head);
+                if room == 0
+                    && matches!(self.mode, Mode::BlockOnFull { .. })
+                    && self.make_room(1).is_ok()
+                {
+                    room = self.plan.stop_at.saturating_sub(self.head);
+                }
+                room.min(left)
+            };
+            if room == 0 {
+                break;
+            }
+            let chunk = &bytes[written..written + room as usize];
+            if self.mode == Mode::Snapshot {
+                self.announce(self.head + room);
+            }
+            self.copy_in(chunk);
+            self.publish(room);
+            self.after_notify_point();
+            written += chunk.len();
         }
-        let room = if self.mode == Mode::Snapshot {
-            len
+        if written == bytes.len() {
+            WriteOutcome::Written(written)
         } else {
-            self.plan.stop_at.saturating_sub(self.head).min(len)
-        };
-        if room < len
-            && matches!(self.mode, Mode::BlockOnFull { .. })
-            && self.make_room(len.min(self.capacity)).is_ok()
-        {
-            return self.write(bytes);
-        }
-        let n = room as usize;
-        self.copy_in(&bytes[..n]);
-        self.publish(room);
-        self.after_notify_point();
-        if n == bytes.len() {
-            WriteOutcome::Written(n)
-        } else {
-            self.count_loss((len - room) as usize);
+            self.count_loss(bytes.len() - written);
             WriteOutcome::Stopped {
-                written: n,
-                lost: bytes.len() - n,
+                written,
+                lost: bytes.len() - written,
             }
         }
+    }
+
+    /// Snapshot mode: announces that bytes up to `end` are about to be
+    /// written, before they are, so that a snapshot taken meanwhile leaves
+    /// out what they overwrite even if this producer stops half way.
+    #[inline]
+    fn announce(&self, end: u64) {
+        self.header().producer.0.ahead.store(end, Ordering::Relaxed);
+        fence(Ordering::Release);
     }
 
     /// Abandons the rest of the current region, filling it with the pad
@@ -618,6 +675,9 @@ impl Producer {
             || (self.mode != Mode::Snapshot && self.head + n > self.plan.stop_at)
         {
             return 0;
+        }
+        if self.mode == Mode::Snapshot {
+            self.announce(self.head + n);
         }
         // SAFETY: the rest of the current region, below stop_at.
         unsafe {
@@ -669,7 +729,7 @@ impl Producer {
     #[inline]
     fn publish(&mut self, len: u64) {
         let h = self.mapped.header();
-        h.head.0.store(self.head, Ordering::Release);
+        h.producer.0.head.store(self.head, Ordering::Release);
         let written = &h.counters.0.written;
         written.store(written.load(Ordering::Relaxed) + len, Ordering::Relaxed);
         if self.head >= self.fast_limit {
@@ -704,60 +764,55 @@ impl Producer {
         let c = &self.header().counters.0;
         c.lost_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
         c.lost_writes.fetch_add(1, Ordering::Relaxed);
-        if !self.truncated {
+        if !self.stop_notified {
+            // Running -> stopped: counted, and the consumer is told, as a
+            // STOP region raises its INT.
             c.truncations.fetch_add(1, Ordering::Relaxed);
-            // The consumer learns of the stop as of a STOP region: notify.
             self.notify();
+            self.stop_notified = true;
         }
         self.truncated = true;
     }
 
-    /// Makes room for `len` bytes or counts them lost.
+    /// Makes room for `len` bytes: re-plans the markers from the current
+    /// tail and, in block-on-full mode, waits for the consumer. The caller
+    /// counts the loss on an error.
     fn make_room(&mut self, len: u64) -> Result<(), RecordError> {
-        if self.mode == Mode::Snapshot {
-            return Ok(());
-        }
-        if self.head + len <= self.plan.stop_at {
+        if self.mode == Mode::Snapshot || len <= self.plan.stop_at.saturating_sub(self.head) {
             return Ok(());
         }
         let _ = self.reset_markers();
-        if self.head + len <= self.plan.stop_at {
+        if len <= self.plan.stop_at.saturating_sub(self.head) {
             return Ok(());
         }
-        let free_before = |p: &Producer| p.plan.stop_at.saturating_sub(p.head);
-        if let Mode::BlockOnFull { timeout } = self.mode {
-            let deadline = Instant::now() + timeout;
-            let mapped = self.mapped.clone();
-            let h = mapped.header();
-            loop {
-                if h.consumer_gone.load(Ordering::Acquire) != 0 {
-                    self.count_loss(len as usize);
-                    return Err(RecordError::ConsumerGone);
-                }
-                let seen = h.space_futex.0.load(Ordering::SeqCst);
-                let _ = self.reset_markers();
-                if self.head + len <= self.plan.stop_at {
-                    return Ok(());
-                }
-                let now = Instant::now();
-                if now >= deadline {
-                    break;
-                }
-                h.producer_waiting.fetch_add(1, Ordering::SeqCst);
-                // Let a sleeping consumer drain what is there.
-                self.notify();
-                futex_wait(&h.space_futex.0, seen, Some(deadline - now));
-                h.producer_waiting.fetch_sub(1, Ordering::SeqCst);
+        let Mode::BlockOnFull { timeout } = self.mode else {
+            return Err(RecordError::NoRoom {
+                len: len as usize,
+                free: self.plan.stop_at.saturating_sub(self.head),
+            });
+        };
+        let deadline = Instant::now() + timeout;
+        let mapped = self.mapped.clone();
+        let h = mapped.header();
+        loop {
+            if h.consumer_gone.load(Ordering::Acquire) != 0 {
+                return Err(RecordError::ConsumerGone);
             }
-            self.count_loss(len as usize);
-            return Err(RecordError::TimedOut { len: len as usize });
+            let seen = h.space_futex.0.load(Ordering::SeqCst);
+            let _ = self.reset_markers();
+            if len <= self.plan.stop_at.saturating_sub(self.head) {
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(RecordError::TimedOut { len: len as usize });
+            }
+            h.producer_waiting.fetch_add(1, Ordering::SeqCst);
+            // Let a sleeping consumer drain what is there.
+            self.notify();
+            futex_wait(&h.space_futex.0, seen, Some(deadline - now));
+            h.producer_waiting.fetch_sub(1, Ordering::SeqCst);
         }
-        let free = free_before(self);
-        self.count_loss(len as usize);
-        Err(RecordError::NoRoom {
-            len: len as usize,
-            free,
-        })
     }
 }
 
@@ -766,6 +821,7 @@ impl Drop for Producer {
         let h = self.header();
         h.producer_gone.store(1, Ordering::SeqCst);
         bump_and_wake(&h.data_futex.0, &h.consumer_waiting);
+        h.producer_claimed.store(0, Ordering::Release);
     }
 }
 
@@ -849,10 +905,24 @@ impl Consumer {
         Consumer { mapped, tail }
     }
 
-    /// The producer position (Acquire: bytes below it are written).
+    /// The producer position (Acquire: bytes below it are written). A
+    /// value that cannot be true — behind the tail, more than a capacity
+    /// ahead of it outside snapshot mode, or near 2^63 — is read as the
+    /// tail (nothing readable): the header is shared with another process,
+    /// which may be broken or hostile.
     #[must_use]
     pub fn head(&self) -> u64 {
-        self.mapped.header().head.0.load(Ordering::Acquire)
+        let h = self.mapped.header();
+        let head = h.producer.0.head.load(Ordering::Acquire);
+        let snapshot = h.mode == 1;
+        let sane = head < super::table::MAX_POSITION / 2
+            && (snapshot
+                || (head >= self.tail && head - self.tail <= self.mapped.table().capacity()));
+        if sane {
+            head
+        } else {
+            self.tail
+        }
     }
 
     /// The consumer position.
@@ -1005,8 +1075,19 @@ impl Consumer {
             pos += n;
         }
         fence(Ordering::Acquire);
-        let after = self.head();
-        let first_valid = oldest.max(after.saturating_sub(capacity)).min(newest);
+        // What the producer may have overwritten while we copied: up to
+        // its announced write-ahead position, which it raises *before*
+        // writing (a producer stopped half way through a record still
+        // counts as having overwritten it).
+        let ahead = self
+            .mapped
+            .header()
+            .producer
+            .0
+            .ahead
+            .load(Ordering::Acquire)
+            .max(self.head());
+        let first_valid = oldest.max(ahead.saturating_sub(capacity)).min(newest);
         out.clear();
         out.extend_from_slice(&copy[(first_valid - oldest) as usize..]);
         SnapshotInfo {
@@ -1028,13 +1109,14 @@ impl Drop for Consumer {
         let h = self.mapped.header();
         h.consumer_gone.store(1, Ordering::SeqCst);
         bump_and_wake(&h.space_futex.0, &h.producer_waiting);
+        h.consumer_claimed.store(0, Ordering::Release);
     }
 }
 
 fn dump(mapped: &Mapped, out: &mut dyn fmt::Write) -> fmt::Result {
     let h = mapped.header();
     let table = mapped.table();
-    let head = h.head.0.load(Ordering::Acquire);
+    let head = h.producer.0.head.load(Ordering::Acquire);
     let tail = h.tail.0.load(Ordering::Acquire);
     writeln!(
         out,
