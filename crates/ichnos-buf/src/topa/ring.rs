@@ -1140,6 +1140,11 @@ fn dump(mapped: &Mapped, out: &mut dyn fmt::Write) -> fmt::Result {
 /// Bumps a futex word and wakes its waiters if any announced themselves.
 fn bump_and_wake(word: &AtomicU32, waiting: &AtomicU32) {
     word.fetch_add(1, Ordering::SeqCst);
+    // Store-load ordering (Dekker): either the waiter sees the new word
+    // and does not sleep, or we see its `waiting` and wake it. The waiter's
+    // side is the kernel's full barrier in futex_wait. The loom model
+    // (tests/loom_models.rs) deadlocks without this pair of barriers.
+    fence(Ordering::SeqCst);
     if waiting.load(Ordering::SeqCst) != 0 {
         // SAFETY: FUTEX_WAKE on a valid, aligned u32 in shared memory.
         unsafe {
