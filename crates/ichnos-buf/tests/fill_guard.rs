@@ -6,7 +6,6 @@
 
 use ichnos_buf::fill::{FillBuffer, Flush, WriteError};
 use proptest::prelude::*;
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 
 fn record(n: usize, len: usize) -> Vec<u8> {
@@ -69,18 +68,10 @@ fn records_of_a_page_or_more_are_refused() {
 
 const SCENARIO: &str = "ICHNOS_GUARD_SCENARIO";
 
+mod support;
+
 fn run(scenario: &str) -> (std::process::ExitStatus, String) {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "scenario_entry",
-            "--nocapture",
-            "--test-threads=1",
-            "-q",
-        ])
-        .env(SCENARIO, scenario)
-        .output()
-        .unwrap();
+    let out = support::run_self("scenario_entry", SCENARIO, scenario);
     (
         out.status,
         String::from_utf8_lossy(&out.stdout).into_owned(),

@@ -3,23 +3,14 @@
 //! function prints one line per flush, which the parent checks.
 
 use ichnos_buf::fill::{FillBuffer, Flush};
-use std::process::Command;
 
 const SCENARIO: &str = "ICHNOS_BUF_SCENARIO";
 
+mod support;
+
 /// Runs `scenario` in a child process and returns its flush lines.
 fn run(scenario: &str) -> Vec<String> {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "scenario_entry",
-            "--nocapture",
-            "--test-threads=1",
-            "-q",
-        ])
-        .env(SCENARIO, scenario)
-        .output()
-        .unwrap();
+    let out = support::run_self("scenario_entry", SCENARIO, scenario);
     assert!(
         out.status.success(),
         "{scenario}: {}",
