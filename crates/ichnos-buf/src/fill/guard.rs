@@ -143,6 +143,7 @@ pub(crate) fn install_handler() {
 }
 
 extern "C" fn on_segv(signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut libc::c_void) {
+    let _errno = super::ErrnoGuard::save();
     // SAFETY: the kernel passes a valid siginfo and ucontext to an
     // SA_SIGINFO handler.
     let handled = unsafe { handle_own_fault(info, context.cast()) };

@@ -555,6 +555,7 @@ impl Shared {
     /// counted lost if that cannot be done here and now.
     #[cold]
     fn attach(&self, slot: &Slot, len: usize) -> Result<(), WriteError> {
+        let _errno = ErrnoGuard::save();
         let (bytes, limit) = match self.kind {
             Kind::Trace { capacity } => (capacity, capacity),
             Kind::Circular { capacity, .. } => (capacity, capacity - 1),
@@ -586,6 +587,7 @@ impl Shared {
         len: usize,
         capacity: usize,
     ) -> Result<*mut u8, WriteError> {
+        let _errno = ErrnoGuard::save();
         if len > capacity {
             sigatomic::add(&slot.reserved, len.wrapping_neg());
             return Err(self.size_error(len));
@@ -664,6 +666,24 @@ impl<'a> IntoIterator for &'a RingRecords {
     type IntoIter = std::slice::Chunks<'a, u8>;
     fn into_iter(self) -> Self::IntoIter {
         self.iter()
+    }
+}
+
+/// Restores `errno` on drop: slow paths may run inside a signal handler,
+/// which must leave `errno` as the interrupted code had it.
+pub(crate) struct ErrnoGuard(i32);
+
+impl ErrnoGuard {
+    pub(crate) fn save() -> ErrnoGuard {
+        // SAFETY: __errno_location returns this thread's errno slot.
+        ErrnoGuard(unsafe { *libc::__errno_location() })
+    }
+}
+
+impl Drop for ErrnoGuard {
+    fn drop(&mut self) {
+        // SAFETY: as in `save`.
+        unsafe { *libc::__errno_location() = self.0 };
     }
 }
 
