@@ -378,21 +378,7 @@ impl FillBuffer {
     #[inline(always)]
     pub fn reserve_raw(&self, len: usize) -> Result<*mut u8, WriteError> {
         let shared = &*self.shared;
-        thread::with_slot(shared.index, |slot| {
-            if slot.owner.load(Ordering::Relaxed) == shared.id {
-                match shared.kind {
-                    Kind::Trace { capacity } => match slot.trace_reserve(len) {
-                        Ok(ptr) => return Ok(ptr),
-                        Err(old) => return shared.overflow(slot, old, len, capacity),
-                    },
-                    Kind::Circular { stride, .. } if len == stride => {
-                        return Ok(slot.ring_reserve(stride))
-                    }
-                    Kind::Circular { .. } => return Err(shared.size_error(len)),
-                }
-            }
-            shared.first_write(slot, len)
-        })
+        thread::with_slot(shared.index, |slot| shared.reserve_in(slot, len))
     }
 
     /// Commits `len` bytes reserved by [`FillBuffer::reserve_raw`].
@@ -492,6 +478,24 @@ impl FillBuffer {
 }
 
 impl Shared {
+    /// The write path proper: reserve `len` bytes in this thread's `slot`.
+    #[inline(always)]
+    fn reserve_in(&self, slot: &Slot, len: usize) -> Result<*mut u8, WriteError> {
+        if slot.owner.load(Ordering::Relaxed) == self.id {
+            match self.kind {
+                Kind::Trace { capacity } => match slot.trace_reserve(len) {
+                    Ok(ptr) => return Ok(ptr),
+                    Err(old) => return self.overflow(slot, old, len, capacity),
+                },
+                Kind::Circular { stride, .. } if len == stride => {
+                    return Ok(slot.ring_reserve(stride))
+                }
+                Kind::Circular { .. } => return Err(self.size_error(len)),
+            }
+        }
+        self.first_write(slot, len)
+    }
+
     #[cfg(target_arch = "x86_64")]
     #[inline]
     fn write_guarded(&self, record: &[u8]) -> Result<(), WriteError> {
@@ -542,13 +546,8 @@ impl Shared {
             return Err(self.size_error(len));
         }
         self.attach(slot, len)?;
-        match self.kind {
-            Kind::Trace { capacity } => match slot.trace_reserve(len) {
-                Ok(ptr) => Ok(ptr),
-                Err(old) => self.overflow(slot, old, len, capacity),
-            },
-            Kind::Circular { stride, .. } => Ok(slot.ring_reserve(stride)),
-        }
+        // The slot is ours now, so this takes the fast path.
+        self.reserve_in(slot, len)
     }
 
     /// Maps this thread's memory for the slot; a record of `len` bytes is
