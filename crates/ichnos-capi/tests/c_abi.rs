@@ -189,6 +189,35 @@ fn fill_buffers_from_c_shared_and_static() {
     }
 }
 
+/// Records of a main thread that returns from `main` without flushing,
+/// and of a thread still running then, are flushed once at exit.
+#[test]
+fn fill_buffers_flush_when_main_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("buf_exit");
+    compile_with_libichnos("buf_exit.c", &exe, Linkage::Shared, &["-pthread"]);
+    let out = Command::new(&exe)
+        .env("LD_LIBRARY_PATH", lib_dir())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let mut lines: Vec<&str> = stdout.lines().collect();
+    lines.sort_unstable();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    // The main thread's TLS destructors run in exit() (reason 2), or the
+    // atexit hook flushes it (3); the other thread only by the hook (3).
+    assert!(
+        lines[0] == "flush main reason=2 records=10 first=0 last=9"
+            || lines[0] == "flush main reason=3 records=10 first=0 last=9",
+        "{stdout}"
+    );
+    assert_eq!(
+        lines[1], "flush other reason=3 records=5 first=1000 last=1004",
+        "{stdout}"
+    );
+}
+
 #[test]
 fn header_compiles_as_cxx() {
     let dir = tempfile::tempdir().unwrap();
