@@ -84,9 +84,9 @@ fn bench_size<const N: usize>(c: &mut Criterion) {
         b.iter(|| {
             let base = black_box(7u64);
             for chunk in 0..(BATCH / 64) as u64 {
-                let _ = trace.write_with(64 * N, |r| {
-                    for (j, slot) in r.chunks_exact_mut(N).enumerate() {
-                        slot.copy_from_slice(&record::<N>(base + chunk * 64 + j as u64));
+                let _ = trace.write_records::<N>(64, |recs| {
+                    for (j, slot) in recs.iter_mut().enumerate() {
+                        *slot = record::<N>(base + chunk * 64 + j as u64);
                     }
                 });
             }

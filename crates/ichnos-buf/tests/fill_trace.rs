@@ -413,3 +413,30 @@ fn a_panic_while_filling_a_record_leaves_the_buffer_usable() {
         "the broken record became zero padding"
     );
 }
+
+#[test]
+fn records_written_in_batches_arrive_whole_and_in_order() {
+    let (buf, sink) = trace(1000);
+    for batch in 0..40u64 {
+        buf.write_records::<16>(5, |recs| {
+            for (j, r) in recs.iter_mut().enumerate() {
+                let n = batch * 5 + j as u64;
+                r[..8].copy_from_slice(&n.to_le_bytes());
+                r[8..].copy_from_slice(&(!n).to_le_bytes());
+            }
+        })
+        .unwrap();
+    }
+    assert!(matches!(buf.write_records::<16>(63, |_| {}), Err(WriteError::Size { len: 1008, .. })));
+    buf.flush();
+    let got = sink.lock().unwrap();
+    // A batch is one reservation: never split across flushes (80-byte
+    // batches, 12 per 1000-byte buffer).
+    assert!(got.iter().all(|d| d.data.len() % 80 == 0));
+    let all: Vec<u8> = got.iter().flat_map(|d| d.data.clone()).collect();
+    for (n, r) in all.chunks(16).enumerate() {
+        assert_eq!(u64::from_le_bytes(r[..8].try_into().unwrap()), n as u64);
+        assert_eq!(u64::from_le_bytes(r[8..].try_into().unwrap()), !(n as u64));
+    }
+    assert_eq!(all.len(), 200 * 16);
+}

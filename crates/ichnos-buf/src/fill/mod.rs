@@ -325,6 +325,36 @@ impl FillBuffer {
         Ok(())
     }
 
+    /// Writes `count` records of `N` bytes with one reservation and one
+    /// commit: `fill` stores them through an array view, which the compiler
+    /// can vectorise like a plain store loop ("several entries, one pointer
+    /// adjust"). Trace buffers; a circular buffer takes exactly one
+    /// stride's worth (`count * N == stride`).
+    #[inline(always)]
+    pub fn write_records<const N: usize>(
+        &self,
+        count: usize,
+        fill: impl FnOnce(&mut [[u8; N]]),
+    ) -> Result<(), WriteError> {
+        let len = count.checked_mul(N).ok_or(WriteError::Size {
+            len: usize::MAX,
+            capacity: self.shared.capacity(),
+            stride: 0,
+        })?;
+        let ptr = self.reserve_raw(len)?;
+        let guard = PadOnUnwind {
+            buf: self,
+            ptr,
+            len,
+        };
+        // SAFETY: `len` = count * N reserved bytes for this writer alone;
+        // [u8; N] has alignment 1, so any address is a valid start.
+        fill(unsafe { std::slice::from_raw_parts_mut(ptr.cast::<[u8; N]>(), count) });
+        std::mem::forget(guard);
+        self.commit_raw(len);
+        Ok(())
+    }
+
     /// Sets up this thread's buffer now, without writing. A thread whose
     /// first write may happen inside a signal handler should call this at
     /// its start: setting up maps memory and registers the thread, which
