@@ -427,7 +427,10 @@ fn records_written_in_batches_arrive_whole_and_in_order() {
         })
         .unwrap();
     }
-    assert!(matches!(buf.write_records::<16>(63, |_| {}), Err(WriteError::Size { len: 1008, .. })));
+    assert!(matches!(
+        buf.write_records::<16>(63, |_| {}),
+        Err(WriteError::Size { len: 1008, .. })
+    ));
     buf.flush();
     let got = sink.lock().unwrap();
     // A batch is one reservation: never split across flushes (80-byte

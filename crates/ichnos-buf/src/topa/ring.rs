@@ -807,6 +807,12 @@ impl Producer {
             if now >= deadline {
                 return Err(RecordError::TimedOut { len: len as usize });
             }
+            // A consumer on another core usually frees room within
+            // microseconds: spin a little before paying for a futex sleep
+            // and wake-up.
+            if self.spin_for_room(h, len) {
+                return Ok(());
+            }
             h.producer_waiting.fetch_add(1, Ordering::SeqCst);
             // Let a sleeping consumer drain what is there.
             self.notify();
@@ -815,6 +821,26 @@ impl Producer {
         }
     }
 }
+
+impl Producer {
+    /// Spins briefly while the consumer frees room; true once `len` bytes
+    /// fit.
+    fn spin_for_room(&mut self, h: &Header, len: u64) -> bool {
+        let tail = h.tail.0.load(Ordering::Acquire);
+        for _ in 0..SPINS {
+            std::hint::spin_loop();
+            if h.tail.0.load(Ordering::Acquire) != tail {
+                let _ = self.reset_markers();
+                return len <= self.plan.stop_at.saturating_sub(self.head);
+            }
+        }
+        false
+    }
+}
+
+/// How many times a waiting side polls before it sleeps (a few
+/// microseconds).
+const SPINS: u32 = 4000;
 
 impl Drop for Producer {
     fn drop(&mut self) {
