@@ -238,7 +238,7 @@ impl UnwindCache {
     fn slot(pc: u64) -> usize {
         // Return addresses differ in their low bits; fold in some higher
         // ones so that two libraries' addresses spread too.
-        ((pc ^ (pc >> 9) ^ (pc >> 18)) as usize) % CACHE_SLOTS
+        ((pc ^ (pc >> 9)) as usize) % CACHE_SLOTS
     }
 }
 
