@@ -1,6 +1,8 @@
 //! One object file, parsed once: its symbol tables and its DWARF.
 
 use std::borrow::Cow;
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -63,6 +65,68 @@ pub(crate) struct LoadedObject {
     pub refused: Vec<String>,
     /// Bytes of the files mapped for this object.
     pub mapped_bytes: u64,
+    /// Names and file names handed out, shared by every frame that
+    /// repeats them (a batch names the same functions over and over), with
+    /// each name's demangled form. Keyed by where the string lies: every
+    /// string looked up here lives in this object (the mapped file, the
+    /// symbol table, addr2line's line tables) as long as the object does,
+    /// so the address names it without hashing or comparing its bytes.
+    pub names: RefCell<HashMap<(usize, usize), Name, FxBuild>>,
+}
+
+/// A name as stored and as shown.
+#[derive(Clone, Debug)]
+pub(crate) struct Name {
+    pub raw: Arc<str>,
+    pub demangled: Arc<str>,
+}
+
+/// A multiplicative hasher for the two-word keys above (`SipHash` was a
+/// tenth of the time).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct FxBuild;
+
+impl std::hash::BuildHasher for FxBuild {
+    type Hasher = FxHasher;
+    fn build_hasher(&self) -> FxHasher {
+        FxHasher(0)
+    }
+}
+
+/// See [`FxBuild`].
+#[derive(Debug)]
+pub(crate) struct FxHasher(u64);
+
+impl std::hash::Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+impl LoadedObject {
+    /// The name whose bytes are `bytes` (lying in this object), made once.
+    pub(crate) fn name(&self, bytes: &[u8]) -> Name {
+        let key = (bytes.as_ptr() as usize, bytes.len());
+        if let Some(n) = self.names.borrow().get(&key) {
+            return n.clone();
+        }
+        let raw: Arc<str> = Arc::from(String::from_utf8_lossy(bytes));
+        let demangled = crate::demangle::demangle(&raw).map_or_else(|| Arc::clone(&raw), Arc::from);
+        let name = Name { raw, demangled };
+        self.names.borrow_mut().insert(key, name.clone());
+        name
+    }
 }
 
 impl std::fmt::Debug for LoadedObject {
@@ -148,6 +212,7 @@ impl LoadedObject {
             source,
             refused,
             mapped_bytes,
+            names: RefCell::default(),
         })
     }
 

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use ichnos_image::{load_segments, LoadSegment};
 
@@ -60,13 +61,13 @@ fn mapped_jitdump(pid: u32, maps: &[ichnos_image::MapsEntry]) -> Option<JitDump>
 fn jit_frame(addr: u64, jitdump: Option<&JitDump>, perf_map: Option<&PerfMap>) -> Frame {
     let mut frame = Frame::default();
     if let Some(code) = jitdump.and_then(|d| d.lookup(addr)) {
-        frame.function = Some(code.name.clone());
+        frame.function = Some(Arc::from(code.name.as_str()));
         if let Some(line) = code.line(addr) {
-            frame.file = Some(line.file.clone());
+            frame.file = Some(Arc::from(line.file.as_str()));
             frame.line = Some(line.line);
         }
     } else if let Some(e) = perf_map.and_then(|m| m.lookup(addr)) {
-        frame.function = Some(e.name.clone());
+        frame.function = Some(Arc::from(e.name.as_str()));
     }
     frame.raw_function.clone_from(&frame.function);
     frame

@@ -5,7 +5,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use crate::debug_file::DebugSource;
-use crate::demangle::demangle;
 use crate::error::SymbolError;
 use crate::object_file::LoadedObject;
 
@@ -39,11 +38,11 @@ impl Default for SymbolizerOptions {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Frame {
     /// The function, demangled if asked for; `None` if unknown.
-    pub function: Option<String>,
+    pub function: Option<Arc<str>>,
     /// The function's name as stored.
-    pub raw_function: Option<String>,
+    pub raw_function: Option<Arc<str>>,
     /// The source file.
-    pub file: Option<String>,
+    pub file: Option<Arc<str>>,
     /// The line, 0 or `None` when unknown.
     pub line: Option<u32>,
     /// The column.
@@ -235,12 +234,15 @@ impl Symbolizer {
         Ok(out.into_iter().flatten().collect())
     }
 
-    fn name(&self, raw: &str) -> String {
-        if self.options.demangle {
-            demangle(raw).unwrap_or_else(|| raw.to_string())
+    /// The function name and raw name of the name at `bytes`.
+    fn name(&self, object: &LoadedObject, bytes: &[u8]) -> (Arc<str>, Arc<str>) {
+        let name = object.name(bytes);
+        let shown = if self.options.demangle {
+            name.demangled
         } else {
-            raw.to_string()
-        }
+            Arc::clone(&name.raw)
+        };
+        (shown, name.raw)
     }
 
     fn frames(&self, object: &LoadedObject, addr: u64) -> Vec<Frame> {
@@ -248,14 +250,18 @@ impl Symbolizer {
         if let Some(ctx) = &object.dwarf {
             if let Ok(mut iter) = ctx.find_frames(addr).skip_all_loads() {
                 while let Ok(Some(f)) = iter.next() {
-                    let raw = f
+                    let (function, raw_function) = f
                         .function
                         .as_ref()
-                        .and_then(|n| n.raw_name().ok().map(std::borrow::Cow::into_owned));
+                        .map(|n| self.name(object, n.name.bytes()))
+                        .unzip();
                     frames.push(Frame {
-                        function: raw.as_deref().map(|r| self.name(r)),
-                        raw_function: raw,
-                        file: f.location.as_ref().and_then(|l| l.file.map(str::to_string)),
+                        function,
+                        raw_function,
+                        file: f
+                            .location
+                            .as_ref()
+                            .and_then(|l| l.file.map(|file| object.name(file.as_bytes()).raw)),
                         line: f.location.as_ref().and_then(|l| l.line),
                         column: f.location.as_ref().and_then(|l| l.column),
                         inlined: true,
@@ -290,10 +296,11 @@ impl Symbolizer {
         }
         if frames.len() == 1 && frames[0].function.is_none() {
             if let Some(s) = symbol {
-                frames[0].raw_function = Some(s.name.clone());
-                frames[0].function = Some(self.name(&s.name));
+                let (function, raw) = self.name(object, s.name.as_bytes());
+                frames[0].function = Some(function);
+                frames[0].raw_function = Some(raw);
                 if frames[0].file.is_none() {
-                    frames[0].file.clone_from(&s.file);
+                    frames[0].file = s.file.as_deref().map(|f| object.name(f.as_bytes()).raw);
                 }
             }
         }

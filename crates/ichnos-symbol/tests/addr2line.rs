@@ -77,8 +77,8 @@ fn ours(frames: &[Frame]) -> Vec<(String, String, u32)> {
         .iter()
         .map(|f| {
             (
-                f.function.clone().unwrap_or_else(|| "??".into()),
-                f.file.clone().unwrap_or_else(|| "??".into()),
+                f.function.as_deref().unwrap_or("??").to_owned(),
+                f.file.as_deref().unwrap_or("??").to_owned(),
                 f.line.unwrap_or(0),
             )
         })

@@ -122,17 +122,16 @@ fn print(
             writeln!(out, "{}", json(r, place.as_ref()))?;
         } else {
             for f in &r.frames {
+                // Written piece by piece: formatting a String per line was
+                // a measurable share of a large batch.
                 writeln!(out, "{}", f.function.as_deref().unwrap_or("??"))?;
-                let location = match (&f.file, f.line) {
-                    (None, _) if f.function.is_none() => "??:0".to_owned(),
-                    (file, line) => format!(
-                        "{}:{}",
-                        file.as_deref().unwrap_or("??"),
-                        line.filter(|l| *l > 0)
-                            .map_or_else(|| "?".to_owned(), |l| l.to_string())
-                    ),
-                };
-                writeln!(out, "{location}")?;
+                match (&f.file, f.line.filter(|l| *l > 0)) {
+                    (None, _) if f.function.is_none() => writeln!(out, "??:0")?,
+                    (file, Some(line)) => {
+                        writeln!(out, "{}:{line}", file.as_deref().unwrap_or("??"))?;
+                    }
+                    (file, None) => writeln!(out, "{}:?", file.as_deref().unwrap_or("??"))?,
+                }
             }
         }
     }
@@ -145,9 +144,9 @@ fn json(r: &Symbolized, place: Option<&Place>) -> String {
         .iter()
         .map(|f| {
             serde_json::json!({
-                "function": f.function,
-                "raw_function": f.raw_function,
-                "file": f.file,
+                "function": f.function.as_deref(),
+                "raw_function": f.raw_function.as_deref(),
+                "file": f.file.as_deref(),
                 "line": f.line,
                 "column": f.column,
                 "inlined": f.inlined,
