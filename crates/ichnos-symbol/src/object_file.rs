@@ -74,11 +74,11 @@ pub(crate) struct LoadedObject {
     pub names: RefCell<HashMap<(usize, usize), Name, FxBuild>>,
 }
 
-/// A name as stored and as shown.
+/// A name as stored, and as shown once someone asked for it demangled.
 #[derive(Clone, Debug)]
 pub(crate) struct Name {
     pub raw: Arc<str>,
-    pub demangled: Arc<str>,
+    pub demangled: Option<Arc<str>>,
 }
 
 /// A multiplicative hasher for the two-word keys above (`SipHash` was a
@@ -115,17 +115,24 @@ impl std::hash::Hasher for FxHasher {
 }
 
 impl LoadedObject {
-    /// The name whose bytes are `bytes` (lying in this object), made once.
-    pub(crate) fn name(&self, bytes: &[u8]) -> Name {
+    /// The string whose bytes are `bytes` (lying in this object), made
+    /// once; with `demangle`, also its demangled form (made once too).
+    /// Returns (as shown, as stored).
+    pub(crate) fn name(&self, bytes: &[u8], demangle: bool) -> (Arc<str>, Arc<str>) {
         let key = (bytes.as_ptr() as usize, bytes.len());
-        if let Some(n) = self.names.borrow().get(&key) {
-            return n.clone();
+        let mut names = self.names.borrow_mut();
+        let name = names.entry(key).or_insert_with(|| Name {
+            raw: Arc::from(String::from_utf8_lossy(bytes)),
+            demangled: None,
+        });
+        if !demangle {
+            return (Arc::clone(&name.raw), Arc::clone(&name.raw));
         }
-        let raw: Arc<str> = Arc::from(String::from_utf8_lossy(bytes));
-        let demangled = crate::demangle::demangle(&raw).map_or_else(|| Arc::clone(&raw), Arc::from);
-        let name = Name { raw, demangled };
-        self.names.borrow_mut().insert(key, name.clone());
-        name
+        let raw = Arc::clone(&name.raw);
+        let shown = name.demangled.get_or_insert_with(|| {
+            crate::demangle::demangle(&raw).map_or_else(|| Arc::clone(&raw), Arc::from)
+        });
+        (Arc::clone(shown), raw)
     }
 }
 

@@ -234,15 +234,9 @@ impl Symbolizer {
         Ok(out.into_iter().flatten().collect())
     }
 
-    /// The function name and raw name of the name at `bytes`.
+    /// The function name as shown and as stored, of the name at `bytes`.
     fn name(&self, object: &LoadedObject, bytes: &[u8]) -> (Arc<str>, Arc<str>) {
-        let name = object.name(bytes);
-        let shown = if self.options.demangle {
-            name.demangled
-        } else {
-            Arc::clone(&name.raw)
-        };
-        (shown, name.raw)
+        object.name(bytes, self.options.demangle)
     }
 
     fn frames(&self, object: &LoadedObject, addr: u64) -> Vec<Frame> {
@@ -261,7 +255,7 @@ impl Symbolizer {
                         file: f
                             .location
                             .as_ref()
-                            .and_then(|l| l.file.map(|file| object.name(file.as_bytes()).raw)),
+                            .and_then(|l| l.file.map(|file| object.name(file.as_bytes(), false).1)),
                         line: f.location.as_ref().and_then(|l| l.line),
                         column: f.location.as_ref().and_then(|l| l.column),
                         inlined: true,
@@ -300,7 +294,10 @@ impl Symbolizer {
                 frames[0].function = Some(function);
                 frames[0].raw_function = Some(raw);
                 if frames[0].file.is_none() {
-                    frames[0].file = s.file.as_deref().map(|f| object.name(f.as_bytes()).raw);
+                    frames[0].file = s
+                        .file
+                        .as_deref()
+                        .map(|f| object.name(f.as_bytes(), false).1);
                 }
             }
         }

@@ -17,7 +17,9 @@
 //! Records are never torn and never split across a flush: a flush hands
 //! out only committed bytes, and only at a moment when no write is half
 //! done. A signal handler may write while the thread it interrupted is in
-//! the middle of a write; both records stay whole. The one case that
+//! the middle of a write; both records stay whole (in a circular buffer,
+//! unless the handler writes a whole ring's worth meanwhile and so wraps
+//! onto the open record, as any ring would). The one case that
 //! cannot be served — a handler's record that would need a flush while the
 //! interrupted write is still open — drops the handler's record and counts
 //! it ([`Stats::lost_records`], and in the next [`Flush`]).
@@ -336,11 +338,9 @@ impl FillBuffer {
         count: usize,
         fill: impl FnOnce(&mut [[u8; N]]),
     ) -> Result<(), WriteError> {
-        let len = count.checked_mul(N).ok_or(WriteError::Size {
-            len: usize::MAX,
-            capacity: self.shared.capacity(),
-            stride: 0,
-        })?;
+        let len = count
+            .checked_mul(N)
+            .ok_or_else(|| self.shared.size_error(usize::MAX))?;
         let ptr = self.reserve_raw(len)?;
         let guard = PadOnUnwind {
             buf: self,

@@ -803,19 +803,22 @@ impl Producer {
             if len <= self.plan.stop_at.saturating_sub(self.head) {
                 return Ok(());
             }
-            let now = Instant::now();
-            if now >= deadline {
+            if Instant::now() >= deadline {
                 return Err(RecordError::TimedOut { len: len as usize });
             }
+            // Let a sleeping consumer drain what is there.
+            self.notify();
             // A consumer on another core usually frees room within
             // microseconds: spin a little before paying for a futex sleep
             // and wake-up.
             if self.spin_for_room(h, len) {
                 return Ok(());
             }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(RecordError::TimedOut { len: len as usize });
+            }
             h.producer_waiting.fetch_add(1, Ordering::SeqCst);
-            // Let a sleeping consumer drain what is there.
-            self.notify();
             futex_wait(&h.space_futex.0, seen, Some(deadline - now));
             h.producer_waiting.fetch_sub(1, Ordering::SeqCst);
         }
@@ -826,21 +829,31 @@ impl Producer {
     /// Spins briefly while the consumer frees room; true once `len` bytes
     /// fit.
     fn spin_for_room(&mut self, h: &Header, len: u64) -> bool {
-        let tail = h.tail.0.load(Ordering::Acquire);
+        // Plan from a tail at least as new as the one watched below, so a
+        // change before the spin is not missed.
+        let mut seen = h.tail.0.load(Ordering::Acquire);
+        let _ = self.reset_markers();
+        if len <= self.plan.stop_at.saturating_sub(self.head) {
+            return true;
+        }
         for _ in 0..SPINS {
             std::hint::spin_loop();
-            if h.tail.0.load(Ordering::Acquire) != tail {
+            let tail = h.tail.0.load(Ordering::Acquire);
+            if tail != seen {
+                seen = tail;
                 let _ = self.reset_markers();
-                return len <= self.plan.stop_at.saturating_sub(self.head);
+                if len <= self.plan.stop_at.saturating_sub(self.head) {
+                    return true;
+                }
             }
         }
         false
     }
 }
 
-/// How many times a waiting side polls before it sleeps (a few
-/// microseconds).
-const SPINS: u32 = 4000;
+/// How many times a blocked producer polls before it sleeps: some tens of
+/// microseconds (a pause instruction takes up to ~140 cycles).
+const SPINS: u32 = 256;
 
 impl Drop for Producer {
     fn drop(&mut self) {
