@@ -75,7 +75,33 @@ pub struct Symbolizer {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Key {
     BuildId(Vec<u8>, u64),
-    Path(PathBuf),
+    /// A file without a build id: its path and what the file looked like.
+    Path(PathBuf, Option<FileStamp>),
+}
+
+/// What identifies a file's contents short of reading them: device,
+/// inode, size and modification time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct FileStamp {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: i64,
+    mtime_nsec: i64,
+}
+
+impl FileStamp {
+    fn of(path: &Path) -> Option<FileStamp> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path).ok()?;
+        Some(FileStamp {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime: m.mtime(),
+            mtime_nsec: m.mtime_nsec(),
+        })
+    }
 }
 
 #[derive(Debug)]
@@ -88,7 +114,9 @@ struct Cached {
 /// Parsed objects by key, paths to keys, and a least-recently-used bound.
 #[derive(Debug, Default)]
 struct ObjectCache {
-    paths: HashMap<PathBuf, Key>,
+    /// Each path's object, with what the file looked like when it was
+    /// keyed: a file rebuilt in place is keyed (and parsed) afresh.
+    paths: HashMap<PathBuf, (Key, Option<FileStamp>)>,
     objects: HashMap<Key, Cached>,
     clock: u64,
     bytes: u64,
@@ -131,7 +159,7 @@ impl ObjectCache {
             if let Some(c) = self.objects.remove(&oldest) {
                 self.bytes -= c.bytes;
             }
-            self.paths.retain(|_, k| *k != oldest);
+            self.paths.retain(|_, (k, _)| *k != oldest);
         }
     }
 }
@@ -150,25 +178,30 @@ impl Symbolizer {
     /// keep lazily parsed state, so each object is used by one thread at a
     /// time.
     fn object(&self, path: &Path) -> Result<Arc<Mutex<LoadedObject>>, SymbolError> {
+        // One stat per batch: a path whose file changed since it was keyed
+        // (rebuilt, replaced) must not answer from the old object.
+        let stamp = FileStamp::of(path);
         {
             let mut cache = self.lock();
-            if let Some(key) = cache.paths.get(path).cloned() {
-                if let Some(o) = cache.get(&key) {
-                    return Ok(o);
+            if let Some((key, seen)) = cache.paths.get(path).cloned() {
+                if stamp.is_some() && seen == stamp {
+                    if let Some(o) = cache.get(&key) {
+                        return Ok(o);
+                    }
                 }
             }
         }
         // The same file under another path (or a copy) is the same object:
         // key it by build id, read from the headers only.
-        let size = std::fs::metadata(path).map_or(0, |m| m.len());
+        let size = stamp.map_or(0, |s| s.size);
         let key = match crate::object_file::build_id_of(path) {
             Some(id) => Key::BuildId(id, size),
-            None => Key::Path(path.to_path_buf()),
+            None => Key::Path(path.to_path_buf(), stamp),
         };
         {
             let mut cache = self.lock();
             if let Some(o) = cache.get(&key) {
-                cache.paths.insert(path.to_path_buf(), key);
+                cache.paths.insert(path.to_path_buf(), (key, stamp));
                 return Ok(o);
             }
         }
@@ -176,7 +209,7 @@ impl Symbolizer {
         let bytes = loaded.mapped_bytes;
         let loaded = Arc::new(Mutex::new(loaded));
         let mut cache = self.lock();
-        cache.paths.insert(path.to_path_buf(), key.clone());
+        cache.paths.insert(path.to_path_buf(), (key.clone(), stamp));
         cache.insert(
             &key,
             Arc::clone(&loaded),

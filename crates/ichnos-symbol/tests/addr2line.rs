@@ -398,3 +398,44 @@ fn compressed_debug_sections_agree_with_binutils() {
     }
     assert!(compared > 50);
 }
+
+/// A file rebuilt in place under the same path is parsed afresh, with or
+/// without a build id: a long-lived symbolizer must not answer from the
+/// file that was there before.
+#[test]
+fn a_file_rebuilt_in_place_is_read_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let symbolizer = Symbolizer::new(SymbolizerOptions::default());
+    for build_id in ["-Wl,--build-id", "-Wl,--build-id=none"] {
+        let exe = dir.path().join(format!("rebuilt{}", build_id.len()));
+        let mut answers = Vec::new();
+        for name in ["alpha_function", "omega_function"] {
+            let src = dir.path().join(format!("{name}.c"));
+            std::fs::write(
+                &src,
+                format!("int __attribute__((noinline)) {name}(int x) {{ return x * 3 + 1; }}\nint main(int c, char **v) {{ (void)v; return {name}(c); }}\n"),
+            )
+            .unwrap();
+            run(Command::new("gcc")
+                .args(["-O1", "-g", build_id, "-o"])
+                .arg(&exe)
+                .arg(&src));
+            let nm = run(Command::new("nm").arg(&exe));
+            let addr = nm
+                .lines()
+                .find(|l| l.ends_with(&format!(" {name}")))
+                .and_then(|l| u64::from_str_radix(l.split_whitespace().next()?, 16).ok())
+                .unwrap();
+            let got = symbolizer.symbolize_file(&exe, &[addr]).unwrap();
+            answers.push(got[0].frames[0].function.as_deref().map(str::to_owned));
+        }
+        assert_eq!(
+            answers,
+            [
+                Some("alpha_function".to_owned()),
+                Some("omega_function".to_owned())
+            ],
+            "{build_id}"
+        );
+    }
+}
