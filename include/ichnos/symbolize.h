@@ -45,7 +45,8 @@ enum ichnos_debug_source {
 
 /* A symbolizer. debug_dir: where separate debug files live, or NULL for
  * /usr/lib/debug. Parsed objects are kept (per build id) up to 4 GiB of
- * mapped files, the least recently used dropped beyond. Never NULL. */
+ * mapped files, the least recently used dropped beyond; a file changed on
+ * disk since it was parsed (inode, size, mtime) is parsed again. Never NULL. */
 struct ichnos_symbolizer *ichnos_symbolizer_new(const char *debug_dir);
 
 /* Frees a symbolizer and everything it returned. NULL is allowed. */
