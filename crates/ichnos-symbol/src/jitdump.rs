@@ -61,6 +61,10 @@ pub struct JitDump {
     /// The first problem met; reading stops there (records after a bad
     /// length cannot be found).
     pub error: Option<JitDumpError>,
+    /// Which code is live where: disjoint ranges by start, each to its
+    /// end and the index in `code` of the newest code covering it, so a
+    /// lookup is one search however many times the JIT reused addresses.
+    live: std::collections::BTreeMap<u64, (u64, usize)>,
 }
 
 struct Cursor<'a> {
@@ -122,7 +126,39 @@ impl JitDump {
             dump.error = Some(e);
         }
         dump.code.sort_by_key(|c| c.addr);
+        dump.index();
         dump
+    }
+
+    /// Paints each code's range over the older ones, oldest first.
+    fn index(&mut self) {
+        let mut order: Vec<usize> = (0..self.code.len()).collect();
+        order.sort_by_key(|&i| self.code[i].timestamp);
+        for i in order {
+            let c = &self.code[i];
+            if c.size == 0 {
+                continue;
+            }
+            let (start, end) = (c.addr, c.addr.saturating_add(c.size));
+            // Cut what overlaps [start, end) out of the painted ranges.
+            let overlapping: Vec<(u64, (u64, usize))> = self
+                .live
+                .range(..end)
+                .rev()
+                .take_while(|(_, (e, _))| *e > start)
+                .map(|(&s, &v)| (s, v))
+                .collect();
+            for (s, (e, j)) in overlapping {
+                self.live.remove(&s);
+                if s < start {
+                    self.live.insert(s, (start, j));
+                }
+                if e > end {
+                    self.live.insert(end, (e, j));
+                }
+            }
+            self.live.insert(start, (end, i));
+        }
     }
 
     fn read(&mut self, data: &[u8]) -> Result<(), JitDumpError> {
@@ -242,10 +278,8 @@ impl JitDump {
     /// The code covering `addr` (the one loaded last if several).
     #[must_use]
     pub fn lookup(&self, addr: u64) -> Option<&JitCode> {
-        self.code
-            .iter()
-            .filter(|c| c.addr <= addr && addr - c.addr < c.size)
-            .max_by_key(|c| c.timestamp)
+        let (_, &(end, i)) = self.live.range(..=addr).next_back()?;
+        (addr < end).then(|| &self.code[i])
     }
 }
 

@@ -303,3 +303,31 @@ fn fuzz_regression_record_shorter_than_its_fields() {
     let dump = JitDump::parse(&data);
     assert!(dump.error.is_some());
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+    /// Lookups agree with the definition — the newest load covering the
+    /// address — for overlapping code reloaded at random addresses.
+    #[test]
+    fn jitdump_lookup_is_the_newest_code_covering_the_address(
+        loads in proptest::collection::vec((0u64..64, 1u64..24), 1..40),
+        probes in proptest::collection::vec(0u64..96, 1..64),
+    ) {
+        let mut w = Writer::new(false, 1);
+        for (i, &(addr, size)) in loads.iter().enumerate() {
+            w.load(i as u64 + 1, 0x1000 + addr, size, i as u64, &format!("f{i}"));
+        }
+        let dump = JitDump::parse(&w.out);
+        prop_assert!(dump.error.is_none());
+        for p in probes {
+            let addr = 0x1000 + p;
+            let want = loads
+                .iter()
+                .enumerate()
+                .filter(|(_, &(a, s))| 0x1000 + a <= addr && addr < 0x1000 + a + s)
+                .map(|(i, _)| format!("f{i}"))
+                .next_back();
+            prop_assert_eq!(dump.lookup(addr).map(|c| c.name.clone()), want, "address {:#x}", addr);
+        }
+    }
+}
