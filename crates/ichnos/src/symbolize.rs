@@ -50,20 +50,83 @@ fn parse_addr(text: &str) -> Result<u64> {
     u64::from_str_radix(hex, 16).with_context(|| format!("{text:?} is not a hex address"))
 }
 
-pub fn symbolize(args: &SymbolizeArgs, verbose: bool) -> Result<()> {
-    let mut addrs = Vec::new();
-    if args.addrs.is_empty() {
-        for line in std::io::stdin().lock().lines() {
-            let line = line.context("reading addresses from standard input")?;
-            if !line.trim().is_empty() {
-                addrs.push(parse_addr(&line)?);
+/// Where addresses come from: the command line, or standard input read
+/// in chunks. A chunk ends at 4,096 addresses, or — when standard input is
+/// a pipe or terminal — as soon as no more input is waiting, so that a
+/// program driving ichnos as a coprocess (one address, then its answer, as
+/// with addr2line) gets each answer without closing its end.
+enum Input {
+    Args(std::vec::IntoIter<u64>),
+    Stdin {
+        reader: std::io::BufReader<std::io::StdinLock<'static>>,
+        interactive: bool,
+        done: bool,
+    },
+}
+
+const CHUNK: usize = 4096;
+
+impl Input {
+    fn new(args: &SymbolizeArgs) -> Result<Input> {
+        if args.addrs.is_empty() {
+            // A regular file never makes a read wait: read it in full chunks.
+            let interactive = !std::fs::metadata("/proc/self/fd/0").is_ok_and(|m| m.is_file());
+            return Ok(Input::Stdin {
+                reader: std::io::BufReader::with_capacity(1 << 16, std::io::stdin().lock()),
+                interactive,
+                done: false,
+            });
+        }
+        let addrs = args
+            .addrs
+            .iter()
+            .map(|a| parse_addr(a))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Input::Args(addrs.into_iter()))
+    }
+
+    /// The next chunk (empty at the end), and whether an answer should be
+    /// flushed at once because the input paused.
+    fn next_chunk(&mut self, chunk: &mut Vec<u64>) -> Result<bool> {
+        chunk.clear();
+        match self {
+            Input::Args(rest) => {
+                chunk.extend(rest.take(CHUNK));
+                Ok(false)
+            }
+            Input::Stdin {
+                reader,
+                interactive,
+                done,
+            } => {
+                let mut line = String::new();
+                while !*done && chunk.len() < CHUNK {
+                    line.clear();
+                    if reader
+                        .read_line(&mut line)
+                        .context("reading addresses from standard input")?
+                        == 0
+                    {
+                        *done = true;
+                        break;
+                    }
+                    let text = line.trim();
+                    if !text.is_empty() {
+                        chunk.push(parse_addr(text)?);
+                    }
+                    if *interactive && reader.buffer().is_empty() {
+                        // The next read would wait: answer what we have.
+                        return Ok(true);
+                    }
+                }
+                Ok(false)
             }
         }
-    } else {
-        for a in &args.addrs {
-            addrs.push(parse_addr(a)?);
-        }
     }
+}
+
+pub fn symbolize(args: &SymbolizeArgs, verbose: bool) -> Result<()> {
+    let mut input = Input::new(args)?;
     let mut options = SymbolizerOptions {
         demangle: !args.no_demangle,
         inlines: !args.no_inlines,
@@ -74,15 +137,22 @@ pub fn symbolize(args: &SymbolizeArgs, verbose: bool) -> Result<()> {
     }
     let symbolizer = Symbolizer::new(options);
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    // In chunks: answers are printed and dropped as they come, so only the
-    // addresses themselves (8 bytes each) are held for the whole input.
-    // (Standard input is read to its end first: not an addr2line
-    // coprocess yet.)
-    for (n, chunk) in addrs.chunks(4096).enumerate() {
+    // In chunks: answers are printed and dropped as they come, so neither
+    // the addresses nor the answers of a long input are held whole.
+    let mut chunk = Vec::with_capacity(CHUNK);
+    for n in 0.. {
+        let paused = input.next_chunk(&mut chunk)?;
+        if chunk.is_empty() {
+            if paused {
+                out.flush()?;
+                continue;
+            }
+            break;
+        }
         let (results, places): (Vec<Symbolized>, Vec<Option<Place>>) = match (&args.exe, args.pid) {
             (Some(exe), _) => {
                 let results = symbolizer
-                    .symbolize_file(exe, chunk)
+                    .symbolize_file(exe, &chunk)
                     .with_context(|| format!("cannot symbolize {}", exe.display()))?;
                 if n == 0 {
                     for refused in symbolizer.refused_debug_files(exe).unwrap_or_default() {
@@ -93,7 +163,7 @@ pub fn symbolize(args: &SymbolizeArgs, verbose: bool) -> Result<()> {
                 (results, vec![None; count])
             }
             (None, Some(pid)) => symbolizer
-                .symbolize_process(pid, chunk)
+                .symbolize_process(pid, &chunk)
                 .with_context(|| format!("cannot symbolize addresses of process {pid}"))?
                 .into_iter()
                 .map(|p| (p.symbolized, Some(p.place)))
@@ -106,6 +176,9 @@ pub fn symbolize(args: &SymbolizeArgs, verbose: bool) -> Result<()> {
             }
         }
         print(&mut out, &results, &places, args.json)?;
+        if paused {
+            out.flush()?;
+        }
     }
     out.flush()?;
     Ok(())

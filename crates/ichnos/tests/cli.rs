@@ -291,6 +291,39 @@ fn symbolize_prints_addr2line_lines() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.ends_with("??\n??:0\n"), "{text}");
 
+    // As a coprocess: each address is answered before the next is sent,
+    // with standard input still open (as addr2line can be driven).
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ichnos"))
+        .args(["symbolize", "-e", exe_str])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut to_child = child.stdin.take().unwrap();
+    let mut from_child = std::io::BufReader::new(child.stdout.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut line = String::new();
+        while from_child.read_line(&mut line).unwrap() > 0 {
+            tx.send(std::mem::take(&mut line)).unwrap();
+        }
+    });
+    for addr in [&addrs[0], &addrs[1]] {
+        std::io::Write::write_all(&mut to_child, format!("{addr}\n").as_bytes()).unwrap();
+        let function = rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("an answer while input stays open");
+        let location = rx.recv_timeout(std::time::Duration::from_secs(20)).unwrap();
+        assert!(
+            !function.trim().is_empty() && location.contains(':'),
+            "{function}{location}"
+        );
+    }
+    drop(to_child);
+    assert!(child.wait().unwrap().success());
+    reader.join().unwrap();
+
     // JSON on request.
     let out = ichnos(&["symbolize", "-e", exe_str, "--json", &addrs[3]]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
