@@ -45,12 +45,21 @@ pub fn crc32_of_file(path: &Path) -> std::io::Result<u32> {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// `bytes` in lower-case hex.
+pub(crate) fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write;
     bytes.iter().fold(String::new(), |mut s, b| {
         let _ = write!(s, "{b:02x}");
         s
     })
+}
+
+/// Where a file of build id `id` (two bytes or more) lies under a debug
+/// directory: `dir/.build-id/xx/yyyy.debug`.
+pub(crate) fn build_id_path(dir: &Path, id: &[u8]) -> PathBuf {
+    dir.join(".build-id")
+        .join(hex(&id[..1]))
+        .join(format!("{}.debug", hex(&id[1..])))
 }
 
 /// A debug file found for an object, or the candidates that were refused.
@@ -74,10 +83,7 @@ pub(crate) fn find_debug_file(
     let mut search = Search::default();
     if let Some(id) = build_id.filter(|id| id.len() >= 2) {
         for dir in debug_dirs {
-            let candidate = dir
-                .join(".build-id")
-                .join(hex(&id[..1]))
-                .join(format!("{}.debug", hex(&id[1..])));
+            let candidate = build_id_path(dir, id);
             if candidate.is_file() && !same_file(&candidate, object) {
                 search.found = Some((candidate.clone(), DebugSource::BuildId(candidate)));
                 return search;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 
-use crate::debug_file::{find_debug_file, DebugSource};
+use crate::debug_file::{build_id_path, find_debug_file, DebugSource};
 use crate::error::SymbolError;
 
 /// The bytes DWARF is read from: a mapped file, or a decompressed section.
@@ -184,8 +184,11 @@ impl LoadedObject {
         // Debug information that cannot be read is reported and passed
         // over: the symbol tables still name addresses.
         if has_dwarf(&file) {
-            match load_dwarf(path, &bytes, &file) {
-                Ok(d) => (dwarf, source) = (Some(d), DebugSource::SameFile),
+            match load_dwarf(path, &bytes, &file, debug_dirs, &mut refused) {
+                Ok((d, extra)) => {
+                    mapped_bytes += extra;
+                    (dwarf, source) = (Some(d), DebugSource::SameFile);
+                }
                 Err(e) => refused.push(e.to_string()),
             }
         } else {
@@ -194,7 +197,7 @@ impl LoadedObject {
             let search = find_debug_file(path, build_id, link, debug_dirs);
             refused = search.refused;
             if let Some((debug_path, found)) = search.found {
-                match load_debug_file(&debug_path) {
+                match load_debug_file(&debug_path, debug_dirs, &mut refused) {
                     Ok((d, debug_symbols, len)) => {
                         mapped_bytes += len;
                         symbols.extend(debug_symbols);
@@ -286,17 +289,19 @@ fn mini_debug_info_symbols(file: &object::File<'_>) -> Vec<Sym> {
 /// file may have none) and its size.
 fn load_debug_file(
     debug_path: &Path,
+    debug_dirs: &[PathBuf],
+    refused: &mut Vec<String>,
 ) -> Result<(addr2line::Context<Reader>, Vec<Sym>, u64), SymbolError> {
     let debug_bytes = map(debug_path)?;
     let debug_file = object::File::parse(&*debug_bytes).map_err(|e| SymbolError::BadObject {
         path: debug_path.to_path_buf(),
         detail: e.to_string(),
     })?;
-    let dwarf = load_dwarf(debug_path, &debug_bytes, &debug_file)?;
+    let (dwarf, extra) = load_dwarf(debug_path, &debug_bytes, &debug_file, debug_dirs, refused)?;
     Ok((
         dwarf,
         function_symbols(&debug_file),
-        debug_bytes.len() as u64,
+        debug_bytes.len() as u64 + extra,
     ))
 }
 
@@ -344,26 +349,20 @@ fn function_symbols(file: &object::File<'_>) -> Vec<Sym> {
     out
 }
 
-fn load_dwarf(
-    path: &Path,
-    bytes: &Shared,
-    file: &object::File<'_>,
-) -> Result<addr2line::Context<Reader>, SymbolError> {
-    let endian = if file.is_little_endian() {
-        gimli::RunTimeEndian::Little
-    } else {
-        gimli::RunTimeEndian::Big
-    };
-    let section = |id: gimli::SectionId| -> Result<Reader, gimli::Error> {
-        let Some(s) = file.section_by_name(id.name()) else {
-            return Ok(Reader::new(
-                Shared(Arc::new(Buffer::Owned(Vec::new()))),
-                endian,
-            ));
-        };
+/// DWARF sections of `file` (mapped as `bytes`) for gimli, each a slice
+/// of the mapping or, when compressed, its own buffer. A section that
+/// cannot be read (bad offsets, unknown compression) reads as empty: the
+/// rest of the DWARF still answers.
+fn section_loader<'a>(
+    bytes: &'a Shared,
+    file: &'a object::File<'_>,
+    endian: gimli::RunTimeEndian,
+) -> impl FnMut(gimli::SectionId) -> Result<Reader, gimli::Error> + 'a {
+    move |id: gimli::SectionId| {
         let empty = || Reader::new(Shared(Arc::new(Buffer::Owned(Vec::new()))), endian);
-        // A section that cannot be read (bad offsets, unknown compression)
-        // reads as empty: the rest of the DWARF still answers.
+        let Some(s) = file.section_by_name(id.name()) else {
+            return Ok(empty());
+        };
         Ok(match s.uncompressed_data() {
             Ok(Cow::Owned(v)) => Reader::new(Shared(Arc::new(Buffer::Owned(v))), endian),
             Ok(Cow::Borrowed(b)) => {
@@ -379,13 +378,78 @@ fn load_dwarf(
             }
             Err(_) => empty(),
         })
+    }
+}
+
+fn endian_of(file: &object::File<'_>) -> gimli::RunTimeEndian {
+    if file.is_little_endian() {
+        gimli::RunTimeEndian::Little
+    } else {
+        gimli::RunTimeEndian::Big
+    }
+}
+
+/// The DWARF of `file`, with the supplementary file its
+/// `.gnu_debugaltlink` names (dwz's shared DWARF) attached when it is
+/// found. Returns the context and the bytes of any file mapped for it;
+/// a supplementary file named but not found is noted in `refused`.
+fn load_dwarf(
+    path: &Path,
+    bytes: &Shared,
+    file: &object::File<'_>,
+    debug_dirs: &[PathBuf],
+    refused: &mut Vec<String>,
+) -> Result<(addr2line::Context<Reader>, u64), SymbolError> {
+    let bad = |e: gimli::Error| SymbolError::BadDwarf {
+        path: path.to_path_buf(),
+        detail: e.to_string(),
     };
-    let dwarf = gimli::Dwarf::load(section).map_err(|e| SymbolError::BadDwarf {
-        path: path.to_path_buf(),
-        detail: e.to_string(),
-    })?;
-    addr2line::Context::from_dwarf(dwarf).map_err(|e| SymbolError::BadDwarf {
-        path: path.to_path_buf(),
-        detail: e.to_string(),
+    let mut dwarf =
+        gimli::Dwarf::load(section_loader(bytes, file, endian_of(file))).map_err(bad)?;
+    let mut extra = 0;
+    if let Ok(Some((name, build_id))) = file.gnu_debugaltlink() {
+        match find_alt_file(path, name, build_id, debug_dirs) {
+            Some((alt_bytes, len)) => {
+                if let Ok(alt_file) = object::File::parse(&*alt_bytes) {
+                    dwarf
+                        .load_sup(section_loader(&alt_bytes, &alt_file, endian_of(&alt_file)))
+                        .map_err(bad)?;
+                    extra = len;
+                }
+            }
+            None => refused.push(format!(
+                "{}: supplementary DWARF file {} (build id {}) not found",
+                path.display(),
+                String::from_utf8_lossy(name),
+                crate::debug_file::hex(build_id)
+            )),
+        }
+    }
+    let context = addr2line::Context::from_dwarf(dwarf).map_err(bad)?;
+    Ok((context, extra))
+}
+
+/// The file a `.gnu_debugaltlink` names: its path (relative to the file
+/// that names it, as dwz writes it) or, failing that, the build-id
+/// directories; only a file whose build id matches is taken.
+fn find_alt_file(
+    path: &Path,
+    name: &[u8],
+    build_id: &[u8],
+    debug_dirs: &[PathBuf],
+) -> Option<(Shared, u64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let named = Path::new(std::ffi::OsStr::from_bytes(name));
+    let mut candidates = vec![path.parent().unwrap_or(Path::new("/")).join(named)];
+    if build_id.len() >= 2 {
+        candidates.extend(debug_dirs.iter().map(|dir| build_id_path(dir, build_id)));
+    }
+    candidates.into_iter().find_map(|candidate| {
+        let bytes = map(&candidate).ok()?;
+        let file = object::File::parse(&*bytes).ok()?;
+        let matches = build_id.is_empty() || file.build_id().ok().flatten() == Some(build_id);
+        drop(file);
+        let len = bytes.len() as u64;
+        matches.then_some((bytes, len))
     })
 }

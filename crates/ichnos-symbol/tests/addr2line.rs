@@ -439,3 +439,92 @@ fn a_file_rebuilt_in_place_is_read_again() {
         );
     }
 }
+
+/// dwz moves DWARF that several files share into one supplementary file
+/// named by `.gnu_debugaltlink` (Fedora and others ship debug info so):
+/// names and inlined functions then live there. Every instruction agrees
+/// with binutils on the same program before dwz; without the file, the
+/// loss is reported.
+#[test]
+fn dwz_supplementary_files_are_followed() {
+    if Command::new("dwz").arg("--version").output().is_err() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "dwz is not installed; .ci/run must install it"
+        );
+        eprintln!("skipped: dwz is not installed (apt-get install dwz)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("shared.h"),
+        "struct point { int x, y; long tag; };\n\
+         static inline __attribute__((always_inline)) int square(int v) { return v * v + 1; }\n\
+         static inline __attribute__((always_inline)) int dist(struct point *p) { return square(p->x) + square(p->y); }\n",
+    )
+    .unwrap();
+    for (name, k) in [("a", 3), ("b", 5)] {
+        std::fs::write(
+            d.join(format!("{name}.c")),
+            format!(
+                "#include \"shared.h\"\n\
+                 int __attribute__((noinline)) work_{name}(struct point *p) {{ return dist(p) * {k}; }}\n\
+                 int main(int c, char **v) {{ struct point p = {{ c, c + {k}, 0 }}; (void)v; return work_{name}(&p); }}\n"
+            ),
+        )
+        .unwrap();
+        run(Command::new("gcc").current_dir(d).args([
+            "-O2",
+            "-g",
+            "-o",
+            name,
+            &format!("{name}.c"),
+        ]));
+    }
+    // The truth: binutils on the file before dwz (dwz rewrites only the
+    // debug sections). binutils 2.40 on the dwz'd file names an inlined
+    // function whose abstract origin moved to the supplementary file after
+    // the function it was inlined into, so it cannot be the truth there.
+    std::fs::copy(d.join("a"), d.join("a.plain")).unwrap();
+    run(Command::new("dwz").current_dir(d).args([
+        "-m",
+        "common.debug",
+        "-M",
+        "common.debug",
+        "a",
+        "b",
+    ]));
+    let exe = d.join("a");
+    let addrs = instruction_addresses(&exe);
+    assert_eq!(addrs, instruction_addresses(&d.join("a.plain")));
+    let want = binutils(&d.join("a.plain"), &addrs);
+    let symbolizer = Symbolizer::new(SymbolizerOptions::default());
+    let got = symbolizer.symbolize_file(&exe, &addrs).unwrap();
+    let mut inlined = 0;
+    for ((addr, want), got) in addrs.iter().zip(&want).zip(&got) {
+        let got = ours(&got.frames);
+        if want.len() == 1 && want[0].1 == "??" && got == [("??".into(), "??".into(), 0)] {
+            continue;
+        }
+        assert_eq!(&got, want, "at {addr:#x}");
+        inlined += usize::from(want.iter().any(|f| f.0 == "square"));
+    }
+    assert!(
+        inlined > 0,
+        "no address in the inlined function that dwz moved"
+    );
+    assert!(symbolizer.refused_debug_files(&exe).unwrap().is_empty());
+
+    // The supplementary file gone: reported, and the rest still answers.
+    std::fs::remove_file(d.join("common.debug")).unwrap();
+    let fresh = Symbolizer::new(SymbolizerOptions::default());
+    let b = d.join("b");
+    let refused = fresh.refused_debug_files(&b).unwrap();
+    assert!(
+        refused
+            .iter()
+            .any(|r| r.contains("common.debug") && r.contains("not found")),
+        "{refused:?}"
+    );
+}
