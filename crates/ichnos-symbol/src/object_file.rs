@@ -72,6 +72,12 @@ pub(crate) struct LoadedObject {
     /// symbol table, addr2line's line tables) as long as the object does,
     /// so the address names it without hashing or comparing its bytes.
     pub names: RefCell<HashMap<(usize, usize), Name, FxBuild>>,
+    /// Split DWARF files (`-gsplit-dwarf`) by dwo id, loaded on first
+    /// need; `None` when not found.
+    pub dwos: RefCell<HashMap<u64, Option<Arc<gimli::Dwarf<Reader>>>>>,
+    /// Where the object was read from (split DWARF paths may be relative
+    /// to it).
+    pub path: PathBuf,
 }
 
 /// A name as stored, and as shown once someone asked for it demangled.
@@ -115,6 +121,53 @@ impl std::hash::Hasher for FxHasher {
 }
 
 impl LoadedObject {
+    /// The split DWARF file a lookup asks for, loaded once: the path the
+    /// skeleton unit names (relative to its compilation directory), else
+    /// the same name next to the object. Its dwo id must match.
+    pub(crate) fn dwo(
+        &self,
+        load: &addr2line::SplitDwarfLoad<Reader>,
+    ) -> Option<Arc<gimli::Dwarf<Reader>>> {
+        if let Some(d) = self.dwos.borrow().get(&load.dwo_id.0) {
+            return d.clone();
+        }
+        let found = self.load_dwo(load);
+        self.dwos.borrow_mut().insert(load.dwo_id.0, found.clone());
+        found
+    }
+
+    fn load_dwo(
+        &self,
+        load: &addr2line::SplitDwarfLoad<Reader>,
+    ) -> Option<Arc<gimli::Dwarf<Reader>>> {
+        use std::os::unix::ffi::OsStrExt;
+        let text = |r: &Option<Reader>| {
+            r.as_ref()
+                .map(|r| PathBuf::from(std::ffi::OsStr::from_bytes(r.bytes())))
+        };
+        let name = text(&load.path)?;
+        let mut candidates = Vec::new();
+        match text(&load.comp_dir) {
+            Some(dir) => candidates.push(dir.join(&name)),
+            None => candidates.push(name.clone()),
+        }
+        if let (Some(dir), Some(file)) = (self.path.parent(), name.file_name()) {
+            candidates.push(dir.join(file));
+        }
+        candidates.into_iter().find_map(|candidate| {
+            let bytes = map(&candidate).ok()?;
+            let file = object::File::parse(&*bytes).ok()?;
+            let mut dwarf =
+                gimli::Dwarf::load(section_loader(&bytes, &file, endian_of(&file), true)).ok()?;
+            dwarf.make_dwo(&load.parent);
+            // The unit inside must be the one the skeleton asked for.
+            let mut units = dwarf.units();
+            let header = units.next().ok()??;
+            let unit = dwarf.unit(header).ok()?;
+            (unit.dwo_id == Some(load.dwo_id)).then(|| Arc::new(dwarf))
+        })
+    }
+
     /// The string whose bytes are `bytes` (lying in this object), made
     /// once; with `demangle`, also its demangled form (made once too).
     /// Returns (as shown, as stored).
@@ -223,6 +276,8 @@ impl LoadedObject {
             refused,
             mapped_bytes,
             names: RefCell::default(),
+            dwos: RefCell::default(),
+            path: path.to_path_buf(),
         })
     }
 
@@ -357,10 +412,13 @@ fn section_loader<'a>(
     bytes: &'a Shared,
     file: &'a object::File<'_>,
     endian: gimli::RunTimeEndian,
+    dwo: bool,
 ) -> impl FnMut(gimli::SectionId) -> Result<Reader, gimli::Error> + 'a {
     move |id: gimli::SectionId| {
         let empty = || Reader::new(Shared(Arc::new(Buffer::Owned(Vec::new()))), endian);
-        let Some(s) = file.section_by_name(id.name()) else {
+        // A split DWARF file names its sections `.debug_info.dwo` and so on.
+        let name = if dwo { id.dwo_name() } else { Some(id.name()) };
+        let Some(s) = name.and_then(|name| file.section_by_name(name)) else {
             return Ok(empty());
         };
         Ok(match s.uncompressed_data() {
@@ -405,14 +463,19 @@ fn load_dwarf(
         detail: e.to_string(),
     };
     let mut dwarf =
-        gimli::Dwarf::load(section_loader(bytes, file, endian_of(file))).map_err(bad)?;
+        gimli::Dwarf::load(section_loader(bytes, file, endian_of(file), false)).map_err(bad)?;
     let mut extra = 0;
     if let Ok(Some((name, build_id))) = file.gnu_debugaltlink() {
         match find_alt_file(path, name, build_id, debug_dirs) {
             Some((alt_bytes, len)) => {
                 if let Ok(alt_file) = object::File::parse(&*alt_bytes) {
                     dwarf
-                        .load_sup(section_loader(&alt_bytes, &alt_file, endian_of(&alt_file)))
+                        .load_sup(section_loader(
+                            &alt_bytes,
+                            &alt_file,
+                            endian_of(&alt_file),
+                            false,
+                        ))
                         .map_err(bad)?;
                     extra = len;
                 }

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use crate::debug_file::DebugSource;
 use crate::error::SymbolError;
 use crate::object_file::LoadedObject;
+use addr2line::LookupContinuation;
 
 /// How to symbolize.
 #[derive(Clone, Debug)]
@@ -275,7 +276,17 @@ impl Symbolizer {
     fn frames(&self, object: &LoadedObject, addr: u64) -> Vec<Frame> {
         let mut frames = Vec::new();
         if let Some(ctx) = &object.dwarf {
-            if let Ok(mut iter) = ctx.find_frames(addr).skip_all_loads() {
+            // Split DWARF: load each .dwo the lookup asks for and resume.
+            let mut lookup = ctx.find_frames(addr);
+            let found = loop {
+                match lookup {
+                    addr2line::LookupResult::Output(found) => break found,
+                    addr2line::LookupResult::Load { load, continuation } => {
+                        lookup = continuation.resume(object.dwo(&load));
+                    }
+                }
+            };
+            if let Ok(mut iter) = found {
                 while let Ok(Some(f)) = iter.next() {
                     let (function, raw_function) = f
                         .function

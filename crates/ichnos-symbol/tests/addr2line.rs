@@ -528,3 +528,70 @@ fn dwz_supplementary_files_are_followed() {
         "{refused:?}"
     );
 }
+
+/// Split DWARF (`-gsplit-dwarf`): the line tables and inlined functions
+/// live in a `.dwo` file that the binary's skeleton unit names. Every
+/// instruction agrees with binutils on the same program built without
+/// splitting; with the `.dwo` gone, the symbol tables still name functions.
+#[test]
+fn split_dwarf_files_are_loaded() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/inlines.c");
+    std::fs::copy(&src, d.join("inlines.c")).unwrap();
+    for (out, split) in [("plain", false), ("split", true)] {
+        let mut cmd = Command::new("gcc");
+        cmd.current_dir(d)
+            .args(["-O2", "-g", "-o", out, "inlines.c"]);
+        if split {
+            cmd.arg("-gsplit-dwarf");
+        }
+        run(&mut cmd);
+    }
+    let dwos: Vec<_> = std::fs::read_dir(d)
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.path().extension().is_some_and(|x| x == "dwo"))
+        .map(|e| e.path())
+        .collect();
+    assert!(!dwos.is_empty(), "gcc wrote no .dwo");
+    let exe = d.join("split");
+    let addrs = instruction_addresses(&exe);
+    assert_eq!(
+        addrs,
+        instruction_addresses(&d.join("plain")),
+        "splitting changed the code"
+    );
+    let want = binutils(&d.join("plain"), &addrs);
+    let symbolizer = Symbolizer::new(SymbolizerOptions::default());
+    let got = symbolizer.symbolize_file(&exe, &addrs).unwrap();
+    let (mut compared, mut inlined) = (0, 0);
+    for ((addr, want), got) in addrs.iter().zip(&want).zip(&got) {
+        let got = ours(&got.frames);
+        if want.len() == 1 && want[0].1 == "??" && got == [("??".into(), "??".into(), 0)] {
+            continue;
+        }
+        assert_eq!(&got, want, "at {addr:#x}");
+        compared += 1;
+        inlined += usize::from(want.len() > 1);
+    }
+    assert!(
+        compared > 50 && inlined > 5,
+        "{compared} compared, {inlined} inlined"
+    );
+
+    for dwo in dwos {
+        std::fs::remove_file(dwo).unwrap();
+    }
+    let fresh = Symbolizer::new(SymbolizerOptions::default());
+    let got = fresh.symbolize_file(&exe, &addrs).unwrap();
+    let named = got
+        .iter()
+        .filter(|r| r.frames[0].function.is_some())
+        .count();
+    assert!(
+        named > addrs.len() / 2,
+        "symbol tables name {named} of {}",
+        addrs.len()
+    );
+}
