@@ -75,6 +75,8 @@ pub(crate) struct LoadedObject {
     /// Split DWARF files (`-gsplit-dwarf`) by dwo id, loaded on first
     /// need; `None` when not found.
     pub dwos: RefCell<HashMap<u64, Option<Arc<gimli::Dwarf<Reader>>>>>,
+    /// The DWARF package `<object>.dwp`, read on the first split lookup.
+    pub dwp: std::cell::OnceCell<Option<gimli::DwarfPackage<Reader>>>,
     /// Where the object was read from (split DWARF paths may be relative
     /// to it).
     pub path: PathBuf,
@@ -141,6 +143,12 @@ impl LoadedObject {
         load: &addr2line::SplitDwarfLoad<Reader>,
     ) -> Option<Arc<gimli::Dwarf<Reader>>> {
         use std::os::unix::ffi::OsStrExt;
+        // A DWARF package next to the object (`dwp -e`) holds them all.
+        if let Some(package) = self.dwp.get_or_init(|| self.load_dwp()) {
+            if let Ok(Some(dwarf)) = package.find_cu(load.dwo_id, &load.parent) {
+                return Some(Arc::new(dwarf));
+            }
+        }
         let text = |r: &Option<Reader>| {
             r.as_ref()
                 .map(|r| PathBuf::from(std::ffi::OsStr::from_bytes(r.bytes())))
@@ -166,6 +174,16 @@ impl LoadedObject {
             let unit = dwarf.unit(header).ok()?;
             (unit.dwo_id == Some(load.dwo_id)).then(|| Arc::new(dwarf))
         })
+    }
+
+    fn load_dwp(&self) -> Option<gimli::DwarfPackage<Reader>> {
+        let mut name = self.path.clone().into_os_string();
+        name.push(".dwp");
+        let bytes = map(Path::new(&name)).ok()?;
+        let file = object::File::parse(&*bytes).ok()?;
+        let endian = endian_of(&file);
+        let empty = Reader::new(Shared(Arc::new(Buffer::Owned(Vec::new()))), endian);
+        gimli::DwarfPackage::load(section_loader(&bytes, &file, endian, true), empty).ok()
     }
 
     /// The string whose bytes are `bytes` (lying in this object), made
@@ -277,6 +295,7 @@ impl LoadedObject {
             mapped_bytes,
             names: RefCell::default(),
             dwos: RefCell::default(),
+            dwp: std::cell::OnceCell::new(),
             path: path.to_path_buf(),
         })
     }

@@ -530,11 +530,21 @@ fn dwz_supplementary_files_are_followed() {
 }
 
 /// Split DWARF (`-gsplit-dwarf`): the line tables and inlined functions
-/// live in a `.dwo` file that the binary's skeleton unit names. Every
-/// instruction agrees with binutils on the same program built without
-/// splitting; with the `.dwo` gone, the symbol tables still name functions.
+/// live in a `.dwo` file that the binary's skeleton unit names, or in a
+/// DWARF package (`.dwp`) beside the binary. Every instruction agrees with
+/// binutils on the same program built without splitting; with both gone,
+/// the symbol tables still name functions.
 #[test]
 fn split_dwarf_files_are_loaded() {
+    // DWARF 5 (gcc's default) and the GNU extension of DWARF 4; the
+    // package is made for DWARF 4, which binutils' dwp handles (its dwp
+    // crashes on DWARF 5 input).
+    for version in ["-gdwarf-5", "-gdwarf-4"] {
+        split_dwarf_case(version);
+    }
+}
+
+fn split_dwarf_case(version: &str) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/inlines.c");
@@ -542,7 +552,7 @@ fn split_dwarf_files_are_loaded() {
     for (out, split) in [("plain", false), ("split", true)] {
         let mut cmd = Command::new("gcc");
         cmd.current_dir(d)
-            .args(["-O2", "-g", "-o", out, "inlines.c"]);
+            .args(["-O2", "-g", version, "-o", out, "inlines.c"]);
         if split {
             cmd.arg("-gsplit-dwarf");
         }
@@ -571,17 +581,33 @@ fn split_dwarf_files_are_loaded() {
         if want.len() == 1 && want[0].1 == "??" && got == [("??".into(), "??".into(), 0)] {
             continue;
         }
-        assert_eq!(&got, want, "at {addr:#x}");
+        assert_eq!(&got, want, "{version} at {addr:#x}");
         compared += 1;
         inlined += usize::from(want.len() > 1);
     }
     assert!(
         compared > 50 && inlined > 5,
-        "{compared} compared, {inlined} inlined"
+        "{version}: {compared} compared, {inlined} inlined"
     );
 
-    for dwo in dwos {
-        std::fs::remove_file(dwo).unwrap();
+    if version == "-gdwarf-4" {
+        // Packed into split.dwp and the .dwo files removed: the same
+        // answers from the package.
+        run(Command::new("dwp").current_dir(d).args(["-e", "split"]));
+        for dwo in &dwos {
+            std::fs::remove_file(dwo).unwrap();
+        }
+        let packaged = Symbolizer::new(SymbolizerOptions::default());
+        let from_package = packaged.symbolize_file(&exe, &addrs).unwrap();
+        assert_eq!(
+            from_package, got,
+            "answers from the .dwp differ from those of the .dwo files"
+        );
+        std::fs::remove_file(d.join("split.dwp")).unwrap();
+    } else {
+        for dwo in &dwos {
+            std::fs::remove_file(dwo).unwrap();
+        }
     }
     let fresh = Symbolizer::new(SymbolizerOptions::default());
     let got = fresh.symbolize_file(&exe, &addrs).unwrap();
