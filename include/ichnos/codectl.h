@@ -57,8 +57,12 @@ struct code_jit_info {
 	uint64_t text_start;	/* text_start <= addr */
 	uint64_t text_end;	/* addr < text_end */
 	uint64_t unwind_head;	/* struct code_jit_unwind_table * */
+	uint64_t name;		/* const char *: the JIT's name for the code, or 0
+				 * (version 1, an ichnos extension: symbolizers
+				 * name the code by it) */
 };
 #define CODE_JIT_INFO_SIZE_VER0 24
+#define CODE_JIT_INFO_SIZE_VER1 32
 
 /* Removes the registration whose text range starts at text_start. */
 struct code_unregister_info {

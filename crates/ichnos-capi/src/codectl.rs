@@ -54,6 +54,9 @@ pub struct code_jit_info {
     pub text_end: u64,
     /// `struct code_jit_unwind_table *`, or 0.
     pub unwind_head: u64,
+    /// `const char *`: the JIT's name for the code, or 0 (version 1, an
+    /// ichnos extension; a 24-byte version 0 struct leaves it 0).
+    pub name: u64,
 }
 
 /// `struct code_unregister_info`.
@@ -209,10 +212,13 @@ pub unsafe extern "C" fn codectl(
                 Ok(i) => i,
                 Err(e) => return e,
             };
-            status(registry.register_jit(JitCode::new(
-                info.text_start..info.text_end,
-                info.unwind_head,
-            )))
+            let code = JitCode::new(info.text_start..info.text_end, info.unwind_head);
+            // SAFETY: the caller promises a NUL-terminated string or 0.
+            let code = match unsafe { c_path(info.name) } {
+                Some(name) => code.with_name(name.to_string_lossy()),
+                None => code,
+            };
+            status(registry.register_jit(code))
         }
         CODE_UNREGISTER => {
             // SAFETY: forwarded caller contract.

@@ -272,6 +272,12 @@ fn another_process_reads_the_registry() {
     let (registry, failed) = result.unwrap();
     assert!(failed.is_empty(), "{failed:?}");
     let registrations = registry.registrations();
+    // The JIT code's name (a version-1 code_jit_info) came across.
+    assert!(
+        registrations.iter().any(|r| matches!(r,
+            ichnos_code::Registration::Jit { name: Some(n), .. } if n == "js:render@app.js")),
+        "{registrations:?}"
+    );
     let elf_paths: Vec<String> = registrations
         .iter()
         .filter_map(|r| match r {

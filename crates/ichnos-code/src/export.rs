@@ -141,10 +141,23 @@ impl Exporter {
                         ids.push(id);
                     }
                 }
-                Registration::Jit { text, unwind_head } => {
+                Registration::Jit {
+                    text,
+                    unwind_head,
+                    name,
+                } => {
                     e.kind = ENTRY_JIT;
                     (e.text_start, e.text_end) = (text.start, text.end);
                     e.unwind_head = *unwind_head;
+                    // A JIT entry's pathname is the code's name.
+                    e.pathname =
+                        name.as_deref()
+                            .and_then(|n| CString::new(n).ok())
+                            .map_or(0, |c| {
+                                let addr = c.as_ptr() as u64;
+                                strings.push(c);
+                                addr
+                            });
                 }
             }
             entries.push(e);
@@ -337,6 +350,9 @@ fn decode_entry(
         ENTRY_JIT => Ok(Registration::Jit {
             text,
             unwind_head: u64_at(56),
+            name: read_c_string(memory, u64_at(64))
+                .map_err(|d| ("pathname", d))?
+                .map(|p| p.to_string_lossy().into_owned()),
         }),
         ENTRY_ELF => {
             let sframe = range(40, "sframe_start")?;
@@ -412,8 +428,16 @@ impl Registry {
             let text = r.text().clone();
             let result = match r {
                 Registration::Elf(code) => registry.register_elf(code),
-                Registration::Jit { text, unwind_head } => {
-                    registry.register_jit(JitCode::new(text, unwind_head))
+                Registration::Jit {
+                    text,
+                    unwind_head,
+                    name,
+                } => {
+                    let code = JitCode::new(text, unwind_head);
+                    registry.register_jit(match name {
+                        Some(name) => code.with_name(name),
+                        None => code,
+                    })
                 }
             };
             if let Err(e) = result {

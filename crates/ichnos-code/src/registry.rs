@@ -65,6 +65,9 @@ pub struct JitCode {
     pub text: Range<u64>,
     /// Address of the first `struct code_jit_unwind_table`, or 0.
     pub unwind_head: u64,
+    /// What the JIT calls this code (a function, a trace, a module), for
+    /// symbolization; `None` reads as `[jit]`.
+    pub name: Option<String>,
     keep_alive: Option<Arc<JitUnwindTable>>,
 }
 
@@ -76,8 +79,16 @@ impl JitCode {
         Self {
             text,
             unwind_head,
+            name: None,
             keep_alive: None,
         }
+    }
+
+    /// The same code, named.
+    #[must_use]
+    pub fn with_name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
     }
 
     /// JIT code described by a table built with [`JitUnwindTable`]; the
@@ -87,6 +98,7 @@ impl JitCode {
         Self {
             text,
             unwind_head: table.address(),
+            name: None,
             keep_alive: Some(Arc::clone(table)),
         }
     }
@@ -97,12 +109,14 @@ impl JitCode {
 pub enum Registration {
     /// ELF code.
     Elf(ElfCode),
-    /// JIT code: the text range and the table chain's head.
+    /// JIT code: the text range, the table chain's head and its name.
     Jit {
         /// The text range.
         text: Range<u64>,
         /// The first table.
         unwind_head: u64,
+        /// The JIT's name for the code, if it gave one.
+        name: Option<String>,
     },
 }
 
@@ -441,11 +455,12 @@ impl Registry {
             bias: 0,
             rows: Rows::Jit(Arc::new(jit)),
             source: RowSource::Jit,
-            name: Arc::from("[jit]"),
+            name: Arc::from(code.name.as_deref().unwrap_or("[jit]")),
         };
         let registration = Registration::Jit {
             text: code.text.clone(),
             unwind_head: code.unwind_head,
+            name: code.name.clone(),
         };
         self.publish(&mut entries, object, registration, code.keep_alive)
     }

@@ -56,9 +56,39 @@ fn mapped_jitdump(pid: u32, maps: &[ichnos_image::MapsEntry]) -> Option<JitDump>
         .map(|bytes| JitDump::parse(&bytes))
 }
 
+/// Names of JIT code the process registered with `codectl()` (read from
+/// its exported code registry): (text range, name), sorted by start.
+fn registered_jit_names(pid: u32) -> Vec<(std::ops::Range<u64>, Arc<str>)> {
+    let Ok(at) = ichnos_code::export::find_exported_registry(pid) else {
+        return Vec::new();
+    };
+    let Ok(registrations) = ichnos_code::export::read_exported_registry(pid, at) else {
+        return Vec::new();
+    };
+    let mut names: Vec<_> = registrations
+        .into_iter()
+        .filter_map(|r| match r {
+            ichnos_code::Registration::Jit {
+                text,
+                name: Some(name),
+                ..
+            } => Some((text, Arc::from(name.as_str()))),
+            _ => None,
+        })
+        .collect();
+    names.sort_by_key(|(text, _)| text.start);
+    names
+}
+
 /// The frame of JIT code: from the jitdump first (it has lines), then
-/// from the perf map.
-fn jit_frame(addr: u64, jitdump: Option<&JitDump>, perf_map: Option<&PerfMap>) -> Frame {
+/// from the perf map, then from the name the JIT registered the code
+/// range under.
+fn jit_frame(
+    addr: u64,
+    jitdump: Option<&JitDump>,
+    perf_map: Option<&PerfMap>,
+    registered: &[(std::ops::Range<u64>, Arc<str>)],
+) -> Frame {
     let mut frame = Frame::default();
     if let Some(code) = jitdump.and_then(|d| d.lookup(addr)) {
         frame.function = Some(Arc::from(code.name.as_str()));
@@ -68,6 +98,15 @@ fn jit_frame(addr: u64, jitdump: Option<&JitDump>, perf_map: Option<&PerfMap>) -
         }
     } else if let Some(e) = perf_map.and_then(|m| m.lookup(addr)) {
         frame.function = Some(Arc::from(e.name.as_str()));
+    } else {
+        // Registered ranges never overlap: the one starting last at or
+        // below the address is the only candidate.
+        let i = registered.partition_point(|(text, _)| text.start <= addr);
+        if let Some((text, name)) = i.checked_sub(1).map(|i| &registered[i]) {
+            if text.contains(&addr) {
+                frame.function = Some(Arc::clone(name));
+            }
+        }
     }
     frame.raw_function.clone_from(&frame.function);
     frame
@@ -77,8 +116,9 @@ impl Symbolizer {
     /// Symbolizes addresses of the live process `pid`: each is placed
     /// through `/proc/PID/maps` into an object file (then symbolized like
     /// [`Symbolizer::symbolize_file`], one batch per file) or into
-    /// anonymous executable memory, named from `/tmp/perf-PID.map` when
-    /// the process wrote one (and it belongs to the process's user).
+    /// anonymous executable memory, named from the process's jitdump, its
+    /// `/tmp/perf-PID.map` (when it belongs to the process's user), or the
+    /// names it registered JIT code under with `codectl()`.
     pub fn symbolize_process(
         &self,
         pid: u32,
@@ -95,6 +135,7 @@ impl Symbolizer {
         })?;
         let perf_map = PerfMap::for_process(pid).ok();
         let jitdump = mapped_jitdump(pid, &maps);
+        let mut registered = None;
         let mut segments: HashMap<String, Option<Vec<LoadSegment>>> = HashMap::new();
         let places: Vec<Place> = addrs
             .iter()
@@ -163,7 +204,10 @@ impl Symbolizer {
                     frames: vec![if place == Place::Unmapped {
                         Frame::default()
                     } else {
-                        jit_frame(addr, jitdump.as_ref(), perf_map.as_ref())
+                        // Read once, and only if JIT code was asked about.
+                        let registered =
+                            registered.get_or_insert_with(|| registered_jit_names(pid));
+                        jit_frame(addr, jitdump.as_ref(), perf_map.as_ref(), registered)
                     }],
                     source: crate::DebugSource::SymbolsOnly,
                 });

@@ -331,3 +331,36 @@ proptest! {
         }
     }
 }
+
+/// JIT code named only by its `codectl()` registration (no perf map, no
+/// jitdump): `symbolize_process` finds the name through the process's
+/// exported code registry — here this test process's own.
+#[test]
+fn jit_code_is_named_by_its_codectl_registration() {
+    use ichnos_code::{JitCode, Registry};
+    use ichnos_symbol::{Place, Symbolizer, SymbolizerOptions};
+    // SAFETY: a fresh anonymous mapping of our own; nothing runs in it.
+    let page = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_EXEC,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    } as u64;
+    assert_ne!(page, libc::MAP_FAILED as u64);
+    Registry::global()
+        .register_jit(JitCode::new(page..page + 4096, 0).with_name("wasm:fib"))
+        .unwrap();
+    let symbolizer = Symbolizer::new(SymbolizerOptions::default());
+    let got = symbolizer
+        .symbolize_process(std::process::id(), &[page + 16, page + 4095])
+        .unwrap();
+    Registry::global().unregister(page).unwrap();
+    for g in &got {
+        assert_eq!(g.place, Place::Anonymous);
+        assert_eq!(g.symbolized.frames[0].function.as_deref(), Some("wasm:fib"));
+    }
+}

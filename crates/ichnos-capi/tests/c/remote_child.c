@@ -31,6 +31,7 @@ int main(void)
 		.text_start = 0x60000000,
 		.text_end = 0x60001000,
 		.unwind_head = (uint64_t)(uintptr_t)table,
+		.name = (uint64_t)(uintptr_t)"js:render@app.js",
 	};
 	int rc = codectl(CODE_REGISTER_JIT, &jit, sizeof jit, 0);
 	printf("%d %d\n", n, rc);
