@@ -6,7 +6,7 @@
 //! offset, return address and caller's FP at fixed offsets from the CFA.
 //! Ranges whose rule is anything else (a DWARF expression, a CFA in another
 //! register, a register saved in a register) become rows marked
-//! [`ROW_UNEXPRESSIBLE`](crate::row::ROW_UNEXPRESSIBLE), where the unwinder
+//! [`crate::row::ROW_UNEXPRESSIBLE`], where the unwinder
 //! falls back to the frame-pointer chain.
 //!
 //! Only x86-64 register numbers are understood; other architectures'
@@ -51,7 +51,7 @@ pub struct EhConversion {
     pub skipped_fdes: usize,
     /// The first parse error, with the offset gimli reported.
     pub first_error: Option<String>,
-    /// Whether [`MAX_ROWS`] cut the conversion short.
+    /// Whether the row budget (2^24 rows per section) cut the conversion short.
     pub truncated: bool,
 }
 
