@@ -15,7 +15,7 @@
 //! action. A record is thus never torn, unlike drx_buf's (issue 2618).
 
 use super::slot::Slot;
-use super::{sigatomic, thread, FlushReason, Shared};
+use super::{thread, Shared};
 use std::mem::offset_of;
 use std::sync::atomic::Ordering;
 use std::sync::Once;
@@ -194,19 +194,10 @@ unsafe fn handle_own_fault(info: *mut libc::siginfo_t, context: *mut libc::ucont
     // which holds it.
     // SAFETY: see above.
     let shared = unsafe { &*shared };
-    let tid = thread::current_tid();
-    let restarted = if thread::EXITING.load(Ordering::Acquire) {
-        sigatomic::add(&slot.reserved, len.wrapping_neg());
-        slot.count_lost(len);
-        false
-    } else {
-        // Flushes the committed records and starts afresh with ours at 0,
-        // or drops ours (counted) when a write below it is still open.
-        slot.trace_overflow(old, len, shared.capacity(), &mut |slot, data| {
-            shared.deliver(slot, data, FlushReason::Full, tid);
-        })
-        .is_some()
-    };
+    // The slow path every trace write takes when full: flush the
+    // committed records and start afresh with ours at 0, or drop ours
+    // (counted) when a write below it is open or the process is exiting.
+    let restarted = shared.overflow(slot, old, len, shared.capacity()).is_ok();
     if restarted {
         gregs[libc::REG_R10 as usize] = 0;
         gregs[libc::REG_RIP as usize] = (begin as u64).cast_signed();

@@ -609,7 +609,7 @@ impl Shared {
 
     #[cold]
     #[inline(never)]
-    fn overflow(
+    pub(crate) fn overflow(
         &self,
         slot: &Slot,
         old: usize,

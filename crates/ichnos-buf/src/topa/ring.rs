@@ -534,6 +534,11 @@ impl Producer {
         result
     }
 
+    /// Bytes that may be written before the stop marker.
+    fn room(&self) -> u64 {
+        self.plan.stop_at.saturating_sub(self.head)
+    }
+
     fn update_fast_limit(&mut self) {
         self.fast_limit = self
             .plan
@@ -620,15 +625,15 @@ impl Producer {
             let room = if self.mode == Mode::Snapshot {
                 left
             } else {
-                if self.plan.stop_at.saturating_sub(self.head) < left {
+                if self.room() < left {
                     let _ = self.reset_markers();
                 }
-                let mut room = self.plan.stop_at.saturating_sub(self.head);
+                let mut room = self.room();
                 if room == 0
                     && matches!(self.mode, Mode::BlockOnFull { .. })
                     && self.make_room(1).is_ok()
                 {
-                    room = self.plan.stop_at.saturating_sub(self.head);
+                    room = self.room();
                 }
                 room.min(left)
             };
@@ -778,17 +783,17 @@ impl Producer {
     /// tail and, in block-on-full mode, waits for the consumer. The caller
     /// counts the loss on an error.
     fn make_room(&mut self, len: u64) -> Result<(), RecordError> {
-        if self.mode == Mode::Snapshot || len <= self.plan.stop_at.saturating_sub(self.head) {
+        if self.mode == Mode::Snapshot || len <= self.room() {
             return Ok(());
         }
         let _ = self.reset_markers();
-        if len <= self.plan.stop_at.saturating_sub(self.head) {
+        if len <= self.room() {
             return Ok(());
         }
         let Mode::BlockOnFull { timeout } = self.mode else {
             return Err(RecordError::NoRoom {
                 len: len as usize,
-                free: self.plan.stop_at.saturating_sub(self.head),
+                free: self.room(),
             });
         };
         let deadline = Instant::now() + timeout;
@@ -800,7 +805,7 @@ impl Producer {
             }
             let seen = h.space_futex.0.load(Ordering::SeqCst);
             let _ = self.reset_markers();
-            if len <= self.plan.stop_at.saturating_sub(self.head) {
+            if len <= self.room() {
                 return Ok(());
             }
             if Instant::now() >= deadline {
@@ -833,7 +838,7 @@ impl Producer {
         // change before the spin is not missed.
         let mut seen = h.tail.0.load(Ordering::Acquire);
         let _ = self.reset_markers();
-        if len <= self.plan.stop_at.saturating_sub(self.head) {
+        if len <= self.room() {
             return true;
         }
         for _ in 0..SPINS {
@@ -842,7 +847,7 @@ impl Producer {
             if tail != seen {
                 seen = tail;
                 let _ = self.reset_markers();
-                if len <= self.plan.stop_at.saturating_sub(self.head) {
+                if len <= self.room() {
                     return true;
                 }
             }
