@@ -163,27 +163,27 @@ impl LoadedObject {
             candidates.push(dir.join(file));
         }
         candidates.into_iter().find_map(|candidate| {
-            let bytes = map(&candidate).ok()?;
-            let file = object::File::parse(&*bytes).ok()?;
-            let mut dwarf =
-                gimli::Dwarf::load(section_loader(&bytes, &file, endian_of(&file), true)).ok()?;
-            dwarf.make_dwo(&load.parent);
-            // The unit inside must be the one the skeleton asked for.
-            let mut units = dwarf.units();
-            let header = units.next().ok()??;
-            let unit = dwarf.unit(header).ok()?;
-            (unit.dwo_id == Some(load.dwo_id)).then(|| Arc::new(dwarf))
+            with_object(&candidate, |bytes, file| {
+                let mut dwarf =
+                    gimli::Dwarf::load(section_loader(bytes, file, endian_of(file), true)).ok()?;
+                dwarf.make_dwo(&load.parent);
+                // The unit inside must be the one the skeleton asked for.
+                let mut units = dwarf.units();
+                let header = units.next().ok()??;
+                let unit = dwarf.unit(header).ok()?;
+                (unit.dwo_id == Some(load.dwo_id)).then(|| Arc::new(dwarf))
+            })
         })
     }
 
     fn load_dwp(&self) -> Option<gimli::DwarfPackage<Reader>> {
         let mut name = self.path.clone().into_os_string();
         name.push(".dwp");
-        let bytes = map(Path::new(&name)).ok()?;
-        let file = object::File::parse(&*bytes).ok()?;
-        let endian = endian_of(&file);
-        let empty = Reader::new(Shared(Arc::new(Buffer::Owned(Vec::new()))), endian);
-        gimli::DwarfPackage::load(section_loader(&bytes, &file, endian, true), empty).ok()
+        with_object(Path::new(&name), |bytes, file| {
+            let endian = endian_of(file);
+            let empty = Reader::new(Shared(Arc::new(Buffer::Owned(Vec::new()))), endian);
+            gimli::DwarfPackage::load(section_loader(bytes, file, endian, true), empty).ok()
+        })
     }
 
     /// The string whose bytes are `bytes` (lying in this object), made
@@ -458,6 +458,16 @@ fn section_loader<'a>(
     }
 }
 
+/// Maps the object file at `path`, parses it once and hands both to `f`.
+fn with_object<T>(
+    path: &Path,
+    f: impl FnOnce(&Shared, &object::File<'_>) -> Option<T>,
+) -> Option<T> {
+    let bytes = map(path).ok()?;
+    let file = object::File::parse(&*bytes).ok()?;
+    f(&bytes, &file)
+}
+
 fn endian_of(file: &object::File<'_>) -> gimli::RunTimeEndian {
     if file.is_little_endian() {
         gimli::RunTimeEndian::Little
@@ -486,18 +496,9 @@ fn load_dwarf(
     let mut extra = 0;
     if let Ok(Some((name, build_id))) = file.gnu_debugaltlink() {
         match find_alt_file(path, name, build_id, debug_dirs) {
-            Some((alt_bytes, len)) => {
-                if let Ok(alt_file) = object::File::parse(&*alt_bytes) {
-                    dwarf
-                        .load_sup(section_loader(
-                            &alt_bytes,
-                            &alt_file,
-                            endian_of(&alt_file),
-                            false,
-                        ))
-                        .map_err(bad)?;
-                    extra = len;
-                }
+            Some((sup, len)) => {
+                dwarf.set_sup(sup);
+                extra = len;
             }
             None => refused.push(format!(
                 "{}: supplementary DWARF file {} (build id {}) not found",
@@ -511,15 +512,16 @@ fn load_dwarf(
     Ok((context, extra))
 }
 
-/// The file a `.gnu_debugaltlink` names: its path (relative to the file
-/// that names it, as dwz writes it) or, failing that, the build-id
-/// directories; only a file whose build id matches is taken.
+/// The DWARF of the file a `.gnu_debugaltlink` names: its path (relative
+/// to the file that names it, as dwz writes it) or, failing that, the
+/// build-id directories; only a file whose build id matches is taken.
+/// Returns it with the bytes mapped for it.
 fn find_alt_file(
     path: &Path,
     name: &[u8],
     build_id: &[u8],
     debug_dirs: &[PathBuf],
-) -> Option<(Shared, u64)> {
+) -> Option<(gimli::Dwarf<Reader>, u64)> {
     use std::os::unix::ffi::OsStrExt;
     let named = Path::new(std::ffi::OsStr::from_bytes(name));
     let mut candidates = vec![path.parent().unwrap_or(Path::new("/")).join(named)];
@@ -527,11 +529,14 @@ fn find_alt_file(
         candidates.extend(debug_dirs.iter().map(|dir| build_id_path(dir, build_id)));
     }
     candidates.into_iter().find_map(|candidate| {
-        let bytes = map(&candidate).ok()?;
-        let file = object::File::parse(&*bytes).ok()?;
-        let matches = build_id.is_empty() || file.build_id().ok().flatten() == Some(build_id);
-        drop(file);
-        let len = bytes.len() as u64;
-        matches.then_some((bytes, len))
+        with_object(&candidate, |bytes, file| {
+            let matches = build_id.is_empty() || file.build_id().ok().flatten() == Some(build_id);
+            if !matches {
+                return None;
+            }
+            let sup =
+                gimli::Dwarf::load(section_loader(bytes, file, endian_of(file), false)).ok()?;
+            Some((sup, bytes.len() as u64))
+        })
     })
 }
