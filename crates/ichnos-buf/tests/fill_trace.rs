@@ -443,3 +443,18 @@ fn records_written_in_batches_arrive_whole_and_in_order() {
     }
     assert_eq!(all.len(), 200 * 16);
 }
+
+#[test]
+fn a_panic_in_try_write_with_also_leaves_the_buffer_usable() {
+    let (buf, sink) = trace(64);
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = buf.try_write_with(8, |_| panic!("filling failed"));
+    }));
+    assert!(result.is_err());
+    buf.write(&record(1, 8)).unwrap();
+    assert!(buf.flush(), "the open reservation was closed by the unwind");
+    assert_eq!(
+        sink.lock().unwrap()[0].data,
+        [vec![0; 8], record(1, 8)].concat()
+    );
+}

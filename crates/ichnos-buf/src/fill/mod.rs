@@ -311,20 +311,25 @@ impl FillBuffer {
     /// (a circular buffer's oldest record, or zeros): it should write them all.
     #[inline(always)]
     pub fn write_with(&self, len: usize, fill: impl FnOnce(&mut [u8])) -> Result<(), WriteError> {
+        let open = self.reserve(len)?;
+        // SAFETY: `open` holds `len` bytes of this thread's buffer,
+        // reserved for this writer alone until it is committed.
+        fill(unsafe { std::slice::from_raw_parts_mut(open.ptr, len) });
+        open.commit();
+        Ok(())
+    }
+
+    /// Reserves `len` bytes as an [`OpenRecord`], which commits them as
+    /// zeros if the code filling them unwinds: an open reservation would
+    /// otherwise keep every later flush from happening.
+    #[inline(always)]
+    fn reserve(&self, len: usize) -> Result<OpenRecord<'_>, WriteError> {
         let ptr = self.reserve_raw(len)?;
-        // A panic in `fill` would leave the reservation open forever (no
-        // flush could happen again); the guard commits it as zeros.
-        let guard = PadOnUnwind {
+        Ok(OpenRecord {
             buf: self,
             ptr,
             len,
-        };
-        // SAFETY: `reserve_raw` returned `len` bytes of this thread's
-        // buffer reserved for this writer alone until the commit below.
-        fill(unsafe { std::slice::from_raw_parts_mut(ptr, len) });
-        std::mem::forget(guard);
-        self.commit_raw(len);
-        Ok(())
+        })
     }
 
     /// Writes `count` records of `N` bytes with one reservation and one
@@ -341,17 +346,11 @@ impl FillBuffer {
         let len = count
             .checked_mul(N)
             .ok_or_else(|| self.shared.size_error(usize::MAX))?;
-        let ptr = self.reserve_raw(len)?;
-        let guard = PadOnUnwind {
-            buf: self,
-            ptr,
-            len,
-        };
+        let open = self.reserve(len)?;
         // SAFETY: `len` = count * N reserved bytes for this writer alone;
         // [u8; N] has alignment 1, so any address is a valid start.
-        fill(unsafe { std::slice::from_raw_parts_mut(ptr.cast::<[u8; N]>(), count) });
-        std::mem::forget(guard);
-        self.commit_raw(len);
+        fill(unsafe { std::slice::from_raw_parts_mut(open.ptr.cast::<[u8; N]>(), count) });
+        open.commit();
         Ok(())
     }
 
@@ -378,12 +377,14 @@ impl FillBuffer {
         len: usize,
         fill: impl FnOnce(&mut [u8]) -> bool,
     ) -> Result<bool, WriteError> {
-        let ptr = self.reserve_raw(len)?;
+        let open = self.reserve(len)?;
         // SAFETY: as in `write_with`.
-        if fill(unsafe { std::slice::from_raw_parts_mut(ptr, len) }) {
-            self.commit_raw(len);
+        if fill(unsafe { std::slice::from_raw_parts_mut(open.ptr, len) }) {
+            open.commit();
             return Ok(true);
         }
+        let ptr = open.ptr;
+        std::mem::forget(open);
         let shared = &*self.shared;
         thread::with_slot(shared.index, |slot| match shared.kind {
             Kind::Trace { .. } => {
@@ -716,16 +717,26 @@ impl Drop for ErrnoGuard {
     }
 }
 
-/// Commits a reservation as zeros if the code filling it unwinds.
-struct PadOnUnwind<'a> {
+/// A reservation being filled. Committed by [`OpenRecord::commit`]; if it
+/// is dropped instead (the code filling it unwound), its bytes are
+/// committed as zeros.
+struct OpenRecord<'a> {
     buf: &'a FillBuffer,
     ptr: *mut u8,
     len: usize,
 }
 
-impl Drop for PadOnUnwind<'_> {
+impl OpenRecord<'_> {
+    #[inline(always)]
+    fn commit(self) {
+        self.buf.commit_raw(self.len);
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for OpenRecord<'_> {
     fn drop(&mut self) {
-        // SAFETY: the reservation this guard was made for.
+        // SAFETY: the reservation this record was made for.
         unsafe { std::ptr::write_bytes(self.ptr, 0, self.len) };
         self.buf.commit_raw(self.len);
     }
