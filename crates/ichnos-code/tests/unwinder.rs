@@ -361,3 +361,110 @@ fn the_cache_gives_the_same_walks_and_forgets_a_changed_map() {
     assert_eq!(cached, fresh.frames);
     assert_eq!(cached.len(), 1);
 }
+
+mod cache_model {
+    //! The cached walk must be the plain walk, frame for frame and stop for
+    //! stop, cold and warm, whatever the rows and the stack hold.
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A row of one of the shapes the cache treats differently: SP- or
+    /// FP-based CFA, slots near the CFA or too far for a cache entry,
+    /// unexpressible, outermost.
+    fn row() -> impl Strategy<Value = UnwindRow> {
+        (
+            0u8..5,
+            1i32..12,
+            prop_oneof![Just(0), Just(-8), Just(-16), Just(-520)],
+            prop_oneof![Just(0), Just(-16), Just(-24), Just(-264)],
+        )
+            .prop_map(|(shape, words, ra_off, fp_off)| UnwindRow {
+                cfa_off: words * 8,
+                ra_off,
+                fp_off,
+                info: match shape {
+                    0 => 0,
+                    1 => ROW_UNEXPRESSIBLE,
+                    2 => ROW_OUTERMOST,
+                    _ => ROW_CFA_BASE_SP,
+                },
+                ..UnwindRow::default()
+            })
+    }
+
+    /// A stack word: mostly return addresses into the code, some frame
+    /// pointers into the stack, zeros and noise.
+    fn word() -> impl Strategy<Value = u64> {
+        prop_oneof![
+            6 => 0x1000u64..0x2000,
+            2 => (0u64..96).prop_map(|w| SP + w * 8),
+            1 => Just(0u64),
+            1 => any::<u64>(),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+        #[test]
+        fn cached_walks_equal_plain_walks(
+            rows in proptest::collection::vec(row(), 16),
+            walks in proptest::collection::vec(
+                (0x1000u64..0x2000, 0u64..96, proptest::collection::vec(word(), 0..96)),
+                1..6,
+            ),
+            max_frames in 1usize..48,
+            fp_fallback in any::<bool>(),
+            beyond in any::<bool>(),
+        ) {
+            let mut table = RowTable::new(0x1000);
+            for (i, row) in rows.into_iter().enumerate() {
+                table.push(0x1000 + 0x100 * i as u64, UnwindRow { size: 0x100, ..row }).unwrap();
+            }
+            let mut m = CodeMap::new();
+            m.insert(Arc::new(CodeObject {
+                start: 0x1000,
+                end: 0x2000,
+                bias: 0,
+                rows: Rows::Fixed(Arc::new(table)),
+                source: RowSource::Sframe,
+                name: "model".into(),
+            }))
+            .unwrap();
+            let options = UnwindOptions { max_frames, frame_pointer_fallback: fp_fallback };
+            // One cache across several walks, interleaved, so that slots
+            // are shared, overwritten and guessed wrong.
+            let mut cache = UnwindCache::new();
+            let mut cached = Vec::new();
+            for _ in 0..3 {
+                for (ip, fp_word, words) in &walks {
+                    let regs = Regs { ip: *ip, sp: SP, fp: SP + fp_word * 8 };
+                    let bytes = stack(words);
+                    // The stack copy may stop short of the stack: the rest
+                    // is memory the walk can still read through the slow
+                    // path.
+                    let cut = if beyond { bytes.len() / 2 / 8 * 8 } else { bytes.len() };
+                    let mut plain = Vec::new();
+                    let stop = unwind_into(
+                        &m,
+                        regs,
+                        &bytes[..cut],
+                        &mut Bytes { addr: SP, data: &bytes },
+                        &options,
+                        &mut plain,
+                    );
+                    let c = unwind_cached(
+                        &m,
+                        regs,
+                        &bytes[..cut],
+                        &mut Bytes { addr: SP, data: &bytes },
+                        &options,
+                        &mut cache,
+                        &mut cached,
+                    );
+                    prop_assert_eq!(c, stop);
+                    prop_assert_eq!(&cached, &plain);
+                }
+            }
+        }
+    }
+}
