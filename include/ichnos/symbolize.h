@@ -49,6 +49,34 @@ enum ichnos_debug_source {
  * disk since it was parsed (inode, size, mtime) is parsed again. Never NULL. */
 struct ichnos_symbolizer *ichnos_symbolizer_new(const char *debug_dir);
 
+/* ichnos_symbolizer_options.flags: */
+#define ICHNOS_SYMBOLIZE_RAW_NAMES 0x1u	/* function is the name as stored */
+#define ICHNOS_SYMBOLIZE_NO_INLINES 0x2u	/* one frame per address: the
+						 * function the code lies in, at
+						 * the innermost line */
+
+/* Options of ichnos_symbolizer_create(). Zero means the default for every
+ * field, and the struct may grow: pass sizeof(struct
+ * ichnos_symbolizer_options) as size. */
+struct ichnos_symbolizer_options {
+	uint32_t flags;				/* ICHNOS_SYMBOLIZE_* */
+	uint32_t reserved;			/* must be 0 */
+	const char *const *debug_dirs;		/* NULL-terminated (at most 256),
+						 * or NULL for /usr/lib/debug */
+	uint64_t max_cached_bytes;		/* 0: 4 GiB */
+};
+
+/*
+ * A symbolizer with options. size is the caller's sizeof(*options): a
+ * smaller (older) struct is zero-extended; a larger one is accepted only if
+ * the bytes this library does not know are 0. Stores the symbolizer in
+ * *out and returns 0, or a negative errno: -EINVAL (options or out NULL,
+ * unknown flags, reserved not 0), -E2BIG (unknown non-zero bytes, size
+ * above 4096, debug_dirs without a NULL in 256 entries).
+ */
+int ichnos_symbolizer_create(const struct ichnos_symbolizer_options *options, size_t size,
+			     struct ichnos_symbolizer **out);
+
 /* Frees a symbolizer and everything it returned. NULL is allowed. */
 void ichnos_symbolizer_free(struct ichnos_symbolizer *symbolizer);
 

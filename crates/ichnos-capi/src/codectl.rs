@@ -7,14 +7,11 @@ use std::path::PathBuf;
 use ichnos_code::{ElfCode, JitCode, Registry, RegistryError, RowSource, UnwindRow};
 
 use crate::error::set_last_error;
+use crate::sized_struct::copy_struct;
 
 const CODE_UNREGISTER: c_uint = 0;
 const CODE_REGISTER_ELF: c_uint = 1;
 const CODE_REGISTER_JIT: c_uint = 2;
-
-/// Largest `info_size` accepted, as the kernel's `copy_struct_from_user`
-/// callers bound it.
-const MAX_INFO_SIZE: usize = 4096;
 
 /// `struct code_elf_info`.
 #[repr(C)]
@@ -81,43 +78,6 @@ pub struct ichnos_code_lookup {
     pub has_row: u32,
     /// The row, `ip_off` counted from `text_start`.
     pub row: UnwindRow,
-}
-
-/// Copies a caller's struct of `size` bytes into `T` the way the kernel's
-/// `copy_struct_from_user` does: a shorter (older) struct is zero-extended;
-/// a longer (newer) one is accepted only if the bytes we do not know are 0.
-///
-/// # Safety
-/// `info` must point at `size` readable bytes.
-unsafe fn copy_struct<T: Copy + Default>(info: *const c_void, size: usize) -> Result<T, c_int> {
-    if info.is_null() {
-        set_last_error("info is NULL");
-        return Err(-libc::EINVAL);
-    }
-    if size > MAX_INFO_SIZE {
-        set_last_error(&format!("info_size {size} is larger than {MAX_INFO_SIZE}"));
-        return Err(-libc::E2BIG);
-    }
-    // SAFETY: the caller promises `size` readable bytes at `info`.
-    let bytes = unsafe { std::slice::from_raw_parts(info.cast::<u8>(), size) };
-    let known = std::mem::size_of::<T>();
-    if let Some(extra) = bytes.get(known..) {
-        if let Some(i) = extra.iter().position(|&b| b != 0) {
-            set_last_error(&format!(
-                "info_size {size} is larger than the {known} bytes this library knows, and byte {} is not 0",
-                known + i
-            ));
-            return Err(-libc::E2BIG);
-        }
-    }
-    let mut out = T::default();
-    let n = size.min(known);
-    // SAFETY: `out` is a plain-old-data struct of `known` bytes and we copy
-    // at most that many from `bytes`.
-    unsafe {
-        std::ptr::copy_nonoverlapping(bytes.as_ptr(), (&raw mut out).cast::<u8>(), n);
-    }
-    Ok(out)
 }
 
 fn status(result: Result<(), RegistryError>) -> c_int {

@@ -26,6 +26,7 @@ mod codectl;
 mod error;
 mod image;
 mod iscache;
+mod sized_struct;
 mod symbolize;
 
 pub use buf::*;

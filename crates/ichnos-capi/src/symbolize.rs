@@ -1,12 +1,48 @@
 //! The symbolization C ABI (`include/ichnos/symbolize.h`) over
 //! [`ichnos_symbol::Symbolizer`].
 
-use std::ffi::{c_char, c_int, CStr, CString};
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::path::{Path, PathBuf};
 
 use ichnos_symbol::{DebugSource, Symbolizer, SymbolizerOptions};
 
 use crate::error::set_last_error;
+use crate::sized_struct::copy_struct;
+
+/// `ICHNOS_SYMBOLIZE_RAW_NAMES`: frames name functions as stored.
+const RAW_NAMES: u32 = 0x1;
+/// `ICHNOS_SYMBOLIZE_NO_INLINES`: one frame per address.
+const NO_INLINES: u32 = 0x2;
+
+/// `struct ichnos_symbolizer_options`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ichnos_symbolizer_options {
+    /// `ICHNOS_SYMBOLIZE_*` bits.
+    pub flags: u32,
+    /// Must be 0.
+    pub reserved: u32,
+    /// A NULL-terminated array of debug directories, or NULL for
+    /// `/usr/lib/debug`.
+    pub debug_dirs: *const *const c_char,
+    /// Bound on the bytes of parsed files kept, 0 for the default.
+    pub max_cached_bytes: u64,
+}
+
+impl Default for ichnos_symbolizer_options {
+    fn default() -> Self {
+        Self {
+            flags: 0,
+            reserved: 0,
+            debug_dirs: std::ptr::null(),
+            max_cached_bytes: 0,
+        }
+    }
+}
+
+/// Most debug directories taken from one options struct: a bound on a
+/// list whose end the caller marks.
+const MAX_DEBUG_DIRS: usize = 256;
 
 /// `struct ichnos_symbolizer`: the symbolizer and the strings of its last
 /// answer.
@@ -62,6 +98,70 @@ pub unsafe extern "C" fn ichnos_symbolizer_new(debug_dir: *const c_char) -> *mut
         symbolizer: Symbolizer::new(options),
         strings: Vec::new(),
     }))
+}
+
+/// Creates a symbolizer with options; see `include/ichnos/symbolize.h`.
+///
+/// # Safety
+/// `options` must point at `size` readable bytes; its `debug_dirs` NULL or
+/// a NULL-terminated array of NUL-terminated strings; `out` writable.
+#[no_mangle]
+pub unsafe extern "C" fn ichnos_symbolizer_create(
+    options: *const ichnos_symbolizer_options,
+    size: usize,
+    out: *mut *mut ichnos_symbolizer,
+) -> c_int {
+    if out.is_null() {
+        set_last_error("out is NULL");
+        return -libc::EINVAL;
+    }
+    // SAFETY: forwarded caller contract.
+    let given: ichnos_symbolizer_options =
+        match unsafe { copy_struct(options.cast::<c_void>(), size) } {
+            Ok(o) => o,
+            Err(e) => return e,
+        };
+    if given.flags & !(RAW_NAMES | NO_INLINES) != 0 || given.reserved != 0 {
+        set_last_error(&format!(
+            "unknown flags {:#x} or reserved {:#x} is not 0",
+            given.flags & !(RAW_NAMES | NO_INLINES),
+            given.reserved
+        ));
+        return -libc::EINVAL;
+    }
+    let mut options = SymbolizerOptions {
+        demangle: given.flags & RAW_NAMES == 0,
+        inlines: given.flags & NO_INLINES == 0,
+        ..SymbolizerOptions::default()
+    };
+    if given.max_cached_bytes != 0 {
+        options.max_cached_bytes = given.max_cached_bytes;
+    }
+    if !given.debug_dirs.is_null() {
+        options.debug_dirs.clear();
+        for i in 0.. {
+            if i == MAX_DEBUG_DIRS {
+                set_last_error(&format!(
+                    "debug_dirs has no NULL within {MAX_DEBUG_DIRS} entries"
+                ));
+                return -libc::E2BIG;
+            }
+            // SAFETY: a NULL-terminated array; we stop at its NULL.
+            let dir = unsafe { given.debug_dirs.add(i).read() };
+            // SAFETY: each entry is a NUL-terminated string.
+            match unsafe { path_arg(dir) } {
+                Some(dir) => options.debug_dirs.push(dir),
+                None => break,
+            }
+        }
+    }
+    let symbolizer = Box::into_raw(Box::new(ichnos_symbolizer {
+        symbolizer: Symbolizer::new(options),
+        strings: Vec::new(),
+    }));
+    // SAFETY: `out` is non-NULL and writable per the contract.
+    unsafe { out.write(symbolizer) };
+    0
 }
 
 /// Frees a symbolizer.

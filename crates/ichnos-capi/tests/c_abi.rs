@@ -376,3 +376,150 @@ fn symbolize_from_c_agrees_with_addr2line() {
         .collect();
     assert_eq!(String::from_utf8_lossy(&out.stdout), theirs);
 }
+
+/// Instruction addresses (hex, `0x` prefixed) of the functions of `file`
+/// whose symbol names start with `prefix`, within each symbol's size (so
+/// not the padding after it, which binutils and ichnos name differently on
+/// purpose; see docs/cli.md).
+fn function_instructions(file: &Path, prefix: &str) -> Vec<String> {
+    let nm = Command::new("nm")
+        .args(["-S", "--defined-only"])
+        .arg(file)
+        .output()
+        .unwrap();
+    let ranges: Vec<(u64, u64)> = String::from_utf8_lossy(&nm.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (start, size) = (
+                u64::from_str_radix(f[0], 16).ok()?,
+                u64::from_str_radix(f.get(1)?, 16).ok()?,
+            );
+            f.get(3)?
+                .starts_with(prefix)
+                .then_some((start, start + size))
+        })
+        .collect();
+    let disasm = Command::new("objdump")
+        .args(["-d", "--no-show-raw-insn"])
+        .arg(file)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&disasm.stdout)
+        .lines()
+        .filter(|l| l.starts_with("    ") && l.contains(':'))
+        .filter_map(|l| u64::from_str_radix(l.trim().split(':').next()?, 16).ok())
+        .filter(|a| ranges.iter().any(|&(s, e)| (s..e).contains(a)))
+        .map(|a| format!("{a:#x}"))
+        .collect()
+}
+
+fn gxx(source: &Path, out: &Path) {
+    let compiler = if source.extension().is_some_and(|e| e == "cpp") {
+        "g++"
+    } else {
+        "gcc"
+    };
+    assert!(Command::new(compiler)
+        .args(["-O2", "-g", "-o"])
+        .arg(out)
+        .arg(source)
+        .status()
+        .unwrap()
+        .success());
+}
+
+fn binutils_addr2line(flags: &[&str], file: &Path, addrs: &[String]) -> String {
+    let out = Command::new("addr2line")
+        .args(flags)
+        .arg("-e")
+        .arg(file)
+        .args(addrs)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.split(" (discriminator").next().unwrap().to_string() + "\n")
+        .collect()
+}
+
+fn run_options(exe: &Path, mode: &str, file: &Path, addrs: &[String]) -> String {
+    let out = Command::new(exe)
+        .arg(mode)
+        .arg(file)
+        .args(addrs)
+        .env("LD_LIBRARY_PATH", lib_dir())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{mode}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `ichnos_symbolizer_create`'s options, from C: demangled names as
+/// binutils `-C` gives them, raw names as binutils gives them without
+/// `-C`, one frame per address as the outermost function of binutils'
+/// inline chain at its innermost line; and every error number.
+#[test]
+fn symbolizer_options_from_c_agree_with_addr2line() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("symbolize_options");
+    compile_with_libichnos("symbolize_options.c", &exe, Linkage::Shared, &[]);
+    let errors = Command::new(&exe)
+        .arg("errors")
+        .env("LD_LIBRARY_PATH", lib_dir())
+        .output()
+        .unwrap();
+    assert!(
+        errors.status.success(),
+        "{}",
+        String::from_utf8_lossy(&errors.stderr)
+    );
+
+    // Names: a C++ program, mangled names everywhere.
+    let cxx = dir.path().join("geometry");
+    gxx(
+        &repo_root().join("crates/ichnos-capi/tests/c/geometry.cpp"),
+        &cxx,
+    );
+    let addrs = function_instructions(&cxx, "_ZN8geometry");
+    assert!(addrs.len() > 6, "{addrs:?}");
+    let demangled = run_options(&exe, "default", &cxx, &addrs);
+    assert_eq!(
+        demangled,
+        binutils_addr2line(&["-f", "-i", "-C"], &cxx, &addrs)
+    );
+    assert!(
+        demangled.contains("geometry::twice<double>(double)"),
+        "{demangled}"
+    );
+    let raw = run_options(&exe, "raw", &cxx, &addrs);
+    assert_eq!(raw, binutils_addr2line(&["-f", "-i"], &cxx, &addrs));
+    assert!(raw.contains("_ZN8geometry5twiceIdEET_S1_"), "{raw}");
+
+    // Inlines: a C program with inlined calls; each address's frames, as
+    // binutils prints them (function and place pairs, inlined first), fold
+    // into the outermost function at the innermost place.
+    let c = dir.path().join("inlines");
+    gxx(
+        &repo_root().join("crates/ichnos-symbol/tests/fixtures/inlines.c"),
+        &c,
+    );
+    let addrs = function_instructions(&c, "work");
+    let mut expected = String::new();
+    let mut folded_some = false;
+    for addr in &addrs {
+        let chain = binutils_addr2line(&["-f", "-i", "-C"], &c, std::slice::from_ref(addr));
+        let lines: Vec<&str> = chain.lines().collect();
+        folded_some |= lines.len() > 2;
+        for line in [lines[lines.len() - 2], lines[1]] {
+            expected.push_str(line);
+            expected.push('\n');
+        }
+    }
+    assert!(folded_some, "the fixture has no inlined frames to fold");
+    assert_eq!(run_options(&exe, "noinline", &c, &addrs), expected);
+}

@@ -1,0 +1,51 @@
+//! Structs passed with their size, so that old callers and new libraries
+//! (and new callers and old libraries) keep working as the struct grows.
+
+use std::ffi::{c_int, c_void};
+
+use crate::error::set_last_error;
+
+/// Largest size accepted, as the kernel's `copy_struct_from_user` callers
+/// bound it.
+const MAX_STRUCT_SIZE: usize = 4096;
+
+/// Copies a caller's struct of `size` bytes into `T` the way the kernel's
+/// `copy_struct_from_user` does: a shorter (older) struct is zero-extended;
+/// a longer (newer) one is accepted only if the bytes we do not know are 0.
+/// Errors are `-EINVAL` (NULL) and `-E2BIG`, with the message set.
+///
+/// # Safety
+/// `info` must point at `size` readable bytes.
+pub(crate) unsafe fn copy_struct<T: Copy + Default>(
+    info: *const c_void,
+    size: usize,
+) -> Result<T, c_int> {
+    if info.is_null() {
+        set_last_error("info is NULL");
+        return Err(-libc::EINVAL);
+    }
+    if size > MAX_STRUCT_SIZE {
+        set_last_error(&format!("size {size} is larger than {MAX_STRUCT_SIZE}"));
+        return Err(-libc::E2BIG);
+    }
+    // SAFETY: the caller promises `size` readable bytes at `info`.
+    let bytes = unsafe { std::slice::from_raw_parts(info.cast::<u8>(), size) };
+    let known = std::mem::size_of::<T>();
+    if let Some(extra) = bytes.get(known..) {
+        if let Some(i) = extra.iter().position(|&b| b != 0) {
+            set_last_error(&format!(
+                "size {size} is larger than the {known} bytes this library knows, and byte {} is not 0",
+                known + i
+            ));
+            return Err(-libc::E2BIG);
+        }
+    }
+    let mut out = T::default();
+    let n = size.min(known);
+    // SAFETY: `out` is a plain-old-data struct of `known` bytes and we copy
+    // at most that many from `bytes`.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), (&raw mut out).cast::<u8>(), n);
+    }
+    Ok(out)
+}

@@ -1,0 +1,122 @@
+/*
+ * The symbolizer's options from C. In the modes "default", "raw" and
+ * "noinline" it prints addr2line-style lines (function, then file:line)
+ * for the addresses given after the object file, through a symbolizer made
+ * with no flags, ICHNOS_SYMBOLIZE_RAW_NAMES or ICHNOS_SYMBOLIZE_NO_INLINES;
+ * the test compares them with binutils. In the mode "errors" it checks the
+ * layout and every error number of ichnos_symbolizer_create(). Exits
+ * non-zero on a failed check.
+ *
+ * usage: symbolize_options MODE [FILE ADDR...]
+ */
+#include <assert.h>
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <ichnos/symbolize.h>
+
+static_assert(offsetof(struct ichnos_symbolizer_options, flags) == 0, "flags");
+static_assert(offsetof(struct ichnos_symbolizer_options, reserved) == 4, "reserved");
+static_assert(offsetof(struct ichnos_symbolizer_options, debug_dirs) == 8, "debug_dirs");
+static_assert(offsetof(struct ichnos_symbolizer_options, max_cached_bytes) == 16, "max_cached_bytes");
+static_assert(sizeof(struct ichnos_symbolizer_options) == 24, "size");
+
+#define MAX_FRAMES 16
+
+static int fail(const char *what)
+{
+	fprintf(stderr, "FAIL %s (%s)\n", what, ichnos_last_error());
+	return 1;
+}
+
+static int errors(void)
+{
+	struct ichnos_symbolizer_options o;
+	struct ichnos_symbolizer *s = NULL;
+
+	memset(&o, 0, sizeof(o));
+	if (ichnos_symbolizer_create(NULL, sizeof(o), &s) != -EINVAL)
+		return fail("NULL options");
+	if (ichnos_symbolizer_create(&o, sizeof(o), NULL) != -EINVAL)
+		return fail("NULL out");
+	o.flags = 0x4;
+	if (ichnos_symbolizer_create(&o, sizeof(o), &s) != -EINVAL)
+		return fail("unknown flag");
+	o.flags = 0;
+	o.reserved = 1;
+	if (ichnos_symbolizer_create(&o, sizeof(o), &s) != -EINVAL)
+		return fail("reserved not 0");
+	o.reserved = 0;
+
+	/* A newer caller's struct: zero tail accepted, non-zero refused. */
+	unsigned char bigger[sizeof(o) + 16];
+	memset(bigger, 0, sizeof(bigger));
+	memcpy(bigger, &o, sizeof(o));
+	if (ichnos_symbolizer_create((const void *)bigger, sizeof(bigger), &s) != 0 || !s)
+		return fail("larger struct with a zero tail");
+	ichnos_symbolizer_free(s);
+	s = NULL;
+	bigger[sizeof(o) + 3] = 1;
+	if (ichnos_symbolizer_create((const void *)bigger, sizeof(bigger), &s) != -E2BIG || s)
+		return fail("larger struct with a non-zero tail");
+	if (ichnos_symbolizer_create(&o, 8192, &s) != -E2BIG)
+		return fail("size above a page");
+
+	/* An older caller's struct: only flags, the rest defaults. */
+	uint32_t old[2] = { ICHNOS_SYMBOLIZE_RAW_NAMES, 0 };
+	if (ichnos_symbolizer_create((const void *)old, sizeof(old), &s) != 0 || !s)
+		return fail("smaller struct");
+	ichnos_symbolizer_free(s);
+
+	/* A debug directory list with no end in sight. */
+	static const char *endless[300];
+	for (size_t i = 0; i < 300; i++)
+		endless[i] = "/nonexistent";
+	o.debug_dirs = endless;
+	if (ichnos_symbolizer_create(&o, sizeof(o), &s) != -E2BIG)
+		return fail("debug_dirs without NULL");
+	const char *dirs[] = { "/nonexistent", "/usr/lib/debug", NULL };
+	o.debug_dirs = dirs;
+	o.max_cached_bytes = 1 << 20;
+	if (ichnos_symbolizer_create(&o, sizeof(o), &s) != 0 || !s)
+		return fail("debug_dirs and a cache bound");
+	ichnos_symbolizer_free(s);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc >= 2 && strcmp(argv[1], "errors") == 0)
+		return errors();
+	if (argc < 3)
+		return 2;
+	struct ichnos_symbolizer_options o;
+	memset(&o, 0, sizeof(o));
+	if (strcmp(argv[1], "raw") == 0)
+		o.flags = ICHNOS_SYMBOLIZE_RAW_NAMES;
+	else if (strcmp(argv[1], "noinline") == 0)
+		o.flags = ICHNOS_SYMBOLIZE_NO_INLINES;
+	else if (strcmp(argv[1], "default") != 0)
+		return 2;
+	struct ichnos_symbolizer *s = NULL;
+	if (ichnos_symbolizer_create(&o, sizeof(o), &s) != 0)
+		return fail("create");
+	struct ichnos_frame frames[MAX_FRAMES];
+	for (int i = 3; i < argc; i++) {
+		int n = ichnos_symbolize(s, argv[2], strtoull(argv[i], NULL, 16), frames, MAX_FRAMES, NULL);
+		if (n < 1)
+			return fail(argv[i]);
+		for (int f = 0; f < n && f < MAX_FRAMES; f++) {
+			printf("%s\n", frames[f].function ? frames[f].function : "??");
+			if (frames[f].line)
+				printf("%s:%u\n", frames[f].file ? frames[f].file : "??", frames[f].line);
+			else
+				printf("%s:?\n", frames[f].file ? frames[f].file : "??");
+		}
+	}
+	ichnos_symbolizer_free(s);
+	return 0;
+}
