@@ -9,6 +9,8 @@
 #        cargo install blazecli --root /tmp/blaze
 #        cargo install addr2line --features bin --root /tmp/a2l
 # Usage: crates/ichnos-symbol/benches/symbolize.sh [RUNS]
+#        SUBJECT=FILE crates/ichnos-symbol/benches/symbolize.sh [RUNS]
+#        (another subject, e.g. the C++ program cxx-subject.sh builds)
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 runs=${1:-5}
@@ -20,13 +22,13 @@ done
 
 cargo build -q --release -p ichnos
 subject=$(mktemp -d)/ichnos-subject
-cp target/release/ichnos "$subject"
+cp "${SUBJECT:-target/release/ichnos}" "$subject"
 work=$(dirname "$subject")
 ichnos=target/release/ichnos
 
 # 100,000 addresses spread over every function: function start plus
 # offsets stepping through its body, in address order.
-nm -S --defined-only "$subject" | awk '($3=="t"||$3=="T") && $2 != "" {print $1, $2}' |
+nm -S --defined-only "$subject" | awk '($3=="t"||$3=="T"||$3=="W") && $2 != "" {print $1, $2}' |
 	python3 -c '
 import sys
 funcs = [(int(a, 16), int(s, 16)) for a, s in (l.split() for l in sys.stdin) if int(s, 16) > 0]
