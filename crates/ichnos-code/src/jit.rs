@@ -340,8 +340,62 @@ pub struct JitRows {
     text_start: u64,
     text_len: u64,
     head: u64,
-    snapshot: ArcSwap<RowTable>,
+    snapshot: ArcSwap<Segments>,
     cursor: Mutex<Cursor>,
+}
+
+/// The rows read so far, as tables of about halving sizes (newest last)
+/// rather than one table: a refresh that finds new rows builds a table of
+/// those alone and merges only the small tables at the end, so a JIT that
+/// publishes one function at a time costs O(log n) copied rows per
+/// function, not O(n). Rows are validated in address order, so the tables
+/// are disjoint and sorted.
+#[derive(Debug, Default)]
+struct Segments {
+    tables: Vec<Arc<RowTable>>,
+    /// Where each table's first row starts.
+    starts: Vec<u64>,
+}
+
+impl Segments {
+    fn find(&self, pc: u64) -> Option<&UnwindRow> {
+        let i = self.starts.partition_point(|&s| s <= pc);
+        self.tables.get(i.checked_sub(1)?)?.find(pc)
+    }
+
+    /// These segments and a table of `rows` after them.
+    fn appended(&self, text_start: u64, rows: &[UnwindRow]) -> Segments {
+        let mut tables = self.tables.clone();
+        tables.push(Arc::new(table_of(text_start, rows.iter())));
+        // Merge while the newest table is at least half its neighbour:
+        // each row is then copied O(log n) times over all refreshes.
+        while let [.., older, newer] = tables.as_slice() {
+            if newer.len() * 2 < older.len() {
+                break;
+            }
+            let merged = table_of(text_start, older.rows().iter().chain(newer.rows()));
+            tables.truncate(tables.len() - 2);
+            tables.push(Arc::new(merged));
+        }
+        let starts = tables
+            .iter()
+            .map(|t| {
+                t.rows()
+                    .first()
+                    .map_or(u64::MAX, |r| t.base() + u64::from(r.ip_off))
+            })
+            .collect();
+        Segments { tables, starts }
+    }
+}
+
+/// A table of rows already validated sorted and inside the text range.
+fn table_of<'a>(text_start: u64, rows: impl Iterator<Item = &'a UnwindRow>) -> RowTable {
+    let mut table = RowTable::new(text_start);
+    for row in rows {
+        let _ = table.push(text_start + u64::from(row.ip_off), *row);
+    }
+    table
 }
 
 impl JitRows {
@@ -355,7 +409,7 @@ impl JitRows {
             text_start,
             text_len: text_end.saturating_sub(text_start),
             head,
-            snapshot: ArcSwap::from_pointee(RowTable::new(text_start)),
+            snapshot: ArcSwap::from_pointee(Segments::default()),
             cursor: Mutex::new(Cursor::default()),
         }
     }
@@ -389,10 +443,18 @@ impl JitRows {
         self.refresh_locked(&mut cursor)
     }
 
-    /// The rows read so far.
+    /// The rows read so far, as one table.
     #[must_use]
     pub fn rows(&self) -> Arc<RowTable> {
-        self.snapshot.load_full()
+        let snapshot = self.snapshot.load();
+        match snapshot.tables.as_slice() {
+            [] => Arc::new(RowTable::new(self.text_start)),
+            [only] => Arc::clone(only),
+            tables => Arc::new(table_of(
+                self.text_start,
+                tables.iter().flat_map(|t| t.rows()),
+            )),
+        }
     }
 
     /// Problems found in the chain so far (at most 64 are kept).
@@ -412,12 +474,11 @@ impl JitRows {
         if cursor.rows.len() == before {
             return false;
         }
-        let mut table = RowTable::new(self.text_start);
-        for row in &cursor.rows {
-            // Rows were validated sorted and inside the text range.
-            let _ = table.push(self.text_start + u64::from(row.ip_off), *row);
-        }
-        self.snapshot.store(Arc::new(table));
+        let next = self
+            .snapshot
+            .load()
+            .appended(self.text_start, &cursor.rows[before..]);
+        self.snapshot.store(Arc::new(next));
         true
     }
 }

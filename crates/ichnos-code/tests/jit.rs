@@ -473,3 +473,55 @@ fn lookups_racing_a_jit_see_whole_rows_or_nothing() {
         );
     }
 }
+
+mod growth {
+    //! A JIT that publishes its rows a few at a time: whatever the batches,
+    //! every address gets the rule one table of all the rows gives it.
+    use super::*;
+    use ichnos_code::row::RowTable;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn rows_read_in_batches_answer_like_one_table(
+            // (gap before the row, its size, its CFA offset in words)
+            shapes in proptest::collection::vec((0u32..3, 1u32..6, 1i32..4), 1..120),
+            batches in proptest::collection::vec(1usize..9, 1..60),
+        ) {
+            let mut rows = Vec::new();
+            let mut at = 0u32;
+            for (gap, size, words) in shapes {
+                at += gap * 4;
+                rows.push(sp_row(at, size * 4, words * 8));
+                at += size * 4;
+            }
+            let text_len = u64::from(at) + 16;
+            let table = Arc::new(JitUnwindTable::with_capacity(rows.len()));
+            let jit = ichnos_code::JitRows::new(std::process::id(), 0x10_0000, 0x10_0000 + text_len, table.address());
+            let mut whole = RowTable::new(0x10_0000);
+            let mut published = 0;
+            for n in batches.iter().cycle() {
+                if published == rows.len() {
+                    break;
+                }
+                for row in &rows[published..(published + n).min(rows.len())] {
+                    table.push(*row).unwrap();
+                    whole.push(0x10_0000 + u64::from(row.ip_off), *row).unwrap();
+                }
+                published = (published + n).min(rows.len());
+                prop_assert!(jit.refresh());
+                for pc in 0x10_0000..0x10_0000 + text_len {
+                    let ours = jit.find(pc).map(|r| (r.cfa_off, r.ra_off, r.fp_off, r.info));
+                    let truth = whole.find(pc).map(|r| (r.cfa_off, r.ra_off, r.fp_off, r.info));
+                    prop_assert_eq!(ours, truth, "pc {:#x} after {} rows", pc, published);
+                    if let Some(r) = jit.find(pc) {
+                        let start = 0x10_0000 + u64::from(r.ip_off);
+                        prop_assert!((start..start + u64::from(r.size)).contains(&pc));
+                    }
+                }
+            }
+            prop_assert_eq!(&*jit.rows(), &whole);
+        }
+    }
+}
