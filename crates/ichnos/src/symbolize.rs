@@ -136,6 +136,8 @@ pub fn symbolize(args: &SymbolizeArgs, verbose: bool) -> Result<()> {
         options.debug_dirs.clone_from(&args.debug_dirs);
     }
     let symbolizer = Symbolizer::new(options);
+    // Objects whose refused debug files were reported.
+    let mut warned = std::collections::HashSet::new();
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     // In chunks: answers are printed and dropped as they come, so neither
     // the addresses nor the answers of a long input are held whole.
@@ -154,11 +156,7 @@ pub fn symbolize(args: &SymbolizeArgs, verbose: bool) -> Result<()> {
                 let results = symbolizer
                     .symbolize_file(exe, &chunk)
                     .with_context(|| format!("cannot symbolize {}", exe.display()))?;
-                if n == 0 {
-                    for refused in symbolizer.refused_debug_files(exe).unwrap_or_default() {
-                        eprintln!("warning: debug file refused: {refused}");
-                    }
-                }
+                warn_refused(&symbolizer, exe, &mut warned);
                 let count = results.len();
                 (results, vec![None; count])
             }
@@ -170,6 +168,11 @@ pub fn symbolize(args: &SymbolizeArgs, verbose: bool) -> Result<()> {
                 .unzip(),
             (None, None) => anyhow::bail!("give -e FILE or -p PID"),
         };
+        for place in places.iter().flatten() {
+            if let Place::Object { path, .. } = place {
+                warn_refused(&symbolizer, path, &mut warned);
+            }
+        }
         if verbose && n == 0 {
             if let Some(first) = results.first() {
                 eprintln!("note: answers from {}", first.source);
@@ -182,6 +185,23 @@ pub fn symbolize(args: &SymbolizeArgs, verbose: bool) -> Result<()> {
     }
     out.flush()?;
     Ok(())
+}
+
+/// Says once per object which debug files were found but refused (a CRC
+/// that does not match), so a user knows why lines are missing.
+fn warn_refused(
+    symbolizer: &Symbolizer,
+    object: &std::path::Path,
+    warned: &mut std::collections::HashSet<PathBuf>,
+) {
+    if warned.insert(object.to_path_buf()) {
+        for refused in symbolizer.refused_debug_files(object).unwrap_or_default() {
+            eprintln!(
+                "warning: {}: debug file refused: {refused}",
+                object.display()
+            );
+        }
+    }
 }
 
 fn print(

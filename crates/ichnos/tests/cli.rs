@@ -439,3 +439,104 @@ fn symbolize_a_live_process() {
         "{text}"
     );
 }
+
+/// A debug file found through `.gnu_debuglink` whose CRC does not match is
+/// refused, and `symbolize` says so on standard error, for `-e` and for
+/// the objects of a process under `-p`, once per object.
+#[test]
+fn symbolize_warns_of_refused_debug_files() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_fixture(dir.path(), "tests/fixtures/sleeper.c", &["-O2", "-g"]);
+    let debug_dir = dir.path().join(".debug");
+    std::fs::create_dir(&debug_dir).unwrap();
+    let debug = debug_dir.join("sleeper.debug");
+    let stripped = dir.path().join("stripped");
+    for args in [
+        vec![
+            "--only-keep-debug".to_string(),
+            exe.display().to_string(),
+            debug.display().to_string(),
+        ],
+        vec![
+            "--strip-debug".to_string(),
+            format!("--add-gnu-debuglink={}", debug.display()),
+            exe.display().to_string(),
+            stripped.display().to_string(),
+        ],
+    ] {
+        assert!(Command::new("objcopy")
+            .args(&args)
+            .status()
+            .unwrap()
+            .success());
+    }
+    // Spoil the debug file after the link recorded its CRC.
+    let mut bytes = std::fs::read(&debug).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(&debug, &bytes).unwrap();
+    let (main, _) = {
+        let nm = Command::new("nm").arg(&stripped).output().unwrap();
+        let text = String::from_utf8_lossy(&nm.stdout).into_owned();
+        let line = text
+            .lines()
+            .find(|l| l.ends_with(" T main"))
+            .unwrap()
+            .to_string();
+        (
+            u64::from_str_radix(line.split(' ').next().unwrap(), 16).unwrap(),
+            line,
+        )
+    };
+    let stripped_str = stripped.to_str().unwrap();
+    let out = ichnos(&[
+        "symbolize",
+        "-e",
+        stripped_str,
+        &format!("{main:#x}"),
+        &format!("{:#x}", main + 1),
+    ]);
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.matches("debug file refused").count(), 1, "{stderr}");
+    assert!(
+        stderr.contains(stripped_str) && stderr.contains("CRC32"),
+        "{stderr}"
+    );
+    // Without its DWARF the symbol table still names the function.
+    assert!(stdout(&out).starts_with("main\n"), "{}", stdout(&out));
+
+    let child = Command::new(&stripped)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = Sleeper(child);
+    let mut line = String::new();
+    std::io::BufReader::new(child.0.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let pid = child.0.id();
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let base = maps
+        .lines()
+        .find(|l| l.ends_with(stripped_str) && l.split_whitespace().nth(2) == Some("00000000"))
+        .and_then(|l| l.split('-').next())
+        .map(|a| u64::from_str_radix(a, 16).unwrap())
+        .expect("the executable's first mapping");
+    let out = ichnos(&[
+        "symbolize",
+        "-p",
+        &pid.to_string(),
+        &format!("{:#x}", base + main),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.matches("debug file refused").count(), 1, "{stderr}");
+    assert!(stderr.contains(stripped_str), "{stderr}");
+    assert!(stdout(&out).starts_with("main\n"), "{}", stdout(&out));
+}
