@@ -331,14 +331,10 @@ fn symbolize_from_c_agrees_with_addr2line() {
     let exe = dir.path().join("symbolize_test");
     compile_with_libichnos("symbolize_test.c", &exe, Linkage::Shared, &[]);
     let fixture = dir.path().join("inlines");
-    let src = repo_root().join("crates/ichnos-symbol/tests/fixtures/inlines.c");
-    assert!(Command::new("gcc")
-        .args(["-O2", "-g", "-o"])
-        .arg(&fixture)
-        .arg(&src)
-        .status()
-        .unwrap()
-        .success());
+    compile_fixture(
+        &repo_root().join("crates/ichnos-symbol/tests/fixtures/inlines.c"),
+        &fixture,
+    );
     let junk = dir.path().join("junk");
     std::fs::write(&junk, b"no elf here").unwrap();
     let disasm = Command::new("objdump")
@@ -364,16 +360,7 @@ fn symbolize_from_c_agrees_with_addr2line() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let theirs = Command::new("addr2line")
-        .args(["-f", "-i", "-C", "-e"])
-        .arg(&fixture)
-        .args(&addrs)
-        .output()
-        .unwrap();
-    let theirs: String = String::from_utf8_lossy(&theirs.stdout)
-        .lines()
-        .map(|l| l.split(" (discriminator").next().unwrap().to_string() + "\n")
-        .collect();
+    let theirs = binutils_addr2line(&["-f", "-i", "-C"], &fixture, &addrs);
     assert_eq!(String::from_utf8_lossy(&out.stdout), theirs);
 }
 
@@ -414,7 +401,8 @@ fn function_instructions(file: &Path, prefix: &str) -> Vec<String> {
         .collect()
 }
 
-fn gxx(source: &Path, out: &Path) {
+/// Builds a C or C++ fixture with `-O2 -g`.
+fn compile_fixture(source: &Path, out: &Path) {
     let compiler = if source.extension().is_some_and(|e| e == "cpp") {
         "g++"
     } else {
@@ -481,7 +469,7 @@ fn symbolizer_options_from_c_agree_with_addr2line() {
 
     // Names: a C++ program, mangled names everywhere.
     let cxx = dir.path().join("geometry");
-    gxx(
+    compile_fixture(
         &repo_root().join("crates/ichnos-capi/tests/c/geometry.cpp"),
         &cxx,
     );
@@ -504,7 +492,7 @@ fn symbolizer_options_from_c_agree_with_addr2line() {
     // binutils prints them (function and place pairs, inlined first), fold
     // into the outermost function at the innermost place.
     let c = dir.path().join("inlines");
-    gxx(
+    compile_fixture(
         &repo_root().join("crates/ichnos-symbol/tests/fixtures/inlines.c"),
         &c,
     );

@@ -55,13 +55,18 @@ fn map() -> CodeMap {
     for (addr, row) in rows {
         table.push(addr, UnwindRow { size: 0x100, ..row }).unwrap();
     }
+    one_object(0x1000, 0x2000, table, RowSource::EhFrame)
+}
+
+/// A map holding one code object, `[start, end)` with `table`'s rows.
+fn one_object(start: u64, end: u64, table: RowTable, source: RowSource) -> CodeMap {
     let mut map = CodeMap::new();
     map.insert(Arc::new(CodeObject {
-        start: 0x1000,
-        end: 0x2000,
+        start,
+        end,
         bias: 0,
         rows: Rows::Fixed(Arc::new(table)),
-        source: RowSource::EhFrame,
+        source,
         name: "test".into(),
     }))
     .unwrap();
@@ -208,16 +213,7 @@ fn a_frame_that_does_not_move_up_is_a_loop() {
             },
         )
         .unwrap();
-    let mut m = CodeMap::new();
-    m.insert(Arc::new(CodeObject {
-        start: 0x1000,
-        end: 0x1100,
-        bias: 0,
-        rows: Rows::Fixed(Arc::new(table)),
-        source: RowSource::Jit,
-        name: "loop".into(),
-    }))
-    .unwrap();
+    let m = one_object(0x1000, 0x1100, table, RowSource::Jit);
     let mut mem = Bytes {
         addr: SP - 8,
         data: &stack(&[0x1010])[..],
@@ -323,7 +319,6 @@ fn the_cache_gives_the_same_walks_and_forgets_a_changed_map() {
 
     // The same addresses with other rules in a new map: the cache must not
     // answer from the old one.
-    let mut other = CodeMap::new();
     let mut table = RowTable::new(0x1000);
     table
         .push(
@@ -337,16 +332,7 @@ fn the_cache_gives_the_same_walks_and_forgets_a_changed_map() {
             },
         )
         .unwrap();
-    other
-        .insert(Arc::new(CodeObject {
-            start: 0x1000,
-            end: 0x2000,
-            bias: 0,
-            rows: Rows::Fixed(Arc::new(table)),
-            source: RowSource::Sframe,
-            name: "other".into(),
-        }))
-        .unwrap();
+    let other = one_object(0x1000, 0x2000, table, RowSource::Sframe);
     let s2 = stack(&[0, 0, 0, 0]);
     unwind_cached(
         &other,
@@ -420,16 +406,7 @@ mod cache_model {
             for (i, row) in rows.into_iter().enumerate() {
                 table.push(0x1000 + 0x100 * i as u64, UnwindRow { size: 0x100, ..row }).unwrap();
             }
-            let mut m = CodeMap::new();
-            m.insert(Arc::new(CodeObject {
-                start: 0x1000,
-                end: 0x2000,
-                bias: 0,
-                rows: Rows::Fixed(Arc::new(table)),
-                source: RowSource::Sframe,
-                name: "model".into(),
-            }))
-            .unwrap();
+            let m = one_object(0x1000, 0x2000, table, RowSource::Sframe);
             let options = UnwindOptions { max_frames, frame_pointer_fallback: fp_fallback };
             // One cache across several walks, interleaved, so that slots
             // are shared, overwritten and guessed wrong.

@@ -151,25 +151,44 @@ impl Drop for Sleeper {
     }
 }
 
-fn start_sleeper(dir: &std::path::Path) -> Sleeper {
+/// Starts `exe` and waits for the first line it prints (its "ready", or
+/// what it reports); it is killed when the handle is dropped.
+fn spawn_until_line(exe: &std::path::Path) -> (Sleeper, String) {
     use std::io::BufRead;
+    let child = Command::new(exe)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = Sleeper(child);
+    let mut line = String::new();
+    std::io::BufReader::new(child.0.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    (child, line)
+}
+
+/// Where process `pid` maps the first page of the file `exe`: its load
+/// address (a PIE's run-time addresses minus this are file addresses).
+fn load_base(pid: u32, exe: &str) -> u64 {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    maps.lines()
+        .find(|l| l.ends_with(exe) && l.split_whitespace().nth(2) == Some("00000000"))
+        .and_then(|l| l.split('-').next())
+        .map(|a| u64::from_str_radix(a, 16).unwrap())
+        .expect("the executable's first mapping")
+}
+
+fn start_sleeper(dir: &std::path::Path) -> Sleeper {
     let exe = build_fixture(
         dir,
         "tests/fixtures/sleeper.c",
         &["-O2", "-fomit-frame-pointer", "-Wa,--gsframe"],
     );
-    let mut child = Command::new(&exe)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let (child, line) = spawn_until_line(&exe);
     assert_eq!(line.trim(), "ready");
     // Let it reach pause().
     std::thread::sleep(std::time::Duration::from_millis(100));
-    Sleeper(child)
+    child
 }
 
 fn frame_addresses(text: &str) -> Vec<u64> {
@@ -348,18 +367,9 @@ fn symbolize_prints_addr2line_lines() {
 /// file at the file's address; its JIT code is named from its perf map.
 #[test]
 fn symbolize_a_live_process() {
-    use std::io::BufRead;
     let dir = tempfile::tempdir().unwrap();
     let exe = build_fixture(dir.path(), "tests/fixtures/jitter.c", &["-O2", "-g"]);
-    let child = Command::new(&exe)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut child = Sleeper(child);
-    let mut line = String::new();
-    std::io::BufReader::new(child.0.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let (child, line) = spawn_until_line(&exe);
     let pid = child.0.id();
     let perf_map = format!("/tmp/perf-{pid}.map");
     let jitdump = format!("/tmp/jit-{pid}.dump");
@@ -388,14 +398,8 @@ fn symbolize_a_live_process() {
     let lines: Vec<&str> = text.lines().collect();
     // work(): the same as binutils at the file address (PIE: run-time
     // address minus where the file's first page is mapped).
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
     let exe_str = exe.to_str().unwrap();
-    let base = maps
-        .lines()
-        .find(|l| l.ends_with(exe_str) && l.split_whitespace().nth(2) == Some("00000000"))
-        .and_then(|l| l.split('-').next())
-        .map(|a| u64::from_str_radix(a, 16).unwrap())
-        .expect("the executable's first mapping");
+    let base = load_base(pid, exe_str);
     let theirs = Command::new("addr2line")
         .args([
             "-f",
@@ -445,7 +449,6 @@ fn symbolize_a_live_process() {
 /// the objects of a process under `-p`, once per object.
 #[test]
 fn symbolize_warns_of_refused_debug_files() {
-    use std::io::BufRead;
     let dir = tempfile::tempdir().unwrap();
     let exe = build_fixture(dir.path(), "tests/fixtures/sleeper.c", &["-O2", "-g"]);
     let debug_dir = dir.path().join(".debug");
@@ -507,23 +510,9 @@ fn symbolize_warns_of_refused_debug_files() {
     // Without its DWARF the symbol table still names the function.
     assert!(stdout(&out).starts_with("main\n"), "{}", stdout(&out));
 
-    let child = Command::new(&stripped)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut child = Sleeper(child);
-    let mut line = String::new();
-    std::io::BufReader::new(child.0.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let (child, _) = spawn_until_line(&stripped);
     let pid = child.0.id();
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
-    let base = maps
-        .lines()
-        .find(|l| l.ends_with(stripped_str) && l.split_whitespace().nth(2) == Some("00000000"))
-        .and_then(|l| l.split('-').next())
-        .map(|a| u64::from_str_radix(a, 16).unwrap())
-        .expect("the executable's first mapping");
+    let base = load_base(pid, stripped_str);
     let out = ichnos(&[
         "symbolize",
         "-p",
