@@ -217,11 +217,14 @@ const SOURCE_SHIFT: u32 = 4;
 const SOURCE_MASK: u8 = 0x30;
 const _: () = assert!(crate::row::ROW_KNOWN_BITS & SOURCE_MASK == 0);
 
+/// An empty slot. Its key, 0, is also the key of an instruction pointer of
+/// `u64::MAX` (corrupt registers); marked unexpressible, it sends such a
+/// frame to the general step, which finds no row there either.
 const EMPTY: CacheEntry = CacheEntry {
     key: 0,
     cfa_off: 0,
     fp_off: 0,
-    bits: 0,
+    bits: ROW_UNEXPRESSIBLE,
     next: 0,
 };
 
@@ -319,7 +322,7 @@ pub fn unwind_cached<R: FindRow + ?Sized, M: Memory + ?Sized>(
         let pc = frame.lookup_address();
         let index = UnwindCache::slot(key);
         let slot = &mut cache.entries[index];
-        let found = if slot.key == key {
+        let found = if slot.key == key && key != 0 {
             slot.lookup()
         } else {
             misses += 1;

@@ -445,3 +445,30 @@ mod cache_model {
         }
     }
 }
+
+/// An instruction pointer of `u64::MAX` (corrupt registers) has the cache
+/// key of an empty slot; the cached walk must still be the plain one.
+#[test]
+fn the_cache_does_not_take_an_empty_slot_for_a_row() {
+    let s = stack(&[0x1105 + 1, 0x1305 + 1, 0, 0]);
+    for fp_fallback in [false, true] {
+        let regs = Regs {
+            ip: u64::MAX,
+            sp: SP,
+            fp: SP + 8,
+        };
+        let plain = unwind(&map(), regs, &s, &mut NoMemory, &opts(fp_fallback));
+        let mut cache = UnwindCache::new();
+        let mut cached = Vec::new();
+        let stop = unwind_cached(
+            &map(),
+            regs,
+            &s,
+            &mut NoMemory,
+            &opts(fp_fallback),
+            &mut cache,
+            &mut cached,
+        );
+        assert_eq!((stop, &cached), (plain.stop, &plain.frames));
+    }
+}
