@@ -366,7 +366,12 @@ impl Segments {
     /// These segments and a table of `rows` after them.
     fn appended(&self, text_start: u64, rows: &[UnwindRow]) -> Segments {
         let mut tables = self.tables.clone();
-        tables.push(Arc::new(table_of(text_start, rows.iter())));
+        let table = table_of(text_start, rows.iter());
+        // An empty table (rows of size 0 are dropped) would break the
+        // order of `starts`.
+        if !table.is_empty() {
+            tables.push(Arc::new(table));
+        }
         // Merge while the newest table is at least half its neighbour:
         // each row is then copied O(log n) times over all refreshes.
         while let [.., older, newer] = tables.as_slice() {
