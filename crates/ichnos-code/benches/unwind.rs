@@ -2,11 +2,14 @@
 //! `.eh_frame` rows, and framehop (`.eh_frame` with its rule cache), on the
 //! same stack copies in the same run.
 //!
-//! Two stacks: the C fixture stopped by gdb in its leaf (14 frames through
-//! SFrame code, a shared library and libc; needs gcc and gdb), and this
+//! Three cases: the C fixture stopped by gdb in its leaf (13 frames through
+//! SFrame code, a shared library and libc; needs gcc and gdb); this
 //! benchmark's own stack captured 40 Rust frames deep (Rust code, libc,
-//! `.eh_frame` only). Before timing, both unwinders must produce the same
-//! return addresses. The table at the end gives frames per second and the
+//! `.eh_frame` only); and eight stacks of this benchmark, 40 calls deep
+//! each, whose frames alternate between two callers in eight different
+//! random patterns, walked in turn, so that a frame's caller is not the one
+//! it had the last time. Before timing, both unwinders must produce the
+//! same return addresses. The table at the end gives frames per second and the
 //! ratio to framehop, computed from criterion's estimates of this run.
 //!
 //! `cargo bench -p ichnos-code --bench unwind`
@@ -30,10 +33,15 @@ mod estimates;
 use estimates::mean_ns;
 
 struct Stack {
-    name: &'static str,
     regs: Regs,
     bytes: Vec<u8>,
     maps: String,
+}
+
+/// Stacks unwound in turn, each whole, as one measurement.
+struct Case {
+    name: &'static str,
+    stacks: Vec<Stack>,
 }
 
 /// framehop modules for the executable file mappings of `maps`.
@@ -108,32 +116,47 @@ const OPTIONS: UnwindOptions = UnwindOptions {
     frame_pointer_fallback: true,
 };
 
-fn ichnos_walk(map: &CodeMap, stack: &Stack, frames: &mut Vec<ichnos_code::Frame>) {
-    unwind_into(
-        map,
-        stack.regs,
-        &stack.bytes,
-        &mut NoMemory,
-        &OPTIONS,
-        frames,
-    );
+fn ichnos_walk(map: &CodeMap, case: &Case, frames: &mut Vec<ichnos_code::Frame>) {
+    for stack in &case.stacks {
+        unwind_into(
+            map,
+            stack.regs,
+            &stack.bytes,
+            &mut NoMemory,
+            &OPTIONS,
+            frames,
+        );
+    }
 }
 
 fn ichnos_walk_cached(
     map: &CodeMap,
     cache: &mut UnwindCache,
-    stack: &Stack,
+    case: &Case,
     frames: &mut Vec<ichnos_code::Frame>,
 ) {
-    unwind_cached(
-        map,
-        stack.regs,
-        &stack.bytes,
-        &mut NoMemory,
-        &OPTIONS,
-        cache,
-        frames,
-    );
+    for stack in &case.stacks {
+        unwind_cached(
+            map,
+            stack.regs,
+            &stack.bytes,
+            &mut NoMemory,
+            &OPTIONS,
+            cache,
+            frames,
+        );
+    }
+}
+
+fn framehop_walk_all(
+    unwinder: &UnwinderX86_64<Vec<u8>>,
+    cache: &mut CacheX86_64,
+    case: &Case,
+    out: &mut Vec<u64>,
+) {
+    for stack in &case.stacks {
+        framehop_walk(unwinder, cache, stack, out);
+    }
 }
 
 #[inline(never)]
@@ -160,7 +183,6 @@ fn capture_here() -> Stack {
     let mut bytes = vec![0u8; (top - sp).min(64 * 1024) as usize];
     ProcessMemory::current().read(sp, &mut bytes).unwrap();
     Stack {
-        name: "rust-self",
         regs: Regs { ip, sp, fp },
         bytes,
         maps,
@@ -177,12 +199,52 @@ fn deep(n: u32) -> Stack {
     s
 }
 
+/// `depth` calls deep, alternating through [`hop_a`] or [`hop_b`] as the
+/// bits of `pattern` say; all calls to them are from one site, so the
+/// frame of `hop` that returns there has either as its caller.
+#[inline(never)]
+fn hop(pattern: u64, depth: u32) -> Stack {
+    if depth == 0 {
+        return capture_here();
+    }
+    let next: fn(u64, u32) -> Stack = if pattern & 1 == 1 { hop_a } else { hop_b };
+    let s = black_box(next)(black_box(pattern >> 1), depth - 1);
+    black_box(&s);
+    s
+}
+
+#[inline(never)]
+fn hop_a(pattern: u64, depth: u32) -> Stack {
+    let s = hop(pattern, depth);
+    black_box(&s);
+    s
+}
+
+#[inline(never)]
+fn hop_b(pattern: u64, depth: u32) -> Stack {
+    let s = hop(pattern, black_box(depth));
+    black_box((&s, 1u8));
+    s
+}
+
+/// Eight stacks of 40 hops in patterns from a fixed generator.
+fn varied() -> Vec<Stack> {
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    (0..8)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            hop(state, 20)
+        })
+        .collect()
+}
+
 fn fixture_stack(dir: &Path) -> Option<Stack> {
     let prog = support::build_prog(dir);
     let stops = support::capture(&prog, &[]);
     let stop = stops.into_iter().find(|s| s.label.ends_with(":leaf"))?;
     Some(Stack {
-        name: "c-fixture",
         regs: Regs {
             ip: stop.rip,
             sp: stop.rsp,
@@ -195,63 +257,94 @@ fn fixture_stack(dir: &Path) -> Option<Stack> {
 
 fn main() {
     let dir = tempfile::tempdir().unwrap();
-    let mut stacks = vec![deep(40)];
+    let mut cases = vec![
+        Case {
+            name: "rust-self",
+            stacks: vec![deep(40)],
+        },
+        Case {
+            name: "rust-varied",
+            stacks: varied(),
+        },
+    ];
     match fixture_stack(dir.path()) {
-        Some(s) => stacks.insert(0, s),
+        Some(s) => cases.insert(
+            0,
+            Case {
+                name: "c-fixture",
+                stacks: vec![s],
+            },
+        ),
         None => eprintln!("note: the C fixture stack needs gcc and gdb; skipped"),
     }
     let mut c = Criterion::default().configure_from_args();
     let mut rows = Vec::new();
-    for stack in &stacks {
-        let sframe = support::code_map(&stack.maps, support::Rules::Preferred);
-        let eh = support::code_map(&stack.maps, support::Rules::EhFrameOnly);
-        let fh = framehop_unwinder(&stack.maps);
+    for case in &cases {
+        // The stacks of a case come from one process.
+        let maps = &case.stacks[0].maps;
+        let sframe = support::code_map(maps, support::Rules::Preferred);
+        let eh = support::code_map(maps, support::Rules::EhFrameOnly);
+        let fh = framehop_unwinder(maps);
         let mut fh_cache = CacheX86_64::new();
 
-        // Same answers before any timing.
+        // Same answers before any timing, stack by stack.
         let mut ours = Vec::new();
-        ichnos_walk(&eh, stack, &mut ours);
         let mut theirs = Vec::new();
-        framehop_walk(&fh, &mut fh_cache, stack, &mut theirs);
-        let ours_ips: Vec<u64> = ours.iter().map(|f| f.ip).collect();
-        assert_eq!(
-            ours_ips, theirs,
-            "{}: ichnos and framehop disagree",
-            stack.name
-        );
-        let mut with_sframe = Vec::new();
-        ichnos_walk(&sframe, stack, &mut with_sframe);
-        assert_eq!(with_sframe.iter().map(|f| f.ip).collect::<Vec<_>>(), theirs);
-        let frames = theirs.len();
+        let mut frames = 0;
+        for stack in &case.stacks {
+            framehop_walk(&fh, &mut fh_cache, stack, &mut theirs);
+            for rules in [&eh, &sframe] {
+                unwind_into(
+                    rules,
+                    stack.regs,
+                    &stack.bytes,
+                    &mut NoMemory,
+                    &OPTIONS,
+                    &mut ours,
+                );
+                let ours_ips: Vec<u64> = ours.iter().map(|f| f.ip).collect();
+                assert_eq!(
+                    ours_ips, theirs,
+                    "{}: ichnos and framehop disagree",
+                    case.name
+                );
+            }
+            frames += theirs.len();
+        }
 
-        let group_name = format!("unwind/{}", stack.name);
+        let group_name = format!("unwind/{}", case.name);
         let mut group = c.benchmark_group(&group_name);
         group.bench_function("ichnos_sframe_rows", |b| {
-            b.iter(|| ichnos_walk(black_box(&sframe), stack, &mut ours));
+            b.iter(|| ichnos_walk(black_box(&sframe), case, &mut ours));
         });
         group.bench_function("ichnos_eh_frame_rows", |b| {
-            b.iter(|| ichnos_walk(black_box(&eh), stack, &mut ours));
+            b.iter(|| ichnos_walk(black_box(&eh), case, &mut ours));
         });
         let mut cache = UnwindCache::new();
         group.bench_function("ichnos_sframe_rows_cached", |b| {
-            b.iter(|| ichnos_walk_cached(black_box(&sframe), &mut cache, stack, &mut ours));
+            b.iter(|| ichnos_walk_cached(black_box(&sframe), &mut cache, case, &mut ours));
         });
         let mut cache = UnwindCache::new();
         group.bench_function("ichnos_eh_frame_rows_cached", |b| {
-            b.iter(|| ichnos_walk_cached(black_box(&eh), &mut cache, stack, &mut ours));
+            b.iter(|| ichnos_walk_cached(black_box(&eh), &mut cache, case, &mut ours));
         });
+        // The cached walk of the last stack still agrees.
         assert_eq!(ours.iter().map(|f| f.ip).collect::<Vec<_>>(), theirs);
         group.bench_function("framehop", |b| {
-            b.iter(|| framehop_walk(black_box(&fh), &mut fh_cache, stack, &mut theirs));
+            b.iter(|| framehop_walk_all(black_box(&fh), &mut fh_cache, case, &mut theirs));
         });
         group.finish();
-        rows.push((stack.name, frames, group_name.replace('/', "_")));
+        rows.push((case.name, frames, group_name.replace('/', "_")));
     }
     c.final_summary();
+    print_table(rows);
+}
 
+/// Nanoseconds per frame of each case, and the ratios to framehop.
+fn print_table(rows: Vec<(&str, usize, String)>) {
     println!("\nnanoseconds per frame, and framehop's time over ours (above 1: ichnos is faster), this run:");
     println!(
-        "{:>10} {:>6}  {:>9} {:>9} {:>9} {:>9} {:>9}  {:>7} {:>7} {:>7} {:>7}",
+        "{:>11} {:>6}  {:>9} {:>9} {:>9} {:>9} {:>9}  {:>7} {:>7} {:>7} {:>7}",
         "stack",
         "frames",
         "sframe",
@@ -279,7 +372,7 @@ fn main() {
             _ => "-".to_owned(),
         };
         println!(
-            "{name:>10} {frames:>6}  {:>9} {:>9} {:>9} {:>9} {:>9}  {:>7} {:>7} {:>7} {:>7}",
+            "{name:>11} {frames:>6}  {:>9} {:>9} {:>9} {:>9} {:>9}  {:>7} {:>7} {:>7} {:>7}",
             show(ours[0]),
             show(ours[1]),
             show(ours[2]),

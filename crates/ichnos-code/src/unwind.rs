@@ -310,9 +310,13 @@ pub fn unwind_cached<R: FindRow + ?Sized, M: Memory + ?Sized>(
     };
     let mut misses = 0u64;
     let stop = loop {
-        walk = fast_run(&mut cache.entries, &stack, walk, frames, options.max_frames);
+        let ended;
+        (walk, ended) = fast_run(&mut cache.entries, &stack, walk, frames, options.max_frames);
+        if let Some(stop) = ended {
+            break stop;
+        }
         // The general step, through the cache: any frame the fast loop
-        // leaves (a miss, a stop, an unusual row, a slot beyond the stack
+        // leaves (a miss, an unexpressible row, a slot beyond the stack
         // copy).
         if frames.len() >= options.max_frames {
             break StopReason::DepthLimit;
@@ -364,9 +368,10 @@ struct Walk {
     guess: usize,
 }
 
-/// Steps while rows are cached and plain, their slots lie in the stack
-/// copy and the walk goes on; returns at the first frame that needs the
-/// general step (not yet pushed).
+/// Steps while rows are cached and expressible and their slots lie in the
+/// stack copy; returns at the first frame that needs the general step (not
+/// yet pushed), or with the reason the walk ended at a cached row (the
+/// last frame pushed), decided as the general step decides it.
 #[inline]
 fn fast_run(
     entries: &mut [CacheEntry; CACHE_SLOTS],
@@ -374,7 +379,7 @@ fn fast_run(
     mut walk: Walk,
     frames: &mut Vec<Frame>,
     max_frames: usize,
-) -> Walk {
+) -> (Walk, Option<StopReason>) {
     let mut index = walk.guess;
     while frames.len() < max_frames {
         let mut e = entries[index];
@@ -387,8 +392,12 @@ fn fast_run(
             }
             entries[walk.prev].next = index as u16;
         }
-        if e.bits & (ROW_OUTERMOST | ROW_UNEXPRESSIBLE) != 0 {
+        if e.bits & ROW_UNEXPRESSIBLE != 0 {
             break;
+        }
+        if e.bits & ROW_OUTERMOST != 0 {
+            frames.push(walk.frame);
+            return (walk, Some(StopReason::Outermost));
         }
         let base = if e.bits & ROW_CFA_BASE_SP != 0 {
             walk.frame.sp
@@ -407,10 +416,13 @@ fn fast_run(
                 None => break,
             }
         };
-        if ra == 0 || cfa <= walk.frame.sp {
-            break;
-        }
         frames.push(walk.frame);
+        if ra == 0 {
+            return (walk, Some(StopReason::Outermost));
+        }
+        if cfa <= walk.frame.sp {
+            return (walk, Some(StopReason::Loop));
+        }
         walk.frame = Frame {
             ip: ra,
             sp: cfa,
@@ -422,7 +434,7 @@ fn fast_run(
         index = usize::from(e.next) & (CACHE_SLOTS - 1);
     }
     walk.guess = index;
-    walk
+    (walk, None)
 }
 
 impl CacheEntry {
