@@ -329,6 +329,14 @@ struct Cursor {
     problems: Vec<JitProblem>,
     /// Rows looked at in the current pass, good or bad.
     scanned: usize,
+    /// Every table reached so far, for loops and the table bound.
+    seen: HashSet<u64>,
+    /// The last table reached: the next pass starts there. Rows are only
+    /// ever appended to the last table of a chain (each chained table
+    /// continues where the previous one ends), so the tables before it
+    /// have nothing new, and re-reading their headers on every miss would
+    /// make a chain of n tables cost O(n) system calls per refresh.
+    resume: Option<u64>,
 }
 
 const MAX_PROBLEMS: usize = 64;
@@ -500,11 +508,13 @@ fn note(cursor: &mut Cursor, table: u64, field: &'static str, detail: String) {
 
 /// Reads the chain at `head` into `cursor`, continuing where it stopped.
 fn read_chain(memory: &mut dyn Memory, head: u64, text_len: u64, cursor: &mut Cursor) {
-    let mut seen = HashSet::new();
-    let mut addr = head;
+    let mut addr = cursor.resume.unwrap_or(head);
+    // The table this pass resumes at was reached before; any other table
+    // reached twice closes a loop.
+    let mut resumed = cursor.resume.is_some();
     cursor.scanned = 0;
     while addr != 0 {
-        if !seen.insert(addr) {
+        if !std::mem::take(&mut resumed) && !cursor.seen.insert(addr) {
             note(
                 cursor,
                 addr,
@@ -513,7 +523,7 @@ fn read_chain(memory: &mut dyn Memory, head: u64, text_len: u64, cursor: &mut Cu
             );
             return;
         }
-        if seen.len() > MAX_TABLES {
+        if cursor.seen.len() > MAX_TABLES {
             note(
                 cursor,
                 addr,
@@ -522,6 +532,7 @@ fn read_chain(memory: &mut dyn Memory, head: u64, text_len: u64, cursor: &mut Cu
             );
             return;
         }
+        cursor.resume = Some(addr);
         let mut raw = [0u8; TABLE_HEADER_LEN];
         if memory.read(addr, &mut raw).is_err() {
             note(cursor, addr, "header", "unreadable; stopped".into());

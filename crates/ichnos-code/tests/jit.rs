@@ -525,3 +525,50 @@ mod growth {
         }
     }
 }
+
+/// A chain that grows table by table (a JIT that allocates a table per
+/// batch of code) is read as it grows; a refresh starts at the last table
+/// reached, and a loop closed later is still caught.
+#[test]
+fn a_chain_growing_table_by_table_is_read_as_it_grows() {
+    let first = Arc::new(JitUnwindTable::with_capacity(1));
+    let jit = ichnos_code::JitRows::new(
+        std::process::id(),
+        0x20_0000,
+        0x20_0000 + 0x10_000,
+        first.address(),
+    );
+    let mut last = Arc::clone(&first);
+    for i in 0..300u32 {
+        if i > 0 {
+            let next = Arc::new(JitUnwindTable::with_capacity(1));
+            last.chain(Arc::clone(&next)).unwrap();
+            last = next;
+        }
+        last.push(sp_row(i * 16, 16, 8 + 8 * (i as i32 % 4)))
+            .unwrap();
+        let row = jit
+            .find(0x20_0000 + u64::from(i) * 16 + 4)
+            .expect("the newest row");
+        assert_eq!((row.ip_off, row.cfa_off), (i * 16, 8 + 8 * (i as i32 % 4)));
+    }
+    assert_eq!(jit.rows().len(), 300);
+    assert!(jit.problems().is_empty(), "{:?}", jit.problems());
+
+    // Two raw tables read once; then the second is pointed back at the
+    // first: the next refresh, which starts at the second, sees the loop.
+    let a = RawTable::new(&[sp_row(0, 8, 8)], 1, FRE_STRIDE, FRE_SIZE);
+    let mut b = RawTable::new(&[sp_row(8, 8, 16)], 2, FRE_STRIDE, FRE_SIZE);
+    let mut a = a;
+    a.set_word(2, b.addr());
+    let jit = ichnos_code::JitRows::new(std::process::id(), 0x1000, 0x1100, a.addr());
+    assert!(jit.refresh());
+    assert_eq!(jit.rows().len(), 2);
+    b.set_word(2, a.addr());
+    assert!(!jit.refresh());
+    assert!(
+        jit.problems().iter().any(|p| p.detail.contains("loops")),
+        "{:?}",
+        jit.problems()
+    );
+}
