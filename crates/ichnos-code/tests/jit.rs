@@ -545,12 +545,12 @@ fn a_chain_growing_table_by_table_is_read_as_it_grows() {
             last.chain(Arc::clone(&next)).unwrap();
             last = next;
         }
-        last.push(sp_row(i * 16, 16, 8 + 8 * (i as i32 % 4)))
+        last.push(sp_row(i * 16, 16, 8 + 8 * (i.cast_signed() % 4)))
             .unwrap();
         let row = jit
             .find(0x20_0000 + u64::from(i) * 16 + 4)
             .expect("the newest row");
-        assert_eq!((row.ip_off, row.cfa_off), (i * 16, 8 + 8 * (i as i32 % 4)));
+        assert_eq!((row.ip_off, row.cfa_off), (i * 16, 8 + 8 * (i.cast_signed() % 4)));
     }
     assert_eq!(jit.rows().len(), 300);
     assert!(jit.problems().is_empty(), "{:?}", jit.problems());
