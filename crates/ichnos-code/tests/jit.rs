@@ -550,7 +550,10 @@ fn a_chain_growing_table_by_table_is_read_as_it_grows() {
         let row = jit
             .find(0x20_0000 + u64::from(i) * 16 + 4)
             .expect("the newest row");
-        assert_eq!((row.ip_off, row.cfa_off), (i * 16, 8 + 8 * (i.cast_signed() % 4)));
+        assert_eq!(
+            (row.ip_off, row.cfa_off),
+            (i * 16, 8 + 8 * (i.cast_signed() % 4))
+        );
     }
     assert_eq!(jit.rows().len(), 300);
     assert!(jit.problems().is_empty(), "{:?}", jit.problems());

@@ -71,7 +71,13 @@ pub(crate) struct LoadedObject {
     /// string looked up here lives in this object (the mapped file, the
     /// symbol table, addr2line's line tables) as long as the object does,
     /// so the address names it without hashing or comparing its bytes.
-    pub names: RefCell<HashMap<(usize, usize), Name, FxBuild>>,
+    pub names: RefCell<HashMap<NameKey, Name, FxBuild>>,
+    /// The names asked for most recently, by a hash of where they lie: a
+    /// batch in address order asks for the same few names (the function,
+    /// the functions inlined into it, their files) address after address,
+    /// and this small table answers those without a probe of the large
+    /// one, whose entries are mostly out of cache.
+    pub recent_names: RefCell<RecentNames>,
     /// Split DWARF files (`-gsplit-dwarf`) by dwo id, loaded on first
     /// need; `None` when not found.
     pub dwos: RefCell<HashMap<u64, Option<Arc<gimli::Dwarf<Reader>>>>>,
@@ -81,6 +87,15 @@ pub(crate) struct LoadedObject {
     /// to it).
     pub path: PathBuf,
 }
+
+/// Entries of [`LoadedObject::recent_names`].
+pub(crate) const RECENT_NAMES: usize = 256;
+
+/// Where a name's bytes lie in the object: address and length.
+pub(crate) type NameKey = (usize, usize);
+
+/// [`LoadedObject::recent_names`]: a direct-mapped table of names.
+pub(crate) type RecentNames = Box<[Option<(NameKey, Name)>; RECENT_NAMES]>;
 
 /// A name as stored, and as shown once someone asked for it demangled.
 #[derive(Clone, Debug)]
@@ -191,19 +206,44 @@ impl LoadedObject {
     /// Returns (as shown, as stored).
     pub(crate) fn name(&self, bytes: &[u8], demangle: bool) -> (Arc<str>, Arc<str>) {
         let key = (bytes.as_ptr() as usize, bytes.len());
+        let slot = (key.0 ^ (key.0 >> 7) ^ key.1) % RECENT_NAMES;
+        let mut recent = self.recent_names.borrow_mut();
+        if let Some((k, name)) = &recent[slot] {
+            if *k == key && (!demangle || name.demangled.is_some()) {
+                let shown = if demangle {
+                    name.demangled.as_ref()
+                } else {
+                    None
+                };
+                return (
+                    Arc::clone(shown.unwrap_or(&name.raw)),
+                    Arc::clone(&name.raw),
+                );
+            }
+        }
+        let found = self.name_slow(key, bytes, demangle);
+        recent[slot] = Some((key, found.clone()));
+        let shown = if demangle {
+            found.demangled.as_ref()
+        } else {
+            None
+        };
+        (Arc::clone(shown.unwrap_or(&found.raw)), found.raw)
+    }
+
+    /// [`Self::name`] through the table of every name handed out.
+    fn name_slow(&self, key: NameKey, bytes: &[u8], demangle: bool) -> Name {
         let mut names = self.names.borrow_mut();
         let name = names.entry(key).or_insert_with(|| Name {
             raw: Arc::from(String::from_utf8_lossy(bytes)),
             demangled: None,
         });
-        if !demangle {
-            return (Arc::clone(&name.raw), Arc::clone(&name.raw));
+        if demangle && name.demangled.is_none() {
+            let raw = &name.raw;
+            name.demangled =
+                Some(crate::demangle::demangle(raw).map_or_else(|| Arc::clone(raw), Arc::from));
         }
-        let raw = Arc::clone(&name.raw);
-        let shown = name.demangled.get_or_insert_with(|| {
-            crate::demangle::demangle(&raw).map_or_else(|| Arc::clone(&raw), Arc::from)
-        });
-        (Arc::clone(shown), raw)
+        name.clone()
     }
 }
 
@@ -294,6 +334,7 @@ impl LoadedObject {
             refused,
             mapped_bytes,
             names: RefCell::default(),
+            recent_names: RefCell::new(Box::new([const { None }; RECENT_NAMES])),
             dwos: RefCell::default(),
             dwp: std::cell::OnceCell::new(),
             path: path.to_path_buf(),
