@@ -91,9 +91,8 @@ pub(crate) fn find_debug_file(
         }
     }
     if let Some((name, crc)) = debug_link {
-        let name = Path::new(std::ffi::OsStr::new(
-            std::str::from_utf8(name).unwrap_or_default(),
-        ));
+        // A file name is bytes; the link need not be UTF-8.
+        let name = Path::new(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(name));
         if name.as_os_str().is_empty() || name.components().count() != 1 {
             return search;
         }

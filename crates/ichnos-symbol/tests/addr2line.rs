@@ -621,3 +621,35 @@ fn split_dwarf_case(version: &str) {
         addrs.len()
     );
 }
+
+/// A debug link is a file name, which need not be UTF-8.
+#[test]
+fn a_debug_link_that_is_not_utf8_is_followed() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let exe = fixture(dir.path());
+    let (addr, want) = some_inlined_address(&exe);
+    let debug = dir
+        .path()
+        .join(std::ffi::OsStr::from_bytes(b"inlines-\xff\xfe.debug"));
+    run(Command::new("objcopy")
+        .arg("--only-keep-debug")
+        .arg(&exe)
+        .arg(&debug));
+    let stripped = dir.path().join("stripped");
+    let mut link = std::ffi::OsString::from("--add-gnu-debuglink=");
+    link.push(&debug);
+    run(Command::new("objcopy")
+        .arg("--strip-debug")
+        .arg(link)
+        .arg(&exe)
+        .arg(&stripped));
+    let got = Symbolizer::new(SymbolizerOptions {
+        debug_dirs: vec![dir.path().join("no-such-dir")],
+        ..SymbolizerOptions::default()
+    })
+    .symbolize_file(&stripped, &[addr])
+    .unwrap();
+    assert_eq!(got[0].source, DebugSource::DebugLink(debug));
+    assert_eq!(ours(&got[0].frames), want);
+}
