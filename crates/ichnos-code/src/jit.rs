@@ -538,6 +538,17 @@ fn read_chain(memory: &mut dyn Memory, head: u64, text_len: u64, cursor: &mut Cu
             note(cursor, addr, "header", "unreadable; stopped".into());
             return;
         }
+        // One copy may take `used_len` (offset 8) before `next` (offset
+        // 16), while the writer publishes its last rows, then `next`. Once
+        // `next` is seen set, a second read gets the final `used_len`: this
+        // pass leaves the table for good (the next starts past it).
+        if raw[16..24] != [0; 8] {
+            std::sync::atomic::fence(Ordering::Acquire);
+            if memory.read(addr, &mut raw).is_err() {
+                note(cursor, addr, "header", "unreadable; stopped".into());
+                return;
+            }
+        }
         let u64_at = |o: usize| u64::from_le_bytes(raw[o..o + 8].try_into().unwrap_or([0; 8]));
         let u32_at = |o: usize| u32::from_le_bytes(raw[o..o + 4].try_into().unwrap_or([0; 4]));
         let (reserved, used, next) = (u64_at(0), u64_at(8), u64_at(16));

@@ -575,3 +575,50 @@ fn a_chain_growing_table_by_table_is_read_as_it_grows() {
         jit.problems()
     );
 }
+
+/// A header read that takes `used_len` before the writer's last push and
+/// `next` after its chain call (one copy of 32 bytes has no order between
+/// its words): the reader must not leave the table with its last rows
+/// unread.
+#[test]
+fn a_header_read_racing_the_last_push_and_the_chain_loses_no_row() {
+    /// This process's memory, except that the first read of one table's
+    /// header sees an older `used_len`.
+    struct Racing {
+        header: u64,
+        stale_used: u64,
+        raced: bool,
+    }
+    impl ichnos_code::memory::Memory for Racing {
+        fn read(
+            &mut self,
+            addr: u64,
+            buf: &mut [u8],
+        ) -> Result<(), ichnos_code::memory::MemoryError> {
+            ProcessMemory::current().read(addr, buf)?;
+            if addr == self.header && buf.len() == TABLE_HEADER_LEN && !self.raced {
+                self.raced = true;
+                buf[8..16].copy_from_slice(&self.stale_used.to_le_bytes());
+            }
+            Ok(())
+        }
+    }
+    let b = RawTable::new(&[sp_row(32, 8, 8)], 1, FRE_STRIDE, FRE_SIZE);
+    let mut a = RawTable::new(
+        &[sp_row(0, 8, 8), sp_row(8, 8, 16), sp_row(16, 8, 24)],
+        3,
+        FRE_STRIDE,
+        FRE_SIZE,
+    );
+    a.set_word(2, b.addr());
+    let mut memory = Racing {
+        header: a.addr(),
+        stale_used: u64::from(FRE_STRIDE),
+        raced: false,
+    };
+    let (rows, problems) = read_table_chain(&mut memory, a.addr(), 0x1000, 0x1100);
+    assert!(memory.raced);
+    assert!(problems.is_empty(), "{problems:?}");
+    let offs: Vec<u32> = rows.rows().iter().map(|r| r.ip_off).collect();
+    assert_eq!(offs, [0, 8, 16, 32]);
+}
