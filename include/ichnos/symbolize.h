@@ -56,23 +56,28 @@ struct ichnos_symbolizer *ichnos_symbolizer_new(const char *debug_dir);
 						 * the innermost line */
 
 /* Options of ichnos_symbolizer_create(). Zero means the default for every
- * field, and the struct may grow: pass sizeof(struct
+ * field, and the struct may grow in later versions: pass sizeof(struct
  * ichnos_symbolizer_options) as size. */
 struct ichnos_symbolizer_options {
 	uint32_t flags;				/* ICHNOS_SYMBOLIZE_* */
 	uint32_t reserved;			/* must be 0 */
-	const char *const *debug_dirs;		/* NULL-terminated (at most 256),
-						 * or NULL for /usr/lib/debug */
+	const char *const *debug_dirs;		/* at most 256, then NULL; or
+						 * NULL for /usr/lib/debug */
 	uint64_t max_cached_bytes;		/* 0: 4 GiB */
 };
 
+/* sizeof(struct ichnos_symbolizer_options) in its first version: the
+ * least size ichnos_symbolizer_create() takes. */
+#define ICHNOS_SYMBOLIZER_OPTIONS_SIZE_VER0 24
+
 /*
- * A symbolizer with options. size is the caller's sizeof(*options): a
- * smaller (older) struct is zero-extended; a larger one is accepted only if
- * the bytes this library does not know are 0. Stores the symbolizer in
- * *out and returns 0, or a negative errno: -EINVAL (options or out NULL,
- * unknown flags, reserved not 0), -E2BIG (unknown non-zero bytes, size
- * above 4096, debug_dirs without a NULL in 256 entries).
+ * A symbolizer with options. size is the caller's sizeof(*options): at
+ * least ICHNOS_SYMBOLIZER_OPTIONS_SIZE_VER0; a struct of a later version
+ * than this library knows is accepted only if the bytes it does not know
+ * are 0. Stores the symbolizer in *out and returns 0, or a negative errno:
+ * -EINVAL (options or out NULL, size below the first version, unknown
+ * flags, reserved not 0), -E2BIG (unknown non-zero bytes, size above 4096,
+ * more than 256 debug_dirs before their NULL).
  */
 int ichnos_symbolizer_create(const struct ichnos_symbolizer_options *options, size_t size,
 			     struct ichnos_symbolizer **out);

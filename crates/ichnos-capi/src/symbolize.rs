@@ -44,6 +44,11 @@ impl Default for ichnos_symbolizer_options {
 /// list whose end the caller marks.
 const MAX_DEBUG_DIRS: usize = 256;
 
+/// `ICHNOS_SYMBOLIZER_OPTIONS_SIZE_VER0`: the struct's size in its first
+/// version, the least `size` accepted.
+const OPTIONS_SIZE_VER0: usize = 24;
+const _: () = assert!(std::mem::size_of::<ichnos_symbolizer_options>() == OPTIONS_SIZE_VER0);
+
 /// `struct ichnos_symbolizer`: the symbolizer and the strings of its last
 /// answer.
 #[derive(Debug)]
@@ -115,6 +120,14 @@ pub unsafe extern "C" fn ichnos_symbolizer_create(
         set_last_error("out is NULL");
         return -libc::EINVAL;
     }
+    // The first version is the whole struct: a shorter one would cut
+    // `debug_dirs` and leave a pointer the caller never passed.
+    if size < OPTIONS_SIZE_VER0 {
+        set_last_error(&format!(
+            "size {size} is smaller than the first version of the options ({OPTIONS_SIZE_VER0} bytes)"
+        ));
+        return -libc::EINVAL;
+    }
     // SAFETY: forwarded caller contract.
     let given: ichnos_symbolizer_options =
         match unsafe { copy_struct(options.cast::<c_void>(), size) } {
@@ -139,19 +152,20 @@ pub unsafe extern "C" fn ichnos_symbolizer_create(
     }
     if !given.debug_dirs.is_null() {
         options.debug_dirs.clear();
-        for i in 0.. {
-            if i == MAX_DEBUG_DIRS {
-                set_last_error(&format!(
-                    "debug_dirs has no NULL within {MAX_DEBUG_DIRS} entries"
-                ));
-                return -libc::E2BIG;
-            }
-            // SAFETY: a NULL-terminated array; we stop at its NULL.
+        for i in 0..=MAX_DEBUG_DIRS {
+            // SAFETY: a NULL-terminated array; we stop at its NULL, or
+            // after reading the entry where it is due at the latest.
             let dir = unsafe { given.debug_dirs.add(i).read() };
             // SAFETY: each entry is a NUL-terminated string.
             match unsafe { path_arg(dir) } {
-                Some(dir) => options.debug_dirs.push(dir),
                 None => break,
+                Some(_) if i == MAX_DEBUG_DIRS => {
+                    set_last_error(&format!(
+                        "debug_dirs holds more than {MAX_DEBUG_DIRS} paths (no NULL after them)"
+                    ));
+                    return -libc::E2BIG;
+                }
+                Some(dir) => options.debug_dirs.push(dir),
             }
         }
     }

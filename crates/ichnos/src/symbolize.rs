@@ -194,7 +194,9 @@ fn warn_refused(
     object: &std::path::Path,
     warned: &mut std::collections::HashSet<PathBuf>,
 ) {
-    if warned.insert(object.to_path_buf()) {
+    // Looked up first: under -p this runs for every address.
+    if !warned.contains(object) {
+        warned.insert(object.to_path_buf());
         for refused in symbolizer.refused_debug_files(object).unwrap_or_default() {
             eprintln!(
                 "warning: {}: debug file refused: {refused}",

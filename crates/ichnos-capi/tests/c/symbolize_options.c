@@ -65,19 +65,29 @@ static int errors(void)
 	if (ichnos_symbolizer_create(&o, 8192, &s) != -E2BIG)
 		return fail("size above a page");
 
-	/* An older caller's struct: only flags, the rest defaults. */
-	uint32_t old[2] = { ICHNOS_SYMBOLIZE_RAW_NAMES, 0 };
-	if (ichnos_symbolizer_create((const void *)old, sizeof(old), &s) != 0 || !s)
-		return fail("smaller struct");
-	ichnos_symbolizer_free(s);
+	/* Shorter than the first version: it would cut debug_dirs. */
+	static_assert(ICHNOS_SYMBOLIZER_OPTIONS_SIZE_VER0 == sizeof(o), "first version");
+	s = NULL;
+	if (ichnos_symbolizer_create(&o, 8, &s) != -EINVAL ||
+	    ichnos_symbolizer_create(&o, 12, &s) != -EINVAL ||
+	    ichnos_symbolizer_create(&o, ICHNOS_SYMBOLIZER_OPTIONS_SIZE_VER0 - 1, &s) != -EINVAL || s)
+		return fail("size below the first version");
 
-	/* A debug directory list with no end in sight. */
-	static const char *endless[300];
-	for (size_t i = 0; i < 300; i++)
-		endless[i] = "/nonexistent";
-	o.debug_dirs = endless;
+	/* Debug directory lists: 256 paths are taken, 257 are too many. */
+	static const char *dirs256[257], *dirs257[258];
+	for (size_t i = 0; i < 257; i++)
+		dirs257[i] = "/nonexistent";
+	for (size_t i = 0; i < 256; i++)
+		dirs256[i] = "/nonexistent";
+	dirs256[256] = NULL;
+	dirs257[257] = NULL;
+	o.debug_dirs = dirs256;
+	if (ichnos_symbolizer_create(&o, sizeof(o), &s) != 0 || !s)
+		return fail("256 debug_dirs");
+	ichnos_symbolizer_free(s);
+	o.debug_dirs = dirs257;
 	if (ichnos_symbolizer_create(&o, sizeof(o), &s) != -E2BIG)
-		return fail("debug_dirs without NULL");
+		return fail("257 debug_dirs");
 	const char *dirs[] = { "/nonexistent", "/usr/lib/debug", NULL };
 	o.debug_dirs = dirs;
 	o.max_cached_bytes = 1 << 20;
