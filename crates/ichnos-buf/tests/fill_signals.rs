@@ -69,18 +69,25 @@ fn main_record(n: u64) -> [u8; 16] {
     r
 }
 
+/// The tests' lock, the SIGUSR1 handler writing to the small buffer, and
+/// that buffer flushed and its deliveries cleared.
+fn small_buffer_with_handler() -> (std::sync::MutexGuard<'static, ()>, &'static FillBuffer) {
+    let serial = SERIAL.lock().unwrap();
+    install(libc::SIGUSR1);
+    TARGET.store(0, Ordering::Relaxed);
+    let buf = buffer();
+    buf.flush();
+    take_delivered();
+    (serial, buf)
+}
+
 fn take_delivered() -> Vec<(Vec<u8>, u64)> {
     std::mem::take(&mut *DELIVERED.lock().unwrap())
 }
 
 #[test]
 fn handler_between_reserve_and_commit_orders_by_reservation() {
-    let _serial = SERIAL.lock().unwrap();
-    install(libc::SIGUSR1);
-    TARGET.store(0, Ordering::Relaxed);
-    let buf = buffer();
-    buf.flush();
-    take_delivered();
+    let (_serial, buf) = small_buffer_with_handler();
     let before = HANDLER_RUNS.load(Ordering::Relaxed);
     let ptr = buf.reserve_raw(16).unwrap();
     // SAFETY: raise delivers to this thread before it returns.
@@ -100,12 +107,7 @@ fn handler_between_reserve_and_commit_orders_by_reservation() {
 
 #[test]
 fn handler_that_would_need_a_flush_while_a_write_is_open_is_dropped_and_counted() {
-    let _serial = SERIAL.lock().unwrap();
-    install(libc::SIGUSR1);
-    TARGET.store(0, Ordering::Relaxed);
-    let buf = buffer();
-    buf.flush();
-    take_delivered();
+    let (_serial, buf) = small_buffer_with_handler();
     buf.write(&main_record(1)).unwrap();
     let ptr = buf.reserve_raw(16).unwrap(); // the buffer (32 bytes) is now full
                                             // SAFETY: as above.

@@ -10,6 +10,16 @@ fn ichnos(args: &[&str]) -> Output {
         .expect("run ichnos")
 }
 
+/// `ichnos symbolize -e EXE` with its standard input and output piped.
+fn symbolize_reading_stdin(exe: &str) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_ichnos"))
+        .args(["symbolize", "-e", exe])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
@@ -295,12 +305,7 @@ fn symbolize_prints_addr2line_lines() {
     );
 
     // Standard input, one address a line; an unknown address is ??/??:0.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ichnos"))
-        .args(["symbolize", "-e", exe_str])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = symbolize_reading_stdin(exe_str);
     std::io::Write::write_all(
         &mut child.stdin.take().unwrap(),
         format!("{}\n0x999999\n", addrs[0]).as_bytes(),
@@ -312,12 +317,7 @@ fn symbolize_prints_addr2line_lines() {
 
     // As a coprocess: each address is answered before the next is sent,
     // with standard input still open (as addr2line can be driven).
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ichnos"))
-        .args(["symbolize", "-e", exe_str])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = symbolize_reading_stdin(exe_str);
     let mut to_child = child.stdin.take().unwrap();
     let mut from_child = std::io::BufReader::new(child.stdout.take().unwrap());
     let (tx, rx) = std::sync::mpsc::channel();
