@@ -30,4 +30,22 @@ pub enum SymbolError {
         /// What gimli said.
         detail: String,
     },
+    /// A symbol index file that is not one, or is damaged.
+    #[error("{path}: bad symbol index at offset {offset:#x}: {detail}")]
+    BadIndex {
+        /// The index file.
+        path: PathBuf,
+        /// Where in it.
+        offset: u64,
+        /// What was wrong.
+        detail: String,
+    },
+    /// An object that is not indexed, and why.
+    #[error("{path}: not indexed: {reason}")]
+    NotIndexed {
+        /// The object file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
 }

@@ -26,6 +26,7 @@
 mod debug_file;
 mod demangle;
 mod error;
+mod index;
 pub mod jitdump;
 mod object_file;
 pub mod perf_map;
@@ -35,5 +36,6 @@ mod symbolizer;
 pub use debug_file::{crc32_of_file, DebugSource};
 pub use demangle::demangle;
 pub use error::SymbolError;
+pub use index::{FrameRef, SymbolIndex};
 pub use process::{Place, ProcessSymbolized};
 pub use symbolizer::{Frame, Symbolized, Symbolizer, SymbolizerOptions};

@@ -60,6 +60,9 @@ pub(crate) struct Sym {
 pub(crate) struct LoadedObject {
     pub symbols: Vec<Sym>,
     pub dwarf: Option<addr2line::Context<Reader>>,
+    /// The DWARF sections `dwarf` reads (with any supplementary file),
+    /// for walks over every unit (the symbol index's builder).
+    pub sections: Option<Arc<gimli::Dwarf<Reader>>>,
     pub source: DebugSource,
     /// Debug files that were found but refused (CRC mismatch).
     pub refused: Vec<String>,
@@ -291,14 +294,15 @@ impl LoadedObject {
         let mut symbols = function_symbols(&file);
         let mut refused = Vec::new();
         let mut dwarf = None;
+        let mut sections = None;
         let mut source = DebugSource::SymbolsOnly;
         // Debug information that cannot be read is reported and passed
         // over: the symbol tables still name addresses.
         if has_dwarf(&file) {
             match load_dwarf(path, &bytes, &file, debug_dirs, &mut refused) {
-                Ok((d, extra)) => {
+                Ok(((d, all), extra)) => {
                     mapped_bytes += extra;
-                    (dwarf, source) = (Some(d), DebugSource::SameFile);
+                    (dwarf, sections, source) = (Some(d), Some(all), DebugSource::SameFile);
                 }
                 Err(e) => refused.push(e.to_string()),
             }
@@ -309,10 +313,10 @@ impl LoadedObject {
             refused = search.refused;
             if let Some((debug_path, found)) = search.found {
                 match load_debug_file(&debug_path, debug_dirs, &mut refused) {
-                    Ok((d, debug_symbols, len)) => {
+                    Ok(((d, all), debug_symbols, len)) => {
                         mapped_bytes += len;
                         symbols.extend(debug_symbols);
-                        (dwarf, source) = (Some(d), found);
+                        (dwarf, sections, source) = (Some(d), Some(all), found);
                     }
                     Err(e) => refused.push(e.to_string()),
                 }
@@ -330,6 +334,7 @@ impl LoadedObject {
         Ok(Self {
             symbols,
             dwarf,
+            sections,
             source,
             refused,
             mapped_bytes,
@@ -400,13 +405,16 @@ fn mini_debug_info_symbols(file: &object::File<'_>) -> Vec<Sym> {
     object::File::parse(&*out).map_or_else(|_| Vec::new(), |mini| function_symbols(&mini))
 }
 
+/// A file's DWARF: the lookup context, and the sections it reads.
+type Dwarf = (addr2line::Context<Reader>, Arc<gimli::Dwarf<Reader>>);
+
 /// A separate debug file: its DWARF, its function symbols (the stripped
 /// file may have none) and its size.
 fn load_debug_file(
     debug_path: &Path,
     debug_dirs: &[PathBuf],
     refused: &mut Vec<String>,
-) -> Result<(addr2line::Context<Reader>, Vec<Sym>, u64), SymbolError> {
+) -> Result<(Dwarf, Vec<Sym>, u64), SymbolError> {
     let debug_bytes = map(debug_path)?;
     let debug_file = object::File::parse(&*debug_bytes).map_err(|e| SymbolError::BadObject {
         path: debug_path.to_path_buf(),
@@ -519,15 +527,16 @@ fn endian_of(file: &object::File<'_>) -> gimli::RunTimeEndian {
 
 /// The DWARF of `file`, with the supplementary file its
 /// `.gnu_debugaltlink` names (dwz's shared DWARF) attached when it is
-/// found. Returns the context and the bytes of any file mapped for it;
-/// a supplementary file named but not found is noted in `refused`.
+/// found. Returns the context, the sections it reads and the bytes of any
+/// file mapped for it; a supplementary file named but not found is noted
+/// in `refused`.
 fn load_dwarf(
     path: &Path,
     bytes: &Shared,
     file: &object::File<'_>,
     debug_dirs: &[PathBuf],
     refused: &mut Vec<String>,
-) -> Result<(addr2line::Context<Reader>, u64), SymbolError> {
+) -> Result<(Dwarf, u64), SymbolError> {
     let bad = |e: gimli::Error| SymbolError::BadDwarf {
         path: path.to_path_buf(),
         detail: e.to_string(),
@@ -549,8 +558,9 @@ fn load_dwarf(
             )),
         }
     }
-    let context = addr2line::Context::from_dwarf(dwarf).map_err(bad)?;
-    Ok((context, extra))
+    let dwarf = Arc::new(dwarf);
+    let context = addr2line::Context::from_arc_dwarf(Arc::clone(&dwarf)).map_err(bad)?;
+    Ok(((context, dwarf), extra))
 }
 
 /// The DWARF of the file a `.gnu_debugaltlink` names: its path (relative

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::debug_file::DebugSource;
 use crate::error::SymbolError;
+use crate::index::{self, SymbolIndex};
 use crate::object_file::LoadedObject;
 use addr2line::LookupContinuation;
 
@@ -22,6 +23,11 @@ pub struct SymbolizerOptions {
     /// while the files they map total at most this many bytes; the least
     /// recently used are dropped beyond it.
     pub max_cached_bytes: u64,
+    /// Where prepared symbol indexes are kept ([`Symbolizer::build_index`]
+    /// writes them). An object with an index here, made from the same
+    /// build, is answered from it without reading its DWARF. `None`: no
+    /// indexes are read or written.
+    pub index_dir: Option<PathBuf>,
 }
 
 impl Default for SymbolizerOptions {
@@ -31,12 +37,13 @@ impl Default for SymbolizerOptions {
             demangle: true,
             inlines: true,
             max_cached_bytes: 4 << 30,
+            index_dir: None,
         }
     }
 }
 
 /// One frame of an address: a function, and where in the source.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Frame {
     /// The function, demangled if asked for; `None` if unknown.
     pub function: Option<Arc<str>>,
@@ -105,9 +112,16 @@ impl FileStamp {
     }
 }
 
+/// What answers for an object: the object parsed, or its index.
+#[derive(Clone, Debug)]
+enum Answers {
+    Parsed(Arc<Mutex<LoadedObject>>),
+    Indexed(Arc<SymbolIndex>),
+}
+
 #[derive(Debug)]
 struct Cached {
-    object: Arc<Mutex<LoadedObject>>,
+    object: Answers,
     bytes: u64,
     used: u64,
 }
@@ -124,16 +138,16 @@ struct ObjectCache {
 }
 
 impl ObjectCache {
-    fn get(&mut self, key: &Key) -> Option<Arc<Mutex<LoadedObject>>> {
+    fn get(&mut self, key: &Key) -> Option<Answers> {
         self.clock += 1;
         let clock = self.clock;
         self.objects.get_mut(key).map(|c| {
             c.used = clock;
-            Arc::clone(&c.object)
+            c.object.clone()
         })
     }
 
-    fn insert(&mut self, key: &Key, object: Arc<Mutex<LoadedObject>>, bytes: u64, limit: u64) {
+    fn insert(&mut self, key: &Key, object: Answers, bytes: u64, limit: u64) {
         self.clock += 1;
         self.bytes += bytes;
         // Two threads may have parsed the same object: count it once.
@@ -175,10 +189,10 @@ impl Symbolizer {
         }
     }
 
-    /// The parsed object for `path` (parsed on first use). DWARF lookups
-    /// keep lazily parsed state, so each object is used by one thread at a
-    /// time.
-    fn object(&self, path: &Path) -> Result<Arc<Mutex<LoadedObject>>, SymbolError> {
+    /// What answers for `path`: its index, or the object parsed on first
+    /// use. DWARF lookups keep lazily parsed state, so each parsed object
+    /// is used by one thread at a time.
+    fn object(&self, path: &Path) -> Result<Answers, SymbolError> {
         // One stat per batch: a path whose file changed since it was keyed
         // (rebuilt, replaced) must not answer from the old object.
         let stamp = FileStamp::of(path);
@@ -206,18 +220,107 @@ impl Symbolizer {
                 return Ok(o);
             }
         }
-        let loaded = LoadedObject::load(path, &self.options.debug_dirs)?;
-        let bytes = loaded.mapped_bytes;
-        let loaded = Arc::new(Mutex::new(loaded));
+        let (answers, bytes) = if let Some(index) = self.open_index(&key) {
+            let bytes = index.len_bytes();
+            (Answers::Indexed(Arc::new(index)), bytes)
+        } else {
+            let loaded = LoadedObject::load(path, &self.options.debug_dirs)?;
+            let bytes = loaded.mapped_bytes;
+            (Answers::Parsed(Arc::new(Mutex::new(loaded))), bytes)
+        };
         let mut cache = self.lock();
         cache.paths.insert(path.to_path_buf(), (key.clone(), stamp));
-        cache.insert(
-            &key,
-            Arc::clone(&loaded),
-            bytes,
-            self.options.max_cached_bytes,
-        );
-        Ok(loaded)
+        cache.insert(&key, answers.clone(), bytes, self.options.max_cached_bytes);
+        Ok(answers)
+    }
+
+    /// The index kept for the object `key` names, if there is one made
+    /// from this build and its debug file is unchanged. Indexes hold
+    /// inlined frames, so a symbolizer without them reads the DWARF.
+    fn open_index(&self, key: &Key) -> Option<SymbolIndex> {
+        let (Key::BuildId(id, size), Some(dir)) = (key, &self.options.index_dir) else {
+            return None;
+        };
+        if !self.options.inlines {
+            return None;
+        }
+        let index = SymbolIndex::open(&dir.join(SymbolIndex::file_name(id, *size))).ok()?;
+        (index.build_id() == id.as_slice()
+            && index.object_size() == *size
+            && index.debug_file_unchanged())
+        .then_some(index)
+    }
+
+    /// The index that would answer for the object at `path`: one in the
+    /// index directory made from this build, with its debug file
+    /// unchanged.
+    #[must_use]
+    pub fn usable_index(&self, path: &Path) -> Option<SymbolIndex> {
+        let size = FileStamp::of(path)?.size;
+        let build_id = crate::object_file::build_id_of(path)?;
+        self.open_index(&Key::BuildId(build_id, size))
+    }
+
+    /// The index answering for the object at `path`, if an index answers
+    /// for it (else the object is parsed, ready for the batches to come).
+    pub fn index_of(&self, path: &Path) -> Result<Option<Arc<SymbolIndex>>, SymbolError> {
+        Ok(match self.object(path)? {
+            Answers::Indexed(index) => Some(index),
+            Answers::Parsed(_) => None,
+        })
+    }
+
+    /// Makes the symbol index of the object at `path` and keeps it in the
+    /// index directory, replacing any older one; later batches for this
+    /// build are answered from it. `progress` is told (steps done, steps
+    /// in all) as the work goes. Objects without a build id, without DWARF
+    /// (their symbol tables are fast to read as they are) or with debug
+    /// information found incomplete are not indexed.
+    pub fn build_index(
+        &self,
+        path: &Path,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<SymbolIndex, SymbolError> {
+        let refuse = |reason: String| SymbolError::NotIndexed {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let Some(dir) = &self.options.index_dir else {
+            return Err(refuse("no index directory is set".into()));
+        };
+        let stamp = FileStamp::of(path);
+        let size = stamp.map_or(0, |s| s.size);
+        let Some(build_id) = crate::object_file::build_id_of(path) else {
+            return Err(refuse("it has no build id to key its index by".into()));
+        };
+        let object = LoadedObject::load(path, &self.options.debug_dirs)?;
+        let contents = index::build(&object, &build_id, size, progress).map_err(refuse)?;
+        let target = dir.join(SymbolIndex::file_name(&build_id, size));
+        let io = |source| SymbolError::Io {
+            path: target.clone(),
+            source,
+        };
+        std::fs::create_dir_all(dir).map_err(|source| SymbolError::Io {
+            path: dir.clone(),
+            source,
+        })?;
+        // Written aside and renamed into place: a reader maps either the
+        // old file or the new one whole, never one half written.
+        let mut temp = tempfile_in(dir).map_err(io)?;
+        std::io::Write::write_all(&mut temp.1, &contents.encode()).map_err(io)?;
+        temp.1.sync_all().map_err(io)?;
+        std::fs::rename(&temp.0, &target).map_err(|e| {
+            let _ = std::fs::remove_file(&temp.0);
+            io(e)
+        })?;
+        let key = Key::BuildId(build_id, size);
+        let mut cache = self.lock();
+        if let Some(c) = cache.objects.remove(&key) {
+            cache.bytes -= c.bytes;
+        }
+        cache.paths.retain(|_, (k, _)| *k != key);
+        drop(cache);
+        SymbolIndex::open(&target)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, ObjectCache> {
@@ -235,11 +338,15 @@ impl Symbolizer {
     /// Debug files found for `path` but refused (a CRC that does not
     /// match), each with the reason.
     pub fn refused_debug_files(&self, path: &Path) -> Result<Vec<String>, SymbolError> {
-        let object = self.object(path)?;
-        let object = object
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        Ok(object.refused.clone())
+        match self.object(path)? {
+            Answers::Parsed(object) => Ok(object
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .refused
+                .clone()),
+            // Only objects whose debug information was complete are indexed.
+            Answers::Indexed(_) => Ok(Vec::new()),
+        }
     }
 
     /// Symbolizes `addrs`, virtual addresses of the object file at `path`
@@ -249,7 +356,21 @@ impl Symbolizer {
         path: &Path,
         addrs: &[u64],
     ) -> Result<Vec<Symbolized>, SymbolError> {
-        let object = self.object(path)?;
+        let object = match self.object(path)? {
+            Answers::Parsed(object) => object,
+            Answers::Indexed(index) => {
+                let frames = index.frames(addrs, self.options.demangle);
+                return Ok(addrs
+                    .iter()
+                    .zip(frames)
+                    .map(|(&addr, frames)| Symbolized {
+                        addr,
+                        frames,
+                        source: index.source().clone(),
+                    })
+                    .collect());
+            }
+        };
         let object = object
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -261,90 +382,119 @@ impl Symbolizer {
         for i in order {
             out[i] = Some(Symbolized {
                 addr: addrs[i],
-                frames: self.frames(&object, addrs[i]),
+                frames: frames(
+                    &object,
+                    addrs[i],
+                    self.options.demangle,
+                    self.options.inlines,
+                ),
                 source: object.source.clone(),
             });
         }
         Ok(out.into_iter().flatten().collect())
     }
+}
 
-    /// The function name as shown and as stored, of the name at `bytes`.
-    fn name(&self, object: &LoadedObject, bytes: &[u8]) -> (Arc<str>, Arc<str>) {
-        object.name(bytes, self.options.demangle)
-    }
-
-    fn frames(&self, object: &LoadedObject, addr: u64) -> Vec<Frame> {
-        let mut frames = Vec::new();
-        if let Some(ctx) = &object.dwarf {
-            // Split DWARF: load each .dwo the lookup asks for and resume.
-            let mut lookup = ctx.find_frames(addr);
-            let found = loop {
-                match lookup {
-                    addr2line::LookupResult::Output(found) => break found,
-                    addr2line::LookupResult::Load { load, continuation } => {
-                        lookup = continuation.resume(object.dwo(&load));
-                    }
-                }
-            };
-            if let Ok(mut iter) = found {
-                while let Ok(Some(f)) = iter.next() {
-                    let (function, raw_function) = f
-                        .function
-                        .as_ref()
-                        .map(|n| self.name(object, n.name.bytes()))
-                        .unzip();
-                    frames.push(Frame {
-                        function,
-                        raw_function,
-                        file: f
-                            .location
-                            .as_ref()
-                            .and_then(|l| l.file.map(|file| object.name(file.as_bytes(), false).1)),
-                        line: f.location.as_ref().and_then(|l| l.line),
-                        column: f.location.as_ref().and_then(|l| l.column),
-                        inlined: true,
-                    });
+/// The frames of `addr` in `object`, innermost first, as
+/// [`Symbolizer::symbolize_file`] answers them: names demangled when
+/// `demangle` says, inlined functions as frames of their own when
+/// `inlines` says.
+pub(crate) fn frames(
+    object: &LoadedObject,
+    addr: u64,
+    demangle: bool,
+    inlines: bool,
+) -> Vec<Frame> {
+    let name = |bytes: &[u8]| object.name(bytes, demangle);
+    let mut frames = Vec::new();
+    // No DWARF range (half-open) holds the last address, and addr2line's
+    // unit search computes `addr + 1` (an overflow panic in debug builds).
+    if let Some(ctx) = object.dwarf.as_ref().filter(|_| addr != u64::MAX) {
+        // Split DWARF: load each .dwo the lookup asks for and resume.
+        let mut lookup = ctx.find_frames(addr);
+        let found = loop {
+            match lookup {
+                addr2line::LookupResult::Output(found) => break found,
+                addr2line::LookupResult::Load { load, continuation } => {
+                    lookup = continuation.resume(object.dwo(&load));
                 }
             }
-        }
-        // The outermost frame is the function itself, not inlined.
-        if let Some(last) = frames.last_mut() {
-            last.inlined = false;
-        }
-        if !self.options.inlines && frames.len() > 1 {
-            let location = frames[0].clone();
-            let mut outer = frames.pop().unwrap_or_default();
-            outer.file = location.file;
-            outer.line = location.line;
-            outer.column = location.column;
-            frames = vec![outer];
-        }
-        // Where DWARF names no function, the symbol tables may.
-        // An address the line table places in a function but DWARF gives no
-        // function for (alignment padding after it) is named after the
-        // symbol before it, as binutils does; with no line either, only a
-        // symbol that covers the address names it.
-        let symbol = if frames.first().is_some_and(|f| f.line.is_some()) {
-            object.symbol_before(addr)
-        } else {
-            object.symbol(addr)
         };
-        if frames.is_empty() {
-            frames.push(Frame::default());
-        }
-        if frames.len() == 1 && frames[0].function.is_none() {
-            if let Some(s) = symbol {
-                let (function, raw) = self.name(object, s.name.as_bytes());
-                frames[0].function = Some(function);
-                frames[0].raw_function = Some(raw);
-                if frames[0].file.is_none() {
-                    frames[0].file = s
-                        .file
-                        .as_deref()
-                        .map(|f| object.name(f.as_bytes(), false).1);
-                }
+        if let Ok(mut iter) = found {
+            while let Ok(Some(f)) = iter.next() {
+                let (function, raw_function) =
+                    f.function.as_ref().map(|n| name(n.name.bytes())).unzip();
+                frames.push(Frame {
+                    function,
+                    raw_function,
+                    file: f
+                        .location
+                        .as_ref()
+                        .and_then(|l| l.file.map(|file| object.name(file.as_bytes(), false).1)),
+                    line: f.location.as_ref().and_then(|l| l.line),
+                    column: f.location.as_ref().and_then(|l| l.column),
+                    inlined: true,
+                });
             }
         }
-        frames
+    }
+    // The outermost frame is the function itself, not inlined.
+    if let Some(last) = frames.last_mut() {
+        last.inlined = false;
+    }
+    if !inlines && frames.len() > 1 {
+        let location = frames[0].clone();
+        let mut outer = frames.pop().unwrap_or_default();
+        outer.file = location.file;
+        outer.line = location.line;
+        outer.column = location.column;
+        frames = vec![outer];
+    }
+    // Where DWARF names no function, the symbol tables may.
+    // An address the line table places in a function but DWARF gives no
+    // function for (alignment padding after it) is named after the
+    // symbol before it, as binutils does; with no line either, only a
+    // symbol that covers the address names it.
+    let symbol = if frames.first().is_some_and(|f| f.line.is_some()) {
+        object.symbol_before(addr)
+    } else {
+        object.symbol(addr)
+    };
+    if frames.is_empty() {
+        frames.push(Frame::default());
+    }
+    if frames.len() == 1 && frames[0].function.is_none() {
+        if let Some(s) = symbol {
+            let (function, raw) = name(s.name.as_bytes());
+            frames[0].function = Some(function);
+            frames[0].raw_function = Some(raw);
+            if frames[0].file.is_none() {
+                frames[0].file = s
+                    .file
+                    .as_deref()
+                    .map(|f| object.name(f.as_bytes(), false).1);
+            }
+        }
+    }
+    frames
+}
+
+/// A new file in `dir` for writing, with its path: created exclusively
+/// under a name no other writer picks.
+fn tempfile_in(dir: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    loop {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let path = dir.join(format!(".tmp-{}-{n}", std::process::id()));
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+        {
+            Ok(file) => return Ok((path, file)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
     }
 }

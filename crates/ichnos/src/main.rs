@@ -76,7 +76,7 @@ fn run(cli: &Cli) -> Result<()> {
     match &cli.command {
         Command::Image(args) => image(cli, args),
         Command::Stack(args) => stack::stack(args, cli.verbose),
-        Command::Symbolize(args) => symbolize::symbolize(args, cli.verbose),
+        Command::Symbolize(args) => symbolize::symbolize(args, cli.verbose, cli.quiet),
     }
 }
 

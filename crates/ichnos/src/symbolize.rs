@@ -8,6 +8,8 @@ use anyhow::{Context, Result};
 use ichnos_symbol::{Place, Symbolized, Symbolizer, SymbolizerOptions};
 
 /// Arguments of `ichnos symbolize`.
+// Command-line switches are bools by nature.
+#[allow(clippy::struct_excessive_bools)]
 #[derive(clap::Args, Debug)]
 pub struct SymbolizeArgs {
     /// The object file (executable or shared library); addresses are its
@@ -36,6 +38,18 @@ pub struct SymbolizeArgs {
     /// Repeatable.
     #[arg(long = "debug-dir", value_name = "DIR")]
     debug_dirs: Vec<PathBuf>,
+    /// Make the object's symbol index first if it has none made from this
+    /// build: a one-time cost of a few DWARF passes, after which every run
+    /// on the same build answers from the index.
+    #[arg(long, requires = "exe", conflicts_with = "no_index")]
+    index: bool,
+    /// Read no symbol index: answer from the DWARF.
+    #[arg(long)]
+    no_index: bool,
+    /// Where symbol indexes are kept (default
+    /// `$XDG_CACHE_HOME/ichnos/symbols`, else `~/.cache/ichnos/symbols`).
+    #[arg(long, value_name = "DIR")]
+    index_dir: Option<PathBuf>,
     /// Addresses in hex (0x optional), as addr2line takes them; read from
     /// standard input, one per line, when none is given.
     #[arg(value_name = "ADDR")]
@@ -125,19 +139,51 @@ impl Input {
     }
 }
 
-pub fn symbolize(args: &SymbolizeArgs, verbose: bool) -> Result<()> {
+/// Where symbol indexes are kept unless `--index-dir` says.
+fn default_index_dir() -> Option<PathBuf> {
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(cache.join("ichnos").join("symbols"))
+}
+
+pub fn symbolize(args: &SymbolizeArgs, verbose: bool, quiet: bool) -> Result<()> {
     let mut input = Input::new(args)?;
     let mut options = SymbolizerOptions {
         demangle: !args.no_demangle,
         inlines: !args.no_inlines,
+        index_dir: if args.no_index {
+            None
+        } else {
+            args.index_dir.clone().or_else(default_index_dir)
+        },
         ..SymbolizerOptions::default()
     };
     if !args.debug_dirs.is_empty() {
         options.debug_dirs.clone_from(&args.debug_dirs);
     }
     let symbolizer = Symbolizer::new(options);
+    if let (true, Some(exe)) = (args.index, &args.exe) {
+        make_index(&symbolizer, exe, quiet)?;
+    }
     // Objects whose refused debug files were reported.
     let mut warned = std::collections::HashSet::new();
+    // Text answers for one file with an index are written straight from
+    // it, without making a string per frame.
+    let index = match (&args.exe, args.json) {
+        (Some(exe), false) => symbolizer
+            .index_of(exe)
+            .with_context(|| format!("cannot symbolize {}", exe.display()))?,
+        _ => None,
+    };
+    if let (true, Some(index)) = (verbose, &index) {
+        eprintln!(
+            "note: answers from {} through the symbol index {}",
+            index.source(),
+            index.path().display()
+        );
+    }
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     // In chunks: answers are printed and dropped as they come, so neither
     // the addresses nor the answers of a long input are held whole.
@@ -150,6 +196,17 @@ pub fn symbolize(args: &SymbolizeArgs, verbose: bool) -> Result<()> {
                 continue;
             }
             break;
+        }
+        if let Some(index) = &index {
+            for &addr in &chunk {
+                for f in index.frame_refs(addr, !args.no_demangle) {
+                    text_frame(&mut out, f.function, f.file, f.line)?;
+                }
+            }
+            if paused {
+                out.flush()?;
+            }
+            continue;
         }
         let (results, places): (Vec<Symbolized>, Vec<Option<Place>>) = match (&args.exe, args.pid) {
             (Some(exe), _) => {
@@ -187,6 +244,38 @@ pub fn symbolize(args: &SymbolizeArgs, verbose: bool) -> Result<()> {
     Ok(())
 }
 
+/// Makes the index of `exe` unless it has one made from this build,
+/// showing progress on a terminal.
+fn make_index(symbolizer: &Symbolizer, exe: &std::path::Path, quiet: bool) -> Result<()> {
+    use std::io::IsTerminal;
+    if symbolizer.usable_index(exe).is_some() {
+        return Ok(());
+    }
+    let started = std::time::Instant::now();
+    let show = !quiet && std::io::stderr().is_terminal();
+    let mut progress = |done: usize, all: usize| {
+        if show && all > 0 {
+            eprint!("\rindexing {}: {}%", exe.display(), done * 100 / all);
+        }
+    };
+    let index = symbolizer.build_index(exe, &mut progress);
+    if show {
+        eprint!("\r\x1b[K");
+    }
+    let index = index.with_context(|| format!("cannot index {}", exe.display()))?;
+    if !quiet {
+        eprintln!(
+            "note: indexed {} ({} ranges, {:.1} MiB, {:.1} s): {}",
+            exe.display(),
+            index.ranges(),
+            index.len_bytes() as f64 / f64::from(1 << 20),
+            started.elapsed().as_secs_f64(),
+            index.path().display()
+        );
+    }
+    Ok(())
+}
+
 /// Says once per object which debug files were found but refused (a CRC
 /// that does not match), so a user knows why lines are missing.
 fn warn_refused(
@@ -217,28 +306,42 @@ fn print(
             writeln!(out, "{}", json(r, place.as_ref()))?;
         } else {
             for f in &r.frames {
-                // Bytes written as they are: the formatting machinery was
-                // a tenth of a large batch.
-                out.write_all(f.function.as_deref().unwrap_or("??").as_bytes())?;
-                out.write_all(b"\n")?;
-                let file = f.file.as_deref().unwrap_or("??").as_bytes();
-                match f.line.filter(|l| *l > 0) {
-                    _ if f.file.is_none() && f.function.is_none() => out.write_all(b"??:0\n")?,
-                    Some(line) => {
-                        out.write_all(file)?;
-                        out.write_all(b":")?;
-                        out.write_all(decimal(line, &mut [0; 10]))?;
-                        out.write_all(b"\n")?;
-                    }
-                    None => {
-                        out.write_all(file)?;
-                        out.write_all(b":?\n")?;
-                    }
-                }
+                text_frame(
+                    out,
+                    f.function.as_deref().map(str::as_bytes),
+                    f.file.as_deref().map(str::as_bytes),
+                    f.line,
+                )?;
             }
         }
     }
     Ok(())
+}
+
+/// One frame in `addr2line -f -i` form: the function, then `file:line`.
+fn text_frame(
+    out: &mut impl Write,
+    function: Option<&[u8]>,
+    file: Option<&[u8]>,
+    line: Option<u32>,
+) -> std::io::Result<()> {
+    // Bytes written as they are: the formatting machinery was a tenth of
+    // a large batch.
+    out.write_all(function.unwrap_or(b"??"))?;
+    out.write_all(b"\n")?;
+    match line.filter(|l| *l > 0) {
+        _ if file.is_none() && function.is_none() => out.write_all(b"??:0\n"),
+        Some(line) => {
+            out.write_all(file.unwrap_or(b"??"))?;
+            out.write_all(b":")?;
+            out.write_all(decimal(line, &mut [0; 10]))?;
+            out.write_all(b"\n")
+        }
+        None => {
+            out.write_all(file.unwrap_or(b"??"))?;
+            out.write_all(b":?\n")
+        }
+    }
 }
 
 /// `n` in decimal, written into the end of `buf`.

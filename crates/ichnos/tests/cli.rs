@@ -529,3 +529,71 @@ fn symbolize_warns_of_refused_debug_files() {
     assert!(stderr.contains(stripped_str), "{stderr}");
     assert!(stdout(&out).starts_with("main\n"), "{}", stdout(&out));
 }
+
+/// `--index` makes the file's symbol index once (under
+/// `$XDG_CACHE_HOME/ichnos/symbols` by default); answers from it are the
+/// lines and JSON the DWARF gives.
+#[test]
+fn symbolize_answers_from_a_symbol_index_as_from_dwarf() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_fixture(
+        dir.path(),
+        "../ichnos-symbol/tests/fixtures/inlines.c",
+        &["-O2", "-g", "-Wl,--build-id"],
+    );
+    let disasm = Command::new("objdump")
+        .args(["-d", "--no-show-raw-insn"])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let addrs: Vec<String> = String::from_utf8_lossy(&disasm.stdout)
+        .lines()
+        .filter(|l| l.starts_with("  ") && l.contains(':'))
+        .filter_map(|l| l.trim().split(':').next().map(|a| format!("0x{a}")))
+        .collect();
+    assert!(addrs.len() > 50);
+    let exe_str = exe.to_str().unwrap();
+    let cache = dir.path().join("cache");
+    let run = |flags: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_ichnos"))
+            .env("XDG_CACHE_HOME", &cache)
+            .arg("symbolize")
+            .args(flags)
+            .args(["-e", exe_str])
+            .args(&addrs)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{stderr}");
+        (stdout(&out), stderr)
+    };
+    let (plain, _) = run(&["--no-index"]);
+    let (first, note) = run(&["--index"]);
+    assert!(note.contains("note: indexed"), "{note}");
+    let kept: Vec<_> = std::fs::read_dir(cache.join("ichnos/symbols"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(
+        kept.len() == 1 && kept[0].ends_with(".ichnos-symbols"),
+        "{kept:?}"
+    );
+    assert_eq!(first, plain);
+    // Made once: the second run answers from it without making it again.
+    let (second, note) = run(&["-v", "--index"]);
+    assert!(!note.contains("indexed"), "{note}");
+    assert!(note.contains("through the symbol index"), "{note}");
+    assert_eq!(second, plain);
+    // JSON answers go through the library's batches: the same too.
+    let (json_indexed, _) = run(&["--json"]);
+    let (json_plain, _) = run(&["--json", "--no-index"]);
+    assert_eq!(json_indexed, json_plain);
+    // Without inlines, the DWARF answers (an index holds inlined frames).
+    let (outer_indexed, _) = run(&["--no-inlines"]);
+    let (outer_plain, _) = run(&["--no-inlines", "--no-index"]);
+    assert_eq!(outer_indexed, outer_plain);
+    assert_ne!(outer_plain, plain);
+
+    let out = ichnos(&["symbolize", "--index", "--no-index", "-e", exe_str, "0x0"]);
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -1,0 +1,221 @@
+//! Building an index: every address at which an answer can change, and
+//! the answer from each one up to the next.
+//!
+//! An address's frames depend on the line-table row, the compilation
+//! unit, the functions and inlined functions, and the symbol that contain
+//! it. Between two consecutive starts or ends of any of these, all of them
+//! stay the same, so the answer does too: asking the live symbolizer once
+//! per such interval gives an index that answers every address exactly as
+//! it would.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::format::{self, Contents, RawFrame, HAS_COLUMN, HAS_LINE, INLINED, LAST, NONE};
+use crate::object_file::{LoadedObject, Reader};
+use crate::symbolizer::{frames, Frame};
+
+/// Why an object was not indexed.
+pub(crate) type Refusal = String;
+
+/// The index contents for `object` (with this build id and file size).
+/// `progress` is told (intervals done, intervals in all) as the work goes.
+pub(crate) fn build(
+    object: &LoadedObject,
+    build_id: &[u8],
+    object_size: u64,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Contents, Refusal> {
+    let Some(sections) = &object.sections else {
+        return Err(
+            "no DWARF: its symbol tables are read directly, with nothing to gain from an index"
+                .into(),
+        );
+    };
+    if let Some(first) = object.refused.first() {
+        return Err(format!("its debug information is incomplete ({first})"));
+    }
+    let Some(source_kind) = format::source_kind(&object.source) else {
+        return Err(format!("answers from {}", object.source));
+    };
+    if build_id.is_empty() || build_id.len() > format::MAX_BUILD_ID {
+        return Err(format!("build id of {} bytes", build_id.len()));
+    }
+    let bounds = boundaries(object, sections).map_err(|e| format!("reading its DWARF: {e}"))?;
+    let mut out = Contents {
+        build_id: build_id.to_vec(),
+        object_size,
+        source_kind,
+        source_path: NONE,
+        ..Contents::default()
+    };
+    let mut strings = Strings::default();
+    if let crate::DebugSource::BuildId(p) | crate::DebugSource::DebugLink(p) = &object.source {
+        let (size, mtime_ns) = super::stamp(p)
+            .ok_or_else(|| format!("{}: cannot read its size and time", p.display()))?;
+        (out.debug_size, out.debug_mtime_ns) = (size, mtime_ns);
+        out.source_path = strings.id(Some(&Arc::from(p.to_string_lossy())));
+    }
+    let unknown = vec![Frame::default()];
+    let mut answers: HashMap<Vec<Frame>, u32> = HashMap::new();
+    let mut previous: Option<Vec<Frame>> = None;
+    for (done, &start) in bounds.iter().enumerate() {
+        if done % 65536 == 0 {
+            progress(done, bounds.len());
+        }
+        let answer = frames(object, start, true, true);
+        if previous.as_ref() == Some(&answer) {
+            continue;
+        }
+        let first = if answer == unknown {
+            NONE
+        } else if let Some(&id) = answers.get(&answer) {
+            id
+        } else {
+            let id = u32::try_from(out.frames.len())
+                .ok()
+                .filter(|&id| id != NONE)
+                .ok_or("more frames than an index holds")?;
+            for (i, f) in answer.iter().enumerate() {
+                out.frames.push(RawFrame {
+                    function: strings.id(f.function.as_ref()),
+                    raw_function: strings.id(f.raw_function.as_ref()),
+                    file: strings.id(f.file.as_ref()),
+                    line: f.line.unwrap_or(0),
+                    column: f.column.unwrap_or(0),
+                    flags: [
+                        (f.inlined, INLINED),
+                        (f.line.is_some(), HAS_LINE),
+                        (f.column.is_some(), HAS_COLUMN),
+                        (i + 1 == answer.len(), LAST),
+                    ]
+                    .iter()
+                    .filter(|(set, _)| *set)
+                    .fold(0, |flags, (_, flag)| flags | flag),
+                });
+            }
+            answers.insert(answer.clone(), id);
+            id
+        };
+        out.ranges.push((start, first));
+        previous = Some(answer);
+    }
+    progress(bounds.len(), bounds.len());
+    if out.ranges.is_empty() {
+        out.ranges.push((0, NONE));
+    }
+    if out.frames.len() >= NONE as usize
+        || out.ranges.len() >= NONE as usize
+        || strings.list.len() >= NONE as usize
+        || strings.bytes >= u64::from(NONE)
+    {
+        return Err("more than an index holds".into());
+    }
+    out.strings = strings.list;
+    Ok(out)
+}
+
+/// The strings of an index, each stored once.
+#[derive(Default)]
+struct Strings {
+    ids: HashMap<Arc<str>, u32>,
+    list: Vec<Arc<str>>,
+    bytes: u64,
+}
+
+impl Strings {
+    fn id(&mut self, s: Option<&Arc<str>>) -> u32 {
+        let Some(s) = s else { return NONE };
+        if let Some(&id) = self.ids.get(s) {
+            return id;
+        }
+        let id = u32::try_from(self.list.len()).unwrap_or(NONE);
+        self.bytes += s.len() as u64;
+        self.list.push(Arc::clone(s));
+        self.ids.insert(Arc::clone(s), id);
+        id
+    }
+}
+
+/// Every address at which what contains it may change: starts and ends
+/// of symbols and their sections, unit ranges, line-table rows, and the
+/// ranges of functions and inlined functions (in split DWARF files too).
+/// Sorted, each once.
+fn boundaries(
+    object: &LoadedObject,
+    sections: &Arc<gimli::Dwarf<Reader>>,
+) -> Result<Vec<u64>, String> {
+    let mut out = Vec::new();
+    for s in &object.symbols {
+        out.extend([s.addr, s.addr.saturating_add(s.size), s.section_end]);
+    }
+    let dwarf: &gimli::Dwarf<Reader> = sections;
+    let mut units = dwarf.units();
+    while let Some(header) = units.next().map_err(|e| e.to_string())? {
+        let at = header.offset();
+        let unit = dwarf
+            .unit(header)
+            .map_err(|e| format!("unit at {at:?}: {e}"))?;
+        unit_boundaries(dwarf, &unit, &mut out).map_err(|e| format!("unit at {at:?}: {e}"))?;
+        let Some(dwo_id) = unit.dwo_id else { continue };
+        let path = unit
+            .dwo_name()
+            .ok()
+            .flatten()
+            .and_then(|name| dwarf.attr_string(&unit, name).ok());
+        let load = addr2line::SplitDwarfLoad {
+            dwo_id,
+            comp_dir: unit.comp_dir.clone(),
+            path,
+            parent: Arc::clone(sections),
+        };
+        let Some(dwo) = object.dwo(&load) else {
+            return Err(format!(
+                "the split DWARF file of the unit at {at:?} (dwo id {:#x}) is not found",
+                dwo_id.0
+            ));
+        };
+        let mut dwo_units = dwo.units();
+        while let Some(header) = dwo_units.next().map_err(|e| e.to_string())? {
+            let mut split = dwo.unit(header).map_err(|e| e.to_string())?;
+            split.copy_relocated_attributes(&unit);
+            unit_boundaries(&dwo, &split, &mut out).map_err(|e| e.to_string())?;
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
+}
+
+/// [`boundaries`] of one unit: its ranges, its line rows, and the ranges
+/// of its functions and inlined functions.
+fn unit_boundaries(
+    dwarf: &gimli::Dwarf<Reader>,
+    unit: &gimli::Unit<Reader>,
+    out: &mut Vec<u64>,
+) -> gimli::Result<()> {
+    let mut ranges = dwarf.unit_ranges(unit)?;
+    while let Some(r) = ranges.next()? {
+        out.extend([r.begin, r.end]);
+    }
+    if let Some(program) = unit.line_program.clone() {
+        let mut rows = program.rows();
+        while let Some((_, row)) = rows.next_row()? {
+            out.push(row.address());
+        }
+    }
+    let mut entries = unit.entries();
+    while let Some(entry) = entries.next_dfs()? {
+        if !matches!(
+            entry.tag(),
+            gimli::DW_TAG_subprogram | gimli::DW_TAG_inlined_subroutine | gimli::DW_TAG_entry_point
+        ) {
+            continue;
+        }
+        let mut ranges = dwarf.die_ranges(unit, entry)?;
+        while let Some(r) = ranges.next()? {
+            out.extend([r.begin, r.end]);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,360 @@
+//! Symbol indexes answer every address exactly as reading the DWARF does:
+//! checked address by address against a symbolizer without an index on a
+//! C program with inlining, a Rust program, split debug files and split
+//! DWARF. An index made from a debug file that has since changed is not
+//! used; damaged index files are errors naming the offset, never panics.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use ichnos_symbol::{
+    DebugSource, SymbolError, SymbolIndex, Symbolized, Symbolizer, SymbolizerOptions,
+};
+use proptest::prelude::*;
+
+mod support;
+use support::{fixture, instruction_addresses, run};
+
+fn live(options: &SymbolizerOptions) -> Symbolizer {
+    Symbolizer::new(SymbolizerOptions {
+        index_dir: None,
+        ..options.clone()
+    })
+}
+
+fn indexed(dir: &Path, options: &SymbolizerOptions) -> Symbolizer {
+    Symbolizer::new(SymbolizerOptions {
+        index_dir: Some(dir.to_path_buf()),
+        ..options.clone()
+    })
+}
+
+/// Makes the index of `exe` in `dir` and returns it.
+fn make_index(dir: &Path, exe: &Path, options: &SymbolizerOptions) -> SymbolIndex {
+    let mut calls = 0;
+    let index = indexed(dir, options)
+        .build_index(exe, &mut |done, all| {
+            assert!(done <= all);
+            calls += 1;
+        })
+        .unwrap();
+    assert!(calls >= 1, "progress was never reported");
+    index
+}
+
+/// Addresses around the edges: below, inside and past everything.
+fn edges(addrs: &[u64]) -> Vec<u64> {
+    let mut out = vec![0, 1, u64::MAX, u64::MAX - 1];
+    if let (Some(&lo), Some(&hi)) = (addrs.first(), addrs.last()) {
+        out.extend([lo - 1, hi + 1, hi + 4096, hi + (1 << 20)]);
+    }
+    out
+}
+
+/// Both symbolizers answer `addrs` alike, with and without demangling;
+/// the indexed one answers from its index. Returns the indexed answers,
+/// demangled.
+fn assert_same_answers(dir: &Path, exe: &Path, addrs: &[u64]) -> Vec<Symbolized> {
+    let mut last = Vec::new();
+    for demangle in [false, true] {
+        let options = SymbolizerOptions {
+            demangle,
+            ..SymbolizerOptions::default()
+        };
+        let index = indexed(dir, &options);
+        assert!(
+            index.index_of(exe).unwrap().is_some(),
+            "no index answers for {}",
+            exe.display()
+        );
+        let want = live(&options).symbolize_file(exe, addrs).unwrap();
+        let got = index.symbolize_file(exe, addrs).unwrap();
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!(g, w, "at {:#x} (demangle {demangle})", w.addr);
+        }
+        // The borrowed view says the same.
+        let ix = index.index_of(exe).unwrap().unwrap();
+        for w in &want {
+            let refs: Vec<_> = ix.frame_refs(w.addr, demangle).collect();
+            assert_eq!(refs.len(), w.frames.len(), "at {:#x}", w.addr);
+            for (r, f) in refs.iter().zip(&w.frames) {
+                assert_eq!(r.function, f.function.as_deref().map(str::as_bytes));
+                assert_eq!(r.raw_function, f.raw_function.as_deref().map(str::as_bytes));
+                assert_eq!(r.file, f.file.as_deref().map(str::as_bytes));
+                assert_eq!((r.line, r.column, r.inlined), (f.line, f.column, f.inlined));
+            }
+        }
+        last = got;
+    }
+    last
+}
+
+#[test]
+fn a_c_program_is_answered_alike_at_every_instruction() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = fixture(dir.path());
+    let ix_dir = dir.path().join("index");
+    let index = make_index(&ix_dir, &exe, &SymbolizerOptions::default());
+    assert_eq!(index.source(), &DebugSource::SameFile);
+    assert!(index.path().starts_with(&ix_dir));
+    let mut addrs = instruction_addresses(&exe);
+    // Every byte, not only instruction starts: ranges may begin anywhere.
+    let (lo, hi) = (addrs[0], *addrs.last().unwrap());
+    addrs = (lo..=hi + 16).collect();
+    addrs.extend(edges(&addrs.clone()));
+    let got = assert_same_answers(&ix_dir, &exe, &addrs);
+    // The fixture inlines: the index must hold inlined frames.
+    assert!(got.iter().any(|s| s.frames.len() > 1));
+    assert!(got.iter().any(|s| s.frames[0].function.is_none()));
+}
+
+#[test]
+fn a_rust_program_is_answered_alike() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/words.rs");
+    let exe = dir.path().join("words");
+    run(Command::new("rustc")
+        .args(["-O", "-g", "-C", "link-arg=-Wl,--build-id", "-o"])
+        .arg(&exe)
+        .arg(src));
+    let ix_dir = dir.path().join("index");
+    make_index(&ix_dir, &exe, &SymbolizerOptions::default());
+    // Each instruction of the program's own functions, and a spread over
+    // the rest (std and its dependencies).
+    let all = instruction_addresses(&exe);
+    let own = own_function_addresses(&exe);
+    let mut addrs: Vec<u64> = all.iter().copied().step_by(17).chain(own).collect();
+    addrs.extend(edges(&all));
+    let got = assert_same_answers(&ix_dir, &exe, &addrs);
+    let demangled = got
+        .iter()
+        .filter_map(|s| s.frames.last()?.function.as_deref())
+        .any(|f| f.starts_with("words::"));
+    assert!(demangled, "no demangled words:: function answered");
+}
+
+/// Instruction addresses of the functions `nm` places in the `words`
+/// crate.
+fn own_function_addresses(exe: &Path) -> Vec<u64> {
+    let nm = run(Command::new("nm")
+        .args(["-S", "--defined-only", "-C"])
+        .arg(exe));
+    nm.lines()
+        .filter(|l| l.contains(" words::"))
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let addr = u64::from_str_radix(f.next()?, 16).ok()?;
+            let size = u64::from_str_radix(f.next()?, 16).ok()?;
+            Some(addr..addr + size)
+        })
+        .flatten()
+        .collect()
+}
+
+/// A split debug file: the index says where its answers came from, and
+/// is not used once that file changes.
+#[test]
+fn an_index_from_a_debug_file_is_dropped_when_the_file_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let exe = fixture(d);
+    let debug = d.join("inlines.debug");
+    run(Command::new("objcopy")
+        .arg("--only-keep-debug")
+        .arg(&exe)
+        .arg(&debug));
+    run(Command::new("objcopy")
+        .args(["--strip-debug", "--add-gnu-debuglink"])
+        .arg(&debug)
+        .arg(&exe));
+    let ix_dir = d.join("index");
+    let options = SymbolizerOptions::default();
+    let index = make_index(&ix_dir, &exe, &options);
+    assert_eq!(index.source(), &DebugSource::DebugLink(debug.clone()));
+    let addrs = instruction_addresses(&exe);
+    let got = assert_same_answers(&ix_dir, &exe, &addrs);
+    assert!(got
+        .iter()
+        .all(|s| s.source == DebugSource::DebugLink(debug.clone())));
+    assert!(got.iter().any(|s| s.frames[0].line.is_some()));
+
+    // The debug file changes (same contents, a new time): the index no
+    // longer answers, and the DWARF does.
+    let file = std::fs::File::options().write(true).open(&debug).unwrap();
+    file.set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(5))
+        .unwrap();
+    drop(file);
+    assert!(indexed(&ix_dir, &options).usable_index(&exe).is_none());
+    assert!(indexed(&ix_dir, &options).index_of(&exe).unwrap().is_none());
+    // Rebuilt, it answers again.
+    make_index(&ix_dir, &exe, &options);
+    assert_same_answers(&ix_dir, &exe, &addrs);
+}
+
+#[test]
+fn split_dwarf_is_indexed() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/inlines.c");
+    std::fs::copy(&src, d.join("inlines.c")).unwrap();
+    run(Command::new("gcc").current_dir(d).args([
+        "-O2",
+        "-g",
+        "-gsplit-dwarf",
+        "-Wl,--build-id",
+        "-o",
+        "split",
+        "inlines.c",
+    ]));
+    let exe = d.join("split");
+    let ix_dir = d.join("index");
+    make_index(&ix_dir, &exe, &SymbolizerOptions::default());
+    let got = assert_same_answers(&ix_dir, &exe, &instruction_addresses(&exe));
+    assert!(
+        got.iter().any(|s| s.frames.len() > 1),
+        "no inlined frames from the .dwo"
+    );
+
+    // Without its .dwo the object is not indexed: the index would freeze
+    // answers short of what the .dwo file gives.
+    for entry in std::fs::read_dir(d).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "dwo") {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+    let other = d.join("index2");
+    let err = indexed(&other, &SymbolizerOptions::default())
+        .build_index(&exe, &mut |_, _| {})
+        .unwrap_err();
+    assert!(matches!(err, SymbolError::NotIndexed { .. }), "{err}");
+    assert!(err.to_string().contains("split DWARF"), "{err}");
+}
+
+#[test]
+fn objects_an_index_cannot_serve_are_refused_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/inlines.c");
+    let build = |name: &str, flags: &[&str]| -> PathBuf {
+        let exe = d.join(name);
+        run(Command::new("gcc")
+            .args(["-O2"])
+            .args(flags)
+            .arg("-o")
+            .arg(&exe)
+            .arg(&src));
+        exe
+    };
+    let ix_dir = d.join("index");
+    let symbolizer = indexed(&ix_dir, &SymbolizerOptions::default());
+    let cases = [
+        (
+            build("no-build-id", &["-g", "-Wl,--build-id=none"]),
+            "no build id",
+        ),
+        (build("no-dwarf", &["-Wl,--build-id"]), "no DWARF"),
+    ];
+    for (exe, reason) in cases {
+        let err = symbolizer.build_index(&exe, &mut |_, _| {}).unwrap_err();
+        assert!(matches!(err, SymbolError::NotIndexed { .. }), "{err}");
+        assert!(err.to_string().contains(reason), "{err}");
+        assert!(err.to_string().contains(&*exe.to_string_lossy()), "{err}");
+    }
+    let err = Symbolizer::new(SymbolizerOptions::default())
+        .build_index(&fixture(d), &mut |_, _| {})
+        .unwrap_err();
+    assert!(err.to_string().contains("no index directory"), "{err}");
+}
+
+/// A way of damaging index bytes.
+type Damage = Box<dyn Fn(&mut Vec<u8>)>;
+
+/// A damaged index in the directory is passed over: the DWARF answers.
+#[test]
+fn a_damaged_index_is_an_error_naming_the_offset_and_is_passed_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = fixture(dir.path());
+    let ix_dir = dir.path().join("index");
+    let index = make_index(&ix_dir, &exe, &SymbolizerOptions::default());
+    let path = index.path().to_path_buf();
+    let good = std::fs::read(&path).unwrap();
+    drop(index);
+
+    let cases: Vec<(&str, Damage, u64)> = vec![
+        ("magic", Box::new(|b| b[0] ^= 1), 0),
+        ("version", Box::new(|b| b[8] = 9), 8),
+        ("truncated", Box::new(|b| b.truncate(b.len() - 1)), 112),
+        ("range count", Box::new(|b| b[112] ^= 1), 112),
+        ("short", Box::new(|b| b.truncate(100)), 100),
+        (
+            "unsorted ranges",
+            Box::new(|b| b[128..136].copy_from_slice(&u64::MAX.to_le_bytes())),
+            136,
+        ),
+    ];
+    for (what, damage, offset) in &cases {
+        let mut bytes = good.clone();
+        damage(&mut bytes);
+        let err = SymbolIndex::from_bytes(bytes.clone()).unwrap_err();
+        match &err {
+            SymbolError::BadIndex { offset: at, .. } => assert_eq!(at, offset, "{what}: {err}"),
+            other => panic!("{what}: {other}"),
+        }
+        std::fs::write(&path, &bytes).unwrap();
+        let symbolizer = indexed(&ix_dir, &SymbolizerOptions::default());
+        assert!(symbolizer.index_of(&exe).unwrap().is_none(), "{what}");
+        let addrs = instruction_addresses(&exe);
+        assert_eq!(
+            symbolizer.symbolize_file(&exe, &addrs).unwrap(),
+            live(&SymbolizerOptions::default())
+                .symbolize_file(&exe, &addrs)
+                .unwrap(),
+            "{what}"
+        );
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+    /// Any damage to a real index either is refused or leaves an index
+    /// whose lookups answer without panicking.
+    #[test]
+    fn damaged_indexes_never_panic(
+        flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8),
+        addrs in proptest::collection::vec(any::<u64>(), 1..64),
+    ) {
+        let bytes = small_index();
+        let mut bytes = bytes.clone();
+        for (at, value) in flips {
+            let i = at.index(bytes.len());
+            bytes[i] = value;
+        }
+        if let Ok(index) = SymbolIndex::from_bytes(bytes) {
+            for demangle in [true, false] {
+                for frames in index.frames(&addrs, demangle) {
+                    prop_assert!(!frames.is_empty());
+                }
+                for &a in &addrs {
+                    prop_assert!(index.frame_refs(a, demangle).count() >= 1);
+                }
+            }
+        }
+    }
+}
+
+/// The bytes of the fixture's index, made once for the property test.
+fn small_index() -> &'static Vec<u8> {
+    static BYTES: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    BYTES.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = fixture(dir.path());
+        let index = make_index(
+            &dir.path().join("index"),
+            &exe,
+            &SymbolizerOptions::default(),
+        );
+        std::fs::read(index.path()).unwrap()
+    })
+}
