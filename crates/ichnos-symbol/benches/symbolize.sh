@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Whole-process benchmark: symbolize the same 100,000 addresses of the
 # ichnos release binary (debug = 1: line tables and inlined frames) with
-# ichnos, blazesym's blazecli, the addr2line crate's tool, binutils
-# addr2line and llvm-symbolizer, in one run; time with hyperfine and peak
-# memory with /usr/bin/time -v.
+# ichnos (reading the DWARF; from its symbol index made beforehand; and a
+# first run that makes the index), blazesym's blazecli, the addr2line
+# crate's tool, binutils addr2line and llvm-symbolizer, in one run; time
+# with hyperfine and peak memory with /usr/bin/time -v.
 #
 # Peers: apt-get install hyperfine binutils llvm
 #        cargo install blazecli --root /tmp/blaze
@@ -45,21 +46,29 @@ count=$(wc -l <"$work/addrs")
 echo "subject: $subject ($(du -h "$subject" | cut -f1)), $count addresses"
 ulimit -s unlimited
 
+# The index the indexed run reads, made beforehand (its making is timed
+# by the "first run" row, which makes it afresh each time).
+"$ichnos" symbolize -q --index --index-dir "$work/index" -e "$subject" </dev/null
+
 cmds=(
-	"$ichnos symbolize -e $subject < $work/addrs"
+	"$ichnos symbolize --no-index -e $subject < $work/addrs"
+	"$ichnos symbolize --index-dir $work/index -e $subject < $work/addrs"
+	"rm -rf $work/fresh; $ichnos symbolize -q --index --index-dir $work/fresh -e $subject < $work/addrs"
 	"$blaze symbolize elf --path $subject \$(cat $work/addrs)"
 	"$gimli_a2l -f -i -C -e $subject < $work/addrs"
 	"addr2line -f -i -C -e $subject < $work/addrs"
 	"llvm-symbolizer --obj=$subject --functions=linkage --inlining < $work/addrs"
 )
-names=(ichnos blazesym addr2line-crate binutils-addr2line llvm-symbolizer)
+names=(ichnos ichnos-indexed ichnos-first-run blazesym addr2line-crate binutils-addr2line llvm-symbolizer)
 # Through a shell: the commands redirect standard input.
 hyperfine --runs "$runs" --warmup 1 --export-json "$work/times.json" \
 	-n "${names[0]}" "${cmds[0]} > /dev/null" \
 	-n "${names[1]}" "${cmds[1]} > /dev/null" \
 	-n "${names[2]}" "${cmds[2]} > /dev/null" \
 	-n "${names[3]}" "${cmds[3]} > /dev/null" \
-	-n "${names[4]}" "${cmds[4]} > /dev/null" >/dev/null
+	-n "${names[4]}" "${cmds[4]} > /dev/null" \
+	-n "${names[5]}" "${cmds[5]} > /dev/null" \
+	-n "${names[6]}" "${cmds[6]} > /dev/null" >/dev/null
 
 echo
 printf '%-20s %12s %14s %12s\n' tool "mean s" "addresses/s" "peak RSS MiB"

@@ -295,6 +295,8 @@ impl Symbolizer {
         };
         let object = LoadedObject::load(path, &self.options.debug_dirs)?;
         let contents = index::build(&object, &build_id, size, progress).map_err(refuse)?;
+        // The parsed DWARF is not needed to write the file.
+        drop(object);
         let target = dir.join(SymbolIndex::file_name(&build_id, size));
         let io = |source| SymbolError::Io {
             path: target.clone(),
@@ -306,11 +308,22 @@ impl Symbolizer {
         })?;
         // Written aside and renamed into place: a reader maps either the
         // old file or the new one whole, never one half written.
-        let mut temp = tempfile_in(dir).map_err(io)?;
-        std::io::Write::write_all(&mut temp.1, &contents.encode()).map_err(io)?;
-        temp.1.sync_all().map_err(io)?;
-        std::fs::rename(&temp.0, &target).map_err(|e| {
-            let _ = std::fs::remove_file(&temp.0);
+        let (temp, file) = tempfile_in(dir).map_err(io)?;
+        let mut writer = std::io::BufWriter::new(file);
+        let written = contents
+            .write_to(&mut writer)
+            .and_then(|()| {
+                writer
+                    .into_inner()
+                    .map_err(std::io::IntoInnerError::into_error)
+            })
+            .and_then(|file| file.sync_all());
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&temp);
+            return Err(io(e));
+        }
+        std::fs::rename(&temp, &target).map_err(|e| {
+            let _ = std::fs::remove_file(&temp);
             io(e)
         })?;
         let key = Key::BuildId(build_id, size);

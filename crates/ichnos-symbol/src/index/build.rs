@@ -57,27 +57,20 @@ pub(crate) fn build(
         out.source_path = strings.id(Some(&Arc::from(p.to_string_lossy())));
     }
     let unknown = vec![Frame::default()];
-    let mut answers: HashMap<Vec<Frame>, u32> = HashMap::new();
-    let mut previous: Option<Vec<Frame>> = None;
+    // Answers already stored, by a hash of their frames: the first frame
+    // of one with that hash (compared before it is shared).
+    let mut answers: HashMap<u64, u32> = HashMap::new();
+    let mut previous: Option<Vec<RawFrame>> = None;
+    let mut raw = Vec::new();
     for (done, &start) in bounds.iter().enumerate() {
         if done % 65536 == 0 {
             progress(done, bounds.len());
         }
         let answer = frames(object, start, true, true);
-        if previous.as_ref() == Some(&answer) {
-            continue;
-        }
-        let first = if answer == unknown {
-            NONE
-        } else if let Some(&id) = answers.get(&answer) {
-            id
-        } else {
-            let id = u32::try_from(out.frames.len())
-                .ok()
-                .filter(|&id| id != NONE)
-                .ok_or("more frames than an index holds")?;
-            for (i, f) in answer.iter().enumerate() {
-                out.frames.push(RawFrame {
+        raw.clear();
+        if answer != unknown {
+            raw.extend(answer.iter().enumerate().map(|(i, f)| {
+                RawFrame {
                     function: strings.id(f.function.as_ref()),
                     raw_function: strings.id(f.raw_function.as_ref()),
                     file: strings.id(f.file.as_ref()),
@@ -92,13 +85,33 @@ pub(crate) fn build(
                     .iter()
                     .filter(|(set, _)| *set)
                     .fold(0, |flags, (_, flag)| flags | flag),
-                });
+                }
+            }));
+        }
+        if previous.as_ref() == Some(&raw) {
+            continue;
+        }
+        let first = if raw.is_empty() {
+            NONE
+        } else {
+            let hash = hash_of(&raw);
+            let stored = answers.get(&hash).copied().filter(|&id| {
+                out.frames.get(id as usize..id as usize + raw.len()) == Some(&raw[..])
+            });
+            if let Some(id) = stored {
+                id
+            } else {
+                let id = u32::try_from(out.frames.len())
+                    .ok()
+                    .filter(|&id| id != NONE)
+                    .ok_or("more frames than an index holds")?;
+                out.frames.extend_from_slice(&raw);
+                answers.insert(hash, id);
+                id
             }
-            answers.insert(answer.clone(), id);
-            id
         };
         out.ranges.push((start, first));
-        previous = Some(answer);
+        previous = Some(raw.clone());
     }
     progress(bounds.len(), bounds.len());
     if out.ranges.is_empty() {
@@ -113,6 +126,11 @@ pub(crate) fn build(
     }
     out.strings = strings.list;
     Ok(out)
+}
+
+fn hash_of(frames: &[RawFrame]) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault};
+    BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(frames)
 }
 
 /// The strings of an index, each stored once.

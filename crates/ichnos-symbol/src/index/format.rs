@@ -115,8 +115,8 @@ impl Layout {
 }
 
 impl Contents {
-    /// The file's bytes.
-    pub(crate) fn encode(&self) -> Vec<u8> {
+    /// Writes the file's bytes to `out`.
+    pub(crate) fn write_to(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
         let total_bytes: usize = self.strings.iter().map(|s| s.len()).sum();
         let count = |n: usize| u32::try_from(n).unwrap_or(NONE);
         let layout = Layout::of(
@@ -136,35 +136,39 @@ impl Contents {
             blob: HEADER_SIZE,
             end: HEADER_SIZE,
         });
-        let mut out = Vec::with_capacity(layout.end);
-        out.extend_from_slice(&MAGIC);
-        out.extend_from_slice(&VERSION.to_le_bytes());
+        let mut written = 0;
+        let mut put = |bytes: &[u8]| {
+            written += bytes.len();
+            out.write_all(bytes)
+        };
+        put(&MAGIC)?;
+        put(&VERSION.to_le_bytes())?;
         let id_len = self.build_id.len().min(MAX_BUILD_ID);
-        out.extend_from_slice(&count(id_len).to_le_bytes());
+        put(&count(id_len).to_le_bytes())?;
         let mut id = [0u8; MAX_BUILD_ID];
         id[..id_len].copy_from_slice(&self.build_id[..id_len]);
-        out.extend_from_slice(&id);
-        out.extend_from_slice(&self.object_size.to_le_bytes());
-        out.extend_from_slice(&self.source_kind.to_le_bytes());
-        out.extend_from_slice(&self.source_path.to_le_bytes());
-        out.extend_from_slice(&self.debug_size.to_le_bytes());
-        out.extend_from_slice(&self.debug_mtime_ns.to_le_bytes());
+        put(&id)?;
+        put(&self.object_size.to_le_bytes())?;
+        put(&self.source_kind.to_le_bytes())?;
+        put(&self.source_path.to_le_bytes())?;
+        put(&self.debug_size.to_le_bytes())?;
+        put(&self.debug_mtime_ns.to_le_bytes())?;
         for n in [
             layout.range_count,
             layout.frame_count,
             layout.string_count,
             total_bytes,
         ] {
-            out.extend_from_slice(&count(n).to_le_bytes());
+            put(&count(n).to_le_bytes())?;
         }
-        debug_assert_eq!(out.len(), HEADER_SIZE);
         for &(start, _) in &self.ranges {
-            out.extend_from_slice(&start.to_le_bytes());
+            put(&start.to_le_bytes())?;
         }
         for &(_, answer) in &self.ranges {
-            out.extend_from_slice(&answer.to_le_bytes());
+            put(&answer.to_le_bytes())?;
         }
-        out.resize(layout.frames, 0);
+        let padding = layout.frames - (layout.answers + 4 * layout.range_count);
+        put(&[0; 8][..padding])?;
         for f in &self.frames {
             for v in [
                 f.function,
@@ -174,19 +178,20 @@ impl Contents {
                 f.column,
                 f.flags,
             ] {
-                out.extend_from_slice(&v.to_le_bytes());
+                put(&v.to_le_bytes())?;
             }
         }
         let mut offset = 0u32;
         for s in &self.strings {
-            out.extend_from_slice(&offset.to_le_bytes());
-            out.extend_from_slice(&count(s.len()).to_le_bytes());
+            put(&offset.to_le_bytes())?;
+            put(&count(s.len()).to_le_bytes())?;
             offset = offset.wrapping_add(count(s.len()));
         }
         for s in &self.strings {
-            out.extend_from_slice(s.as_bytes());
+            put(s.as_bytes())?;
         }
-        out
+        debug_assert_eq!(written, layout.end);
+        Ok(())
     }
 }
 
