@@ -64,11 +64,16 @@ struct ichnos_symbolizer_options {
 	const char *const *debug_dirs;		/* at most 256, then NULL; or
 						 * NULL for /usr/lib/debug */
 	uint64_t max_cached_bytes;		/* 0: 4 GiB */
+	/* Version 1: */
+	const char *index_dir;			/* where symbol indexes are
+						 * kept, or NULL for none */
 };
 
 /* sizeof(struct ichnos_symbolizer_options) in its first version: the
  * least size ichnos_symbolizer_create() takes. */
 #define ICHNOS_SYMBOLIZER_OPTIONS_SIZE_VER0 24
+/* ... and with index_dir. */
+#define ICHNOS_SYMBOLIZER_OPTIONS_SIZE_VER1 32
 
 /*
  * A symbolizer with options. size is the caller's sizeof(*options): at
@@ -95,6 +100,18 @@ void ichnos_symbolizer_free(struct ichnos_symbolizer *symbolizer);
  */
 int ichnos_symbolize(struct ichnos_symbolizer *symbolizer, const char *path, uint64_t addr,
 		     struct ichnos_frame *frames, size_t max, int *source);
+
+/*
+ * Makes the symbol index of the object file at path in the symbolizer's
+ * index_dir (docs/symbol-index.md), replacing an older one; from then on,
+ * this and every symbolizer with that index_dir answers for the same build
+ * of the file from the index, without reading its DWARF. Returns 0, or a
+ * negative errno: -EINVAL (NULL argument, or no index_dir), -ENOENT (file
+ * missing), -ENODATA (not indexed: no build id, no DWARF, or debug
+ * information found incomplete), -EIO (file unreadable or not ELF, or the
+ * index not written); the message is in ichnos_last_error().
+ */
+int ichnos_symbolizer_build_index(struct ichnos_symbolizer *symbolizer, const char *path);
 
 /* The message of the last failed call on this thread (see iscache.h). */
 const char *ichnos_last_error(void);

@@ -4,7 +4,7 @@
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::path::{Path, PathBuf};
 
-use ichnos_symbol::{DebugSource, Symbolizer, SymbolizerOptions};
+use ichnos_symbol::{DebugSource, SymbolError, Symbolizer, SymbolizerOptions};
 
 use crate::error::set_last_error;
 use crate::sized_struct::copy_struct;
@@ -27,6 +27,8 @@ pub struct ichnos_symbolizer_options {
     pub debug_dirs: *const *const c_char,
     /// Bound on the bytes of parsed files kept, 0 for the default.
     pub max_cached_bytes: u64,
+    /// Where symbol indexes are kept, or NULL for none (version 1).
+    pub index_dir: *const c_char,
 }
 
 impl Default for ichnos_symbolizer_options {
@@ -36,6 +38,7 @@ impl Default for ichnos_symbolizer_options {
             reserved: 0,
             debug_dirs: std::ptr::null(),
             max_cached_bytes: 0,
+            index_dir: std::ptr::null(),
         }
     }
 }
@@ -47,7 +50,9 @@ const MAX_DEBUG_DIRS: usize = 256;
 /// `ICHNOS_SYMBOLIZER_OPTIONS_SIZE_VER0`: the struct's size in its first
 /// version, the least `size` accepted.
 const OPTIONS_SIZE_VER0: usize = 24;
-const _: () = assert!(std::mem::size_of::<ichnos_symbolizer_options>() == OPTIONS_SIZE_VER0);
+/// `ICHNOS_SYMBOLIZER_OPTIONS_SIZE_VER1`: with `index_dir`.
+const OPTIONS_SIZE_VER1: usize = 32;
+const _: () = assert!(std::mem::size_of::<ichnos_symbolizer_options>() == OPTIONS_SIZE_VER1);
 
 /// `struct ichnos_symbolizer`: the symbolizer and the strings of its last
 /// answer.
@@ -150,6 +155,9 @@ pub unsafe extern "C" fn ichnos_symbolizer_create(
     if given.max_cached_bytes != 0 {
         options.max_cached_bytes = given.max_cached_bytes;
     }
+    // SAFETY: NULL (also what a version-0 struct leaves here) or a
+    // NUL-terminated string, per the contract.
+    options.index_dir = unsafe { path_arg(given.index_dir) };
     if !given.debug_dirs.is_null() {
         options.debug_dirs.clear();
         for i in 0..=MAX_DEBUG_DIRS {
@@ -187,6 +195,41 @@ pub unsafe extern "C" fn ichnos_symbolizer_free(symbolizer: *mut ichnos_symboliz
     if !symbolizer.is_null() {
         // SAFETY: allocated by Box in `ichnos_symbolizer_new`, freed once.
         drop(unsafe { Box::from_raw(symbolizer) });
+    }
+}
+
+/// Makes the symbol index of one object file; see
+/// `include/ichnos/symbolize.h`.
+///
+/// # Safety
+/// `symbolizer` from `ichnos_symbolizer_new` or `ichnos_symbolizer_create`;
+/// `path` a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn ichnos_symbolizer_build_index(
+    symbolizer: *mut ichnos_symbolizer,
+    path: *const c_char,
+) -> c_int {
+    // SAFETY: forwarded caller contract.
+    let path = unsafe { path_arg(path) };
+    let (Some(path), false) = (path, symbolizer.is_null()) else {
+        set_last_error("symbolizer and path must not be NULL");
+        return -libc::EINVAL;
+    };
+    // SAFETY: a live symbolizer, used by one thread at a time.
+    let s = unsafe { &mut *symbolizer };
+    match s.symbolizer.build_index(&path, &mut |_, _| {}) {
+        Ok(_) => 0,
+        Err(e) => {
+            set_last_error(&e.to_string());
+            match e {
+                SymbolError::NotIndexed { .. } if s.symbolizer.index_dir().is_none() => {
+                    -libc::EINVAL
+                }
+                SymbolError::NotIndexed { .. } => -libc::ENODATA,
+                _ if !path.exists() => -libc::ENOENT,
+                _ => -libc::EIO,
+            }
+        }
     }
 }
 

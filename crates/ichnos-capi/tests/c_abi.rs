@@ -431,10 +431,12 @@ fn binutils_addr2line(flags: &[&str], file: &Path, addrs: &[String]) -> String {
         .collect()
 }
 
-fn run_options(exe: &Path, mode: &str, file: &Path, addrs: &[String]) -> String {
+/// Runs `symbolize_options` in `mode` with `paths` (an index directory and
+/// the file, or the file) and `addrs`.
+fn run_options(exe: &Path, mode: &str, paths: &[&Path], addrs: &[String]) -> String {
     let out = Command::new(exe)
         .arg(mode)
-        .arg(file)
+        .args(paths)
         .args(addrs)
         .env("LD_LIBRARY_PATH", lib_dir())
         .output()
@@ -456,8 +458,18 @@ fn symbolizer_options_from_c_agree_with_addr2line() {
     let dir = tempfile::tempdir().unwrap();
     let exe = dir.path().join("symbolize_options");
     compile_with_libichnos("symbolize_options.c", &exe, Linkage::Shared, &[]);
+    // A file without DWARF, which is not indexed.
+    let no_dwarf = dir.path().join("no-dwarf");
+    let status = Command::new("gcc")
+        .args(["-O2", "-Wl,--build-id", "-o"])
+        .arg(&no_dwarf)
+        .arg(repo_root().join("crates/ichnos-symbol/tests/fixtures/inlines.c"))
+        .status()
+        .unwrap();
+    assert!(status.success());
     let errors = Command::new(&exe)
         .arg("errors")
+        .arg(&no_dwarf)
         .env("LD_LIBRARY_PATH", lib_dir())
         .output()
         .unwrap();
@@ -475,7 +487,7 @@ fn symbolizer_options_from_c_agree_with_addr2line() {
     );
     let addrs = function_instructions(&cxx, "_ZN8geometry");
     assert!(addrs.len() > 6, "{addrs:?}");
-    let demangled = run_options(&exe, "default", &cxx, &addrs);
+    let demangled = run_options(&exe, "default", &[&cxx], &addrs);
     assert_eq!(
         demangled,
         binutils_addr2line(&["-f", "-i", "-C"], &cxx, &addrs)
@@ -484,9 +496,15 @@ fn symbolizer_options_from_c_agree_with_addr2line() {
         demangled.contains("geometry::twice<double>(double)"),
         "{demangled}"
     );
-    let raw = run_options(&exe, "raw", &cxx, &addrs);
+    let raw = run_options(&exe, "raw", &[&cxx], &addrs);
     assert_eq!(raw, binutils_addr2line(&["-f", "-i"], &cxx, &addrs));
     assert!(raw.contains("_ZN8geometry5twiceIdEET_S1_"), "{raw}");
+    // Through a symbol index made from C: the same lines.
+    let index_dir = dir.path().join("index");
+    let indexed = run_options(&exe, "index", &[&index_dir, &cxx], &addrs);
+    assert_eq!(indexed, demangled);
+    let kept = std::fs::read_dir(&index_dir).unwrap().count();
+    assert_eq!(kept, 1, "one index file");
 
     // Inlines: a C program with inlined calls; each address's frames, as
     // binutils prints them (function and place pairs, inlined first), fold
@@ -509,5 +527,5 @@ fn symbolizer_options_from_c_agree_with_addr2line() {
         }
     }
     assert!(folded_some, "the fixture has no inlined frames to fold");
-    assert_eq!(run_options(&exe, "noinline", &c, &addrs), expected);
+    assert_eq!(run_options(&exe, "noinline", &[&c], &addrs), expected);
 }

@@ -288,8 +288,12 @@ impl Symbolizer {
         let Some(dir) = &self.options.index_dir else {
             return Err(refuse("no index directory is set".into()));
         };
-        let stamp = FileStamp::of(path);
-        let size = stamp.map_or(0, |s| s.size);
+        let size = std::fs::metadata(path)
+            .map_err(|source| SymbolError::Io {
+                path: path.to_path_buf(),
+                source,
+            })?
+            .len();
         let Some(build_id) = crate::object_file::build_id_of(path) else {
             return Err(refuse("it has no build id to key its index by".into()));
         };
@@ -340,6 +344,12 @@ impl Symbolizer {
         self.cache
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Where symbol indexes are kept, if anywhere.
+    #[must_use]
+    pub fn index_dir(&self) -> Option<&Path> {
+        self.options.index_dir.as_deref()
     }
 
     /// How many parsed objects are kept.

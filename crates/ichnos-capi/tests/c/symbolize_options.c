@@ -3,11 +3,14 @@
  * "noinline" it prints addr2line-style lines (function, then file:line)
  * for the addresses given after the object file, through a symbolizer made
  * with no flags, ICHNOS_SYMBOLIZE_RAW_NAMES or ICHNOS_SYMBOLIZE_NO_INLINES;
- * the test compares them with binutils. In the mode "errors" it checks the
- * layout and every error number of ichnos_symbolizer_create(). Exits
- * non-zero on a failed check.
+ * the test compares them with binutils. The mode "index" does the same
+ * through a symbol index it makes first in DIR. In the mode "errors" it
+ * checks the layout and every error number of ichnos_symbolizer_create()
+ * and ichnos_symbolizer_build_index(). Exits non-zero on a failed check.
  *
  * usage: symbolize_options MODE [FILE ADDR...]
+ *        symbolize_options index DIR FILE ADDR...
+ *        symbolize_options errors [NO_DWARF_FILE]
  */
 #include <assert.h>
 #include <errno.h>
@@ -22,7 +25,8 @@ static_assert(offsetof(struct ichnos_symbolizer_options, flags) == 0, "flags");
 static_assert(offsetof(struct ichnos_symbolizer_options, reserved) == 4, "reserved");
 static_assert(offsetof(struct ichnos_symbolizer_options, debug_dirs) == 8, "debug_dirs");
 static_assert(offsetof(struct ichnos_symbolizer_options, max_cached_bytes) == 16, "max_cached_bytes");
-static_assert(sizeof(struct ichnos_symbolizer_options) == 24, "size");
+static_assert(offsetof(struct ichnos_symbolizer_options, index_dir) == 24, "index_dir");
+static_assert(sizeof(struct ichnos_symbolizer_options) == 32, "size");
 
 #define MAX_FRAMES 16
 
@@ -32,7 +36,7 @@ static int fail(const char *what)
 	return 1;
 }
 
-static int errors(void)
+static int errors(const char *no_dwarf)
 {
 	struct ichnos_symbolizer_options o;
 	struct ichnos_symbolizer *s = NULL;
@@ -66,7 +70,9 @@ static int errors(void)
 		return fail("size above a page");
 
 	/* Shorter than the first version: it would cut debug_dirs. */
-	static_assert(ICHNOS_SYMBOLIZER_OPTIONS_SIZE_VER0 == sizeof(o), "first version");
+	static_assert(ICHNOS_SYMBOLIZER_OPTIONS_SIZE_VER1 == sizeof(o), "second version");
+	static_assert(ICHNOS_SYMBOLIZER_OPTIONS_SIZE_VER0 == offsetof(struct ichnos_symbolizer_options, index_dir),
+		      "first version");
 	s = NULL;
 	if (ichnos_symbolizer_create(&o, 8, &s) != -EINVAL ||
 	    ichnos_symbolizer_create(&o, 12, &s) != -EINVAL ||
@@ -93,6 +99,25 @@ static int errors(void)
 	o.max_cached_bytes = 1 << 20;
 	if (ichnos_symbolizer_create(&o, sizeof(o), &s) != 0 || !s)
 		return fail("debug_dirs and a cache bound");
+	/* No index_dir: nowhere to keep an index. */
+	if (ichnos_symbolizer_build_index(s, "/bin/true") != -EINVAL ||
+	    ichnos_symbolizer_build_index(NULL, "/bin/true") != -EINVAL ||
+	    ichnos_symbolizer_build_index(s, NULL) != -EINVAL)
+		return fail("build_index without index_dir or with NULL");
+	ichnos_symbolizer_free(s);
+
+	/* A first-version struct leaves index_dir unread (and NULL). */
+	o.index_dir = "/nonexistent-index-dir";
+	if (ichnos_symbolizer_create(&o, ICHNOS_SYMBOLIZER_OPTIONS_SIZE_VER0, &s) != 0 ||
+	    ichnos_symbolizer_build_index(s, "/bin/true") != -EINVAL)
+		return fail("index_dir of a first-version struct");
+	ichnos_symbolizer_free(s);
+	if (ichnos_symbolizer_create(&o, sizeof(o), &s) != 0)
+		return fail("index_dir");
+	if (ichnos_symbolizer_build_index(s, "/nonexistent/file") != -ENOENT)
+		return fail("build_index of a missing file");
+	if (no_dwarf && ichnos_symbolizer_build_index(s, no_dwarf) != -ENODATA)
+		return fail("build_index of a file without DWARF");
 	ichnos_symbolizer_free(s);
 	return 0;
 }
@@ -100,12 +125,18 @@ static int errors(void)
 int main(int argc, char **argv)
 {
 	if (argc >= 2 && strcmp(argv[1], "errors") == 0)
-		return errors();
+		return errors(argc >= 3 ? argv[2] : NULL);
 	if (argc < 3)
 		return 2;
 	struct ichnos_symbolizer_options o;
 	memset(&o, 0, sizeof(o));
-	if (strcmp(argv[1], "raw") == 0)
+	if (strcmp(argv[1], "index") == 0) {
+		if (argc < 4)
+			return 2;
+		o.index_dir = argv[2];
+		argv++;
+		argc--;
+	} else if (strcmp(argv[1], "raw") == 0)
 		o.flags = ICHNOS_SYMBOLIZE_RAW_NAMES;
 	else if (strcmp(argv[1], "noinline") == 0)
 		o.flags = ICHNOS_SYMBOLIZE_NO_INLINES;
@@ -114,6 +145,8 @@ int main(int argc, char **argv)
 	struct ichnos_symbolizer *s = NULL;
 	if (ichnos_symbolizer_create(&o, sizeof(o), &s) != 0)
 		return fail("create");
+	if (o.index_dir && ichnos_symbolizer_build_index(s, argv[2]) != 0)
+		return fail("build_index");
 	struct ichnos_frame frames[MAX_FRAMES];
 	for (int i = 3; i < argc; i++) {
 		int n = ichnos_symbolize(s, argv[2], strtoull(argv[i], NULL, 16), frames, MAX_FRAMES, NULL);
