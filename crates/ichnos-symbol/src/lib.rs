@@ -19,6 +19,12 @@
 //! once. Names without DWARF come from `.symtab`, `.dynsym`, the separate
 //! debug file's `.symtab` and MiniDebugInfo.
 //!
+//! A large batch is answered several times faster from a prepared
+//! [`SymbolIndex`]: every address range's frames, worked out once per build
+//! ([`Symbolizer::build_index`]) and kept in a file keyed by build id, which
+//! a symbolizer with an index directory reads instead of the DWARF; its
+//! answers are the DWARF's, address for address.
+//!
 //! JIT code has no object file: [`perf_map`] reads the `/tmp/perf-PID.map`
 //! names runtimes write, and [`jitdump`] reads `jit-PID.dump` files (code
 //! loads, moves and line information).
