@@ -59,6 +59,10 @@ pub(crate) struct Sym {
 /// A parsed object.
 pub(crate) struct LoadedObject {
     pub symbols: Vec<Sym>,
+    /// Address ranges of the file's allocated sections, sorted and merged:
+    /// DWARF describes no address outside them (entries of code the linker
+    /// discarded are left at address 0, and must not name address 0).
+    pub alloc_ranges: Vec<(u64, u64)>,
     pub dwarf: Option<addr2line::Context<Reader>>,
     /// The DWARF sections `dwarf` reads (with any supplementary file),
     /// for walks over every unit (the symbol index's builder).
@@ -292,6 +296,7 @@ impl LoadedObject {
             detail: e.to_string(),
         })?;
         let mut symbols = function_symbols(&file);
+        let alloc_ranges = alloc_ranges(&file);
         let mut refused = Vec::new();
         let mut dwarf = None;
         let mut sections = None;
@@ -333,6 +338,7 @@ impl LoadedObject {
         symbols.dedup_by_key(|s| s.addr);
         Ok(Self {
             symbols,
+            alloc_ranges,
             dwarf,
             sections,
             source,
@@ -344,6 +350,19 @@ impl LoadedObject {
             dwp: std::cell::OnceCell::new(),
             path: path.to_path_buf(),
         })
+    }
+
+    /// Whether `addr` lies in an allocated section (any, when the file has
+    /// no section headers).
+    pub(crate) fn in_alloc_section(&self, addr: u64) -> bool {
+        if self.alloc_ranges.is_empty() {
+            return true;
+        }
+        let i = self
+            .alloc_ranges
+            .partition_point(|&(start, _)| start <= addr);
+        i.checked_sub(1)
+            .is_some_and(|i| addr < self.alloc_ranges[i].1)
     }
 
     /// The nearest function symbol at or below `addr` in the same section,
@@ -369,6 +388,28 @@ impl LoadedObject {
         };
         (addr < end).then_some(s)
     }
+}
+
+/// The address ranges of `file`'s allocated sections (`SHF_ALLOC`), sorted
+/// and merged.
+fn alloc_ranges(file: &object::File<'_>) -> Vec<(u64, u64)> {
+    let mut ranges: Vec<(u64, u64)> = file
+        .sections()
+        .filter(|s| {
+            matches!(s.flags(), object::SectionFlags::Elf { sh_flags } if sh_flags & u64::from(object::elf::SHF_ALLOC) != 0)
+                && s.size() > 0
+        })
+        .map(|s| (s.address(), s.address().saturating_add(s.size())))
+        .collect();
+    ranges.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+    for (start, end) in ranges {
+        match merged.last_mut() {
+            Some(last) if start <= last.1 => last.1 = last.1.max(end),
+            _ => merged.push((start, end)),
+        }
+    }
+    merged
 }
 
 /// Largest MiniDebugInfo decompressed (it holds a symbol table only; real

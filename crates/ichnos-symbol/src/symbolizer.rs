@@ -430,9 +430,13 @@ pub(crate) fn frames(
 ) -> Vec<Frame> {
     let name = |bytes: &[u8]| object.name(bytes, demangle);
     let mut frames = Vec::new();
-    // No DWARF range (half-open) holds the last address, and addr2line's
-    // unit search computes `addr + 1` (an overflow panic in debug builds).
-    if let Some(ctx) = object.dwarf.as_ref().filter(|_| addr != u64::MAX) {
+    // DWARF describes only addresses in the file's sections: entries of
+    // code the linker discarded lie at 0 and would name addresses there
+    // (binutils answers `??` outside every section). No DWARF range
+    // (half-open) holds the last address, and addr2line's unit search
+    // computes `addr + 1` (an overflow panic in debug builds).
+    let described = addr != u64::MAX && object.in_alloc_section(addr);
+    if let Some(ctx) = object.dwarf.as_ref().filter(|_| described) {
         // Split DWARF: load each .dwo the lookup asks for and resume.
         let mut lookup = ctx.find_frames(addr);
         let found = loop {

@@ -224,6 +224,28 @@ fn a_rust_binary_agrees_with_binutils_addr2line() {
     assert!(inlined > 10, "only {inlined} addresses with inlined frames");
 }
 
+/// DWARF entries of code the linker discarded are left at address 0; an
+/// address outside every section (here the ELF header's, below the first
+/// section of this PIE test program) must not be named after them. binutils
+/// answers `??`, and so must we.
+#[test]
+fn addresses_outside_every_section_are_unknown_as_binutils_says() {
+    let exe = std::env::current_exe().unwrap();
+    let addrs = [0, 0x10, 0x40, 0x100];
+    let want = binutils(&exe, &addrs);
+    let got = Symbolizer::new(SymbolizerOptions::default())
+        .symbolize_file(&exe, &addrs)
+        .unwrap();
+    for ((addr, want), got) in addrs.iter().zip(&want).zip(&got) {
+        assert_eq!(
+            want,
+            &[("??".to_string(), "??".to_string(), 0)],
+            "binutils at {addr:#x}"
+        );
+        assert_eq!(&ours(&got.frames), want, "at {addr:#x}");
+    }
+}
+
 /// MiniDebugInfo as Fedora builds it: a stripped file whose
 /// `.gnu_debugdata` holds an xz-compressed ELF with the function symbols
 /// `.dynsym` lacks. Every function `nm` saw in the original is named.

@@ -156,7 +156,7 @@ impl Strings {
 }
 
 /// Every address at which what contains it may change: starts and ends
-/// of symbols and their sections, unit ranges, line-table rows, and the
+/// of symbols, their sections and the allocated sections, unit ranges, line-table rows, and the
 /// ranges of functions and inlined functions (in split DWARF files too).
 /// Sorted, each once.
 fn boundaries(
@@ -166,6 +166,9 @@ fn boundaries(
     let mut out = Vec::new();
     for s in &object.symbols {
         out.extend([s.addr, s.addr.saturating_add(s.size), s.section_end]);
+    }
+    for &(start, end) in &object.alloc_ranges {
+        out.extend([start, end]);
     }
     let dwarf: &gimli::Dwarf<Reader> = sections;
     let mut units = dwarf.units();
