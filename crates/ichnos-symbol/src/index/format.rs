@@ -6,7 +6,9 @@ use crate::debug_file::DebugSource;
 
 /// The first eight bytes of every index file.
 pub(crate) const MAGIC: [u8; 8] = *b"ICHNSYMI";
-/// The layout version this crate writes and reads.
+/// The version this crate writes and reads: of the layout, and of the
+/// rules answers are made by, so that indexes made before a change in
+/// what some address answers are not used (docs/symbol-index.md).
 pub(crate) const VERSION: u32 = 1;
 /// Bytes before the first table.
 pub(crate) const HEADER_SIZE: usize = 128;
