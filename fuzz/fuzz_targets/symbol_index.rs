@@ -12,9 +12,9 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     // and the lookups are reached.
     let [r, f, s, rest @ ..] = data else { return };
     let (r, f, s) = (u32::from(*r % 64) + 1, u32::from(*f % 64), u32::from(*s % 64));
-    let tables = ((128 + 12 * r as usize + 7) & !7) - 128 + 24 * f as usize + 8 * s as usize;
+    let tables = ((136 + 12 * r as usize + 7) & !7) - 136 + 24 * f as usize + 8 * s as usize;
     let Some(b) = rest.len().checked_sub(tables) else { return };
-    let mut file = Vec::with_capacity(128 + rest.len());
+    let mut file = Vec::with_capacity(136 + rest.len());
     file.extend_from_slice(b"ICHNSYMI");
     file.extend_from_slice(&1u32.to_le_bytes());
     file.extend_from_slice(&1u32.to_le_bytes());
@@ -26,6 +26,7 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     for n in [r, f, s, b as u32] {
         file.extend_from_slice(&n.to_le_bytes());
     }
+    file.extend_from_slice(&0u64.to_le_bytes());
     file.extend_from_slice(rest);
     probe(file, data);
 });

@@ -80,8 +80,8 @@ struct ichnos_symbolizer_options {
  * least ICHNOS_SYMBOLIZER_OPTIONS_SIZE_VER0; a struct of a later version
  * than this library knows is accepted only if the bytes it does not know
  * are 0. Stores the symbolizer in *out and returns 0, or a negative errno:
- * -EINVAL (options or out NULL, size below the first version, unknown
- * flags, reserved not 0), -E2BIG (unknown non-zero bytes, size above 4096,
+ * -EINVAL (options or out NULL, size below the first version or between
+ * the first and the second, unknown flags, reserved not 0), -E2BIG (unknown non-zero bytes, size above 4096,
  * more than 256 debug_dirs before their NULL).
  */
 int ichnos_symbolizer_create(const struct ichnos_symbolizer_options *options, size_t size,

@@ -133,6 +133,13 @@ pub unsafe extern "C" fn ichnos_symbolizer_create(
         ));
         return -libc::EINVAL;
     }
+    // Between two versions, a pointer would be cut in two.
+    if size > OPTIONS_SIZE_VER0 && size < OPTIONS_SIZE_VER1 {
+        set_last_error(&format!(
+            "size {size} lies between the first version ({OPTIONS_SIZE_VER0} bytes) and the second ({OPTIONS_SIZE_VER1})"
+        ));
+        return -libc::EINVAL;
+    }
     // SAFETY: forwarded caller contract.
     let given: ichnos_symbolizer_options =
         match unsafe { copy_struct(options.cast::<c_void>(), size) } {

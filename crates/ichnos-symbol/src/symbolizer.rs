@@ -234,31 +234,39 @@ impl Symbolizer {
         Ok(answers)
     }
 
-    /// The index kept for the object `key` names, if there is one made
-    /// from this build and its debug file is unchanged. Indexes hold
-    /// inlined frames, so a symbolizer without them reads the DWARF.
+    /// The index that answers for the object `key` names: one made from
+    /// this build, whose debug file is unchanged. Indexes hold inlined
+    /// frames, so a symbolizer without them reads the DWARF.
     fn open_index(&self, key: &Key) -> Option<SymbolIndex> {
-        let (Key::BuildId(id, size), Some(dir)) = (key, &self.options.index_dir) else {
-            return None;
-        };
         if !self.options.inlines {
             return None;
         }
+        self.find_index(key)
+    }
+
+    /// The index kept for the object `key` names, if there is one made
+    /// from this build of the object by this build of ichnos, and its
+    /// debug file is unchanged.
+    fn find_index(&self, key: &Key) -> Option<SymbolIndex> {
+        let (Key::BuildId(id, size), Some(dir)) = (key, &self.options.index_dir) else {
+            return None;
+        };
         let index = SymbolIndex::open(&dir.join(SymbolIndex::file_name(id, *size))).ok()?;
         (index.build_id() == id.as_slice()
             && index.object_size() == *size
+            && index.made_by_this_build()
             && index.debug_file_unchanged())
         .then_some(index)
     }
 
-    /// The index that would answer for the object at `path`: one in the
-    /// index directory made from this build, with its debug file
-    /// unchanged.
+    /// The index kept for the object at `path`: one in the index directory
+    /// made from this build, with its debug file unchanged (it answers
+    /// unless inlined frames are turned off).
     #[must_use]
     pub fn usable_index(&self, path: &Path) -> Option<SymbolIndex> {
         let size = FileStamp::of(path)?.size;
         let build_id = crate::object_file::build_id_of(path)?;
-        self.open_index(&Key::BuildId(build_id, size))
+        self.find_index(&Key::BuildId(build_id, size))
     }
 
     /// The index answering for the object at `path`, if an index answers
@@ -294,10 +302,12 @@ impl Symbolizer {
                 source,
             })?
             .len();
+        // Parsed first: a file that is unreadable or not ELF says so, not
+        // that it lacks a build id.
+        let object = LoadedObject::load(path, &self.options.debug_dirs)?;
         let Some(build_id) = crate::object_file::build_id_of(path) else {
             return Err(refuse("it has no build id to key its index by".into()));
         };
-        let object = LoadedObject::load(path, &self.options.debug_dirs)?;
         let contents = index::build(&object, &build_id, size, progress).map_err(refuse)?;
         // The parsed DWARF is not needed to write the file.
         drop(object);

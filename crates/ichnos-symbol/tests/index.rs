@@ -290,8 +290,8 @@ fn a_damaged_index_is_an_error_naming_the_offset_and_is_passed_over() {
         ("short", Box::new(|b| b.truncate(100)), 100),
         (
             "unsorted ranges",
-            Box::new(|b| b[128..136].copy_from_slice(&u64::MAX.to_le_bytes())),
-            136,
+            Box::new(|b| b[136..144].copy_from_slice(&u64::MAX.to_le_bytes())),
+            144,
         ),
     ];
     for (what, damage, offset) in &cases {
@@ -314,6 +314,134 @@ fn a_damaged_index_is_an_error_naming_the_offset_and_is_passed_over() {
             "{what}"
         );
     }
+}
+
+/// An index made by another build of the code that makes answers (its
+/// generator differs) is not read: its answers may differ from ours.
+#[test]
+fn an_index_from_another_build_of_ichnos_is_not_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = fixture(dir.path());
+    let ix_dir = dir.path().join("index");
+    let index = make_index(&ix_dir, &exe, &SymbolizerOptions::default());
+    assert!(index.made_by_this_build());
+    let path = index.path().to_path_buf();
+    drop(index);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[128] ^= 1;
+    std::fs::write(&path, &bytes).unwrap();
+    let other = SymbolIndex::open(&path).unwrap();
+    assert!(!other.made_by_this_build());
+    let symbolizer = indexed(&ix_dir, &SymbolizerOptions::default());
+    assert!(symbolizer.usable_index(&exe).is_none());
+    assert!(symbolizer.index_of(&exe).unwrap().is_none());
+}
+
+/// An index file written here from docs/symbol-index.md alone: ranges,
+/// frames and strings as the page lays them out.
+fn index_from_the_spec(ranges: &[(u64, u32)], frames: &[[u32; 6]], strings: &[&str]) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(b"ICHNSYMI");
+    f.extend_from_slice(&1u32.to_le_bytes());
+    f.extend_from_slice(&4u32.to_le_bytes());
+    let mut id = [0u8; 64];
+    id[..4].copy_from_slice(&[0xde, 0xad, 0xbe, 0xef]);
+    f.extend_from_slice(&id);
+    f.extend_from_slice(&4096u64.to_le_bytes());
+    f.extend_from_slice(&0u32.to_le_bytes());
+    f.extend_from_slice(&u32::MAX.to_le_bytes());
+    f.extend_from_slice(&[0; 16]);
+    let blob: usize = strings.iter().map(|s| s.len()).sum();
+    for n in [ranges.len(), frames.len(), strings.len(), blob] {
+        f.extend_from_slice(&u32::try_from(n).unwrap().to_le_bytes());
+    }
+    f.extend_from_slice(&0u64.to_le_bytes());
+    assert_eq!(f.len(), 136);
+    ranges
+        .iter()
+        .for_each(|r| f.extend_from_slice(&r.0.to_le_bytes()));
+    ranges
+        .iter()
+        .for_each(|r| f.extend_from_slice(&r.1.to_le_bytes()));
+    f.resize(f.len().next_multiple_of(8), 0);
+    frames
+        .iter()
+        .flatten()
+        .for_each(|v| f.extend_from_slice(&v.to_le_bytes()));
+    let mut at = 0u32;
+    for s in strings {
+        f.extend_from_slice(&at.to_le_bytes());
+        f.extend_from_slice(&u32::try_from(s.len()).unwrap().to_le_bytes());
+        at += u32::try_from(s.len()).unwrap();
+    }
+    strings
+        .iter()
+        .for_each(|s| f.extend_from_slice(s.as_bytes()));
+    f
+}
+
+#[test]
+fn an_index_written_from_the_spec_is_read_as_the_spec_says() {
+    const NONE: u32 = u32::MAX;
+    let (inlined, has_line, has_column, last) = (1, 2, 4, 8);
+    let bytes = index_from_the_spec(
+        &[(0x1000, 0), (0x1010, NONE), (0x2000, 2)],
+        &[
+            [0, 1, 2, 7, 5, inlined | has_line | has_column],
+            [3, 3, 2, 3, 0, has_line | last],
+            [NONE, NONE, 2, 0, 0, last],
+        ],
+        &["helper", "_Z6helperv", "a.c", "outer"],
+    );
+    let index = SymbolIndex::from_bytes(bytes).unwrap();
+    assert_eq!(index.build_id(), [0xde, 0xad, 0xbe, 0xef]);
+    assert_eq!(index.object_size(), 4096);
+    assert_eq!(index.ranges(), 3);
+    let answers = index.frames(
+        &[0xfff, 0x1000, 0x100f, 0x1010, 0x1fff, 0x2000, u64::MAX],
+        true,
+    );
+    let unknown = vec![ichnos_symbol::Frame::default()];
+    let known =
+        |function: Option<&str>, raw: Option<&str>, line, column, inlined| ichnos_symbol::Frame {
+            function: function.map(Into::into),
+            raw_function: raw.map(Into::into),
+            file: Some("a.c".into()),
+            line,
+            column,
+            inlined,
+        };
+    let first = vec![
+        known(Some("helper"), Some("_Z6helperv"), Some(7), Some(5), true),
+        known(Some("outer"), Some("outer"), Some(3), None, false),
+    ];
+    let last_range = vec![known(None, None, None, None, false)];
+    assert_eq!(
+        answers,
+        [
+            &unknown,
+            &first,
+            &first,
+            &unknown,
+            &unknown,
+            &last_range,
+            &last_range
+        ]
+        .map(Clone::clone)
+    );
+    // Raw names when not demangling.
+    assert_eq!(
+        index.frames(&[0x1000], false)[0][0].function.as_deref(),
+        Some("_Z6helperv")
+    );
+
+    // An answer longer than 1024 frames is refused, naming the frame.
+    let mut long = vec![[NONE, NONE, NONE, 0, 0, 0]; 1100];
+    long[1099][5] = last;
+    let err = SymbolIndex::from_bytes(index_from_the_spec(&[(0, 0)], &long, &[])).unwrap_err();
+    assert!(err.to_string().contains("longer than 1024 frames"), "{err}");
+    long[1023][5] = last;
+    SymbolIndex::from_bytes(index_from_the_spec(&[(0, 0)], &long, &[])).unwrap();
 }
 
 proptest! {

@@ -588,8 +588,10 @@ fn symbolize_answers_from_a_symbol_index_as_from_dwarf() {
     let (json_indexed, _) = run(&["--json"]);
     let (json_plain, _) = run(&["--json", "--no-index"]);
     assert_eq!(json_indexed, json_plain);
-    // Without inlines, the DWARF answers (an index holds inlined frames).
-    let (outer_indexed, _) = run(&["--no-inlines"]);
+    // Without inlines, the DWARF answers (an index holds inlined frames),
+    // and --index does not make the index again.
+    let (outer_indexed, note) = run(&["--no-inlines", "--index"]);
+    assert!(!note.contains("indexed"), "{note}");
     let (outer_plain, _) = run(&["--no-inlines", "--no-index"]);
     assert_eq!(outer_indexed, outer_plain);
     assert_ne!(outer_plain, plain);

@@ -106,6 +106,18 @@ static int errors(const char *no_dwarf)
 		return fail("build_index without index_dir or with NULL");
 	ichnos_symbolizer_free(s);
 
+	/* Between the versions, index_dir would be cut in two. */
+	if (ichnos_symbolizer_create(&o, ICHNOS_SYMBOLIZER_OPTIONS_SIZE_VER0 + 4, &s) != -EINVAL ||
+	    ichnos_symbolizer_create(&o, ICHNOS_SYMBOLIZER_OPTIONS_SIZE_VER1 - 1, &s) != -EINVAL)
+		return fail("size between the versions");
+	/* A file that is not ELF. */
+	o.index_dir = "/nonexistent-index-dir";
+	if (ichnos_symbolizer_create(&o, sizeof(o), &s) != 0)
+		return fail("index_dir");
+	if (ichnos_symbolizer_build_index(s, "/etc/passwd") != -EIO)
+		return fail("build_index of a file that is not ELF");
+	ichnos_symbolizer_free(s);
+
 	/* A first-version struct leaves index_dir unread (and NULL). */
 	o.index_dir = "/nonexistent-index-dir";
 	if (ichnos_symbolizer_create(&o, ICHNOS_SYMBOLIZER_OPTIONS_SIZE_VER0, &s) != 0 ||

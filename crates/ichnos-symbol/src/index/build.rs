@@ -47,10 +47,14 @@ pub(crate) fn build(
         object_size,
         source_kind,
         source_path: NONE,
+        generator: format::GENERATOR,
         ..Contents::default()
     };
     let mut strings = Strings::default();
     if let crate::DebugSource::BuildId(p) | crate::DebugSource::DebugLink(p) = &object.source {
+        // Stored whole, so that the check on opening does not depend on
+        // the directory a later run starts in.
+        let p = &std::fs::canonicalize(p).map_err(|e| format!("{}: {e}", p.display()))?;
         let (size, mtime_ns) = super::stamp(p)
             .ok_or_else(|| format!("{}: cannot read its size and time", p.display()))?;
         (out.debug_size, out.debug_mtime_ns) = (size, mtime_ns);
@@ -69,24 +73,14 @@ pub(crate) fn build(
         let answer = frames(object, start, true, true);
         raw.clear();
         if answer != unknown {
-            raw.extend(answer.iter().enumerate().map(|(i, f)| {
-                RawFrame {
-                    function: strings.id(f.function.as_ref()),
-                    raw_function: strings.id(f.raw_function.as_ref()),
-                    file: strings.id(f.file.as_ref()),
-                    line: f.line.unwrap_or(0),
-                    column: f.column.unwrap_or(0),
-                    flags: [
-                        (f.inlined, INLINED),
-                        (f.line.is_some(), HAS_LINE),
-                        (f.column.is_some(), HAS_COLUMN),
-                        (i + 1 == answer.len(), LAST),
-                    ]
-                    .iter()
-                    .filter(|(set, _)| *set)
-                    .fold(0, |flags, (_, flag)| flags | flag),
-                }
-            }));
+            stored_frames(&answer, &mut strings, &mut raw);
+        }
+        if raw.len() > format::MAX_ANSWER_FRAMES {
+            return Err(format!(
+                "the address {start:#x} has {} frames, more than an index holds ({})",
+                raw.len(),
+                format::MAX_ANSWER_FRAMES
+            ));
         }
         if previous.as_ref() == Some(&raw) {
             continue;
@@ -128,6 +122,28 @@ pub(crate) fn build(
     Ok(out)
 }
 
+/// `answer`'s frames as stored, appended to `raw`.
+fn stored_frames(answer: &[Frame], strings: &mut Strings, raw: &mut Vec<RawFrame>) {
+    raw.extend(answer.iter().enumerate().map(|(i, f)| {
+        RawFrame {
+            function: strings.id(f.function.as_ref()),
+            raw_function: strings.id(f.raw_function.as_ref()),
+            file: strings.id(f.file.as_ref()),
+            line: f.line.unwrap_or(0),
+            column: f.column.unwrap_or(0),
+            flags: [
+                (f.inlined, INLINED),
+                (f.line.is_some(), HAS_LINE),
+                (f.column.is_some(), HAS_COLUMN),
+                (i + 1 == answer.len(), LAST),
+            ]
+            .iter()
+            .filter(|(set, _)| *set)
+            .fold(0, |flags, (_, flag)| flags | flag),
+        }
+    }));
+}
+
 fn hash_of(frames: &[RawFrame]) -> u64 {
     use std::hash::{BuildHasher, BuildHasherDefault};
     BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(frames)
@@ -156,7 +172,8 @@ impl Strings {
 }
 
 /// Every address at which what contains it may change: starts and ends
-/// of symbols, their sections and the allocated sections, unit ranges, line-table rows, and the
+/// of symbols, their sections and the allocated sections, unit ranges
+/// (and `.debug_aranges`), line-table rows, and the
 /// ranges of functions and inlined functions (in split DWARF files too).
 /// Sorted, each once.
 fn boundaries(
@@ -171,6 +188,7 @@ fn boundaries(
         out.extend([start, end]);
     }
     let dwarf: &gimli::Dwarf<Reader> = sections;
+    arange_boundaries(dwarf, &mut out);
     let mut units = dwarf.units();
     while let Some(header) = units.next().map_err(|e| e.to_string())? {
         let at = header.offset();
@@ -215,10 +233,6 @@ fn unit_boundaries(
     unit: &gimli::Unit<Reader>,
     out: &mut Vec<u64>,
 ) -> gimli::Result<()> {
-    let mut ranges = dwarf.unit_ranges(unit)?;
-    while let Some(r) = ranges.next()? {
-        out.extend([r.begin, r.end]);
-    }
     if let Some(program) = unit.line_program.clone() {
         let mut rows = program.rows();
         while let Some((_, row)) = rows.next_row()? {
@@ -226,17 +240,74 @@ fn unit_boundaries(
         }
     }
     let mut entries = unit.entries();
+    let mut root = true;
     while let Some(entry) = entries.next_dfs()? {
-        if !matches!(
-            entry.tag(),
-            gimli::DW_TAG_subprogram | gimli::DW_TAG_inlined_subroutine | gimli::DW_TAG_entry_point
-        ) {
-            continue;
+        // The unit's own DIE first: its ranges are the unit's.
+        if root
+            || matches!(
+                entry.tag(),
+                gimli::DW_TAG_subprogram
+                    | gimli::DW_TAG_inlined_subroutine
+                    | gimli::DW_TAG_entry_point
+            )
+        {
+            die_bounds(dwarf, unit, entry, out)?;
         }
-        let mut ranges = dwarf.die_ranges(unit, entry)?;
-        while let Some(r) = ranges.next()? {
-            out.extend([r.begin, r.end]);
-        }
+        root = false;
     }
     Ok(())
+}
+
+/// The starts and ends of a DIE's address ranges (`DW_AT_low_pc` with
+/// `DW_AT_high_pc`, or `DW_AT_ranges`). gimli's `die_ranges` adds a
+/// `high_pc` size unchecked, which panics on a crafted or tombstoned
+/// `low_pc` near the top in debug builds; addresses wrap here, as in
+/// addr2line.
+fn die_bounds(
+    dwarf: &gimli::Dwarf<Reader>,
+    unit: &gimli::Unit<Reader>,
+    entry: &gimli::DebuggingInformationEntry<Reader>,
+    out: &mut Vec<u64>,
+) -> gimli::Result<()> {
+    let (mut low, mut high, mut size) = (None, None, None);
+    for attr in entry.attrs() {
+        match attr.name() {
+            gimli::DW_AT_low_pc => low = dwarf.attr_address(unit, attr.value())?,
+            gimli::DW_AT_high_pc => match attr.value() {
+                gimli::AttributeValue::Udata(n) => size = Some(n),
+                value => high = dwarf.attr_address(unit, value)?,
+            },
+            gimli::DW_AT_ranges => {
+                if let Some(mut ranges) = dwarf.attr_ranges(unit, attr.value())? {
+                    while let Some(r) = ranges.next()? {
+                        out.extend([r.begin, r.end]);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    if let Some(low) = low {
+        out.push(low);
+        out.extend(size.map(|n| low.wrapping_add(n)).or(high));
+    }
+    Ok(())
+}
+
+/// The starts and ends of every `.debug_aranges` entry: addr2line takes a
+/// unit's ranges from there when the unit has no `DW_AT_ranges`. Entries
+/// it cannot read it passes over, and so does this.
+fn arange_boundaries(dwarf: &gimli::Dwarf<Reader>, out: &mut Vec<u64>) {
+    let mut headers = dwarf.debug_aranges.headers();
+    while let Ok(Some(header)) = headers.next() {
+        let mut entries = header.entries();
+        while let Ok(Some(entry)) = entries.next() {
+            if entry.length() > 0 {
+                out.extend([
+                    entry.address(),
+                    entry.address().wrapping_add(entry.length()),
+                ]);
+            }
+        }
+    }
 }

@@ -11,11 +11,21 @@ pub(crate) const MAGIC: [u8; 8] = *b"ICHNSYMI";
 /// what some address answers are not used (docs/symbol-index.md).
 pub(crate) const VERSION: u32 = 1;
 /// Bytes before the first table.
-pub(crate) const HEADER_SIZE: usize = 128;
+pub(crate) const HEADER_SIZE: usize = 136;
+/// The fingerprint of the code that makes answers (build.rs).
+pub(crate) const GENERATOR: u64 = {
+    match u64::from_str_radix(env!("ICHNOS_SYMBOL_INDEX_GENERATOR"), 10) {
+        Ok(n) => n,
+        Err(_) => 0,
+    }
+};
 /// Bytes of one frame record.
 pub(crate) const FRAME_SIZE: usize = 24;
 /// Longest build id the header holds.
 pub(crate) const MAX_BUILD_ID: usize = 64;
+/// Most frames one answer may have (the deepest real inline chains are
+/// tens of frames): a bound on the work and memory of one lookup.
+pub(crate) const MAX_ANSWER_FRAMES: usize = 1024;
 /// "No string", "no frames".
 pub(crate) const NONE: u32 = u32::MAX;
 
@@ -55,6 +65,8 @@ pub(crate) struct Contents {
     /// debug file the answers came from, so a changed one is noticed.
     pub debug_size: u64,
     pub debug_mtime_ns: i64,
+    /// The fingerprint of the code that made the answers ([`GENERATOR`]).
+    pub generator: u64,
     /// Range starts (strictly increasing) and the first frame of each
     /// range's answer ([`NONE`]: nothing known). A range ends where the
     /// next begins; the last one runs to the top of the address space.
@@ -163,6 +175,7 @@ impl Contents {
         ] {
             put(&count(n).to_le_bytes())?;
         }
+        put(&self.generator.to_le_bytes())?;
         for &(start, _) in &self.ranges {
             put(&start.to_le_bytes())?;
         }
@@ -234,6 +247,7 @@ pub(crate) struct Header {
     pub source_path: u32,
     pub debug_size: u64,
     pub debug_mtime_ns: i64,
+    pub generator: u64,
     pub layout: Layout,
 }
 
@@ -303,6 +317,7 @@ pub(crate) fn check(bytes: &[u8]) -> Result<Header, FormatError> {
         source_path,
         debug_size: u64_at(bytes, 96),
         debug_mtime_ns: i64::from_le_bytes(bytes[104..112].try_into().unwrap_or_default()),
+        generator: u64_at(bytes, 128),
         layout,
     })
 }
@@ -329,10 +344,13 @@ fn check_ranges(bytes: &[u8], layout: &Layout) -> Result<(), FormatError> {
     Ok(())
 }
 
-/// Frames have known flags and name strings of the table; the last one
-/// ends its answer, so every answer ends inside the table.
+/// Frames have known flags and name strings of the table; every answer
+/// ends (flag `LAST`) within [`MAX_ANSWER_FRAMES`] frames and inside the
+/// table.
 fn check_frames(bytes: &[u8], layout: &Layout) -> Result<(), FormatError> {
     let string_ok = |id: u32| id == NONE || (id as usize) < layout.string_count;
+    // Frames since the last one that ended an answer.
+    let mut run = 0;
     for i in 0..layout.frame_count {
         let at = layout.frames + FRAME_SIZE * i;
         let flags = u32_at(bytes, at + 20);
@@ -344,6 +362,15 @@ fn check_frames(bytes: &[u8], layout: &Layout) -> Result<(), FormatError> {
             if !string_ok(id) {
                 return Err(bad(at + field, format!("frame {i}: {name} string {id}")));
             }
+        }
+        run += 1;
+        if flags & LAST != 0 {
+            run = 0;
+        } else if run >= MAX_ANSWER_FRAMES {
+            return Err(bad(
+                at + 20,
+                format!("frame {i}: an answer longer than {MAX_ANSWER_FRAMES} frames"),
+            ));
         }
         if i + 1 == layout.frame_count && flags & LAST == 0 {
             return Err(bad(at + 20, "the last frame does not end its answer"));

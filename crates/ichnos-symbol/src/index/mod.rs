@@ -161,6 +161,13 @@ impl SymbolIndex {
         self.bytes.len() as u64
     }
 
+    /// Whether the index was made by this build of the code that makes
+    /// answers; one made by another may answer some addresses differently.
+    #[must_use]
+    pub fn made_by_this_build(&self) -> bool {
+        self.header.generator == format::GENERATOR
+    }
+
     /// Whether the separate debug file the index was made from (if any)
     /// is still the one it was made from: same size and time.
     #[must_use]
