@@ -357,26 +357,25 @@ fn index_from_the_spec(ranges: &[(u64, u32)], frames: &[[u32; 6]], strings: &[&s
     }
     f.extend_from_slice(&0u64.to_le_bytes());
     assert_eq!(f.len(), 136);
-    ranges
-        .iter()
-        .for_each(|r| f.extend_from_slice(&r.0.to_le_bytes()));
-    ranges
-        .iter()
-        .for_each(|r| f.extend_from_slice(&r.1.to_le_bytes()));
+    for r in ranges {
+        f.extend_from_slice(&r.0.to_le_bytes());
+    }
+    for r in ranges {
+        f.extend_from_slice(&r.1.to_le_bytes());
+    }
     f.resize(f.len().next_multiple_of(8), 0);
-    frames
-        .iter()
-        .flatten()
-        .for_each(|v| f.extend_from_slice(&v.to_le_bytes()));
+    for v in frames.iter().flatten() {
+        f.extend_from_slice(&v.to_le_bytes());
+    }
     let mut at = 0u32;
     for s in strings {
         f.extend_from_slice(&at.to_le_bytes());
         f.extend_from_slice(&u32::try_from(s.len()).unwrap().to_le_bytes());
         at += u32::try_from(s.len()).unwrap();
     }
-    strings
-        .iter()
-        .for_each(|s| f.extend_from_slice(s.as_bytes()));
+    for s in strings {
+        f.extend_from_slice(s.as_bytes());
+    }
     f
 }
 
