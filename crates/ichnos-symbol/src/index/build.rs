@@ -11,7 +11,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::format::{self, Contents, RawFrame, HAS_COLUMN, HAS_LINE, INLINED, LAST, NONE};
+use super::format::{
+    self, Contents, Identity, RawFrame, HAS_COLUMN, HAS_LINE, INLINED, LAST, NONE,
+};
 use crate::object_file::{LoadedObject, Reader};
 use crate::symbolizer::{frames, Frame};
 
@@ -43,11 +45,14 @@ pub(crate) fn build(
     }
     let bounds = boundaries(object, sections).map_err(|e| format!("reading its DWARF: {e}"))?;
     let mut out = Contents {
-        build_id: build_id.to_vec(),
-        object_size,
-        source_kind,
-        source_path: NONE,
-        generator: format::GENERATOR,
+        identity: Identity {
+            build_id: build_id.to_vec(),
+            object_size,
+            source_kind,
+            source_path: NONE,
+            generator: format::GENERATOR,
+            ..Identity::default()
+        },
         ..Contents::default()
     };
     let mut strings = Strings::default();
@@ -57,8 +62,8 @@ pub(crate) fn build(
         let p = &std::fs::canonicalize(p).map_err(|e| format!("{}: {e}", p.display()))?;
         let (size, mtime_ns) = super::stamp(p)
             .ok_or_else(|| format!("{}: cannot read its size and time", p.display()))?;
-        (out.debug_size, out.debug_mtime_ns) = (size, mtime_ns);
-        out.source_path = strings.id(Some(&Arc::from(p.to_string_lossy())));
+        (out.identity.debug_size, out.identity.debug_mtime_ns) = (size, mtime_ns);
+        out.identity.source_path = strings.id(Some(&Arc::from(p.to_string_lossy())));
     }
     let unknown = vec![Frame::default()];
     // Answers already stored, by a hash of their frames: the first frame

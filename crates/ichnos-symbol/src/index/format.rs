@@ -53,9 +53,10 @@ pub(crate) struct RawFrame {
     pub flags: u32,
 }
 
-/// What goes into an index file.
-#[derive(Debug, Default)]
-pub(crate) struct Contents {
+/// What an index says of the object and the code it was made from: the
+/// header's fields, apart from the table counts.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Identity {
     pub build_id: Vec<u8>,
     pub object_size: u64,
     pub source_kind: u32,
@@ -67,6 +68,12 @@ pub(crate) struct Contents {
     pub debug_mtime_ns: i64,
     /// The fingerprint of the code that made the answers ([`GENERATOR`]).
     pub generator: u64,
+}
+
+/// What goes into an index file.
+#[derive(Debug, Default)]
+pub(crate) struct Contents {
+    pub identity: Identity,
     /// Range starts (strictly increasing) and the first frame of each
     /// range's answer ([`NONE`]: nothing known). A range ends where the
     /// next begins; the last one runs to the top of the address space.
@@ -157,16 +164,16 @@ impl Contents {
         };
         put(&MAGIC)?;
         put(&VERSION.to_le_bytes())?;
-        let id_len = self.build_id.len().min(MAX_BUILD_ID);
+        let id_len = self.identity.build_id.len().min(MAX_BUILD_ID);
         put(&count(id_len).to_le_bytes())?;
         let mut id = [0u8; MAX_BUILD_ID];
-        id[..id_len].copy_from_slice(&self.build_id[..id_len]);
+        id[..id_len].copy_from_slice(&self.identity.build_id[..id_len]);
         put(&id)?;
-        put(&self.object_size.to_le_bytes())?;
-        put(&self.source_kind.to_le_bytes())?;
-        put(&self.source_path.to_le_bytes())?;
-        put(&self.debug_size.to_le_bytes())?;
-        put(&self.debug_mtime_ns.to_le_bytes())?;
+        put(&self.identity.object_size.to_le_bytes())?;
+        put(&self.identity.source_kind.to_le_bytes())?;
+        put(&self.identity.source_path.to_le_bytes())?;
+        put(&self.identity.debug_size.to_le_bytes())?;
+        put(&self.identity.debug_mtime_ns.to_le_bytes())?;
         for n in [
             layout.range_count,
             layout.frame_count,
@@ -175,7 +182,7 @@ impl Contents {
         ] {
             put(&count(n).to_le_bytes())?;
         }
-        put(&self.generator.to_le_bytes())?;
+        put(&self.identity.generator.to_le_bytes())?;
         for &(start, _) in &self.ranges {
             put(&start.to_le_bytes())?;
         }
@@ -241,13 +248,7 @@ pub(crate) fn u64_at(bytes: &[u8], at: usize) -> u64 {
 /// The header's fields.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Header {
-    pub build_id: Vec<u8>,
-    pub object_size: u64,
-    pub source_kind: u32,
-    pub source_path: u32,
-    pub debug_size: u64,
-    pub debug_mtime_ns: i64,
-    pub generator: u64,
+    pub identity: Identity,
     pub layout: Layout,
 }
 
@@ -311,13 +312,15 @@ pub(crate) fn check(bytes: &[u8]) -> Result<Header, FormatError> {
     check_frames(bytes, &layout)?;
     check_strings(bytes, &layout)?;
     Ok(Header {
-        build_id: bytes[16..16 + id_len].to_vec(),
-        object_size: u64_at(bytes, 80),
-        source_kind,
-        source_path,
-        debug_size: u64_at(bytes, 96),
-        debug_mtime_ns: i64::from_le_bytes(bytes[104..112].try_into().unwrap_or_default()),
-        generator: u64_at(bytes, 128),
+        identity: Identity {
+            build_id: bytes[16..16 + id_len].to_vec(),
+            object_size: u64_at(bytes, 80),
+            source_kind,
+            source_path,
+            debug_size: u64_at(bytes, 96),
+            debug_mtime_ns: i64::from_le_bytes(bytes[104..112].try_into().unwrap_or_default()),
+            generator: u64_at(bytes, 128),
+        },
         layout,
     })
 }

@@ -116,8 +116,8 @@ impl SymbolIndex {
             path: path.to_path_buf(),
             source: DebugSource::SameFile,
         };
-        let source_path = index.string(index.header.source_path, &mut []);
-        index.source = match (index.header.source_kind, source_path) {
+        let source_path = index.string(index.header.identity.source_path, &mut []);
+        index.source = match (index.header.identity.source_kind, source_path) {
             (format::SOURCE_BUILD_ID, Some(p)) => DebugSource::BuildId(PathBuf::from(&*p)),
             (format::SOURCE_DEBUG_LINK, Some(p)) => DebugSource::DebugLink(PathBuf::from(&*p)),
             _ => DebugSource::SameFile,
@@ -134,13 +134,13 @@ impl SymbolIndex {
     /// The build id of the object indexed.
     #[must_use]
     pub fn build_id(&self) -> &[u8] {
-        &self.header.build_id
+        &self.header.identity.build_id
     }
 
     /// The size of the object file indexed.
     #[must_use]
     pub fn object_size(&self) -> u64 {
-        self.header.object_size
+        self.header.identity.object_size
     }
 
     /// Where the indexed answers came from.
@@ -165,7 +165,7 @@ impl SymbolIndex {
     /// answers; one made by another may answer some addresses differently.
     #[must_use]
     pub fn made_by_this_build(&self) -> bool {
-        self.header.generator == format::GENERATOR
+        self.header.identity.generator == format::GENERATOR
     }
 
     /// Whether the separate debug file the index was made from (if any)
@@ -174,7 +174,11 @@ impl SymbolIndex {
     pub fn debug_file_unchanged(&self) -> bool {
         match &self.source {
             DebugSource::BuildId(p) | DebugSource::DebugLink(p) => {
-                stamp(p) == Some((self.header.debug_size, self.header.debug_mtime_ns))
+                stamp(p)
+                    == Some((
+                        self.header.identity.debug_size,
+                        self.header.identity.debug_mtime_ns,
+                    ))
             }
             _ => true,
         }
