@@ -151,6 +151,22 @@ fn build_fixture(dir: &std::path::Path, source: &str, flags: &[&str]) -> std::pa
     exe
 }
 
+/// The instruction addresses objdump lists in `exe` (`0x` hex), with
+/// objdump's extra `flags` (e.g. `--disassemble=FUNCTION`).
+fn instruction_addresses(exe: &std::path::Path, flags: &[&str]) -> Vec<String> {
+    let disasm = Command::new("objdump")
+        .args(["-d", "--no-show-raw-insn"])
+        .args(flags)
+        .arg(exe)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&disasm.stdout)
+        .lines()
+        .filter(|l| l.starts_with("  ") && l.contains(':'))
+        .filter_map(|l| l.trim().split(':').next().map(|a| format!("0x{a}")))
+        .collect()
+}
+
 /// A process waiting under frames of its own; killed when dropped.
 struct Sleeper(std::process::Child);
 
@@ -269,16 +285,7 @@ fn symbolize_prints_addr2line_lines() {
         "../ichnos-symbol/tests/fixtures/inlines.c",
         &["-O2", "-g"],
     );
-    let disasm = Command::new("objdump")
-        .args(["-d", "--no-show-raw-insn", "--disassemble=work"])
-        .arg(&exe)
-        .output()
-        .unwrap();
-    let addrs: Vec<String> = String::from_utf8_lossy(&disasm.stdout)
-        .lines()
-        .filter(|l| l.starts_with("    ") && l.contains(':'))
-        .filter_map(|l| l.trim().split(':').next().map(|a| format!("0x{a}")))
-        .collect();
+    let addrs = instruction_addresses(&exe, &["--disassemble=work"]);
     assert!(addrs.len() > 10);
     let exe_str = exe.to_str().unwrap();
     let mut args = vec!["symbolize", "-e", exe_str];
@@ -541,16 +548,7 @@ fn symbolize_answers_from_a_symbol_index_as_from_dwarf() {
         "../ichnos-symbol/tests/fixtures/inlines.c",
         &["-O2", "-g", "-Wl,--build-id"],
     );
-    let disasm = Command::new("objdump")
-        .args(["-d", "--no-show-raw-insn"])
-        .arg(&exe)
-        .output()
-        .unwrap();
-    let addrs: Vec<String> = String::from_utf8_lossy(&disasm.stdout)
-        .lines()
-        .filter(|l| l.starts_with("  ") && l.contains(':'))
-        .filter_map(|l| l.trim().split(':').next().map(|a| format!("0x{a}")))
-        .collect();
+    let addrs = instruction_addresses(&exe, &[]);
     assert!(addrs.len() > 50);
     let exe_str = exe.to_str().unwrap();
     let cache = dir.path().join("cache");
