@@ -643,4 +643,13 @@ fn a_debug_link_that_is_not_utf8_is_followed() {
     .unwrap();
     assert_eq!(got[0].source, DebugSource::DebugLink(debug));
     assert_eq!(ours(&got[0].frames), want);
+    // An index keeps its debug file's path as UTF-8 text: this one is
+    // refused, with the reason, rather than made never to be used.
+    let err = Symbolizer::new(SymbolizerOptions {
+        index_dir: Some(dir.path().join("index")),
+        ..SymbolizerOptions::default()
+    })
+    .build_index(&stripped, &mut |_, _| {})
+    .unwrap_err();
+    assert!(err.to_string().contains("is not UTF-8"), "{err}");
 }

@@ -63,7 +63,15 @@ pub(crate) fn build(
         let (size, mtime_ns) = super::stamp(p)
             .ok_or_else(|| format!("{}: cannot read its size and time", p.display()))?;
         (out.identity.debug_size, out.identity.debug_mtime_ns) = (size, mtime_ns);
-        out.identity.source_path = strings.id(Some(&Arc::from(p.to_string_lossy())));
+        // Index strings are UTF-8; a path changed to fit would name
+        // another file, and the index would never be used.
+        let Some(text) = p.to_str() else {
+            return Err(format!(
+                "its debug file's path {} is not UTF-8",
+                p.display()
+            ));
+        };
+        out.identity.source_path = strings.id(Some(&Arc::from(text)));
     }
     let unknown = vec![Frame::default()];
     // Answers already stored, by a hash of their frames: the first frame
