@@ -403,13 +403,19 @@ fn function_instructions(file: &Path, prefix: &str) -> Vec<String> {
 
 /// Builds a C or C++ fixture with `-O2 -g`.
 fn compile_fixture(source: &Path, out: &Path) {
+    compile_fixture_with(source, out, &["-O2", "-g"]);
+}
+
+/// [`compile_fixture`] with other compiler flags.
+fn compile_fixture_with(source: &Path, out: &Path, flags: &[&str]) {
     let compiler = if source.extension().is_some_and(|e| e == "cpp") {
         "g++"
     } else {
         "gcc"
     };
     assert!(Command::new(compiler)
-        .args(["-O2", "-g", "-o"])
+        .args(flags)
+        .arg("-o")
         .arg(out)
         .arg(source)
         .status()
@@ -460,13 +466,11 @@ fn symbolizer_options_from_c_agree_with_addr2line() {
     compile_with_libichnos("symbolize_options.c", &exe, Linkage::Shared, &[]);
     // A file without DWARF, which is not indexed.
     let no_dwarf = dir.path().join("no-dwarf");
-    let status = Command::new("gcc")
-        .args(["-O2", "-Wl,--build-id", "-o"])
-        .arg(&no_dwarf)
-        .arg(repo_root().join("crates/ichnos-symbol/tests/fixtures/inlines.c"))
-        .status()
-        .unwrap();
-    assert!(status.success());
+    compile_fixture_with(
+        &repo_root().join("crates/ichnos-symbol/tests/fixtures/inlines.c"),
+        &no_dwarf,
+        &["-O2", "-Wl,--build-id"],
+    );
     let errors = Command::new(&exe)
         .arg("errors")
         .arg(&no_dwarf)
