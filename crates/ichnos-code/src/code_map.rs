@@ -2,8 +2,10 @@
 
 use std::sync::Arc;
 
+use crate::cfi::{CfiError, CfiStep};
 use crate::jit::JitRows;
 use crate::row::{RowTable, UnwindRow};
+use crate::unwind::Regs;
 
 /// Where a code object's rows came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -76,6 +78,24 @@ impl CodeObject {
             Rows::Jit(jit) => jit.find(pc),
         }
     }
+
+    /// Evaluates the call-frame information kept for `pc` (where the row
+    /// is unexpressible), for a frame with registers `regs`; `None` when
+    /// the object keeps none (JIT tables, SFrame, files whose every rule
+    /// is a row).
+    pub fn evaluate_cfi(
+        &self,
+        pc: u64,
+        regs: Regs,
+        read: &mut dyn FnMut(u64) -> Option<u64>,
+    ) -> Option<Result<CfiStep, CfiError>> {
+        match &self.rows {
+            Rows::Fixed(table) => {
+                table.evaluate_cfi(pc.wrapping_sub(self.bias), self.bias, regs, read)
+            }
+            Rows::Jit(_) => None,
+        }
+    }
 }
 
 /// What the unwinder learns about one address.
@@ -100,6 +120,20 @@ pub trait FindRow {
     ///
     /// [`UnwindCache`]: crate::unwind::UnwindCache
     fn generation(&self) -> Option<u64> {
+        None
+    }
+
+    /// Evaluates the call-frame information at `pc`, where [`Self::find_row`]
+    /// found an unexpressible row, for a frame with registers `regs`
+    /// (`read` loads a word of the program's memory). `None` (the default)
+    /// when no CFI is kept for `pc`.
+    fn evaluate_cfi(
+        &self,
+        pc: u64,
+        regs: Regs,
+        read: &mut dyn FnMut(u64) -> Option<u64>,
+    ) -> Option<Result<CfiStep, CfiError>> {
+        let _ = (pc, regs, read);
         None
     }
 }
@@ -231,6 +265,15 @@ impl FindRow for CodeMap {
     /// tables are immutable and JIT rows are only ever added.
     fn generation(&self) -> Option<u64> {
         Some(self.generation)
+    }
+
+    fn evaluate_cfi(
+        &self,
+        pc: u64,
+        regs: Regs,
+        read: &mut dyn FnMut(u64) -> Option<u64>,
+    ) -> Option<Result<CfiStep, CfiError>> {
+        self.find(pc)?.evaluate_cfi(pc, regs, read)
     }
 }
 

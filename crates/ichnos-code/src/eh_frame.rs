@@ -6,8 +6,9 @@
 //! offset, return address and caller's FP at fixed offsets from the CFA.
 //! Ranges whose rule is anything else (a DWARF expression, a CFA in another
 //! register, a register saved in a register) become rows marked
-//! [`crate::row::ROW_UNEXPRESSIBLE`], where the unwinder
-//! falls back to the frame-pointer chain.
+//! [`crate::row::ROW_UNEXPRESSIBLE`]; their FDEs and the section's bytes
+//! are kept with the table ([`crate::cfi`]), and the unwinder evaluates the
+//! CFI there before it falls back to the frame-pointer chain.
 //!
 //! Only x86-64 register numbers are understood; other architectures'
 //! `.eh_frame` is reported as [`EhFrameError::UnsupportedArch`].
@@ -18,6 +19,7 @@ use gimli::{
 };
 use object::{Object, ObjectSection};
 
+use crate::cfi::{CfiSection, FdeSpan};
 use crate::row::{RowTable, UnwindRow, ROW_CFA_BASE_SP, ROW_OUTERMOST, ROW_UNEXPRESSIBLE};
 
 /// Upper bound on the rows kept from one `.eh_frame` (a 1 GiB binary has a
@@ -53,6 +55,9 @@ pub struct EhConversion {
     pub first_error: Option<String>,
     /// Whether the row budget (2^24 rows per section) cut the conversion short.
     pub truncated: bool,
+    /// The FDEs holding unexpressible rows, kept in the table's
+    /// [`CfiSection`] for the unwinder to evaluate.
+    pub cfi_fdes: Vec<FdeSpan>,
 }
 
 /// Converts the `.eh_frame` of an ELF file given as bytes. Addresses are
@@ -103,6 +108,7 @@ pub fn rows_from_eh_frame(
     let mut first_error = None;
     let mut truncated = false;
     let mut evaluation_budget = MAX_EVALUATED_ADDRESSES;
+    let mut cfi_fdes = Vec::new();
     let mut entries = eh_frame.entries(&bases);
     loop {
         let entry = match entries.next() {
@@ -127,6 +133,7 @@ pub fn rows_from_eh_frame(
                 continue;
             }
         };
+        let unexpressible_before = unexpressible;
         if let Err(e) = fde_rows(
             &fde,
             &eh_frame,
@@ -138,6 +145,13 @@ pub fn rows_from_eh_frame(
         ) {
             skipped += 1;
             first_error.get_or_insert(e);
+        }
+        if unexpressible > unexpressible_before {
+            cfi_fdes.push(FdeSpan {
+                start: fde.initial_address(),
+                end: fde.end_address(),
+                offset: fde.offset(),
+            });
         }
         if rows.len() >= MAX_ROWS {
             truncated = true;
@@ -159,13 +173,24 @@ pub fn rows_from_eh_frame(
             })
         })
         .collect();
-    let (table, _) = RowTable::from_unsorted(base, rows);
+    let (mut table, _) = RowTable::from_unsorted(base, rows);
+    if !cfi_fdes.is_empty() {
+        let section = CfiSection::new(
+            data.to_vec(),
+            eh_frame_addr,
+            text_addr,
+            got_addr,
+            cfi_fdes.clone(),
+        );
+        table = table.with_cfi(std::sync::Arc::new(section), base);
+    }
     EhConversion {
         table,
         unexpressible_rows: unexpressible,
         skipped_fdes: skipped,
         first_error,
         truncated,
+        cfi_fdes,
     }
 }
 

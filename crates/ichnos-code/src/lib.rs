@@ -35,6 +35,7 @@
 //! assert_eq!(walk.stop, StopReason::Outermost);
 //! ```
 
+pub mod cfi;
 pub mod code_map;
 pub mod eh_frame;
 pub mod elf;

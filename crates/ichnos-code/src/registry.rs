@@ -531,6 +531,15 @@ impl FindRow for Registry {
     fn generation(&self) -> Option<u64> {
         self.map.load().generation()
     }
+
+    fn evaluate_cfi(
+        &self,
+        pc: u64,
+        regs: crate::Regs,
+        read: &mut dyn FnMut(u64) -> Option<u64>,
+    ) -> Option<Result<crate::cfi::CfiStep, crate::cfi::CfiError>> {
+        self.map.load().evaluate_cfi(pc, regs, read)
+    }
 }
 
 fn check_range(what: &str, r: &Range<u64>) -> Result<(), RegistryError> {

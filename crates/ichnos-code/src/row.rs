@@ -7,7 +7,10 @@
 //! [`RowTable`], so finding the rule for an address is one binary search.
 
 use std::fmt;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
+
+use crate::cfi::{CfiError, CfiSection, CfiStep};
+use crate::unwind::Regs;
 
 /// `info` bit: the CFA is computed from the stack pointer (set) or the frame
 /// pointer (clear). The same bit and meaning as SFrame's
@@ -130,6 +133,15 @@ pub struct RowTable {
     base: u64,
     rows: Vec<UnwindRow>,
     index: OnceLock<PageIndex>,
+    cfi: Option<TableCfi>,
+}
+
+/// The call-frame information behind a table's unexpressible rows, and
+/// the link-time address its offset 0 stands for.
+#[derive(Clone, Debug)]
+struct TableCfi {
+    section: Arc<CfiSection>,
+    link_of_offset0: u64,
 }
 
 impl PartialEq for RowTable {
@@ -220,6 +232,7 @@ impl RowTable {
             base,
             rows: Vec::new(),
             index: OnceLock::new(),
+            cfi: None,
         }
     }
 
@@ -258,6 +271,7 @@ impl RowTable {
                 base,
                 rows: out,
                 index: OnceLock::new(),
+                cfi: None,
             },
             damaged,
         )
@@ -275,6 +289,42 @@ impl RowTable {
     #[must_use]
     pub fn base(&self) -> u64 {
         self.base
+    }
+
+    /// The same rows, with the call-frame information the unwinder
+    /// evaluates where a row is unexpressible; offset 0 of the table is the
+    /// file's link-time address `link_of_offset0`.
+    #[must_use]
+    pub fn with_cfi(mut self, section: Arc<CfiSection>, link_of_offset0: u64) -> Self {
+        self.cfi = Some(TableCfi {
+            section,
+            link_of_offset0,
+        });
+        self
+    }
+
+    /// The call-frame information kept for unexpressible rows, if any.
+    #[must_use]
+    pub fn cfi(&self) -> Option<&Arc<CfiSection>> {
+        self.cfi.as_ref().map(|c| &c.section)
+    }
+
+    /// Evaluates the call-frame information at `addr` (an address as
+    /// [`RowTable::find`] takes it) of a code object whose table addresses
+    /// are run-time addresses minus `bias`; `None` if the table keeps none.
+    pub fn evaluate_cfi(
+        &self,
+        addr: u64,
+        bias: u64,
+        regs: Regs,
+        read: &mut dyn FnMut(u64) -> Option<u64>,
+    ) -> Option<Result<CfiStep, CfiError>> {
+        let cfi = self.cfi.as_ref()?;
+        let link_pc = addr
+            .wrapping_sub(self.base)
+            .wrapping_add(cfi.link_of_offset0);
+        let relocation = addr.wrapping_add(bias).wrapping_sub(link_pc);
+        Some(cfi.section.evaluate(link_pc, regs, relocation, read))
     }
 
     /// The rows, sorted.
@@ -394,7 +444,22 @@ impl RowTable {
                 }
             }
         }
-        RowTable::from_unsorted(base, out).0
+        let mut merged = RowTable::from_unsorted(base, out).0;
+        // Offsets move from each table's base to the merged one's.
+        merged.cfi = match (&self.cfi, &other.cfi) {
+            (Some(c), _) => Some(TableCfi {
+                section: Arc::clone(&c.section),
+                link_of_offset0: c.link_of_offset0.wrapping_add(base.wrapping_sub(self.base)),
+            }),
+            (None, Some(c)) => Some(TableCfi {
+                section: Arc::clone(&c.section),
+                link_of_offset0: c
+                    .link_of_offset0
+                    .wrapping_add(base.wrapping_sub(other.base)),
+            }),
+            (None, None) => None,
+        };
+        merged
     }
 }
 

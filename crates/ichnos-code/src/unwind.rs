@@ -4,14 +4,17 @@
 //! the CFA from SP or FP, and loads the return address and, where saved,
 //! the caller's frame pointer. Caller frames are looked up at their return
 //! address minus one, so that a call at the very end of a function is
-//! attributed to it. Where no row exists (or the row is unexpressible) the
-//! frame-pointer chain is followed instead, if allowed. Every walk ends with
-//! a [`StopReason`].
+//! attributed to it. Where the row is unexpressible, the call-frame
+//! information kept for it is evaluated ([`crate::cfi`]: signal
+//! trampolines, CFAs read from memory); where there is no row, or that
+//! evaluation fails, the frame-pointer chain is followed instead, if
+//! allowed. Every walk ends with a [`StopReason`].
 //!
 //! This is the x86-64 unwinder: the return address is at CFA−8 unless the
 //! row says otherwise, and the frame-pointer chain is `[rbp] = caller's rbp,
 //! [rbp+8] = return address`.
 
+use crate::cfi::CfiStep;
 use crate::code_map::{FindRow, Lookup, RowSource};
 use crate::memory::{Bytes, Memory};
 use crate::row::{CfaBase, ROW_CFA_BASE_SP, ROW_OUTERMOST, ROW_UNEXPRESSIBLE};
@@ -39,6 +42,13 @@ pub enum FrameKind {
     Row(RowSource),
     /// Unwound by following the frame-pointer chain.
     FramePointer,
+    /// Unwound by evaluating call-frame information no row could express
+    /// (a CFA read from memory, a register restored by an expression).
+    Cfi,
+    /// The frame a signal interrupted, found through the signal
+    /// trampoline's call-frame information: its `ip` is the interrupted
+    /// instruction, not a return address.
+    Interrupted,
 }
 
 /// One frame of a walk.
@@ -54,11 +64,13 @@ pub struct Frame {
 
 impl Frame {
     /// The address to look up for this frame: a return address minus one
-    /// for callers, so the call instruction's function is named.
+    /// for callers, so the call instruction's function is named; the
+    /// instruction pointer itself for the first frame and for a frame a
+    /// signal interrupted.
     #[must_use]
     pub fn lookup_address(&self) -> u64 {
         match self.kind {
-            FrameKind::Registers => self.ip,
+            FrameKind::Registers | FrameKind::Interrupted => self.ip,
             _ => self.ip.saturating_sub(1),
         }
     }
@@ -162,7 +174,15 @@ pub fn unwind_into<R: FindRow + ?Sized, M: Memory + ?Sized>(
         }
         frames.push(frame);
         let pc = frame.lookup_address();
-        match general_step(rules.find_row(pc), pc, frame, fp, &mut reader, options) {
+        match general_step(
+            rules,
+            rules.find_row(pc),
+            pc,
+            frame,
+            fp,
+            &mut reader,
+            options,
+        ) {
             Ok((caller, caller_fp)) => {
                 frame = caller;
                 fp = caller_fp;
@@ -338,12 +358,14 @@ pub fn unwind_cached<R: FindRow + ?Sized, M: Memory + ?Sized>(
             }
             found
         };
-        match general_step(found, pc, frame, fp, &mut reader, options) {
+        match general_step(rules, found, pc, frame, fp, &mut reader, options) {
             Ok((caller, caller_fp)) => {
                 walk = Walk {
                     frame: caller,
                     fp: caller_fp,
-                    key: caller.ip,
+                    // A caller's return address; an interrupted frame's
+                    // instruction pointer + 1 (it is looked up as is).
+                    key: caller.lookup_address().wrapping_add(1),
                     prev: index,
                     guess: usize::from(cache.entries[index].next) & (CACHE_SLOTS - 1),
                 };
@@ -483,7 +505,8 @@ impl CacheEntry {
 /// One step from `frame` given what is known at `pc`: the caller's frame
 /// and frame pointer, or why the walk ends.
 #[inline]
-fn general_step<M: Memory + ?Sized>(
+fn general_step<R: FindRow + ?Sized, M: Memory + ?Sized>(
+    rules: &R,
     found: Lookup,
     pc: u64,
     frame: Frame,
@@ -498,6 +521,13 @@ fn general_step<M: Memory + ?Sized>(
             }
             step_by_row(&row, source, frame.sp, fp, reader)?
         }
+        Lookup::Row(..) => match step_by_cfi(rules, pc, frame, fp, reader) {
+            Some(step) => step?,
+            None if options.frame_pointer_fallback => {
+                step_by_frame_pointer(pc, frame.sp, fp, reader)?
+            }
+            None => return Err(StopReason::NoUnwindInfo { pc }),
+        },
         _ if options.frame_pointer_fallback => step_by_frame_pointer(pc, frame.sp, fp, reader)?,
         _ => return Err(StopReason::NoUnwindInfo { pc }),
     };
@@ -588,6 +618,39 @@ fn step_by_row<M: Memory + ?Sized>(
         fp: caller_fp,
         kind: FrameKind::Row(source),
     })
+}
+
+/// A step by the call-frame information kept for an unexpressible row:
+/// `None` when there is none or it cannot be evaluated here (the caller
+/// falls back to frame pointers), `Some(Err)` at the outermost frame.
+#[cold]
+fn step_by_cfi<R: FindRow + ?Sized, M: Memory + ?Sized>(
+    rules: &R,
+    pc: u64,
+    frame: Frame,
+    fp: u64,
+    reader: &mut Reader<'_, M>,
+) -> Option<Result<Caller, StopReason>> {
+    let regs = Regs {
+        ip: frame.ip,
+        sp: frame.sp,
+        fp,
+    };
+    let mut read = |addr| reader.u64_at(addr).ok();
+    match rules.evaluate_cfi(pc, regs, &mut read)? {
+        Ok(CfiStep::Outermost) => Some(Err(StopReason::Outermost)),
+        Ok(CfiStep::Caller { regs, interrupted }) => Some(Ok(Caller {
+            ra: regs.ip,
+            cfa: regs.sp,
+            fp: regs.fp,
+            kind: if interrupted {
+                FrameKind::Interrupted
+            } else {
+                FrameKind::Cfi
+            },
+        })),
+        Err(_) => None,
+    }
 }
 
 /// The frame-pointer chain: `[fp]` is the caller's FP, `[fp + 8]` the

@@ -8,10 +8,21 @@
 mod support;
 
 use ichnos_code::memory::NoMemory;
-use ichnos_code::{unwind, FindRow, Lookup, Regs, StopReason, UnwindOptions};
-use support::{build_prog, capture, code_map, Rules, Stop};
+use ichnos_code::{
+    unwind, unwind_cached, FindRow, FrameKind, Lookup, Regs, StopReason, UnwindCache, UnwindOptions,
+};
+use support::{build_prog, build_signal_prog, capture, capture_passing, code_map, Rules, Stop};
 
 fn walk(stop: &Stop, rules: &impl FindRow, fp_fallback: bool) -> (Vec<u64>, StopReason) {
+    let (frames, why) = walk_frames(stop, rules, fp_fallback);
+    (frames.iter().map(|f| f.ip).collect(), why)
+}
+
+fn walk_frames(
+    stop: &Stop,
+    rules: &impl FindRow,
+    fp_fallback: bool,
+) -> (Vec<ichnos_code::Frame>, StopReason) {
     let regs = Regs {
         ip: stop.rip,
         sp: stop.rsp,
@@ -22,7 +33,7 @@ fn walk(stop: &Stop, rules: &impl FindRow, fp_fallback: bool) -> (Vec<u64>, Stop
         frame_pointer_fallback: fp_fallback,
     };
     let w = unwind(rules, regs, &stop.stack, &mut NoMemory, &options);
-    (w.frames.iter().map(|f| f.ip).collect(), w.stop)
+    (w.frames, w.stop)
 }
 
 fn describe(stop: &Stop) -> String {
@@ -121,5 +132,104 @@ fn sframe_then_eh_frame_agrees_with_gdb_everywhere() {
         let gdb: Vec<u64> = stop.frames.iter().map(|f| f.0).collect();
         assert_eq!(ours, gdb, "{}", describe(&stop));
         assert_eq!(why, StopReason::Outermost);
+    }
+}
+
+/// The stops of the signal fixture: in a handler for an asynchronous
+/// SIGALRM that interrupted a busy loop (called from a function whose CFA
+/// is a DWARF expression reading memory), and in a handler for the SIGILL
+/// of a `ud2` at a function's first instruction.
+fn signal_stops() -> (tempfile::TempDir, Vec<Stop>) {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = build_signal_prog(dir.path());
+    let stops: Vec<Stop> = capture_passing(&prog, &[], &["SIGALRM", "SIGILL"])
+        .into_iter()
+        .filter(|s| s.label.ends_with(":handler_leaf"))
+        .collect();
+    let names = |s: &Stop| -> Vec<String> { s.frames.iter().map(|f| f.1.clone()).collect() };
+    assert_eq!(stops.len(), 2, "two handler stops: {stops:?}");
+    // Not vacuous: gdb sees the trampoline and the interrupted functions.
+    let alarm = names(&stops[0]);
+    assert!(
+        alarm
+            .windows(3)
+            .any(|w| w == ["__restore_rt", "spin", "realigned"]),
+        "{alarm:?}"
+    );
+    let ill = names(&stops[1]);
+    assert!(
+        ill.windows(2)
+            .any(|w| w == ["__restore_rt", "faults_at_entry"]),
+        "{ill:?}"
+    );
+    (dir, stops)
+}
+
+#[test]
+fn a_signal_frame_unwinds_through_the_trampolines_cfi_as_gdb_does() {
+    let (_dir, stops) = signal_stops();
+    for rules in [Rules::EhFrameOnly, Rules::Preferred] {
+        for stop in &stops {
+            let map = code_map(&stop.maps, rules);
+            // No frame-pointer fallback: every frame is found by rows or CFI.
+            let (frames, why) = walk_frames(stop, &map, false);
+            let ours: Vec<u64> = frames.iter().map(|f| f.ip).collect();
+            let gdb: Vec<u64> = stop.frames.iter().map(|f| f.0).collect();
+            assert_eq!(ours, gdb, "{rules:?} {}", describe(stop));
+            assert_eq!(why, StopReason::Outermost, "{}", describe(stop));
+            // The frame above the trampoline is the interrupted one, found
+            // by evaluating __restore_rt's CFI (its CFA is read from memory).
+            let tramp = stop
+                .frames
+                .iter()
+                .position(|f| f.1 == "__restore_rt")
+                .unwrap();
+            assert_eq!(frames[tramp + 1].kind, FrameKind::Interrupted);
+            // The caller of the realigned function is found by evaluating
+            // its CFA expression ([rbp - 8]) and rbp's.
+            if let Some(realigned) = stop.frames.iter().position(|f| f.1 == "realigned") {
+                assert_eq!(
+                    frames[realigned + 1].kind,
+                    FrameKind::Cfi,
+                    "{}",
+                    describe(stop)
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn the_cached_walk_agrees_through_signal_frames() {
+    let (_dir, stops) = signal_stops();
+    for stop in &stops {
+        let map = code_map(&stop.maps, Rules::Preferred);
+        let regs = Regs {
+            ip: stop.rip,
+            sp: stop.rsp,
+            fp: stop.rbp,
+        };
+        let options = UnwindOptions {
+            max_frames: 128,
+            frame_pointer_fallback: false,
+        };
+        let mut cache = UnwindCache::new();
+        let mut frames = Vec::new();
+        let gdb: Vec<u64> = stop.frames.iter().map(|f| f.0).collect();
+        // Twice: the second walk runs from the cache and its links.
+        for _ in 0..2 {
+            let why = unwind_cached(
+                &map,
+                regs,
+                &stop.stack,
+                &mut NoMemory,
+                &options,
+                &mut cache,
+                &mut frames,
+            );
+            let ours: Vec<u64> = frames.iter().map(|f| f.ip).collect();
+            assert_eq!(ours, gdb, "{}", describe(stop));
+            assert_eq!(why, StopReason::Outermost);
+        }
     }
 }

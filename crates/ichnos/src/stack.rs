@@ -91,6 +91,8 @@ pub fn stack(args: &StackArgs, verbose: bool) -> Result<()> {
                 FrameKind::Row(RowSource::EhFrame) => "via eh_frame",
                 FrameKind::Row(RowSource::Jit) => "via jit table",
                 FrameKind::Row(RowSource::None) | FrameKind::FramePointer => "via frame pointer",
+                FrameKind::Cfi => "via eh_frame cfi",
+                FrameKind::Interrupted => "interrupted by a signal",
             };
             let place = map.find(frame.lookup_address()).map_or_else(
                 || "?".to_owned(),

@@ -64,9 +64,25 @@ pub struct Stop {
     pub tailcall_frames: usize,
 }
 
+/// Builds `signal` (tests/fixtures/signal.c) in `dir`.
+pub fn build_signal_prog(dir: &Path) -> PathBuf {
+    run(Command::new("gcc")
+        .args(CFLAGS)
+        .arg("-o")
+        .arg(dir.join("signal"))
+        .arg(fixtures_dir().join("signal.c")));
+    dir.join("signal")
+}
+
 /// Runs `program` under gdb with `breaks` set after `main` is reached and
 /// returns every stop.
 pub fn capture(program: &Path, breaks: &[&str]) -> Vec<Stop> {
+    capture_passing(program, breaks, &[])
+}
+
+/// As [`capture`], with the signals in `pass` handed to the program
+/// without stopping (it handles them itself).
+pub fn capture_passing(program: &Path, breaks: &[&str], pass: &[&str]) -> Vec<Stop> {
     let out_path = program.with_extension("capture.jsonl");
     let out = Command::new("gdb")
         .args(["--batch", "-nx", "-x"])
@@ -74,6 +90,7 @@ pub fn capture(program: &Path, breaks: &[&str]) -> Vec<Stop> {
         .arg(program)
         .env("CAPTURE_OUT", &out_path)
         .env("CAPTURE_BREAKS", breaks.join(";"))
+        .env("CAPTURE_PASS", pass.join(";"))
         .output()
         .expect("gdb runs (install gdb)");
     let text = std::fs::read_to_string(&out_path).unwrap_or_else(|e| {
