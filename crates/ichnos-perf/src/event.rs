@@ -1,0 +1,327 @@
+//! Opening sampling events: what to sample, on which task and CPU, and
+//! why the kernel refused.
+
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use crate::attr::{self, flag, sample, PerfEventAttr};
+use crate::record::SampleFormat;
+
+/// The event that triggers samples.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EventKind {
+    /// CPU cycles, counted by the PMU (not there in most virtual machines).
+    Cycles,
+    /// The kernel's per-CPU clock: a software timer, available everywhere.
+    CpuClock,
+}
+
+impl EventKind {
+    /// The name perf gives the event.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Cycles => "cycles",
+            Self::CpuClock => "cpu-clock",
+        }
+    }
+}
+
+impl std::fmt::Display for EventKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How a sampling event is configured.
+// The kernel's attribute is a word of flags; so is this.
+#[allow(clippy::struct_excessive_bools)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventConfig {
+    /// What triggers a sample.
+    pub kind: EventKind,
+    /// Samples per second per thread (the kernel adapts the period).
+    pub frequency: u64,
+    /// Bytes of user stack copied with each sample (a multiple of 8, at
+    /// most 65,528; 0: none).
+    pub stack_user: u32,
+    /// User registers dumped with each sample (`PERF_REG_*` bits).
+    pub regs_user: u64,
+    /// Threads and processes the task creates later are sampled too.
+    pub inherit: bool,
+    /// Counting starts at the task's next exec.
+    pub enable_on_exec: bool,
+    /// Counting starts disabled (until [`PerfEvent::enable`] or the exec).
+    pub disabled: bool,
+    /// Wake a poller when this many bytes are in the ring.
+    pub wakeup_watermark: u32,
+    /// Record executable mappings, command names, forks and exits.
+    pub side_band: bool,
+    /// MMAP2 records carry build ids (Linux 5.12 and later).
+    pub build_ids: bool,
+}
+
+impl EventConfig {
+    /// The registers the unwinder starts from: `rbp`, `rsp`, `rip`.
+    pub const UNWIND_REGS: u64 =
+        (1 << attr::regs::BP) | (1 << attr::regs::SP) | (1 << attr::regs::IP);
+
+    /// The attribute struct for this configuration: user space only,
+    /// timestamps on `CLOCK_MONOTONIC`, every record with its
+    /// `sample_id`.
+    #[must_use]
+    pub fn attr(&self) -> PerfEventAttr {
+        let (kind, config) = match self.kind {
+            EventKind::Cycles => (attr::TYPE_HARDWARE, attr::HW_CPU_CYCLES),
+            EventKind::CpuClock => (attr::TYPE_SOFTWARE, attr::SW_CPU_CLOCK),
+        };
+        let mut sample_type =
+            sample::IP | sample::TID | sample::TIME | sample::CPU | sample::PERIOD;
+        if self.regs_user != 0 {
+            sample_type |= sample::REGS_USER;
+        }
+        if self.stack_user != 0 {
+            sample_type |= sample::STACK_USER;
+        }
+        let mut flags = flag::FREQ
+            | flag::EXCLUDE_KERNEL
+            | flag::EXCLUDE_HV
+            | flag::SAMPLE_ID_ALL
+            | flag::USE_CLOCKID
+            | flag::WATERMARK;
+        let on = |bit: u64, when: bool| if when { bit } else { 0 };
+        flags |= on(flag::INHERIT, self.inherit);
+        flags |= on(flag::ENABLE_ON_EXEC, self.enable_on_exec);
+        flags |= on(flag::DISABLED, self.disabled || self.enable_on_exec);
+        flags |= on(
+            flag::MMAP | flag::MMAP2 | flag::COMM | flag::COMM_EXEC | flag::TASK,
+            self.side_band,
+        );
+        flags |= on(flag::BUILD_ID, self.side_band && self.build_ids);
+        PerfEventAttr {
+            kind,
+            size: attr::ATTR_SIZE,
+            config,
+            sample_period_or_freq: self.frequency,
+            sample_type,
+            flags,
+            wakeup_events_or_watermark: self.wakeup_watermark.max(1),
+            sample_regs_user: self.regs_user,
+            sample_stack_user: self.stack_user,
+            clockid: libc::CLOCK_MONOTONIC,
+            ..PerfEventAttr::default()
+        }
+    }
+}
+
+/// An open sampling event.
+#[derive(Debug)]
+pub struct PerfEvent {
+    fd: OwnedFd,
+    pid: i32,
+    cpu: i32,
+    format: SampleFormat,
+}
+
+/// Why an event could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// The kernel refused for lack of permission.
+    #[error("cannot open a {event} event for {}: permission denied ({})", target(*pid, *cpu), paranoid_hint(*paranoid, *pid))]
+    Permission {
+        /// The event.
+        event: EventKind,
+        /// The task (-1: every task on the CPU).
+        pid: i32,
+        /// The CPU (-1: any).
+        cpu: i32,
+        /// `kernel.perf_event_paranoid` as read, if it could be.
+        paranoid: Option<i32>,
+        /// The error.
+        source: io::Error,
+    },
+    /// The machine has no such event (no PMU for cycles).
+    #[error("this machine has no {event} event: {source}")]
+    NoSuchEvent {
+        /// The event.
+        event: EventKind,
+        /// The error.
+        source: io::Error,
+    },
+    /// The task does not exist (any more).
+    #[error("process or thread {pid} does not exist")]
+    NoSuchProcess {
+        /// The task.
+        pid: i32,
+        /// The error.
+        source: io::Error,
+    },
+    /// The frequency is above the kernel's limit.
+    #[error("a frequency of {frequency} Hz is above kernel.perf_event_max_sample_rate ({max} Hz)")]
+    FrequencyTooHigh {
+        /// Asked for.
+        frequency: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// Out of file descriptors.
+    #[error("out of file descriptors opening events ({source}); raise the limit with ulimit -n")]
+    TooManyFiles {
+        /// The error.
+        source: io::Error,
+    },
+    /// Any other refusal.
+    #[error("cannot open a {event} event for {}: {source}", target(*pid, *cpu))]
+    Other {
+        /// The event.
+        event: EventKind,
+        /// The task.
+        pid: i32,
+        /// The CPU.
+        cpu: i32,
+        /// The error.
+        source: io::Error,
+    },
+}
+
+fn target(pid: i32, cpu: i32) -> String {
+    match (pid, cpu) {
+        (-1, cpu) => format!("CPU {cpu}"),
+        (pid, -1) => format!("PID {pid}"),
+        (pid, cpu) => format!("PID {pid} on CPU {cpu}"),
+    }
+}
+
+fn paranoid_hint(paranoid: Option<i32>, pid: i32) -> String {
+    let now = paranoid.map_or_else(
+        || "kernel.perf_event_paranoid could not be read".to_owned(),
+        |p| format!("kernel.perf_event_paranoid is {p}"),
+    );
+    if pid == -1 {
+        format!(
+            "{now}; profiling every process needs -1 or 0, or root or CAP_PERFMON: \
+             sysctl kernel.perf_event_paranoid=0"
+        )
+    } else {
+        format!(
+            "{now}; 2 or lower lets users profile their own processes: \
+             sysctl kernel.perf_event_paranoid=2"
+        )
+    }
+}
+
+/// `kernel.perf_event_paranoid`.
+#[must_use]
+pub fn paranoid() -> Option<i32> {
+    read_sysctl("perf_event_paranoid").and_then(|v| i32::try_from(v).ok())
+}
+
+/// `kernel.perf_event_max_sample_rate`.
+#[must_use]
+pub fn max_sample_rate() -> Option<u64> {
+    read_sysctl("perf_event_max_sample_rate").and_then(|v| u64::try_from(v).ok())
+}
+
+/// `kernel.perf_event_mlock_kb`.
+#[must_use]
+pub fn mlock_kb() -> Option<u64> {
+    read_sysctl("perf_event_mlock_kb").and_then(|v| u64::try_from(v).ok())
+}
+
+fn read_sysctl(name: &str) -> Option<i64> {
+    std::fs::read_to_string(format!("/proc/sys/kernel/{name}"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+impl PerfEvent {
+    /// Opens `config` for task `pid` (-1: every task) on `cpu` (-1: any).
+    pub fn open(config: &EventConfig, pid: i32, cpu: i32) -> Result<PerfEvent, OpenError> {
+        if let Some(max) = max_sample_rate() {
+            if config.frequency > max {
+                return Err(OpenError::FrequencyTooHigh {
+                    frequency: config.frequency,
+                    max,
+                });
+            }
+        }
+        let attr = config.attr();
+        let fd = crate::sys::perf_event_open(&attr, pid, cpu).map_err(|source| {
+            let event = config.kind;
+            match source.raw_os_error() {
+                Some(libc::EACCES | libc::EPERM) => OpenError::Permission {
+                    event,
+                    pid,
+                    cpu,
+                    paranoid: paranoid(),
+                    source,
+                },
+                Some(libc::ENOENT | libc::EOPNOTSUPP | libc::ENODEV) => {
+                    OpenError::NoSuchEvent { event, source }
+                }
+                Some(libc::ESRCH) => OpenError::NoSuchProcess { pid, source },
+                Some(libc::EMFILE | libc::ENFILE) => OpenError::TooManyFiles { source },
+                _ => OpenError::Other {
+                    event,
+                    pid,
+                    cpu,
+                    source,
+                },
+            }
+        })?;
+        Ok(PerfEvent {
+            fd,
+            pid,
+            cpu,
+            format: SampleFormat::of(&attr),
+        })
+    }
+
+    /// The task the event follows (-1: every task).
+    #[must_use]
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// The CPU it counts on (-1: any).
+    #[must_use]
+    pub fn cpu(&self) -> i32 {
+        self.cpu
+    }
+
+    /// The layout of its records.
+    #[must_use]
+    pub fn format(&self) -> SampleFormat {
+        self.format
+    }
+
+    /// Starts counting.
+    pub fn enable(&self) -> io::Result<()> {
+        crate::sys::enable(&self.fd)
+    }
+
+    /// Stops counting.
+    pub fn disable(&self) -> io::Result<()> {
+        crate::sys::disable(&self.fd)
+    }
+
+    /// Writes this event's records into `to`'s ring (same CPU).
+    pub fn set_output(&self, to: &PerfEvent) -> io::Result<()> {
+        crate::sys::set_output(&self.fd, &to.fd)
+    }
+}
+
+impl AsFd for PerfEvent {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+impl PerfEvent {
+    pub(crate) fn owned_fd(&self) -> &OwnedFd {
+        &self.fd
+    }
+}

@@ -1,0 +1,175 @@
+//! Sampling this test process through the kernel: events opened per CPU
+//! with inherit, rings drained, records parsed, and checked against what
+//! the test did (a thread it named and ran, a file it mapped).
+
+use std::os::unix::ffi::OsStrExt;
+use std::time::{Duration, Instant};
+
+use ichnos_perf::record::{parse, Records};
+use ichnos_perf::{monotonic_ns, online_cpus, EventConfig, EventKind, PerfEvent, Record, Ring};
+
+fn config() -> EventConfig {
+    EventConfig {
+        kind: EventKind::CpuClock,
+        frequency: 1000,
+        stack_user: 4096,
+        regs_user: EventConfig::UNWIND_REGS,
+        inherit: true,
+        enable_on_exec: false,
+        disabled: true,
+        wakeup_watermark: 4096,
+        side_band: true,
+        build_ids: false,
+    }
+}
+
+fn tid() -> u32 {
+    // SAFETY: gettid has no preconditions.
+    (unsafe { libc::gettid() }).cast_unsigned()
+}
+
+#[test]
+fn samples_and_side_band_of_a_named_thread_are_captured() {
+    let pid = std::process::id();
+    let events: Vec<PerfEvent> = online_cpus()
+        .into_iter()
+        // This thread (the harness runs tests off the main thread), and by
+        // inherit the threads it creates.
+        .map(|cpu| PerfEvent::open(&config(), tid().cast_signed(), cpu.cast_signed()).unwrap())
+        .collect();
+    let mut rings: Vec<Ring> = events.iter().map(|e| Ring::new(e, 64).unwrap()).collect();
+    let start = monotonic_ns();
+    for e in &events {
+        e.enable().unwrap();
+    }
+    // A thread created after enabling (inherit), named, spinning 300 ms.
+    let spinner = std::thread::Builder::new()
+        .name("spinner-x".into())
+        .spawn(|| {
+            let until = Instant::now() + Duration::from_millis(300);
+            let mut x = 1u64;
+            while Instant::now() < until {
+                x = std::hint::black_box(x.wrapping_mul(3).wrapping_add(1));
+            }
+            tid()
+        })
+        .unwrap();
+    // An executable mapping of a file.
+    let file = std::fs::File::open("/bin/true").unwrap();
+    let canonical = std::fs::canonicalize("/bin/true").unwrap();
+    // SAFETY: a fresh private read-execute mapping of an open file; it is
+    // never read here.
+    let map = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_EXEC,
+            libc::MAP_PRIVATE,
+            std::os::fd::AsRawFd::as_raw_fd(&file),
+            0,
+        )
+    };
+    assert_ne!(map, libc::MAP_FAILED);
+    let spinner_tid = spinner.join().unwrap();
+    for e in &events {
+        e.disable().unwrap();
+    }
+    let end = monotonic_ns();
+
+    let mut samples = 0;
+    let mut saw_fork = false;
+    let mut saw_comm = false;
+    let mut saw_mmap = false;
+    let mut last_time = vec![0u64; rings.len()];
+    for (i, ring) in rings.iter_mut().enumerate() {
+        let format = events[i].format();
+        let mut bytes = Vec::new();
+        ring.read_into(&mut bytes);
+        for r in Records::new(&bytes) {
+            let (_, _, record) = r.unwrap();
+            let record = parse(&format, record).unwrap();
+            if let Some(t) = record.time() {
+                assert!(
+                    (start..=end).contains(&t),
+                    "time {t} outside {start}..{end}"
+                );
+                // One ring is written in time order.
+                assert!(t >= last_time[i]);
+                last_time[i] = t;
+            }
+            match record {
+                Record::Sample(s) if s.id.tid == Some(spinner_tid) => {
+                    samples += 1;
+                    assert_eq!(s.id.pid, Some(pid));
+                    let regs = s.regs_user.unwrap();
+                    assert_eq!(regs.get(8), s.ip, "rip is the sample's ip");
+                    let sp = regs.get(7).unwrap();
+                    assert_ne!(sp, 0);
+                    let stack = s.stack_user.unwrap();
+                    assert!(!stack.is_empty() && stack.len() <= 4096);
+                }
+                Record::Fork(f) if f.tid == spinner_tid => {
+                    assert_eq!(f.pid, pid);
+                    saw_fork = true;
+                }
+                Record::Comm(c) if c.tid == spinner_tid && c.name == b"spinner-x" => {
+                    saw_comm = true;
+                }
+                Record::Mmap(m) if m.filename == canonical.as_os_str().as_bytes() => {
+                    assert_eq!(m.addr, map as u64);
+                    assert_eq!(m.pgoff, 0);
+                    assert!(m.executable);
+                    saw_mmap = true;
+                }
+                _ => {}
+            }
+        }
+    }
+    // SAFETY: unmapping what we mapped above.
+    unsafe { libc::munmap(map, 4096) };
+    assert!(saw_fork, "no FORK record for the spinner");
+    assert!(saw_comm, "no COMM record naming the spinner");
+    assert!(saw_mmap, "no MMAP2 record for {}", canonical.display());
+    // 300 ms at 1 kHz of CPU time; allow for a busy machine.
+    assert!(samples >= 50, "{samples} samples of the spinner");
+}
+
+#[test]
+fn a_frequency_above_the_kernel_limit_is_refused_with_both_numbers() {
+    let max = ichnos_perf::event::max_sample_rate().unwrap();
+    let config = EventConfig {
+        frequency: max + 1,
+        ..config()
+    };
+    let e = PerfEvent::open(&config, 0, -1).unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.contains(&(max + 1).to_string()) && text.contains(&max.to_string()),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_process_that_does_not_exist_is_named() {
+    // PIDs are below 2^22 on Linux.
+    let e = PerfEvent::open(&config(), 0x7fff_fff0, -1).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ichnos_perf::OpenError::NoSuchProcess {
+                pid: 0x7fff_fff0,
+                ..
+            }
+        ),
+        "{e}"
+    );
+}
+
+#[test]
+fn ring_sizes_must_be_a_power_of_two() {
+    let event = PerfEvent::open(&config(), 0, -1).unwrap();
+    assert!(matches!(
+        Ring::new(&event, 3),
+        Err(ichnos_perf::RingError::BadSize { data_pages: 3 })
+    ));
+}
