@@ -1,0 +1,453 @@
+//! Recordings written and read back: every record kind, many chunks,
+//! every truncation point, and damage a reader must name.
+
+use ichnos_data::{
+    ChunkProblem, JitSource, LostCause, Meta, ReadError, Reader, Record, StackOut, StackStop,
+    Target, Writer,
+};
+use proptest::prelude::*;
+
+/// An owned record, so that generated ones outlive their encoding.
+#[derive(Clone, Debug)]
+enum Owned {
+    Meta(Vec<u8>, Vec<Vec<u8>>, u64, u64),
+    Process(u64, u64, u64, u64, Vec<u8>),
+    Thread(u64, u64, u64, Vec<u8>),
+    Exit(u64, u64, u64),
+    Mapping(u64, u64, u64, u64, u64, Vec<u8>, Vec<u8>, u64),
+    Stack(u64, u64, StackStop, Vec<u64>),
+    Sample(u64, u64, u64, u64, u64, u64),
+    Jit(u64, u64, u64, JitSource, Vec<u8>),
+    Lost(u64, u64, u64, LostCause),
+    Throttle(u64, u64, bool),
+    End(u64, u64, u64),
+}
+
+impl Owned {
+    fn record(&self) -> Record<'_> {
+        match self {
+            Self::Meta(host, command, freq, start) => Record::Meta(Meta {
+                host,
+                kernel: b"6.1.0",
+                command: command.iter().map(Vec::as_slice).collect(),
+                event: b"cpu-clock",
+                frequency: *freq,
+                stack_size: 16384,
+                start_monotonic_ns: *start,
+                start_realtime_ns: start.wrapping_mul(3),
+                recorder: b"ichnos test",
+                target: Target::Processes,
+            }),
+            Self::Process(asid, pid, parent, time, name) => Record::Process {
+                asid: *asid,
+                pid: *pid,
+                parent: *parent,
+                time: *time,
+                name,
+            },
+            Self::Thread(pid, tid, time, name) => Record::Thread {
+                pid: *pid,
+                tid: *tid,
+                time: *time,
+                name,
+            },
+            Self::Exit(pid, tid, time) => Record::Exit {
+                pid: *pid,
+                tid: *tid,
+                time: *time,
+            },
+            Self::Mapping(asid, start, len, pgoff, time, path, build_id, flags) => {
+                Record::Mapping {
+                    asid: *asid,
+                    start: *start,
+                    len: *len,
+                    pgoff: *pgoff,
+                    time: *time,
+                    path,
+                    build_id,
+                    flags: *flags,
+                }
+            }
+            Self::Stack(id, asid, stop, frames) => Record::StackOut(StackOut {
+                id: *id,
+                asid: *asid,
+                stop: *stop,
+                frames,
+            }),
+            Self::Sample(time, pid, tid, cpu, stack, weight) => Record::Sample {
+                time: *time,
+                pid: *pid,
+                tid: *tid,
+                cpu: *cpu,
+                stack: *stack,
+                weight: *weight,
+            },
+            Self::Jit(asid, start, end, source, name) => Record::JitCode {
+                asid: *asid,
+                start: *start,
+                end: *end,
+                source: *source,
+                name,
+            },
+            Self::Lost(time, cpu, count, cause) => Record::Lost {
+                time: *time,
+                cpu: *cpu,
+                count: *count,
+                cause: *cause,
+            },
+            Self::Throttle(time, cpu, on) => Record::Throttle {
+                time: *time,
+                cpu: *cpu,
+                throttled: *on,
+            },
+            Self::End(time, samples, lost) => Record::End {
+                time: *time,
+                samples: *samples,
+                lost: *lost,
+            },
+        }
+    }
+}
+
+/// What a read record says, in the same terms as what was written.
+fn same(written: &Record<'_>, read: &Record<'_>) -> bool {
+    match (written, read) {
+        (Record::StackOut(w), Record::Stack(r)) => {
+            w.id == r.id
+                && w.asid == r.asid
+                && w.stop == r.stop
+                && r.frames.iter().collect::<Vec<_>>() == w.frames
+        }
+        _ => written == read,
+    }
+}
+
+fn bytes() -> impl Strategy<Value = Vec<u8>> {
+    proptest::collection::vec(any::<u8>(), 0..40)
+}
+
+fn owned() -> impl Strategy<Value = Owned> {
+    let stop = prop_oneof![
+        Just(StackStop::Complete),
+        Just(StackStop::StackEnd),
+        Just(StackStop::NoUnwindInfo),
+        Just(StackStop::Loop),
+        Just(StackStop::DepthLimit),
+        Just(StackStop::BadAddress),
+    ];
+    let source = prop_oneof![
+        Just(JitSource::Registry),
+        Just(JitSource::PerfMap),
+        Just(JitSource::JitDump)
+    ];
+    let cause = prop_oneof![
+        Just(LostCause::KernelRing),
+        Just(LostCause::KernelSamples),
+        Just(LostCause::Recorder),
+        Just(LostCause::NoUserRegisters)
+    ];
+    prop_oneof![
+        (
+            bytes(),
+            proptest::collection::vec(bytes(), 0..4),
+            any::<u64>(),
+            any::<u64>()
+        )
+            .prop_map(|(a, b, c, d)| Owned::Meta(a, b, c, d)),
+        (
+            any::<u64>(),
+            any::<u64>(),
+            any::<u64>(),
+            any::<u64>(),
+            bytes()
+        )
+            .prop_map(|(a, b, c, d, e)| Owned::Process(a, b, c, d, e)),
+        (any::<u64>(), any::<u64>(), any::<u64>(), bytes())
+            .prop_map(|(a, b, c, d)| Owned::Thread(a, b, c, d)),
+        (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(a, b, c)| Owned::Exit(a, b, c)),
+        (
+            any::<u64>(),
+            any::<u64>(),
+            any::<u64>(),
+            any::<u64>(),
+            any::<u64>(),
+            bytes(),
+            bytes(),
+            any::<u64>()
+        )
+            .prop_map(|(a, b, c, d, e, f, g, h)| Owned::Mapping(a, b, c, d, e, f, g, h)),
+        (
+            any::<u64>(),
+            any::<u64>(),
+            stop,
+            proptest::collection::vec(any::<u64>(), 0..70)
+        )
+            .prop_map(|(a, b, c, d)| Owned::Stack(a, b, c, d)),
+        (
+            any::<u64>(),
+            any::<u64>(),
+            any::<u64>(),
+            any::<u64>(),
+            any::<u64>(),
+            any::<u64>()
+        )
+            .prop_map(|(a, b, c, d, e, f)| Owned::Sample(a, b, c, d, e, f)),
+        (any::<u64>(), any::<u64>(), any::<u64>(), source, bytes())
+            .prop_map(|(a, b, c, d, e)| Owned::Jit(a, b, c, d, e)),
+        (any::<u64>(), any::<u64>(), any::<u64>(), cause)
+            .prop_map(|(a, b, c, d)| Owned::Lost(a, b, c, d)),
+        (any::<u64>(), any::<u64>(), any::<bool>()).prop_map(|(a, b, c)| Owned::Throttle(a, b, c)),
+        (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(a, b, c)| Owned::End(a, b, c)),
+    ]
+}
+
+fn write(records: &[Owned], chunk_target: usize) -> Vec<u8> {
+    let mut w = Writer::with_chunk_target(Vec::new(), chunk_target).unwrap();
+    for r in records {
+        w.push(&r.record()).unwrap();
+    }
+    w.finish().unwrap()
+}
+
+/// The chunks read (offset, records), and the error that ended the
+/// reading.
+type ReadBack = (Vec<(u64, usize)>, Option<ReadError>);
+
+fn read_all(bytes: &[u8]) -> ReadBack {
+    let mut reader = match Reader::new(bytes) {
+        Ok(r) => r,
+        Err(e) => return (Vec::new(), Some(e)),
+    };
+    let mut chunks = Vec::new();
+    loop {
+        match reader.next_chunk() {
+            Ok(Some(chunk)) => {
+                // Every record of a chunk that was handed out decodes.
+                assert!(chunk.records().all(|r| r.is_ok()));
+                chunks.push((chunk.offset(), chunk.len()));
+            }
+            Ok(None) => return (chunks, None),
+            Err(e) => return (chunks, Some(e)),
+        }
+    }
+}
+
+proptest! {
+    #[test]
+    fn every_record_kind_round_trips_through_many_chunks(
+        records in proptest::collection::vec(owned(), 0..60),
+        chunk_target in 1usize..400,
+    ) {
+        let bytes = write(&records, chunk_target);
+        let mut reader = Reader::new(&bytes[..]).unwrap();
+        let mut i = 0;
+        while let Some(chunk) = reader.next_chunk().unwrap() {
+            for r in chunk.records() {
+                let r = r.unwrap();
+                prop_assert!(same(&records[i].record(), &r), "{:?} read as {:?}", records[i], r);
+                i += 1;
+            }
+        }
+        prop_assert_eq!(i, records.len());
+    }
+
+    #[test]
+    fn damaged_bytes_give_errors_never_panics(
+        records in proptest::collection::vec(owned(), 1..20),
+        at in any::<usize>(),
+        xor in 1u8..=255,
+    ) {
+        let mut bytes = write(&records, 64);
+        let at = at % bytes.len();
+        bytes[at] ^= xor;
+        let (_, error) = read_all(&bytes);
+        // Anything in a chunk is covered by its checksum; only the file
+        // header's reserved bytes may change unnoticed.
+        if !(16..32).contains(&at) {
+            prop_assert!(error.is_some(), "a flipped byte at {} went unnoticed", at);
+        }
+    }
+}
+
+fn sample_records(n: u64) -> Vec<Owned> {
+    (0..n)
+        .map(|i| Owned::Sample(i * 1000, 1, 1, 0, i % 7, 1_000_000))
+        .collect()
+}
+
+#[test]
+fn a_file_cut_anywhere_reads_back_to_its_last_whole_chunk() {
+    let records = sample_records(40);
+    let bytes = write(&records, 50);
+    let (chunks, error) = read_all(&bytes);
+    assert!(error.is_none());
+    assert!(chunks.len() > 5, "{} chunks", chunks.len());
+    // Where each chunk ends.
+    let ends: Vec<u64> = chunks
+        .iter()
+        .skip(1)
+        .map(|c| c.0)
+        .chain([bytes.len() as u64])
+        .collect();
+    for cut in 32..bytes.len() {
+        let (got, error) = read_all(&bytes[..cut]);
+        let whole = ends.iter().filter(|&&e| e <= cut as u64).count();
+        assert_eq!(got.len(), whole, "cut at {cut}");
+        assert_eq!(got[..], chunks[..whole]);
+        if cut == 32 || ends.contains(&(cut as u64)) {
+            assert!(error.is_none(), "cut at a chunk boundary {cut}: {error:?}");
+        } else {
+            match error {
+                Some(ReadError::Truncated { offset, .. }) => {
+                    assert_eq!(offset, chunks[whole].0, "cut at {cut}");
+                }
+                other => panic!("cut at {cut}: {other:?}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn damage_is_named_with_its_offset() {
+    let bytes = write(&sample_records(30), 60);
+    let (chunks, _) = read_all(&bytes);
+    let second = chunks[1].0 as usize;
+
+    let mut payload = bytes.clone();
+    payload[second + 30] ^= 1;
+    let (_, error) = read_all(&payload);
+    assert!(
+        matches!(
+            error,
+            Some(ReadError::BadChunk { offset, problem: ChunkProblem::Checksum { .. } })
+                if offset == second as u64
+        ),
+        "{error:?}"
+    );
+    let text = error.unwrap().to_string();
+    assert!(text.contains(&format!("byte {second}")), "{text}");
+
+    let mut magic = bytes.clone();
+    magic[second] = b'X';
+    assert!(matches!(
+        read_all(&magic).1,
+        Some(ReadError::BadChunk { offset, problem: ChunkProblem::Magic }) if offset == second as u64
+    ));
+
+    let mut foreign = bytes.clone();
+    foreign[..8].copy_from_slice(b"PERFILE2");
+    assert!(matches!(
+        read_all(&foreign).1,
+        Some(ReadError::NotARecording { .. })
+    ));
+
+    let mut version = bytes;
+    version[8] = 2;
+    let error = read_all(&version).1.unwrap();
+    assert!(matches!(
+        error,
+        ReadError::UnsupportedVersion { version: 2 }
+    ));
+    assert!(error.to_string().contains("version 2"), "{error}");
+
+    assert!(matches!(
+        read_all(b"ICHN").1,
+        Some(ReadError::NotARecording { .. })
+    ));
+}
+
+/// A chunk of `payload` stored as is, with a checksum computed here.
+fn raw_chunk(payload: &[u8], records: u32) -> Vec<u8> {
+    let mut header = Vec::new();
+    header.extend_from_slice(b"CHNK");
+    header.extend_from_slice(&[0, 0, 0, 0]);
+    header.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    header.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    header.extend_from_slice(&records.to_le_bytes());
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&header);
+    crc.update(payload);
+    header.extend_from_slice(&crc.finalize().to_le_bytes());
+    header.extend_from_slice(payload);
+    header
+}
+
+fn file_with(chunk: &[u8]) -> Vec<u8> {
+    let mut file = b"ICHNOSRC".to_vec();
+    file.extend_from_slice(&1u32.to_le_bytes());
+    file.extend_from_slice(&32u32.to_le_bytes());
+    file.extend_from_slice(&[0; 16]);
+    file.extend_from_slice(chunk);
+    file
+}
+
+#[test]
+fn record_damage_inside_a_sound_chunk_is_named() {
+    // A Sample (kind 7) whose body stops after its time.
+    let short = [7u8, 1, 5];
+    let error = read_all(&file_with(&raw_chunk(&short, 1))).1.unwrap();
+    match &error {
+        ReadError::BadRecord {
+            chunk,
+            offset,
+            kind,
+            ..
+        } => assert_eq!((*chunk, *offset, *kind), (32, 0, 7)),
+        other => panic!("{other:?}"),
+    }
+    assert!(error.to_string().contains("pid"), "{error}");
+
+    // A length running past the payload.
+    let long = [3u8, 100, 1, 2];
+    assert!(matches!(
+        read_all(&file_with(&raw_chunk(&long, 1))).1,
+        Some(ReadError::BadRecord { .. })
+    ));
+
+    // A record count that lies.
+    let exit = [4u8, 3, 1, 2, 3];
+    assert!(matches!(
+        read_all(&file_with(&raw_chunk(&exit, 2))).1,
+        Some(ReadError::BadChunk {
+            problem: ChunkProblem::RecordCount {
+                expected: 2,
+                got: 1
+            },
+            ..
+        })
+    ));
+
+    // A stack that claims more frames than its body holds.
+    let stack = [6u8, 5, 0, 1, 0, 0xff, 0x01];
+    assert!(matches!(
+        read_all(&file_with(&raw_chunk(&stack, 1))).1,
+        Some(ReadError::BadRecord { kind: 6, .. })
+    ));
+}
+
+#[test]
+fn unknown_kinds_and_longer_bodies_are_skipped() {
+    // Kind 200 (unknown), then an Exit whose body has two extra bytes.
+    let payload = [200u8, 2, 9, 9, 4, 5, 1, 2, 3, 0xaa, 0xbb];
+    let file = file_with(&raw_chunk(&payload, 2));
+    let mut reader = Reader::new(&file[..]).unwrap();
+    let chunk = reader.next_chunk().unwrap().unwrap();
+    let records: Vec<Record<'_>> = chunk.records().map(Result::unwrap).collect();
+    assert_eq!(records[0], Record::Unknown { kind: 200 });
+    assert_eq!(
+        records[1],
+        Record::Exit {
+            pid: 1,
+            tid: 2,
+            time: 3
+        }
+    );
+}
+
+#[test]
+fn samples_compress_to_a_few_bytes_each() {
+    let records = sample_records(10_000);
+    let bytes = write(&records, 1 << 20);
+    let per_sample = bytes.len() as f64 / 10_000.0;
+    assert!(per_sample < 4.0, "{per_sample} bytes a sample");
+}

@@ -1,0 +1,17 @@
+//! A recording file from anywhere: read chunk by chunk, every record
+//! decoded and its stack frames walked. Errors, never panics; memory
+//! bounded by the chunk limit.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    let Ok(mut reader) = ichnos_data::Reader::new(data) else {
+        return;
+    };
+    while let Ok(Some(chunk)) = reader.next_chunk() {
+        for record in chunk.records().flatten() {
+            if let ichnos_data::Record::Stack(s) = record {
+                let _ = s.frames.iter().count();
+            }
+        }
+    }
+});
