@@ -2,21 +2,21 @@
 //! threads.
 //!
 //! Most processes register nothing. Their code is found in
-//! `/proc/PID/maps`: each executable file mapping becomes a code object
-//! whose rows come from the file (SFrame, then `.eh_frame`), converted once
-//! per build id and shared. A thread's stack is taken by stopping it for a
+//! `/proc/PID/maps` (or a recorder's mmap records): each executable file
+//! mapping becomes a code object ([`code_object_for_mapping`]) whose rows
+//! come from the file (SFrame, then `.eh_frame`), converted once per build
+//! id and shared, and placed by the file's program headers. A thread's stack is taken by stopping it for a
 //! moment with ptrace, reading its registers and its stack, and letting it
 //! go: what `ichnos stack` prints and what a recorder does per sample.
 
-use std::collections::HashMap;
+use std::path::Path;
 use std::sync::Arc;
 
 use ichnos_image::MapsEntry;
 
 use crate::code_map::{CodeMap, CodeObject, RowSource, Rows};
-use crate::elf::{file_rows, RowChoice};
+use crate::elf::{file_rows, FileRowsError, RowChoice};
 use crate::memory::ProcessMemory;
-use crate::row::RowTable;
 use crate::unwind::{unwind, Regs, Unwind, UnwindOptions};
 
 /// A mapping that got no code object, and why.
@@ -42,49 +42,28 @@ pub struct ProcessCode {
 #[must_use]
 pub fn code_map_from_maps(entries: &[MapsEntry], choice: RowChoice) -> ProcessCode {
     let mut out = ProcessCode::default();
-    let mut per_file: HashMap<&str, Result<(Arc<RowTable>, RowSource), String>> = HashMap::new();
-    for (m, origin) in executable_file_mappings(entries) {
-        let Some(origin) = origin else {
-            out.skipped.push(SkippedCode {
-                path: m.name.clone(),
-                reason: "no mapping of the file's first page".into(),
-            });
-            continue;
-        };
-        let table = per_file
-            .entry(m.name.as_str())
-            .or_insert_with(|| rows_for_file(&m.name, choice))
-            .clone();
-        let (table, source) = match table {
-            Ok(t) => t,
-            Err(reason) => {
-                out.skipped.push(SkippedCode {
-                    path: m.name.clone(),
-                    reason,
-                });
-                continue;
-            }
-        };
-        let object = CodeObject {
+    for m in entries
+        .iter()
+        .filter(|m| m.perms.contains('x') && m.name.starts_with('/'))
+    {
+        let mapping = FileMapping {
             start: m.range.start,
             end: m.range.end,
-            bias: origin,
-            rows: Rows::Fixed(table),
-            source,
-            name: Arc::from(m.name.as_str()),
+            pgoff: m.offset,
         };
-        if let Err(e) = out.map.insert(Arc::new(object)) {
+        let made = code_object_for_mapping(Path::new(&m.name), &m.name, mapping, choice)
+            .map_err(|e| e.to_string())
+            .and_then(|object| out.map.insert(Arc::new(object)).map_err(|e| e.to_string()));
+        if let Err(reason) = made {
             out.skipped.push(SkippedCode {
                 path: m.name.clone(),
-                reason: e.to_string(),
+                reason,
             });
         }
     }
     out
 }
 
-/// The file's rows and their main source (SFrame if the file has it and
-/// `choice` allows it).
 /// The executable mappings of files, each with the file's ELF origin:
 /// where its first page is mapped (`None` if it is not).
 pub fn executable_file_mappings(
@@ -102,25 +81,185 @@ pub fn executable_file_mappings(
         })
 }
 
-fn rows_for_file(path: &str, choice: RowChoice) -> Result<(Arc<RowTable>, RowSource), String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read: {e}"))?;
-    let (build_id, _) = crate::elf::identity(&bytes);
-    let table = crate::registry::row_cache().get_or_make(build_id.as_deref(), choice, || {
-        file_rows(&bytes, choice)
-            .map(Arc::new)
-            .map_err(|e| e.to_string())
+/// One mapping of a file into a process: `[start, end)` shows the file
+/// from byte `pgoff` on (an mmap record, a line of `/proc/PID/maps`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileMapping {
+    /// First address.
+    pub start: u64,
+    /// One past the last.
+    pub end: u64,
+    /// File offset of `start`.
+    pub pgoff: u64,
+}
+
+/// Why a mapping got no code object.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MappingError {
+    /// The file could not be opened or read.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The file is not an ELF file this crate reads.
+    #[error("{path}: not a readable ELF file: {source}")]
+    BadElf {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What object said.
+        source: object::Error,
+    },
+    /// No `PT_LOAD` segment holds the mapped offset.
+    #[error("{path}: no PT_LOAD segment holds file offset {pgoff:#x}")]
+    NoSegment {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The mapping's offset.
+        pgoff: u64,
+    },
+    /// The file's unwind information could not be read.
+    #[error("{path}: {source}")]
+    Rows {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What went wrong.
+        source: FileRowsError,
+    },
+}
+
+/// The ELF origin (the run-time address of the page of the first
+/// `PT_LOAD`) of a file whose byte `mapping.pgoff` is mapped at
+/// `mapping.start`, from its program headers.
+fn origin_of<'d, R: object::ReadRef<'d>>(
+    file: &object::File<'d, R>,
+    mapping: FileMapping,
+) -> Option<u64> {
+    use object::{Object, ObjectSegment};
+    const PAGE: u64 = 0x1000;
+    let first = file.segments().map(|s| s.address()).min()?;
+    // The kernel maps a segment from the page holding its first byte: the
+    // mapping's offset is the segment's offset rounded down (linkers need
+    // not align segments to pages in the file). Prefer the segment that
+    // starts on the mapped page; else one the offset falls in.
+    let page_of = |s: &object::Segment<'d, '_, R>| s.file_range().0 & !(PAGE - 1);
+    let segment = file
+        .segments()
+        .find(|s| page_of(s) == mapping.pgoff)
+        .or_else(|| {
+            file.segments().find(|s| {
+                let (offset, size) = s.file_range();
+                page_of(s) <= mapping.pgoff && mapping.pgoff < offset.saturating_add(size.max(1))
+            })
+        })?;
+    let vaddr = (segment.address() & !(PAGE - 1)).wrapping_add(mapping.pgoff - page_of(&segment));
+    let bias = mapping.start.wrapping_sub(vaddr);
+    Some(bias.wrapping_add(first & !(crate::elf::ELF_START_ALIGN - 1)))
+}
+
+/// The code object of an executable mapping of the ELF file at `path`
+/// (the file as this process can open it; `name` is what to call it):
+/// placed by the file's program headers, so the mapping need not be the
+/// file's first, with rows made once per build id for every process and
+/// read from the file only when not already made.
+pub fn code_object_for_mapping(
+    path: &Path,
+    name: &str,
+    mapping: FileMapping,
+    choice: RowChoice,
+) -> Result<CodeObject, MappingError> {
+    use object::{Object, ObjectSection};
+    let io = |source| MappingError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    if !meta.is_file() {
+        return Err(io(std::io::Error::other("not a regular file")));
+    }
+    let data = object::ReadCache::new(file);
+    let elf = object::File::parse(&data).map_err(|source| MappingError::BadElf {
+        path: path.to_path_buf(),
+        source,
     })?;
+    let origin = origin_of(&elf, mapping).ok_or(MappingError::NoSegment {
+        path: path.to_path_buf(),
+        pgoff: mapping.pgoff,
+    })?;
+    let build_id = elf.build_id().ok().flatten().map(<[u8]>::to_vec);
+    let has_sframe = elf.section_by_name(".sframe").is_some_and(|s| s.size() > 0);
+    let rows = |source| MappingError::Rows {
+        path: path.to_path_buf(),
+        source,
+    };
+    let table = crate::registry::row_cache().get_or_make(build_id.as_deref(), choice, || {
+        if meta.len() > crate::registry::MAX_OBJECT_FILE {
+            return Err(io(std::io::Error::other("larger than 4 GiB")));
+        }
+        let bytes = std::fs::read(path).map_err(io)?;
+        file_rows(&bytes, choice).map(Arc::new).map_err(rows)
+    })?;
+    Ok(CodeObject {
+        start: mapping.start,
+        end: mapping.end,
+        bias: origin,
+        rows: Rows::Fixed(table),
+        source: row_source(choice, has_sframe),
+        name: Arc::from(name),
+    })
+}
+
+/// The code object of ELF code whose bytes are at hand (the vDSO, read
+/// from a process's memory), mapped as `mapping` says.
+pub fn code_object_from_bytes(
+    bytes: &[u8],
+    name: &str,
+    mapping: FileMapping,
+    choice: RowChoice,
+) -> Result<CodeObject, MappingError> {
+    use object::{Object, ObjectSection};
+    let path = std::path::PathBuf::from(name);
+    let elf = object::File::parse(bytes).map_err(|source| MappingError::BadElf {
+        path: path.clone(),
+        source,
+    })?;
+    let origin = origin_of(&elf, mapping).ok_or(MappingError::NoSegment {
+        path: path.clone(),
+        pgoff: mapping.pgoff,
+    })?;
+    let build_id = elf.build_id().ok().flatten().map(<[u8]>::to_vec);
+    let has_sframe = elf.section_by_name(".sframe").is_some_and(|s| s.size() > 0);
+    let table = crate::registry::row_cache().get_or_make(build_id.as_deref(), choice, || {
+        file_rows(bytes, choice)
+            .map(Arc::new)
+            .map_err(|source| MappingError::Rows { path, source })
+    })?;
+    Ok(CodeObject {
+        start: mapping.start,
+        end: mapping.end,
+        bias: origin,
+        rows: Rows::Fixed(table),
+        source: row_source(choice, has_sframe),
+        name: Arc::from(name),
+    })
+}
+
+/// A file's main row source: SFrame if it has it and `choice` allows it.
+fn row_source(choice: RowChoice, has_sframe: bool) -> RowSource {
     let sframe = match choice {
         RowChoice::Sframe => true,
         RowChoice::EhFrame => false,
-        RowChoice::SframeThenEhFrame => crate::elf::has_section(&bytes, ".sframe"),
+        RowChoice::SframeThenEhFrame => has_sframe,
     };
-    let source = if sframe {
+    if sframe {
         RowSource::Sframe
     } else {
         RowSource::EhFrame
-    };
-    Ok((table, source))
+    }
 }
 
 /// The code map of live process `pid`, from `/proc/PID/maps`.
