@@ -677,9 +677,12 @@ fn parse_mmap<'a>(
     })
 }
 
-/// The `sample_id` trailer.
+/// The `sample_id` trailer (none without `sample_id_all`).
 fn sample_id(format: &SampleFormat, f: &mut Fields<'_>) -> Result<SampleId, RecordError> {
     let mut id = SampleId::default();
+    if !format.sample_id_all {
+        return Ok(id);
+    }
     if format.has(sample::TID) {
         let (pid, tid) = f.pair("sample_id.pid")?;
         (id.pid, id.tid) = (Some(pid), Some(tid));

@@ -227,6 +227,26 @@ fn side_band_records_parse_with_their_trailer() {
 }
 
 #[test]
+fn without_sample_id_all_side_band_records_have_no_trailer() {
+    let format = SampleFormat {
+        sample_id_all: false,
+        ..FORMAT
+    };
+    let exit = Builder::new(RECORD_EXIT, 0)
+        .u32s(7, 1)
+        .u32s(8, 7)
+        .u64(123)
+        .build();
+    let Record::Exit(t) = parse(&format, &exit).unwrap() else {
+        panic!()
+    };
+    assert_eq!((t.pid, t.tid, t.time), (7, 8, 123));
+    assert_eq!(t.sample_id, ichnos_perf::record::SampleId::default());
+    // The same record read as if it had a trailer is too short for it.
+    assert!(parse(&FORMAT, &exit).is_err());
+}
+
+#[test]
 fn errors_name_the_record_the_field_and_the_offset() {
     let stack = [0u8; 16];
     let mut bytes = sample_record(&stack, 16);
