@@ -22,6 +22,16 @@ pub struct LoadSegment {
     pub vaddr: u64,
 }
 
+/// The address the file byte at `offset` is loaded at: where one of
+/// `segments` (as [`load_segments`] gives them) holds it.
+#[must_use]
+pub fn vaddr_of_file_offset(segments: &[LoadSegment], offset: u64) -> Option<u64> {
+    segments
+        .iter()
+        .find(|s| (s.offset..s.offset.saturating_add(s.filesz)).contains(&offset))
+        .map(|s| s.vaddr.wrapping_add(offset - s.offset))
+}
+
 /// The file-backed `PT_LOAD` segments of the ELF file at `path`, placed at
 /// their addresses plus `load_bias`. Only the headers are read.
 pub fn load_segments(path: &Path, load_bias: u64) -> Result<Vec<LoadSegment>> {

@@ -51,7 +51,7 @@ mod section;
 
 pub use asid::Asid;
 pub use cache::{CacheStats, CachedSection, Isid, SectionCache};
-pub use elf::{load_segments, load_segments_from_bytes, LoadSegment};
+pub use elf::{load_segments, load_segments_from_bytes, vaddr_of_file_offset, LoadSegment};
 pub use error::{Error, ErrorKind, FileChange, Result};
 pub use image::{Image, ImageSection, ReadCallback, ReadOutcome};
 pub use process::{parse_maps, MapsEntry, ProcessImage, SkippedMapping};

@@ -155,11 +155,9 @@ impl Symbolizer {
                 let segs = segments
                     .entry(m.name.clone())
                     .or_insert_with(|| load_segments(Path::new(&m.name), 0).ok());
-                let file_addr = segs.as_ref().and_then(|segs| {
-                    segs.iter()
-                        .find(|s| (s.offset..s.offset.saturating_add(s.filesz)).contains(&offset))
-                        .map(|s| s.vaddr.wrapping_add(offset - s.offset))
-                });
+                let file_addr = segs
+                    .as_ref()
+                    .and_then(|segs| ichnos_image::vaddr_of_file_offset(segs, offset));
                 match file_addr {
                     Some(file_addr) => Place::Object {
                         path: PathBuf::from(&m.name),
