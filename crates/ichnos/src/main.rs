@@ -9,8 +9,14 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
+mod demo;
+mod progress;
+mod record;
+mod report;
+mod signal;
 mod stack;
 mod symbolize;
+mod units;
 use ichnos_image::{Asid, Image, ImageSection, SectionCache};
 
 #[derive(Parser, Debug)]
@@ -34,6 +40,16 @@ enum Command {
     Stack(stack::StackArgs),
     /// Turn addresses of an object file into functions, files and lines.
     Symbolize(symbolize::SymbolizeArgs),
+    /// Run a command (or attach to processes) and record where its time
+    /// goes, with complete stacks.
+    Record(record::RecordArgs),
+    /// Show where a recording's time went: a top table, the call tree, or
+    /// folded stacks.
+    Report(report::ReportArgs),
+    /// The built-in demo's workload (run by `ichnos record` and `ichnos
+    /// demo`).
+    #[command(name = "__demo-workload", hide = true)]
+    DemoWorkload,
 }
 
 #[derive(clap::Args, Debug)]
@@ -54,7 +70,7 @@ struct ImageArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(&cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(e) => {
             if is_broken_pipe(&e) {
                 return ExitCode::SUCCESS;
@@ -72,11 +88,15 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
     })
 }
 
-fn run(cli: &Cli) -> Result<()> {
+/// Runs the subcommand; the exit status (a recorded command's own, or 0).
+fn run(cli: &Cli) -> Result<u8> {
     match &cli.command {
-        Command::Image(args) => image(cli, args),
-        Command::Stack(args) => stack::stack(args, cli.verbose),
-        Command::Symbolize(args) => symbolize::symbolize(args, cli.verbose, cli.quiet),
+        Command::Image(args) => image(cli, args).map(|()| 0),
+        Command::Stack(args) => stack::stack(args, cli.verbose).map(|()| 0),
+        Command::Symbolize(args) => symbolize::symbolize(args, cli.verbose, cli.quiet).map(|()| 0),
+        Command::Record(args) => record::record(args, cli.quiet, cli.verbose),
+        Command::Report(args) => report::report(args, cli.quiet, cli.verbose).map(|()| 0),
+        Command::DemoWorkload => demo::workload().map(|()| 0),
     }
 }
 

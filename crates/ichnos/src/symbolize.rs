@@ -140,7 +140,7 @@ impl Input {
 }
 
 /// Where symbol indexes are kept unless `--index-dir` says.
-fn default_index_dir() -> Option<PathBuf> {
+pub(crate) fn default_index_dir() -> Option<PathBuf> {
     let cache = std::env::var_os("XDG_CACHE_HOME")
         .filter(|d| !d.is_empty())
         .map(PathBuf::from)

@@ -1,0 +1,23 @@
+//! The sampling profiler: where a program's time goes, with complete
+//! stacks through code built without frame pointers and through JIT code.
+//!
+//! [`record()`] samples a command (with its threads and children),
+//! running processes, or the whole machine through `perf_event_open`,
+//! keeps a model of each process's address space from the kernel's mmap
+//! records (an `ichnos-image` image over one shared section cache, and an
+//! `ichnos-code` code map whose rows are converted once per build id),
+//! unwinds every sample as it arrives — SFrame and `.eh_frame` rows, CFI
+//! evaluated where rows cannot express it, JIT tables read from the
+//! target's code registry, frame pointers last — and writes interned
+//! stacks of return addresses to a recording (`ichnos-data`), never the
+//! stack bytes. [`report`] reads a recording back, symbolizes it offline
+//! per object (`ichnos-symbol`, through symbol indexes), and aggregates it
+//! into a top table, a call tree and folded stacks.
+
+pub mod launch;
+pub mod record;
+pub mod report;
+mod sys;
+
+pub use record::{record, EventChoice, RecordError, RecordOptions, RecordTarget, Status, Summary};
+pub use sys::{uname, ExitStatus};

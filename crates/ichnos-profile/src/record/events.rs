@@ -1,0 +1,154 @@
+//! The sampling events of a recording and their rings: per CPU for a
+//! command (inherited by its threads and children) and for the whole
+//! machine, per thread and CPU when attaching (threads created later
+//! inherit), one ring per CPU.
+
+use ichnos_perf::{EventConfig, EventKind, OpenError, PerfEvent, Ring, RingError};
+
+/// The data pages of each ring asked for first (1 MiB); halved while
+/// the kernel refuses to lock that much, down to [`MIN_RING_PAGES`].
+pub const RING_PAGES: usize = 256;
+/// The smallest ring tried.
+pub const MIN_RING_PAGES: usize = 16;
+
+/// Who is sampled.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Scope<'a> {
+    /// A launched command (held before exec): its pid.
+    Command(u32),
+    /// Running processes: their threads.
+    Threads(&'a [u32]),
+    /// Every process.
+    System,
+}
+
+/// The open events.
+#[derive(Debug)]
+pub(crate) struct Events {
+    /// Every event opened.
+    pub opened: Vec<PerfEvent>,
+    /// One ring per CPU, and the event it belongs to.
+    pub rings: Vec<(Ring, usize)>,
+    /// The event sampled.
+    pub kind: EventKind,
+    /// Data pages of each ring.
+    pub pages: usize,
+}
+
+/// Why the events could not be set up.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EventsError {
+    /// An event could not be opened.
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    /// A ring could not be mapped.
+    #[error(transparent)]
+    Ring(#[from] RingError),
+    /// Redirecting an event into its CPU's ring failed.
+    #[error("cannot share a ring between events: {0}")]
+    SetOutput(std::io::Error),
+    /// None of the threads could be followed (they all exited).
+    #[error("none of the threads of the processes could be followed (they exited)")]
+    NoThreads,
+}
+
+/// Opens the events of `scope` with `config` (its kind tried first; with
+/// `fall_back`, the CPU clock where the machine lacks it) and maps their
+/// rings.
+pub(crate) fn open(
+    scope: Scope<'_>,
+    mut config: EventConfig,
+    fall_back: bool,
+) -> Result<Events, EventsError> {
+    let cpus = ichnos_perf::online_cpus();
+    let first_task = match scope {
+        Scope::Command(pid) => pid.cast_signed(),
+        Scope::Threads(tids) => tids.first().map_or(-1, |t| t.cast_signed()),
+        Scope::System => -1,
+    };
+    let first_cpu = cpus.first().map_or(0, |c| c.cast_signed());
+    // The event kind and build-id support are settled on the first open.
+    let probe = match PerfEvent::open(&config, first_task, first_cpu) {
+        Err(OpenError::NoSuchEvent { .. }) if fall_back && config.kind != EventKind::CpuClock => {
+            config.kind = EventKind::CpuClock;
+            PerfEvent::open(&config, first_task, first_cpu)
+        }
+        other => other,
+    };
+    let probe = match probe {
+        // Kernels before 5.12 do not know the build-id bit.
+        Err(OpenError::Other { source, .. })
+            if config.build_ids && source.raw_os_error() == Some(libc::EINVAL) =>
+        {
+            config.build_ids = false;
+            PerfEvent::open(&config, first_task, first_cpu)
+        }
+        other => other,
+    }?;
+    drop(probe);
+    let mut events = Vec::new();
+    let mut leaders = Vec::new();
+    match scope {
+        Scope::Command(pid) => {
+            for &cpu in &cpus {
+                leaders.push(events.len());
+                events.push(PerfEvent::open(
+                    &config,
+                    pid.cast_signed(),
+                    cpu.cast_signed(),
+                )?);
+            }
+        }
+        Scope::System => {
+            for &cpu in &cpus {
+                leaders.push(events.len());
+                events.push(PerfEvent::open(&config, -1, cpu.cast_signed())?);
+            }
+        }
+        Scope::Threads(tids) => {
+            let mut leader_of_cpu: Vec<Option<usize>> = vec![None; cpus.len()];
+            for &tid in tids {
+                for (c, &cpu) in cpus.iter().enumerate() {
+                    let event = match PerfEvent::open(&config, tid.cast_signed(), cpu.cast_signed())
+                    {
+                        Ok(e) => e,
+                        // A thread that exited meanwhile is no loss.
+                        Err(OpenError::NoSuchProcess { .. }) => break,
+                        Err(e) => return Err(e.into()),
+                    };
+                    if let Some(leader) = leader_of_cpu[c] {
+                        event
+                            .set_output(&events[leader])
+                            .map_err(EventsError::SetOutput)?;
+                    } else {
+                        leader_of_cpu[c] = Some(events.len());
+                        leaders.push(events.len());
+                    }
+                    events.push(event);
+                }
+            }
+            if events.is_empty() {
+                return Err(EventsError::NoThreads);
+            }
+        }
+    }
+    let mut pages = RING_PAGES;
+    let rings = loop {
+        let made: Result<Vec<(Ring, usize)>, RingError> = leaders
+            .iter()
+            .map(|&i| Ring::new(&events[i], pages).map(|r| (r, i)))
+            .collect();
+        match made {
+            Ok(rings) => break rings,
+            Err(RingError::Locked { .. }) if pages > MIN_RING_PAGES => pages /= 2,
+            Err(e) => return Err(e.into()),
+        }
+    };
+    Ok(Events {
+        opened: events,
+        rings,
+        kind: config.kind,
+        pages,
+    })
+}

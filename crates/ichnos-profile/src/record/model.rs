@@ -1,0 +1,633 @@
+//! The recorder's model of each process: its address space as the mmap
+//! records built it — an [`Image`] over the session's one
+//! [`SectionCache`], and a [`CodeMap`] of code objects with their unwind
+//! rows (converted once per build id for every process) — and the JIT code
+//! found through its code registry.
+//!
+//! An address space lives from a process's exec (or first sighting) to its
+//! next exec; a fork copies the parent's. A new executable mapping over an
+//! old one also starts a new address space, so that within one an address
+//! always means the same code (docs/recording-format.md).
+
+use std::collections::{HashMap, HashSet};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use ichnos_code::elf::RowChoice;
+use ichnos_code::memory::{Memory, ProcessMemory};
+use ichnos_code::process::{code_object_for_mapping, code_object_from_bytes, FileMapping};
+use ichnos_code::{CodeMap, CodeObject, JitRows, RowSource, Rows, UnwindCache};
+use ichnos_data::{JitSource, Record, MAPPING_EXECUTABLE};
+use ichnos_image::{Asid, Image, SectionCache};
+
+use super::output::Output;
+
+/// Most JIT code names kept per address space (a runtime can register
+/// millions of tiny ranges).
+const MAX_JIT_NAMES: usize = 1 << 16;
+/// Most addresses in unnamed JIT code remembered per address space.
+const MAX_PENDING_JIT: usize = 1 << 16;
+/// Least time between two looks at a process's registry or perf map
+/// when nothing new was mapped.
+const REFRESH_INTERVAL_NS: u64 = 50_000_000;
+/// Largest vDSO read from a process.
+const MAX_VDSO: u64 = 1 << 20;
+
+/// A mapping as recorded.
+#[derive(Clone, Debug)]
+pub(crate) struct MappingInfo {
+    pub range: Range<u64>,
+    pub path: Arc<[u8]>,
+}
+
+/// What the recorder knows of one address space.
+pub(crate) struct AddressSpace {
+    pub asid: u64,
+    pub pid: u32,
+    pub name: Vec<u8>,
+    pub image: Image,
+    pub code: CodeMap,
+    pub cache: UnwindCache,
+    pub mappings: Vec<MappingInfo>,
+    jit: JitState,
+}
+
+impl std::fmt::Debug for AddressSpace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AddressSpace")
+            .field("asid", &self.asid)
+            .field("pid", &self.pid)
+            .field("mappings", &self.mappings.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// JIT code of an address space: the registry, perf map and jitdump.
+#[derive(Debug, Default)]
+struct JitState {
+    /// Where the process's exported registry is.
+    registry: RegistryAt,
+    /// Registrations made into code objects (text start, table head).
+    registered: HashSet<(u64, u64)>,
+    /// Ranges of anonymous executable memory.
+    anon: Vec<Range<u64>>,
+    /// Something new was mapped since the last refresh.
+    dirty: bool,
+    last_refresh: Option<u64>,
+    /// Addresses in JIT code no name covers yet.
+    pending: HashSet<u64>,
+    /// Code objects and ranges whose names were recorded.
+    named: HashSet<u64>,
+    names: usize,
+    /// The process's jitdump file, once it mapped it.
+    jitdump: Option<PathBuf>,
+    last_names: Option<u64>,
+}
+
+/// Where a process's exported code registry is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum RegistryAt {
+    /// Not looked for yet.
+    #[default]
+    Unknown,
+    /// Looked for, not there.
+    Absent,
+    /// At this address.
+    At(u64),
+}
+
+/// Every address space, by process.
+pub(crate) struct Spaces {
+    cache: SectionCache,
+    choice: RowChoice,
+    next_asid: u64,
+    pub by_pid: HashMap<u32, AddressSpace>,
+    /// Thread names, by thread: (process, name).
+    pub threads: HashMap<u32, (u32, Vec<u8>)>,
+    /// Processes seen, for the status line.
+    pub seen: u64,
+}
+
+impl std::fmt::Debug for Spaces {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Spaces")
+            .field("processes", &self.by_pid.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether a mapping's name is a file (not `//anon`, `[vdso]`, ...).
+fn is_file(path: &[u8]) -> bool {
+    path.first() == Some(&b'/') && !path.starts_with(b"//")
+}
+
+fn is_anon(path: &[u8]) -> bool {
+    path.is_empty() || path.starts_with(b"//anon") || path.starts_with(b"[anon")
+}
+
+impl Spaces {
+    pub fn new(choice: RowChoice) -> Self {
+        Self {
+            cache: SectionCache::new(Some("ichnos record")),
+            choice,
+            next_asid: 1,
+            by_pid: HashMap::new(),
+            threads: HashMap::new(),
+            seen: 0,
+        }
+    }
+
+    fn new_space(&mut self, pid: u32, name: Vec<u8>) -> AddressSpace {
+        let asid = self.next_asid;
+        self.next_asid += 1;
+        self.seen += 1;
+        AddressSpace {
+            asid,
+            pid,
+            name,
+            image: Image::new(None),
+            code: CodeMap::new(),
+            cache: UnwindCache::new(),
+            mappings: Vec::new(),
+            jit: JitState::default(),
+        }
+    }
+
+    /// A fresh address space for `pid` (an exec, or a first sighting),
+    /// replacing any it had.
+    pub fn begin(&mut self, pid: u32, name: &[u8], time: u64, out: &mut Output) -> u64 {
+        if let Some(mut old) = self.by_pid.remove(&pid) {
+            old.capture_jit_names(out, time, true);
+        }
+        let space = self.new_space(pid, name.to_vec());
+        let asid = space.asid;
+        out.meta(&Record::Process {
+            asid,
+            pid: u64::from(pid),
+            parent: 0,
+            time: out.rel(time),
+            name,
+        });
+        self.by_pid.insert(pid, space);
+        asid
+    }
+
+    /// The address space of `pid`, made from `/proc/PID` if the process
+    /// was not seen before (attached to, or started before the recording).
+    pub fn get_or_synthesize(
+        &mut self,
+        pid: u32,
+        time: u64,
+        out: &mut Output,
+    ) -> &mut AddressSpace {
+        if !self.by_pid.contains_key(&pid) {
+            let name = read_comm(pid, pid).unwrap_or_default();
+            self.begin(pid, &name, time, out);
+            self.resync(pid, time, out);
+            self.name_thread(pid, pid, &name, time, out);
+        }
+        self.by_pid.get_mut(&pid).expect("just made")
+    }
+
+    /// Adds the executable mappings of `/proc/PID/maps` the space does not
+    /// have yet.
+    pub fn resync(&mut self, pid: u32, time: u64, out: &mut Output) -> bool {
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+            return false;
+        };
+        let Ok(entries) = ichnos_image::parse_maps(pid, &text) else {
+            return false;
+        };
+        let mut added = false;
+        for m in entries.iter().filter(|m| m.perms.contains('x')) {
+            let known = self.by_pid.get(&pid).is_some_and(|s| {
+                s.mappings
+                    .iter()
+                    .any(|k| k.range == m.range && *k.path == *m.name.as_bytes())
+            });
+            if !known {
+                let path = if m.name.is_empty() {
+                    b"//anon".to_vec()
+                } else {
+                    m.name.as_bytes().to_vec()
+                };
+                self.map(pid, m.range.clone(), m.offset, &path, None, time, out);
+                added = true;
+            }
+        }
+        added
+    }
+
+    /// A new process `pid` forked from `parent`: a copy of its space.
+    pub fn fork(&mut self, pid: u32, parent: u32, tid: u32, time: u64, out: &mut Output) {
+        let Some(from) = self.by_pid.get(&parent) else {
+            self.get_or_synthesize(pid, time, out);
+            return;
+        };
+        let name = from.name.clone();
+        let mut image = Image::new(None);
+        image.copy_from(&from.image);
+        // JIT rows are read from the process that registered them: the
+        // child's are looked up again in the child.
+        let mut code = CodeMap::new();
+        for object in from.code.objects() {
+            if object.source != RowSource::Jit {
+                let _ = code.insert(Arc::clone(object));
+            }
+        }
+        let mappings = from.mappings.clone();
+        let anon = from.jit.anon.clone();
+        let jitdump = from.jit.jitdump.clone();
+        let parent_asid = from.asid;
+        let mut space = self.new_space(pid, name.clone());
+        space.image = image;
+        space.code = code;
+        space.mappings = mappings;
+        space.jit.anon = anon;
+        space.jit.jitdump = jitdump;
+        space.jit.dirty = true;
+        out.meta(&Record::Process {
+            asid: space.asid,
+            pid: u64::from(pid),
+            parent: parent_asid,
+            time: out.rel(time),
+            name: &name,
+        });
+        self.by_pid.insert(pid, space);
+        let thread_name = self.threads.get(&parent).map_or(name, |(_, n)| n.clone());
+        self.name_thread(pid, tid, &thread_name, time, out);
+    }
+
+    /// Thread `tid` of `pid` is now called `name`.
+    pub fn name_thread(&mut self, pid: u32, tid: u32, name: &[u8], time: u64, out: &mut Output) {
+        if self
+            .threads
+            .get(&tid)
+            .is_some_and(|(p, n)| *p == pid && n == name)
+        {
+            return;
+        }
+        self.threads.insert(tid, (pid, name.to_vec()));
+        if tid == pid {
+            if let Some(space) = self.by_pid.get_mut(&pid) {
+                space.name = name.to_vec();
+            }
+        }
+        out.meta(&Record::Thread {
+            pid: u64::from(pid),
+            tid: u64::from(tid),
+            time: out.rel(time),
+            name,
+        });
+    }
+
+    /// Makes sure thread `tid` of `pid` has a name in the recording.
+    pub fn know_thread(&mut self, pid: u32, tid: u32, time: u64, out: &mut Output) {
+        if self.threads.get(&tid).is_some_and(|(p, _)| *p == pid) {
+            return;
+        }
+        let name = read_comm(pid, tid)
+            .or_else(|| self.threads.get(&pid).map(|(_, n)| n.clone()))
+            .unwrap_or_default();
+        self.name_thread(pid, tid, &name, time, out);
+    }
+
+    /// A thread ended (the process, if `tid == pid`).
+    pub fn exit(&mut self, pid: u32, tid: u32, time: u64, out: &mut Output) {
+        out.meta(&Record::Exit {
+            pid: u64::from(pid),
+            tid: u64::from(tid),
+            time: out.rel(time),
+        });
+        self.threads.remove(&tid);
+        if tid == pid {
+            if let Some(mut space) = self.by_pid.remove(&pid) {
+                space.capture_jit_names(out, time, true);
+            }
+        }
+    }
+
+    /// An executable mapping of `pid`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn map(
+        &mut self,
+        pid: u32,
+        range: Range<u64>,
+        pgoff: u64,
+        path: &[u8],
+        build_id: Option<&[u8]>,
+        time: u64,
+        out: &mut Output,
+    ) {
+        if range.start >= range.end {
+            return;
+        }
+        let known = self
+            .get_or_synthesize(pid, time, out)
+            .mappings
+            .iter()
+            .any(|m| m.range == range && *m.path == *path);
+        if known {
+            // Read from /proc already (a process seen first by this record).
+            return;
+        }
+        let overlaps = self.by_pid.get(&pid).is_some_and(|s| {
+            s.mappings
+                .iter()
+                .any(|m| m.range.start < range.end && range.start < m.range.end)
+        });
+        if overlaps {
+            self.renew(pid, &range, time, out);
+        }
+        let choice = self.choice;
+        let cache = self.cache.clone();
+        let space = self.by_pid.get_mut(&pid).expect("made above");
+        let file_path =
+            Path::new(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(path));
+        let mut recorded_id = build_id.map(<[u8]>::to_vec);
+        if is_file(path) {
+            // The file as the process sees it (another mount namespace),
+            // else as we do.
+            let seen = PathBuf::from(format!("/proc/{pid}/root"))
+                .join(file_path.strip_prefix("/").unwrap_or(file_path));
+            let open = if seen.exists() {
+                seen
+            } else {
+                file_path.to_path_buf()
+            };
+            let (file_id, _) = ichnos_code::elf::identity_of_file(&open);
+            let changed = matches!((&recorded_id, &file_id), (Some(k), Some(f)) if k != f);
+            if recorded_id.is_none() {
+                recorded_id = file_id;
+            }
+            if !changed {
+                let mapping = FileMapping {
+                    start: range.start,
+                    end: range.end,
+                    pgoff,
+                };
+                let name = String::from_utf8_lossy(path);
+                if let Ok(object) = code_object_for_mapping(&open, &name, mapping, choice) {
+                    let _ = space.code.insert(Arc::new(object));
+                }
+                if let Ok(isid) = cache.add_file(&open, pgoff, range.end - range.start, range.start)
+                {
+                    let _ = space.image.add_cached(&cache, isid, Asid::ANY);
+                }
+            }
+            if path.ends_with(format!("/jit-{pid}.dump").as_bytes()) {
+                space.jit.jitdump = Some(open);
+            }
+        } else if path.starts_with(b"[vdso]") {
+            if let Some(object) = vdso_object(pid, &range, choice) {
+                let _ = space.code.insert(Arc::new(object));
+            }
+        } else if is_anon(path) {
+            space.jit.anon.push(range.clone());
+        }
+        space.jit.dirty = true;
+        space.mappings.push(MappingInfo {
+            range: range.clone(),
+            path: Arc::from(path),
+        });
+        out.meta(&Record::Mapping {
+            asid: space.asid,
+            start: range.start,
+            len: range.end - range.start,
+            pgoff,
+            time: out.rel(time),
+            path,
+            build_id: recorded_id.as_deref().unwrap_or_default(),
+            flags: MAPPING_EXECUTABLE,
+        });
+    }
+
+    /// A new address space for `pid`: a copy of its current one without
+    /// what `range` covers (new code replaces old code there).
+    fn renew(&mut self, pid: u32, range: &Range<u64>, time: u64, out: &mut Output) {
+        let Some(mut old) = self.by_pid.remove(&pid) else {
+            return;
+        };
+        old.capture_jit_names(out, time, true);
+        let clear = |r: &Range<u64>| r.end <= range.start || range.end <= r.start;
+        let mut space = self.new_space(pid, old.name.clone());
+        space.image.copy_from(&old.image);
+        for object in old.code.objects() {
+            if clear(&(object.start..object.end)) {
+                let _ = space.code.insert(Arc::clone(object));
+            }
+        }
+        let parent = old.asid;
+        space.mappings = old
+            .mappings
+            .into_iter()
+            .filter(|m| clear(&m.range))
+            .collect();
+        space.jit.anon = old.jit.anon.into_iter().filter(|r| clear(r)).collect();
+        space.jit.registry = old.jit.registry;
+        space.jit.registered = old.jit.registered;
+        space.jit.jitdump = old.jit.jitdump;
+        out.meta(&Record::Process {
+            asid: space.asid,
+            pid: u64::from(pid),
+            parent,
+            time: out.rel(time),
+            name: &space.name,
+        });
+        // The copy holds the old mappings of the range too (a reader's
+        // Mapping replaces them); the code objects there are gone here.
+        self.by_pid.insert(pid, space);
+    }
+}
+
+/// A thread's command name, from `/proc`.
+fn read_comm(pid: u32, tid: u32) -> Option<Vec<u8>> {
+    let mut name = std::fs::read(format!("/proc/{pid}/task/{tid}/comm")).ok()?;
+    while name.last() == Some(&b'\n') {
+        name.pop();
+    }
+    Some(name)
+}
+
+/// The code object of a process's vDSO, from its memory.
+fn vdso_object(pid: u32, range: &Range<u64>, choice: RowChoice) -> Option<CodeObject> {
+    let len = range.end - range.start;
+    if len > MAX_VDSO {
+        return None;
+    }
+    let mut bytes = vec![0u8; len as usize];
+    ProcessMemory::new(pid).read(range.start, &mut bytes).ok()?;
+    let mapping = FileMapping {
+        start: range.start,
+        end: range.end,
+        pgoff: 0,
+    };
+    code_object_from_bytes(&bytes, "[vdso]", mapping, choice).ok()
+}
+
+impl AddressSpace {
+    /// Whether `pc` lies in memory a JIT may fill: anonymous executable
+    /// memory, or no mapping at all (code mapped before a record could
+    /// tell us).
+    pub fn may_be_jit(&self, pc: u64) -> bool {
+        self.code.find(pc).is_none()
+            && (self.jit.anon.iter().any(|r| r.contains(&pc))
+                || !self.mappings.iter().any(|m| m.range.contains(&pc)))
+    }
+
+    /// Looks for JIT code the process registered since the last look (and
+    /// mappings it made that no record told of): whether the code map
+    /// changed.
+    pub fn refresh(&mut self, time: u64) -> bool {
+        let due = self.jit.dirty
+            || self
+                .jit
+                .last_refresh
+                .is_none_or(|t| time.saturating_sub(t) >= REFRESH_INTERVAL_NS);
+        if !due {
+            return false;
+        }
+        self.jit.dirty = false;
+        self.jit.last_refresh = Some(time);
+        if self.jit.registry == RegistryAt::Unknown {
+            self.jit.registry = match ichnos_code::export::find_exported_registry(self.pid) {
+                Ok(addr) => RegistryAt::At(addr),
+                Err(_) => RegistryAt::Absent,
+            };
+        }
+        let RegistryAt::At(addr) = self.jit.registry else {
+            return false;
+        };
+        let pid = self.pid;
+        let Ok(registrations) = ichnos_code::export::read_exported_registry(pid, addr) else {
+            return false;
+        };
+        let mut changed = false;
+        for r in registrations {
+            let ichnos_code::Registration::Jit {
+                text,
+                unwind_head,
+                name,
+            } = r
+            else {
+                continue;
+            };
+            if !self.jit.registered.insert((text.start, unwind_head)) {
+                continue;
+            }
+            let rows = JitRows::new(pid, text.start, text.end, unwind_head);
+            rows.refresh();
+            let name: Arc<str> = Arc::from(name.as_deref().unwrap_or("[jit]"));
+            let object = CodeObject {
+                start: text.start,
+                end: text.end,
+                bias: 0,
+                rows: Rows::Jit(Arc::new(rows)),
+                source: RowSource::Jit,
+                name,
+            };
+            changed |= self.code.insert(Arc::new(object)).is_ok();
+        }
+        changed
+    }
+
+    /// Notes the JIT frames of a new stack: names registered code the
+    /// first time it appears, and remembers addresses no name covers yet.
+    pub fn note_jit_frames(&mut self, frames: &[u64], out: &mut Output, time: u64) {
+        for (i, &frame) in frames.iter().enumerate() {
+            let pc = if i == 0 { frame } else { frame.wrapping_sub(1) };
+            match self.code.find(pc) {
+                Some(object)
+                    if object.source == RowSource::Jit
+                        && self.jit.names < MAX_JIT_NAMES
+                        && self.jit.named.insert(object.start) =>
+                {
+                    self.jit.names += 1;
+                    out.meta(&Record::JitCode {
+                        asid: self.asid,
+                        start: object.start,
+                        end: object.end,
+                        source: JitSource::Registry,
+                        name: object.name.as_bytes(),
+                    });
+                }
+                None if self.jit.pending.len() < MAX_PENDING_JIT
+                    && self.jit.anon.iter().any(|r| r.contains(&pc)) =>
+                {
+                    self.jit.pending.insert(pc);
+                }
+                _ => {}
+            }
+        }
+        if !self.jit.pending.is_empty() {
+            self.capture_jit_names(out, time, false);
+        }
+    }
+
+    /// Names the pending JIT addresses from the process's perf map and
+    /// jitdump file, while it lives (`force`: now, else at most every
+    /// 50 ms).
+    pub fn capture_jit_names(&mut self, out: &mut Output, time: u64, force: bool) {
+        if self.jit.pending.is_empty() {
+            return;
+        }
+        if !force
+            && self
+                .jit
+                .last_names
+                .is_some_and(|t| time.saturating_sub(t) < REFRESH_INTERVAL_NS)
+        {
+            return;
+        }
+        self.jit.last_names = Some(time);
+        let perf_map = ichnos_symbol::perf_map::PerfMap::for_process(self.pid).ok();
+        let jitdump = self.jit.jitdump.as_ref().and_then(|p| {
+            let meta = std::fs::metadata(p).ok()?;
+            (meta.len() <= 1 << 30)
+                .then(|| std::fs::read(p).ok())
+                .flatten()
+                .map(|b| ichnos_symbol::jitdump::JitDump::parse(&b))
+        });
+        let mut named = Vec::new();
+        for &pc in &self.jit.pending {
+            let found = jitdump
+                .as_ref()
+                .and_then(|d| d.lookup(pc))
+                .map(|c| {
+                    (
+                        c.addr,
+                        c.addr.saturating_add(c.size),
+                        c.name.clone(),
+                        JitSource::JitDump,
+                    )
+                })
+                .or_else(|| {
+                    perf_map.as_ref().and_then(|m| m.lookup(pc)).map(|e| {
+                        (
+                            e.start,
+                            e.start.saturating_add(e.size),
+                            e.name.clone(),
+                            JitSource::PerfMap,
+                        )
+                    })
+                });
+            if let Some(found) = found {
+                named.push((pc, found));
+            }
+        }
+        for (pc, (start, end, name, source)) in named {
+            self.jit.pending.remove(&pc);
+            if self.jit.named.insert(start) && self.jit.names < MAX_JIT_NAMES {
+                self.jit.names += 1;
+                out.meta(&Record::JitCode {
+                    asid: self.asid,
+                    start,
+                    end,
+                    source,
+                    name: name.as_bytes(),
+                });
+            }
+        }
+    }
+}

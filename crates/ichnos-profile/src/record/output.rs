@@ -1,0 +1,191 @@
+//! From the recorder to the file: records encoded on the recorder's
+//! thread go through a region-table buffer (`ichnos-buf`) to a writer
+//! thread, which gathers them into chunks (`ichnos-data`).
+//!
+//! Samples are dropped (and counted) if the writer falls too far behind;
+//! every other record — stacks, mappings, names — is kept back and written
+//! first when room returns, since later samples name them.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ichnos_buf::topa::{
+    AllocFlags, Config, Consumer, Granularity, Mode, Producer, TopaBuffer, WaitOutcome,
+};
+use ichnos_data::{LostCause, Record, Writer};
+
+/// Pages of the buffer between the recorder and the writer (4 MiB).
+const BUFFER_PAGES: usize = 1024;
+/// How long a write waits for the writer to make room.
+const WRITE_TIMEOUT: Duration = Duration::from_millis(500);
+/// How often the writer writes a chunk at the least.
+const CHUNK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The recorder's end.
+pub(crate) struct Output {
+    producer: Producer,
+    record: Vec<u8>,
+    scratch: Vec<u8>,
+    backlog: VecDeque<Vec<u8>>,
+    start: u64,
+    /// Samples written.
+    pub samples: u64,
+    /// Samples dropped because the writer was behind.
+    pub dropped: u64,
+    failed: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for Output {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Output")
+            .field("samples", &self.samples)
+            .field("backlog", &self.backlog.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The writer thread's outcome: bytes written, or the error that stopped
+/// it.
+pub(crate) type WriterResult = io::Result<u64>;
+
+/// Starts the writer thread on `file`; returns the recorder's end and the
+/// thread.
+pub(crate) fn start(
+    file: File,
+    start: u64,
+) -> Result<(Output, std::thread::JoinHandle<WriterResult>), ichnos_buf::topa::AllocError> {
+    let buffer = TopaBuffer::init(
+        0,
+        BUFFER_PAGES,
+        AllocFlags {
+            populate: true,
+            ..AllocFlags::default()
+        },
+        Config {
+            mode: Mode::BlockOnFull {
+                timeout: WRITE_TIMEOUT,
+            },
+            stop: Granularity::Byte,
+            notify: Granularity::Byte,
+            wakeup_watermark: 64 << 10,
+            pad_byte: 0,
+        },
+    )?;
+    let (producer, consumer) = buffer.split()?;
+    let failed = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&failed);
+    let thread = std::thread::Builder::new()
+        .name("ichnos-writer".into())
+        .spawn(move || {
+            let result = write_loop(consumer, file);
+            if result.is_err() {
+                flag.store(true, Ordering::Release);
+            }
+            result
+        })
+        .map_err(|source| ichnos_buf::topa::AllocError::Os {
+            what: "starting the writer thread",
+            source,
+        })?;
+    Ok((
+        Output {
+            producer,
+            record: Vec::with_capacity(4096),
+            scratch: Vec::with_capacity(4096),
+            backlog: VecDeque::new(),
+            start,
+            samples: 0,
+            dropped: 0,
+            failed,
+        },
+        thread,
+    ))
+}
+
+fn write_loop(mut consumer: Consumer, file: File) -> WriterResult {
+    let mut writer = Writer::new(file)?;
+    let mut bytes = Vec::new();
+    let mut last_chunk = Instant::now();
+    loop {
+        let outcome = consumer.wait(Some(Duration::from_millis(200)));
+        bytes.clear();
+        consumer.read_into(&mut bytes);
+        writer.push_encoded(&bytes)?;
+        if last_chunk.elapsed() >= CHUNK_INTERVAL {
+            writer.flush_chunk()?;
+            last_chunk = Instant::now();
+        }
+        if outcome == WaitOutcome::ProducerGone && consumer.available() == 0 {
+            writer.flush_chunk()?;
+            return Ok(writer.written());
+        }
+    }
+}
+
+impl Output {
+    /// `time` (`CLOCK_MONOTONIC`) as the recording counts it: from the
+    /// start.
+    pub fn rel(&self, time: u64) -> u64 {
+        time.saturating_sub(self.start)
+    }
+
+    /// Whether the writer thread stopped on an error.
+    pub fn writer_failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+
+    /// Writes a record that later records may refer to: kept back if the
+    /// writer is behind, never dropped.
+    pub fn meta(&mut self, record: &Record<'_>) {
+        self.record.clear();
+        record.encode(&mut self.record, &mut self.scratch);
+        if self.flush_backlog() && self.producer.write_record(&self.record).is_ok() {
+            return;
+        }
+        if !self.writer_failed() {
+            self.backlog.push_back(self.record.clone());
+        }
+    }
+
+    /// Writes a sample; dropped and counted if the writer is behind.
+    pub fn sample(&mut self, record: &Record<'_>) {
+        self.record.clear();
+        record.encode(&mut self.record, &mut self.scratch);
+        if self.flush_backlog() && self.producer.write_record(&self.record).is_ok() {
+            self.samples += 1;
+        } else {
+            self.dropped += 1;
+        }
+    }
+
+    /// Counts lost samples or records.
+    pub fn lost(&mut self, time: u64, cpu: u32, count: u64, cause: LostCause) {
+        self.meta(&Record::Lost {
+            time: self.rel(time),
+            cpu: u64::from(cpu),
+            count,
+            cause,
+        });
+    }
+
+    /// Writes what was kept back; whether all of it went.
+    fn flush_backlog(&mut self) -> bool {
+        while let Some(record) = self.backlog.front() {
+            if self.producer.write_record(record).is_err() {
+                return false;
+            }
+            self.backlog.pop_front();
+        }
+        true
+    }
+
+    /// Writes the last records and lets the writer finish.
+    pub fn close(mut self) {
+        while !self.flush_backlog() && !self.writer_failed() {}
+        drop(self.producer);
+    }
+}

@@ -1,0 +1,283 @@
+//! The text outputs: the top table, the call tree and folded stacks
+//! (docs/cli.md).
+
+use std::collections::{HashMap, HashSet};
+use std::io::{self, Write};
+use std::sync::Arc;
+
+use ichnos_data::StackStop;
+
+use super::load::Tally;
+use super::symbols::Frame;
+use super::Weighted;
+
+/// How the top table is sorted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sort {
+    /// By time in the function itself.
+    SelfTime,
+    /// By time in the function and what it called.
+    Total,
+}
+
+/// One function of the top table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopRow {
+    /// The function.
+    pub function: Arc<str>,
+    /// Its object.
+    pub object: Arc<str>,
+    /// Samples in the function itself.
+    pub self_tally: Tally,
+    /// Samples with the function anywhere on the stack.
+    pub total_tally: Tally,
+}
+
+fn add(a: &mut Tally, b: Tally) {
+    a.samples += b.samples;
+    a.weight = a.weight.saturating_add(b.weight);
+}
+
+/// The pseudo-frame above the outermost frame of a stack whose walk did
+/// not reach the thread's start.
+pub const INCOMPLETE: &str = "[incomplete stack]";
+
+/// The functions of `samples` with their self and total time, sorted by
+/// `sort` (then by name, so the order is stable).
+#[must_use]
+pub fn top(samples: &[Weighted<'_>], sort: Sort) -> Vec<TopRow> {
+    let mut rows: HashMap<(Arc<str>, Arc<str>), TopRow> = HashMap::new();
+    let mut seen: HashSet<(&str, &str)> = HashSet::new();
+    for w in samples {
+        seen.clear();
+        for (i, f) in w.frames.iter().enumerate() {
+            let fresh = seen.insert((&f.function, &f.object));
+            if i > 0 && !fresh {
+                continue;
+            }
+            let row = rows
+                .entry((Arc::clone(&f.function), Arc::clone(&f.object)))
+                .or_insert_with(|| TopRow {
+                    function: Arc::clone(&f.function),
+                    object: Arc::clone(&f.object),
+                    self_tally: Tally::default(),
+                    total_tally: Tally::default(),
+                });
+            if i == 0 {
+                add(&mut row.self_tally, w.tally);
+            }
+            if fresh {
+                add(&mut row.total_tally, w.tally);
+            }
+        }
+    }
+    let mut rows: Vec<TopRow> = rows.into_values().collect();
+    rows.sort_by(|a, b| {
+        let key = |r: &TopRow| match sort {
+            Sort::SelfTime => (r.self_tally.weight, r.total_tally.weight),
+            Sort::Total => (r.total_tally.weight, r.self_tally.weight),
+        };
+        key(b)
+            .cmp(&key(a))
+            .then_with(|| a.function.cmp(&b.function))
+            .then_with(|| a.object.cmp(&b.object))
+    });
+    rows
+}
+
+fn percent(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        100.0 * part as f64 / whole as f64
+    }
+}
+
+/// Writes the top table: `Self% Total% Self Total Function Object`, at
+/// most `limit` rows (0: all) and none whose sorted share is 0.
+pub fn write_top(
+    out: &mut dyn Write,
+    rows: &[TopRow],
+    whole: Tally,
+    sort: Sort,
+    limit: usize,
+) -> io::Result<()> {
+    writeln!(
+        out,
+        "{:>7} {:>7} {:>8} {:>8}  {:<40} OBJECT",
+        "SELF%", "TOTAL%", "SELF", "TOTAL", "FUNCTION"
+    )?;
+    let shown = rows
+        .iter()
+        .filter(|r| match sort {
+            Sort::SelfTime => r.self_tally.samples > 0,
+            Sort::Total => r.total_tally.samples > 0,
+        })
+        .take(if limit == 0 { usize::MAX } else { limit });
+    let mut count = 0;
+    for r in shown {
+        count += 1;
+        writeln!(
+            out,
+            "{:>6.2}% {:>6.2}% {:>8} {:>8}  {:<40} {}",
+            percent(r.self_tally.weight, whole.weight),
+            percent(r.total_tally.weight, whole.weight),
+            r.self_tally.samples,
+            r.total_tally.samples,
+            r.function,
+            r.object
+        )?;
+    }
+    let more = rows.len().saturating_sub(count);
+    if limit != 0 && more > 0 && count == limit {
+        writeln!(out, "# {more} more functions (--limit 0 shows all)")?;
+    }
+    Ok(())
+}
+
+/// The frames of one sample root first, as trees and folded stacks show
+/// them: the thread, `[incomplete stack]` where the walk stopped early,
+/// then from the outermost frame to the innermost.
+fn root_first<'a>(w: &'a Weighted<'a>) -> impl Iterator<Item = (&'a str, &'a str)> + 'a {
+    let incomplete = (w.stop != StackStop::Complete).then_some((INCOMPLETE, ""));
+    std::iter::once((&*w.thread, "")).chain(incomplete).chain(
+        w.frames
+            .iter()
+            .rev()
+            .map(|f: &Frame| (&*f.function, &*f.object)),
+    )
+}
+
+/// Folded stacks: `thread;frame;...;leaf COUNT` lines, root first, one
+/// per distinct stack, sorted.
+#[must_use]
+pub fn folded(samples: &[Weighted<'_>]) -> Vec<(String, u64)> {
+    let mut lines: HashMap<String, u64> = HashMap::new();
+    let mut line = String::new();
+    for w in samples {
+        line.clear();
+        for (i, (function, _)) in root_first(w).enumerate() {
+            if i > 0 {
+                line.push(';');
+            }
+            // The separators of the format cannot appear in a frame.
+            line.extend(function.chars().map(|c| match c {
+                ';' => ':',
+                '\n' => ' ',
+                c => c,
+            }));
+        }
+        *lines.entry(line.clone()).or_default() += w.tally.samples;
+    }
+    let mut lines: Vec<(String, u64)> = lines.into_iter().collect();
+    lines.sort_unstable();
+    lines
+}
+
+/// One node of the call tree.
+#[derive(Debug, Default)]
+struct Node {
+    function: Arc<str>,
+    object: Arc<str>,
+    total: Tally,
+    self_tally: Tally,
+    children: HashMap<(Arc<str>, Arc<str>), usize>,
+}
+
+/// Writes the call tree, callers to callees: each line a node's total and
+/// self share, its samples, and the function indented by depth with its
+/// object; children below `min_percent` of all samples are folded into
+/// one line.
+pub fn tree(
+    out: &mut dyn Write,
+    samples: &[Weighted<'_>],
+    whole: Tally,
+    min_percent: f64,
+) -> io::Result<()> {
+    let mut nodes = vec![Node::default()];
+    for w in samples {
+        let mut at = 0;
+        for (function, object) in root_first(w) {
+            let key: (Arc<str>, Arc<str>) = (Arc::from(function), Arc::from(object));
+            let next = if let Some(&n) = nodes[at].children.get(&key) {
+                n
+            } else {
+                nodes.push(Node {
+                    function: Arc::clone(&key.0),
+                    object: Arc::clone(&key.1),
+                    ..Node::default()
+                });
+                let n = nodes.len() - 1;
+                nodes[at].children.insert(key, n);
+                n
+            };
+            at = next;
+            add(&mut nodes[at].total, w.tally);
+        }
+        add(&mut nodes[at].self_tally, w.tally);
+    }
+    writeln!(
+        out,
+        "{:>7} {:>7} {:>8}  CALL TREE",
+        "TOTAL%", "SELF%", "SAMPLES"
+    )?;
+    write_children(out, &nodes, 0, 0, whole, min_percent)
+}
+
+fn write_children(
+    out: &mut dyn Write,
+    nodes: &[Node],
+    at: usize,
+    depth: usize,
+    whole: Tally,
+    min_percent: f64,
+) -> io::Result<()> {
+    let mut children: Vec<usize> = nodes[at].children.values().copied().collect();
+    children.sort_by(|&a, &b| {
+        nodes[b]
+            .total
+            .weight
+            .cmp(&nodes[a].total.weight)
+            .then_with(|| nodes[a].function.cmp(&nodes[b].function))
+    });
+    let mut folded = Tally::default();
+    let mut folded_count = 0;
+    for c in children {
+        let n = &nodes[c];
+        if percent(n.total.weight, whole.weight) < min_percent {
+            folded_count += 1;
+            add(&mut folded, n.total);
+            continue;
+        }
+        let object = if n.object.is_empty() {
+            String::new()
+        } else if n.object.starts_with('[') {
+            format!("  {}", n.object)
+        } else {
+            format!("  [{}]", n.object)
+        };
+        writeln!(
+            out,
+            "{:>6.2}% {:>6.2}% {:>8}  {:indent$}{}{object}",
+            percent(n.total.weight, whole.weight),
+            percent(n.self_tally.weight, whole.weight),
+            n.total.samples,
+            "",
+            n.function,
+            indent = depth * 2
+        )?;
+        write_children(out, nodes, c, depth + 1, whole, min_percent)?;
+    }
+    if folded_count > 0 {
+        writeln!(
+            out,
+            "{:>6.2}% {:>7} {:>8}  {:indent$}[{folded_count} more below {min_percent}%]",
+            percent(folded.weight, whole.weight),
+            "",
+            folded.samples,
+            "",
+            indent = depth * 2
+        )?;
+    }
+    Ok(())
+}

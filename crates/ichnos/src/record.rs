@@ -1,0 +1,209 @@
+//! `ichnos record`: flags into `ichnos_profile::RecordOptions`, a live
+//! status line while it runs, and one summary line at the end.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use ichnos_perf::EventKind;
+use ichnos_profile::{EventChoice, RecordOptions, RecordTarget, Status, Summary};
+
+/// Arguments of `ichnos record`.
+#[derive(clap::Args, Debug)]
+pub struct RecordArgs {
+    /// Samples per second per thread.
+    #[arg(short = 'F', long = "freq", value_name = "HZ", default_value_t = 1000)]
+    frequency: u64,
+    /// The recording to write (an existing one is kept as FILE.old).
+    #[arg(short, long, value_name = "FILE", default_value = "ichnos.data")]
+    output: PathBuf,
+    /// Bytes of user stack copied per sample (K/M suffixes; a multiple of
+    /// 8, at most 65528).
+    #[arg(long, value_name = "BYTES", value_parser = parse_stack_size)]
+    stack_size: Option<u32>,
+    /// The event that triggers samples: `cycles` (hardware; falls back to
+    /// `cpu-clock` where the machine has no PMU) or `cpu-clock`.
+    #[arg(short, long, value_name = "EVENT", value_parser = parse_event)]
+    event: Option<EventKind>,
+    /// Attach to running processes (`self` for ichnos itself), all their
+    /// threads, until they exit or Ctrl-C.
+    #[arg(short, long, value_name = "PID[,PID..]", conflicts_with = "all")]
+    pid: Option<String>,
+    /// Every process on the machine (one event per CPU; needs
+    /// `kernel.perf_event_paranoid` 0 or lower, or root).
+    #[arg(short, long)]
+    all: bool,
+    /// At most this many frames per stack.
+    #[arg(long, value_name = "N", default_value_t = 256, hide = true)]
+    max_frames: usize,
+    /// The command to run and record, with its arguments (default: the
+    /// built-in demo).
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
+    command: Vec<OsString>,
+}
+
+fn parse_stack_size(text: &str) -> Result<u32, String> {
+    let bytes = crate::units::parse_size(text)?;
+    if bytes == 0 || bytes > 65_528 || bytes % 8 != 0 {
+        return Err(format!(
+            "{text}: the stack copy must be a multiple of 8 between 8 and 65528 bytes"
+        ));
+    }
+    Ok(bytes as u32)
+}
+
+fn parse_event(text: &str) -> Result<EventKind, String> {
+    match text {
+        "cycles" => Ok(EventKind::Cycles),
+        "cpu-clock" => Ok(EventKind::CpuClock),
+        other => Err(format!("{other}: unknown event (cycles or cpu-clock)")),
+    }
+}
+
+/// The process ids of `-p`.
+fn parse_pids(text: &str) -> Result<Vec<u32>> {
+    text.split(',')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            if p == "self" {
+                Ok(std::process::id())
+            } else {
+                p.trim()
+                    .parse()
+                    .with_context(|| format!("{p:?} is not a process id"))
+            }
+        })
+        .collect()
+}
+
+/// The command that runs the built-in demo workload.
+pub fn demo_command() -> Result<Vec<OsString>> {
+    let exe = std::env::current_exe().context("cannot find the ichnos executable")?;
+    Ok(vec![
+        exe.into_os_string(),
+        OsString::from(crate::demo::WORKLOAD_ARG),
+    ])
+}
+
+/// The options `args` ask for.
+fn options(args: &RecordArgs) -> Result<RecordOptions> {
+    let target = if let Some(pids) = &args.pid {
+        if !args.command.is_empty() {
+            bail!("give either a command or -p, not both");
+        }
+        let pids = parse_pids(pids)?;
+        if pids.is_empty() {
+            bail!("-p needs at least one process id");
+        }
+        RecordTarget::Pids(pids)
+    } else if args.all {
+        if !args.command.is_empty() {
+            bail!("give either a command or -a, not both");
+        }
+        RecordTarget::System
+    } else if args.command.is_empty() {
+        RecordTarget::Command(demo_command()?)
+    } else {
+        RecordTarget::Command(args.command.clone())
+    };
+    if args.frequency == 0 {
+        bail!("-F must be at least 1 Hz");
+    }
+    let mut options = RecordOptions::new(target);
+    options.frequency = args.frequency;
+    if let Some(size) = args.stack_size {
+        options.stack_size = size;
+    }
+    options.event = args
+        .event
+        .map_or(EventChoice::Default, EventChoice::Exactly);
+    options.output.clone_from(&args.output);
+    options.max_frames = args.max_frames.max(1);
+    options.command_line = match &options.target {
+        RecordTarget::Command(c) => c.clone(),
+        _ => Vec::new(),
+    };
+    Ok(options)
+}
+
+/// Runs `ichnos record`; the exit status is the command's.
+pub fn record(args: &RecordArgs, quiet: bool, verbose: bool) -> Result<u8> {
+    let options = options(args)?;
+    let summary = run(&options, quiet, verbose)?;
+    Ok(exit_code(&summary))
+}
+
+/// Records with `options`, showing progress unless `quiet`.
+pub fn run(options: &RecordOptions, quiet: bool, verbose: bool) -> Result<Summary> {
+    crate::signal::catch_stop_signals();
+    let progress = crate::progress::status_line(quiet);
+    let mut show = |s: &Status| {
+        if let Some(bar) = &progress {
+            bar.set_message(format!(
+                "recording: {:.1} s, {} samples, {} lost, {} processes",
+                s.elapsed.as_secs_f64(),
+                crate::units::thousands(s.samples),
+                crate::units::thousands(s.lost),
+                s.processes
+            ));
+        }
+    };
+    let result = ichnos_profile::record(options, &crate::signal::STOP, &mut show);
+    if let Some(bar) = progress {
+        bar.finish_and_clear();
+    }
+    let summary = result.with_context(|| match &options.target {
+        RecordTarget::Command(c) => format!(
+            "cannot record {}",
+            c.first()
+                .map_or_else(String::new, |p| p.to_string_lossy().into_owned())
+        ),
+        RecordTarget::Pids(p) => format!(
+            "cannot record process{} {}",
+            if p.len() == 1 { "" } else { "es" },
+            p.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+        ),
+        RecordTarget::System => "cannot record the machine".to_owned(),
+    })?;
+    if !quiet {
+        for note in &summary.notes {
+            eprintln!("note: {note}");
+        }
+        eprintln!("{}", summary_line(&summary));
+        if verbose {
+            eprintln!("note: event {}", summary.event);
+        }
+    }
+    Ok(summary)
+}
+
+/// The one line printed at the end.
+pub fn summary_line(s: &Summary) -> String {
+    let share = if s.samples == 0 {
+        0.0
+    } else {
+        100.0 * s.complete as f64 / s.samples as f64
+    };
+    format!(
+        "recorded {} samples in {:.2} s ({share:.1}% complete stacks, {} lost) to {} ({})",
+        crate::units::thousands(s.samples),
+        s.duration.as_secs_f64(),
+        crate::units::thousands(s.lost),
+        s.path.display(),
+        crate::units::bytes(s.bytes)
+    )
+}
+
+/// The command's exit status as ours: its code, or 128 + the signal
+/// that killed it, as shells report it.
+pub fn exit_code(s: &Summary) -> u8 {
+    match s.exit {
+        Some(ichnos_profile::ExitStatus::Code(c)) => u8::try_from(c).unwrap_or(1),
+        Some(ichnos_profile::ExitStatus::Signal(sig)) => u8::try_from(128 + sig).unwrap_or(255),
+        None => 0,
+    }
+}

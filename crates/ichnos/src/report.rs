@@ -1,0 +1,272 @@
+//! `ichnos report`: a recording read, symbolized and printed as a top
+//! table, a call tree or folded stacks (docs/cli.md).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use ichnos_profile::report::{self, Filter, Profile, Sort, SymbolOptions, Symbolized};
+
+/// Output formats.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// Functions by self and total time.
+    Top,
+    /// The call tree, callers to callees.
+    Tree,
+    /// `thread;frame;...;leaf COUNT` lines, root first.
+    Folded,
+}
+
+/// How the top table is sorted.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SortBy {
+    /// Time in the function itself.
+    #[value(name = "self")]
+    SelfTime,
+    /// Time in the function and its callees.
+    Total,
+}
+
+/// Arguments of `ichnos report`.
+// Command-line switches are bools by nature.
+#[allow(clippy::struct_excessive_bools)]
+#[derive(clap::Args, Debug)]
+pub struct ReportArgs {
+    /// The recording.
+    #[arg(short, long, value_name = "FILE", default_value = "ichnos.data")]
+    input: PathBuf,
+    /// What to print.
+    #[arg(long, value_enum, default_value_t = Format::Top)]
+    format: Format,
+    /// Print the call tree (`--format tree`).
+    #[arg(long, conflicts_with = "format")]
+    tree: bool,
+    /// Sort the top table by self or total time.
+    #[arg(long, value_enum, default_value_t = SortBy::SelfTime)]
+    sort: SortBy,
+    /// At most this many functions in the top table (0: all).
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    limit: usize,
+    /// In the tree, fold callees below this share of all samples.
+    #[arg(long, value_name = "P", default_value_t = 0.5)]
+    min_percent: f64,
+    /// Only these processes (repeatable, or comma-separated).
+    #[arg(long, value_name = "PID", value_delimiter = ',')]
+    pid: Vec<u32>,
+    /// Only these threads (repeatable, or comma-separated).
+    #[arg(long, value_name = "TID", value_delimiter = ',')]
+    tid: Vec<u32>,
+    /// Only threads or processes of this name.
+    #[arg(long, value_name = "NAME")]
+    comm: Option<String>,
+    /// Do not show inlined functions as frames of their own.
+    #[arg(long)]
+    no_inline: bool,
+    /// Show frames as object+address, without names.
+    #[arg(long)]
+    addresses: bool,
+    /// Read and make no symbol index: answer from the DWARF.
+    #[arg(long)]
+    no_index: bool,
+    /// Where symbol indexes are kept (default
+    /// `$XDG_CACHE_HOME/ichnos/symbols`).
+    #[arg(long, value_name = "DIR")]
+    index_dir: Option<PathBuf>,
+    /// A directory with separate debug files (besides /usr/lib/debug).
+    /// Repeatable.
+    #[arg(long = "debug-dir", value_name = "DIR")]
+    debug_dirs: Vec<PathBuf>,
+    /// Write the report here instead of to standard output.
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+}
+
+/// Reads the recording at `path`; a recording cut short is read to its
+/// last whole chunk, with the cut reported by the caller.
+pub fn load(path: &Path) -> Result<Profile> {
+    let file =
+        std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    if !file.metadata().is_ok_and(|m| m.is_file()) {
+        bail!("{} is not a regular file", path.display());
+    }
+    Profile::read(std::io::BufReader::with_capacity(1 << 20, file))
+        .with_context(|| format!("cannot read {}", path.display()))
+}
+
+/// Symbolizes `profile`, with a progress bar on a terminal once it takes
+/// longer than a moment.
+fn symbols(profile: &Profile, args: &ReportArgs, quiet: bool, verbose: bool) -> Symbolized {
+    let options = SymbolOptions {
+        inlines: !args.no_inline,
+        index_dir: if args.no_index {
+            None
+        } else {
+            args.index_dir
+                .clone()
+                .or_else(crate::symbolize::default_index_dir)
+        },
+        debug_dirs: args.debug_dirs.clone(),
+        addresses: args.addresses,
+    };
+    let started = Instant::now();
+    let mut bar = None;
+    let symbolized = report::symbolize(profile, &options, &mut |done, total| {
+        if bar.is_none() && started.elapsed().as_millis() >= 300 {
+            bar = crate::progress::bar(quiet, total as u64, "symbolizing");
+        }
+        if let Some(b) = &bar {
+            b.set_position(done as u64);
+        }
+    });
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    if !quiet {
+        for w in &symbolized.warnings {
+            eprintln!("warning: {w}");
+        }
+        for (path, ranges, seconds) in &symbolized.indexed {
+            if verbose {
+                eprintln!(
+                    "note: indexed {} ({ranges} ranges, {seconds:.1} s)",
+                    path.display()
+                );
+            }
+        }
+    }
+    symbolized
+}
+
+/// The header lines of the text reports.
+fn header(out: &mut dyn Write, path: &Path, profile: &Profile, shown: report::Tally) -> Result<()> {
+    let d = &profile.description;
+    let all = profile.totals();
+    let complete: u64 = profile
+        .tallies
+        .iter()
+        .filter(|((stack, _, _), _)| {
+            profile
+                .stacks
+                .get(*stack as usize)
+                .and_then(Option::as_ref)
+                .is_some_and(|s| s.stop == ichnos_data::StackStop::Complete)
+        })
+        .map(|(_, t)| t.samples)
+        .sum();
+    let seconds = profile.end.unwrap_or(profile.last_time) as f64 * 1e-9;
+    let threads = profile.threads.len();
+    let processes = profile.processes.len();
+    writeln!(
+        out,
+        "# {}: {} samples of {} at {} Hz over {seconds:.2} s; {processes} process{}, {threads} thread{}",
+        path.display(),
+        crate::units::thousands(all.samples),
+        d.event,
+        d.frequency,
+        if processes == 1 { "" } else { "es" },
+        if threads == 1 { "" } else { "s" },
+    )?;
+    let lost: u64 = profile.lost.values().sum();
+    writeln!(
+        out,
+        "# {:.1}% complete stacks; {} lost; recorded by {} on {} (Linux {}){}",
+        if all.samples == 0 {
+            0.0
+        } else {
+            100.0 * complete as f64 / all.samples as f64
+        },
+        crate::units::thousands(lost),
+        d.recorder,
+        d.host,
+        d.kernel,
+        if d.command.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", d.command.join(" "))
+        }
+    )?;
+    if shown.samples != all.samples {
+        writeln!(
+            out,
+            "# shown: {} samples ({:.1}%) that the filters keep",
+            crate::units::thousands(shown.samples),
+            100.0 * shown.weight as f64 / all.weight.max(1) as f64
+        )?;
+    }
+    Ok(())
+}
+
+/// Runs `ichnos report`.
+pub fn report(args: &ReportArgs, quiet: bool, verbose: bool) -> Result<()> {
+    let profile = load(&args.input)?;
+    let symbolized = symbols(&profile, args, quiet, verbose);
+    let filter = Filter {
+        pids: args.pid.clone(),
+        tids: args.tid.clone(),
+        comm: args.comm.clone(),
+    };
+    let samples = report::weighted(&profile, &symbolized, &filter);
+    let shown = samples
+        .iter()
+        .fold(report::Tally::default(), |a, w| report::Tally {
+            samples: a.samples + w.tally.samples,
+            weight: a.weight + w.tally.weight,
+        });
+    let mut out: Box<dyn Write> = match &args.output {
+        Some(path) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(path)
+                .with_context(|| format!("cannot create {}", path.display()))?,
+        )),
+        None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+    };
+    let format = if args.tree { Format::Tree } else { args.format };
+    match format {
+        Format::Top => {
+            header(&mut out, &args.input, &profile, shown)?;
+            let sort = match args.sort {
+                SortBy::SelfTime => Sort::SelfTime,
+                SortBy::Total => Sort::Total,
+            };
+            let rows = report::top(&samples, sort);
+            report::write_top(&mut out, &rows, shown, sort, args.limit)?;
+        }
+        Format::Tree => {
+            header(&mut out, &args.input, &profile, shown)?;
+            report::tree(&mut out, &samples, shown, args.min_percent)?;
+        }
+        Format::Folded => {
+            for (line, count) in report::folded(&samples) {
+                writeln!(out, "{line} {count}")?;
+            }
+        }
+    }
+    out.flush()?;
+    drop(out);
+    finished(&args.input, &profile)
+}
+
+/// A recording that did not finish: everything was reported, and the
+/// exit status says it was not whole.
+fn finished(path: &Path, profile: &Profile) -> Result<()> {
+    if let Some(cut) = &profile.truncated {
+        bail!(
+            "{} is cut short ({cut}): the recorder did not finish; the report covers everything before the cut",
+            path.display()
+        );
+    }
+    if profile.end.is_none() {
+        bail!(
+            "{} has no end record: the recorder did not finish; the report covers what it wrote",
+            path.display()
+        );
+    }
+    if profile.orphans > 0 {
+        eprintln!(
+            "warning: {} samples name stacks the recording does not hold (left out)",
+            profile.orphans
+        );
+    }
+    Ok(())
+}
