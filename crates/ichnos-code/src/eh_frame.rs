@@ -22,6 +22,9 @@ use object::{Object, ObjectSection};
 use crate::cfi::{CfiSection, FdeSpan};
 use crate::row::{RowTable, UnwindRow, ROW_CFA_BASE_SP, ROW_OUTERMOST, ROW_UNEXPRESSIBLE};
 
+/// Largest `.eh_frame` read (that of a 1 GiB binary is tens of MiB).
+const MAX_SECTION: u64 = 256 << 20;
+
 /// Upper bound on the rows kept from one `.eh_frame` (a 1 GiB binary has a
 /// few million); beyond it conversion stops and reports truncation.
 const MAX_ROWS: usize = 1 << 24;
@@ -65,6 +68,16 @@ pub struct EhConversion {
 /// the lowest FDE start) and rows below it are left out.
 pub fn rows_from_elf(elf: &[u8], base: Option<u64>) -> Result<EhConversion, EhFrameError> {
     let file = object::File::parse(elf).map_err(|e| EhFrameError::BadElf(e.to_string()))?;
+    rows_from_object(&file, base)
+}
+
+/// As [`rows_from_elf`], for an ELF file already parsed (over any
+/// `ReadRef`: bytes in memory, or a `ReadCache` that reads only the
+/// sections asked for).
+pub fn rows_from_object<'d, R: object::ReadRef<'d>>(
+    file: &object::File<'d, R>,
+    base: Option<u64>,
+) -> Result<EhConversion, EhFrameError> {
     if file.architecture() != object::Architecture::X86_64 {
         return Err(EhFrameError::UnsupportedArch(format!(
             "{:?}",
@@ -74,6 +87,12 @@ pub fn rows_from_elf(elf: &[u8], base: Option<u64>) -> Result<EhConversion, EhFr
     let section = file
         .section_by_name(".eh_frame")
         .ok_or(EhFrameError::Missing)?;
+    if section.size() > MAX_SECTION {
+        return Err(EhFrameError::BadElf(format!(
+            ".eh_frame of {} bytes is larger than {MAX_SECTION}",
+            section.size()
+        )));
+    }
     let data = section
         .data()
         .map_err(|e| EhFrameError::BadElf(format!(".eh_frame: {e}")))?;

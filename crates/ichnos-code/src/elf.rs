@@ -90,13 +90,30 @@ pub enum RowChoice {
 /// its first `PT_LOAD`. A code object for the file loaded with its first
 /// `PT_LOAD` page at `elf_start` uses the table with `bias = elf_start`.
 pub fn file_rows(elf: &[u8], choice: RowChoice) -> Result<crate::RowTable, FileRowsError> {
-    use object::ObjectSection;
     let file = object::File::parse(elf).map_err(|e| FileRowsError::BadElf(e.to_string()))?;
-    let origin = first_load_vaddr(elf).unwrap_or(0) & !(ELF_START_ALIGN - 1);
+    rows_of_object(&file, choice)
+}
+
+/// As [`file_rows`], for an ELF file already parsed: over a `ReadCache`,
+/// only the headers and the unwind sections are read from the file.
+pub fn rows_of_object<'d, R: object::ReadRef<'d>>(
+    file: &object::File<'d, R>,
+    choice: RowChoice,
+) -> Result<crate::RowTable, FileRowsError> {
+    use object::{ObjectSection, ObjectSegment};
+    let first = file.segments().map(|s| s.address()).min();
+    let origin = first.unwrap_or(0) & !(ELF_START_ALIGN - 1);
     let sframe = || -> Result<crate::RowTable, FileRowsError> {
         let section = file
             .section_by_name(".sframe")
             .ok_or(FileRowsError::Missing(".sframe"))?;
+        if section.size() > crate::registry::MAX_SFRAME_LEN {
+            return Err(FileRowsError::BadElf(format!(
+                ".sframe of {} bytes is larger than {}",
+                section.size(),
+                crate::registry::MAX_SFRAME_LEN
+            )));
+        }
         let data = section
             .data()
             .map_err(|e| FileRowsError::BadElf(format!(".sframe: {e}")))?;
@@ -106,7 +123,7 @@ pub fn file_rows(elf: &[u8], choice: RowChoice) -> Result<crate::RowTable, FileR
                 .table,
         )
     };
-    let eh_frame = || crate::eh_frame::rows_from_elf(elf, Some(origin)).map(|c| c.table);
+    let eh_frame = || crate::eh_frame::rows_from_object(file, Some(origin)).map(|c| c.table);
     let table = match choice {
         RowChoice::Sframe => sframe()?,
         RowChoice::EhFrame => eh_frame()?,

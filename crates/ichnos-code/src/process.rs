@@ -15,7 +15,7 @@ use std::sync::Arc;
 use ichnos_image::MapsEntry;
 
 use crate::code_map::{CodeMap, CodeObject, RowSource, Rows};
-use crate::elf::{file_rows, FileRowsError, RowChoice};
+use crate::elf::{file_rows, rows_of_object, FileRowsError, RowChoice};
 use crate::memory::ProcessMemory;
 use crate::unwind::{unwind, Regs, Unwind, UnwindOptions};
 
@@ -196,12 +196,10 @@ pub fn code_object_for_mapping(
         path: path.to_path_buf(),
         source,
     };
+    // Only the headers and the unwind sections are read: an executable
+    // of tens of megabytes has a few hundred kilobytes of them.
     let table = crate::registry::row_cache().get_or_make(build_id.as_deref(), choice, || {
-        if meta.len() > crate::registry::MAX_OBJECT_FILE {
-            return Err(io(std::io::Error::other("larger than 4 GiB")));
-        }
-        let bytes = std::fs::read(path).map_err(io)?;
-        file_rows(&bytes, choice).map(Arc::new).map_err(rows)
+        rows_of_object(&elf, choice).map(Arc::new).map_err(rows)
     })?;
     Ok(CodeObject {
         start: mapping.start,
