@@ -46,6 +46,9 @@ enum Command {
     /// Show where a recording's time went: a top table, the call tree, or
     /// folded stacks.
     Report(report::ReportArgs),
+    /// Record the built-in demo (native call chains without frame
+    /// pointers, a JIT thread) and show its report.
+    Demo(demo::DemoArgs),
     /// The built-in demo's workload (run by `ichnos record` and `ichnos
     /// demo`).
     #[command(name = "__demo-workload", hide = true)]
@@ -96,6 +99,7 @@ fn run(cli: &Cli) -> Result<u8> {
         Command::Symbolize(args) => symbolize::symbolize(args, cli.verbose, cli.quiet).map(|()| 0),
         Command::Record(args) => record::record(args, cli.quiet, cli.verbose),
         Command::Report(args) => report::report(args, cli.quiet, cli.verbose).map(|()| 0),
+        Command::Demo(args) => demo::demo(args, cli.quiet, cli.verbose),
         Command::DemoWorkload => demo::workload().map(|()| 0),
     }
 }

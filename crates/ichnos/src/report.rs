@@ -198,6 +198,37 @@ fn header(out: &mut dyn Write, path: &Path, profile: &Profile, shown: report::Ta
     Ok(())
 }
 
+impl ReportArgs {
+    /// The defaults for the recording at `input`, in `format`.
+    pub fn for_file(input: &Path, format: Format) -> ReportArgs {
+        ReportArgs {
+            input: input.to_path_buf(),
+            format,
+            tree: false,
+            sort: SortBy::SelfTime,
+            limit: 50,
+            min_percent: 0.5,
+            pid: Vec::new(),
+            tid: Vec::new(),
+            comm: None,
+            no_inline: false,
+            addresses: false,
+            no_index: false,
+            index_dir: None,
+            debug_dirs: Vec::new(),
+            output: None,
+        }
+    }
+
+    /// The same with at most `limit` rows and callees folded below
+    /// `min_percent`.
+    pub fn shortened(mut self, limit: usize, min_percent: f64) -> ReportArgs {
+        self.limit = limit;
+        self.min_percent = min_percent;
+        self
+    }
+}
+
 /// Runs `ichnos report`.
 pub fn report(args: &ReportArgs, quiet: bool, verbose: bool) -> Result<()> {
     let profile = load(&args.input)?;

@@ -8,8 +8,11 @@
 //! back into C. A report of the demo shows both chains whole, the JIT
 //! frame by its name with the native frames below and above it.
 
+mod command;
 mod jit;
 mod sys;
+
+pub use command::{demo, DemoArgs};
 
 use std::time::Duration;
 

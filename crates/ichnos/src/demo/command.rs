@@ -1,0 +1,44 @@
+//! `ichnos demo`: records the built-in workload and prints its report.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use ichnos_profile::{RecordOptions, RecordTarget};
+
+use crate::report::{Format, ReportArgs};
+
+/// Arguments of `ichnos demo`.
+#[derive(clap::Args, Debug)]
+pub struct DemoArgs {
+    /// The recording to write (an existing one is kept as FILE.old).
+    #[arg(short, long, value_name = "FILE", default_value = "ichnos.data")]
+    output: PathBuf,
+}
+
+/// Records the demo, then prints the top functions and the call tree.
+pub fn demo(args: &DemoArgs, quiet: bool, verbose: bool) -> Result<u8> {
+    let command = crate::record::demo_command()?;
+    let mut options = RecordOptions::new(RecordTarget::Command(command.clone()));
+    options.output.clone_from(&args.output);
+    options.command_line = command;
+    let summary = crate::record::run(&options, quiet, verbose)?;
+    println!();
+    crate::report::report(
+        &ReportArgs::for_file(&args.output, Format::Top).shortened(12, 1.0),
+        quiet,
+        verbose,
+    )?;
+    println!();
+    crate::report::report(
+        &ReportArgs::for_file(&args.output, Format::Tree).shortened(0, 1.0),
+        quiet,
+        verbose,
+    )?;
+    if !quiet {
+        eprintln!(
+            "\nThe recording is {}: `ichnos report` shows it again (--tree, --format folded, --comm demo-jit).",
+            args.output.display()
+        );
+    }
+    Ok(crate::record::exit_code(&summary))
+}
