@@ -220,9 +220,24 @@ impl Epoll {
         .map(|_| ())
     }
 
+    /// Stops watching `fd`.
+    pub(crate) fn remove(&self, fd: RawFd) -> io::Result<()> {
+        // SAFETY: EPOLL_CTL_DEL ignores the event argument.
+        check(unsafe {
+            libc::epoll_ctl(
+                self.fd.as_raw_fd(),
+                libc::EPOLL_CTL_DEL,
+                fd,
+                std::ptr::null_mut(),
+            )
+        })
+        .map(|_| ())
+    }
+
     /// Waits up to `timeout_ms` for any watched descriptor; the tokens of
-    /// those ready go into `ready`.
-    pub(crate) fn wait(&self, timeout_ms: i32, ready: &mut Vec<u64>) -> io::Result<()> {
+    /// those ready go into `ready`, with whether the descriptor hung up
+    /// (a perf event whose tasks are all gone: it stays ready for ever).
+    pub(crate) fn wait(&self, timeout_ms: i32, ready: &mut Vec<(u64, bool)>) -> io::Result<()> {
         const MAX_EVENTS: i32 = 64;
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; MAX_EVENTS as usize];
         // SAFETY: `events` has room for the 64 entries the call may fill.
@@ -243,7 +258,12 @@ impl Epoll {
                 Err(e)
             };
         }
-        ready.extend(events[..n.cast_unsigned() as usize].iter().map(|e| e.u64));
+        let hung_up = (libc::EPOLLHUP | libc::EPOLLERR) as u32;
+        ready.extend(
+            events[..n.cast_unsigned() as usize]
+                .iter()
+                .map(|e| (e.u64, e.events & hung_up != 0)),
+        );
         Ok(())
     }
 }
@@ -266,6 +286,17 @@ pub fn uname() -> (String, String) {
         String::from_utf8_lossy(&bytes).into_owned()
     };
     (field(&u.nodename), field(&u.release))
+}
+
+/// Whether process `pid` is alive: it exists and is not a zombie.
+pub(crate) fn alive(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // `PID (COMM) STATE ...`; the name may hold parentheses.
+    stat.rsplit_once(") ")
+        .and_then(|(_, rest)| rest.chars().next())
+        .is_some_and(|state| !matches!(state, 'Z' | 'X' | 'x'))
 }
 
 /// Our effective user id.

@@ -261,7 +261,7 @@ pub fn report(args: &ReportArgs, quiet: bool, verbose: bool) -> Result<()> {
                 SortBy::Total => Sort::Total,
             };
             let rows = report::top(&samples, sort);
-            report::write_top(&mut out, &rows, shown, sort, args.limit)?;
+            report::write_top(&mut out, &rows, shown, args.limit)?;
         }
         Format::Tree => {
             header(&mut out, &args.input, &profile, shown)?;

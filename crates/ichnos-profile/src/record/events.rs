@@ -89,6 +89,8 @@ pub(crate) fn open(
     drop(probe);
     let mut events = Vec::new();
     let mut leaders = Vec::new();
+    // Events that write into another's ring: (event, leader).
+    let mut followers: Vec<(usize, usize)> = Vec::new();
     match scope {
         Scope::Command(pid) => {
             for &cpu in &cpus {
@@ -117,14 +119,11 @@ pub(crate) fn open(
                         Err(OpenError::NoSuchProcess { .. }) => break,
                         Err(e) => return Err(e.into()),
                     };
-                    if let Some(leader) = leader_of_cpu[c] {
-                        event
-                            .set_output(&events[leader])
-                            .map_err(EventsError::SetOutput)?;
-                    } else {
-                        leader_of_cpu[c] = Some(events.len());
+                    let leader = *leader_of_cpu[c].get_or_insert_with(|| {
                         leaders.push(events.len());
-                    }
+                        events.len()
+                    });
+                    followers.push((events.len(), leader));
                     events.push(event);
                 }
             }
@@ -145,6 +144,14 @@ pub(crate) fn open(
             Err(e) => return Err(e.into()),
         }
     };
+    // Only an event with a mapped ring can take others' records.
+    for (event, leader) in followers {
+        if event != leader {
+            events[event]
+                .set_output(&events[leader])
+                .map_err(EventsError::SetOutput)?;
+        }
+    }
     Ok(Events {
         opened: events,
         rings,

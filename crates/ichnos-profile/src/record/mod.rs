@@ -196,17 +196,46 @@ pub enum RecordError {
 
 /// Moves an existing recording aside to `FILE.old`, as perf does, and
 /// creates `path`.
-fn create_output(path: &Path) -> Result<File, RecordError> {
+fn create_output(path: &Path) -> Result<(File, OutputFile), RecordError> {
     let create = |source| RecordError::Create {
         path: path.to_path_buf(),
         source,
     };
+    let mut moved = None;
     if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file()) {
         let mut old = path.as_os_str().to_owned();
         old.push(".old");
         std::fs::rename(path, &old).map_err(create)?;
+        moved = Some(PathBuf::from(old));
     }
-    File::create(path).map_err(create)
+    let file = File::create(path).map_err(create)?;
+    Ok((
+        file,
+        OutputFile {
+            path: path.to_path_buf(),
+            old: moved,
+        },
+    ))
+}
+
+/// The recording being made, and the one it moved aside.
+#[derive(Debug)]
+struct OutputFile {
+    path: PathBuf,
+    old: Option<PathBuf>,
+}
+
+impl OutputFile {
+    /// A recording that never started leaves nothing behind: the new file
+    /// goes, and the one moved aside comes back.
+    fn abandon(&self) {
+        if std::fs::symlink_metadata(&self.path).is_ok_and(|m| m.is_file()) {
+            let _ = std::fs::remove_file(&self.path);
+            if let Some(old) = &self.old {
+                let _ = std::fs::rename(old, &self.path);
+            }
+        }
+    }
 }
 
 /// The processes' threads, checked: each must exist and be ours (or we
@@ -239,6 +268,7 @@ fn threads_of(pids: &[u32]) -> Result<Vec<u32>, RecordError> {
 /// reason of the user's is checked first.
 struct Prepared {
     file: File,
+    output: OutputFile,
     held: Option<launch::Held>,
     tids: Vec<u32>,
 }
@@ -247,10 +277,11 @@ fn prepare(options: &RecordOptions) -> Result<Prepared, RecordError> {
     Ok(match &options.target {
         RecordTarget::Command(command) => {
             let program = launch::resolve(command.first().ok_or(LaunchError::Empty)?)?;
-            let file = create_output(&options.output)?;
-            let held = launch::hold(&program, command)?;
+            let (file, output) = create_output(&options.output)?;
+            let held = launch::hold(&program, command).inspect_err(|_| output.abandon())?;
             Prepared {
                 file,
+                output,
                 held: Some(held),
                 tids: Vec::new(),
             }
@@ -258,17 +289,23 @@ fn prepare(options: &RecordOptions) -> Result<Prepared, RecordError> {
         RecordTarget::Pids(pids) => {
             crate::sys::raise_file_limit();
             let tids = threads_of(pids)?;
+            let (file, output) = create_output(&options.output)?;
             Prepared {
-                file: create_output(&options.output)?,
+                file,
+                output,
                 held: None,
                 tids,
             }
         }
-        RecordTarget::System => Prepared {
-            file: create_output(&options.output)?,
-            held: None,
-            tids: Vec::new(),
-        },
+        RecordTarget::System => {
+            let (file, output) = create_output(&options.output)?;
+            Prepared {
+                file,
+                output,
+                held: None,
+                tids: Vec::new(),
+            }
+        }
     })
 }
 
@@ -364,26 +401,39 @@ pub fn record(
     stop: &AtomicBool,
     status: &mut dyn FnMut(&Status),
 ) -> Result<Summary, RecordError> {
-    let prepared = prepare(options)?;
-    let scope = match (&options.target, &prepared.held) {
+    let Prepared {
+        file,
+        output: output_file,
+        held,
+        tids,
+    } = prepare(options)?;
+    let scope = match (&options.target, &held) {
         (RecordTarget::Command(_), Some(h)) => events::Scope::Command(h.pid()),
-        (RecordTarget::Pids(_), _) => events::Scope::Threads(&prepared.tids),
+        (RecordTarget::Pids(_), _) => events::Scope::Threads(&tids),
         _ => events::Scope::System,
     };
     let mut events = events::open(
         scope,
         event_config(options, scope),
         options.event == EventChoice::Default,
-    )?;
+    )
+    .inspect_err(|_| output_file.abandon())?;
     let notes = notes(options, &events);
     let start = monotonic_ns();
-    let (mut output, writer) = output::start(prepared.file, start)?;
+    let (mut output, writer) = output::start(file, start).inspect_err(|_| output_file.abandon())?;
     describe(&mut output, options, events.kind, start);
     let mut recorder = Recorder::new(options, output, &events);
     if let RecordTarget::Pids(pids) = &options.target {
-        recorder.attach(pids, &prepared.tids, start);
+        recorder.attach(pids, &tids, start);
     }
-    let mut child = start_target(prepared.held, &events)?;
+    let mut child = match start_target(held, &events) {
+        Ok(child) => child,
+        Err(e) => {
+            let _ = close(recorder.output, writer, 0);
+            output_file.abandon();
+            return Err(e);
+        }
+    };
     let result = recorder.run(&mut events, child.as_mut(), options, stop, status);
     for e in &events.opened {
         let _ = e.disable();
@@ -474,9 +524,7 @@ impl Ending {
                     .is_none_or(|t| t.elapsed() >= Duration::from_millis(500))
                 {
                     self.last_alive_check = Some(Instant::now());
-                    return pids
-                        .iter()
-                        .all(|p| !Path::new(&format!("/proc/{p}")).exists());
+                    return pids.iter().all(|&p| !crate::sys::alive(p));
                 }
             }
             return false;
@@ -576,6 +624,13 @@ impl Recorder {
         let mut ready = Vec::with_capacity(64);
         loop {
             epoll.wait(100, &mut ready).map_err(os("epoll"))?;
+            for &(token, hung_up) in &ready {
+                // The ring is still drained each round; only the wakeups
+                // of an event whose tasks are gone stop.
+                if let (true, Some((_, event))) = (hung_up, events.rings.get(token as usize)) {
+                    let _ = epoll.remove(events.opened[*event].as_fd().as_raw_fd());
+                }
+            }
             let now = monotonic_ns();
             self.drain(events, now.saturating_sub(MARGIN_NS));
             if self.output.writer_failed() {

@@ -94,12 +94,11 @@ fn percent(part: u64, whole: u64) -> f64 {
 }
 
 /// Writes the top table: `Self% Total% Self Total Function Object`, at
-/// most `limit` rows (0: all) and none whose sorted share is 0.
+/// most `limit` rows (0: all).
 pub fn write_top(
     out: &mut dyn Write,
     rows: &[TopRow],
     whole: Tally,
-    sort: Sort,
     limit: usize,
 ) -> io::Result<()> {
     writeln!(
@@ -109,10 +108,6 @@ pub fn write_top(
     )?;
     let shown = rows
         .iter()
-        .filter(|r| match sort {
-            Sort::SelfTime => r.self_tally.samples > 0,
-            Sort::Total => r.total_tally.samples > 0,
-        })
         .take(if limit == 0 { usize::MAX } else { limit });
     let mut count = 0;
     for r in shown {

@@ -1,0 +1,706 @@
+//! The profiler end to end: `ichnos record` of C fixtures built with `-O2
+//! -fomit-frame-pointer` and of the built-in demo, read back with `ichnos
+//! report`; the completeness of their stacks, the chains and names the
+//! reports show, their attribution to processes and threads, and the self
+//! shares against `perf record --call-graph dwarf` + `perf report`.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+const ICHNOS: &str = env!("CARGO_BIN_EXE_ichnos");
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/profile")
+        .join(name)
+}
+
+fn gcc(args: &[&str]) {
+    let out = Command::new("gcc").args(args).output().expect("gcc runs");
+    assert!(
+        out.status.success(),
+        "gcc {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// How `chains` is built.
+#[derive(Clone, Copy, Debug)]
+enum Build {
+    /// One executable, with SFrame.
+    Sframe,
+    /// One executable, `.eh_frame` only.
+    EhFrame,
+    /// The leaves in a shared library of ours, called through the PLT.
+    SharedLibrary,
+}
+
+/// Builds `chains` as `build` says in `dir`.
+fn build_chains(dir: &Path, build: Build) -> PathBuf {
+    let flags = ["-O2", "-g", "-fomit-frame-pointer"];
+    let exe = dir.join("chains");
+    let chains = fixture("chains.c");
+    let leaves = fixture("leaves.c");
+    let (chains, leaves) = (chains.to_str().unwrap(), leaves.to_str().unwrap());
+    let out = exe.to_str().unwrap();
+    match build {
+        Build::Sframe => gcc(&[&flags[..], &["-Wa,--gsframe", "-o", out, chains, leaves]].concat()),
+        Build::EhFrame => gcc(&[&flags[..], &["-o", out, chains, leaves]].concat()),
+        Build::SharedLibrary => {
+            let lib = dir.join("libleaves.so");
+            gcc(&[
+                &flags[..],
+                &[
+                    "-Wa,--gsframe",
+                    "-fPIC",
+                    "-shared",
+                    "-o",
+                    lib.to_str().unwrap(),
+                    leaves,
+                ],
+            ]
+            .concat());
+            let rpath = format!("-Wl,-rpath,{}", dir.display());
+            let libdir = format!("-L{}", dir.display());
+            gcc(&[
+                &flags[..],
+                &[
+                    "-Wa,--gsframe",
+                    "-o",
+                    out,
+                    chains,
+                    &libdir,
+                    "-lleaves",
+                    &rpath,
+                ],
+            ]
+            .concat());
+        }
+    }
+    exe
+}
+
+fn ichnos(args: &[&str]) -> Output {
+    Command::new(ICHNOS)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run ichnos")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Records `command` into `data` at `hz`; the recorder's output.
+fn record(data: &Path, hz: u32, command: &[&str]) -> Output {
+    let hz = hz.to_string();
+    let mut args = vec!["record", "-F", &hz, "-o", data.to_str().unwrap(), "--"];
+    args.extend_from_slice(command);
+    let out = ichnos(&args);
+    assert!(out.status.success(), "ichnos record: {}", stderr(&out));
+    out
+}
+
+/// The folded stacks of a report with `extra` flags: frames root first
+/// (the thread's name first) and the sample count.
+fn folded(data: &Path, extra: &[&str]) -> Vec<(Vec<String>, u64)> {
+    let mut args = vec!["report", "-i", data.to_str().unwrap(), "--format", "folded"];
+    args.extend_from_slice(extra);
+    let out = ichnos(&args);
+    assert!(out.status.success(), "ichnos report: {}", stderr(&out));
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let (stack, count) = line.rsplit_once(' ').unwrap();
+            (
+                stack.split(';').map(str::to_owned).collect(),
+                count.parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The self share (percent) of each function in the top table, inlined
+/// functions counted as their callers' (as perf counts them).
+fn self_shares(data: &Path) -> HashMap<String, f64> {
+    let out = ichnos(&[
+        "report",
+        "-i",
+        data.to_str().unwrap(),
+        "--limit",
+        "0",
+        "--no-inline",
+    ]);
+    assert!(out.status.success(), "ichnos report: {}", stderr(&out));
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim_start().starts_with("SELF%"))
+        .map(|l| {
+            let fields: Vec<&str> = l.split_whitespace().collect();
+            let share: f64 = fields[0].trim_end_matches('%').parse().unwrap();
+            (fields[4].to_owned(), share)
+        })
+        .collect()
+}
+
+const CHAINS_FUNCTIONS: [&str; 6] = [
+    "main",
+    "run",
+    "stage_a",
+    "stage_b",
+    "leaf_heavy",
+    "leaf_light",
+];
+
+/// Of the samples whose leaf is one of `own` functions: how many, and how
+/// many of those have a complete stack through `root`.
+fn completeness(stacks: &[(Vec<String>, u64)], own: &[&str], root: &str) -> (u64, u64) {
+    let mut total = 0;
+    let mut complete = 0;
+    for (frames, count) in stacks {
+        let leaf = frames.last().unwrap();
+        if !own.contains(&leaf.as_str()) && leaf != "unit" {
+            continue;
+        }
+        total += count;
+        if !frames.iter().any(|f| f == "[incomplete stack]") && frames.iter().any(|f| f == root) {
+            complete += count;
+        }
+    }
+    (total, complete)
+}
+
+fn chains_are_complete(build: Build) {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_chains(dir.path(), build);
+    let data = dir.path().join("chains.data");
+    record(&data, 2000, &[exe.to_str().unwrap(), "8000"]);
+    // The leaves' loop is inlined into each (`work`): counted as theirs.
+    let stacks = folded(&data, &["--no-inline"]);
+    let (total, complete) = completeness(&stacks, &CHAINS_FUNCTIONS, "main");
+    assert!(
+        total >= 1000,
+        "{build:?}: only {total} samples in the fixture"
+    );
+    assert!(
+        complete * 1000 >= total * 999,
+        "{build:?}: {complete} of {total} complete: {stacks:?}"
+    );
+    // The chains themselves, from the thread's start to each leaf.
+    for leaf in ["leaf_heavy", "leaf_light", "unit"] {
+        let want = ["main", "run", "stage_a", "stage_b", leaf];
+        assert!(
+            stacks
+                .iter()
+                .any(|(f, _)| f.len() >= 5 && f[f.len() - 5..] == want),
+            "{build:?}: no chain {want:?}: {stacks:?}"
+        );
+        assert!(stacks
+            .iter()
+            .any(|(f, _)| f[0] == "chains" && f[1] == "_start"));
+    }
+}
+
+#[test]
+fn stacks_through_sframe_are_complete() {
+    chains_are_complete(Build::Sframe);
+}
+
+#[test]
+fn stacks_through_eh_frame_alone_are_complete() {
+    chains_are_complete(Build::EhFrame);
+}
+
+#[test]
+fn stacks_through_a_shared_library_and_its_plt_are_complete() {
+    chains_are_complete(Build::SharedLibrary);
+}
+
+/// `perf report`'s self share of each symbol.
+fn perf_shares(data: &Path) -> HashMap<String, f64> {
+    let out = Command::new("perf")
+        .args([
+            "report",
+            "-i",
+            data.to_str().unwrap(),
+            "--stdio",
+            "--no-children",
+        ])
+        .args(["--sort", "symbol", "--percent-limit", "0", "-g", "none"])
+        .output()
+        .expect("perf runs (install linux-perf)");
+    assert!(out.status.success(), "perf report: {}", stderr(&out));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.starts_with('#') && l.contains('%'))
+        .filter_map(|l| {
+            let fields: Vec<&str> = l.split_whitespace().collect();
+            let share: f64 = fields.first()?.trim_end_matches('%').parse().ok()?;
+            // "12.34%  [.] name"
+            let name = fields.get(2)?;
+            Some(((*name).to_owned(), share))
+        })
+        .collect()
+}
+
+#[test]
+fn self_shares_agree_with_perf_record_call_graph_dwarf() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_chains(dir.path(), Build::Sframe);
+    let exe = exe.to_str().unwrap();
+    let perf_data = dir.path().join("perf.data");
+    let out = Command::new("perf")
+        .args([
+            "record",
+            "-q",
+            "-e",
+            "cpu-clock",
+            "-F",
+            "4000",
+            "--call-graph",
+            "dwarf",
+        ])
+        .arg("-o")
+        .arg(&perf_data)
+        .args(["--", exe, "16000"])
+        .output()
+        .expect("perf runs (install linux-perf)");
+    assert!(out.status.success(), "perf record: {}", stderr(&out));
+    let theirs = perf_shares(&perf_data);
+    let data = dir.path().join("chains.data");
+    record(&data, 4000, &[exe, "16000"]);
+    let ours = self_shares(&data);
+    for function in ["leaf_heavy", "leaf_light", "unit"] {
+        let (a, b) = (ours[function], theirs[function]);
+        assert!(
+            (a - b).abs() <= 3.0,
+            "{function}: ichnos {a:.2}%, perf {b:.2}% (ours {ours:?}, perf {theirs:?})"
+        );
+    }
+    // Not vacuous: the shares are the fixture's 60/20/20.
+    assert!((ours["leaf_heavy"] - 60.0).abs() < 10.0, "{ours:?}");
+}
+
+#[test]
+fn threads_are_named_and_each_keeps_its_own_samples() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("threads");
+    let src = fixture("threads.c");
+    gcc(&[
+        "-O2",
+        "-fomit-frame-pointer",
+        "-Wa,--gsframe",
+        "-pthread",
+        "-o",
+        exe.to_str().unwrap(),
+        src.to_str().unwrap(),
+    ]);
+    let data = dir.path().join("threads.data");
+    record(&data, 1000, &[exe.to_str().unwrap(), "0.4"]);
+    let stacks = folded(&data, &[]);
+    for (thread, work) in [
+        ("worker-a", "work_a"),
+        ("worker-b", "work_b"),
+        ("worker-c", "work_c"),
+    ] {
+        let mine: u64 = stacks
+            .iter()
+            .filter(|(f, _)| f.iter().any(|x| x == work))
+            .map(|(f, n)| {
+                assert_eq!(f[0], thread, "{work} sampled under {f:?}");
+                assert_eq!(f[1..4], ["clone3", "start_thread", work], "{f:?}");
+                n
+            })
+            .sum();
+        assert!(mine >= 100, "{thread}: {mine} samples");
+        // The thread filter keeps exactly those.
+        let only = folded(&data, &["--comm", thread]);
+        assert!(only.iter().all(|(f, _)| f[0] == thread), "{only:?}");
+        assert_eq!(only.iter().map(|(_, n)| n).sum::<u64>(), mine);
+    }
+}
+
+#[test]
+fn forked_and_execed_processes_keep_their_own_samples_and_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("forker");
+    let src = fixture("forker.c");
+    gcc(&[
+        "-O2",
+        "-fomit-frame-pointer",
+        "-Wa,--gsframe",
+        "-o",
+        exe.to_str().unwrap(),
+        src.to_str().unwrap(),
+    ]);
+    let data = dir.path().join("forker.data");
+    let out = record(&data, 1000, &[exe.to_str().unwrap()]);
+    // The fixture's lines: "ROLE PID".
+    let pids: HashMap<String, String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(a, b)| (a.to_owned(), b.to_owned()))
+        .collect();
+    assert_eq!(pids.len(), 3, "{pids:?}");
+    for (role, work) in [
+        ("fork-parent", "parent_work"),
+        ("fork-child", "forked_work"),
+        ("exec-child", "exec_work"),
+    ] {
+        let only = folded(&data, &["--pid", &pids[role]]);
+        let samples: u64 = only.iter().map(|(_, n)| n).sum();
+        assert!(samples >= 100, "{role}: {samples} samples: {only:?}");
+        for (frames, _) in &only {
+            assert_eq!(frames[0], role, "{frames:?}");
+            let leaf = frames.last().unwrap();
+            let others = ["parent_work", "forked_work", "exec_work"];
+            assert!(
+                !others.contains(&leaf.as_str()) || leaf == work,
+                "{role} sampled in {leaf}"
+            );
+        }
+        assert!(only
+            .iter()
+            .any(|(f, _)| f.ends_with(&["main".into(), work.into()])));
+    }
+}
+
+#[test]
+fn a_running_process_is_recorded_with_dash_p() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("threads");
+    let src = fixture("threads.c");
+    gcc(&[
+        "-O2",
+        "-fomit-frame-pointer",
+        "-Wa,--gsframe",
+        "-pthread",
+        "-o",
+        exe.to_str().unwrap(),
+        src.to_str().unwrap(),
+    ]);
+    let mut child = Command::new(&exe).arg("1.0").spawn().unwrap();
+    // Let its threads start.
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    let data = dir.path().join("attached.data");
+    let pid = child.id().to_string();
+    let out = ichnos(&["record", "-o", data.to_str().unwrap(), "-p", &pid]);
+    let _ = child.wait();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let stacks = folded(&data, &[]);
+    for (thread, work) in [("worker-a", "work_a"), ("worker-b", "work_b")] {
+        let mine: Vec<_> = stacks
+            .iter()
+            .filter(|(f, _)| f.last().is_some_and(|l| l == work))
+            .collect();
+        let samples: u64 = mine.iter().map(|(_, n)| n).sum();
+        assert!(samples >= 200, "{thread}: {samples}: {stacks:?}");
+        for (f, _) in mine {
+            assert_eq!(f[..4], [thread, "clone3", "start_thread", work], "{f:?}");
+        }
+    }
+}
+
+#[test]
+fn the_demo_shows_its_jit_frame_by_name_between_native_frames() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("demo.data");
+    let out = ichnos(&["demo", "-o", data.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l.contains("jit_hot_loop") && l.trim_end().ends_with("[jit]")),
+        "{text}"
+    );
+    let stacks = folded(&data, &[]);
+    let jit = [
+        "demo_jit_driver",
+        "jit_hot_loop",
+        "demo_jit_callback",
+        "score_leaf",
+    ];
+    let through_jit: u64 = stacks
+        .iter()
+        .filter(|(f, _)| f.windows(4).any(|w| w == jit))
+        .map(|(f, n)| {
+            assert_eq!(f[0], "demo-jit");
+            assert!(!f.contains(&"[incomplete stack]".to_owned()), "{f:?}");
+            n
+        })
+        .sum();
+    assert!(through_jit >= 100, "{through_jit}: {stacks:?}");
+    let native = ["parse_records", "transform_table", "hash_row", "mix_block"];
+    assert!(stacks
+        .iter()
+        .any(|(f, _)| f[0] == "demo-native" && f.windows(4).any(|w| w == native)));
+    let own = [
+        "demo_native_work",
+        "parse_records",
+        "transform_table",
+        "hash_row",
+        "mix_block",
+        "checksum_row",
+        "demo_jit_driver",
+        "jit_hot_loop",
+        "demo_jit_callback",
+        "score_leaf",
+    ];
+    let (total, complete) = completeness(&stacks, &own, "start_thread");
+    // Fewer when other tests share the CPUs: the demo runs by the clock.
+    assert!(total >= 1000, "{total}");
+    assert!(complete * 1000 >= total * 999, "{complete} of {total}");
+}
+
+/// Runs `ichnos args`, expecting the user-error exit status 1 and an
+/// error message holding every one of `wanted`.
+fn fails_with(args: &[&str], wanted: &[&str]) -> String {
+    let out = ichnos(args);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+    assert!(err.starts_with("error: "), "{args:?}: {err}");
+    for w in wanted {
+        assert!(err.contains(w), "{args:?}: {err:?} lacks {w:?}");
+    }
+    err
+}
+
+#[test]
+fn commands_that_cannot_run_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("x.data");
+    let data = data.to_str().unwrap();
+    fails_with(
+        &["record", "-o", data, "--", "/nonexistent/prog"],
+        &["/nonexistent/prog", "no such file"],
+    );
+    fails_with(
+        &["record", "-o", data, "--", "no-such-command-ichnos"],
+        &["no-such-command-ichnos", "command not found"],
+    );
+    let text = dir.path().join("notes.txt");
+    std::fs::write(&text, "not a program").unwrap();
+    fails_with(
+        &["record", "-o", data, "--", text.to_str().unwrap()],
+        &["notes.txt", "not an executable"],
+    );
+    // Executable, but not a program the kernel can run.
+    std::fs::set_permissions(&text, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let err = fails_with(
+        &["record", "-o", data, "--", text.to_str().unwrap()],
+        &["cannot run", "notes.txt", "Exec format error"],
+    );
+    assert_eq!(err.matches("Exec format error").count(), 1, "{err}");
+    // Nothing was left behind for a command that never ran.
+    assert!(!Path::new(data).exists());
+}
+
+#[test]
+fn processes_that_cannot_be_attached_to_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("x.data");
+    // Above the kernel's largest pid (2^22).
+    fails_with(
+        &["record", "-o", data.to_str().unwrap(), "-p", "4194305"],
+        &["process 4194305 does not exist"],
+    );
+    fails_with(
+        &["record", "-o", data.to_str().unwrap(), "-p", "12x"],
+        &["\"12x\" is not a process id"],
+    );
+}
+
+#[test]
+fn outputs_that_cannot_be_written_are_named() {
+    fails_with(
+        &["record", "-o", "/nonexistent/dir/x.data", "--", "true"],
+        &["cannot create /nonexistent/dir/x.data", "No such file"],
+    );
+    // A full device: what was written before stays readable; here nothing
+    // fits, and the error says which file and why.
+    fails_with(
+        &["record", "-o", "/dev/full", "--", "true"],
+        &["/dev/full", "No space left on device"],
+    );
+}
+
+#[test]
+fn the_commands_exit_status_is_ichnos_s() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("x.data");
+    let data = data.to_str().unwrap();
+    let out = ichnos(&["record", "-o", data, "--", "sh", "-c", "exit 3"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    // Killed by a signal: 128 + its number, as a shell reports it.
+    let out = ichnos(&["record", "-o", data, "--", "sh", "-c", "kill -9 $$"]);
+    assert_eq!(out.status.code(), Some(137), "{}", stderr(&out));
+    // The recording of a command killed midway is whole.
+    let report = ichnos(&["report", "-i", data]);
+    assert!(report.status.success(), "{}", stderr(&report));
+}
+
+#[test]
+fn an_existing_recording_is_kept_as_old() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("x.data");
+    std::fs::write(&data, b"previous").unwrap();
+    record(&data, 100, &["true"]);
+    let old = dir.path().join("x.data.old");
+    assert_eq!(std::fs::read(old).unwrap(), b"previous");
+    assert!(std::fs::read(&data).unwrap().starts_with(b"ICHNOSRC"));
+}
+
+#[test]
+fn a_recorder_killed_with_sigkill_leaves_a_recording_read_to_its_last_chunk() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_chains(dir.path(), Build::Sframe);
+    let data = dir.path().join("killed.data");
+    let mut recorder = Command::new(ICHNOS)
+        .args(["record", "-o", data.to_str().unwrap(), "--"])
+        .args([exe.to_str().unwrap(), "40000"])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Chunks are written every second.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    recorder.kill().unwrap();
+    recorder.wait().unwrap();
+    // The command runs on without its recorder: end it.
+    let _ = Command::new("pkill")
+        .args(["-9", "-f", exe.to_str().unwrap()])
+        .status();
+    let out = ichnos(&["report", "-i", data.to_str().unwrap(), "--no-inline"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("did not finish"), "{err}");
+    // Everything before the cut is reported.
+    let text = String::from_utf8_lossy(&out.stdout);
+    let heavy = text
+        .lines()
+        .find(|l| l.contains(" leaf_heavy "))
+        .unwrap_or_else(|| panic!("{text}"));
+    let samples: u64 = heavy.split_whitespace().nth(2).unwrap().parse().unwrap();
+    assert!(samples >= 200, "{heavy}");
+}
+
+#[test]
+fn a_stop_signal_ends_the_command_and_the_recording_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_chains(dir.path(), Build::Sframe);
+    let data = dir.path().join("stopped.data");
+    let recorder = Command::new(ICHNOS)
+        .args(["record", "-o", data.to_str().unwrap(), "--"])
+        .args([exe.to_str().unwrap(), "100000"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    // SIGINT to the recorder alone (as `kill -INT` would send it): the
+    // command, which did not get it, is asked to end with SIGTERM.
+    let pid = recorder.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let out = recorder.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(128 + 15), "{}", stderr(&out));
+    assert!(stderr(&out).contains("recorded "), "{}", stderr(&out));
+    let report = ichnos(&["report", "-i", data.to_str().unwrap()]);
+    assert!(report.status.success(), "{}", stderr(&report));
+}
+
+#[test]
+fn damaged_and_foreign_recordings_are_named_with_the_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("good.data");
+    let exe = build_chains(dir.path(), Build::Sframe);
+    record(&data, 1000, &[exe.to_str().unwrap(), "3000"]);
+    let bytes = std::fs::read(&data).unwrap();
+    let path = dir.path().join("bad.data");
+    let p = path.to_str().unwrap();
+
+    std::fs::write(&path, b"PERFILE2 and more bytes of a perf.data file").unwrap();
+    fails_with(
+        &["report", "-i", p],
+        &["bad.data", "not an ichnos recording"],
+    );
+
+    let mut version = bytes.clone();
+    version[8] = 9;
+    std::fs::write(&path, &version).unwrap();
+    fails_with(&["report", "-i", p], &["format version 9"]);
+
+    // A flipped byte inside the first chunk (which starts at byte 32).
+    let mut corrupt = bytes.clone();
+    corrupt[60] ^= 0x40;
+    std::fs::write(&path, &corrupt).unwrap();
+    fails_with(&["report", "-i", p], &["corrupt chunk at byte 32"]);
+
+    // Cut inside a chunk: reported up to it, and the cut named.
+    std::fs::write(&path, &bytes[..bytes.len() - 10]).unwrap();
+    let err = fails_with(&["report", "-i", p], &["cut short", "at byte"]);
+    assert!(err.contains("did not finish"), "{err}");
+
+    fails_with(
+        &["report", "-i", "/nonexistent.data"],
+        &["/nonexistent.data"],
+    );
+    fails_with(&["report", "-i", "/tmp"], &["not a regular file"]);
+}
+
+/// Runs ichnos as the unprivileged user `nobody`.
+fn as_nobody(args: &[&str]) -> Output {
+    Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", ICHNOS])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("setpriv runs (util-linux)")
+}
+
+#[test]
+fn refusals_say_which_setting_or_permission_is_missing() {
+    let paranoid: i32 = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let data = dir.path().join("x.data");
+    let data = data.to_str().unwrap();
+    // Another user's process (pid 1 is root's).
+    let out = as_nobody(&["record", "-o", data, "-p", "1"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("belongs to another user"),
+        "{}",
+        stderr(&out)
+    );
+    // The whole machine needs perf_event_paranoid 0 or lower; the message
+    // gives the value now and the sysctl to change it.
+    if paranoid > 0 {
+        let out = as_nobody(&["record", "-o", data, "-a"]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains(&format!("kernel.perf_event_paranoid is {paranoid}"))
+                && err.contains("sysctl kernel.perf_event_paranoid=0"),
+            "{err}"
+        );
+    }
+    // A command of our own is allowed at paranoid 2.
+    if paranoid <= 2 {
+        let out = as_nobody(&["record", "-o", data, "--", "true"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+}
