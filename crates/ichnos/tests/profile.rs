@@ -704,3 +704,198 @@ fn refusals_say_which_setting_or_permission_is_missing() {
         assert!(out.status.success(), "{}", stderr(&out));
     }
 }
+
+fn build_id(path: &Path) -> String {
+    let out = Command::new("readelf")
+        .args(["-n"])
+        .arg(path)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_owned))
+        .expect("a build id")
+}
+
+#[test]
+fn objects_are_found_by_build_id_and_changed_ones_are_named_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_chains(dir.path(), Build::Sframe);
+    let data = dir.path().join("chains.data");
+    record(&data, 1000, &[exe.to_str().unwrap(), "3000"]);
+    let id = build_id(&exe);
+    // A copy kept by build id, as distributions keep debug files.
+    let debug = dir.path().join("debug");
+    let by_id = debug.join(".build-id").join(&id[..2]);
+    std::fs::create_dir_all(&by_id).unwrap();
+    std::fs::copy(&exe, by_id.join(format!("{}.debug", &id[2..]))).unwrap();
+    // The program is rebuilt differently: its build id changes.
+    let flags = ["-O1", "-g", "-fomit-frame-pointer"];
+    let (chains, leaves) = (fixture("chains.c"), fixture("leaves.c"));
+    gcc(&[
+        &flags[..],
+        &[
+            "-o",
+            exe.to_str().unwrap(),
+            chains.to_str().unwrap(),
+            leaves.to_str().unwrap(),
+        ],
+    ]
+    .concat());
+    assert_ne!(build_id(&exe), id);
+
+    // perf's build-id cache (~/.debug) is searched too: a home of its
+    // own keeps copies other tests made out of this one.
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let report = |extra: &[&str]| {
+        let mut args = vec![
+            "report",
+            "-i",
+            data.to_str().unwrap(),
+            "--no-inline",
+            "--format",
+            "folded",
+        ];
+        args.extend_from_slice(extra);
+        Command::new(ICHNOS)
+            .args(&args)
+            .env("HOME", &home)
+            .env("XDG_CACHE_HOME", home.join(".cache"))
+            .output()
+            .unwrap()
+    };
+    // Without the copy: one warning naming the file and both build ids,
+    // and the program's frames as chains+offset.
+    let out = report(&[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(err.matches("warning: ").count(), 1, "{err}");
+    assert!(
+        err.contains("has changed since the recording") && err.contains(&id),
+        "{err}"
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("leaf_heavy"), "{text}");
+    assert!(text.contains(";chains+0x"), "{text}");
+    // With the copy found by build id, the names come back.
+    let out = report(&["--debug-dir", debug.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains(";stage_b;leaf_heavy "));
+    // Gone altogether.
+    std::fs::remove_file(&exe).unwrap();
+    let out = report(&[]);
+    assert!(stderr(&out).contains("is gone"), "{}", stderr(&out));
+}
+
+#[test]
+fn report_options_change_what_is_shown() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_chains(dir.path(), Build::Sframe);
+    let data = dir.path().join("chains.data");
+    record(&data, 2000, &[exe.to_str().unwrap(), "4000"]);
+    let d = data.to_str().unwrap();
+    let rows = |extra: &[&str]| -> Vec<Vec<String>> {
+        let mut args = vec!["report", "-i", d, "--no-inline"];
+        args.extend_from_slice(extra);
+        let out = ichnos(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim_start().starts_with("SELF%"))
+            .map(|l| l.split_whitespace().map(str::to_owned).collect())
+            .collect()
+    };
+    // By total time: the chain from _start to stage_b holds every sample.
+    let total = rows(&["--sort", "total", "--limit", "8"]);
+    assert_eq!(total.len(), 8, "{total:?}");
+    for f in ["_start", "main", "run", "stage_a", "stage_b"] {
+        let row = total
+            .iter()
+            .find(|r| r[4] == f)
+            .unwrap_or_else(|| panic!("{f}: {total:?}"));
+        assert_eq!(row[1], "100.00%", "{row:?}");
+    }
+    let out = ichnos(&["report", "-i", d, "--limit", "2"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("more functions (--limit 0 shows all)"));
+    let self_sorted = rows(&["--limit", "1"]);
+    assert_eq!(self_sorted[0][4], "leaf_heavy");
+    // Addresses instead of names.
+    let addresses = rows(&["--addresses", "--limit", "0"]);
+    assert!(
+        addresses.iter().all(|r| !r[4].contains("leaf_")),
+        "{addresses:?}"
+    );
+    assert!(
+        addresses.iter().any(|r| r[4].starts_with("chains+0x")),
+        "{addresses:?}"
+    );
+    // The tree folds what is below --min-percent.
+    let out = ichnos(&[
+        "report",
+        "-i",
+        d,
+        "--tree",
+        "--no-inline",
+        "--min-percent",
+        "50",
+    ]);
+    let tree = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        tree.contains("leaf_heavy") && !tree.contains("leaf_light"),
+        "{tree}"
+    );
+    assert!(tree.contains("more below 50%"), "{tree}");
+}
+
+#[test]
+fn jit_code_named_in_perf_maps_and_jitdump_files_is_named_after_they_are_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("named_jit");
+    let src = fixture("named_jit.c");
+    gcc(&["-O2", "-o", exe.to_str().unwrap(), src.to_str().unwrap()]);
+    let data = dir.path().join("jit.data");
+    // The fixture writes its jitdump file in its working directory.
+    let out = Command::new(ICHNOS)
+        .args([
+            "record",
+            "-o",
+            data.to_str().unwrap(),
+            "--",
+            exe.to_str().unwrap(),
+        ])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    // The process removed both files on its way out.
+    assert!(std::fs::read_dir(dir.path()).unwrap().all(|e| !e
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .starts_with("jit-")));
+    let stacks = folded(&data, &[]);
+    for name in ["perf_mapped_loop", "jitdumped_loop"] {
+        let samples: u64 = stacks
+            .iter()
+            .filter(|(f, _)| f.last().is_some_and(|l| l == name))
+            .map(|(_, n)| n)
+            .sum();
+        assert!(samples >= 100, "{name}: {samples}: {stacks:?}");
+    }
+    let out = ichnos(&["report", "-i", data.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    for name in ["perf_mapped_loop", "jitdumped_loop"] {
+        let row = text.lines().find(|l| l.contains(name)).unwrap();
+        assert!(row.trim_end().ends_with("[jit]"), "{row}");
+    }
+    // The code keeps no frame pointer: the walk stops at the JIT frame
+    // rather than reading made-up frames from rbp.
+    assert!(
+        stacks
+            .iter()
+            .all(|(f, _)| !f.iter().any(|x| x.starts_with("0x"))),
+        "{stacks:?}"
+    );
+}

@@ -774,13 +774,24 @@ impl Recorder {
             }
         }
         let space = self.spaces.by_pid.get_mut(&pid).expect("still there");
+        // A frame-pointer chain through code that does not keep one reads
+        // whatever rbp holds: a "return address" in no mapping is not one,
+        // and the stack ends before it rather than with made-up frames.
+        let mut stop = stack_stop(stop);
+        if let Some(bad) = self
+            .frames
+            .iter()
+            .position(|f| f.kind == FrameKind::FramePointer && !space.is_mapped(f.lookup_address()))
+        {
+            self.frames.truncate(bad);
+            stop = StackStop::NoUnwindInfo;
+        }
         self.stack.clear();
         self.stack.extend(self.frames.iter().map(|f| match f.kind {
             // Stored plus one so that "minus one" finds the instruction.
             FrameKind::Interrupted => f.ip.wrapping_add(1),
             _ => f.ip,
         }));
-        let stop = stack_stop(stop);
         let (id, new) = self.interner.intern(space.asid, stop, &self.stack);
         if new {
             self.output.meta(&Record::StackOut(StackOut {

@@ -467,6 +467,11 @@ fn vdso_object(pid: u32, range: &Range<u64>, choice: RowChoice) -> Option<CodeOb
 }
 
 impl AddressSpace {
+    /// Whether `pc` lies in an executable mapping of the process.
+    pub fn is_mapped(&self, pc: u64) -> bool {
+        self.code.find(pc).is_some() || self.mappings.iter().any(|m| m.range.contains(&pc))
+    }
+
     /// Whether `pc` lies in memory a JIT may fill: anonymous executable
     /// memory, or no mapping at all (code mapped before a record could
     /// tell us).
