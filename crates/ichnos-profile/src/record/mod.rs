@@ -12,6 +12,8 @@
 //! ring's watermark, through epoll) or at least every 100 ms, and handles
 //! each sample without allocating once its buffers have grown.
 
+#[cfg(test)]
+mod alloc_test;
 mod events;
 mod intern;
 mod model;

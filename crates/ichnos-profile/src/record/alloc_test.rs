@@ -1,0 +1,157 @@
+//! The recorder's per-sample path allocates nothing: samples of this very
+//! thread, as the kernel would deliver them, go through the sorter, the
+//! address-space model, the unwinder, the interner and the buffer to the
+//! writer, under an allocator that counts this thread's allocations.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+use ichnos_perf::record::{SampleFormat, RECORD_SAMPLE};
+use ichnos_perf::{EventConfig, EventKind};
+
+use super::order::Sorter;
+use super::{output, Interner, Recorder, Spaces};
+
+struct Counting;
+
+thread_local! {
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+// SAFETY: forwards to the system allocator; the counter is a
+// thread-local Cell (no allocation, no lock).
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.with(|c| c.set(c.get() + 1));
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, size: usize) -> *mut u8 {
+        ALLOCATIONS.with(|c| c.set(c.get() + 1));
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.realloc(ptr, layout, size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+fn allocations() -> u64 {
+    ALLOCATIONS.with(Cell::get)
+}
+
+/// The registers of this point of this thread and a copy of its stack,
+/// as a sample record of `format` (what the kernel writes).
+#[inline(never)]
+fn sample_here(format: &SampleFormat, time: u64) -> Vec<u8> {
+    let (ip, sp, bp): (u64, u64, u64);
+    // SAFETY: reads three registers into locals; no memory is touched.
+    unsafe {
+        std::arch::asm!(
+            "lea {ip}, [rip]",
+            "mov {sp}, rsp",
+            "mov {bp}, rbp",
+            ip = out(reg) ip,
+            sp = out(reg) sp,
+            bp = out(reg) bp,
+        );
+    }
+    let mut stack = vec![0u8; 16 << 10];
+    let n = {
+        use ichnos_code::memory::Memory as _;
+        let mut m = ichnos_code::memory::ProcessMemory::current();
+        // Up to the end of the stack mapping: halve until it reads.
+        let mut n = stack.len();
+        while n >= 64 && m.read(sp, &mut stack[..n]).is_err() {
+            n /= 2;
+        }
+        n
+    };
+    let pid = std::process::id();
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() }.cast_unsigned();
+    let mut r = Vec::new();
+    let push = |r: &mut Vec<u8>, v: u64| r.extend_from_slice(&v.to_le_bytes());
+    push(&mut r, 0); // header, filled below
+    push(&mut r, ip);
+    r.extend_from_slice(&pid.to_le_bytes());
+    r.extend_from_slice(&tid.to_le_bytes());
+    push(&mut r, time);
+    push(&mut r, 0); // cpu, res
+    push(&mut r, 1_000_000); // period
+    push(&mut r, 2); // regs ABI 64
+    push(&mut r, bp);
+    push(&mut r, sp);
+    push(&mut r, ip);
+    push(&mut r, stack.len() as u64);
+    r.extend_from_slice(&stack);
+    push(&mut r, n as u64);
+    let size = u16::try_from(r.len()).unwrap();
+    r[..4].copy_from_slice(&RECORD_SAMPLE.to_le_bytes());
+    r[6..8].copy_from_slice(&size.to_le_bytes());
+    assert_eq!(format.regs_user.count_ones(), 3);
+    r
+}
+
+#[test]
+fn a_sample_seen_before_costs_no_allocation() {
+    let config = EventConfig {
+        kind: EventKind::CpuClock,
+        frequency: 1000,
+        stack_user: 16 << 10,
+        regs_user: EventConfig::UNWIND_REGS,
+        inherit: false,
+        enable_on_exec: false,
+        disabled: true,
+        wakeup_watermark: 1,
+        side_band: true,
+        build_ids: false,
+    };
+    let format = SampleFormat::of(&config.attr());
+    let dir = tempfile::tempdir().unwrap();
+    let file = std::fs::File::create(dir.path().join("x.data")).unwrap();
+    let start = ichnos_perf::monotonic_ns();
+    let (output, writer) = output::start(file, start).unwrap();
+    let mut recorder = Recorder {
+        spaces: Spaces::new(ichnos_code::elf::RowChoice::SframeThenEhFrame),
+        interner: Interner::default(),
+        output,
+        sorter: Sorter::new(vec![format]),
+        options: ichnos_code::UnwindOptions::default(),
+        frames: Vec::with_capacity(256),
+        stack: Vec::with_capacity(256),
+        samples: 0,
+        complete: 0,
+        lost: 0,
+    };
+    let record = sample_here(&format, start);
+    let round = |recorder: &mut Recorder, records: usize| {
+        for _ in 0..records {
+            let from = recorder.sorter.buffer().len();
+            recorder.sorter.buffer().extend_from_slice(&record);
+            recorder.sorter.stage(from, 0, start);
+        }
+        let mut sorter = std::mem::take(&mut recorder.sorter);
+        sorter.release(u64::MAX, |r, _| recorder.handle(r));
+        recorder.sorter = sorter;
+    };
+    // The first rounds build the process's model, intern the stack and
+    // grow the buffers.
+    for _ in 0..3 {
+        round(&mut recorder, 32);
+    }
+    assert_eq!(recorder.samples, 96);
+    assert_eq!(recorder.complete, 96, "this thread's stack unwinds whole");
+    let before = allocations();
+    for _ in 0..20 {
+        round(&mut recorder, 32);
+    }
+    assert_eq!(allocations() - before, 0, "allocations per 640 samples");
+    assert_eq!(recorder.samples, 736);
+    assert_eq!(recorder.interner.len(), 1);
+    super::close(recorder.output, writer, 0).unwrap();
+}
