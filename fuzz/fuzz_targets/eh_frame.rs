@@ -13,6 +13,19 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
         let at = usize::try_from(addr).ok()? % data.len().max(1);
         data.get(at..)?.first_chunk::<8>().map(|w| u64::from_le_bytes(*w))
     };
+    // The same bytes converted FDE by FDE on lookup, found through the
+    // first half read as an .eh_frame_hdr and then by their headers.
+    let (hdr, _) = data.split_at(data.len() / 2);
+    for hdr in [Some((hdr, 0x1800)), None] {
+        let lazy =
+            ichnos_code::lazy::LazyRows::new(data.to_vec(), 0x2000, hdr, Some(0x1000), None, 0);
+        for f in conversion.table.rows().iter().take(16) {
+            let _ = lazy.find(conversion.table.base() + u64::from(f.ip_off));
+        }
+        let _ = lazy.find(0x1000);
+        let mut read = |addr| word(addr);
+        let _ = lazy.evaluate_cfi(0x1000, 0, Regs { ip: 0x1000, sp: 0x7000, fp: 0 }, &mut read);
+    }
     for fde in conversion.cfi_fdes.iter().take(8) {
         for pc in [fde.start, fde.start.wrapping_add(1), fde.end.wrapping_sub(1)] {
             let regs = Regs {

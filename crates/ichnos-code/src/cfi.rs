@@ -228,94 +228,110 @@ impl CfiSection {
         let span = self
             .fde_at(link_pc)
             .ok_or(CfiError::NoFde { addr: link_pc })?;
-        let fde_offset = span.offset;
-        let dwarf = |source| CfiError::Dwarf { fde_offset, source };
-        let eh_frame = EhFrame::new(&self.data, LittleEndian);
-        let fde = eh_frame
-            .fde_from_offset(
-                &self.bases,
-                EhFrameOffset(fde_offset),
-                EhFrame::cie_from_offset,
-            )
-            .map_err(dwarf)?;
-        let encoding = fde.cie().encoding();
-        let mut ctx = Box::new(UnwindContext::new());
-        let row = fde
-            .unwind_info_for_address(&eh_frame, &self.bases, &mut ctx, link_pc)
-            .map_err(dwarf)?;
-        let mut inputs = Inputs {
+        evaluate_fde(
+            &self.data,
+            &self.bases,
+            span.offset,
+            link_pc,
             regs,
             relocation,
             read,
-            fde_offset,
-        };
-        let cfa = match row.cfa() {
-            CfaRule::RegisterAndOffset { register, offset } => {
-                inputs.register(*register)?.wrapping_add_signed(*offset)
-            }
-            CfaRule::Expression(expression) => {
-                let expression = expression.get(&eh_frame).map_err(dwarf)?;
-                evaluate_expression(expression, encoding, None, &mut inputs, RuleOf::Cfa)?
-            }
-        };
-        let recover = |rule: &RegisterRule<usize>,
-                       current: u64,
-                       inputs: &mut Inputs<'_>,
-                       of: RuleOf|
-         -> Result<Option<u64>, CfiError> {
-            Ok(Some(match rule {
-                RegisterRule::Undefined => return Ok(None),
-                RegisterRule::SameValue => current,
-                RegisterRule::Offset(n) => inputs.load(cfa.wrapping_add_signed(*n))?,
-                RegisterRule::ValOffset(n) => cfa.wrapping_add_signed(*n),
-                RegisterRule::Register(r) => inputs.register(*r)?,
-                RegisterRule::Expression(e) => {
-                    let e = e.get(&eh_frame).map_err(dwarf)?;
-                    let addr = evaluate_expression(e, encoding, Some(cfa), inputs, of)?;
-                    inputs.load(addr)?
-                }
-                RegisterRule::ValExpression(e) => {
-                    let e = e.get(&eh_frame).map_err(dwarf)?;
-                    evaluate_expression(e, encoding, Some(cfa), inputs, of)?
-                }
-                RegisterRule::Constant(c) => *c,
-                RegisterRule::Architectural => {
-                    return Err(CfiError::UnsupportedExpression {
-                        fde_offset,
-                        what: of,
-                    })
-                }
-            }))
-        };
-        let ip = match row.register(X86_64::RA) {
-            None | Some(RegisterRule::Architectural) => {
-                return Err(CfiError::NoReturnAddressRule { fde_offset })
-            }
-            Some(rule) => {
-                match recover(&rule, regs.ip, &mut inputs, RuleOf::Register(X86_64::RA.0))? {
-                    Some(ip) => ip,
-                    None => return Ok(CfiStep::Outermost),
-                }
-            }
-        };
-        // Registers without a rule keep their value (the CFA is the caller's
-        // stack pointer by definition); an undefined one is not known, and
-        // keeping the old value is what the frame-pointer fallback would do.
-        let fp = match row.register(X86_64::RBP) {
-            None => regs.fp,
-            Some(rule) => recover(&rule, regs.fp, &mut inputs, RuleOf::Register(X86_64::RBP.0))?
-                .unwrap_or(regs.fp),
-        };
-        let sp = match row.register(X86_64::RSP) {
-            None => cfa,
-            Some(rule) => recover(&rule, regs.sp, &mut inputs, RuleOf::Register(X86_64::RSP.0))?
-                .unwrap_or(cfa),
-        };
-        Ok(CfiStep::Caller {
-            regs: Regs { ip, sp, fp },
-            interrupted: fde.is_signal_trampoline(),
-        })
+        )
     }
+}
+
+/// Evaluates the FDE at `fde_offset` of the `.eh_frame` bytes `data` at
+/// `link_pc`, as [`CfiSection::evaluate`] does.
+pub(crate) fn evaluate_fde(
+    data: &[u8],
+    bases: &BaseAddresses,
+    fde_offset: usize,
+    link_pc: u64,
+    regs: Regs,
+    relocation: u64,
+    read: &mut dyn FnMut(u64) -> Option<u64>,
+) -> Result<CfiStep, CfiError> {
+    let dwarf = |source| CfiError::Dwarf { fde_offset, source };
+    let eh_frame = EhFrame::new(data, LittleEndian);
+    let fde = eh_frame
+        .fde_from_offset(bases, EhFrameOffset(fde_offset), EhFrame::cie_from_offset)
+        .map_err(dwarf)?;
+    let encoding = fde.cie().encoding();
+    let mut ctx = Box::new(UnwindContext::new());
+    let row = fde
+        .unwind_info_for_address(&eh_frame, bases, &mut ctx, link_pc)
+        .map_err(dwarf)?;
+    let mut inputs = Inputs {
+        regs,
+        relocation,
+        read,
+        fde_offset,
+    };
+    let cfa = match row.cfa() {
+        CfaRule::RegisterAndOffset { register, offset } => {
+            inputs.register(*register)?.wrapping_add_signed(*offset)
+        }
+        CfaRule::Expression(expression) => {
+            let expression = expression.get(&eh_frame).map_err(dwarf)?;
+            evaluate_expression(expression, encoding, None, &mut inputs, RuleOf::Cfa)?
+        }
+    };
+    let recover = |rule: &RegisterRule<usize>,
+                   current: u64,
+                   inputs: &mut Inputs<'_>,
+                   of: RuleOf|
+     -> Result<Option<u64>, CfiError> {
+        Ok(Some(match rule {
+            RegisterRule::Undefined => return Ok(None),
+            RegisterRule::SameValue => current,
+            RegisterRule::Offset(n) => inputs.load(cfa.wrapping_add_signed(*n))?,
+            RegisterRule::ValOffset(n) => cfa.wrapping_add_signed(*n),
+            RegisterRule::Register(r) => inputs.register(*r)?,
+            RegisterRule::Expression(e) => {
+                let e = e.get(&eh_frame).map_err(dwarf)?;
+                let addr = evaluate_expression(e, encoding, Some(cfa), inputs, of)?;
+                inputs.load(addr)?
+            }
+            RegisterRule::ValExpression(e) => {
+                let e = e.get(&eh_frame).map_err(dwarf)?;
+                evaluate_expression(e, encoding, Some(cfa), inputs, of)?
+            }
+            RegisterRule::Constant(c) => *c,
+            RegisterRule::Architectural => {
+                return Err(CfiError::UnsupportedExpression {
+                    fde_offset,
+                    what: of,
+                })
+            }
+        }))
+    };
+    let ip = match row.register(X86_64::RA) {
+        None | Some(RegisterRule::Architectural) => {
+            return Err(CfiError::NoReturnAddressRule { fde_offset })
+        }
+        Some(rule) => match recover(&rule, regs.ip, &mut inputs, RuleOf::Register(X86_64::RA.0))? {
+            Some(ip) => ip,
+            None => return Ok(CfiStep::Outermost),
+        },
+    };
+    // Registers without a rule keep their value (the CFA is the caller's
+    // stack pointer by definition); an undefined one is not known, and
+    // keeping the old value is what the frame-pointer fallback would do.
+    let fp = match row.register(X86_64::RBP) {
+        None => regs.fp,
+        Some(rule) => recover(&rule, regs.fp, &mut inputs, RuleOf::Register(X86_64::RBP.0))?
+            .unwrap_or(regs.fp),
+    };
+    let sp = match row.register(X86_64::RSP) {
+        None => cfa,
+        Some(rule) => {
+            recover(&rule, regs.sp, &mut inputs, RuleOf::Register(X86_64::RSP.0))?.unwrap_or(cfa)
+        }
+    };
+    Ok(CfiStep::Caller {
+        regs: Regs { ip, sp, fp },
+        interrupted: fde.is_signal_trampoline(),
+    })
 }
 
 /// Runs one DWARF expression of an unwind rule: registers and memory come

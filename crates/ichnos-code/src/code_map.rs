@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use crate::cfi::{CfiError, CfiStep};
 use crate::jit::JitRows;
+use crate::lazy::LazyRows;
 use crate::row::{RowTable, UnwindRow};
 use crate::unwind::Regs;
 
@@ -20,13 +21,30 @@ pub enum RowSource {
     None,
 }
 
-/// The rows of a code object: fixed, or a JIT table that grows.
+/// The rows of a code object: fixed, made on demand, or a JIT table that
+/// grows.
 #[derive(Clone, Debug)]
 pub enum Rows {
     /// Rows converted once (SFrame, `.eh_frame`), shared per build id.
     Fixed(Arc<RowTable>),
+    /// `.eh_frame` converted FDE by FDE as lookups need it, shared per
+    /// build id.
+    Lazy(Arc<LazyRows>),
     /// A JIT table chain, re-read when an address is not yet covered.
     Jit(Arc<JitRows>),
+}
+
+impl Rows {
+    /// Whether two are the same rows (one conversion shared).
+    #[must_use]
+    pub fn same(&self, other: &Rows) -> bool {
+        match (self, other) {
+            (Rows::Fixed(a), Rows::Fixed(b)) => Arc::ptr_eq(a, b),
+            (Rows::Lazy(a), Rows::Lazy(b)) => Arc::ptr_eq(a, b),
+            (Rows::Jit(a), Rows::Jit(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
 }
 
 /// A range of code and how to unwind it.
@@ -62,6 +80,10 @@ impl CodeObject {
                     .wrapping_add(u64::from(row.ip_off));
                 Some((start, row))
             }
+            Rows::Lazy(lazy) => {
+                let (start, row) = lazy.find_at(pc.wrapping_sub(self.bias))?;
+                Some((self.bias.wrapping_add(start), row))
+            }
             Rows::Jit(jit) => {
                 let row = jit.find(pc)?;
                 Some((self.start + u64::from(row.ip_off), row))
@@ -75,6 +97,7 @@ impl CodeObject {
     pub fn find_row(&self, pc: u64) -> Option<UnwindRow> {
         match &self.rows {
             Rows::Fixed(table) => table.find(pc.wrapping_sub(self.bias)).copied(),
+            Rows::Lazy(lazy) => lazy.find(pc.wrapping_sub(self.bias)),
             Rows::Jit(jit) => jit.find(pc),
         }
     }
@@ -92,6 +115,9 @@ impl CodeObject {
         match &self.rows {
             Rows::Fixed(table) => {
                 table.evaluate_cfi(pc.wrapping_sub(self.bias), self.bias, regs, read)
+            }
+            Rows::Lazy(lazy) => {
+                Some(lazy.evaluate_cfi(pc.wrapping_sub(self.bias), self.bias, regs, read))
             }
             Rows::Jit(_) => None,
         }

@@ -23,7 +23,7 @@ use crate::cfi::{CfiSection, FdeSpan};
 use crate::row::{RowTable, UnwindRow, ROW_CFA_BASE_SP, ROW_OUTERMOST, ROW_UNEXPRESSIBLE};
 
 /// Largest `.eh_frame` read (that of a 1 GiB binary is tens of MiB).
-const MAX_SECTION: u64 = 256 << 20;
+pub(crate) const MAX_SECTION: u64 = 256 << 20;
 
 /// Upper bound on the rows kept from one `.eh_frame` (a 1 GiB binary has a
 /// few million); beyond it conversion stops and reports truncation.
@@ -211,6 +211,38 @@ pub fn rows_from_eh_frame(
         truncated,
         cfi_fdes,
     }
+}
+
+/// The rows of the one FDE at `offset` of `.eh_frame` bytes `data`, at
+/// link-time addresses (start, end, row); none if it cannot be parsed.
+/// What [`LazyRows`](crate::lazy::LazyRows) makes an FDE into on first use.
+pub(crate) fn rows_of_fde(
+    data: &[u8],
+    bases: &BaseAddresses,
+    offset: usize,
+) -> Vec<(u64, u64, UnwindRow)> {
+    let eh_frame = EhFrame::new(data, LittleEndian);
+    let Ok(fde) = eh_frame.fde_from_offset(
+        bases,
+        gimli::EhFrameOffset(offset),
+        EhFrame::cie_from_offset,
+    ) else {
+        return Vec::new();
+    };
+    let mut ctx = Box::new(UnwindContext::new());
+    let mut rows = Vec::new();
+    let mut unexpressible = 0;
+    let mut budget = MAX_EVALUATED_RANGE;
+    let _ = fde_rows(
+        &fde,
+        &eh_frame,
+        bases,
+        &mut ctx,
+        &mut rows,
+        &mut unexpressible,
+        &mut budget,
+    );
+    rows
 }
 
 /// Appends the rows of one FDE; counts the unexpressible ones.

@@ -27,10 +27,27 @@ pub fn has_section(elf: &[u8], name: &str) -> bool {
 /// its headers and the sections concerned.
 #[must_use]
 pub fn identity_of_file(path: &std::path::Path) -> (Option<Vec<u8>>, Option<DebugLink>) {
-    let Ok(f) = std::fs::File::open(path) else {
+    let Ok(f) = open_regular(path) else {
         return (None, None);
     };
     identity_in(&object::ReadCache::new(f))
+}
+
+/// Opens `path` for reading if it is a regular file. The open does not
+/// block (a FIFO planted where a file was expected would wait for a writer
+/// for ever), and anything else is refused: paths come from other
+/// processes and from recordings.
+pub fn open_regular(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    if file.metadata()?.is_file() {
+        Ok(file)
+    } else {
+        Err(std::io::Error::other("not a regular file"))
+    }
 }
 
 /// A `.gnu_debuglink`: the debug file's name and its CRC32.
@@ -92,6 +109,73 @@ pub enum RowChoice {
 pub fn file_rows(elf: &[u8], choice: RowChoice) -> Result<crate::RowTable, FileRowsError> {
     let file = object::File::parse(elf).map_err(|e| FileRowsError::BadElf(e.to_string()))?;
     rows_of_object(&file, choice)
+}
+
+/// The rows of a code object for an ELF file, counted from the file's ELF
+/// origin as [`file_rows`]: `.eh_frame` as [`LazyRows`](crate::lazy::LazyRows),
+/// which convert each FDE when a lookup first needs it, behind the file's
+/// SFrame rows (converted now: SFrame is quick to decode) where the file
+/// has them and `choice` allows; SFrame alone as a fixed table.
+pub fn object_rows<'d, R: object::ReadRef<'d>>(
+    file: &object::File<'d, R>,
+    choice: RowChoice,
+) -> Result<crate::Rows, FileRowsError> {
+    use object::{Object, ObjectSection, ObjectSegment};
+    let has_sframe = file
+        .section_by_name(".sframe")
+        .is_some_and(|s| s.size() > 0);
+    let has_eh_frame = file
+        .section_by_name(".eh_frame")
+        .is_some_and(|s| s.size() > 0);
+    if choice == RowChoice::Sframe || (has_sframe && !has_eh_frame) {
+        return rows_of_object(file, RowChoice::Sframe)
+            .map(|t| crate::Rows::Fixed(std::sync::Arc::new(t)));
+    }
+    let primary = if choice == RowChoice::SframeThenEhFrame && has_sframe {
+        Some(rows_of_object(file, RowChoice::Sframe)?)
+    } else {
+        None
+    };
+    if file.architecture() != object::Architecture::X86_64 {
+        return Err(crate::eh_frame::EhFrameError::UnsupportedArch(format!(
+            "{:?}",
+            file.architecture()
+        ))
+        .into());
+    }
+    let section = file
+        .section_by_name(".eh_frame")
+        .ok_or(FileRowsError::Missing(".eh_frame"))?;
+    if section.size() > crate::eh_frame::MAX_SECTION {
+        return Err(FileRowsError::BadElf(format!(
+            ".eh_frame of {} bytes is larger than {}",
+            section.size(),
+            crate::eh_frame::MAX_SECTION
+        )));
+    }
+    let data = section
+        .data()
+        .map_err(|e| FileRowsError::BadElf(format!(".eh_frame: {e}")))?;
+    let hdr = file
+        .section_by_name(".eh_frame_hdr")
+        .filter(|s| s.size() <= crate::eh_frame::MAX_SECTION)
+        .and_then(|s| Some((s.data().ok()?, s.address())));
+    let first = file.segments().map(|s| s.address()).min();
+    let origin = first.unwrap_or(0) & !(ELF_START_ALIGN - 1);
+    let address_of = |name| file.section_by_name(name).map(|s| s.address());
+    let lazy = crate::lazy::LazyRows::new(
+        data.to_vec(),
+        section.address(),
+        hdr,
+        address_of(".text"),
+        address_of(".got"),
+        origin,
+    );
+    let lazy = match primary {
+        Some(table) => lazy.with_primary(table),
+        None => lazy,
+    };
+    Ok(crate::Rows::Lazy(std::sync::Arc::new(lazy)))
 }
 
 /// As [`file_rows`], for an ELF file already parsed: over a `ReadCache`,

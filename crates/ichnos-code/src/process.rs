@@ -15,7 +15,7 @@ use std::sync::Arc;
 use ichnos_image::MapsEntry;
 
 use crate::code_map::{CodeMap, CodeObject, RowSource, Rows};
-use crate::elf::{file_rows, rows_of_object, FileRowsError, RowChoice};
+use crate::elf::{file_rows, object_rows, FileRowsError, RowChoice};
 use crate::memory::ProcessMemory;
 use crate::unwind::{unwind, Regs, Unwind, UnwindOptions};
 
@@ -176,11 +176,7 @@ pub fn code_object_for_mapping(
         path: path.to_path_buf(),
         source,
     };
-    let file = std::fs::File::open(path).map_err(io)?;
-    let meta = file.metadata().map_err(io)?;
-    if !meta.is_file() {
-        return Err(io(std::io::Error::other("not a regular file")));
-    }
+    let file = crate::elf::open_regular(path).map_err(io)?;
     let data = object::ReadCache::new(file);
     let elf = object::File::parse(&data).map_err(|source| MappingError::BadElf {
         path: path.to_path_buf(),
@@ -192,20 +188,20 @@ pub fn code_object_for_mapping(
     })?;
     let build_id = elf.build_id().ok().flatten().map(<[u8]>::to_vec);
     let has_sframe = elf.section_by_name(".sframe").is_some_and(|s| s.size() > 0);
-    let rows = |source| MappingError::Rows {
+    let failed = |source| MappingError::Rows {
         path: path.to_path_buf(),
         source,
     };
     // Only the headers and the unwind sections are read: an executable
     // of tens of megabytes has a few hundred kilobytes of them.
-    let table = crate::registry::row_cache().get_or_make(build_id.as_deref(), choice, || {
-        rows_of_object(&elf, choice).map(Arc::new).map_err(rows)
+    let rows = crate::registry::row_cache().get_or_make(build_id.as_deref(), choice, || {
+        object_rows(&elf, choice).map_err(failed)
     })?;
     Ok(CodeObject {
         start: mapping.start,
         end: mapping.end,
         bias: origin,
-        rows: Rows::Fixed(table),
+        rows,
         source: row_source(choice, has_sframe),
         name: Arc::from(name),
     })
@@ -231,16 +227,16 @@ pub fn code_object_from_bytes(
     })?;
     let build_id = elf.build_id().ok().flatten().map(<[u8]>::to_vec);
     let has_sframe = elf.section_by_name(".sframe").is_some_and(|s| s.size() > 0);
-    let table = crate::registry::row_cache().get_or_make(build_id.as_deref(), choice, || {
+    let rows = crate::registry::row_cache().get_or_make(build_id.as_deref(), choice, || {
         file_rows(bytes, choice)
-            .map(Arc::new)
+            .map(|t| Rows::Fixed(Arc::new(t)))
             .map_err(|source| MappingError::Rows { path, source })
     })?;
     Ok(CodeObject {
         start: mapping.start,
         end: mapping.end,
         bias: origin,
-        rows: Rows::Fixed(table),
+        rows,
         source: row_source(choice, has_sframe),
         name: Arc::from(name),
     })

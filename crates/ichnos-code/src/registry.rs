@@ -189,7 +189,38 @@ impl RegistryError {
 /// the same file in every registry of this process (a recorder keeps one
 /// registry per traced process; libc is converted once). Entries are weak:
 /// a table is freed when its last registration goes.
-type RowCacheMap = HashMap<(Vec<u8>, RowChoice), std::sync::Weak<RowTable>>;
+type RowCacheMap = HashMap<(Vec<u8>, RowChoice), WeakRows>;
+
+/// Rows the cache keeps without keeping them alive.
+#[derive(Debug)]
+enum WeakRows {
+    Fixed(std::sync::Weak<RowTable>),
+    Lazy(std::sync::Weak<crate::lazy::LazyRows>),
+}
+
+impl WeakRows {
+    fn of(rows: &Rows) -> Option<WeakRows> {
+        match rows {
+            Rows::Fixed(t) => Some(WeakRows::Fixed(Arc::downgrade(t))),
+            Rows::Lazy(l) => Some(WeakRows::Lazy(Arc::downgrade(l))),
+            Rows::Jit(_) => None,
+        }
+    }
+
+    fn upgrade(&self) -> Option<Rows> {
+        match self {
+            WeakRows::Fixed(t) => t.upgrade().map(Rows::Fixed),
+            WeakRows::Lazy(l) => l.upgrade().map(Rows::Lazy),
+        }
+    }
+
+    fn alive(&self) -> bool {
+        match self {
+            WeakRows::Fixed(t) => t.strong_count() > 0,
+            WeakRows::Lazy(l) => l.strong_count() > 0,
+        }
+    }
+}
 
 #[derive(Debug, Default)]
 pub(crate) struct RowCache {
@@ -206,20 +237,22 @@ impl RowCache {
         &self,
         build_id: Option<&[u8]>,
         source: RowChoice,
-        make: impl FnOnce() -> Result<Arc<RowTable>, E>,
-    ) -> Result<Arc<RowTable>, E> {
+        make: impl FnOnce() -> Result<Rows, E>,
+    ) -> Result<Rows, E> {
         let Some(id) = build_id.filter(|id| !id.is_empty()) else {
             return make();
         };
         let key = (id.to_vec(), source);
-        if let Some(t) = self.lock().get(&key).and_then(std::sync::Weak::upgrade) {
-            return Ok(t);
+        if let Some(rows) = self.lock().get(&key).and_then(WeakRows::upgrade) {
+            return Ok(rows);
         }
-        let table = make()?;
-        let mut map = self.lock();
-        map.retain(|_, weak| weak.strong_count() > 0);
-        map.insert(key, Arc::downgrade(&table));
-        Ok(table)
+        let rows = make()?;
+        if let Some(weak) = WeakRows::of(&rows) {
+            let mut map = self.lock();
+            map.retain(|_, weak| weak.alive());
+            map.insert(key, weak);
+        }
+        Ok(rows)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, RowCacheMap> {
@@ -382,7 +415,7 @@ impl Registry {
                 key.extend(std::hash::Hasher::finish(&hasher).to_le_bytes());
                 key
             });
-            let table = row_cache().get_or_make(key.as_deref(), RowChoice::Sframe, || {
+            let rows = row_cache().get_or_make(key.as_deref(), RowChoice::Sframe, || {
                 let section = SframeSection::parse(&bytes, range.start).map_err(|source| {
                     RegistryError::Sframe {
                         addr: range.start,
@@ -392,9 +425,9 @@ impl Registry {
                 // Counted from the ELF start, the table serves this object at
                 // any load address (and is shared per build id).
                 let conversion = section.to_rows_from(elf_start);
-                Ok::<_, RegistryError>(Arc::new(conversion.table.rebased(0)))
+                Ok::<_, RegistryError>(Rows::Fixed(Arc::new(conversion.table.rebased(0))))
             })?;
-            return Ok((Rows::Fixed(table), RowSource::Sframe));
+            return Ok((rows, RowSource::Sframe));
         }
         // .eh_frame rows count from the file's first PT_LOAD page, so they
         // need the ELF range to be placed.
@@ -403,12 +436,13 @@ impl Registry {
                 let bytes = self.read_object_file(path)?;
                 // The file's addresses are link-time, counted here from the
                 // page of its first PT_LOAD, as the ELF range is.
-                crate::elf::file_rows(&bytes, RowChoice::EhFrame)
-                    .map(Arc::new)
-                    .map_err(|e| RegistryError::InvalidArgument(format!("{}: {e}", path.display())))
+                let bad =
+                    |e: String| RegistryError::InvalidArgument(format!("{}: {e}", path.display()));
+                let file = object::File::parse(&bytes[..]).map_err(|e| bad(e.to_string()))?;
+                crate::elf::object_rows(&file, RowChoice::EhFrame).map_err(|e| bad(e.to_string()))
             });
-            if let Ok(table) = made {
-                return Ok((Rows::Fixed(table), RowSource::EhFrame));
+            if let Ok(rows) = made {
+                return Ok((rows, RowSource::EhFrame));
             }
         }
         Ok((Rows::Fixed(Arc::new(RowTable::new(0))), RowSource::None))
