@@ -38,32 +38,50 @@ pub enum Target {
     Processes,
     /// Every process on the machine.
     System,
+    /// A value this reader does not know (a later version's).
+    Unknown(u64),
 }
 
-/// A small enumeration stored as a varint code.
+/// A small enumeration stored as a varint code. A code no entry of
+/// `ALL` has is kept as the type's `Unknown` (later versions may add
+/// values; a reader does not refuse the record for one).
 trait Code: Sized + Copy + PartialEq + 'static {
-    const FIELD: &'static str;
     const ALL: &'static [(Self, u64)];
+    fn unknown(code: u64) -> Self;
+    fn unknown_code(self) -> Option<u64>;
     fn code(self) -> u64 {
-        Self::ALL
-            .iter()
-            .find(|(v, _)| *v == self)
-            .map_or(0, |(_, c)| *c)
+        self.unknown_code().unwrap_or_else(|| {
+            Self::ALL
+                .iter()
+                .find(|(v, _)| *v == self)
+                .map_or(0, |(_, c)| *c)
+        })
     }
-    fn from_code(code: u64) -> Result<Self, BodyError> {
+    fn from_code(code: u64) -> Self {
         Self::ALL
             .iter()
             .find(|(_, c)| *c == code)
-            .map(|(v, _)| *v)
-            .ok_or(BodyError::BadValue {
-                field: Self::FIELD,
-                value: code,
-            })
+            .map_or_else(|| Self::unknown(code), |(v, _)| *v)
     }
 }
 
+/// The `Unknown` methods of a [`Code`] type.
+macro_rules! unknown_is {
+    ($t:ident) => {
+        fn unknown(code: u64) -> Self {
+            $t::Unknown(code)
+        }
+        fn unknown_code(self) -> Option<u64> {
+            match self {
+                $t::Unknown(code) => Some(code),
+                _ => None,
+            }
+        }
+    };
+}
+
 impl Code for Target {
-    const FIELD: &'static str = "target";
+    unknown_is!(Target);
     const ALL: &'static [(Self, u64)] = &[
         (Target::Command, 0),
         (Target::Processes, 1),
@@ -72,7 +90,7 @@ impl Code for Target {
 }
 
 impl Code for JitSource {
-    const FIELD: &'static str = "source";
+    unknown_is!(JitSource);
     const ALL: &'static [(Self, u64)] = &[
         (JitSource::Registry, 1),
         (JitSource::PerfMap, 2),
@@ -81,17 +99,18 @@ impl Code for JitSource {
 }
 
 impl Code for LostCause {
-    const FIELD: &'static str = "cause";
+    unknown_is!(LostCause);
     const ALL: &'static [(Self, u64)] = &[
         (LostCause::KernelRing, 1),
         (LostCause::KernelSamples, 2),
         (LostCause::Recorder, 3),
         (LostCause::NoUserRegisters, 4),
+        (LostCause::Unreadable, 5),
     ];
 }
 
 impl Code for StackStop {
-    const FIELD: &'static str = "stop";
+    unknown_is!(StackStop);
     const ALL: &'static [(Self, u64)] = &[
         (StackStop::Complete, 0),
         (StackStop::StackEnd, 1),
@@ -142,9 +161,18 @@ pub enum StackStop {
     DepthLimit,
     /// Corrupt registers.
     BadAddress,
+    /// A reason this reader does not know (a later version's): not
+    /// complete.
+    Unknown(u64),
 }
 
 impl StackStop {
+    /// The number the format stores for it.
+    #[must_use]
+    pub fn number(self) -> u64 {
+        Code::code(self)
+    }
+
     /// For people.
     #[must_use]
     pub fn describe(self) -> &'static str {
@@ -155,6 +183,7 @@ impl StackStop {
             Self::Loop => "the stack pointer did not move up",
             Self::DepthLimit => "the frame limit",
             Self::BadAddress => "corrupt registers",
+            Self::Unknown(_) => "an unknown reason",
         }
     }
 }
@@ -230,6 +259,8 @@ pub enum JitSource {
     PerfMap,
     /// Its jitdump file.
     JitDump,
+    /// A source this reader does not know (a later version's).
+    Unknown(u64),
 }
 
 /// Why samples or records were lost.
@@ -243,6 +274,10 @@ pub enum LostCause {
     Recorder,
     /// Samples without user registers.
     NoUserRegisters,
+    /// Records the recorder could not read (their framing was broken).
+    Unreadable,
+    /// A cause this reader does not know (a later version's).
+    Unknown(u64),
 }
 
 /// A record.
@@ -603,14 +638,14 @@ pub fn decode(kind: u8, body: &[u8]) -> Result<Record<'_>, BodyError> {
             asid: b.u("asid")?,
             start: b.u("start")?,
             end: b.u("end")?,
-            source: JitSource::from_code(b.u("source")?)?,
+            source: JitSource::from_code(b.u("source")?),
             name: b.bytes("name")?,
         },
         kind::LOST => Record::Lost {
             time: b.u("time")?,
             cpu: b.u("cpu")?,
             count: b.u("count")?,
-            cause: LostCause::from_code(b.u("cause")?)?,
+            cause: LostCause::from_code(b.u("cause")?),
         },
         kind::THROTTLE => Record::Throttle {
             time: b.u("time")?,
@@ -672,7 +707,7 @@ impl<'a> Meta<'a> {
             start_monotonic_ns: b.u("start_monotonic_ns")?,
             start_realtime_ns: b.u("start_realtime_ns")?,
             recorder: b.bytes("recorder")?,
-            target: Target::from_code(b.u("target")?)?,
+            target: Target::from_code(b.u("target")?),
         })
     }
 }
@@ -704,7 +739,7 @@ impl<'a> Stack<'a> {
     fn decode(body: &'a [u8], b: &mut Body<'a>) -> Result<Self, BodyError> {
         let id = b.u("id")?;
         let asid = b.u("asid")?;
-        let stop = StackStop::from_code(b.u("stop")?)?;
+        let stop = StackStop::from_code(b.u("stop")?);
         let count = b.u("count")?;
         let start = b.c.pos();
         // Every frame is checked now, so iterating later cannot fail; a

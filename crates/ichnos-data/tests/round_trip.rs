@@ -134,17 +134,21 @@ fn owned() -> impl Strategy<Value = Owned> {
         Just(StackStop::Loop),
         Just(StackStop::DepthLimit),
         Just(StackStop::BadAddress),
+        Just(StackStop::Unknown(77)),
     ];
     let source = prop_oneof![
         Just(JitSource::Registry),
         Just(JitSource::PerfMap),
-        Just(JitSource::JitDump)
+        Just(JitSource::JitDump),
+        Just(JitSource::Unknown(1000))
     ];
     let cause = prop_oneof![
         Just(LostCause::KernelRing),
         Just(LostCause::KernelSamples),
         Just(LostCause::Recorder),
-        Just(LostCause::NoUserRegisters)
+        Just(LostCause::NoUserRegisters),
+        Just(LostCause::Unreadable),
+        Just(LostCause::Unknown(9))
     ];
     prop_oneof![
         (
@@ -423,6 +427,31 @@ fn record_damage_inside_a_sound_chunk_is_named() {
         read_all(&file_with(&raw_chunk(&stack, 1))).1,
         Some(ReadError::BadRecord { kind: 6, .. })
     ));
+}
+
+#[test]
+fn values_a_later_version_may_add_are_kept_as_unknown() {
+    // A Lost record (kind 9) whose cause is 42, and a Stack (kind 6) whose
+    // stop is 9: both read, neither refused.
+    let payload = [9u8, 4, 1, 0, 5, 42, 6, 6, 0, 1, 9, 1, 0x90, 0x01];
+    let file = file_with(&raw_chunk(&payload, 2));
+    let mut reader = Reader::new(&file[..]).unwrap();
+    let chunk = reader.next_chunk().unwrap().unwrap();
+    let records: Vec<Record<'_>> = chunk.records().map(Result::unwrap).collect();
+    assert_eq!(
+        records[0],
+        Record::Lost {
+            time: 1,
+            cpu: 0,
+            count: 5,
+            cause: LostCause::Unknown(42)
+        }
+    );
+    let Record::Stack(s) = &records[1] else {
+        panic!("{:?}", records[1])
+    };
+    assert_eq!(s.stop, StackStop::Unknown(9));
+    assert_eq!(s.frames.iter().collect::<Vec<_>>(), [0x90]);
 }
 
 #[test]

@@ -27,7 +27,7 @@ const NONE: u32 = u32::MAX;
 fn hash(asid: u64, stop: StackStop, frames: &[u64]) -> u64 {
     // A multiply-rotate hash: return addresses differ in every byte that
     // matters, and this runs once per sample.
-    let mut h = asid.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (stop as u64);
+    let mut h = asid.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ stop.number();
     for &f in frames {
         h = (h.rotate_left(23) ^ f).wrapping_mul(0x517c_c1b7_2722_0a95);
     }
