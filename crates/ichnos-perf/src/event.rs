@@ -248,8 +248,8 @@ impl PerfEvent {
                 });
             }
         }
-        let attr = config.attr();
-        let fd = crate::sys::perf_event_open(&attr, pid, cpu).map_err(|source| {
+        let mut attr = config.attr();
+        let fd = crate::sys::perf_event_open(&mut attr, pid, cpu).map_err(|source| {
             let event = config.kind;
             match source.raw_os_error() {
                 Some(libc::EACCES | libc::EPERM) => OpenError::Permission {

@@ -18,14 +18,14 @@ const IOC_DISABLE: libc::c_ulong = 0x2401;
 const IOC_SET_OUTPUT: libc::c_ulong = 0x2405;
 
 /// `perf_event_open(attr, pid, cpu, -1, PERF_FLAG_FD_CLOEXEC)`.
-pub(crate) fn perf_event_open(attr: &PerfEventAttr, pid: i32, cpu: i32) -> io::Result<OwnedFd> {
+pub(crate) fn perf_event_open(attr: &mut PerfEventAttr, pid: i32, cpu: i32) -> io::Result<OwnedFd> {
     // SAFETY: `attr` points at a live, initialised struct of the size its
-    // `size` field gives; the kernel only reads it (and may write `size`
-    // back on E2BIG, within the struct).
+    // `size` field gives, which we hold mutably: the kernel reads it, and
+    // on E2BIG writes the size it wants into `size`, within the struct.
     let fd = unsafe {
         libc::syscall(
             libc::SYS_perf_event_open,
-            std::ptr::from_ref(attr),
+            std::ptr::from_mut(attr),
             pid,
             cpu,
             -1,
