@@ -134,12 +134,17 @@ impl PerfMap {
         // Opened without following a link, and the owner taken from the
         // opened file: another user cannot swap the file between the
         // check and the read.
+        // Without blocking: a FIFO would wait for a writer for ever.
         let file = std::fs::OpenOptions::new()
             .read(true)
-            .custom_flags(libc::O_NOFOLLOW)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(path)
             .map_err(io)?;
-        let file_uid = file.metadata().map_err(io)?.uid();
+        let meta = file.metadata().map_err(io)?;
+        if !meta.is_file() {
+            return Err(io(std::io::Error::other("not a regular file")));
+        }
+        let file_uid = meta.uid();
         let process_uid = std::fs::metadata(format!("/proc/{pid}")).map_err(io)?.uid();
         if file_uid != process_uid {
             return Err(PerfMapError::NotOwned {

@@ -63,6 +63,26 @@ fn a_perf_map_of_another_user_is_refused() {
     }
 }
 
+#[test]
+fn a_fifo_in_place_of_a_perf_map_is_an_error_not_a_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("perf.map");
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: `c` is a NUL-terminated path that lives across the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    // Opening a FIFO for reading blocks until a writer comes: the read
+    // must neither open it that way nor read from it.
+    match PerfMap::read_owned(&path, std::process::id()) {
+        Err(PerfMapError::Io { source, .. }) => {
+            assert!(
+                source.to_string().contains("not a regular file"),
+                "{source}"
+            );
+        }
+        r => panic!("expected an error, got {r:?}"),
+    }
+}
+
 /// A jitdump file, little- or big-endian, written from the specification.
 struct Writer {
     out: Vec<u8>,
