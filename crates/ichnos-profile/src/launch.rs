@@ -109,7 +109,7 @@ pub struct Child {
 }
 
 /// Forks `command` (its first element resolved already) and holds it
-/// before exec. The caller must be single-threaded.
+/// before exec.
 pub fn hold(program: &Path, command: &[OsString]) -> Result<Held, LaunchError> {
     let cstring = |s: &OsStr| CString::new(s.as_bytes()).map_err(|_| LaunchError::Nul);
     let path = cstring(program.as_os_str())?;
@@ -131,8 +131,13 @@ pub fn hold(program: &Path, command: &[OsString]) -> Result<Held, LaunchError> {
     let os = |what| move |source| LaunchError::Os { what, source };
     let (go_read, go_write) = sys::pipe().map_err(os("pipe"))?;
     let (report_read, report_write) = sys::pipe().map_err(os("pipe"))?;
-    let pid = sys::fork_exec_on_signal(&path, &argv, &envp, &go_read, &report_write)
-        .map_err(os("fork"))?;
+    let pipes = sys::LaunchPipes {
+        go_read: &go_read,
+        go_write: &go_write,
+        report_read: &report_read,
+        report_write: &report_write,
+    };
+    let pid = sys::fork_exec_on_signal(&path, &argv, &envp, &pipes).map_err(os("fork"))?;
     drop((go_read, report_write));
     Ok(Held {
         pid: pid.cast_unsigned(),
@@ -181,8 +186,10 @@ impl Held {
 
 impl Drop for Held {
     fn drop(&mut self) {
-        // Never started: closing the pipe makes the child exit; reap it.
+        // Never started: closing the pipe makes the child exit (and SIGKILL
+        // makes sure); reap it.
         if self.go.take().is_some() {
+            let _ = sys::kill(self.pid.cast_signed(), libc::SIGKILL);
             let mut child = Child {
                 pid: self.pid,
                 status: None,
@@ -222,6 +229,21 @@ impl Child {
         if matches!(self.try_wait(), Ok(None)) {
             let _ = sys::kill(self.pid.cast_signed(), signal);
         }
+    }
+
+    /// Ends the child: SIGTERM, then SIGKILL if it is still there after
+    /// `grace`; waits for it.
+    pub fn terminate(&mut self, grace: std::time::Duration) -> io::Result<ExitStatus> {
+        self.signal(libc::SIGTERM);
+        let deadline = std::time::Instant::now() + grace;
+        while std::time::Instant::now() < deadline {
+            if let Some(status) = self.try_wait()? {
+                return Ok(status);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        self.signal(libc::SIGKILL);
+        self.wait_blocking()
     }
 
     /// A descriptor that becomes readable when the child exits.

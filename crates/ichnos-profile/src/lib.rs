@@ -15,6 +15,7 @@
 //! into a top table, a call tree and folded stacks.
 
 pub mod launch;
+mod mapping;
 pub mod record;
 pub mod report;
 mod sys;

@@ -22,28 +22,43 @@ pub(crate) fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-/// Forks a child that waits until a byte arrives on `go` (or `go`
-/// closes, then it exits with 127), then executes `path` with `argv` and
-/// `envp`. If the exec fails, the child writes its errno to `report` and
-/// exits with 127. The child starts with the default signal mask and the
-/// default handling of SIGINT, SIGTERM and SIGPIPE.
+/// The pipes between a recorder and the child it holds: the child reads
+/// its start signal from `go_read` and writes a failed exec's errno to
+/// `report_write`; the parent keeps the other ends.
+pub(crate) struct LaunchPipes<'a> {
+    pub go_read: &'a OwnedFd,
+    pub go_write: &'a OwnedFd,
+    pub report_read: &'a OwnedFd,
+    pub report_write: &'a OwnedFd,
+}
+
+/// Forks a child that waits until a byte arrives on `go_read` (or every
+/// writer is gone: then it exits with 127), then executes `path` with
+/// `argv` and `envp`. If the exec fails, the child writes its errno to
+/// `report_write` and exits with 127. The child closes the parent's ends
+/// first (so that the parent closing `go_write` is seen), and starts with
+/// the default signal mask and the default handling of SIGINT, SIGTERM,
+/// SIGPIPE and SIGCHLD.
 ///
-/// The caller must be single-threaded: between fork and exec the child
-/// only makes async-signal-safe calls, but a lock held by another thread
-/// at the fork would stay held.
+/// Between the fork and the exec the child makes only async-signal-safe
+/// calls on memory prepared before the fork, so the parent may have other
+/// threads.
 pub(crate) fn fork_exec_on_signal(
     path: &CString,
     argv: &[CString],
     envp: &[CString],
-    go: &OwnedFd,
-    report: &OwnedFd,
+    pipes: &LaunchPipes<'_>,
 ) -> io::Result<libc::pid_t> {
     // Pointer arrays made before the fork: the child must not allocate.
     let mut argv_ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
     argv_ptrs.push(std::ptr::null());
     let mut envp_ptrs: Vec<*const libc::c_char> = envp.iter().map(|e| e.as_ptr()).collect();
     envp_ptrs.push(std::ptr::null());
-    let (go_fd, report_fd) = (go.as_raw_fd(), report.as_raw_fd());
+    let fds = ChildFds {
+        go: pipes.go_read.as_raw_fd(),
+        report: pipes.report_write.as_raw_fd(),
+        close: [pipes.go_write.as_raw_fd(), pipes.report_read.as_raw_fd()],
+    };
     // SAFETY: fork has no preconditions here; the child branch below makes
     // only async-signal-safe calls on memory prepared before the fork.
     let pid = unsafe { libc::fork() };
@@ -53,26 +68,37 @@ pub(crate) fn fork_exec_on_signal(
     if pid == 0 {
         // SAFETY: the child: async-signal-safe calls only, on descriptors
         // and buffers that stay valid until exec or _exit.
-        unsafe { child_after_fork(path, &argv_ptrs, &envp_ptrs, go_fd, report_fd) }
+        unsafe { child_after_fork(path, &argv_ptrs, &envp_ptrs, fds) }
     }
     Ok(pid)
+}
+
+/// The child's descriptors: its ends of the pipes, and the parent's to
+/// close.
+#[derive(Clone, Copy)]
+struct ChildFds {
+    go: RawFd,
+    report: RawFd,
+    close: [RawFd; 2],
 }
 
 /// The child's side of [`fork_exec_on_signal`]; never returns.
 ///
 /// # Safety
-/// Called only in the child of a fork of a single-threaded process, with
-/// pointers to NUL-terminated arrays of C strings.
+/// Called only in the child of a fork, with pointers to NUL-terminated
+/// arrays of C strings.
 unsafe fn child_after_fork(
     path: &CString,
     argv: &[*const libc::c_char],
     envp: &[*const libc::c_char],
-    go: RawFd,
-    report: RawFd,
+    fds: ChildFds,
 ) -> ! {
     // SAFETY: all calls below are async-signal-safe and their arguments
     // are valid for the calls.
     unsafe {
+        for fd in fds.close {
+            libc::close(fd);
+        }
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&raw mut set);
         libc::sigprocmask(libc::SIG_SETMASK, &raw const set, std::ptr::null_mut());
@@ -81,7 +107,7 @@ unsafe fn child_after_fork(
         }
         let mut byte = 0u8;
         loop {
-            let n = libc::read(go, (&raw mut byte).cast(), 1);
+            let n = libc::read(fds.go, (&raw mut byte).cast(), 1);
             if n == 1 {
                 break;
             }
@@ -92,7 +118,7 @@ unsafe fn child_after_fork(
         libc::execve(path.as_ptr(), argv.as_ptr(), envp.as_ptr());
         let errno = *libc::__errno_location();
         let bytes = errno.to_le_bytes();
-        libc::write(report, bytes.as_ptr().cast(), bytes.len());
+        libc::write(fds.report, bytes.as_ptr().cast(), bytes.len());
         libc::_exit(127)
     }
 }

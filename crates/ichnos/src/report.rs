@@ -168,7 +168,7 @@ fn header(out: &mut dyn Write, path: &Path, profile: &Profile, shown: report::Ta
         if processes == 1 { "" } else { "es" },
         if threads == 1 { "" } else { "s" },
     )?;
-    let lost: u64 = profile.lost.values().sum();
+    let lost = profile.lost_total();
     writeln!(
         out,
         "# {:.1}% complete stacks; {} lost; recorded by {} on {} (Linux {}){}",
@@ -297,6 +297,18 @@ fn finished(path: &Path, profile: &Profile) -> Result<()> {
         eprintln!(
             "warning: {} samples name stacks the recording does not hold (left out)",
             profile.orphans
+        );
+    }
+    if profile.misnumbered_stacks > 0 {
+        eprintln!(
+            "warning: {} stack records are numbered out of order (left out)",
+            profile.misnumbered_stacks
+        );
+    }
+    if profile.uncopied_spaces > 0 {
+        eprintln!(
+            "warning: {} forked processes start without their parents' mappings: the recording copies more than a report holds",
+            profile.uncopied_spaces
         );
     }
     Ok(())

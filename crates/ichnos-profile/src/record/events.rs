@@ -58,8 +58,36 @@ pub enum EventsError {
 /// rings.
 pub(crate) fn open(
     scope: Scope<'_>,
+    config: EventConfig,
+    fall_back: bool,
+) -> Result<Events, EventsError> {
+    let events = open_with(scope, config, fall_back, RING_PAGES)?;
+    if events.pages == RING_PAGES {
+        return Ok(events);
+    }
+    // Smaller rings than planned: open again with a wakeup watermark that
+    // fits them (one larger than a ring would only wake the recorder once
+    // the ring is full).
+    let pages = events.pages;
+    drop(events);
+    let config = EventConfig {
+        wakeup_watermark: watermark(pages),
+        ..config
+    };
+    open_with(scope, config, fall_back, pages)
+}
+
+/// The wakeup watermark for rings of `pages` data pages: a quarter of one.
+#[must_use]
+pub(crate) fn watermark(pages: usize) -> u32 {
+    u32::try_from(pages * 4096 / 4).unwrap_or(u32::MAX)
+}
+
+fn open_with(
+    scope: Scope<'_>,
     mut config: EventConfig,
     fall_back: bool,
+    first_pages: usize,
 ) -> Result<Events, EventsError> {
     let cpus = ichnos_perf::online_cpus();
     let first_task = match scope {
@@ -132,7 +160,7 @@ pub(crate) fn open(
             }
         }
     }
-    let mut pages = RING_PAGES;
+    let mut pages = first_pages;
     let rings = loop {
         let made: Result<Vec<(Ring, usize)>, RingError> = leaders
             .iter()

@@ -240,21 +240,10 @@ impl OutputFile {
     }
 }
 
-/// The processes' threads, checked: each must exist and be ours (or we
-/// are root).
+/// The processes' threads; each process must exist.
 fn threads_of(pids: &[u32]) -> Result<Vec<u32>, RecordError> {
-    use std::os::unix::fs::MetadataExt;
     let mut tids = Vec::new();
     for &pid in pids {
-        let meta = std::fs::metadata(format!("/proc/{pid}"))
-            .map_err(|_| RecordError::NoSuchProcess { pid })?;
-        let me = crate::sys::euid();
-        if me != 0 && meta.uid() != me {
-            return Err(RecordError::NotOurs {
-                pid,
-                uid: meta.uid(),
-            });
-        }
         let dir = std::fs::read_dir(format!("/proc/{pid}/task"))
             .map_err(|_| RecordError::NoSuchProcess { pid })?;
         let mut mine: Vec<u32> = dir
@@ -311,6 +300,30 @@ fn prepare(options: &RecordOptions) -> Result<Prepared, RecordError> {
     })
 }
 
+/// A refusal to attach to another user's process says so, rather than
+/// blame `perf_event_paranoid` (which is not what stands in the way).
+fn refusal(e: EventsError, target: &RecordTarget) -> RecordError {
+    use std::os::unix::fs::MetadataExt;
+    if let (
+        EventsError::Open(ichnos_perf::OpenError::Permission { .. }),
+        RecordTarget::Pids(pids),
+    ) = (&e, target)
+    {
+        let me = crate::sys::euid();
+        for &pid in pids {
+            if let Ok(meta) = std::fs::metadata(format!("/proc/{pid}")) {
+                if meta.uid() != me {
+                    return RecordError::NotOurs {
+                        pid,
+                        uid: meta.uid(),
+                    };
+                }
+            }
+        }
+    }
+    e.into()
+}
+
 /// The sampling event for `scope`.
 fn event_config(options: &RecordOptions, scope: events::Scope<'_>) -> EventConfig {
     EventConfig {
@@ -325,7 +338,7 @@ fn event_config(options: &RecordOptions, scope: events::Scope<'_>) -> EventConfi
         enable_on_exec: matches!(scope, events::Scope::Command(_)),
         disabled: true,
         // A quarter of the ring: the recorder is woken well before it fills.
-        wakeup_watermark: (events::RING_PAGES * 4096 / 4) as u32,
+        wakeup_watermark: events::watermark(events::RING_PAGES),
         side_band: true,
         build_ids: true,
     }
@@ -353,10 +366,12 @@ fn notes(options: &RecordOptions, events: &events::Events) -> Vec<String> {
 /// The recording's first record.
 fn describe(output: &mut Output, options: &RecordOptions, kind: EventKind, start: u64) {
     let (host, kernel) = crate::sys::uname();
+    // Bounded: the whole description is one record.
     let command_line: Vec<Vec<u8>> = options
         .command_line
         .iter()
-        .map(|a| a.as_encoded_bytes().to_vec())
+        .take(1024)
+        .map(|a| a.as_encoded_bytes().iter().copied().take(4096).collect())
         .collect();
     let recorder = format!("ichnos {}", env!("CARGO_PKG_VERSION"));
     output.meta(&Record::Meta(Meta {
@@ -419,6 +434,7 @@ pub fn record(
         event_config(options, scope),
         options.event == EventChoice::Default,
     )
+    .map_err(|e| refusal(e, &options.target))
     .inspect_err(|_| output_file.abandon())?;
     let notes = notes(options, &events);
     let start = monotonic_ns();
@@ -442,20 +458,32 @@ pub fn record(
     }
     recorder.drain(&mut events, u64::MAX);
     recorder.finish();
+    let failed = result.is_err() || recorder.output.writer_failed();
     let (output, complete, lost) = (recorder.output, recorder.complete, recorder.lost);
     let written = close(output, writer, lost);
+    // A recording that failed does not leave its command running.
     let exit = match child.as_mut() {
-        Some(c) => Some(c.wait_blocking().map_err(|source| RecordError::Os {
-            what: "waiting for the command",
-            source,
-        })?),
+        Some(c) if failed => Some(c.terminate(Duration::from_secs(2))),
+        Some(c) => Some(c.wait_blocking()),
         None => None,
-    };
+    }
+    .transpose()
+    .map_err(|source| RecordError::Os {
+        what: "waiting for the command",
+        source,
+    })?;
     result?;
-    let (samples, dropped, bytes) = written.map_err(|source| RecordError::Write {
+    let (samples, dropped, bytes, oversized) = written.map_err(|source| RecordError::Write {
         path: options.output.clone(),
         source,
     })?;
+    let mut notes = notes;
+    if oversized > 0 {
+        notes.push(format!(
+            "{oversized} records larger than {} KiB were left out",
+            output::MAX_RECORD >> 10
+        ));
+    }
     Ok(Summary {
         duration: Duration::from_nanos(monotonic_ns() - start),
         samples,
@@ -475,18 +503,20 @@ fn close(
     mut output: Output,
     writer: std::thread::JoinHandle<output::WriterResult>,
     lost: u64,
-) -> std::io::Result<(u64, u64, u64)> {
-    let (samples, dropped) = (output.samples, output.dropped);
+) -> std::io::Result<(u64, u64, u64, u64)> {
+    let (samples, dropped, oversized) = (output.samples, output.dropped, output.oversized);
+    let now = monotonic_ns();
+    output.tell_drops(now);
     output.meta(&Record::End {
-        time: output.rel(monotonic_ns()),
+        time: output.rel(now),
         samples,
         lost: lost + dropped,
     });
-    output.close();
+    output.close(&writer);
     let bytes = writer
         .join()
         .unwrap_or_else(|_| Err(std::io::Error::other("the writer thread panicked")))?;
-    Ok((samples, dropped, bytes))
+    Ok((samples, dropped, bytes, oversized))
 }
 
 fn pid_of(tid: u32, pids: &[u32]) -> Option<u32> {
@@ -611,9 +641,12 @@ impl Recorder {
     ) -> Result<(), RecordError> {
         let os = |what| move |source| RecordError::Os { what, source };
         let epoll = Epoll::new().map_err(os("epoll"))?;
-        for (i, (_, event)) in events.rings.iter().enumerate() {
+        // Every event, not only those that own a ring: an event whose
+        // tasks are gone hangs up while the others keep writing into its
+        // CPU's ring, and each one's readiness is that ring's.
+        for (i, event) in events.opened.iter().enumerate() {
             epoll
-                .add(events.opened[*event].as_fd().as_raw_fd(), i as u64)
+                .add(event.as_fd().as_raw_fd(), i as u64)
                 .map_err(os("epoll"))?;
         }
         let exit_fd = child.as_ref().and_then(|c| c.exit_fd().ok());
@@ -627,10 +660,10 @@ impl Recorder {
         loop {
             epoll.wait(100, &mut ready).map_err(os("epoll"))?;
             for &(token, hung_up) in &ready {
-                // The ring is still drained each round; only the wakeups
-                // of an event whose tasks are gone stop.
-                if let (true, Some((_, event))) = (hung_up, events.rings.get(token as usize)) {
-                    let _ = epoll.remove(events.opened[*event].as_fd().as_raw_fd());
+                // Rings are drained each round whoever woke; an event whose
+                // tasks are gone stays ready for ever, so it leaves the set.
+                if let (true, Some(event)) = (hung_up, events.opened.get(token as usize)) {
+                    let _ = epoll.remove(event.as_fd().as_raw_fd());
                 }
             }
             let now = monotonic_ns();
@@ -659,14 +692,28 @@ impl Recorder {
     /// Reads every ring and handles the records at or before `up_to`.
     fn drain(&mut self, events: &mut events::Events, up_to: u64) {
         let now = monotonic_ns();
+        let broken = self.sorter.broken;
         for (i, (ring, _)) in events.rings.iter_mut().enumerate() {
             let from = self.sorter.buffer().len();
             ring.read_into(self.sorter.buffer());
             self.sorter.stage(from, i as u16, now);
         }
+        if self.sorter.broken > broken {
+            // The rest of a read whose framing broke is dropped: count it.
+            let count = self.sorter.broken - broken;
+            self.lost += count;
+            self.output.lost(now, 0, count, LostCause::Unreadable);
+        }
         let mut sorter = std::mem::take(&mut self.sorter);
         sorter.release(up_to, |record, _| self.handle(record));
         self.sorter = sorter;
+        // JIT code can be named after its first samples (a runtime writes
+        // its perf map late): look again while the processes live, not
+        // only when a new stack comes.
+        for space in self.spaces.by_pid.values_mut() {
+            space.capture_jit_names(&mut self.output, now, false);
+        }
+        self.output.tell_drops(now);
     }
 
     /// Names JIT code still unnamed, while the processes live.
@@ -768,9 +815,11 @@ impl Recorder {
                 .frames
                 .iter()
                 .any(|f| space.may_be_jit(f.lookup_address()))
+            && space.take_refresh(time)
         {
-            let changed = space.refresh(time) || self.spaces_resync(pid, time);
-            if changed {
+            let jit = space.refresh_jit();
+            let mapped = self.spaces.resync(pid, time, &mut self.output);
+            if jit || mapped {
                 let space = self.spaces.by_pid.get_mut(&pid).expect("still there");
                 stop = walk(space, regs, stack, &self.options, &mut self.frames);
             }
@@ -817,10 +866,6 @@ impl Recorder {
         if stop == StackStop::Complete {
             self.complete += 1;
         }
-    }
-
-    fn spaces_resync(&mut self, pid: u32, time: u64) -> bool {
-        self.spaces.resync(pid, time, &mut self.output)
     }
 }
 

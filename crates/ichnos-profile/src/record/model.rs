@@ -31,6 +31,39 @@ const MAX_PENDING_JIT: usize = 1 << 16;
 /// Least time between two looks at a process's registry or perf map
 /// when nothing new was mapped.
 const REFRESH_INTERVAL_NS: u64 = 50_000_000;
+/// Largest jitdump file read.
+const MAX_JITDUMP: u64 = 1 << 30;
+
+/// What a file looked like: its size and modification time.
+type FileStamp = (u64, i64, i64);
+
+fn stamp(path: &Path) -> Option<FileStamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.len(), m.mtime(), m.mtime_nsec()))
+}
+
+/// `cached` if the file at `path` still looks as it did (`now`) when it
+/// was read, else the file read again with `read` (which gets it opened,
+/// regular and without blocking).
+fn reread<T>(
+    cached: &mut Option<(FileStamp, Arc<T>)>,
+    path: &Path,
+    now: Option<FileStamp>,
+    read: impl FnOnce(std::fs::File) -> Option<T>,
+) -> Option<Arc<T>> {
+    let now = now?;
+    if let Some((seen, value)) = cached {
+        if *seen == now {
+            return Some(Arc::clone(value));
+        }
+    }
+    let file = ichnos_code::elf::open_regular(path).ok()?;
+    let value = Arc::new(read(file)?);
+    *cached = Some((now, Arc::clone(&value)));
+    Some(value)
+}
+
 /// Largest vDSO read from a process.
 const MAX_VDSO: u64 = 1 << 20;
 
@@ -38,7 +71,24 @@ const MAX_VDSO: u64 = 1 << 20;
 #[derive(Clone, Debug)]
 pub(crate) struct MappingInfo {
     pub range: Range<u64>,
+    pub pgoff: u64,
     pub path: Arc<[u8]>,
+}
+
+impl MappingInfo {
+    /// Whether `range` of `path` from `pgoff` shows what this mapping shows
+    /// there: the same file at the same offsets, or the same anonymous
+    /// memory (a mapping split or merged by the kernel, or seen again).
+    fn same_content(&self, range: &Range<u64>, pgoff: u64, path: &[u8]) -> bool {
+        *self.path == *path
+            && (!is_file(path)
+                || i128::from(self.pgoff) - i128::from(self.range.start)
+                    == i128::from(pgoff) - i128::from(range.start))
+    }
+
+    fn overlaps(&self, range: &Range<u64>) -> bool {
+        self.range.start < range.end && range.start < self.range.end
+    }
 }
 
 /// What the recorder knows of one address space.
@@ -77,6 +127,14 @@ struct JitState {
     last_refresh: Option<u64>,
     /// Addresses in JIT code no name covers yet.
     pending: HashSet<u64>,
+    /// Addresses were added to `pending` since the last look.
+    fresh: bool,
+    /// The perf map and jitdump file as they were at the last look.
+    looked: Option<(Option<FileStamp>, Option<FileStamp>)>,
+    /// The perf map and the jitdump file as last read, with what they
+    /// looked like then: read again only when they change.
+    perf_map: Option<(FileStamp, Arc<ichnos_symbol::perf_map::PerfMap>)>,
+    jitdump_read: Option<(FileStamp, Arc<ichnos_symbol::jitdump::JitDump>)>,
     /// Code objects and ranges whose names were recorded.
     named: HashSet<u64>,
     names: usize,
@@ -105,8 +163,6 @@ pub(crate) struct Spaces {
     pub by_pid: HashMap<u32, AddressSpace>,
     /// Thread names, by thread: (process, name).
     pub threads: HashMap<u32, (u32, Vec<u8>)>,
-    /// Processes seen, for the status line.
-    pub seen: u64,
 }
 
 impl std::fmt::Debug for Spaces {
@@ -117,14 +173,7 @@ impl std::fmt::Debug for Spaces {
     }
 }
 
-/// Whether a mapping's name is a file (not `//anon`, `[vdso]`, ...).
-fn is_file(path: &[u8]) -> bool {
-    path.first() == Some(&b'/') && !path.starts_with(b"//")
-}
-
-fn is_anon(path: &[u8]) -> bool {
-    path.is_empty() || path.starts_with(b"//anon") || path.starts_with(b"[anon")
-}
+use crate::mapping::{is_anonymous as is_anon, is_file, is_vdso};
 
 impl Spaces {
     pub fn new(choice: RowChoice) -> Self {
@@ -134,14 +183,12 @@ impl Spaces {
             next_asid: 1,
             by_pid: HashMap::new(),
             threads: HashMap::new(),
-            seen: 0,
         }
     }
 
     fn new_space(&mut self, pid: u32, name: Vec<u8>) -> AddressSpace {
         let asid = self.next_asid;
         self.next_asid += 1;
-        self.seen += 1;
         AddressSpace {
             asid,
             pid,
@@ -191,7 +238,7 @@ impl Spaces {
     }
 
     /// Adds the executable mappings of `/proc/PID/maps` the space does not
-    /// have yet.
+    /// have yet; whether there were any.
     pub fn resync(&mut self, pid: u32, time: u64, out: &mut Output) -> bool {
         let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
             return false;
@@ -201,20 +248,13 @@ impl Spaces {
         };
         let mut added = false;
         for m in entries.iter().filter(|m| m.perms.contains('x')) {
-            let known = self.by_pid.get(&pid).is_some_and(|s| {
-                s.mappings
-                    .iter()
-                    .any(|k| k.range == m.range && *k.path == *m.name.as_bytes())
-            });
-            if !known {
-                let path = if m.name.is_empty() {
-                    b"//anon".to_vec()
-                } else {
-                    m.name.as_bytes().to_vec()
-                };
-                self.map(pid, m.range.clone(), m.offset, &path, None, time, out);
-                added = true;
-            }
+            // Anonymous memory has no name in the maps; perf calls it so.
+            let path: &[u8] = if m.name.is_empty() {
+                b"//anon"
+            } else {
+                m.name.as_bytes()
+            };
+            added |= self.map(pid, m.range.clone(), m.offset, path, None, time, out);
         }
         added
     }
@@ -301,14 +341,17 @@ impl Spaces {
             time: out.rel(time),
         });
         self.threads.remove(&tid);
-        if tid == pid {
+        // The process ends with its last thread: a leader that exits while
+        // others run leaves them its address space.
+        let others = self.threads.values().any(|(p, _)| *p == pid);
+        if tid == pid && !others {
             if let Some(mut space) = self.by_pid.remove(&pid) {
                 space.capture_jit_names(out, time, true);
             }
         }
     }
 
-    /// An executable mapping of `pid`.
+    /// An executable mapping of `pid`; whether it was new.
     #[allow(clippy::too_many_arguments)]
     pub fn map(
         &mut self,
@@ -319,26 +362,50 @@ impl Spaces {
         build_id: Option<&[u8]>,
         time: u64,
         out: &mut Output,
-    ) {
+    ) -> bool {
         if range.start >= range.end {
-            return;
+            return false;
         }
-        let known = self
-            .get_or_synthesize(pid, time, out)
+        let space = self.get_or_synthesize(pid, time, out);
+        let known = space.mappings.iter().any(|m| {
+            m.same_content(&range, pgoff, path)
+                && m.range.start <= range.start
+                && range.end <= m.range.end
+        });
+        if known {
+            // Read from /proc already, or a piece of a mapping seen before
+            // (the kernel splits a mapping that changes protection).
+            return false;
+        }
+        let conflict = space
             .mappings
             .iter()
-            .any(|m| m.range == range && *m.path == *path);
-        if known {
-            // Read from /proc already (a process seen first by this record).
-            return;
-        }
-        let overlaps = self.by_pid.get(&pid).is_some_and(|s| {
-            s.mappings
-                .iter()
-                .any(|m| m.range.start < range.end && range.start < m.range.end)
-        });
-        if overlaps {
+            .any(|m| m.overlaps(&range) && !m.same_content(&range, pgoff, path));
+        if conflict {
+            // New code where old code was: a new address space.
             self.renew(pid, &range, time, out);
+        } else {
+            // The same content grown (merged mappings): the new mapping
+            // stands for the old ones.
+            let space = self.by_pid.get_mut(&pid).expect("made above");
+            let (gone, kept): (Vec<MappingInfo>, Vec<MappingInfo>) =
+                std::mem::take(&mut space.mappings)
+                    .into_iter()
+                    .partition(|m| m.overlaps(&range));
+            space.mappings = kept;
+            for m in gone {
+                if let Some(object) = space.code.find(m.range.start).cloned() {
+                    if object.start >= m.range.start && object.end <= m.range.end {
+                        space.code.remove(object.start);
+                        if object.source == RowSource::Jit {
+                            space
+                                .jit
+                                .registered
+                                .retain(|(start, _)| *start != object.start);
+                        }
+                    }
+                }
+            }
         }
         let choice = self.choice;
         let cache = self.cache.clone();
@@ -379,7 +446,7 @@ impl Spaces {
             if path.ends_with(format!("/jit-{pid}.dump").as_bytes()) {
                 space.jit.jitdump = Some(open);
             }
-        } else if path.starts_with(b"[vdso]") {
+        } else if is_vdso(path) {
             if let Some(object) = vdso_object(pid, &range, choice) {
                 let _ = space.code.insert(Arc::new(object));
             }
@@ -389,6 +456,7 @@ impl Spaces {
         space.jit.dirty = true;
         space.mappings.push(MappingInfo {
             range: range.clone(),
+            pgoff,
             path: Arc::from(path),
         });
         out.meta(&Record::Mapping {
@@ -401,6 +469,7 @@ impl Spaces {
             build_id: recorded_id.as_deref().unwrap_or_default(),
             flags: MAPPING_EXECUTABLE,
         });
+        true
     }
 
     /// A new address space for `pid`: a copy of its current one without
@@ -416,6 +485,11 @@ impl Spaces {
         for object in old.code.objects() {
             if clear(&(object.start..object.end)) {
                 let _ = space.code.insert(Arc::clone(object));
+            } else if object.source == RowSource::Jit {
+                // Its registration is looked for again.
+                old.jit
+                    .registered
+                    .retain(|(start, _)| *start != object.start);
             }
         }
         let parent = old.asid;
@@ -439,6 +513,14 @@ impl Spaces {
         // Mapping replaces them); the code objects there are gone here.
         self.by_pid.insert(pid, space);
     }
+}
+
+/// Longest name written for JIT code (names come from the target).
+const MAX_NAME: usize = 4096;
+
+/// `name`, cut to [`MAX_NAME`] bytes.
+fn capped(name: &[u8]) -> &[u8] {
+    &name[..name.len().min(MAX_NAME)]
 }
 
 /// A thread's command name, from `/proc`.
@@ -481,20 +563,26 @@ impl AddressSpace {
                 || !self.mappings.iter().any(|m| m.range.contains(&pc)))
     }
 
-    /// Looks for JIT code the process registered since the last look (and
-    /// mappings it made that no record told of): whether the code map
-    /// changed.
-    pub fn refresh(&mut self, time: u64) -> bool {
+    /// Whether a look for code no record told of (JIT code the process
+    /// registered, mappings made before the recording could see them) is
+    /// due: something new was mapped, or the last look was 50 ms ago.
+    /// Taking it starts the next interval.
+    pub fn take_refresh(&mut self, time: u64) -> bool {
         let due = self.jit.dirty
             || self
                 .jit
                 .last_refresh
                 .is_none_or(|t| time.saturating_sub(t) >= REFRESH_INTERVAL_NS);
-        if !due {
-            return false;
+        if due {
+            self.jit.dirty = false;
+            self.jit.last_refresh = Some(time);
         }
-        self.jit.dirty = false;
-        self.jit.last_refresh = Some(time);
+        due
+    }
+
+    /// Looks for JIT code the process registered since the last look:
+    /// whether the code map changed.
+    pub fn refresh_jit(&mut self) -> bool {
         if self.jit.registry == RegistryAt::Unknown {
             self.jit.registry = match ichnos_code::export::find_exported_registry(self.pid) {
                 Ok(addr) => RegistryAt::At(addr),
@@ -554,13 +642,13 @@ impl AddressSpace {
                         start: object.start,
                         end: object.end,
                         source: JitSource::Registry,
-                        name: object.name.as_bytes(),
+                        name: capped(object.name.as_bytes()),
                     });
                 }
                 None if self.jit.pending.len() < MAX_PENDING_JIT
                     && self.jit.anon.iter().any(|r| r.contains(&pc)) =>
                 {
-                    self.jit.pending.insert(pc);
+                    self.jit.fresh |= self.jit.pending.insert(pc);
                 }
                 _ => {}
             }
@@ -572,7 +660,9 @@ impl AddressSpace {
 
     /// Names the pending JIT addresses from the process's perf map and
     /// jitdump file, while it lives (`force`: now, else at most every
-    /// 50 ms).
+    /// 50 ms). The files are read again only when their size or time
+    /// changed, and the addresses looked up only when they or the files
+    /// are new.
     pub fn capture_jit_names(&mut self, out: &mut Output, time: u64, force: bool) {
         if self.jit.pending.is_empty() {
             return;
@@ -586,14 +676,29 @@ impl AddressSpace {
             return;
         }
         self.jit.last_names = Some(time);
-        let perf_map = ichnos_symbol::perf_map::PerfMap::for_process(self.pid).ok();
-        let jitdump = self.jit.jitdump.as_ref().and_then(|p| {
-            let meta = std::fs::metadata(p).ok()?;
-            (meta.len() <= 1 << 30)
-                .then(|| std::fs::read(p).ok())
-                .flatten()
-                .map(|b| ichnos_symbol::jitdump::JitDump::parse(&b))
+        let perf_map_path = PathBuf::from(format!("/tmp/perf-{}.map", self.pid));
+        let stamps = (
+            stamp(&perf_map_path),
+            self.jit.jitdump.as_deref().and_then(stamp),
+        );
+        if !self.jit.fresh && self.jit.looked == Some(stamps) {
+            return;
+        }
+        self.jit.fresh = false;
+        self.jit.looked = Some(stamps);
+        let pid = self.pid;
+        let perf_map = reread(&mut self.jit.perf_map, &perf_map_path, stamps.0, |_| {
+            ichnos_symbol::perf_map::PerfMap::for_process(pid).ok()
         });
+        let jitdump = match self.jit.jitdump.clone() {
+            Some(path) => reread(&mut self.jit.jitdump_read, &path, stamps.1, |file| {
+                let mut bytes = Vec::new();
+                std::io::Read::read_to_end(&mut std::io::Read::take(file, MAX_JITDUMP), &mut bytes)
+                    .ok()?;
+                Some(ichnos_symbol::jitdump::JitDump::parse(&bytes))
+            }),
+            None => None,
+        };
         let mut named = Vec::new();
         for &pc in &self.jit.pending {
             let found = jitdump
@@ -623,14 +728,14 @@ impl AddressSpace {
         }
         for (pc, (start, end, name, source)) in named {
             self.jit.pending.remove(&pc);
-            if self.jit.named.insert(start) && self.jit.names < MAX_JIT_NAMES {
+            if self.jit.names < MAX_JIT_NAMES && self.jit.named.insert(start) {
                 self.jit.names += 1;
                 out.meta(&Record::JitCode {
                     asid: self.asid,
                     start,
                     end,
                     source,
-                    name: name.as_bytes(),
+                    name: capped(name.as_bytes()),
                 });
             }
         }

@@ -2,9 +2,10 @@
 //! thread go through a region-table buffer (`ichnos-buf`) to a writer
 //! thread, which gathers them into chunks (`ichnos-data`).
 //!
-//! Samples are dropped (and counted) if the writer falls too far behind;
-//! every other record — stacks, mappings, names — is kept back and written
-//! first when room returns, since later samples name them.
+//! Nothing here waits for the writer: a sample that finds no room is
+//! dropped and counted (a `Lost` record says how many, and when); every
+//! other record — stacks, mappings, names — is kept back and written first
+//! when room returns, since later samples name them.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -20,8 +21,10 @@ use ichnos_data::{LostCause, Record, Writer};
 
 /// Pages of the buffer between the recorder and the writer (4 MiB).
 const BUFFER_PAGES: usize = 1024;
-/// How long a write waits for the writer to make room.
-const WRITE_TIMEOUT: Duration = Duration::from_millis(500);
+/// Largest record written: every field that could be longer (names,
+/// paths, command lines) is bounded far below it; a record that is not is
+/// dropped and counted rather than wait for room that cannot come.
+pub(crate) const MAX_RECORD: usize = 256 << 10;
 /// How often the writer writes a chunk at the least.
 const CHUNK_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -36,6 +39,10 @@ pub(crate) struct Output {
     pub samples: u64,
     /// Samples dropped because the writer was behind.
     pub dropped: u64,
+    /// Of those, the ones a `Lost` record already tells of.
+    dropped_told: u64,
+    /// Records dropped for being larger than [`MAX_RECORD`].
+    pub oversized: u64,
     failed: Arc<AtomicBool>,
 }
 
@@ -66,9 +73,7 @@ pub(crate) fn start(
             ..AllocFlags::default()
         },
         Config {
-            mode: Mode::BlockOnFull {
-                timeout: WRITE_TIMEOUT,
-            },
+            mode: Mode::StopOnFull,
             stop: Granularity::Byte,
             notify: Granularity::Byte,
             wakeup_watermark: 64 << 10,
@@ -77,14 +82,14 @@ pub(crate) fn start(
     )?;
     let (producer, consumer) = buffer.split()?;
     let failed = Arc::new(AtomicBool::new(false));
-    let flag = Arc::clone(&failed);
+    let flag = FailFlag(Arc::clone(&failed), true);
     let thread = std::thread::Builder::new()
         .name("ichnos-writer".into())
         .spawn(move || {
+            let mut flag = flag;
             let result = write_loop(consumer, file);
-            if result.is_err() {
-                flag.store(true, Ordering::Release);
-            }
+            // Set on an error, and by the guard's drop on a panic.
+            flag.1 = result.is_err();
             result
         })
         .map_err(|source| ichnos_buf::topa::AllocError::Os {
@@ -100,10 +105,24 @@ pub(crate) fn start(
             start,
             samples: 0,
             dropped: 0,
+            dropped_told: 0,
+            oversized: 0,
             failed,
         },
         thread,
     ))
+}
+
+/// Raises the flag when dropped with `.1` set: the writer's outcome, seen
+/// by the recorder even if the writer panics.
+struct FailFlag(Arc<AtomicBool>, bool);
+
+impl Drop for FailFlag {
+    fn drop(&mut self) {
+        if self.1 {
+            self.0.store(true, Ordering::Release);
+        }
+    }
 }
 
 fn write_loop(mut consumer: Consumer, file: File) -> WriterResult {
@@ -139,10 +158,14 @@ impl Output {
     }
 
     /// Writes a record that later records may refer to: kept back if the
-    /// writer is behind, never dropped.
+    /// writer is behind, never dropped (unless it could never fit).
     pub fn meta(&mut self, record: &Record<'_>) {
         self.record.clear();
         record.encode(&mut self.record, &mut self.scratch);
+        if self.record.len() > MAX_RECORD {
+            self.oversized += 1;
+            return;
+        }
         if self.flush_backlog() && self.producer.write_record(&self.record).is_ok() {
             return;
         }
@@ -159,6 +182,15 @@ impl Output {
             self.samples += 1;
         } else {
             self.dropped += 1;
+        }
+    }
+
+    /// Tells, in a `Lost` record, of the samples dropped since it last did.
+    pub fn tell_drops(&mut self, time: u64) {
+        let new = self.dropped - self.dropped_told;
+        if new > 0 {
+            self.dropped_told = self.dropped;
+            self.lost(time, 0, new, LostCause::Recorder);
         }
     }
 
@@ -183,9 +215,12 @@ impl Output {
         true
     }
 
-    /// Writes the last records and lets the writer finish.
-    pub fn close(mut self) {
-        while !self.flush_backlog() && !self.writer_failed() {}
+    /// Writes the last records and lets the writer finish (which is
+    /// `writer`): waits while it makes room, not once it has stopped.
+    pub fn close(mut self, writer: &std::thread::JoinHandle<WriterResult>) {
+        while !self.flush_backlog() && !self.writer_failed() && !writer.is_finished() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         drop(self.producer);
     }
 }

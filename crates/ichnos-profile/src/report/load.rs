@@ -3,7 +3,7 @@
 //! per stack and thread (memory grows with distinct stacks, not samples),
 //! names, JIT code, losses.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 use std::sync::Arc;
 
@@ -42,11 +42,41 @@ pub struct JitName {
 pub struct Space {
     /// Its process.
     pub pid: u32,
-    /// Indices into [`Profile::mappings`], in the order they were added
-    /// (a later one wins where they overlap).
-    pub mappings: Vec<usize>,
-    /// Its JIT code, as named.
-    pub jit: Vec<JitName>,
+    /// What is mapped where: ranges by start, each to its end and the
+    /// mapping (an index into [`Profile::mappings`]) that shows it; a later
+    /// mapping replaces what it overlaps.
+    pub mapped: BTreeMap<u64, (u64, usize)>,
+    /// Its JIT code, as named, by start.
+    pub jit: BTreeMap<u64, JitName>,
+}
+
+impl Space {
+    /// Maps `[start, end)` to `mapping`, replacing what was there.
+    fn map(&mut self, start: u64, end: u64, mapping: usize) {
+        let overlapping: Vec<(u64, (u64, usize))> = self
+            .mapped
+            .range(..end)
+            .rev()
+            .take_while(|(_, (e, _))| *e > start)
+            .map(|(&s, &v)| (s, v))
+            .collect();
+        for (s, (e, m)) in overlapping {
+            self.mapped.remove(&s);
+            if s < start {
+                self.mapped.insert(s, (start, m));
+            }
+            if e > end {
+                self.mapped.insert(end, (e, m));
+            }
+        }
+        self.mapped.insert(start, (end, mapping));
+    }
+
+    /// The mapping that shows `pc`.
+    fn mapping_at(&self, pc: u64) -> Option<usize> {
+        let (_, &(end, m)) = self.mapped.range(..=pc).next_back()?;
+        (pc < end).then_some(m)
+    }
 }
 
 /// Where a frame lies.
@@ -120,8 +150,8 @@ pub struct Profile {
     pub stacks: Vec<Option<Stack>>,
     /// Samples per (stack, process, thread).
     pub tallies: HashMap<(u64, u32, u32), Tally>,
-    /// Thread names, by thread: (process, name).
-    pub threads: HashMap<u32, (u32, Arc<str>)>,
+    /// Thread names, by (process, thread).
+    pub threads: HashMap<(u32, u32), Arc<str>>,
     /// Process names, by process.
     pub processes: HashMap<u32, Arc<str>>,
     /// Samples and records lost, per cause.
@@ -131,6 +161,8 @@ pub struct Profile {
     /// The recording's end time (nanoseconds since the start), if it has
     /// its end record.
     pub end: Option<u64>,
+    /// The losses its end record counts.
+    pub end_lost: u64,
     /// The last sample's time.
     pub last_time: u64,
     /// Samples that named a stack the recording does not hold.
@@ -138,7 +170,20 @@ pub struct Profile {
     /// Why reading stopped early: the file was cut (the recorder did not
     /// finish).
     pub truncated: Option<ReadError>,
+    /// Stack records left out: numbered out of order (stacks are numbered
+    /// from 0 in the order of their records).
+    pub misnumbered_stacks: u64,
+    /// Address spaces started empty rather than as copies of their
+    /// parents: the recording's copies would exceed what a report holds.
+    pub uncopied_spaces: u64,
+    /// Mapping entries copied into address spaces so far.
+    copied: u64,
 }
+
+/// Most mapping and JIT entries copied from parents into the address
+/// spaces of one recording (a recording of tens of thousands of forked
+/// processes copies a few million).
+const MAX_COPIED: u64 = 1 << 26;
 
 /// Most frames of a stack kept (a damaged recording may claim more).
 const MAX_FRAMES: usize = 4096;
@@ -183,19 +228,13 @@ impl Profile {
                 parent,
                 name,
                 ..
-            } => {
-                let pid = *pid as u32;
-                let mut space = self.spaces.get(parent).cloned().unwrap_or_default();
-                space.pid = pid;
-                self.spaces.insert(*asid, space);
-                self.processes.insert(pid, Arc::from(text(name)));
-            }
+            } => self.begin_space(*asid, *pid as u32, *parent, name),
             Record::Thread { pid, tid, name, .. } => {
                 let name: Arc<str> = Arc::from(text(name));
                 if pid == tid {
                     self.processes.insert(*pid as u32, Arc::clone(&name));
                 }
-                self.threads.insert(*tid as u32, (*pid as u32, name));
+                self.threads.insert((*pid as u32, *tid as u32), name);
             }
             Record::Mapping {
                 asid,
@@ -207,14 +246,21 @@ impl Profile {
                 ..
             } => {
                 let index = self.mappings.len();
+                let end = start.saturating_add(*len);
+                if end <= *start {
+                    return;
+                }
                 self.mappings.push(Mapping {
                     start: *start,
-                    end: start.saturating_add(*len),
+                    end,
                     pgoff: *pgoff,
                     path: Arc::from(*path),
                     build_id: Arc::from(*build_id),
                 });
-                self.spaces.entry(*asid).or_default().mappings.push(index);
+                self.spaces
+                    .entry(*asid)
+                    .or_default()
+                    .map(*start, end, index);
             }
             Record::Stack(s) => self.add_stack(s),
             Record::Sample {
@@ -244,12 +290,15 @@ impl Profile {
                 source,
                 name,
             } => {
-                self.spaces.entry(*asid).or_default().jit.push(JitName {
-                    start: *start,
-                    end: *end,
-                    name: Arc::from(text(name)),
-                    source: *source,
-                });
+                self.spaces.entry(*asid).or_default().jit.insert(
+                    *start,
+                    JitName {
+                        start: *start,
+                        end: *end,
+                        name: Arc::from(text(name)),
+                        source: *source,
+                    },
+                );
             }
             Record::Lost { count, cause, .. } => {
                 *self.lost.entry(*cause).or_default() += count;
@@ -257,9 +306,33 @@ impl Profile {
             Record::Throttle { throttled, .. } => {
                 self.throttled += u64::from(*throttled);
             }
-            Record::End { time, .. } => self.end = Some(*time),
+            Record::End { time, lost, .. } => {
+                self.end = Some(*time);
+                self.end_lost = *lost;
+            }
             Record::Exit { .. } | Record::StackOut(_) | Record::Unknown { .. } => {}
         }
+    }
+
+    /// Address space `asid` of `pid`: a copy of `parent`'s, within the
+    /// report's bound on copies.
+    fn begin_space(&mut self, asid: u64, pid: u32, parent: u64, name: &[u8]) {
+        let mut space = match self.spaces.get(&parent) {
+            Some(p) => {
+                let size = (p.mapped.len() + p.jit.len()) as u64;
+                if self.copied + size <= MAX_COPIED {
+                    self.copied += size;
+                    p.clone()
+                } else {
+                    self.uncopied_spaces += 1;
+                    Space::default()
+                }
+            }
+            None => Space::default(),
+        };
+        space.pid = pid;
+        self.spaces.insert(asid, space);
+        self.processes.insert(pid, Arc::from(text(name)));
     }
 
     fn describe(&mut self, m: &ichnos_data::Meta<'_>) {
@@ -277,7 +350,8 @@ impl Profile {
 
     /// A stack, resolved against the mappings its address space has now.
     fn add_stack(&mut self, s: &ichnos_data::Stack<'_>) {
-        if s.id >= MAX_STACKS {
+        if s.id != self.stacks.len() as u64 || s.id >= MAX_STACKS {
+            self.misnumbered_stacks += 1;
             return;
         }
         let frames: Vec<(u64, Place)> = s
@@ -292,33 +366,30 @@ impl Profile {
                 (pc, self.place(s.asid, pc))
             })
             .collect();
-        let id = s.id as usize;
-        if self.stacks.len() <= id {
-            self.stacks.resize(id + 1, None);
-        }
-        self.stacks[id] = Some(Stack {
+        self.stacks.push(Some(Stack {
             asid: s.asid,
             stop: s.stop,
             frames,
-        });
+        }));
     }
 
-    /// Where `pc` lies in address space `asid` now: the mapping added last
-    /// that holds it.
+    /// Where `pc` lies in address space `asid` now.
     fn place(&self, asid: u64, pc: u64) -> Place {
-        let Some(space) = self.spaces.get(&asid) else {
+        let Some(m) = self.spaces.get(&asid).and_then(|s| s.mapping_at(pc)) else {
             return Place::Unmapped;
         };
-        space
-            .mappings
-            .iter()
-            .rev()
-            .map(|&i| (i, &self.mappings[i]))
-            .find(|(_, m)| m.start <= pc && pc < m.end)
-            .map_or(Place::Unmapped, |(i, m)| Place::Mapped {
-                mapping: i,
-                offset: pc - m.start + m.pgoff,
-            })
+        let mapping = &self.mappings[m];
+        Place::Mapped {
+            mapping: m,
+            offset: pc - mapping.start + mapping.pgoff,
+        }
+    }
+
+    /// Samples and records lost: as the loss records tell, or as the end
+    /// record counts if it counts more.
+    #[must_use]
+    pub fn lost_total(&self) -> u64 {
+        self.lost.values().sum::<u64>().max(self.end_lost)
     }
 
     /// All samples and their weight.
@@ -330,23 +401,17 @@ impl Profile {
         })
     }
 
-    /// The name of thread `tid`, and of its process.
+    /// The name of thread `tid` of process `pid`, and of the process.
     #[must_use]
-    pub fn thread_name(&self, tid: u32) -> (Option<&Arc<str>>, Option<&Arc<str>>) {
-        match self.threads.get(&tid) {
-            Some((pid, name)) => (Some(name), self.processes.get(pid)),
-            None => (None, None),
-        }
+    pub fn thread_name(&self, pid: u32, tid: u32) -> (Option<&Arc<str>>, Option<&Arc<str>>) {
+        (self.threads.get(&(pid, tid)), self.processes.get(&pid))
     }
 
-    /// The JIT code name covering `pc` in address space `asid`.
+    /// The JIT code name covering `pc` in address space `asid`: of the
+    /// names starting at or below it, the one starting last.
     #[must_use]
     pub fn jit_name(&self, asid: u64, pc: u64) -> Option<&JitName> {
-        self.spaces
-            .get(&asid)?
-            .jit
-            .iter()
-            .rev()
-            .find(|j| j.start <= pc && pc < j.end)
+        let (_, name) = self.spaces.get(&asid)?.jit.range(..=pc).next_back()?;
+        (pc < name.end).then_some(name)
     }
 }

@@ -48,7 +48,7 @@ pub fn weighted<'a>(
     filter: &Filter,
 ) -> Vec<Weighted<'a>> {
     let mut out = Vec::new();
-    let mut names: HashMap<u32, Arc<str>> = HashMap::new();
+    let mut names: HashMap<(u32, u32), Arc<str>> = HashMap::new();
     let mut keys: Vec<_> = profile.tallies.iter().collect();
     // A stable order: by stack, then thread.
     keys.sort_unstable_by_key(|(k, _)| **k);
@@ -59,10 +59,10 @@ pub fn weighted<'a>(
         if !filter.tids.is_empty() && !filter.tids.contains(&tid) {
             continue;
         }
-        let (thread_name, process_name) = profile.thread_name(tid);
+        let (thread_name, process_name) = profile.thread_name(pid, tid);
         if let Some(comm) = &filter.comm {
             let matches = |n: Option<&Arc<str>>| n.is_some_and(|n| **n == **comm);
-            if !matches(thread_name) && !matches(process_name.or(profile.processes.get(&pid))) {
+            if !matches(thread_name) && !matches(process_name) {
                 continue;
             }
         }
@@ -73,7 +73,7 @@ pub fn weighted<'a>(
             continue;
         };
         let thread = names
-            .entry(tid)
+            .entry((pid, tid))
             .or_insert_with(|| {
                 thread_name
                     .cloned()

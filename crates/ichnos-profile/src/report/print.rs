@@ -216,63 +216,93 @@ pub fn tree(
         "{:>7} {:>7} {:>8}  CALL TREE",
         "TOTAL%", "SELF%", "SAMPLES"
     )?;
-    write_children(out, &nodes, 0, 0, whole, min_percent)
+    write_nodes(out, &nodes, whole, min_percent)
 }
 
-fn write_children(
+/// What is left to print of the tree, depth first.
+enum Work {
+    /// A node and its subtree, at a depth.
+    Node(usize, usize),
+    /// The line for children folded below the threshold.
+    Folded {
+        depth: usize,
+        count: usize,
+        tally: Tally,
+    },
+}
+
+/// Prints the nodes below the root, depth first, without recursion (a
+/// recording's stacks may be thousands of frames deep).
+fn write_nodes(
     out: &mut dyn Write,
     nodes: &[Node],
-    at: usize,
-    depth: usize,
     whole: Tally,
     min_percent: f64,
 ) -> io::Result<()> {
-    let mut children: Vec<usize> = nodes[at].children.values().copied().collect();
-    children.sort_by(|&a, &b| {
-        nodes[b]
-            .total
-            .weight
-            .cmp(&nodes[a].total.weight)
-            .then_with(|| nodes[a].function.cmp(&nodes[b].function))
-    });
-    let mut folded = Tally::default();
-    let mut folded_count = 0;
-    for c in children {
-        let n = &nodes[c];
-        if percent(n.total.weight, whole.weight) < min_percent {
-            folded_count += 1;
-            add(&mut folded, n.total);
-            continue;
-        }
-        let object = if n.object.is_empty() {
-            String::new()
-        } else if n.object.starts_with('[') {
-            format!("  {}", n.object)
-        } else {
-            format!("  [{}]", n.object)
+    let mut work = vec![Work::Node(0, 0)];
+    while let Some(item) = work.pop() {
+        let (at, depth) = match item {
+            Work::Folded {
+                depth,
+                count,
+                tally,
+            } => {
+                writeln!(
+                    out,
+                    "{:>6.2}% {:>7} {:>8}  {:indent$}[{count} more below {min_percent}%]",
+                    percent(tally.weight, whole.weight),
+                    "",
+                    tally.samples,
+                    "",
+                    indent = depth * 2
+                )?;
+                continue;
+            }
+            Work::Node(at, depth) => (at, depth),
         };
-        writeln!(
-            out,
-            "{:>6.2}% {:>6.2}% {:>8}  {:indent$}{}{object}",
-            percent(n.total.weight, whole.weight),
-            percent(n.self_tally.weight, whole.weight),
-            n.total.samples,
-            "",
-            n.function,
-            indent = depth * 2
-        )?;
-        write_children(out, nodes, c, depth + 1, whole, min_percent)?;
-    }
-    if folded_count > 0 {
-        writeln!(
-            out,
-            "{:>6.2}% {:>7} {:>8}  {:indent$}[{folded_count} more below {min_percent}%]",
-            percent(folded.weight, whole.weight),
-            "",
-            folded.samples,
-            "",
-            indent = depth * 2
-        )?;
+        let n = &nodes[at];
+        if at != 0 {
+            let object = if n.object.is_empty() {
+                String::new()
+            } else if n.object.starts_with('[') {
+                format!("  {}", n.object)
+            } else {
+                format!("  [{}]", n.object)
+            };
+            writeln!(
+                out,
+                "{:>6.2}% {:>6.2}% {:>8}  {:indent$}{}{object}",
+                percent(n.total.weight, whole.weight),
+                percent(n.self_tally.weight, whole.weight),
+                n.total.samples,
+                "",
+                n.function,
+                indent = (depth - 1) * 2
+            )?;
+        }
+        let mut children: Vec<usize> = n.children.values().copied().collect();
+        children.sort_by(|&a, &b| {
+            nodes[b]
+                .total
+                .weight
+                .cmp(&nodes[a].total.weight)
+                .then_with(|| nodes[a].function.cmp(&nodes[b].function))
+        });
+        let (shown, folded): (Vec<usize>, Vec<usize>) = children
+            .into_iter()
+            .partition(|&c| percent(nodes[c].total.weight, whole.weight) >= min_percent);
+        if !folded.is_empty() {
+            let mut tally = Tally::default();
+            for &c in &folded {
+                add(&mut tally, nodes[c].total);
+            }
+            work.push(Work::Folded {
+                depth,
+                count: folded.len(),
+                tally,
+            });
+        }
+        work.extend(shown.into_iter().rev().map(|c| Work::Node(c, depth + 1)));
     }
     Ok(())
 }

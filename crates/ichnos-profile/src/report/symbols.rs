@@ -92,8 +92,12 @@ fn hex(build_id: &[u8]) -> String {
 /// id cache. `Err` says why neither is there.
 fn locate(path: &[u8], build_id: &[u8], debug_dirs: &[PathBuf]) -> Result<PathBuf, String> {
     let file = PathBuf::from(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(path));
-    let (now, _) = ichnos_code::elf::identity_of_file(&file);
     let exists = file.is_file();
+    let (now, _) = if exists {
+        ichnos_code::elf::identity_of_file(&file)
+    } else {
+        (None, None)
+    };
     if exists && (build_id.is_empty() || now.as_deref() == Some(build_id)) {
         return Ok(file);
     }
@@ -152,11 +156,11 @@ pub fn symbolize(
     let mut wanted: HashMap<ObjectKey, HashMap<u64, Vec<Frame>>> = HashMap::new();
     let key_of = |mapping: usize| -> ObjectKey {
         let m = &profile.mappings[mapping];
-        if m.path.starts_with(b"//anon") || m.path.is_empty() || m.path.starts_with(b"[anon") {
+        if crate::mapping::is_anonymous(&m.path) {
             ObjectKey::Jit
-        } else if m.path.starts_with(b"[vdso]") {
+        } else if crate::mapping::is_vdso(&m.path) {
             ObjectKey::Vdso
-        } else if m.path.first() == Some(&b'/') {
+        } else if crate::mapping::is_file(&m.path) {
             ObjectKey::File {
                 path: Arc::clone(&m.path),
                 build_id: Arc::clone(&m.build_id),
