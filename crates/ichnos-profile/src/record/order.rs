@@ -15,23 +15,42 @@ use ichnos_perf::record::{parse, Record, RecordHeader, Records, SampleFormat, HE
 /// this leaves room for a writer preempted in between.
 pub const MARGIN_NS: u64 = 10_000_000;
 
+/// Bytes a staging block grows to before records go to a fresh one.
+const BLOCK_BYTES: usize = 1 << 20;
+
 #[derive(Clone, Copy, Debug)]
 struct Entry {
     time: u64,
     /// Order of arrival, to keep equal times in ring order.
     seq: u64,
+    block: u32,
     start: usize,
     len: usize,
     format: u16,
 }
 
+/// Staged bytes: records stay where they were copied until handed on, and
+/// a block is reused once none of its records is waiting.
+#[derive(Debug, Default)]
+struct Block {
+    bytes: Vec<u8>,
+    waiting: usize,
+}
+
 /// Staged records waiting for their turn.
+///
+/// Each record is copied once, from its ring into a block, and never
+/// moved again: with stack copies of tens of kilobytes per sample,
+/// compacting the records still waiting after every round cost more
+/// than everything else the recorder does.
 #[derive(Debug, Default)]
 pub struct Sorter {
-    bytes: Vec<u8>,
+    blocks: Vec<Block>,
+    /// The block rings are read into.
+    current: usize,
+    /// Blocks with nothing waiting, ready for reuse.
+    free: Vec<usize>,
     entries: Vec<Entry>,
-    kept_bytes: Vec<u8>,
-    kept_entries: Vec<Entry>,
     seq: u64,
     formats: Vec<SampleFormat>,
     /// Records whose framing was broken (dropped with the rest of their
@@ -45,6 +64,7 @@ impl Sorter {
     #[must_use]
     pub fn new(formats: Vec<SampleFormat>) -> Self {
         Self {
+            blocks: vec![Block::default()],
             formats,
             ..Self::default()
         }
@@ -53,18 +73,30 @@ impl Sorter {
     /// The staging buffer to read a ring into; call [`Sorter::stage`]
     /// with its length before and after.
     pub fn buffer(&mut self) -> &mut Vec<u8> {
-        &mut self.bytes
+        if self.blocks.is_empty() {
+            self.blocks.push(Block::default());
+        }
+        &mut self.blocks[self.current].bytes
     }
 
     /// Indexes the records appended to the buffer since `from` (its
     /// length before the ring was read), of events with format `format`.
     /// A record without a timestamp sorts at `now`.
     pub fn stage(&mut self, from: usize, format: u16, now: u64) {
-        let Some(f) = self.formats.get(usize::from(format)).copied() else {
-            self.bytes.truncate(from);
+        let block_index = self.current;
+        let Some(block) = self.blocks.get_mut(block_index) else {
             return;
         };
-        for r in Records::new(&self.bytes[from..]) {
+        let Some(f) = self.formats.get(usize::from(format)).copied() else {
+            block.bytes.truncate(from);
+            return;
+        };
+        let Ok(block_number) = u32::try_from(block_index) else {
+            block.bytes.truncate(from);
+            return;
+        };
+        let mut end = from;
+        for r in Records::new(&block.bytes[from..]) {
             let Ok((offset, _, bytes)) = r else {
                 self.broken += 1;
                 break;
@@ -74,11 +106,16 @@ impl Sorter {
             self.entries.push(Entry {
                 time,
                 seq: self.seq,
+                block: block_number,
                 start: from + offset,
                 len: bytes.len(),
                 format,
             });
+            block.waiting += 1;
+            end = from + offset + bytes.len();
         }
+        // What could not be framed is not kept.
+        block.bytes.truncate(end);
     }
 
     /// Records staged and not yet handed on.
@@ -93,13 +130,21 @@ impl Sorter {
         self.entries.is_empty()
     }
 
+    /// Staging blocks held (for tests of reuse).
+    #[cfg(test)]
+    fn blocks(&self) -> usize {
+        self.blocks.len()
+    }
+
     /// Hands every staged record with a time at or below `up_to` to `f`,
     /// oldest first, parsed; keeps the rest for a later round.
     pub fn release(&mut self, up_to: u64, mut f: impl FnMut(&Record<'_>, RecordHeader)) {
         self.entries.sort_unstable_by_key(|e| (e.time, e.seq));
         let cut = self.entries.partition_point(|e| e.time <= up_to);
         for e in &self.entries[..cut] {
-            let bytes = &self.bytes[e.start..e.start + e.len];
+            let block = &mut self.blocks[e.block as usize];
+            block.waiting -= 1;
+            let bytes = &block.bytes[e.start..e.start + e.len];
             let (Some(format), Some(header)) = (
                 self.formats.get(usize::from(e.format)),
                 RecordHeader::read(bytes),
@@ -110,17 +155,27 @@ impl Sorter {
                 f(&record, header);
             }
         }
-        // Keep what is left, compacted, in arrival order.
-        self.kept_bytes.clear();
-        self.kept_entries.clear();
-        for e in &self.entries[cut..] {
-            let start = self.kept_bytes.len();
-            self.kept_bytes
-                .extend_from_slice(&self.bytes[e.start..e.start + e.len]);
-            self.kept_entries.push(Entry { start, ..*e });
+        self.entries.drain(..cut);
+        // Blocks with nothing waiting are emptied for reuse; a full
+        // current block gives way to one of them (or a new one).
+        for (i, block) in self.blocks.iter_mut().enumerate() {
+            if block.waiting == 0 && !block.bytes.is_empty() {
+                block.bytes.clear();
+                if i != self.current {
+                    self.free.push(i);
+                }
+            }
         }
-        std::mem::swap(&mut self.bytes, &mut self.kept_bytes);
-        std::mem::swap(&mut self.entries, &mut self.kept_entries);
+        if self
+            .blocks
+            .get(self.current)
+            .is_some_and(|b| b.bytes.len() >= BLOCK_BYTES)
+        {
+            self.current = self.free.pop().unwrap_or_else(|| {
+                self.blocks.push(Block::default());
+                self.blocks.len() - 1
+            });
+        }
         debug_assert!(self.entries.iter().all(|e| e.len >= HEADER_LEN));
     }
 }
@@ -137,6 +192,56 @@ mod tests {
         }
         r.extend_from_slice(&time.to_le_bytes());
         r
+    }
+
+    #[test]
+    fn records_stay_put_while_they_wait_and_blocks_are_reused() {
+        let format = SampleFormat {
+            sample_type: sample::TIME,
+            ..SampleFormat::default()
+        };
+        let mut s = Sorter::new(vec![format]);
+        let record_len = exit_record(0).len();
+        let per_block = BLOCK_BYTES / record_len + 1;
+        let mut seen = Vec::new();
+        // Rounds of records, each round's newest held back one round:
+        // the blocks in use stay few however many records pass.
+        let mut t = 0;
+        for _ in 0..20 {
+            let from = s.buffer().len();
+            for _ in 0..per_block {
+                t += 1;
+                s.buffer().extend_from_slice(&exit_record(t));
+            }
+            s.stage(from, 0, 0);
+            s.release(t - 10, |r, _| seen.push(r.time().unwrap()));
+        }
+        s.release(u64::MAX, |r, _| seen.push(r.time().unwrap()));
+        assert_eq!(seen, (1..=t).collect::<Vec<_>>());
+        assert!(s.blocks() <= 3, "{} blocks", s.blocks());
+        assert!(s.is_empty());
+    }
+
+    #[test]
+    fn a_broken_record_ends_its_read_and_the_rest_still_sorts() {
+        let format = SampleFormat {
+            sample_type: sample::TIME,
+            ..SampleFormat::default()
+        };
+        let mut s = Sorter::new(vec![format]);
+        let from = s.buffer().len();
+        s.buffer().extend_from_slice(&exit_record(5));
+        // A header claiming more bytes than follow.
+        s.buffer()
+            .extend_from_slice(&[4, 0, 0, 0, 0, 0, 0xff, 0x7f]);
+        s.stage(from, 0, 0);
+        assert_eq!(s.broken, 1);
+        let from = s.buffer().len();
+        s.buffer().extend_from_slice(&exit_record(3));
+        s.stage(from, 0, 0);
+        let mut seen = Vec::new();
+        s.release(u64::MAX, |r, _| seen.push(r.time().unwrap()));
+        assert_eq!(seen, [3, 5]);
     }
 
     #[test]
