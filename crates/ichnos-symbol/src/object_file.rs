@@ -469,6 +469,36 @@ fn load_debug_file(
     ))
 }
 
+/// Bytes of DWARF (as stored, compressed or not) that symbolizing the
+/// object at `path` would read: its own, else its separate debug file's
+/// as [`LoadedObject::load`] finds it; 0 when there is none. Only the
+/// section headers are read.
+pub(crate) fn dwarf_size(path: &Path, debug_dirs: &[PathBuf]) -> Result<u64, SymbolError> {
+    let bytes = map(path)?;
+    let file = object::File::parse(&*bytes).map_err(|e| SymbolError::BadObject {
+        path: path.to_path_buf(),
+        detail: e.to_string(),
+    })?;
+    let stored = |file: &object::File<'_>| -> u64 {
+        file.sections()
+            .filter(|s| {
+                s.name()
+                    .is_ok_and(|n| n.starts_with(".debug_") || n.starts_with(".zdebug_"))
+            })
+            .map(|s| s.file_range().map_or(0, |(_, size)| size))
+            .sum()
+    };
+    if has_dwarf(&file) {
+        return Ok(stored(&file));
+    }
+    let build_id = file.build_id().ok().flatten();
+    let link = file.gnu_debuglink().ok().flatten();
+    let Some((debug_path, _)) = find_debug_file(path, build_id, link, debug_dirs).found else {
+        return Ok(0);
+    };
+    Ok(with_object(&debug_path, |_, debug| Some(stored(debug))).unwrap_or(0))
+}
+
 fn has_dwarf(file: &object::File<'_>) -> bool {
     file.section_by_name(".debug_info")
         .is_some_and(|s| s.size() > 0)
@@ -525,6 +555,18 @@ fn section_loader<'a>(
 ) -> impl FnMut(gimli::SectionId) -> Result<Reader, gimli::Error> + 'a {
     move |id: gimli::SectionId| {
         let empty = || Reader::new(Shared(Arc::new(Buffer::Owned(Vec::new()))), endian);
+        // Locations say where variables live: naming code never reads
+        // them, and they are a large part of a distribution's DWARF. (A
+        // package's index checks its units' contributions to them: split
+        // DWARF keeps them.)
+        if !dwo
+            && matches!(
+                id,
+                gimli::SectionId::DebugLoc | gimli::SectionId::DebugLocLists
+            )
+        {
+            return Ok(empty());
+        }
         // A split DWARF file names its sections `.debug_info.dwo` and so on.
         let name = if dwo { id.dwo_name() } else { Some(id.name()) };
         let Some(s) = name.and_then(|name| file.section_by_name(name)) else {

@@ -356,6 +356,14 @@ impl Symbolizer {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Bytes of DWARF (as stored) that symbolizing the object at `path`
+    /// reads, in the file or its separate debug file; 0 when it has none.
+    /// What an index saves grows with it: loading DWARF means
+    /// decompressing and walking all of it.
+    pub fn dwarf_size(&self, path: &Path) -> Result<u64, SymbolError> {
+        crate::object_file::dwarf_size(path, &self.options.debug_dirs)
+    }
+
     /// Where symbol indexes are kept, if anywhere.
     #[must_use]
     pub fn index_dir(&self) -> Option<&Path> {

@@ -176,6 +176,68 @@ fn a_build_id_directory_is_searched() {
     assert_eq!(ours(&got[0].frames), want);
 }
 
+/// The stored sizes of the `.debug_*` sections of `path`, as readelf
+/// lists them (compressed sections at their compressed size).
+fn readelf_debug_bytes(path: &Path) -> u64 {
+    run(Command::new("readelf").args(["-S", "-W"]).arg(path))
+        .lines()
+        .filter_map(|l| {
+            let l = l.split_once(']')?.1;
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.first()?
+                .starts_with(".debug_")
+                .then(|| u64::from_str_radix(f[4], 16).ok())
+                .flatten()
+        })
+        .sum()
+}
+
+#[test]
+fn dwarf_size_counts_the_dwarf_a_symbolization_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = fixture(dir.path());
+    let want = readelf_debug_bytes(&exe);
+    assert!(want > 1000, "{want}");
+    let symbolizer = |debug_dirs| {
+        Symbolizer::new(SymbolizerOptions {
+            debug_dirs,
+            ..SymbolizerOptions::default()
+        })
+    };
+    let none = dir.path().join("none");
+    assert_eq!(
+        symbolizer(vec![none.clone()]).dwarf_size(&exe).unwrap(),
+        want
+    );
+    // Stripped: the debug file's, found by build id; none where it is not.
+    let (stripped, debug) = split_debug(dir.path(), &exe);
+    let id_hex = run(Command::new("readelf").args(["-n"]).arg(&exe))
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string))
+        .expect("a build id");
+    let debug_root = dir.path().join("debug");
+    let by_id = debug_root
+        .join(".build-id")
+        .join(&id_hex[..2])
+        .join(format!("{}.debug", &id_hex[2..]));
+    std::fs::create_dir_all(by_id.parent().unwrap()).unwrap();
+    std::fs::rename(&debug, &by_id).unwrap();
+    assert_eq!(
+        symbolizer(vec![debug_root]).dwarf_size(&stripped).unwrap(),
+        readelf_debug_bytes(&by_id)
+    );
+    assert_eq!(symbolizer(vec![none]).dwarf_size(&stripped).unwrap(), 0);
+    // Compressed, counted as stored.
+    let compressed = dir.path().join("compressed");
+    run(Command::new("objcopy")
+        .arg("--compress-debug-sections=zlib")
+        .arg(&exe)
+        .arg(&compressed));
+    let stored = readelf_debug_bytes(&compressed);
+    assert!(stored < want, "{stored} of {want}");
+    assert_eq!(symbolizer(vec![]).dwarf_size(&compressed).unwrap(), stored);
+}
+
 #[test]
 fn bad_files_are_errors_naming_the_file() {
     let dir = tempfile::tempdir().unwrap();
