@@ -48,9 +48,10 @@ pub struct RecordArgs {
 
 fn parse_stack_size(text: &str) -> Result<u32, String> {
     let bytes = crate::units::parse_size(text)?;
-    if bytes == 0 || bytes > 65_528 || bytes % 8 != 0 {
+    let max = ichnos_profile::record::MAX_STACK_SIZE;
+    if bytes == 0 || bytes > u64::from(max) || bytes % 8 != 0 {
         return Err(format!(
-            "{text}: the stack copy must be a multiple of 8 between 8 and 65528 bytes"
+            "{text}: the stack copy must be a multiple of 8 between 8 and {max} bytes"
         ));
     }
     Ok(bytes as u32)

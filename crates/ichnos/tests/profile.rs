@@ -469,6 +469,57 @@ fn the_demo_shows_its_jit_frame_by_name_between_native_frames() {
     );
 }
 
+#[test]
+fn stacks_deeper_than_the_copy_are_noted_and_a_larger_copy_completes_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("deep");
+    let src = fixture("deep.c");
+    gcc(&[
+        "-O2",
+        "-fomit-frame-pointer",
+        "-o",
+        exe.to_str().unwrap(),
+        src.to_str().unwrap(),
+    ]);
+    let data = dir.path().join("deep.data");
+    let leaf_stacks = |data: &Path| -> (u64, u64) {
+        let stacks = folded(data, &[]);
+        let (total, complete, _) = completeness(&stacks, &["deep_leaf"], "main");
+        (total, complete)
+    };
+    // The default copy (32 KiB) stops inside the 40 KiB frame: the
+    // recording says so and how to go further.
+    let out = record(&data, 1000, &[exe.to_str().unwrap()]);
+    let err = stderr(&out);
+    assert!(
+        err.contains("of stacks went on past the 32 KiB of stack copied per sample")
+            && err.contains("--stack-size 65528"),
+        "{err}"
+    );
+    let (total, complete) = leaf_stacks(&data);
+    assert!(
+        total >= 300 && complete * 10 < total,
+        "{complete} of {total}"
+    );
+    // The most the kernel copies reaches main, and nothing is noted.
+    let out = ichnos(&[
+        "record",
+        "--stack-size",
+        "65528",
+        "-o",
+        data.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("went on past"), "{}", stderr(&out));
+    let (total, complete) = leaf_stacks(&data);
+    assert!(
+        total >= 300 && complete * 1000 >= total * 999,
+        "{complete} of {total}"
+    );
+}
+
 /// Runs `ichnos args`, expecting the user-error exit status 1 and an
 /// error message holding every one of `wanted`.
 fn fails_with(args: &[&str], wanted: &[&str]) -> String {

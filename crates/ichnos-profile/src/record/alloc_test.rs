@@ -126,6 +126,7 @@ fn a_sample_seen_before_costs_no_allocation() {
         stack: Vec::with_capacity(256),
         samples: 0,
         complete: 0,
+        past_copy: 0,
         lost: 0,
     };
     let record = sample_here(&format, start);

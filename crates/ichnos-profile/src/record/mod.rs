@@ -101,10 +101,16 @@ impl RecordOptions {
     }
 }
 
-/// Bytes of user stack copied per sample by default: room for the
-/// frames of typical call chains up to the thread's start; the kernel
-/// copies up to 65,528.
-pub const DEFAULT_STACK_SIZE: u32 = 16 << 10;
+/// Bytes of user stack copied per sample by default. The kernel copies
+/// this much whatever the stack holds, in the target's time, and the
+/// recorder reads it: the cost grows with it. C call chains fit in a few
+/// KiB; Rust programs keep tens of KiB of frames (ichnos's own report
+/// uses 20 to 30 KiB), which 16 KiB cut short in four samples of five.
+pub const DEFAULT_STACK_SIZE: u32 = 32 << 10;
+
+/// The most user stack the kernel copies per sample (a sample record's
+/// size is 16 bits, and the copy a multiple of 8).
+pub const MAX_STACK_SIZE: u32 = 65_528;
 
 /// What the status line shows.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -460,6 +466,7 @@ pub fn record(
     recorder.finish();
     let failed = result.is_err() || recorder.output.writer_failed();
     let (output, complete, lost) = (recorder.output, recorder.complete, recorder.lost);
+    let past_copy = recorder.past_copy;
     let written = close(output, writer, lost);
     // A recording that failed does not leave its command running.
     let exit = match child.as_mut() {
@@ -478,6 +485,22 @@ pub fn record(
         source,
     })?;
     let mut notes = notes;
+    // More than the completeness the defaults aim at: say what helps.
+    if samples > 0 && past_copy * 1000 > samples {
+        let share = 100.0 * past_copy as f64 / samples as f64;
+        notes.push(if options.stack_size < MAX_STACK_SIZE {
+            format!(
+                "{share:.1}% of stacks went on past the {} KiB of stack copied per sample: \
+                 --stack-size {MAX_STACK_SIZE} copies the most the kernel allows",
+                options.stack_size >> 10,
+            )
+        } else {
+            format!(
+                "{share:.1}% of stacks went on past the stack copied per sample (the kernel \
+                 copies at most {MAX_STACK_SIZE} bytes, and stops at a stack page never touched)"
+            )
+        });
+    }
     if oversized > 0 {
         notes.push(format!(
             "{oversized} records larger than {} KiB were left out",
@@ -590,6 +613,8 @@ struct Recorder {
     stack: Vec<u64>,
     samples: u64,
     complete: u64,
+    /// Samples whose stack went on past the bytes the kernel copied.
+    past_copy: u64,
     lost: u64,
 }
 
@@ -625,6 +650,7 @@ impl Recorder {
             stack: Vec::with_capacity(options.max_frames),
             samples: 0,
             complete: 0,
+            past_copy: 0,
             lost: 0,
         }
     }
@@ -863,8 +889,10 @@ impl Recorder {
             weight: s.period.unwrap_or(1),
         });
         self.samples += 1;
-        if stop == StackStop::Complete {
-            self.complete += 1;
+        match stop {
+            StackStop::Complete => self.complete += 1,
+            StackStop::StackEnd => self.past_copy += 1,
+            _ => {}
         }
     }
 }
