@@ -867,6 +867,60 @@ fn objects_are_found_by_build_id_and_changed_ones_are_named_once() {
 }
 
 #[test]
+fn objects_with_much_dwarf_are_indexed_once_and_answer_as_their_dwarf_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_chains(dir.path(), Build::Sframe);
+    let data = dir.path().join("chains.data");
+    record(&data, 1000, &[exe.to_str().unwrap(), "1000"]);
+    let index_dir = dir.path().join("index");
+    let report = |extra: &[&str]| {
+        let mut args = vec![
+            "report",
+            "-v",
+            "-i",
+            data.to_str().unwrap(),
+            "--format",
+            "folded",
+        ];
+        args.extend_from_slice(extra);
+        let out = ichnos(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr(&out),
+        )
+    };
+    let (from_dwarf, _) = report(&["--no-index"]);
+    // glibc's debug file (libc6-dbg) holds megabytes of DWARF: the first
+    // report indexes it though the recording has few of its addresses.
+    let libc = Path::new("/lib/x86_64-linux-gnu/libc.so.6");
+    let (first, notes) = report(&["--index-dir", index_dir.to_str().unwrap()]);
+    assert!(
+        notes
+            .lines()
+            .any(|l| l.starts_with("note: indexed /") && l.contains("/libc.so.6 (")),
+        "{notes}"
+    );
+    let libc_id = build_id(libc);
+    let names: Vec<String> = std::fs::read_dir(&index_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(names.iter().any(|n| n.starts_with(&libc_id)), "{names:?}");
+    // The small program is read from its DWARF as it is.
+    assert!(
+        !names.iter().any(|n| n.starts_with(&build_id(&exe))),
+        "{names:?}"
+    );
+    // Later reports read the index, and every report says the same.
+    let (second, notes) = report(&["--index-dir", index_dir.to_str().unwrap()]);
+    assert!(!notes.contains("note: indexed"), "{notes}");
+    assert_eq!(first, from_dwarf);
+    assert_eq!(second, from_dwarf);
+    assert!(from_dwarf.contains("start_thread") || from_dwarf.contains("__libc_start_call_main"));
+}
+
+#[test]
 fn report_options_change_what_is_shown() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build_chains(dir.path(), Build::Sframe);

@@ -11,7 +11,9 @@ use std::sync::Arc;
 
 pub use load::{Description, JitName, Mapping, Place, Profile, Space, Stack, Tally};
 pub use print::{folded, top, tree, write_top, Sort, TopRow, INCOMPLETE};
-pub use symbols::{symbolize, Frame, SymbolOptions, Symbolized, INDEX_THRESHOLD};
+pub use symbols::{
+    symbolize, Frame, SymbolOptions, Symbolized, INDEX_DWARF_BYTES, INDEX_THRESHOLD,
+};
 
 use ichnos_data::StackStop;
 

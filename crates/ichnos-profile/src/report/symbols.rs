@@ -60,6 +60,13 @@ pub struct Symbolized {
 /// second; its DWARF answers 300,000 addresses a second).
 pub const INDEX_THRESHOLD: usize = 20_000;
 
+/// An object with at least this much DWARF (as stored) is indexed
+/// however few its addresses: reading it costs every report the time to
+/// decompress and walk it all (80 ms for glibc's debug file), the index
+/// once (0.5 s for glibc) and then a few milliseconds. The libraries
+/// that have this much are the ones every program maps.
+pub const INDEX_DWARF_BYTES: u64 = 1 << 20;
+
 /// What a mapping's object is.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum ObjectKey {
@@ -281,8 +288,11 @@ fn name_object(
         .filter_map(|&off| Some((ichnos_image::vaddr_of_file_offset(&segments, off)?, off)))
         .collect();
     order.sort_unstable();
-    if order.len() >= INDEX_THRESHOLD
-        && symbolizer.index_dir().is_some()
+    if symbolizer.index_dir().is_some()
+        && (order.len() >= INDEX_THRESHOLD
+            || symbolizer
+                .dwarf_size(file)
+                .is_ok_and(|n| n >= INDEX_DWARF_BYTES))
         && symbolizer.usable_index(file).is_none()
     {
         let started = std::time::Instant::now();
