@@ -801,6 +801,72 @@ fn parse_sample<'a>(
     Ok(s)
 }
 
+/// Appends `record` to `out` with its user stack copy cut to the first
+/// `keep` bytes (rounded up to a multiple of 8): the size field, the
+/// bytes, `dyn_size` and the header's size are rewritten, and what
+/// follows the stack is kept as it is, so the result parses as the same
+/// sample with less stack. A record that is not a sample with a longer
+/// stack copy, or that does not parse, is appended as it is. Returns the
+/// bytes appended.
+///
+/// The kernel copies the whole requested size on every sample, however
+/// little of it holds frames; a consumer that knows where a thread's
+/// outermost frame lies keeps only the bytes below it.
+pub fn append_with_stack_cut(
+    format: &SampleFormat,
+    record: &[u8],
+    keep: u64,
+    out: &mut Vec<u8>,
+) -> usize {
+    let whole = |out: &mut Vec<u8>| {
+        out.extend_from_slice(record);
+        record.len()
+    };
+    let Ok(Record::Sample(sample)) = parse(format, record) else {
+        return whole(out);
+    };
+    let (Some(stack), size) = (sample.stack_user, sample.stack_user_size) else {
+        return whole(out);
+    };
+    let keep = keep.div_ceil(8).saturating_mul(8);
+    if keep >= size {
+        return whole(out);
+    }
+    // Where the copy lies: its bytes start where the parsed slice does,
+    // the size field before them, dyn_size after all `size` of them.
+    let data = stack.as_ptr() as usize - record.as_ptr() as usize;
+    let (Ok(size_len), Ok(keep_len)) = (usize::try_from(size), usize::try_from(keep)) else {
+        return whole(out);
+    };
+    let Some(tail) = data
+        .checked_add(size_len)
+        .and_then(|end| end.checked_add(8))
+    else {
+        return whole(out);
+    };
+    if data < HEADER_LEN + 8 || tail > record.len() {
+        return whole(out);
+    }
+    // An empty copy has no dyn_size field.
+    let dyn_len = if keep_len == 0 { 0 } else { 8 };
+    let new_len = record.len() - (size_len - keep_len) - (8 - dyn_len);
+    let Ok(new_size) = u16::try_from(new_len) else {
+        return whole(out);
+    };
+    let dyn_size = (stack.len() as u64).min(keep);
+    let start = out.len();
+    out.extend_from_slice(&record[..6]);
+    out.extend_from_slice(&new_size.to_le_bytes());
+    out.extend_from_slice(&record[HEADER_LEN..data - 8]);
+    out.extend_from_slice(&keep.to_le_bytes());
+    out.extend_from_slice(&record[data..data + keep_len]);
+    if dyn_len > 0 {
+        out.extend_from_slice(&dyn_size.to_le_bytes());
+    }
+    out.extend_from_slice(&record[tail..]);
+    out.len() - start
+}
+
 /// Skips a sample's `read_format` values.
 fn skip_read(read_format: u64, f: &mut Fields<'_>) -> Result<(), RecordError> {
     use attr::read_format as rf;

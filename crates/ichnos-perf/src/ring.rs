@@ -12,6 +12,7 @@ use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::event::PerfEvent;
+use crate::record::HEADER_LEN;
 use crate::sys::Mapping;
 
 /// Offsets in the header page (`struct perf_event_mmap_page`).
@@ -76,6 +77,17 @@ fn page_size() -> usize {
         .ok()
         .filter(|&s| s > 0)
         .unwrap_or(4096)
+}
+
+/// What one [`Ring::read_records`] found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RingRead {
+    /// Records handed on.
+    pub records: usize,
+    /// Bytes released to the kernel (all that was written).
+    pub bytes: usize,
+    /// The framing broke: the bytes after the last record were not read.
+    pub broken: bool,
 }
 
 impl Ring {
@@ -163,6 +175,61 @@ impl Ring {
         self.tail = head;
         self.header_word(DATA_TAIL).store(head, Ordering::Release);
         n
+    }
+
+    /// Hands every record in the ring to `f`, in ring order, where it lies
+    /// (a record that wraps past the end of the data area is put together
+    /// in `scratch` first), then releases them all to the kernel. Stops at
+    /// a header whose size is under 8 bytes or runs past what was written:
+    /// what follows cannot be framed, and is released unread.
+    ///
+    /// Unlike [`Ring::read_into`], nothing is copied that `f` does not
+    /// copy: a consumer that keeps only part of each record (the stack a
+    /// sample needs, not all the kernel copied) saves the rest.
+    pub fn read_records(&mut self, scratch: &mut Vec<u8>, mut f: impl FnMut(&[u8])) -> RingRead {
+        let head = self.header_word(DATA_HEAD).load(Ordering::Acquire);
+        let n = usize::try_from(head.wrapping_sub(self.tail))
+            .unwrap_or(usize::MAX)
+            .min(self.data_size);
+        let mut read = RingRead::default();
+        let start = (head.wrapping_sub(n as u64) % self.data_size as u64) as usize;
+        let mut done = 0;
+        while n - done >= HEADER_LEN {
+            let at = (start + done) % self.data_size;
+            // Records are 8-byte aligned and the data area a power of two
+            // pages: a header never wraps.
+            let mut header = [0u8; HEADER_LEN];
+            if at + HEADER_LEN <= self.data_size {
+                header.copy_from_slice(self.data(at, HEADER_LEN));
+            } else {
+                read.broken = true;
+                break;
+            }
+            let size = usize::from(u16::from_le_bytes([header[6], header[7]]));
+            if size < HEADER_LEN || size > n - done {
+                read.broken = true;
+                break;
+            }
+            if at + size <= self.data_size {
+                f(self.data(at, size));
+            } else {
+                let first = self.data_size - at;
+                scratch.clear();
+                scratch.extend_from_slice(self.data(at, first));
+                scratch.extend_from_slice(self.data(0, size - first));
+                f(scratch);
+            }
+            read.records += 1;
+            done += size;
+        }
+        if n - done > 0 && !read.broken {
+            // A tail shorter than a header.
+            read.broken = true;
+        }
+        read.bytes = n;
+        self.tail = head;
+        self.header_word(DATA_TAIL).store(head, Ordering::Release);
+        read
     }
 
     fn data(&self, offset: usize, len: usize) -> &[u8] {

@@ -173,3 +173,53 @@ fn ring_sizes_must_be_a_power_of_two() {
         Err(ichnos_perf::RingError::BadSize { data_pages: 3 })
     ));
 }
+
+#[test]
+fn records_are_read_in_place_and_across_the_end_of_the_ring() {
+    // A ring of 8 pages and samples of about 4.2 KiB: as it is read round
+    // after round, records keep straddling the end of the data area.
+    // This thread on any CPU: one ring (the kernel maps no ring for an
+    // inherited event followed across CPUs).
+    let config = EventConfig {
+        inherit: false,
+        ..config()
+    };
+    let event = PerfEvent::open(&config, tid().cast_signed(), -1).unwrap();
+    let format = event.format();
+    let mut ring = Ring::new(&event, 8).unwrap();
+    let data_size = ring.data_size();
+    event.enable().unwrap();
+    let mut scratch = Vec::new();
+    let (mut samples, mut bytes, mut last) = (0, 0, 0);
+    let mut read = |ring: &mut Ring| {
+        let got = ring.read_records(&mut scratch, |record| {
+            let size = usize::from(u16::from_le_bytes([record[6], record[7]]));
+            assert_eq!(size, record.len());
+            let parsed = parse(&format, record).unwrap();
+            if let Some(t) = parsed.time() {
+                assert!(t >= last, "{t} after {last}");
+                last = t;
+            }
+            if let Record::Sample(s) = parsed {
+                assert_eq!(s.id.tid, Some(tid()));
+                assert_eq!(s.stack_user_size, 4096);
+                samples += 1;
+            }
+        });
+        assert!(!got.broken);
+        bytes += got.bytes;
+    };
+    let until = Instant::now() + Duration::from_millis(300);
+    let mut x = 1u64;
+    while Instant::now() < until {
+        for _ in 0..100_000 {
+            x = std::hint::black_box(x.wrapping_mul(3).wrapping_add(1));
+        }
+        read(&mut ring);
+    }
+    event.disable().unwrap();
+    read(&mut ring);
+    assert!(samples >= 100, "{samples} samples");
+    // Round the ring many times: straddling records were put together.
+    assert!(bytes > 8 * data_size, "{bytes} bytes through {data_size}");
+}

@@ -3,9 +3,9 @@
 
 use ichnos_perf::attr::sample;
 use ichnos_perf::record::{
-    parse, Record, RecordProblem, Records, SampleFormat, MISC_COMM_EXEC, MISC_MMAP_BUILD_ID,
-    RECORD_COMM, RECORD_EXIT, RECORD_FORK, RECORD_LOST, RECORD_MMAP2, RECORD_SAMPLE,
-    RECORD_THROTTLE,
+    append_with_stack_cut, parse, Record, RecordProblem, Records, SampleFormat, MISC_COMM_EXEC,
+    MISC_MMAP_BUILD_ID, RECORD_COMM, RECORD_EXIT, RECORD_FORK, RECORD_LOST, RECORD_MMAP2,
+    RECORD_SAMPLE, RECORD_THROTTLE,
 };
 
 /// A record under construction: header, then fields in order.
@@ -114,6 +114,78 @@ fn a_sample_with_registers_and_stack_parses() {
     // Only dyn_size bytes of the copy are the stack.
     assert_eq!(s.stack_user.unwrap(), &stack[..40]);
     assert_eq!(s.stack_user_size, 64);
+}
+
+/// A sample's ip, tid, time, period and registers.
+type Fields = (Option<u64>, Option<u32>, Option<u64>, Option<u64>, Vec<u64>);
+
+/// The fields of a sample other than its stack.
+fn sample_fields(record: &[u8]) -> Fields {
+    let Record::Sample(s) = parse(&FORMAT, record).unwrap() else {
+        panic!("not a sample")
+    };
+    let regs = s.regs_user.unwrap();
+    (
+        s.ip,
+        s.id.tid,
+        s.id.time,
+        s.period,
+        (6..=8).map(|r| regs.get(r).unwrap()).collect(),
+    )
+}
+
+#[test]
+fn a_stack_cut_short_parses_as_the_same_sample_with_less_stack() {
+    let stack: Vec<u8> = (0..64).collect();
+    let whole = sample_record(&stack, 40);
+    let cut = |keep: u64| {
+        let mut out = vec![0xee; 3];
+        let n = append_with_stack_cut(&FORMAT, &whole, keep, &mut out);
+        assert_eq!(n, out.len() - 3);
+        assert_eq!(&out[..3], &[0xee; 3], "appended after what was there");
+        out.split_off(3)
+    };
+    // 20 bytes kept, rounded up to 24: the copy's size, the header's and
+    // the bytes all say so.
+    let short = cut(20);
+    assert_eq!(short.len(), whole.len() - 40);
+    assert_eq!(
+        usize::from(u16::from_le_bytes([short[6], short[7]])),
+        short.len()
+    );
+    assert_eq!(sample_fields(&short), sample_fields(&whole));
+    let Record::Sample(s) = parse(&FORMAT, &short).unwrap() else {
+        panic!()
+    };
+    assert_eq!(s.stack_user.unwrap(), &stack[..24]);
+    assert_eq!(s.stack_user_size, 24);
+    // More kept than dyn_size said was copied: dyn_size still bounds it.
+    let longer = cut(48);
+    let Record::Sample(s) = parse(&FORMAT, &longer).unwrap() else {
+        panic!()
+    };
+    assert_eq!(s.stack_user.unwrap(), &stack[..40]);
+    assert_eq!(s.stack_user_size, 48);
+    // Nothing kept: an empty copy, without a dyn_size.
+    let empty = cut(0);
+    assert_eq!(empty.len(), whole.len() - 64 - 8);
+    let Record::Sample(s) = parse(&FORMAT, &empty).unwrap() else {
+        panic!()
+    };
+    assert_eq!(s.stack_user.unwrap(), &[] as &[u8]);
+    assert_eq!(sample_fields(&empty), sample_fields(&whole));
+    // All of it or more: the record as it was; so for other records.
+    assert_eq!(cut(64), whole);
+    assert_eq!(cut(1 << 20), whole);
+    let exit = Builder::new(RECORD_EXIT, 0)
+        .u32s(1, 1)
+        .u32s(1, 1)
+        .u64(9)
+        .sample_id(1, 1, 9, 0)
+        .build();
+    let mut out = Vec::new();
+    append_with_stack_cut(&FORMAT, &exit, 0, &mut out);
+    assert_eq!(out, exit);
 }
 
 #[test]
@@ -315,5 +387,22 @@ proptest::proptest! {
         for (_, _, record) in Records::new(&bytes).flatten() {
             let _ = parse(&format, record);
         }
+    }
+
+    /// Any sample cut to any length parses to the same fields and a
+    /// prefix of its stack.
+    #[test]
+    fn a_cut_keeps_a_prefix_of_the_stack(len in 0usize..64, dyn_size in 0u64..80, keep in 0u64..600) {
+        let stack: Vec<u8> = (0..len * 8).map(|i| i as u8).collect();
+        let whole = sample_record(&stack, dyn_size);
+        let mut cut = Vec::new();
+        append_with_stack_cut(&FORMAT, &whole, keep, &mut cut);
+        proptest::prop_assert_eq!(sample_fields(&cut), sample_fields(&whole));
+        let (Ok(Record::Sample(a)), Ok(Record::Sample(b))) = (parse(&FORMAT, &whole), parse(&FORMAT, &cut)) else {
+            panic!("not samples")
+        };
+        let (a, b) = (a.stack_user.unwrap(), b.stack_user.unwrap());
+        proptest::prop_assert!(a.starts_with(b));
+        proptest::prop_assert_eq!(b.len() as u64, (a.len() as u64).min(keep.div_ceil(8) * 8));
     }
 }
