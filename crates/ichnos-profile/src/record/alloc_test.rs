@@ -128,13 +128,18 @@ fn a_sample_seen_before_costs_no_allocation() {
         complete: 0,
         past_copy: 0,
         lost: 0,
+        scratch: Vec::new(),
+        stack_tops: std::collections::HashMap::new(),
     };
     let record = sample_here(&format, start);
     let round = |recorder: &mut Recorder, records: usize| {
         for _ in 0..records {
-            let from = recorder.sorter.buffer().len();
-            recorder.sorter.buffer().extend_from_slice(&record);
-            recorder.sorter.stage(from, 0, start);
+            // Staged as drain stages: the stack cut where the thread's
+            // complete stacks end, once one has.
+            let tops = &recorder.stack_tops;
+            recorder.sorter.stage_record(&record, 0, start, |sample| {
+                super::stack_needed(tops, sample)
+            });
         }
         let mut sorter = std::mem::take(&mut recorder.sorter);
         sorter.release(u64::MAX, |r, _| recorder.handle(r));
@@ -154,5 +159,18 @@ fn a_sample_seen_before_costs_no_allocation() {
     assert_eq!(allocations() - before, 0, "allocations per 640 samples");
     assert_eq!(recorder.samples, 736);
     assert_eq!(recorder.interner.len(), 1);
+    // The stacks after the first were staged cut to what the frames
+    // need, and still unwound whole, to the same stack.
+    let Ok(ichnos_perf::Record::Sample(sample)) = ichnos_perf::record::parse(&format, &record)
+    else {
+        panic!("not a sample")
+    };
+    let need = super::stack_needed(&recorder.stack_tops, &sample).expect("a cut");
+    assert!(
+        need < sample.stack_user_size / 2,
+        "{need} of {}",
+        sample.stack_user_size
+    );
+    assert_eq!(recorder.complete, 736);
     super::close(recorder.output, writer, 0).unwrap();
 }

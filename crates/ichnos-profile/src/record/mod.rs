@@ -20,6 +20,7 @@ mod model;
 mod order;
 mod output;
 
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd};
@@ -608,6 +609,12 @@ struct Recorder {
     interner: Interner,
     output: Output,
     sorter: Sorter,
+    /// Where a record that wraps the end of a ring is put together.
+    scratch: Vec<u8>,
+    /// Per thread, the highest stack address its complete stacks reached
+    /// (the outermost frame's, with room to spare): a sample's stack is
+    /// kept only below it.
+    stack_tops: HashMap<u32, u64>,
     options: UnwindOptions,
     frames: Vec<ichnos_code::Frame>,
     stack: Vec<u64>,
@@ -642,6 +649,8 @@ impl Recorder {
             interner: Interner::default(),
             output,
             sorter: Sorter::new(formats),
+            scratch: Vec::new(),
+            stack_tops: HashMap::new(),
             options: UnwindOptions {
                 max_frames: options.max_frames,
                 frame_pointer_fallback: true,
@@ -718,17 +727,19 @@ impl Recorder {
     /// Reads every ring and handles the records at or before `up_to`.
     fn drain(&mut self, events: &mut events::Events, up_to: u64) {
         let now = monotonic_ns();
-        let broken = self.sorter.broken;
+        let mut broken = 0;
+        let tops = &self.stack_tops;
         for (i, (ring, _)) in events.rings.iter_mut().enumerate() {
-            let from = self.sorter.buffer().len();
-            ring.read_into(self.sorter.buffer());
-            self.sorter.stage(from, i as u16, now);
+            let sorter = &mut self.sorter;
+            let read = ring.read_records(&mut self.scratch, |record| {
+                sorter.stage_record(record, i as u16, now, |sample| stack_needed(tops, sample));
+            });
+            broken += u64::from(read.broken);
         }
-        if self.sorter.broken > broken {
+        if broken > 0 {
             // The rest of a read whose framing broke is dropped: count it.
-            let count = self.sorter.broken - broken;
-            self.lost += count;
-            self.output.lost(now, 0, count, LostCause::Unreadable);
+            self.lost += broken;
+            self.output.lost(now, 0, broken, LostCause::Unreadable);
         }
         let mut sorter = std::mem::take(&mut self.sorter);
         sorter.release(up_to, |record, _| self.handle(record));
@@ -769,6 +780,8 @@ impl Recorder {
                 let time = c.sample_id.time.unwrap_or_else(monotonic_ns);
                 if c.exec && c.pid == c.tid {
                     self.spaces.begin(c.pid, c.name, time, &mut self.output);
+                    // A new program: a new stack.
+                    self.stack_tops.remove(&c.tid);
                 }
                 self.spaces
                     .name_thread(c.pid, c.tid, c.name, time, &mut self.output);
@@ -787,6 +800,7 @@ impl Recorder {
             }
             PerfRecord::Exit(e) => {
                 self.spaces.exit(e.pid, e.tid, e.time, &mut self.output);
+                self.stack_tops.remove(&e.tid);
             }
             PerfRecord::Lost(l) => {
                 self.lost += l.lost;
@@ -890,11 +904,33 @@ impl Recorder {
         });
         self.samples += 1;
         match stop {
-            StackStop::Complete => self.complete += 1,
+            StackStop::Complete => {
+                self.complete += 1;
+                if let Some(outermost) = self.frames.last() {
+                    let top = outermost.sp.saturating_add(STACK_TOP_SLACK);
+                    let known = self.stack_tops.entry(tid).or_insert(top);
+                    *known = (*known).max(top);
+                }
+            }
             StackStop::StackEnd => self.past_copy += 1,
             _ => {}
         }
     }
+}
+
+/// Bytes above the outermost frame's stack pointer still kept: what the
+/// unwinder may read there to see that the frame is the outermost.
+const STACK_TOP_SLACK: u64 = 256;
+
+/// How many bytes of `sample`'s stack copy its frames need: up to the top
+/// its thread's complete stacks reached, when the sample's stack pointer
+/// lies below it within the copy (another stack, a signal stack, a new
+/// program, is not cut).
+fn stack_needed(tops: &HashMap<u32, u64>, sample: &ichnos_perf::record::Sample<'_>) -> Option<u64> {
+    let top = *tops.get(&sample.id.tid?)?;
+    let sp = sample.regs_user.as_ref()?.get(regs::SP)?;
+    top.checked_sub(sp)
+        .filter(|&need| need < sample.stack_user_size)
 }
 
 fn walk(

@@ -8,7 +8,9 @@
 //! current read, minus a margin, is in hand. Staging memory is reused
 //! from round to round: nothing is allocated per record once it has grown.
 
-use ichnos_perf::record::{parse, Record, RecordHeader, Records, SampleFormat, HEADER_LEN};
+use ichnos_perf::record::{
+    append_with_stack_cut, parse, Record, RecordHeader, Sample, SampleFormat, HEADER_LEN,
+};
 
 /// How far behind the start of a read a record must be to be handed on:
 /// the kernel writes records within microseconds of their timestamps;
@@ -42,7 +44,8 @@ struct Block {
 /// Each record is copied once, from its ring into a block, and never
 /// moved again: with stack copies of tens of kilobytes per sample,
 /// compacting the records still waiting after every round cost more
-/// than everything else the recorder does.
+/// than everything else the recorder does. A sample's stack is copied
+/// only as far as its thread's frames reach, where that is known.
 #[derive(Debug, Default)]
 pub struct Sorter {
     blocks: Vec<Block>,
@@ -53,9 +56,6 @@ pub struct Sorter {
     entries: Vec<Entry>,
     seq: u64,
     formats: Vec<SampleFormat>,
-    /// Records whose framing was broken (dropped with the rest of their
-    /// read).
-    pub broken: u64,
 }
 
 impl Sorter {
@@ -70,52 +70,50 @@ impl Sorter {
         }
     }
 
-    /// The staging buffer to read a ring into; call [`Sorter::stage`]
-    /// with its length before and after.
-    pub fn buffer(&mut self) -> &mut Vec<u8> {
+    /// Stages one record of an event with format `format`, copying it (a
+    /// sample's stack cut to what `stack_needs` says the thread's frames
+    /// need, when it says) into the current block. A record without a
+    /// timestamp sorts at `now`.
+    pub fn stage_record(
+        &mut self,
+        record: &[u8],
+        format: u16,
+        now: u64,
+        stack_needs: impl FnOnce(&Sample<'_>) -> Option<u64>,
+    ) {
+        let Some(f) = self.formats.get(usize::from(format)).copied() else {
+            return;
+        };
         if self.blocks.is_empty() {
             self.blocks.push(Block::default());
         }
-        &mut self.blocks[self.current].bytes
-    }
-
-    /// Indexes the records appended to the buffer since `from` (its
-    /// length before the ring was read), of events with format `format`.
-    /// A record without a timestamp sorts at `now`.
-    pub fn stage(&mut self, from: usize, format: u16, now: u64) {
-        let block_index = self.current;
-        let Some(block) = self.blocks.get_mut(block_index) else {
+        let Ok(block_number) = u32::try_from(self.current) else {
             return;
         };
-        let Some(f) = self.formats.get(usize::from(format)).copied() else {
-            block.bytes.truncate(from);
-            return;
+        let parsed = parse(&f, record).ok();
+        let time = parsed.as_ref().and_then(Record::time).unwrap_or(now);
+        let keep = match &parsed {
+            Some(Record::Sample(sample)) => stack_needs(sample),
+            _ => None,
         };
-        let Ok(block_number) = u32::try_from(block_index) else {
-            block.bytes.truncate(from);
-            return;
+        let block = &mut self.blocks[self.current];
+        let start = block.bytes.len();
+        let len = if let Some(keep) = keep {
+            append_with_stack_cut(&f, record, keep, &mut block.bytes)
+        } else {
+            block.bytes.extend_from_slice(record);
+            record.len()
         };
-        let mut end = from;
-        for r in Records::new(&block.bytes[from..]) {
-            let Ok((offset, _, bytes)) = r else {
-                self.broken += 1;
-                break;
-            };
-            let time = parse(&f, bytes).ok().and_then(|r| r.time()).unwrap_or(now);
-            self.seq += 1;
-            self.entries.push(Entry {
-                time,
-                seq: self.seq,
-                block: block_number,
-                start: from + offset,
-                len: bytes.len(),
-                format,
-            });
-            block.waiting += 1;
-            end = from + offset + bytes.len();
-        }
-        // What could not be framed is not kept.
-        block.bytes.truncate(end);
+        block.waiting += 1;
+        self.seq += 1;
+        self.entries.push(Entry {
+            time,
+            seq: self.seq,
+            block: block_number,
+            start,
+            len,
+            format,
+        });
     }
 
     /// Records staged and not yet handed on.
@@ -194,13 +192,16 @@ mod tests {
         r
     }
 
-    #[test]
-    fn records_stay_put_while_they_wait_and_blocks_are_reused() {
-        let format = SampleFormat {
+    fn time_only() -> SampleFormat {
+        SampleFormat {
             sample_type: sample::TIME,
             ..SampleFormat::default()
-        };
-        let mut s = Sorter::new(vec![format]);
+        }
+    }
+
+    #[test]
+    fn records_stay_put_while_they_wait_and_blocks_are_reused() {
+        let mut s = Sorter::new(vec![time_only()]);
         let record_len = exit_record(0).len();
         let per_block = BLOCK_BYTES / record_len + 1;
         let mut seen = Vec::new();
@@ -208,12 +209,10 @@ mod tests {
         // the blocks in use stay few however many records pass.
         let mut t = 0;
         for _ in 0..20 {
-            let from = s.buffer().len();
             for _ in 0..per_block {
                 t += 1;
-                s.buffer().extend_from_slice(&exit_record(t));
+                s.stage_record(&exit_record(t), 0, 0, |_| None);
             }
-            s.stage(from, 0, 0);
             s.release(t - 10, |r, _| seen.push(r.time().unwrap()));
         }
         s.release(u64::MAX, |r, _| seen.push(r.time().unwrap()));
@@ -223,50 +222,54 @@ mod tests {
     }
 
     #[test]
-    fn a_broken_record_ends_its_read_and_the_rest_still_sorts() {
+    fn a_samples_stack_is_staged_only_as_far_as_it_is_needed() {
         let format = SampleFormat {
-            sample_type: sample::TIME,
+            sample_type: sample::TID | sample::TIME | sample::REGS_USER | sample::STACK_USER,
+            regs_user: 1 << 7,
             ..SampleFormat::default()
         };
+        let mut record = vec![9, 0, 0, 0, 2, 0, 0, 0];
+        for v in [7u32, 8] {
+            record.extend_from_slice(&v.to_le_bytes());
+        }
+        let stack: Vec<u8> = (0..64).collect();
+        for v in [33u64, 2, 0x7000, 64] {
+            record.extend_from_slice(&v.to_le_bytes());
+        }
+        record.extend_from_slice(&stack);
+        record.extend_from_slice(&64u64.to_le_bytes());
+        let len = u16::try_from(record.len()).unwrap();
+        record[6..8].copy_from_slice(&len.to_le_bytes());
         let mut s = Sorter::new(vec![format]);
-        let from = s.buffer().len();
-        s.buffer().extend_from_slice(&exit_record(5));
-        // A header claiming more bytes than follow.
-        s.buffer()
-            .extend_from_slice(&[4, 0, 0, 0, 0, 0, 0xff, 0x7f]);
-        s.stage(from, 0, 0);
-        assert_eq!(s.broken, 1);
-        let from = s.buffer().len();
-        s.buffer().extend_from_slice(&exit_record(3));
-        s.stage(from, 0, 0);
-        let mut seen = Vec::new();
-        s.release(u64::MAX, |r, _| seen.push(r.time().unwrap()));
-        assert_eq!(seen, [3, 5]);
+        s.stage_record(&record, 0, 0, |sample| {
+            assert_eq!(sample.id.tid, Some(8));
+            Some(16)
+        });
+        s.stage_record(&record, 0, 0, |_| None);
+        let mut stacks = Vec::new();
+        s.release(u64::MAX, |r, header| {
+            let Record::Sample(sample) = r else {
+                panic!("not a sample")
+            };
+            stacks.push((sample.stack_user.unwrap().to_vec(), header.size));
+        });
+        assert_eq!(stacks[0], (stack[..16].to_vec(), len - 48));
+        assert_eq!(stacks[1], (stack, len));
     }
 
     #[test]
     fn two_rings_come_out_in_time_order_and_late_records_wait() {
-        let format = SampleFormat {
-            sample_type: sample::TIME,
-            ..SampleFormat::default()
-        };
-        let mut s = Sorter::new(vec![format]);
+        let mut s = Sorter::new(vec![time_only()]);
         for ring in [[10u64, 30, 50], [20, 40, 60]] {
-            let from = s.buffer().len();
             for t in ring {
-                let r = exit_record(t);
-                s.buffer().extend_from_slice(&r);
+                s.stage_record(&exit_record(t), 0, 0, |_| None);
             }
-            s.stage(from, 0, 0);
         }
         let mut seen = Vec::new();
         s.release(45, |r, _| seen.push(r.time().unwrap()));
         assert_eq!(seen, [10, 20, 30, 40]);
         assert_eq!(s.len(), 2);
-        let from = s.buffer().len();
-        let r = exit_record(55);
-        s.buffer().extend_from_slice(&r);
-        s.stage(from, 0, 0);
+        s.stage_record(&exit_record(55), 0, 0, |_| None);
         seen.clear();
         s.release(u64::MAX, |r, _| seen.push(r.time().unwrap()));
         assert_eq!(seen, [50, 55, 60]);
