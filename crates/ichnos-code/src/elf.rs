@@ -131,51 +131,58 @@ pub fn object_rows<'d, R: object::ReadRef<'d>>(
         return rows_of_object(file, RowChoice::Sframe)
             .map(|t| crate::Rows::Fixed(std::sync::Arc::new(t)));
     }
+    // An SFrame section that cannot be read leaves .eh_frame to answer
+    // alone, and .eh_frame that cannot be read leaves SFrame, as the
+    // whole conversion does.
     let primary = if choice == RowChoice::SframeThenEhFrame && has_sframe {
-        Some(rows_of_object(file, RowChoice::Sframe)?)
+        rows_of_object(file, RowChoice::Sframe).ok()
     } else {
         None
     };
-    if file.architecture() != object::Architecture::X86_64 {
-        return Err(crate::eh_frame::EhFrameError::UnsupportedArch(format!(
-            "{:?}",
-            file.architecture()
+    let lazy = || -> Result<crate::lazy::LazyRows, FileRowsError> {
+        if file.architecture() != object::Architecture::X86_64 {
+            return Err(crate::eh_frame::EhFrameError::UnsupportedArch(format!(
+                "{:?}",
+                file.architecture()
+            ))
+            .into());
+        }
+        let section = file
+            .section_by_name(".eh_frame")
+            .ok_or(FileRowsError::Missing(".eh_frame"))?;
+        if section.size() > crate::eh_frame::MAX_SECTION {
+            return Err(FileRowsError::BadElf(format!(
+                ".eh_frame of {} bytes is larger than {}",
+                section.size(),
+                crate::eh_frame::MAX_SECTION
+            )));
+        }
+        let data = section
+            .data()
+            .map_err(|e| FileRowsError::BadElf(format!(".eh_frame: {e}")))?;
+        let hdr = file
+            .section_by_name(".eh_frame_hdr")
+            .filter(|s| s.size() <= crate::eh_frame::MAX_SECTION)
+            .and_then(|s| Some((s.data().ok()?, s.address())));
+        let first = file.segments().map(|s| s.address()).min();
+        let origin = first.unwrap_or(0) & !(ELF_START_ALIGN - 1);
+        let address_of = |name| file.section_by_name(name).map(|s| s.address());
+        Ok(crate::lazy::LazyRows::new(
+            data.to_vec(),
+            section.address(),
+            hdr,
+            address_of(".text"),
+            address_of(".got"),
+            origin,
         ))
-        .into());
-    }
-    let section = file
-        .section_by_name(".eh_frame")
-        .ok_or(FileRowsError::Missing(".eh_frame"))?;
-    if section.size() > crate::eh_frame::MAX_SECTION {
-        return Err(FileRowsError::BadElf(format!(
-            ".eh_frame of {} bytes is larger than {}",
-            section.size(),
-            crate::eh_frame::MAX_SECTION
-        )));
-    }
-    let data = section
-        .data()
-        .map_err(|e| FileRowsError::BadElf(format!(".eh_frame: {e}")))?;
-    let hdr = file
-        .section_by_name(".eh_frame_hdr")
-        .filter(|s| s.size() <= crate::eh_frame::MAX_SECTION)
-        .and_then(|s| Some((s.data().ok()?, s.address())));
-    let first = file.segments().map(|s| s.address()).min();
-    let origin = first.unwrap_or(0) & !(ELF_START_ALIGN - 1);
-    let address_of = |name| file.section_by_name(name).map(|s| s.address());
-    let lazy = crate::lazy::LazyRows::new(
-        data.to_vec(),
-        section.address(),
-        hdr,
-        address_of(".text"),
-        address_of(".got"),
-        origin,
-    );
-    let lazy = match primary {
-        Some(table) => lazy.with_primary(table),
-        None => lazy,
     };
-    Ok(crate::Rows::Lazy(std::sync::Arc::new(lazy)))
+    let rows = match (lazy(), primary) {
+        (Ok(lazy), Some(table)) => crate::Rows::Lazy(std::sync::Arc::new(lazy.with_primary(table))),
+        (Ok(lazy), None) => crate::Rows::Lazy(std::sync::Arc::new(lazy)),
+        (Err(_), Some(table)) => crate::Rows::Fixed(std::sync::Arc::new(table)),
+        (Err(e), None) => return Err(e),
+    };
+    Ok(rows)
 }
 
 /// As [`file_rows`], for an ELF file already parsed: over a `ReadCache`,

@@ -148,3 +148,53 @@ fn sframe_rows_in_front_of_lazy_eh_frame_rows_agree_with_the_merged_table() {
         assert!(layered.converted() > 0);
     }
 }
+
+/// The file range of section `name` of the ELF file in `bytes`.
+fn section_range(bytes: &[u8], name: &str) -> std::ops::Range<usize> {
+    let file = object::File::parse(bytes).unwrap();
+    let section = object::Object::section_by_name(&file, name).unwrap();
+    let (offset, size) = object::ObjectSection::file_range(&section).unwrap();
+    offset as usize..(offset + size) as usize
+}
+
+#[test]
+fn either_unwind_section_answers_alone_when_the_other_cannot_be_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = support::build_prog(dir.path());
+    let bytes = std::fs::read(&prog).unwrap();
+    // A damaged .sframe (its magic gone): the .eh_frame rows, lazily.
+    let mut bad_sframe = bytes.clone();
+    let sframe = section_range(&bytes, ".sframe");
+    bad_sframe[sframe.start..sframe.start + 2].copy_from_slice(&[0, 0]);
+    assert!(file_rows(&bad_sframe, RowChoice::Sframe).is_err());
+    let file = object::File::parse(&bad_sframe[..]).unwrap();
+    let Rows::Lazy(_) = object_rows(&file, RowChoice::SframeThenEhFrame).unwrap() else {
+        panic!("lazy .eh_frame rows expected")
+    };
+    assert!(agree_bytes(&bad_sframe, &prog) > 100);
+    // .eh_frame unreadable (its section header claims a terabyte):
+    // SFrame's rows alone.
+    let mut bad_eh_frame = bytes.clone();
+    let index = {
+        let file = object::File::parse(&bytes[..]).unwrap();
+        object::ObjectSection::index(&object::Object::section_by_name(&file, ".eh_frame").unwrap())
+            .0
+    };
+    let word = |at: usize, n: usize| -> u64 {
+        bytes[at..at + n]
+            .iter()
+            .rev()
+            .fold(0, |v, &b| (v << 8) | u64::from(b))
+    };
+    // ELF64: e_shoff at 0x28, e_shentsize at 0x3a; sh_size at 0x20 of an entry.
+    let entry = word(0x28, 8) as usize + index * word(0x3a, 2) as usize;
+    bad_eh_frame[entry + 0x20..entry + 0x28].copy_from_slice(&(1u64 << 40).to_le_bytes());
+    assert!(file_rows(&bad_eh_frame, RowChoice::EhFrame).is_err());
+    let file = object::File::parse(&bad_eh_frame[..]).unwrap();
+    let sframe_only = file_rows(&bytes, RowChoice::Sframe).unwrap();
+    let Rows::Fixed(table) = object_rows(&file, RowChoice::SframeThenEhFrame).unwrap() else {
+        panic!("SFrame rows alone expected")
+    };
+    assert_eq!(table.rows(), sframe_only.rows());
+    assert!(!table.is_empty());
+}
