@@ -127,9 +127,10 @@ fn a_sample_seen_before_costs_no_allocation() {
         samples: 0,
         complete: 0,
         past_copy: 0,
+        cut_short: 0,
         lost: 0,
         scratch: Vec::new(),
-        stack_tops: std::collections::HashMap::new(),
+        stack_tops: super::StackTops::default(),
     };
     let record = sample_here(&format, start);
     let round = |recorder: &mut Recorder, records: usize| {
@@ -137,12 +138,12 @@ fn a_sample_seen_before_costs_no_allocation() {
             // Staged as drain stages: the stack cut where the thread's
             // complete stacks end, once one has.
             let tops = &recorder.stack_tops;
-            recorder.sorter.stage_record(&record, 0, start, |sample| {
-                super::stack_needed(tops, sample)
-            });
+            recorder
+                .sorter
+                .stage_record(&record, 0, start, |sample| tops.needed(sample));
         }
         let mut sorter = std::mem::take(&mut recorder.sorter);
-        sorter.release(u64::MAX, |r, _| recorder.handle(r));
+        sorter.release(u64::MAX, |r, staged| recorder.handle(r, staged.stack_cut));
         recorder.sorter = sorter;
     };
     // The first rounds build the process's model, intern the stack and
@@ -165,9 +166,9 @@ fn a_sample_seen_before_costs_no_allocation() {
     else {
         panic!("not a sample")
     };
-    let need = super::stack_needed(&recorder.stack_tops, &sample).expect("a cut");
+    let need = recorder.stack_tops.needed(&sample).expect("a cut");
     assert!(
-        need < sample.stack_user_size / 2,
+        need < sample.stack_user_size,
         "{need} of {}",
         sample.stack_user_size
     );

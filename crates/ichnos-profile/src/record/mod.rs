@@ -19,8 +19,8 @@ mod intern;
 mod model;
 mod order;
 mod output;
+mod stack_tops;
 
-use std::collections::HashMap;
 use std::ffi::OsString;
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd};
@@ -34,6 +34,7 @@ use ichnos_data::{LostCause, Meta, Record, StackOut, StackStop, Target};
 use ichnos_perf::attr::regs;
 use ichnos_perf::record::{Record as PerfRecord, Sample, REGS_ABI_NONE};
 use ichnos_perf::{monotonic_ns, realtime_ns, EventConfig, EventKind};
+use stack_tops::StackTops;
 
 pub use events::EventsError;
 pub use intern::Interner;
@@ -465,9 +466,10 @@ pub fn record(
     }
     recorder.drain(&mut events, u64::MAX);
     recorder.finish();
-    let failed = result.is_err() || recorder.output.writer_failed();
+    let failed = result.is_err() || recorder.output.writer_failed() || recorder.output.overflowed;
+    let overflowed = recorder.output.overflowed;
     let (output, complete, lost) = (recorder.output, recorder.complete, recorder.lost);
-    let past_copy = recorder.past_copy;
+    let (past_copy, cut_short) = (recorder.past_copy, recorder.cut_short);
     let written = close(output, writer, lost);
     // A recording that failed does not leave its command running.
     let exit = match child.as_mut() {
@@ -485,29 +487,22 @@ pub fn record(
         path: options.output.clone(),
         source,
     })?;
-    let mut notes = notes;
-    // More than the completeness the defaults aim at: say what helps.
-    if samples > 0 && past_copy * 1000 > samples {
-        let share = 100.0 * past_copy as f64 / samples as f64;
-        notes.push(if options.stack_size < MAX_STACK_SIZE {
-            format!(
-                "{share:.1}% of stacks went on past the {} KiB of stack copied per sample: \
-                 --stack-size {MAX_STACK_SIZE} copies the most the kernel allows",
-                options.stack_size >> 10,
-            )
-        } else {
-            format!(
-                "{share:.1}% of stacks went on past the stack copied per sample (the kernel \
-                 copies at most {MAX_STACK_SIZE} bytes, and stops at a stack page never touched)"
-            )
+    if overflowed {
+        return Err(RecordError::Write {
+            path: options.output.clone(),
+            source: std::io::Error::other(format!(
+                "writing fell more than {} MiB behind the recording (is the output stalled?); \
+                 what was written reads back",
+                output::MAX_BACKLOG >> 20
+            )),
         });
     }
-    if oversized > 0 {
-        notes.push(format!(
-            "{oversized} records larger than {} KiB were left out",
-            output::MAX_RECORD >> 10
-        ));
-    }
+    let mut notes = notes;
+    notes.extend(closing_notes(
+        options.stack_size,
+        samples,
+        [past_copy, cut_short, oversized],
+    ));
     Ok(Summary {
         duration: Duration::from_nanos(monotonic_ns() - start),
         samples,
@@ -519,6 +514,45 @@ pub fn record(
         exit,
         notes,
     })
+}
+
+/// The notes a recording ends with: stacks that went past the copy, or
+/// that the recorder cut short, and records left out.
+fn closing_notes(
+    stack_size: u32,
+    samples: u64,
+    [past_copy, cut_short, oversized]: [u64; 3],
+) -> Vec<String> {
+    let mut notes = Vec::new();
+    // More than the completeness the defaults aim at: say what helps.
+    if samples > 0 && past_copy * 1000 > samples {
+        let share = 100.0 * past_copy as f64 / samples as f64;
+        notes.push(if stack_size < MAX_STACK_SIZE {
+            format!(
+                "{share:.1}% of stacks went on past the {} KiB of stack copied per sample: \
+                 --stack-size {MAX_STACK_SIZE} copies the most the kernel allows",
+                stack_size >> 10,
+            )
+        } else {
+            format!(
+                "{share:.1}% of stacks went on past the stack copied per sample (the kernel \
+                 copies at most {MAX_STACK_SIZE} bytes, and stops at a stack page never touched)"
+            )
+        });
+    }
+    if samples > 0 && cut_short * 1000 > samples {
+        notes.push(format!(
+            "{cut_short} stacks reached above where their threads' earlier stacks ended and \
+             were cut short (those threads' stacks are now kept whole)"
+        ));
+    }
+    if oversized > 0 {
+        notes.push(format!(
+            "{oversized} records larger than {} KiB were left out",
+            output::MAX_RECORD >> 10
+        ));
+    }
+    notes
 }
 
 /// Writes the end record and waits for the writer: (samples written,
@@ -611,10 +645,9 @@ struct Recorder {
     sorter: Sorter,
     /// Where a record that wraps the end of a ring is put together.
     scratch: Vec<u8>,
-    /// Per thread, the highest stack address its complete stacks reached
-    /// (the outermost frame's, with room to spare): a sample's stack is
-    /// kept only below it.
-    stack_tops: HashMap<u32, u64>,
+    /// Where each thread's stacks end: a sample's stack is kept only
+    /// below it.
+    stack_tops: StackTops,
     options: UnwindOptions,
     frames: Vec<ichnos_code::Frame>,
     stack: Vec<u64>,
@@ -622,6 +655,9 @@ struct Recorder {
     complete: u64,
     /// Samples whose stack went on past the bytes the kernel copied.
     past_copy: u64,
+    /// Samples whose stack was cut short by the recorder (its thread's
+    /// frames reached higher than its complete stacks had).
+    cut_short: u64,
     lost: u64,
 }
 
@@ -650,7 +686,7 @@ impl Recorder {
             output,
             sorter: Sorter::new(formats),
             scratch: Vec::new(),
-            stack_tops: HashMap::new(),
+            stack_tops: StackTops::default(),
             options: UnwindOptions {
                 max_frames: options.max_frames,
                 frame_pointer_fallback: true,
@@ -660,6 +696,7 @@ impl Recorder {
             samples: 0,
             complete: 0,
             past_copy: 0,
+            cut_short: 0,
             lost: 0,
         }
     }
@@ -703,7 +740,7 @@ impl Recorder {
             }
             let now = monotonic_ns();
             self.drain(events, now.saturating_sub(MARGIN_NS));
-            if self.output.writer_failed() {
+            if self.output.writer_failed() || self.output.overflowed {
                 if let Some(c) = child.as_deref_mut() {
                     c.signal(libc::SIGTERM);
                 }
@@ -728,11 +765,14 @@ impl Recorder {
     fn drain(&mut self, events: &mut events::Events, up_to: u64) {
         let now = monotonic_ns();
         let mut broken = 0;
-        let tops = &self.stack_tops;
         for (i, (ring, _)) in events.rings.iter_mut().enumerate() {
-            let sorter = &mut self.sorter;
+            let (sorter, tops) = (&mut self.sorter, &mut self.stack_tops);
             let read = ring.read_records(&mut self.scratch, |record| {
-                sorter.stage_record(record, i as u16, now, |sample| stack_needed(tops, sample));
+                let ended =
+                    sorter.stage_record(record, i as u16, now, |sample| tops.needed(sample));
+                if let Some(tid) = ended {
+                    tops.end(tid);
+                }
             });
             broken += u64::from(read.broken);
         }
@@ -742,7 +782,9 @@ impl Recorder {
             self.output.lost(now, 0, broken, LostCause::Unreadable);
         }
         let mut sorter = std::mem::take(&mut self.sorter);
-        sorter.release(up_to, |record, _| self.handle(record));
+        sorter.release(up_to, |record, staged| {
+            self.handle(record, staged.stack_cut);
+        });
         self.sorter = sorter;
         // JIT code can be named after its first samples (a runtime writes
         // its perf map late): look again while the processes live, not
@@ -761,9 +803,9 @@ impl Recorder {
         }
     }
 
-    fn handle(&mut self, record: &PerfRecord<'_>) {
+    fn handle(&mut self, record: &PerfRecord<'_>, stack_cut: bool) {
         match record {
-            PerfRecord::Sample(s) => self.sample(s),
+            PerfRecord::Sample(s) => self.sample(s, stack_cut),
             PerfRecord::Mmap(m) if m.executable => {
                 let time = m.sample_id.time.unwrap_or_else(monotonic_ns);
                 self.spaces.map(
@@ -778,10 +820,12 @@ impl Recorder {
             }
             PerfRecord::Comm(c) => {
                 let time = c.sample_id.time.unwrap_or_else(monotonic_ns);
+                if c.exec {
+                    // A new program: a new stack.
+                    self.stack_tops.ended(c.tid);
+                }
                 if c.exec && c.pid == c.tid {
                     self.spaces.begin(c.pid, c.name, time, &mut self.output);
-                    // A new program: a new stack.
-                    self.stack_tops.remove(&c.tid);
                 }
                 self.spaces
                     .name_thread(c.pid, c.tid, c.name, time, &mut self.output);
@@ -800,7 +844,7 @@ impl Recorder {
             }
             PerfRecord::Exit(e) => {
                 self.spaces.exit(e.pid, e.tid, e.time, &mut self.output);
-                self.stack_tops.remove(&e.tid);
+                self.stack_tops.ended(e.tid);
             }
             PerfRecord::Lost(l) => {
                 self.lost += l.lost;
@@ -828,10 +872,16 @@ impl Recorder {
         }
     }
 
-    fn sample(&mut self, s: &Sample<'_>) {
+    fn sample(&mut self, s: &Sample<'_>, stack_cut: bool) {
         let (Some(pid), Some(tid), Some(time)) = (s.id.pid, s.id.tid, s.id.time) else {
             return;
         };
+        // A writer that is behind would be handed the sample's new stack
+        // to keep back, and the sample itself dropped: drop it whole.
+        if self.output.behind() {
+            self.output.drop_sample();
+            return;
+        }
         let cpu = s.id.cpu.unwrap_or(0);
         let regs = s.regs_user.filter(|r| r.abi != REGS_ABI_NONE);
         let Some(regs) = regs.and_then(|r| {
@@ -907,30 +957,18 @@ impl Recorder {
             StackStop::Complete => {
                 self.complete += 1;
                 if let Some(outermost) = self.frames.last() {
-                    let top = outermost.sp.saturating_add(STACK_TOP_SLACK);
-                    let known = self.stack_tops.entry(tid).or_insert(top);
-                    *known = (*known).max(top);
+                    self.stack_tops.learn(tid, outermost.sp);
                 }
+            }
+            // Cut too soon: this thread's stacks are copied whole from now.
+            StackStop::StackEnd if stack_cut => {
+                self.cut_short += 1;
+                self.stack_tops.never_cut(tid);
             }
             StackStop::StackEnd => self.past_copy += 1,
             _ => {}
         }
     }
-}
-
-/// Bytes above the outermost frame's stack pointer still kept: what the
-/// unwinder may read there to see that the frame is the outermost.
-const STACK_TOP_SLACK: u64 = 256;
-
-/// How many bytes of `sample`'s stack copy its frames need: up to the top
-/// its thread's complete stacks reached, when the sample's stack pointer
-/// lies below it within the copy (another stack, a signal stack, a new
-/// program, is not cut).
-fn stack_needed(tops: &HashMap<u32, u64>, sample: &ichnos_perf::record::Sample<'_>) -> Option<u64> {
-    let top = *tops.get(&sample.id.tid?)?;
-    let sp = sample.regs_user.as_ref()?.get(regs::SP)?;
-    top.checked_sub(sp)
-        .filter(|&need| need < sample.stack_user_size)
 }
 
 fn walk(

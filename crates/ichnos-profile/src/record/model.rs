@@ -37,30 +37,38 @@ const MAX_JITDUMP: u64 = 1 << 30;
 /// What a file looked like: its size and modification time.
 type FileStamp = (u64, i64, i64);
 
+/// The stamp of the regular file at `path` (a link there is not followed:
+/// it names no file of the process's).
 fn stamp(path: &Path) -> Option<FileStamp> {
     use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(path).ok()?;
-    Some((m.len(), m.mtime(), m.mtime_nsec()))
+    let m = std::fs::symlink_metadata(path).ok()?;
+    m.is_file().then(|| (m.len(), m.mtime(), m.mtime_nsec()))
 }
 
+/// A file as last read: what it looked like, what it said, and when and
+/// how long the reading took.
+type Read<T> = (FileStamp, Arc<T>, std::time::Instant, std::time::Duration);
+
 /// `cached` if the file at `path` still looks as it did (`now`) when it
-/// was read, else the file read again with `read` (which gets it opened,
-/// regular and without blocking).
+/// was read, else the file read again with `read`. A file that keeps
+/// changing (a live JIT's perf map, its jitdump) is read again no sooner
+/// than ten times as long as its last reading took: reading it whole
+/// costs the recorder at most a tenth of its time however large it grows.
 fn reread<T>(
-    cached: &mut Option<(FileStamp, Arc<T>)>,
+    cached: &mut Option<Read<T>>,
     path: &Path,
     now: Option<FileStamp>,
-    read: impl FnOnce(std::fs::File) -> Option<T>,
+    read: impl FnOnce(&Path) -> Option<T>,
 ) -> Option<Arc<T>> {
     let now = now?;
-    if let Some((seen, value)) = cached {
-        if *seen == now {
+    if let Some((seen, value, at, took)) = cached {
+        if *seen == now || at.elapsed() < *took * 10 {
             return Some(Arc::clone(value));
         }
     }
-    let file = ichnos_code::elf::open_regular(path).ok()?;
-    let value = Arc::new(read(file)?);
-    *cached = Some((now, Arc::clone(&value)));
+    let started = std::time::Instant::now();
+    let value = Arc::new(read(path)?);
+    *cached = Some((now, Arc::clone(&value), started, started.elapsed()));
     Some(value)
 }
 
@@ -101,6 +109,8 @@ pub(crate) struct AddressSpace {
     pub cache: UnwindCache,
     pub mappings: Vec<MappingInfo>,
     jit: JitState,
+    /// Its leader exited while other threads ran: it ends with the last.
+    leader_exited: bool,
 }
 
 impl std::fmt::Debug for AddressSpace {
@@ -133,8 +143,8 @@ struct JitState {
     looked: Option<(Option<FileStamp>, Option<FileStamp>)>,
     /// The perf map and the jitdump file as last read, with what they
     /// looked like then: read again only when they change.
-    perf_map: Option<(FileStamp, Arc<ichnos_symbol::perf_map::PerfMap>)>,
-    jitdump_read: Option<(FileStamp, Arc<ichnos_symbol::jitdump::JitDump>)>,
+    perf_map: Option<Read<ichnos_symbol::perf_map::PerfMap>>,
+    jitdump_read: Option<Read<ichnos_symbol::jitdump::JitDump>>,
     /// Code objects and ranges whose names were recorded.
     named: HashSet<u64>,
     names: usize,
@@ -198,6 +208,7 @@ impl Spaces {
             cache: UnwindCache::new(),
             mappings: Vec::new(),
             jit: JitState::default(),
+            leader_exited: false,
         }
     }
 
@@ -342,9 +353,15 @@ impl Spaces {
         });
         self.threads.remove(&tid);
         // The process ends with its last thread: a leader that exits while
-        // others run leaves them its address space.
+        // others run leaves them its address space (exit_group's threads
+        // often end after their leader).
         let others = self.threads.values().any(|(p, _)| *p == pid);
-        if tid == pid && !others {
+        let Some(space) = self.by_pid.get_mut(&pid) else {
+            return;
+        };
+        if tid == pid && others {
+            space.leader_exited = true;
+        } else if !others && (tid == pid || space.leader_exited) {
             if let Some(mut space) = self.by_pid.remove(&pid) {
                 space.capture_jit_names(out, time, true);
             }
@@ -502,6 +519,7 @@ impl Spaces {
         space.jit.registry = old.jit.registry;
         space.jit.registered = old.jit.registered;
         space.jit.jitdump = old.jit.jitdump;
+        space.leader_exited = old.leader_exited;
         out.meta(&Record::Process {
             asid: space.asid,
             pid: u64::from(pid),
@@ -681,17 +699,13 @@ impl AddressSpace {
             stamp(&perf_map_path),
             self.jit.jitdump.as_deref().and_then(stamp),
         );
-        if !self.jit.fresh && self.jit.looked == Some(stamps) {
-            return;
-        }
-        self.jit.fresh = false;
-        self.jit.looked = Some(stamps);
         let pid = self.pid;
         let perf_map = reread(&mut self.jit.perf_map, &perf_map_path, stamps.0, |_| {
             ichnos_symbol::perf_map::PerfMap::for_process(pid).ok()
         });
         let jitdump = match self.jit.jitdump.clone() {
-            Some(path) => reread(&mut self.jit.jitdump_read, &path, stamps.1, |file| {
+            Some(path) => reread(&mut self.jit.jitdump_read, &path, stamps.1, |path| {
+                let file = ichnos_code::elf::open_regular(path).ok()?;
                 let mut bytes = Vec::new();
                 std::io::Read::read_to_end(&mut std::io::Read::take(file, MAX_JITDUMP), &mut bytes)
                     .ok()?;
@@ -699,6 +713,20 @@ impl AddressSpace {
             }),
             None => None,
         };
+        // Looked up again only for new addresses or what the files now say.
+        let said = (
+            perf_map
+                .as_ref()
+                .and(self.jit.perf_map.as_ref().map(|r| r.0)),
+            jitdump
+                .as_ref()
+                .and(self.jit.jitdump_read.as_ref().map(|r| r.0)),
+        );
+        if !self.jit.fresh && self.jit.looked == Some(said) {
+            return;
+        }
+        self.jit.fresh = false;
+        self.jit.looked = Some(said);
         let mut named = Vec::new();
         for &pc in &self.jit.pending {
             let found = jitdump
@@ -739,5 +767,33 @@ impl AddressSpace {
                 });
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_address_space_ends_with_its_last_thread_whoever_exits_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = std::fs::File::create(dir.path().join("x.data")).unwrap();
+        let (mut out, writer) = crate::record::output::start(file, 0).unwrap();
+        let mut spaces = Spaces::new(RowChoice::EhFrame);
+        for (pid, leader_first) in [(10, true), (20, false)] {
+            spaces.begin(pid, b"p", 1, &mut out);
+            spaces.know_thread(pid, pid, 1, &mut out);
+            spaces.know_thread(pid, pid + 1, 1, &mut out);
+            let order = if leader_first {
+                [pid, pid + 1]
+            } else {
+                [pid + 1, pid]
+            };
+            spaces.exit(pid, order[0], 2, &mut out);
+            assert!(spaces.by_pid.contains_key(&pid), "{pid}: ended early");
+            spaces.exit(pid, order[1], 3, &mut out);
+            assert!(!spaces.by_pid.contains_key(&pid), "{pid}: kept");
+        }
+        crate::record::close(out, writer, 0).unwrap();
     }
 }

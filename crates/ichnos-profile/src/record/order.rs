@@ -29,6 +29,19 @@ struct Entry {
     start: usize,
     len: usize,
     format: u16,
+    /// A sample staged with its stack cut.
+    stack_cut: bool,
+}
+
+/// How a record handed on was staged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Staged {
+    /// Its header (with its size as staged).
+    pub header: RecordHeader,
+    /// A sample whose stack was cut where its thread's frames were seen
+    /// to end: a walk that runs off it ran off the cut, not the kernel's
+    /// copy.
+    pub stack_cut: bool,
 }
 
 /// Staged bytes: records stay where they were copied until handed on, and
@@ -73,28 +86,35 @@ impl Sorter {
     /// Stages one record of an event with format `format`, copying it (a
     /// sample's stack cut to what `stack_needs` says the thread's frames
     /// need, when it says) into the current block. A record without a
-    /// timestamp sorts at `now`.
+    /// timestamp sorts at `now`. Returns the thread whose stack this
+    /// record ends (it exits, or its process execs), so that no sample
+    /// staged after it is cut by what was learnt before.
     pub fn stage_record(
         &mut self,
         record: &[u8],
         format: u16,
         now: u64,
         stack_needs: impl FnOnce(&Sample<'_>) -> Option<u64>,
-    ) {
-        let Some(f) = self.formats.get(usize::from(format)).copied() else {
-            return;
-        };
+    ) -> Option<u32> {
+        let f = self.formats.get(usize::from(format)).copied()?;
         if self.blocks.is_empty() {
             self.blocks.push(Block::default());
         }
-        let Ok(block_number) = u32::try_from(self.current) else {
-            return;
-        };
+        // A full block that still holds waiting records gives way.
+        if self.blocks[self.current].bytes.len() >= BLOCK_BYTES {
+            self.current = self.free.pop().unwrap_or_else(|| {
+                self.blocks.push(Block::default());
+                self.blocks.len() - 1
+            });
+        }
+        let block_number = u32::try_from(self.current).ok()?;
         let parsed = parse(&f, record).ok();
         let time = parsed.as_ref().and_then(Record::time).unwrap_or(now);
-        let keep = match &parsed {
-            Some(Record::Sample(sample)) => stack_needs(sample),
-            _ => None,
+        let (keep, ended) = match &parsed {
+            Some(Record::Sample(sample)) => (stack_needs(sample), None),
+            Some(Record::Exit(e)) => (None, Some(e.tid)),
+            Some(Record::Comm(c)) if c.exec => (None, Some(c.tid)),
+            _ => (None, None),
         };
         let block = &mut self.blocks[self.current];
         let start = block.bytes.len();
@@ -104,6 +124,7 @@ impl Sorter {
             block.bytes.extend_from_slice(record);
             record.len()
         };
+        let stack_cut = len < record.len();
         block.waiting += 1;
         self.seq += 1;
         self.entries.push(Entry {
@@ -113,7 +134,9 @@ impl Sorter {
             start,
             len,
             format,
+            stack_cut,
         });
+        ended
     }
 
     /// Records staged and not yet handed on.
@@ -136,7 +159,7 @@ impl Sorter {
 
     /// Hands every staged record with a time at or below `up_to` to `f`,
     /// oldest first, parsed; keeps the rest for a later round.
-    pub fn release(&mut self, up_to: u64, mut f: impl FnMut(&Record<'_>, RecordHeader)) {
+    pub fn release(&mut self, up_to: u64, mut f: impl FnMut(&Record<'_>, Staged)) {
         self.entries.sort_unstable_by_key(|e| (e.time, e.seq));
         let cut = self.entries.partition_point(|e| e.time <= up_to);
         for e in &self.entries[..cut] {
@@ -150,7 +173,13 @@ impl Sorter {
                 continue;
             };
             if let Ok(record) = parse(format, bytes) {
-                f(&record, header);
+                f(
+                    &record,
+                    Staged {
+                        header,
+                        stack_cut: e.stack_cut,
+                    },
+                );
             }
         }
         self.entries.drain(..cut);
@@ -159,6 +188,10 @@ impl Sorter {
         for (i, block) in self.blocks.iter_mut().enumerate() {
             if block.waiting == 0 && !block.bytes.is_empty() {
                 block.bytes.clear();
+                // What a burst grew is given back.
+                if block.bytes.capacity() > 2 * BLOCK_BYTES {
+                    block.bytes.shrink_to(BLOCK_BYTES);
+                }
                 if i != self.current {
                     self.free.push(i);
                 }
@@ -211,7 +244,7 @@ mod tests {
         for _ in 0..20 {
             for _ in 0..per_block {
                 t += 1;
-                s.stage_record(&exit_record(t), 0, 0, |_| None);
+                assert_eq!(s.stage_record(&exit_record(t), 0, 0, |_| None), Some(2));
             }
             s.release(t - 10, |r, _| seen.push(r.time().unwrap()));
         }
@@ -247,14 +280,18 @@ mod tests {
         });
         s.stage_record(&record, 0, 0, |_| None);
         let mut stacks = Vec::new();
-        s.release(u64::MAX, |r, header| {
+        s.release(u64::MAX, |r, staged| {
             let Record::Sample(sample) = r else {
                 panic!("not a sample")
             };
-            stacks.push((sample.stack_user.unwrap().to_vec(), header.size));
+            stacks.push((
+                sample.stack_user.unwrap().to_vec(),
+                staged.header.size,
+                staged.stack_cut,
+            ));
         });
-        assert_eq!(stacks[0], (stack[..16].to_vec(), len - 48));
-        assert_eq!(stacks[1], (stack, len));
+        assert_eq!(stacks[0], (stack[..16].to_vec(), len - 48, true));
+        assert_eq!(stacks[1], (stack, len, false));
     }
 
     #[test]

@@ -25,6 +25,9 @@ const BUFFER_PAGES: usize = 1024;
 /// paths, command lines) is bounded far below it; a record that is not is
 /// dropped and counted rather than wait for room that cannot come.
 pub(crate) const MAX_RECORD: usize = 256 << 10;
+/// Most bytes of records kept back for a writer that is behind: past it
+/// the recording stops (the output is stalled, not slow).
+pub(crate) const MAX_BACKLOG: usize = 64 << 20;
 /// How often the writer writes a chunk at the least.
 const CHUNK_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -34,6 +37,9 @@ pub(crate) struct Output {
     record: Vec<u8>,
     scratch: Vec<u8>,
     backlog: VecDeque<Vec<u8>>,
+    backlog_bytes: usize,
+    /// The backlog outgrew [`MAX_BACKLOG`].
+    pub overflowed: bool,
     start: u64,
     /// Samples written.
     pub samples: u64,
@@ -102,6 +108,8 @@ pub(crate) fn start(
             record: Vec::with_capacity(4096),
             scratch: Vec::with_capacity(4096),
             backlog: VecDeque::new(),
+            backlog_bytes: 0,
+            overflowed: false,
             start,
             samples: 0,
             dropped: 0,
@@ -169,9 +177,26 @@ impl Output {
         if self.flush_backlog() && self.producer.write_record(&self.record).is_ok() {
             return;
         }
-        if !self.writer_failed() {
-            self.backlog.push_back(self.record.clone());
+        if self.writer_failed() {
+            return;
         }
+        if self.backlog_bytes + self.record.len() > MAX_BACKLOG {
+            self.overflowed = true;
+            return;
+        }
+        self.backlog_bytes += self.record.len();
+        self.backlog.push_back(self.record.clone());
+    }
+
+    /// Whether records are being kept back: samples that would add stacks
+    /// had better be dropped before they do.
+    pub fn behind(&self) -> bool {
+        !self.backlog.is_empty()
+    }
+
+    /// Counts a sample dropped before it was encoded.
+    pub fn drop_sample(&mut self) {
+        self.dropped += 1;
     }
 
     /// Writes a sample; dropped and counted if the writer is behind.
@@ -185,10 +210,11 @@ impl Output {
         }
     }
 
-    /// Tells, in a `Lost` record, of the samples dropped since it last did.
+    /// Tells, in a `Lost` record, of the samples dropped since it last did
+    /// (once the writer has caught up: one record for a whole stall).
     pub fn tell_drops(&mut self, time: u64) {
         let new = self.dropped - self.dropped_told;
-        if new > 0 {
+        if new > 0 && !self.behind() {
             self.dropped_told = self.dropped;
             self.lost(time, 0, new, LostCause::Recorder);
         }
@@ -210,6 +236,7 @@ impl Output {
             if self.producer.write_record(record).is_err() {
                 return false;
             }
+            self.backlog_bytes -= record.len();
             self.backlog.pop_front();
         }
         true
