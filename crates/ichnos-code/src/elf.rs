@@ -35,13 +35,15 @@ pub fn identity_of_file(path: &std::path::Path) -> (Option<Vec<u8>>, Option<Debu
 
 /// Opens `path` for reading if it is a regular file. The open does not
 /// block (a FIFO planted where a file was expected would wait for a writer
-/// for ever), and anything else is refused: paths come from other
+/// for ever), does not follow a symbolic link in the last component (the
+/// kernel names mapped files by their real paths; a link there was put by
+/// someone), and anything else is refused: paths come from other
 /// processes and from recordings.
 pub fn open_regular(path: &std::path::Path) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NONBLOCK)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
         .open(path)?;
     if file.metadata()?.is_file() {
         Ok(file)
