@@ -479,12 +479,17 @@ pub(crate) fn dwarf_size(path: &Path, debug_dirs: &[PathBuf]) -> Result<u64, Sym
         path: path.to_path_buf(),
         detail: e.to_string(),
     })?;
+    // The sections a load reads: not locations (passed over) nor
+    // .debug_frame (unwinding's, not naming's).
+    let read = |name: &str| {
+        let base = name
+            .strip_prefix(".debug_")
+            .or_else(|| name.strip_prefix(".zdebug_"));
+        base.is_some_and(|b| !matches!(b, "loc" | "loclists" | "frame"))
+    };
     let stored = |file: &object::File<'_>| -> u64 {
         file.sections()
-            .filter(|s| {
-                s.name()
-                    .is_ok_and(|n| n.starts_with(".debug_") || n.starts_with(".zdebug_"))
-            })
+            .filter(|s| s.name().is_ok_and(read))
             .map(|s| s.file_range().map_or(0, |(_, size)| size))
             .sum()
     };

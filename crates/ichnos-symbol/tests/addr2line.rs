@@ -176,16 +176,18 @@ fn a_build_id_directory_is_searched() {
     assert_eq!(ours(&got[0].frames), want);
 }
 
-/// The stored sizes of the `.debug_*` sections of `path`, as readelf
-/// lists them (compressed sections at their compressed size).
+/// The stored sizes of the `.debug_*` sections of `path` that naming
+/// reads (all but locations and `.debug_frame`), as readelf lists them
+/// (compressed sections at their compressed size).
 fn readelf_debug_bytes(path: &Path) -> u64 {
     run(Command::new("readelf").args(["-S", "-W"]).arg(path))
         .lines()
         .filter_map(|l| {
             let l = l.split_once(']')?.1;
             let f: Vec<&str> = l.split_whitespace().collect();
-            f.first()?
-                .starts_with(".debug_")
+            let name = f.first()?;
+            let skipped = [".debug_loc", ".debug_loclists", ".debug_frame"];
+            (name.starts_with(".debug_") && !skipped.contains(name))
                 .then(|| u64::from_str_radix(f[4], 16).ok())
                 .flatten()
         })

@@ -205,7 +205,8 @@ pub fn symbolize(
             }
         };
         if !options.addresses {
-            name_object(&symbolizer, &file, &name, offsets, &mut out);
+            let indexable = !build_id.is_empty();
+            name_object(&symbolizer, &file, &name, indexable, offsets, &mut out);
         }
         // What no name was found for: the object's own address.
         let segments = ichnos_image::load_segments(&file, 0).ok();
@@ -277,6 +278,7 @@ fn name_object(
     symbolizer: &Symbolizer,
     file: &Path,
     name: &Arc<str>,
+    indexable: bool,
     offsets: &mut HashMap<u64, Vec<Frame>>,
     out: &mut Symbolized,
 ) {
@@ -288,12 +290,15 @@ fn name_object(
         .filter_map(|&off| Some((ichnos_image::vaddr_of_file_offset(&segments, off)?, off)))
         .collect();
     order.sort_unstable();
-    if symbolizer.index_dir().is_some()
+    // Only an object with a build id is indexed (its index is keyed by
+    // it); the cheap checks first.
+    if indexable
+        && symbolizer.index_dir().is_some()
+        && symbolizer.usable_index(file).is_none()
         && (order.len() >= INDEX_THRESHOLD
             || symbolizer
                 .dwarf_size(file)
                 .is_ok_and(|n| n >= INDEX_DWARF_BYTES))
-        && symbolizer.usable_index(file).is_none()
     {
         let started = std::time::Instant::now();
         if let Ok(index) = symbolizer.build_index(file, &mut |_, _| {}) {
