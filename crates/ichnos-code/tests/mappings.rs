@@ -74,3 +74,23 @@ fn what_cannot_be_placed_says_why() {
     assert!(matches!(e, MappingError::Io { .. }), "{e}");
     assert!(e.to_string().contains("not a regular file"), "{e}");
 }
+
+#[test]
+fn only_regular_files_are_opened_and_links_are_not_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("file");
+    std::fs::write(&file, b"bytes").unwrap();
+    assert!(ichnos_code::elf::open_regular(&file).is_ok());
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&file, &link).unwrap();
+    assert!(ichnos_code::elf::open_regular(&link).is_err());
+    assert!(ichnos_code::elf::open_regular(dir.path()).is_err());
+    // A FIFO is refused at once, not waited on for a writer.
+    let fifo = dir.path().join("fifo");
+    let status = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert!(ichnos_code::elf::open_regular(&fifo).is_err());
+}
