@@ -818,12 +818,25 @@ pub fn append_with_stack_cut(
     keep: u64,
     out: &mut Vec<u8>,
 ) -> usize {
+    if let Ok(Record::Sample(sample)) = parse(format, record) {
+        append_sample_with_stack_cut(record, &sample, keep, out)
+    } else {
+        out.extend_from_slice(record);
+        record.len()
+    }
+}
+
+/// As [`append_with_stack_cut`], for a sample already parsed from
+/// `record` (one parsed from other bytes is appended whole).
+pub fn append_sample_with_stack_cut(
+    record: &[u8],
+    sample: &Sample<'_>,
+    keep: u64,
+    out: &mut Vec<u8>,
+) -> usize {
     let whole = |out: &mut Vec<u8>| {
         out.extend_from_slice(record);
         record.len()
-    };
-    let Ok(Record::Sample(sample)) = parse(format, record) else {
-        return whole(out);
     };
     let (Some(stack), size) = (sample.stack_user, sample.stack_user_size) else {
         return whole(out);
@@ -834,7 +847,9 @@ pub fn append_with_stack_cut(
     }
     // Where the copy lies: its bytes start where the parsed slice does,
     // the size field before them, dyn_size after all `size` of them.
-    let data = stack.as_ptr() as usize - record.as_ptr() as usize;
+    let Some(data) = (stack.as_ptr() as usize).checked_sub(record.as_ptr() as usize) else {
+        return whole(out);
+    };
     let (Ok(size_len), Ok(keep_len)) = (usize::try_from(size), usize::try_from(keep)) else {
         return whole(out);
     };

@@ -3,9 +3,9 @@
 
 use ichnos_perf::attr::sample;
 use ichnos_perf::record::{
-    append_with_stack_cut, parse, Record, RecordProblem, Records, SampleFormat, MISC_COMM_EXEC,
-    MISC_MMAP_BUILD_ID, RECORD_COMM, RECORD_EXIT, RECORD_FORK, RECORD_LOST, RECORD_MMAP2,
-    RECORD_SAMPLE, RECORD_THROTTLE,
+    append_sample_with_stack_cut, append_with_stack_cut, parse, Record, RecordProblem, Records,
+    SampleFormat, MISC_COMM_EXEC, MISC_MMAP_BUILD_ID, RECORD_COMM, RECORD_EXIT, RECORD_FORK,
+    RECORD_LOST, RECORD_MMAP2, RECORD_SAMPLE, RECORD_THROTTLE,
 };
 
 /// A record under construction: header, then fields in order.
@@ -186,6 +186,20 @@ fn a_stack_cut_short_parses_as_the_same_sample_with_less_stack() {
     let mut out = Vec::new();
     append_with_stack_cut(&FORMAT, &exit, 0, &mut out);
     assert_eq!(out, exit);
+    // A sample parsed from other bytes does not cut this record.
+    let other = whole.clone();
+    let Record::Sample(parsed) = parse(&FORMAT, &other).unwrap() else {
+        panic!()
+    };
+    let mut out = Vec::new();
+    append_sample_with_stack_cut(&whole, &parsed, 8, &mut out);
+    assert_eq!(out, whole);
+    let Record::Sample(own) = parse(&FORMAT, &whole).unwrap() else {
+        panic!()
+    };
+    out.clear();
+    append_sample_with_stack_cut(&whole, &own, 8, &mut out);
+    assert_eq!(out.len(), whole.len() - 56);
 }
 
 #[test]

@@ -9,7 +9,7 @@
 //! from round to round: nothing is allocated per record once it has grown.
 
 use ichnos_perf::record::{
-    append_with_stack_cut, parse, Record, RecordHeader, Sample, SampleFormat, HEADER_LEN,
+    append_sample_with_stack_cut, parse, Record, RecordHeader, Sample, SampleFormat, HEADER_LEN,
 };
 
 /// How far behind the start of a read a record must be to be handed on:
@@ -110,16 +110,18 @@ impl Sorter {
         let block_number = u32::try_from(self.current).ok()?;
         let parsed = parse(&f, record).ok();
         let time = parsed.as_ref().and_then(Record::time).unwrap_or(now);
-        let (keep, ended) = match &parsed {
-            Some(Record::Sample(sample)) => (stack_needs(sample), None),
-            Some(Record::Exit(e)) => (None, Some(e.tid)),
-            Some(Record::Comm(c)) if c.exec => (None, Some(c.tid)),
-            _ => (None, None),
-        };
         let block = &mut self.blocks[self.current];
         let start = block.bytes.len();
-        let len = if let Some(keep) = keep {
-            append_with_stack_cut(&f, record, keep, &mut block.bytes)
+        let mut ended = None;
+        let mut keep = None;
+        match &parsed {
+            Some(Record::Sample(sample)) => keep = stack_needs(sample).map(|k| (sample, k)),
+            Some(Record::Exit(e)) => ended = Some(e.tid),
+            Some(Record::Comm(c)) if c.exec => ended = Some(c.tid),
+            _ => {}
+        }
+        let len = if let Some((sample, keep)) = keep {
+            append_sample_with_stack_cut(record, sample, keep, &mut block.bytes)
         } else {
             block.bytes.extend_from_slice(record);
             record.len()
