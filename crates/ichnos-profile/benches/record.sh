@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# The profiler side by side: ichnos record, perf record --call-graph dwarf,
+# perf record -g and samply record, on one workload built with -O2
+# -fomit-frame-pointer -Wa,--gsframe (workload.c: two threads, a fixed
+# amount of work), at 1 kHz, in the same run. For each tool, over RUNS
+# runs (median): the workload's slowdown against unprofiled runs (by its
+# own clock), the recorder's own CPU time per sample (the recorder's and
+# its child's CPU time, less the workload's own), the recording's size,
+# the report's time (ichnos report; perf report --stdio, which unwinds a
+# dwarf recording then), and the share of the workload's samples whose
+# stack is complete (counted by stacks.py the same way for every tool).
+#
+# Peers: perf (Debian's linux-perf), samply (cargo install samply; run
+# only where it is installed), Python 3, gcc. Run as root (samply needs
+# perf_event_paranoid 1, which is set for its runs and put back).
+# Usage: record.sh [RUNS] [ROUNDS]   (ICHNOS=path/to/ichnos)
+set -euo pipefail
+runs=${1:-5}
+rounds=${2:-20000}
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../../.." && pwd)
+ichnos=${ICHNOS:-$root/target/release/ichnos}
+samply=${SAMPLY:-$(command -v samply || echo "$HOME/.cargo/bin/samply")}
+work=$(mktemp -d)
+# samply refuses to start above perf_event_paranoid 1 even as root (perf
+# and ichnos run as root are not held to it): it is lowered for samply's
+# runs only, and put back on the way out whatever happens.
+paranoid=/proc/sys/kernel/perf_event_paranoid
+was=$(cat "$paranoid")
+trap 'rm -rf "$work"; echo "$was" > "$paranoid" 2> /dev/null || true' EXIT
+gcc -O2 -g -fomit-frame-pointer -Wa,--gsframe -pthread -o "$work/workload" "$here/workload.c"
+gcc -O2 -o "$work/cputime" "$here/cputime.c"
+cputime() { "$work/cputime" "$@"; }
+export WORKLOAD_OUT="$work/self.txt"
+# A symbol index cache of the run's own: the first report makes the
+# indexes (glibc's, from libc6-dbg), and its time is shown apart.
+export XDG_CACHE_HOME="$work/cache"
+cd "$work"
+
+median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+# Seconds since $1 (an $EPOCHREALTIME).
+since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.4f", b - a }'; }
+
+# run TOOL: one run; appends "elapsed_ns cpu_per_sample_us bytes samples
+# complete report_s" to TOOL.txt (tool "none": the workload alone).
+run() {
+	local tool=$1 data t0
+	case $tool in
+	none) ./workload "$rounds"
+		cut -d' ' -f1 self.txt >> none.txt
+		return ;;
+	ichnos) data=run.data
+		cputime time.txt "$ichnos" record -q -F 1000 -o "$data" -- ./workload "$rounds"
+		t0=$EPOCHREALTIME
+		"$ichnos" report -i "$data" --no-inline --format folded > stacks.txt
+		[ -f first_report.txt ] || since "$t0" > first_report.txt
+		read -r samples complete < <(python3 "$here/stacks.py" folded stacks.txt)
+		t0=$EPOCHREALTIME
+		"$ichnos" report -q -i "$data" > /dev/null
+		report=$(since "$t0") ;;
+	perf-dwarf|perf-fp) data=perf.data
+		local graph=dwarf; [ "$tool" = perf-fp ] && graph=fp
+		cputime time.txt perf record -q -e cpu-clock -F 1000 --call-graph "$graph" -o "$data" -- ./workload "$rounds"
+		perf script -i "$data" > script.txt 2> /dev/null
+		read -r samples complete < <(python3 "$here/stacks.py" perf-script script.txt)
+		t0=$EPOCHREALTIME
+		perf report -i "$data" --stdio > /dev/null 2>&1
+		report=$(since "$t0") ;;
+	samply) data=profile.json.gz
+		[ "$was" -gt 1 ] && echo 1 > "$paranoid"
+		cputime time.txt "$samply" record --save-only --unstable-presymbolicate -r 1000 -o "$data" -- ./workload "$rounds" > /dev/null 2>&1
+		echo "$was" > "$paranoid"
+		read -r samples complete < <(python3 "$here/stacks.py" samply "$data")
+		report=- ;;
+	esac
+	read -r elapsed self_cpu < self.txt
+	read -r user sys < time.txt
+	local bytes
+	bytes=$(stat -c %s "$data")
+	awk -v e="$elapsed" -v u="$user" -v s="$sys" -v c="$self_cpu" -v n="$samples" \
+		-v k="$complete" -v z="$bytes" -v r="$report" \
+		'BEGIN { printf "%.0f %.2f %.0f %d %d %s\n", e, ((u + s) * 1e9 - c) / 1e3 / (n > 0 ? n : 1), z, n, k, r }' >> "$tool.txt"
+	rm -f "$data" "$data.old"
+}
+
+tools="ichnos perf-dwarf perf-fp"
+[ -x "$samply" ] && tools="$tools samply"
+# Unprofiled runs between the profiled ones: each round measures the
+# machine as it is then.
+for _ in $(seq "$runs"); do
+	for tool in none $tools; do
+		run "$tool"
+	done
+done
+base=$(median < none.txt)
+printf '%s\n' "unprofiled: $(awk -v b="$base" 'BEGIN { printf "%.3f s", b / 1e9 }') (median of $runs)"
+
+printf '\n| tool | slowdown | recorder CPU per sample | file | bytes per sample | report | complete stacks |\n|---|---:|---:|---:|---:|---:|---:|\n'
+for tool in $tools; do
+	f=$tool.txt
+	slow=$(cut -d' ' -f1 "$f" | median | awk -v b="$base" '{ print $1 / b - 1 }')
+	cpu=$(cut -d' ' -f2 "$f" | median)
+	bytes=$(cut -d' ' -f3 "$f" | median)
+	samples=$(cut -d' ' -f4 "$f" | median)
+	complete=$(awk '{ print $5 / ($4 > 0 ? $4 : 1) }' "$f" | median)
+	report=-
+	if ! grep -q ' -$' "$f"; then report=$(cut -d' ' -f6 "$f" | median); fi
+	awk -v t="$tool" -v s="$slow" -v c="$cpu" -v b="$bytes" -v n="$samples" -v k="$complete" -v r="${report:--}" \
+		'BEGIN { printf "| %s | %+.1f%% | %.1f µs | %.0f KiB | %.0f | %s | %.2f%% of %d |\n", t, s * 100, c, b / 1024, b / (n > 0 ? n : 1), (r == "-" || r == "") ? "-" : sprintf("%.4f s", r), k * 100, n }'
+done
+printf '\nichnos report, the first on a fresh index cache (indexing what has megabytes of DWARF): %s s\n' "$(cat first_report.txt)"
