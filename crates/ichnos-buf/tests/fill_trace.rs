@@ -341,7 +341,10 @@ fn snapshots_taken_while_the_owner_writes_are_consistent() {
     };
     let mut checked = 0;
     let mut nonempty = 0;
-    while checked < 2000 {
+    // Until enough snapshots held records: on a loaded machine the writer
+    // may not run at all during the first thousands (bounded in time).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while (checked < 2000 || nonempty < 200) && std::time::Instant::now() < deadline {
         for (_tid, records) in ring.snapshot_threads() {
             let values: Vec<u64> = records
                 .iter()
@@ -368,7 +371,10 @@ fn snapshots_taken_while_the_owner_writes_are_consistent() {
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let written = writer.join().unwrap();
-    assert!(written > 0 && nonempty > 0);
+    assert!(
+        written > 0 && nonempty >= 200,
+        "{written} written, {nonempty} seen"
+    );
 }
 
 #[test]
