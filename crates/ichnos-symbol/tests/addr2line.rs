@@ -148,23 +148,30 @@ fn a_debug_link_is_followed_and_its_crc_checked() {
     );
 }
 
+/// Moves `debug`, the debug file of `exe`, to where a build-id directory
+/// under `dir/debug` keeps it: (that directory, the file's new path).
+fn into_build_id_dir(dir: &Path, exe: &Path, debug: &Path) -> (PathBuf, PathBuf) {
+    let id_hex = run(Command::new("readelf").args(["-n"]).arg(exe))
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string))
+        .expect("a build id");
+    let debug_root = dir.join("debug");
+    let by_id = debug_root
+        .join(".build-id")
+        .join(&id_hex[..2])
+        .join(format!("{}.debug", &id_hex[2..]));
+    std::fs::create_dir_all(by_id.parent().unwrap()).unwrap();
+    std::fs::rename(debug, &by_id).unwrap();
+    (debug_root, by_id)
+}
+
 #[test]
 fn a_build_id_directory_is_searched() {
     let dir = tempfile::tempdir().unwrap();
     let exe = fixture(dir.path());
     let (addr, want) = some_inlined_address(&exe);
     let (stripped, debug) = split_debug(dir.path(), &exe);
-    let id_hex = run(Command::new("readelf").args(["-n"]).arg(&exe))
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string))
-        .expect("a build id");
-    let debug_root = dir.path().join("debug");
-    let by_id = debug_root
-        .join(".build-id")
-        .join(&id_hex[..2])
-        .join(format!("{}.debug", &id_hex[2..]));
-    std::fs::create_dir_all(by_id.parent().unwrap()).unwrap();
-    std::fs::rename(&debug, &by_id).unwrap();
+    let (debug_root, by_id) = into_build_id_dir(dir.path(), &exe, &debug);
     let options = SymbolizerOptions {
         debug_dirs: vec![debug_root],
         ..SymbolizerOptions::default()
@@ -213,17 +220,7 @@ fn dwarf_size_counts_the_dwarf_a_symbolization_reads() {
     );
     // Stripped: the debug file's, found by build id; none where it is not.
     let (stripped, debug) = split_debug(dir.path(), &exe);
-    let id_hex = run(Command::new("readelf").args(["-n"]).arg(&exe))
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string))
-        .expect("a build id");
-    let debug_root = dir.path().join("debug");
-    let by_id = debug_root
-        .join(".build-id")
-        .join(&id_hex[..2])
-        .join(format!("{}.debug", &id_hex[2..]));
-    std::fs::create_dir_all(by_id.parent().unwrap()).unwrap();
-    std::fs::rename(&debug, &by_id).unwrap();
+    let (debug_root, by_id) = into_build_id_dir(dir.path(), &exe, &debug);
     assert_eq!(
         symbolizer(vec![debug_root]).dwarf_size(&stripped).unwrap(),
         readelf_debug_bytes(&by_id)

@@ -36,6 +36,18 @@ enum Build {
     SharedLibrary,
 }
 
+/// Builds the one-file fixture `name` (`NAME.c`) into `dir` with `-O2`
+/// and `flags`; the executable's path.
+fn build_fixture(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
+    let exe = dir.join(name);
+    let src = fixture(&format!("{name}.c"));
+    let mut args = vec!["-O2"];
+    args.extend_from_slice(flags);
+    args.extend(["-o", exe.to_str().unwrap(), src.to_str().unwrap()]);
+    gcc(&args);
+    exe
+}
+
 /// Builds `chains` as `build` says in `dir`.
 fn build_chains(dir: &Path, build: Build) -> PathBuf {
     let flags = ["-O2", "-g", "-fomit-frame-pointer"];
@@ -298,17 +310,11 @@ fn self_shares_agree_with_perf_record_call_graph_dwarf() {
 #[test]
 fn threads_are_named_and_each_keeps_its_own_samples() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = dir.path().join("threads");
-    let src = fixture("threads.c");
-    gcc(&[
-        "-O2",
-        "-fomit-frame-pointer",
-        "-Wa,--gsframe",
-        "-pthread",
-        "-o",
-        exe.to_str().unwrap(),
-        src.to_str().unwrap(),
-    ]);
+    let exe = build_fixture(
+        dir.path(),
+        "threads",
+        &["-fomit-frame-pointer", "-Wa,--gsframe", "-pthread"],
+    );
     let data = dir.path().join("threads.data");
     record(&data, 1000, &[exe.to_str().unwrap(), "0.4"]);
     let stacks = folded(&data, &[]);
@@ -337,16 +343,11 @@ fn threads_are_named_and_each_keeps_its_own_samples() {
 #[test]
 fn forked_and_execed_processes_keep_their_own_samples_and_names() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = dir.path().join("forker");
-    let src = fixture("forker.c");
-    gcc(&[
-        "-O2",
-        "-fomit-frame-pointer",
-        "-Wa,--gsframe",
-        "-o",
-        exe.to_str().unwrap(),
-        src.to_str().unwrap(),
-    ]);
+    let exe = build_fixture(
+        dir.path(),
+        "forker",
+        &["-fomit-frame-pointer", "-Wa,--gsframe"],
+    );
     let data = dir.path().join("forker.data");
     let out = record(&data, 1000, &[exe.to_str().unwrap()]);
     // The fixture's lines: "ROLE PID".
@@ -382,17 +383,11 @@ fn forked_and_execed_processes_keep_their_own_samples_and_names() {
 #[test]
 fn a_running_process_is_recorded_with_dash_p() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = dir.path().join("threads");
-    let src = fixture("threads.c");
-    gcc(&[
-        "-O2",
-        "-fomit-frame-pointer",
-        "-Wa,--gsframe",
-        "-pthread",
-        "-o",
-        exe.to_str().unwrap(),
-        src.to_str().unwrap(),
-    ]);
+    let exe = build_fixture(
+        dir.path(),
+        "threads",
+        &["-fomit-frame-pointer", "-Wa,--gsframe", "-pthread"],
+    );
     let mut child = Command::new(&exe).arg("1.0").spawn().unwrap();
     // Let its threads start.
     std::thread::sleep(std::time::Duration::from_millis(150));
@@ -472,15 +467,7 @@ fn the_demo_shows_its_jit_frame_by_name_between_native_frames() {
 #[test]
 fn stacks_deeper_than_the_copy_are_noted_and_a_larger_copy_completes_them() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = dir.path().join("deep");
-    let src = fixture("deep.c");
-    gcc(&[
-        "-O2",
-        "-fomit-frame-pointer",
-        "-o",
-        exe.to_str().unwrap(),
-        src.to_str().unwrap(),
-    ]);
+    let exe = build_fixture(dir.path(), "deep", &["-fomit-frame-pointer"]);
     let data = dir.path().join("deep.data");
     let leaf_stacks = |data: &Path| -> (u64, u64) {
         let stacks = folded(data, &[]);
@@ -992,9 +979,7 @@ fn report_options_change_what_is_shown() {
 #[test]
 fn jit_code_named_in_perf_maps_and_jitdump_files_is_named_after_they_are_gone() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = dir.path().join("named_jit");
-    let src = fixture("named_jit.c");
-    gcc(&["-O2", "-o", exe.to_str().unwrap(), src.to_str().unwrap()]);
+    let exe = build_fixture(dir.path(), "named_jit", &[]);
     let data = dir.path().join("jit.data");
     // The fixture writes its jitdump file in its working directory.
     let out = Command::new(ICHNOS)
