@@ -9,8 +9,9 @@ use std::cell::Cell;
 use ichnos_perf::record::{SampleFormat, RECORD_SAMPLE};
 use ichnos_perf::{EventConfig, EventKind};
 
+use super::model::Spaces;
 use super::order::Sorter;
-use super::{output, Interner, Recorder, Spaces};
+use super::{output, Interner, Recorder};
 
 struct Counting;
 
@@ -130,7 +131,7 @@ fn a_sample_seen_before_costs_no_allocation() {
         cut_short: 0,
         lost: 0,
         scratch: Vec::new(),
-        stack_tops: super::StackTops::default(),
+        stack_tops: super::stack_tops::StackTops::default(),
     };
     let record = sample_here(&format, start);
     let round = |recorder: &mut Recorder, records: usize| {

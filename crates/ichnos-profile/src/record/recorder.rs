@@ -1,0 +1,449 @@
+//! The recorder's loop: waits on the rings, drains them through the
+//! sorter, and handles each record in time order — the side-band records
+//! into the address-space model, each sample unwound, interned and
+//! written.
+
+use std::os::fd::{AsFd, AsRawFd};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use ichnos_code::elf::RowChoice;
+use ichnos_code::{unwind_cached, FrameKind, Regs, StopReason, UnwindOptions};
+use ichnos_data::{LostCause, Record, StackOut, StackStop};
+use ichnos_perf::attr::regs;
+use ichnos_perf::monotonic_ns;
+use ichnos_perf::record::{Record as PerfRecord, Sample, REGS_ABI_NONE};
+
+use super::events;
+use super::intern::Interner;
+use super::model::{self, Spaces};
+use super::order::{Sorter, MARGIN_NS};
+use super::output::Output;
+use super::stack_tops::StackTops;
+use super::{RecordError, RecordOptions, RecordTarget, Status};
+use crate::launch::Child;
+use crate::sys::Epoll;
+
+fn pid_of(tid: u32, pids: &[u32]) -> Option<u32> {
+    pids.iter()
+        .copied()
+        .find(|pid| Path::new(&format!("/proc/{pid}/task/{tid}")).exists())
+}
+
+/// When a recording is over.
+#[derive(Debug, Default)]
+pub(super) struct Ending {
+    stop_since: Option<Instant>,
+    /// Signals sent to a command that outlived a stop.
+    signalled: u8,
+    last_alive_check: Option<Instant>,
+}
+
+impl Ending {
+    /// Whether the recording is over: the command ended, or the processes
+    /// attached to did, or a stop was asked for. A command that outlives
+    /// a stop by a second is sent SIGTERM, and SIGKILL three seconds
+    /// later; the recording ends when it does.
+    fn over(
+        &mut self,
+        child: Option<&mut Child>,
+        target: &RecordTarget,
+        stop: &AtomicBool,
+    ) -> bool {
+        let stopping = stop.load(Ordering::Relaxed);
+        let Some(child) = child else {
+            if stopping {
+                return true;
+            }
+            if let RecordTarget::Pids(pids) = target {
+                if self
+                    .last_alive_check
+                    .is_none_or(|t| t.elapsed() >= Duration::from_millis(500))
+                {
+                    self.last_alive_check = Some(Instant::now());
+                    return pids.iter().all(|&p| !crate::sys::alive(p));
+                }
+            }
+            return false;
+        };
+        if child.try_wait().ok().flatten().is_some() {
+            return true;
+        }
+        if stopping {
+            let since = self.stop_since.get_or_insert_with(Instant::now).elapsed();
+            if since >= Duration::from_secs(1) && self.signalled == 0 {
+                child.signal(libc::SIGTERM);
+                self.signalled = 1;
+            }
+            if since >= Duration::from_secs(4) && self.signalled == 1 {
+                child.signal(libc::SIGKILL);
+                self.signalled = 2;
+            }
+        }
+        false
+    }
+}
+
+/// The recorder's state while running.
+pub(super) struct Recorder {
+    pub(super) spaces: Spaces,
+    pub(super) interner: Interner,
+    pub(super) output: Output,
+    pub(super) sorter: Sorter,
+    /// Where a record that wraps the end of a ring is put together.
+    pub(super) scratch: Vec<u8>,
+    /// Where each thread's stacks end: a sample's stack is kept only
+    /// below it.
+    pub(super) stack_tops: StackTops,
+    pub(super) options: UnwindOptions,
+    pub(super) frames: Vec<ichnos_code::Frame>,
+    pub(super) stack: Vec<u64>,
+    pub(super) samples: u64,
+    pub(super) complete: u64,
+    /// Samples whose stack went on past the bytes the kernel copied.
+    pub(super) past_copy: u64,
+    /// Samples whose stack was cut short by the recorder (its thread's
+    /// frames reached higher than its complete stacks had).
+    pub(super) cut_short: u64,
+    pub(super) lost: u64,
+}
+
+impl Recorder {
+    /// Describes the processes attached to, as they are now.
+    pub(super) fn attach(&mut self, pids: &[u32], tids: &[u32], now: u64) {
+        for &pid in pids {
+            self.spaces.get_or_synthesize(pid, now, &mut self.output);
+        }
+        for &tid in tids {
+            if let Some(pid) = pid_of(tid, pids) {
+                self.spaces.know_thread(pid, tid, now, &mut self.output);
+            }
+        }
+    }
+
+    pub(super) fn new(options: &RecordOptions, output: Output, events: &events::Events) -> Self {
+        let formats = events
+            .rings
+            .iter()
+            .map(|(_, event)| events.opened[*event].format())
+            .collect();
+        Self {
+            spaces: Spaces::new(RowChoice::SframeThenEhFrame),
+            interner: Interner::default(),
+            output,
+            sorter: Sorter::new(formats),
+            scratch: Vec::new(),
+            stack_tops: StackTops::default(),
+            options: UnwindOptions {
+                max_frames: options.max_frames,
+                frame_pointer_fallback: true,
+            },
+            frames: Vec::with_capacity(options.max_frames),
+            stack: Vec::with_capacity(options.max_frames),
+            samples: 0,
+            complete: 0,
+            past_copy: 0,
+            cut_short: 0,
+            lost: 0,
+        }
+    }
+
+    /// The main loop: until the command or the processes are gone, or a
+    /// stop is asked for.
+    pub(super) fn run(
+        &mut self,
+        events: &mut events::Events,
+        mut child: Option<&mut Child>,
+        options: &RecordOptions,
+        stop: &AtomicBool,
+        status: &mut dyn FnMut(&Status),
+    ) -> Result<(), RecordError> {
+        let os = |what| move |source| RecordError::Os { what, source };
+        let epoll = Epoll::new().map_err(os("epoll"))?;
+        // Every event, not only those that own a ring: an event whose
+        // tasks are gone hangs up while the others keep writing into its
+        // CPU's ring, and each one's readiness is that ring's.
+        for (i, event) in events.opened.iter().enumerate() {
+            epoll
+                .add(event.as_fd().as_raw_fd(), i as u64)
+                .map_err(os("epoll"))?;
+        }
+        let exit_fd = child.as_ref().and_then(|c| c.exit_fd().ok());
+        if let Some(fd) = &exit_fd {
+            epoll.add(fd.as_raw_fd(), u64::MAX).map_err(os("epoll"))?;
+        }
+        let started = Instant::now();
+        let mut last_status = Instant::now();
+        let mut ending = Ending::default();
+        let mut ready = Vec::with_capacity(64);
+        loop {
+            epoll.wait(100, &mut ready).map_err(os("epoll"))?;
+            for &(token, hung_up) in &ready {
+                // Rings are drained each round whoever woke; an event whose
+                // tasks are gone stays ready for ever, so it leaves the set.
+                if let (true, Some(event)) = (hung_up, events.opened.get(token as usize)) {
+                    let _ = epoll.remove(event.as_fd().as_raw_fd());
+                }
+            }
+            let now = monotonic_ns();
+            self.drain(events, now.saturating_sub(MARGIN_NS));
+            if self.output.writer_failed() || self.output.overflowed {
+                if let Some(c) = child.as_deref_mut() {
+                    c.signal(libc::SIGTERM);
+                }
+                return Ok(());
+            }
+            if last_status.elapsed() >= Duration::from_millis(250) {
+                last_status = Instant::now();
+                status(&Status {
+                    elapsed: started.elapsed(),
+                    samples: self.samples,
+                    lost: self.lost + self.output.dropped,
+                    processes: self.spaces.by_pid.len(),
+                });
+            }
+            if ending.over(child.as_deref_mut(), &options.target, stop) {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Reads every ring and handles the records at or before `up_to`.
+    pub(super) fn drain(&mut self, events: &mut events::Events, up_to: u64) {
+        let now = monotonic_ns();
+        let mut broken = 0;
+        for (i, (ring, _)) in events.rings.iter_mut().enumerate() {
+            let (sorter, tops) = (&mut self.sorter, &mut self.stack_tops);
+            let read = ring.read_records(&mut self.scratch, |record| {
+                let ended =
+                    sorter.stage_record(record, i as u16, now, |sample| tops.needed(sample));
+                if let Some(tid) = ended {
+                    tops.end(tid);
+                }
+            });
+            broken += u64::from(read.broken);
+        }
+        if broken > 0 {
+            // The rest of a read whose framing broke is dropped: count it.
+            self.lost += broken;
+            self.output.lost(now, 0, broken, LostCause::Unreadable);
+        }
+        let mut sorter = std::mem::take(&mut self.sorter);
+        sorter.release(up_to, |record, staged| {
+            self.handle(record, staged.stack_cut);
+        });
+        self.sorter = sorter;
+        // JIT code can be named after its first samples (a runtime writes
+        // its perf map late): look again while the processes live, not
+        // only when a new stack comes.
+        for space in self.spaces.by_pid.values_mut() {
+            space.capture_jit_names(&mut self.output, now, false);
+        }
+        self.output.tell_drops(now);
+    }
+
+    /// Names JIT code still unnamed, while the processes live.
+    pub(super) fn finish(&mut self) {
+        let now = monotonic_ns();
+        for space in self.spaces.by_pid.values_mut() {
+            space.capture_jit_names(&mut self.output, now, true);
+        }
+    }
+
+    pub(super) fn handle(&mut self, record: &PerfRecord<'_>, stack_cut: bool) {
+        match record {
+            PerfRecord::Sample(s) => self.sample(s, stack_cut),
+            PerfRecord::Mmap(m) if m.executable => {
+                let time = m.sample_id.time.unwrap_or_else(monotonic_ns);
+                self.spaces.map(
+                    m.pid,
+                    m.addr..m.addr.saturating_add(m.len),
+                    m.pgoff,
+                    m.filename,
+                    m.build_id,
+                    time,
+                    &mut self.output,
+                );
+            }
+            PerfRecord::Comm(c) => {
+                let time = c.sample_id.time.unwrap_or_else(monotonic_ns);
+                if c.exec {
+                    // A new program: a new stack.
+                    self.stack_tops.ended(c.tid);
+                }
+                if c.exec && c.pid == c.tid {
+                    self.spaces.begin(c.pid, c.name, time, &mut self.output);
+                }
+                self.spaces
+                    .name_thread(c.pid, c.tid, c.name, time, &mut self.output);
+            }
+            PerfRecord::Fork(f) => {
+                if f.pid == f.tid && f.pid != f.ppid {
+                    self.spaces
+                        .fork(f.pid, f.ppid, f.tid, f.time, &mut self.output);
+                } else if let Some((_, name)) = self.spaces.threads.get(&f.ptid).cloned() {
+                    self.spaces
+                        .name_thread(f.pid, f.tid, &name, f.time, &mut self.output);
+                } else {
+                    self.spaces
+                        .know_thread(f.pid, f.tid, f.time, &mut self.output);
+                }
+            }
+            PerfRecord::Exit(e) => {
+                self.spaces.exit(e.pid, e.tid, e.time, &mut self.output);
+                self.stack_tops.ended(e.tid);
+            }
+            PerfRecord::Lost(l) => {
+                self.lost += l.lost;
+                let time = l.sample_id.time.unwrap_or_else(monotonic_ns);
+                let cpu = l.sample_id.cpu.unwrap_or(0);
+                self.output.lost(time, cpu, l.lost, LostCause::KernelRing);
+            }
+            PerfRecord::LostSamples(l) => {
+                self.lost += l.lost;
+                let time = l.sample_id.time.unwrap_or_else(monotonic_ns);
+                let cpu = l.sample_id.cpu.unwrap_or(0);
+                self.output
+                    .lost(time, cpu, l.lost, LostCause::KernelSamples);
+            }
+            PerfRecord::Throttle(t) | PerfRecord::Unthrottle(t) => {
+                let throttled = matches!(record, PerfRecord::Throttle(_));
+                let rel = self.output.rel(t.time);
+                self.output.meta(&Record::Throttle {
+                    time: rel,
+                    cpu: u64::from(t.sample_id.cpu.unwrap_or(0)),
+                    throttled,
+                });
+            }
+            _ => {}
+        }
+    }
+
+    pub(super) fn sample(&mut self, s: &Sample<'_>, stack_cut: bool) {
+        let (Some(pid), Some(tid), Some(time)) = (s.id.pid, s.id.tid, s.id.time) else {
+            return;
+        };
+        // A writer that is behind would be handed the sample's new stack
+        // to keep back, and the sample itself dropped: drop it whole.
+        if self.output.behind() {
+            self.output.drop_sample();
+            return;
+        }
+        let cpu = s.id.cpu.unwrap_or(0);
+        let regs = s.regs_user.filter(|r| r.abi != REGS_ABI_NONE);
+        let Some(regs) = regs.and_then(|r| {
+            Some(Regs {
+                ip: r.get(regs::IP)?,
+                sp: r.get(regs::SP)?,
+                fp: r.get(regs::BP)?,
+            })
+        }) else {
+            self.lost += 1;
+            self.output.lost(time, cpu, 1, LostCause::NoUserRegisters);
+            return;
+        };
+        let stack = s.stack_user.unwrap_or_default();
+        self.spaces.get_or_synthesize(pid, time, &mut self.output);
+        self.spaces.know_thread(pid, tid, time, &mut self.output);
+        let space = self.spaces.by_pid.get_mut(&pid).expect("made above");
+        let mut stop = walk(space, regs, stack, &self.options, &mut self.frames);
+        if stop != StopReason::Outermost
+            && self
+                .frames
+                .iter()
+                .any(|f| space.may_be_jit(f.lookup_address()))
+            && space.take_refresh(time)
+        {
+            let jit = space.refresh_jit();
+            let mapped = self.spaces.resync(pid, time, &mut self.output);
+            if jit || mapped {
+                let space = self.spaces.by_pid.get_mut(&pid).expect("still there");
+                stop = walk(space, regs, stack, &self.options, &mut self.frames);
+            }
+        }
+        let space = self.spaces.by_pid.get_mut(&pid).expect("still there");
+        // A frame-pointer chain through code that does not keep one reads
+        // whatever rbp holds: a "return address" in no mapping is not one,
+        // and the stack ends before it rather than with made-up frames.
+        let mut stop = stack_stop(stop);
+        if let Some(bad) = self
+            .frames
+            .iter()
+            .position(|f| f.kind == FrameKind::FramePointer && !space.is_mapped(f.lookup_address()))
+        {
+            self.frames.truncate(bad);
+            stop = StackStop::NoUnwindInfo;
+        }
+        self.stack.clear();
+        self.stack.extend(self.frames.iter().map(|f| match f.kind {
+            // Stored plus one so that "minus one" finds the instruction.
+            FrameKind::Interrupted => f.ip.wrapping_add(1),
+            _ => f.ip,
+        }));
+        let (id, new) = self.interner.intern(space.asid, stop, &self.stack);
+        if new {
+            self.output.meta(&Record::StackOut(StackOut {
+                id: u64::from(id),
+                asid: space.asid,
+                stop,
+                frames: &self.stack,
+            }));
+            space.note_jit_frames(&self.stack, &mut self.output, time);
+        }
+        let rel = self.output.rel(time);
+        self.output.sample(&Record::Sample {
+            time: rel,
+            pid: u64::from(pid),
+            tid: u64::from(tid),
+            cpu: u64::from(cpu),
+            stack: u64::from(id),
+            weight: s.period.unwrap_or(1),
+        });
+        self.samples += 1;
+        match stop {
+            StackStop::Complete => {
+                self.complete += 1;
+                if let Some(outermost) = self.frames.last() {
+                    self.stack_tops.learn(tid, outermost.sp);
+                }
+            }
+            // Cut too soon: this thread's stacks are copied whole from now.
+            StackStop::StackEnd if stack_cut => {
+                self.cut_short += 1;
+                self.stack_tops.never_cut(tid);
+            }
+            StackStop::StackEnd => self.past_copy += 1,
+            _ => {}
+        }
+    }
+}
+
+fn walk(
+    space: &mut model::AddressSpace,
+    regs: Regs,
+    stack: &[u8],
+    options: &UnwindOptions,
+    frames: &mut Vec<ichnos_code::Frame>,
+) -> StopReason {
+    unwind_cached(
+        &space.code,
+        regs,
+        stack,
+        &mut space.image,
+        options,
+        &mut space.cache,
+        frames,
+    )
+}
+
+fn stack_stop(stop: StopReason) -> StackStop {
+    match stop {
+        StopReason::Outermost => StackStop::Complete,
+        StopReason::StackEnd { .. } => StackStop::StackEnd,
+        StopReason::NoUnwindInfo { .. } => StackStop::NoUnwindInfo,
+        StopReason::Loop => StackStop::Loop,
+        StopReason::DepthLimit => StackStop::DepthLimit,
+        StopReason::BadAddress => StackStop::BadAddress,
+    }
+}
