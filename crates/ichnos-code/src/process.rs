@@ -171,7 +171,6 @@ pub fn code_object_for_mapping(
     mapping: FileMapping,
     choice: RowChoice,
 ) -> Result<CodeObject, MappingError> {
-    use object::{Object, ObjectSection};
     let io = |source| MappingError::Io {
         path: path.to_path_buf(),
         source,
@@ -182,28 +181,10 @@ pub fn code_object_for_mapping(
         path: path.to_path_buf(),
         source,
     })?;
-    let origin = origin_of(&elf, mapping).ok_or(MappingError::NoSegment {
-        path: path.to_path_buf(),
-        pgoff: mapping.pgoff,
-    })?;
-    let build_id = elf.build_id().ok().flatten().map(<[u8]>::to_vec);
-    let has_sframe = elf.section_by_name(".sframe").is_some_and(|s| s.size() > 0);
-    let failed = |source| MappingError::Rows {
-        path: path.to_path_buf(),
-        source,
-    };
     // Only the headers and the unwind sections are read: an executable
     // of tens of megabytes has a few hundred kilobytes of them.
-    let rows = crate::registry::row_cache().get_or_make(build_id.as_deref(), choice, || {
-        object_rows(&elf, choice).map_err(failed)
-    })?;
-    Ok(CodeObject {
-        start: mapping.start,
-        end: mapping.end,
-        bias: origin,
-        rows,
-        source: row_source(choice, has_sframe),
-        name: Arc::from(name),
+    placed(&elf, path, name, mapping, choice, || {
+        object_rows(&elf, choice)
     })
 }
 
@@ -215,22 +196,38 @@ pub fn code_object_from_bytes(
     mapping: FileMapping,
     choice: RowChoice,
 ) -> Result<CodeObject, MappingError> {
-    use object::{Object, ObjectSection};
-    let path = std::path::PathBuf::from(name);
+    let path = Path::new(name);
     let elf = object::File::parse(bytes).map_err(|source| MappingError::BadElf {
-        path: path.clone(),
+        path: path.to_path_buf(),
         source,
     })?;
-    let origin = origin_of(&elf, mapping).ok_or(MappingError::NoSegment {
-        path: path.clone(),
+    placed(&elf, path, name, mapping, choice, || {
+        file_rows(bytes, choice).map(|t| Rows::Fixed(Arc::new(t)))
+    })
+}
+
+/// The code object of the parsed ELF `elf` mapped as `mapping` says, its
+/// rows from the cache by build id, else made by `rows`.
+fn placed<'d, R: object::ReadRef<'d>>(
+    elf: &object::File<'d, R>,
+    path: &Path,
+    name: &str,
+    mapping: FileMapping,
+    choice: RowChoice,
+    rows: impl FnOnce() -> Result<Rows, FileRowsError>,
+) -> Result<CodeObject, MappingError> {
+    use object::{Object, ObjectSection};
+    let origin = origin_of(elf, mapping).ok_or(MappingError::NoSegment {
+        path: path.to_path_buf(),
         pgoff: mapping.pgoff,
     })?;
     let build_id = elf.build_id().ok().flatten().map(<[u8]>::to_vec);
     let has_sframe = elf.section_by_name(".sframe").is_some_and(|s| s.size() > 0);
     let rows = crate::registry::row_cache().get_or_make(build_id.as_deref(), choice, || {
-        file_rows(bytes, choice)
-            .map(|t| Rows::Fixed(Arc::new(t)))
-            .map_err(|source| MappingError::Rows { path, source })
+        rows().map_err(|source| MappingError::Rows {
+            path: path.to_path_buf(),
+            source,
+        })
     })?;
     Ok(CodeObject {
         start: mapping.start,
