@@ -3,8 +3,11 @@
 # perf record -g and samply record, on one workload built with -O2
 # -fomit-frame-pointer -Wa,--gsframe (workload.c: two threads, a fixed
 # amount of work), at 1 kHz, in the same run. For each tool, over RUNS
-# runs (median): the workload's slowdown against unprofiled runs (by its
-# own clock), the recorder's own CPU time per sample (the recorder's and
+# runs (median): the workload's slowdown against the unprofiled run of
+# the same round (by its own clock; with the quartiles of those paired
+# slowdowns, the spread a difference between tools must beat), the
+# workload's own CPU time against the same (what sampling costs it in the
+# kernel), the recorder's own CPU time per sample (the recorder's and
 # its child's CPU time, less the workload's own), the recording's size,
 # the report's time (ichnos report; perf report --stdio, which unwinds a
 # dwarf recording then), and the share of the workload's samples whose
@@ -48,7 +51,7 @@ run() {
 	local tool=$1 data t0
 	case $tool in
 	none) ./workload "$rounds"
-		cut -d' ' -f1 self.txt >> none.txt
+		cat self.txt >> none.txt
 		return ;;
 	ichnos) data=run.data
 		cputime time.txt "$ichnos" record -q -F 1000 -o "$data" -- ./workload "$rounds"
@@ -80,7 +83,7 @@ run() {
 	bytes=$(stat -c %s "$data")
 	awk -v e="$elapsed" -v u="$user" -v s="$sys" -v c="$self_cpu" -v n="$samples" \
 		-v k="$complete" -v z="$bytes" -v r="$report" \
-		'BEGIN { printf "%.0f %.2f %.0f %d %d %s\n", e, ((u + s) * 1e9 - c) / 1e3 / (n > 0 ? n : 1), z, n, k, r }' >> "$tool.txt"
+		'BEGIN { printf "%.0f %.2f %.0f %d %d %s %.0f\n", e, ((u + s) * 1e9 - c) / 1e3 / (n > 0 ? n : 1), z, n, k, r, c }' >> "$tool.txt"
 	rm -f "$data" "$data.old"
 }
 
@@ -93,20 +96,32 @@ for _ in $(seq "$runs"); do
 		run "$tool"
 	done
 done
-base=$(median < none.txt)
+base=$(cut -d' ' -f1 none.txt | median)
 printf '%s\n' "unprofiled: $(awk -v b="$base" 'BEGIN { printf "%.3f s", b / 1e9 }') (median of $runs)"
 
-printf '\n| tool | slowdown | recorder CPU per sample | file | bytes per sample | report | complete stacks |\n|---|---:|---:|---:|---:|---:|---:|\n'
+# paired FIELD TOOL: per round, TOOL's FIELD over the unprofiled run's
+# of the same round, less one: the machine's drift between rounds
+# cancels, and the spread of these is what a difference must beat.
+# none.txt has two fields (elapsed, CPU time), so TOOL's FIELD is 2 + FIELD.
+paired() { paste -d' ' none.txt "$2.txt" | awk -v f="$1" '{ print $(2 + f) / $f - 1 }'; }
+# quartile Q: the Q-th quartile (1 or 3) of the numbers on stdin.
+quartile() { sort -g | awk -v q="$1" '{ v[NR] = $1 } END { i = int((NR - 1) * q / 4 + 0.5) + 1; print v[i] }'; }
+
+printf '\n| tool | slowdown (quartiles) | workload CPU | recorder CPU per sample | file | bytes per sample | report | complete stacks |\n|---|---:|---:|---:|---:|---:|---:|---:|\n'
 for tool in $tools; do
 	f=$tool.txt
-	slow=$(cut -d' ' -f1 "$f" | median | awk -v b="$base" '{ print $1 / b - 1 }')
+	slow=$(paired 1 "$tool" | median)
+	q1=$(paired 1 "$tool" | quartile 1)
+	q3=$(paired 1 "$tool" | quartile 3)
+	# The workload's own CPU time: what sampling costs it in the kernel.
+	self=$(paste -d' ' none.txt "$f" | awk '{ print $9 / $2 - 1 }' | median)  # field 7 of TOOL's
 	cpu=$(cut -d' ' -f2 "$f" | median)
 	bytes=$(cut -d' ' -f3 "$f" | median)
 	samples=$(cut -d' ' -f4 "$f" | median)
 	complete=$(awk '{ print $5 / ($4 > 0 ? $4 : 1) }' "$f" | median)
 	report=-
-	if ! grep -q ' -$' "$f"; then report=$(cut -d' ' -f6 "$f" | median); fi
-	awk -v t="$tool" -v s="$slow" -v c="$cpu" -v b="$bytes" -v n="$samples" -v k="$complete" -v r="${report:--}" \
-		'BEGIN { printf "| %s | %+.1f%% | %.1f µs | %.0f KiB | %.0f | %s | %.2f%% of %d |\n", t, s * 100, c, b / 1024, b / (n > 0 ? n : 1), (r == "-" || r == "") ? "-" : sprintf("%.4f s", r), k * 100, n }'
+	if ! grep -q ' - ' "$f"; then report=$(cut -d' ' -f6 "$f" | median); fi
+	awk -v t="$tool" -v s="$slow" -v q1="$q1" -v q3="$q3" -v w="$self" -v c="$cpu" -v b="$bytes" -v n="$samples" -v k="$complete" -v r="${report:--}" \
+		'BEGIN { printf "| %s | %+.1f%% (%+.1f%% .. %+.1f%%) | %+.1f%% | %.1f µs | %.0f KiB | %.0f | %s | %.2f%% of %d |\n", t, s * 100, q1 * 100, q3 * 100, w * 100, c, b / 1024, b / (n > 0 ? n : 1), (r == "-" || r == "") ? "-" : sprintf("%.4f s", r), k * 100, n }'
 done
 printf '\nichnos report, the first on a fresh index cache (indexing what has megabytes of DWARF): %s s\n' "$(cat first_report.txt)"
