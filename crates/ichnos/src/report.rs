@@ -1,12 +1,13 @@
 //! `ichnos report`: a recording read, symbolized and printed as a top
-//! table, a call tree or folded stacks (docs/cli.md).
+//! table, a call tree or folded stacks, or exported as a flame graph,
+//! pprof or speedscope file (docs/cli.md).
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use ichnos_profile::report::{self, Filter, Profile, Sort, SymbolOptions, Symbolized};
+use ichnos_profile::report::{self, export, Filter, Profile, Sort, SymbolOptions, Symbolized};
 
 /// Output formats.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -17,6 +18,19 @@ pub enum Format {
     Tree,
     /// `thread;frame;...;leaf COUNT` lines, root first.
     Folded,
+    /// An interactive flame graph (SVG).
+    Svg,
+    /// pprof's profile.proto, gzipped (`go tool pprof`, Parca, Pyroscope).
+    Pprof,
+    /// speedscope's JSON file format, one profile per thread.
+    Speedscope,
+}
+
+impl Format {
+    /// Whether the output is not text for a terminal.
+    fn is_binary(self) -> bool {
+        matches!(self, Format::Pprof)
+    }
 }
 
 /// How the top table is sorted.
@@ -49,6 +63,13 @@ pub struct ReportArgs {
     /// At most this many functions in the top table (0: all).
     #[arg(long, value_name = "N", default_value_t = 50)]
     limit: usize,
+    /// In the SVG flame graph, hang the roots from the top (an icicle
+    /// graph).
+    #[arg(long)]
+    icicle: bool,
+    /// The SVG flame graph's title.
+    #[arg(long, value_name = "TEXT")]
+    title: Option<String>,
     /// In the tree, fold callees below this share of all samples.
     #[arg(long, value_name = "P", default_value_t = 0.5)]
     min_percent: f64,
@@ -207,6 +228,8 @@ impl ReportArgs {
             tree: false,
             sort: SortBy::SelfTime,
             limit: 50,
+            icicle: false,
+            title: None,
             min_percent: 0.5,
             pid: Vec::new(),
             tid: Vec::new(),
@@ -231,6 +254,10 @@ impl ReportArgs {
 
 /// Runs `ichnos report`.
 pub fn report(args: &ReportArgs, quiet: bool, verbose: bool) -> Result<()> {
+    let format = if args.tree { Format::Tree } else { args.format };
+    if format.is_binary() && args.output.is_none() && std::io::stdout().is_terminal() {
+        bail!("--format pprof writes a gzipped file: name it with -o FILE (or redirect standard output)");
+    }
     let profile = load(&args.input)?;
     let symbolized = symbols(&profile, args, quiet, verbose);
     let filter = Filter {
@@ -252,7 +279,6 @@ pub fn report(args: &ReportArgs, quiet: bool, verbose: bool) -> Result<()> {
         )),
         None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
     };
-    let format = if args.tree { Format::Tree } else { args.format };
     match format {
         Format::Top => {
             header(&mut out, &args.input, &profile, shown)?;
@@ -272,6 +298,20 @@ pub fn report(args: &ReportArgs, quiet: bool, verbose: bool) -> Result<()> {
                 writeln!(out, "{line} {count}")?;
             }
         }
+        Format::Svg => {
+            let options = export::FlamegraphOptions {
+                title: args.title.clone(),
+                icicle: args.icicle,
+            };
+            export::write_flamegraph(&samples, &options, &mut out)?;
+        }
+        Format::Pprof => {
+            let options = export::PprofOptions {
+                comment: Some(format!("exported from {}", args.input.display())),
+            };
+            export::write_pprof(&profile, &samples, &options, &mut out)?;
+        }
+        Format::Speedscope => export::write_speedscope(&profile, &samples, &mut out)?,
     }
     out.flush()?;
     drop(out);

@@ -1,7 +1,9 @@
 //! `ichnos report`: a recording read back, symbolized offline, and
 //! aggregated into a top table, a call tree or folded stacks
-//! (docs/cli.md specifies the text).
+//! (docs/cli.md specifies the text), or exported for the viewers people
+//! use ([`export`]).
 
+pub mod export;
 mod load;
 mod print;
 mod symbols;
@@ -34,6 +36,10 @@ pub struct Filter {
 pub struct Weighted<'a> {
     /// The thread's name (or its number).
     pub thread: Arc<str>,
+    /// Its process.
+    pub pid: u32,
+    /// The thread.
+    pub tid: u32,
     /// The frames, innermost first.
     pub frames: &'a [Frame],
     /// Why the walk ended.
@@ -84,6 +90,8 @@ pub fn weighted<'a>(
             .clone();
         out.push(Weighted {
             thread,
+            pid,
+            tid,
             frames,
             stop: s.stop,
             tally: *tally,

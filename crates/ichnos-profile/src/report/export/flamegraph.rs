@@ -1,0 +1,65 @@
+//! Flame graph SVGs, drawn by inferno from the folded stacks: an
+//! interactive file (click a frame to zoom, search) that any browser
+//! opens. An icicle graph hangs the roots from the top.
+
+use std::io::{self, Write};
+
+use super::super::print::folded;
+use super::super::Weighted;
+
+/// How the flame graph is drawn.
+#[derive(Clone, Debug, Default)]
+pub struct FlamegraphOptions {
+    /// Its title (default "Flame Graph").
+    pub title: Option<String>,
+    /// Roots at the top, callees below.
+    pub icicle: bool,
+}
+
+/// Writes `samples` as a flame graph SVG: one tower per thread, frames
+/// root first as the folded stacks give them, widths by samples.
+pub fn write_flamegraph(
+    samples: &[Weighted<'_>],
+    options: &FlamegraphOptions,
+    out: &mut dyn Write,
+) -> io::Result<()> {
+    let lines: Vec<String> = folded(samples)
+        .into_iter()
+        .map(|(stack, count)| format!("{stack} {count}"))
+        .collect();
+    let mut opts = inferno::flamegraph::Options::default();
+    if let Some(title) = &options.title {
+        opts.title.clone_from(title);
+    }
+    "samples".clone_into(&mut opts.count_name);
+    if options.icicle {
+        opts.direction = inferno::flamegraph::Direction::Inverted;
+    }
+    if lines.is_empty() {
+        // inferno refuses an empty graph; an empty profile still gets a
+        // file that says so.
+        return write_empty(&opts.title, out);
+    }
+    inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), &mut *out)
+        .map_err(io::Error::other)?;
+    out.flush()
+}
+
+/// An SVG with only a title and "no samples".
+fn write_empty(title: &str, out: &mut dyn Write) -> io::Result<()> {
+    let escaped: String = title
+        .chars()
+        .map(|c| match c {
+            '<' => "&lt;".to_owned(),
+            '>' => "&gt;".to_owned(),
+            '&' => "&amp;".to_owned(),
+            c => c.to_string(),
+        })
+        .collect();
+    writeln!(
+        out,
+        r#"<?xml version="1.0" standalone="no"?>
+<svg version="1.1" width="1200" height="60" xmlns="http://www.w3.org/2000/svg"><text x="600" y="24" text-anchor="middle">{escaped}</text><text x="600" y="48" text-anchor="middle">no samples</text></svg>"#
+    )?;
+    out.flush()
+}

@@ -1,0 +1,415 @@
+//! `ichnos report --format pprof|speedscope|svg` on a recording of the
+//! built-in demo, each file read by its own world's tools: `go tool
+//! pprof` (Debian's golang-go) for pprof, speedscope's published JSON
+//! schema (`fixtures/speedscope/`, checked by Python's jsonschema) for
+//! speedscope, Python's XML parser for the SVG. Their totals, functions
+//! and stacks are held to ichnos's own text reports.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+const ICHNOS: &str = env!("CARGO_BIN_EXE_ichnos");
+
+fn ichnos(args: &[&str]) -> Output {
+    Command::new(ICHNOS)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run ichnos")
+}
+
+fn text(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn ok(out: Output, what: &str) -> Output {
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// One recording of the demo for every test here.
+fn demo() -> &'static Path {
+    static DEMO: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
+    &DEMO
+        .get_or_init(|| {
+            let dir = tempfile::tempdir().unwrap();
+            let data = dir.path().join("demo.data");
+            ok(
+                ichnos(&["record", "-q", "-o", data.to_str().unwrap()]),
+                "ichnos record",
+            );
+            (dir, data)
+        })
+        .1
+}
+
+/// Exports the demo's recording as `format` (with `extra` flags) into a
+/// file of its own; the file.
+fn export(format: &str, extra: &[&str]) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join(format!("demo.{format}"));
+    let mut args = vec![
+        "report",
+        "-q",
+        "-i",
+        demo().to_str().unwrap(),
+        "--format",
+        format,
+        "-o",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    ok(ichnos(&args), "ichnos report");
+    (dir, out)
+}
+
+/// ichnos's own top table: function -> (self samples, total samples).
+fn our_top() -> HashMap<String, (u64, u64)> {
+    let out = ok(
+        ichnos(&[
+            "report",
+            "-q",
+            "-i",
+            demo().to_str().unwrap(),
+            "--limit",
+            "0",
+        ]),
+        "ichnos report",
+    );
+    let mut rows = HashMap::new();
+    for line in text(&out).lines() {
+        if line.starts_with('#') || line.trim_start().starts_with("SELF%") {
+            continue;
+        }
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if words.len() < 6 {
+            continue;
+        }
+        let function = words[4..words.len() - 1].join(" ");
+        let entry = rows.entry(function).or_insert((0, 0));
+        entry.0 += words[2].parse::<u64>().unwrap();
+        entry.1 += words[3].parse::<u64>().unwrap();
+    }
+    rows
+}
+
+/// ichnos's folded stacks: (thread, frames root first) -> samples.
+fn our_folded() -> BTreeMap<(String, Vec<String>), u64> {
+    let out = ok(
+        ichnos(&[
+            "report",
+            "-q",
+            "-i",
+            demo().to_str().unwrap(),
+            "--format",
+            "folded",
+        ]),
+        "ichnos report",
+    );
+    let mut stacks = BTreeMap::new();
+    for line in text(&out).lines() {
+        let (stack, count) = line.rsplit_once(' ').unwrap();
+        let mut frames: Vec<String> = stack.split(';').map(str::to_owned).collect();
+        let thread = frames.remove(0);
+        *stacks.entry((thread, frames)).or_insert(0) += count.parse::<u64>().unwrap();
+    }
+    stacks
+}
+
+/// `name` without what its `<...>` hold, as pprof shows C++ and Rust
+/// names.
+fn without_template_arguments(name: &str) -> String {
+    let mut depth = 0usize;
+    let mut out = String::new();
+    for c in name.chars() {
+        match c {
+            '<' => depth += 1,
+            '>' if depth > 0 => depth -= 1,
+            c if depth == 0 => out.push(c),
+            _ => {}
+        }
+    }
+    out
+}
+
+fn go_pprof(args: &[&str], file: &Path) -> String {
+    let out = Command::new("go")
+        .args(["tool", "pprof"])
+        .args(args)
+        .arg(file)
+        .output()
+        .expect("go tool pprof runs (Debian's golang-go)");
+    assert!(
+        out.status.success(),
+        "go tool pprof {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text(&out)
+}
+
+#[test]
+fn go_tool_pprof_reads_the_pprof_export_with_our_totals_and_functions() {
+    let (_dir, file) = export("pprof", &[]);
+    let top = go_pprof(
+        &[
+            "-top",
+            "-sample_index=samples",
+            "-nodefraction=0",
+            "-nodecount=100000",
+        ],
+        &file,
+    );
+    let total: u64 = top
+        .lines()
+        .find_map(|l| {
+            let (_, rest) = l.split_once("% of ")?;
+            rest.strip_suffix(" total")?.trim().parse().ok()
+        })
+        .unwrap_or_else(|| panic!("no total in {top}"));
+    let ours = our_top();
+    let folded_total: u64 = our_folded().values().sum();
+    assert_eq!(total, folded_total, "{top}");
+    // Each function's flat and cumulative samples as ours.
+    // pprof shows names without their template (generic) arguments: ours
+    // are shortened the same way to compare. Flat counts add up; the
+    // cumulative count of a shortened name that stands for several of
+    // ours is not their sum, and is compared only for names that stand
+    // for one.
+    let mut shortened: HashMap<String, ((u64, u64), usize)> = HashMap::new();
+    for (function, (own, all)) in &ours {
+        let entry = shortened
+            .entry(without_template_arguments(function))
+            .or_insert(((0, 0), 0));
+        entry.0 .0 += own;
+        entry.0 .1 += all;
+        entry.1 += 1;
+    }
+    let mut theirs: HashMap<String, (u64, u64)> = HashMap::new();
+    let mut rows = top
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("flat"));
+    rows.next();
+    for line in rows {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let name = words[5..].join(" ");
+        let name = name.strip_suffix(" (inline)").unwrap_or(&name).to_owned();
+        let entry = theirs.entry(name).or_insert((0, 0));
+        entry.0 += words[0].parse::<u64>().unwrap();
+        entry.1 += words[3].parse::<u64>().unwrap();
+    }
+    // Stacks whose walk stopped early hang from one pseudo-frame, which
+    // the top table does not list as a function.
+    let incomplete: u64 = our_folded()
+        .iter()
+        .filter(|((_, f), _)| f.first().is_some_and(|f| f == "[incomplete stack]"))
+        .map(|(_, n)| n)
+        .sum();
+    let pseudo = theirs.remove("[incomplete stack]").unwrap_or((0, 0));
+    assert_eq!(pseudo, (0, incomplete));
+    for function in ["jit_hot_loop", "mix_block", "demo_jit_driver"] {
+        assert!(ours.contains_key(function), "{function} not in {ours:?}");
+    }
+    assert_eq!(
+        theirs.keys().collect::<BTreeSet<_>>(),
+        shortened.keys().collect::<BTreeSet<_>>(),
+        "go tool pprof -top:\n{top}"
+    );
+    for (name, ((own, all), stands_for)) in &shortened {
+        let (their_own, their_all) = theirs[name];
+        assert_eq!(their_own, *own, "flat of {name}:\n{top}");
+        if *stands_for == 1 {
+            assert_eq!(their_all, *all, "cum of {name}:\n{top}");
+        }
+    }
+    // The JIT frame between the native frames around it (leaf first).
+    let traces = go_pprof(&["-traces", "-sample_index=samples"], &file);
+    let names: Vec<&str> = traces
+        .lines()
+        .map(|l| l.split_whitespace().last().unwrap_or(""))
+        .collect();
+    assert!(
+        names
+            .windows(3)
+            .any(|w| w == ["demo_jit_callback", "jit_hot_loop", "demo_jit_driver"]),
+        "{traces}"
+    );
+}
+
+#[test]
+fn the_pprof_export_keeps_objects_with_their_paths_and_build_ids() {
+    let (_dir, file) = export("pprof", &[]);
+    let raw = go_pprof(&["-raw"], &file);
+    let exe = std::fs::canonicalize(ICHNOS).unwrap();
+    let mappings: Vec<&str> = raw
+        .lines()
+        .skip_while(|l| !l.starts_with("Mappings"))
+        .collect();
+    let ours = mappings
+        .iter()
+        .find(|l| l.contains(exe.to_str().unwrap()))
+        .unwrap_or_else(|| panic!("no mapping of {} in {raw}", exe.display()));
+    let id = Command::new("readelf")
+        .args(["-n", exe.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let id = text(&id);
+    let build_id = id
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: "))
+        .expect("ichnos has a build id");
+    assert!(ours.contains(build_id), "{ours}: wanted {build_id}");
+    assert!(mappings.iter().any(|l| l.contains("[jit]")), "{raw}");
+}
+
+/// Runs Python with `script`; its standard output.
+fn python(script: &str, args: &[&str]) -> String {
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "python3: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text(&out)
+}
+
+#[test]
+fn the_speedscope_export_matches_its_schema_and_holds_our_stacks_root_first() {
+    let (_dir, file) = export("speedscope", &[]);
+    let schema = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/speedscope/file-format-schema.json");
+    // Validated by Python's jsonschema against the schema speedscope
+    // publishes; each stack printed as `thread;frame;...` root first with
+    // its weight, after the profile's endValue and weights' sum.
+    let lines = python(
+        r#"
+import json, sys, jsonschema
+schema = json.load(open(sys.argv[1]))
+data = json.load(open(sys.argv[2]))
+jsonschema.validate(data, schema)
+frames = data["shared"]["frames"]
+for p in data["profiles"]:
+    assert p["endValue"] == sum(p["weights"]), p["name"]
+    assert len(p["samples"]) == len(p["weights"])
+    thread = p["name"].rsplit(" (pid ", 1)[0]
+    for stack, weight in zip(p["samples"], p["weights"]):
+        assert weight > 0
+        print(";".join([thread] + [frames[i]["name"] for i in stack]))
+"#,
+        &[schema.to_str().unwrap(), file.to_str().unwrap()],
+    );
+    let theirs: BTreeSet<(String, Vec<String>)> = lines
+        .lines()
+        .map(|l| {
+            let mut frames: Vec<String> = l.split(';').map(str::to_owned).collect();
+            let thread = frames.remove(0);
+            (thread, frames)
+        })
+        .collect();
+    let ours: BTreeSet<(String, Vec<String>)> = our_folded().into_keys().collect();
+    assert_eq!(theirs, ours);
+    assert!(ours
+        .iter()
+        .any(|(_, f)| f.contains(&"jit_hot_loop".to_owned())));
+}
+
+/// The SVG parsed by Python's XML parser: each frame's title and the y of
+/// its rectangle.
+fn svg_frames(file: &Path) -> Vec<(String, f64)> {
+    let lines = python(
+        r#"
+import sys, xml.etree.ElementTree as ET
+ns = "{http://www.w3.org/2000/svg}"
+for g in ET.parse(sys.argv[1]).getroot().iter(ns + "g"):
+    title, rect = g.find(ns + "title"), g.find(ns + "rect")
+    if title is not None and rect is not None:
+        print(rect.get("y"), title.text.replace("\n", " "))
+"#,
+        &[file.to_str().unwrap()],
+    );
+    lines
+        .lines()
+        .map(|l| {
+            let (y, title) = l.split_once(' ').unwrap();
+            (title.to_owned(), y.parse().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn the_flame_graph_is_well_formed_svg_naming_the_hot_functions() {
+    let (_dir, file) = export("svg", &["--title", "the demo <&>"]);
+    let frames = svg_frames(&file);
+    let total: u64 = our_folded().values().sum();
+    let (root, root_y) = frames
+        .iter()
+        .find(|(t, _)| t.starts_with("all ("))
+        .unwrap_or_else(|| panic!("no root frame in {frames:?}"));
+    // inferno writes counts with thousands separators.
+    assert!(
+        root.replace(',', "")
+            .starts_with(&format!("all ({total} samples")),
+        "{root}: wanted {total} samples"
+    );
+    for (function, (own, _)) in our_top() {
+        if own * 20 >= total {
+            assert!(
+                frames
+                    .iter()
+                    .any(|(t, _)| t.starts_with(&format!("{function} ("))),
+                "{function} ({own} of {total} samples) not in the flame graph"
+            );
+        }
+    }
+    // Roots at the bottom; an icicle graph hangs them from the top.
+    assert!(frames.iter().all(|(_, y)| y <= root_y));
+    let (_dir, icicle) = export("svg", &["--icicle"]);
+    let frames = svg_frames(&icicle);
+    let root_y = frames
+        .iter()
+        .find(|(t, _)| t.starts_with("all ("))
+        .map(|(_, y)| *y)
+        .unwrap();
+    assert!(frames.iter().all(|(_, y)| *y >= root_y));
+    let svg = std::fs::read_to_string(&file).unwrap();
+    assert!(svg.contains("the demo &lt;&amp;&gt;"), "title not escaped");
+}
+
+#[test]
+fn pprof_is_not_written_to_a_terminal() {
+    // `script` (util-linux) gives the report a terminal for its output.
+    let command = format!(
+        "{ICHNOS} report -i {} --format pprof",
+        demo().to_str().unwrap()
+    );
+    let out = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("script runs");
+    let seen = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{seen}");
+    assert!(seen.contains("name it with -o FILE"), "{seen}");
+    // Redirected, it is written.
+    let out = ok(
+        ichnos(&[
+            "report",
+            "-i",
+            demo().to_str().unwrap(),
+            "--format",
+            "pprof",
+        ]),
+        "ichnos report",
+    );
+    assert_eq!(out.stdout[..2], [0x1f, 0x8b], "a gzip stream");
+}
