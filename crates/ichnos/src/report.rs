@@ -99,6 +99,11 @@ pub struct ReportArgs {
     /// Repeatable.
     #[arg(long = "debug-dir", value_name = "DIR")]
     debug_dirs: Vec<PathBuf>,
+    /// Compare two recordings: the change of each function's share from
+    /// BASE to NEW (a table, or a differential flame graph with
+    /// `--format svg`).
+    #[arg(long, num_args = 2, value_names = ["BASE", "NEW"])]
+    diff: Option<Vec<PathBuf>>,
     /// Write the report here instead of to standard output.
     #[arg(short, long, value_name = "FILE")]
     output: Option<PathBuf>,
@@ -239,6 +244,7 @@ impl ReportArgs {
             no_index: false,
             index_dir: None,
             debug_dirs: Vec::new(),
+            diff: None,
             output: None,
         }
     }
@@ -258,27 +264,14 @@ pub fn report(args: &ReportArgs, quiet: bool, verbose: bool) -> Result<()> {
     if format.is_binary() && args.output.is_none() && std::io::stdout().is_terminal() {
         bail!("--format pprof writes a gzipped file: name it with -o FILE (or redirect standard output)");
     }
+    if let Some(paths) = &args.diff {
+        return compare(args, format, &paths[0], &paths[1], quiet, verbose);
+    }
     let profile = load(&args.input)?;
     let symbolized = symbols(&profile, args, quiet, verbose);
-    let filter = Filter {
-        pids: args.pid.clone(),
-        tids: args.tid.clone(),
-        comm: args.comm.clone(),
-    };
-    let samples = report::weighted(&profile, &symbolized, &filter);
-    let shown = samples
-        .iter()
-        .fold(report::Tally::default(), |a, w| report::Tally {
-            samples: a.samples + w.tally.samples,
-            weight: a.weight + w.tally.weight,
-        });
-    let mut out: Box<dyn Write> = match &args.output {
-        Some(path) => Box::new(std::io::BufWriter::new(
-            std::fs::File::create(path)
-                .with_context(|| format!("cannot create {}", path.display()))?,
-        )),
-        None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
-    };
+    let samples = report::weighted(&profile, &symbolized, &args.filter());
+    let shown = sum(&samples);
+    let mut out = output(args)?;
     match format {
         Format::Top => {
             header(&mut out, &args.input, &profile, shown)?;
@@ -316,6 +309,100 @@ pub fn report(args: &ReportArgs, quiet: bool, verbose: bool) -> Result<()> {
     out.flush()?;
     drop(out);
     finished(&args.input, &profile)
+}
+
+/// The samples' total.
+fn sum(samples: &[report::Weighted<'_>]) -> report::Tally {
+    samples
+        .iter()
+        .fold(report::Tally::default(), |a, w| report::Tally {
+            samples: a.samples + w.tally.samples,
+            weight: a.weight + w.tally.weight,
+        })
+}
+
+/// Where the report goes: `-o FILE` or standard output.
+fn output(args: &ReportArgs) -> Result<Box<dyn Write>> {
+    Ok(match &args.output {
+        Some(path) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(path)
+                .with_context(|| format!("cannot create {}", path.display()))?,
+        )),
+        None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+    })
+}
+
+/// `ichnos report --diff BASE NEW`: the change of each function's share,
+/// as a table or a differential flame graph.
+fn compare(
+    args: &ReportArgs,
+    format: Format,
+    base_path: &Path,
+    new_path: &Path,
+    quiet: bool,
+    verbose: bool,
+) -> Result<()> {
+    if !matches!(format, Format::Top | Format::Svg) {
+        bail!("--diff shows a table (--format top) or a differential flame graph (--format svg)");
+    }
+    let base = load(base_path)?;
+    let new = load(new_path)?;
+    let base_symbols = symbols(&base, args, quiet, verbose);
+    let new_symbols = symbols(&new, args, quiet, verbose);
+    let filter = args.filter();
+    let base_samples = report::weighted(&base, &base_symbols, &filter);
+    let new_samples = report::weighted(&new, &new_symbols, &filter);
+    let mut out = output(args)?;
+    if format == Format::Svg {
+        report::write_diff_flamegraph(
+            &base_samples,
+            &new_samples,
+            args.title.as_deref(),
+            &mut out,
+        )?;
+    } else {
+        for (label, path, profile, samples) in [
+            ("base", base_path, &base, &base_samples),
+            ("new", new_path, &new, &new_samples),
+        ] {
+            let shown = sum(samples);
+            writeln!(
+                out,
+                "# {label}: {}: {} samples of {} ({} shown)",
+                path.display(),
+                crate::units::thousands(profile.totals().samples),
+                profile.description.event,
+                crate::units::thousands(shown.samples),
+            )?;
+        }
+        writeln!(
+            out,
+            "# shares are of each recording's own whole; + grew, - shrank; functions matched by name and object"
+        )?;
+        let rows = report::diff(&base_samples, &new_samples);
+        report::write_diff(
+            &mut out,
+            &rows,
+            sum(&base_samples),
+            sum(&new_samples),
+            args.limit,
+        )?;
+    }
+    out.flush()?;
+    drop(out);
+    finished(base_path, &base)?;
+    finished(new_path, &new)
+}
+
+impl ReportArgs {
+    /// The samples the filters keep.
+    fn filter(&self) -> Filter {
+        Filter {
+            pids: self.pid.clone(),
+            tids: self.tid.clone(),
+            comm: self.comm.clone(),
+        }
+    }
 }
 
 /// A recording that did not finish: everything was reported, and the

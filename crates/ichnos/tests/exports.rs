@@ -3,7 +3,9 @@
 //! pprof` (Debian's golang-go) for pprof, speedscope's published JSON
 //! schema (`fixtures/speedscope/`, checked by Python's jsonschema) for
 //! speedscope, Python's XML parser for the SVG. Their totals, functions
-//! and stacks are held to ichnos's own text reports.
+//! and stacks are held to ichnos's own text reports. `--diff` of two
+//! builds of a fixture whose hot function is switched by its argument is
+//! held to the shares the fixture spends by construction.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -412,4 +414,170 @@ fn pprof_is_not_written_to_a_terminal() {
         "ichnos report",
     );
     assert_eq!(out.stdout[..2], [0x1f, 0x8b], "a gzip stream");
+}
+
+/// Builds the `switch` fixture into `dir` with `opt` (an -O level): two
+/// builds of one program at different addresses.
+fn build_switch(dir: &Path, opt: &str) -> PathBuf {
+    let exe = dir.join("switch");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/profile/switch.c");
+    let out = Command::new("gcc")
+        .args([opt, "-g", "-fomit-frame-pointer", "-fno-inline", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .expect("gcc runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
+
+/// The rows of a `--diff` table: function -> (sign, self change, total
+/// change, base self samples, new self samples).
+fn diff_rows(base: &Path, new: &Path) -> Vec<(String, char, f64, f64, u64, u64)> {
+    let out = ok(
+        ichnos(&[
+            "report",
+            "-q",
+            "--diff",
+            base.to_str().unwrap(),
+            new.to_str().unwrap(),
+            "--limit",
+            "0",
+        ]),
+        "ichnos report --diff",
+    );
+    let table = text(&out);
+    table
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .skip(2)
+        .map(|l| {
+            let sign = l.chars().next().unwrap();
+            let words: Vec<&str> = l[1..].split_whitespace().collect();
+            let points = |w: &str| w.trim_end_matches('%').parse::<f64>().unwrap();
+            (
+                words[6..words.len() - 1].join(" "),
+                sign,
+                points(words[0]),
+                points(words[1]),
+                words[4].parse().unwrap(),
+                words[5].parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn diff_puts_the_switched_functions_first_with_the_right_signs_across_two_builds() {
+    let dir = tempfile::tempdir().unwrap();
+    let (one, two) = (dir.path().join("one"), dir.path().join("two"));
+    std::fs::create_dir_all(&one).unwrap();
+    std::fs::create_dir_all(&two).unwrap();
+    let base_exe = build_switch(&one, "-O2");
+    let new_exe = build_switch(&two, "-O1");
+    let (base, new) = (dir.path().join("a.data"), dir.path().join("b.data"));
+    for (data, exe, arg) in [(&base, &base_exe, "a"), (&new, &new_exe, "b")] {
+        ok(
+            ichnos(&[
+                "record",
+                "-q",
+                "-o",
+                data.to_str().unwrap(),
+                "--",
+                exe.to_str().unwrap(),
+                arg,
+            ]),
+            "ichnos record",
+        );
+    }
+    let rows = diff_rows(&base, &new);
+    // By construction: hot_a goes from 70% to 10% of the CPU time, hot_b
+    // from 10% to 70%, steady stays at 20%.
+    let first_two: BTreeSet<&str> = rows[..2].iter().map(|r| r.0.as_str()).collect();
+    assert_eq!(first_two, BTreeSet::from(["hot_a", "hot_b"]), "{rows:?}");
+    let row = |name: &str| rows.iter().find(|r| r.0 == name).unwrap().clone();
+    let (a, b, steady) = (row("hot_a"), row("hot_b"), row("steady"));
+    assert_eq!((a.1, b.1), ('-', '+'), "{rows:?}");
+    assert!(
+        (a.2 + 60.0).abs() < 8.0 && (b.2 - 60.0).abs() < 8.0,
+        "{rows:?}"
+    );
+    assert!(steady.2.abs() < 5.0, "{rows:?}");
+    assert!(a.4 > a.5 * 3 && b.5 > b.4 * 3, "{rows:?}");
+    // The other way round, the signs turn.
+    let back = diff_rows(&new, &base);
+    let a_back = back.iter().find(|r| r.0 == "hot_a").unwrap();
+    assert_eq!(a_back.1, '+');
+    assert!((a_back.2 + a.2).abs() < 1e-9);
+    // The differential flame graph: the grown function red, the shrunk
+    // one blue, each title with its change.
+    let svg = dir.path().join("diff.svg");
+    ok(
+        ichnos(&[
+            "report",
+            "-q",
+            "--diff",
+            base.to_str().unwrap(),
+            new.to_str().unwrap(),
+            "--format",
+            "svg",
+            "-o",
+            svg.to_str().unwrap(),
+        ]),
+        "ichnos report --diff --format svg",
+    );
+    let fills = python(
+        r#"
+import sys, xml.etree.ElementTree as ET
+ns = "{http://www.w3.org/2000/svg}"
+for g in ET.parse(sys.argv[1]).getroot().iter(ns + "g"):
+    title, rect = g.find(ns + "title"), g.find(ns + "rect")
+    if title is not None and rect is not None:
+        print(rect.get("fill"), title.text)
+"#,
+        &[svg.to_str().unwrap()],
+    );
+    let fill_of = |name: &str| -> (u32, u32, String) {
+        let line = fills
+            .lines()
+            .find(|l| {
+                l.split_once(' ')
+                    .is_some_and(|(_, t)| t.starts_with(&format!("{name} (")))
+            })
+            .unwrap_or_else(|| panic!("{name} not in {fills}"));
+        let (fill, title) = line.split_once(' ').unwrap();
+        let rgb: Vec<u32> = fill
+            .trim_start_matches("rgb(")
+            .trim_end_matches(')')
+            .split(',')
+            .map(|c| c.parse().unwrap())
+            .collect();
+        (rgb[0], rgb[2], title.to_owned())
+    };
+    let (red, blue, title) = fill_of("hot_b");
+    assert!(
+        red > blue && title.contains("; +"),
+        "{title}: rgb {red} .. {blue}"
+    );
+    let (red, blue, title) = fill_of("hot_a");
+    assert!(
+        blue > red && title.contains("; -"),
+        "{title}: rgb {red} .. {blue}"
+    );
+}
+
+#[test]
+fn diff_refuses_formats_it_has_no_picture_for() {
+    let data = demo().to_str().unwrap();
+    let out = ichnos(&["report", "--diff", data, data, "--format", "pprof"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--diff shows a table"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -3,6 +3,7 @@
 //! (docs/cli.md specifies the text), or exported for the viewers people
 //! use ([`export`]).
 
+mod diff;
 pub mod export;
 mod load;
 mod print;
@@ -11,6 +12,7 @@ mod symbols;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+pub use diff::{diff, write_diff, write_diff_flamegraph, DiffRow};
 pub use load::{Description, JitName, Mapping, Place, Profile, Space, Stack, Tally};
 pub use print::{folded, top, tree, write_top, Sort, TopRow, INCOMPLETE};
 pub use symbols::{

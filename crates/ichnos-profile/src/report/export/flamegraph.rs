@@ -38,7 +38,7 @@ pub fn write_flamegraph(
     if lines.is_empty() {
         // inferno refuses an empty graph; an empty profile still gets a
         // file that says so.
-        return write_empty(&opts.title, out);
+        return write_empty_flamegraph(&opts.title, out);
     }
     inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), &mut *out)
         .map_err(io::Error::other)?;
@@ -46,7 +46,7 @@ pub fn write_flamegraph(
 }
 
 /// An SVG with only a title and "no samples".
-fn write_empty(title: &str, out: &mut dyn Write) -> io::Result<()> {
+pub(crate) fn write_empty_flamegraph(title: &str, out: &mut dyn Write) -> io::Result<()> {
     let escaped: String = title
         .chars()
         .map(|c| match c {

@@ -16,6 +16,7 @@ mod speedscope;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+pub(crate) use flamegraph::write_empty_flamegraph;
 pub use flamegraph::{write_flamegraph, FlamegraphOptions};
 pub use pprof::{pprof_profile, write_pprof, PprofOptions};
 pub use speedscope::write_speedscope;
