@@ -264,6 +264,12 @@ pub fn report(args: &ReportArgs, quiet: bool, verbose: bool) -> Result<()> {
     if format.is_binary() && args.output.is_none() && std::io::stdout().is_terminal() {
         bail!("--format pprof writes a gzipped file: name it with -o FILE (or redirect standard output)");
     }
+    if (args.icicle || args.title.is_some()) && format != Format::Svg {
+        bail!("--icicle and --title draw flame graphs: use them with --format svg");
+    }
+    if args.icicle && args.diff.is_some() {
+        bail!("--icicle is not drawn for --diff: the differential flame graph stands upright");
+    }
     if let Some(paths) = &args.diff {
         return compare(args, format, &paths[0], &paths[1], quiet, verbose);
     }

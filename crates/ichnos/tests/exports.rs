@@ -101,6 +101,30 @@ fn our_top() -> HashMap<String, (u64, u64)> {
     rows
 }
 
+/// ichnos's top table: function -> self share (percent of the weight).
+fn our_self_percent() -> HashMap<String, f64> {
+    let out = ok(
+        ichnos(&[
+            "report",
+            "-q",
+            "-i",
+            demo().to_str().unwrap(),
+            "--limit",
+            "0",
+        ]),
+        "ichnos report",
+    );
+    text(&out)
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim_start().starts_with("SELF%"))
+        .filter_map(|l| {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            let share = words.first()?.strip_suffix('%')?.parse().ok()?;
+            Some((words[4..words.len() - 1].join(" "), share))
+        })
+        .collect()
+}
+
 /// ichnos's folded stacks: (thread, frames root first) -> samples.
 fn our_folded() -> BTreeMap<(String, Vec<String>), u64> {
     let out = ok(
@@ -122,22 +146,6 @@ fn our_folded() -> BTreeMap<(String, Vec<String>), u64> {
         *stacks.entry((thread, frames)).or_insert(0) += count.parse::<u64>().unwrap();
     }
     stacks
-}
-
-/// `name` without what its `<...>` hold, as pprof shows C++ and Rust
-/// names.
-fn without_template_arguments(name: &str) -> String {
-    let mut depth = 0usize;
-    let mut out = String::new();
-    for c in name.chars() {
-        match c {
-            '<' => depth += 1,
-            '>' if depth > 0 => depth -= 1,
-            c if depth == 0 => out.push(c),
-            _ => {}
-        }
-    }
-    out
 }
 
 fn go_pprof(args: &[&str], file: &Path) -> String {
@@ -177,21 +185,9 @@ fn go_tool_pprof_reads_the_pprof_export_with_our_totals_and_functions() {
     let ours = our_top();
     let folded_total: u64 = our_folded().values().sum();
     assert_eq!(total, folded_total, "{top}");
+    // The first mapping is the main binary's: the demo is ichnos itself.
+    assert!(top.lines().any(|l| l == "File: ichnos"), "{top}");
     // Each function's flat and cumulative samples as ours.
-    // pprof shows names without their template (generic) arguments: ours
-    // are shortened the same way to compare. Flat counts add up; the
-    // cumulative count of a shortened name that stands for several of
-    // ours is not their sum, and is compared only for names that stand
-    // for one.
-    let mut shortened: HashMap<String, ((u64, u64), usize)> = HashMap::new();
-    for (function, (own, all)) in &ours {
-        let entry = shortened
-            .entry(without_template_arguments(function))
-            .or_insert(((0, 0), 0));
-        entry.0 .0 += own;
-        entry.0 .1 += all;
-        entry.1 += 1;
-    }
     let mut theirs: HashMap<String, (u64, u64)> = HashMap::new();
     let mut rows = top
         .lines()
@@ -217,18 +213,9 @@ fn go_tool_pprof_reads_the_pprof_export_with_our_totals_and_functions() {
     for function in ["jit_hot_loop", "mix_block", "demo_jit_driver"] {
         assert!(ours.contains_key(function), "{function} not in {ours:?}");
     }
-    assert_eq!(
-        theirs.keys().collect::<BTreeSet<_>>(),
-        shortened.keys().collect::<BTreeSet<_>>(),
-        "go tool pprof -top:\n{top}"
-    );
-    for (name, ((own, all), stands_for)) in &shortened {
-        let (their_own, their_all) = theirs[name];
-        assert_eq!(their_own, *own, "flat of {name}:\n{top}");
-        if *stands_for == 1 {
-            assert_eq!(their_all, *all, "cum of {name}:\n{top}");
-        }
-    }
+    // Names as ichnos gives them (the file keeps no linker names for
+    // pprof to shorten), inlined ones marked.
+    assert_eq!(theirs, ours, "go tool pprof -top:\n{top}");
     // The JIT frame between the native frames around it (leaf first).
     let traces = go_pprof(&["-traces", "-sample_index=samples"], &file);
     let names: Vec<&str> = traces
@@ -304,25 +291,47 @@ for p in data["profiles"]:
     assert p["endValue"] == sum(p["weights"]), p["name"]
     assert len(p["samples"]) == len(p["weights"])
     thread = p["name"].rsplit(" (pid ", 1)[0]
+    assert len(set(map(tuple, p["samples"]))) == len(p["samples"]), "a stack twice"
     for stack, weight in zip(p["samples"], p["weights"]):
         assert weight > 0
-        print(";".join([thread] + [frames[i]["name"] for i in stack]))
+        print(weight, ";".join([thread] + [frames[i]["name"] for i in stack]))
 "#,
         &[schema.to_str().unwrap(), file.to_str().unwrap()],
     );
-    let theirs: BTreeSet<(String, Vec<String>)> = lines
+    let stacks: Vec<(u64, String, Vec<String>)> = lines
         .lines()
         .map(|l| {
-            let mut frames: Vec<String> = l.split(';').map(str::to_owned).collect();
+            let (weight, stack) = l.split_once(' ').unwrap();
+            let mut frames: Vec<String> = stack.split(';').map(str::to_owned).collect();
             let thread = frames.remove(0);
-            (thread, frames)
+            (weight.parse().unwrap(), thread, frames)
         })
+        .collect();
+    let theirs: BTreeSet<(String, Vec<String>)> = stacks
+        .iter()
+        .map(|(_, t, f)| (t.clone(), f.clone()))
         .collect();
     let ours: BTreeSet<(String, Vec<String>)> = our_folded().into_keys().collect();
     assert_eq!(theirs, ours);
     assert!(ours
         .iter()
         .any(|(_, f)| f.contains(&"jit_hot_loop".to_owned())));
+    // The weights are CPU time: each leaf function's share of them is its
+    // self share in the top table (printed to 0.01%).
+    let whole: u64 = stacks.iter().map(|(w, _, _)| w).sum();
+    let mut own: HashMap<&str, u64> = HashMap::new();
+    for (w, _, frames) in &stacks {
+        *own.entry(frames.last().unwrap().as_str()).or_default() += w;
+    }
+    let shares = our_self_percent();
+    assert!(shares.contains_key("jit_hot_loop"), "{shares:?}");
+    for (function, share) in shares {
+        let theirs = 100.0 * *own.get(function.as_str()).unwrap_or(&0) as f64 / whole as f64;
+        assert!(
+            (theirs - share).abs() <= 0.006,
+            "{function}: {theirs} against {share}"
+        );
+    }
 }
 
 /// The SVG parsed by Python's XML parser: each frame's title and the y of
@@ -437,19 +446,18 @@ fn build_switch(dir: &Path, opt: &str) -> PathBuf {
 
 /// The rows of a `--diff` table: function -> (sign, self change, total
 /// change, base self samples, new self samples).
-fn diff_rows(base: &Path, new: &Path) -> Vec<(String, char, f64, f64, u64, u64)> {
-    let out = ok(
-        ichnos(&[
-            "report",
-            "-q",
-            "--diff",
-            base.to_str().unwrap(),
-            new.to_str().unwrap(),
-            "--limit",
-            "0",
-        ]),
-        "ichnos report --diff",
-    );
+fn diff_rows(base: &Path, new: &Path, extra: &[&str]) -> Vec<(String, char, f64, f64, u64, u64)> {
+    let mut args = vec![
+        "report",
+        "-q",
+        "--diff",
+        base.to_str().unwrap(),
+        new.to_str().unwrap(),
+        "--limit",
+        "0",
+    ];
+    args.extend_from_slice(extra);
+    let out = ok(ichnos(&args), "ichnos report --diff");
     let table = text(&out);
     table
         .lines()
@@ -471,32 +479,56 @@ fn diff_rows(base: &Path, new: &Path) -> Vec<(String, char, f64, f64, u64, u64)>
         .collect()
 }
 
+/// Recordings of `switch a` built -O2 and `switch b` built -O1, for the
+/// tests of `--diff`: two builds of one program at different addresses.
+fn switched_recordings() -> (&'static Path, &'static Path) {
+    static PAIR: OnceLock<(tempfile::TempDir, PathBuf, PathBuf)> = OnceLock::new();
+    let (_, base, new) = PAIR.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let (one, two) = (dir.path().join("one"), dir.path().join("two"));
+        std::fs::create_dir_all(&one).unwrap();
+        std::fs::create_dir_all(&two).unwrap();
+        let base_exe = build_switch(&one, "-O2");
+        let new_exe = build_switch(&two, "-O1");
+        let (base, new) = (dir.path().join("a.data"), dir.path().join("b.data"));
+        for (data, exe, arg) in [(&base, &base_exe, "a"), (&new, &new_exe, "b")] {
+            ok(
+                ichnos(&[
+                    "record",
+                    "-q",
+                    "-o",
+                    data.to_str().unwrap(),
+                    "--",
+                    exe.to_str().unwrap(),
+                    arg,
+                ]),
+                "ichnos record",
+            );
+        }
+        (dir, base, new)
+    });
+    (base, new)
+}
+
 #[test]
 fn diff_puts_the_switched_functions_first_with_the_right_signs_across_two_builds() {
-    let dir = tempfile::tempdir().unwrap();
-    let (one, two) = (dir.path().join("one"), dir.path().join("two"));
-    std::fs::create_dir_all(&one).unwrap();
-    std::fs::create_dir_all(&two).unwrap();
-    let base_exe = build_switch(&one, "-O2");
-    let new_exe = build_switch(&two, "-O1");
-    let (base, new) = (dir.path().join("a.data"), dir.path().join("b.data"));
-    for (data, exe, arg) in [(&base, &base_exe, "a"), (&new, &new_exe, "b")] {
-        ok(
-            ichnos(&[
-                "record",
-                "-q",
-                "-o",
-                data.to_str().unwrap(),
-                "--",
-                exe.to_str().unwrap(),
-                arg,
-            ]),
-            "ichnos record",
-        );
-    }
-    let rows = diff_rows(&base, &new);
+    let (base, new) = switched_recordings();
     // By construction: hot_a goes from 70% to 10% of the CPU time, hot_b
-    // from 10% to 70%, steady stays at 20%.
+    // from 10% to 70%, steady stays at 20%. All of it is spent in mix(),
+    // inlined into each: with inlined frames shown, the three change by
+    // their total share; without, by their self share.
+    let rows = diff_rows(base, new, &[]);
+    let first_two: BTreeSet<&str> = rows[..2].iter().map(|r| r.0.as_str()).collect();
+    assert_eq!(first_two, BTreeSet::from(["hot_a", "hot_b"]), "{rows:?}");
+    let row = |name: &str| rows.iter().find(|r| r.0 == name).unwrap().clone();
+    let (a, b) = (row("hot_a"), row("hot_b"));
+    assert_eq!((a.1, b.1), ('-', '+'), "{rows:?}");
+    assert!(
+        (a.3 + 60.0).abs() < 8.0 && (b.3 - 60.0).abs() < 8.0,
+        "{rows:?}"
+    );
+    assert!(row("mix").3.abs() < 5.0, "{rows:?}");
+    let rows = diff_rows(base, new, &["--no-inline"]);
     let first_two: BTreeSet<&str> = rows[..2].iter().map(|r| r.0.as_str()).collect();
     assert_eq!(first_two, BTreeSet::from(["hot_a", "hot_b"]), "{rows:?}");
     let row = |name: &str| rows.iter().find(|r| r.0 == name).unwrap().clone();
@@ -509,12 +541,20 @@ fn diff_puts_the_switched_functions_first_with_the_right_signs_across_two_builds
     assert!(steady.2.abs() < 5.0, "{rows:?}");
     assert!(a.4 > a.5 * 3 && b.5 > b.4 * 3, "{rows:?}");
     // The other way round, the signs turn.
-    let back = diff_rows(&new, &base);
+    let back = diff_rows(new, base, &["--no-inline"]);
     let a_back = back.iter().find(|r| r.0 == "hot_a").unwrap();
     assert_eq!(a_back.1, '+');
     assert!((a_back.2 + a.2).abs() < 1e-9);
+}
+
+#[test]
+fn the_differential_flame_graph_colours_growth_red_and_shrinkage_blue() {
+    let (base, new) = switched_recordings();
+    let dir = tempfile::tempdir().unwrap();
     // The differential flame graph: the grown function red, the shrunk
-    // one blue, each title with its change.
+    // one blue, each title with its change (inferno colours a frame by the
+    // change of its own samples: without inlined frames, those of hot_a
+    // and hot_b).
     let svg = dir.path().join("diff.svg");
     ok(
         ichnos(&[
@@ -525,6 +565,7 @@ fn diff_puts_the_switched_functions_first_with_the_right_signs_across_two_builds
             new.to_str().unwrap(),
             "--format",
             "svg",
+            "--no-inline",
             "-o",
             svg.to_str().unwrap(),
         ]),
@@ -580,4 +621,167 @@ fn diff_refuses_formats_it_has_no_picture_for() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// One recording of `switch a` (built -O2 -g -fno-inline: only `mix`
+/// is inlined) for the tests of inlined frames.
+fn switch_recording() -> &'static Path {
+    static SWITCH: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
+    &SWITCH
+        .get_or_init(|| {
+            let dir = tempfile::tempdir().unwrap();
+            let exe = build_switch(dir.path(), "-O2");
+            let data = dir.path().join("switch.data");
+            ok(
+                ichnos(&[
+                    "record",
+                    "-q",
+                    "-o",
+                    data.to_str().unwrap(),
+                    "--",
+                    exe.to_str().unwrap(),
+                    "a",
+                ]),
+                "ichnos record",
+            );
+            (dir, data)
+        })
+        .1
+}
+
+/// The leaf-first traces of `go tool pprof -traces` of a pprof export of
+/// `data` with `extra` flags: each a list of names, `(inline)` kept.
+fn pprof_traces(data: &Path, extra: &[&str]) -> Vec<Vec<String>> {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("out.pb.gz");
+    let mut args = vec![
+        "report",
+        "-q",
+        "-i",
+        data.to_str().unwrap(),
+        "--format",
+        "pprof",
+        "-o",
+        file.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    ok(ichnos(&args), "ichnos report");
+    let traces = go_pprof(&["-traces", "-sample_index=samples"], &file);
+    let mut out = Vec::new();
+    for block in traces.split("-----------+") {
+        let frames: Vec<String> = block
+            .lines()
+            .filter(|l| !l.contains(':') && !l.trim().is_empty() && !l.starts_with('-'))
+            .map(|l| {
+                let l = l.trim();
+                // The first line of a trace starts with its count.
+                match l.split_once(char::is_whitespace) {
+                    Some((n, rest)) if n.chars().all(|c| c.is_ascii_digit()) => {
+                        rest.trim().to_owned()
+                    }
+                    _ => l.to_owned(),
+                }
+            })
+            .collect();
+        if !frames.is_empty() {
+            out.push(frames);
+        }
+    }
+    out
+}
+
+#[test]
+fn pprof_locations_hold_inlined_functions_before_the_function_they_were_inlined_into() {
+    let data = switch_recording();
+    let traces = pprof_traces(data, &[]);
+    // mix is inlined into hot_a: pprof marks it and shows it first.
+    assert!(
+        traces
+            .iter()
+            .any(|t| t.len() >= 2 && t[0] == "mix (inline)" && t[1] == "hot_a"),
+        "{traces:?}"
+    );
+    assert!(traces.iter().flatten().all(|f| f != "mix"), "{traces:?}");
+    // Without inlined frames, the samples are hot_a's own.
+    let traces = pprof_traces(data, &["--no-inline"]);
+    assert!(
+        traces
+            .iter()
+            .flatten()
+            .all(|f| !f.contains("(inline)") && f != "mix"),
+        "{traces:?}"
+    );
+    assert!(traces.iter().any(|t| t[0] == "hot_a"), "{traces:?}");
+}
+
+#[test]
+fn exports_of_no_samples_are_valid_files_that_say_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = demo().to_str().unwrap();
+    let svg = dir.path().join("empty.svg");
+    let json = dir.path().join("empty.json");
+    for (format, file) in [("svg", &svg), ("speedscope", &json)] {
+        ok(
+            ichnos(&[
+                "report",
+                "-q",
+                "-i",
+                data,
+                "--pid",
+                "999999999",
+                "--format",
+                format,
+                "-o",
+                file.to_str().unwrap(),
+            ]),
+            "ichnos report",
+        );
+    }
+    let title = python(
+        r#"
+import sys, xml.etree.ElementTree as ET
+print(" / ".join(t.text for t in ET.parse(sys.argv[1]).getroot().iter("{http://www.w3.org/2000/svg}text")))
+"#,
+        &[svg.to_str().unwrap()],
+    );
+    assert_eq!(title.trim(), "Flame Graph / no samples");
+    let schema = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/speedscope/file-format-schema.json");
+    let seen = python(
+        r#"
+import json, sys, jsonschema
+data = json.load(open(sys.argv[2]))
+jsonschema.validate(data, json.load(open(sys.argv[1])))
+print(len(data["profiles"]), "activeProfileIndex" in data)
+"#,
+        &[schema.to_str().unwrap(), json.to_str().unwrap()],
+    );
+    assert_eq!(seen.trim(), "0 False");
+}
+
+#[test]
+fn flame_graph_options_are_refused_with_other_formats() {
+    let data = demo().to_str().unwrap();
+    for args in [
+        vec!["report", "-i", data, "--icicle"],
+        vec![
+            "report",
+            "-i",
+            data,
+            "--format",
+            "pprof",
+            "--title",
+            "x",
+            "-o",
+            "/dev/null",
+        ],
+    ] {
+        let out = ichnos(&args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("use them with --format svg"),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }

@@ -29,6 +29,19 @@ pub struct DiffRow {
     pub total_change: f64,
 }
 
+impl DiffRow {
+    /// The change that ranks the row: of self or total share, whichever
+    /// is larger in size (self where they tie).
+    #[must_use]
+    pub fn change(&self) -> f64 {
+        if self.total_change.abs() > self.self_change.abs() {
+            self.total_change
+        } else {
+            self.self_change
+        }
+    }
+}
+
 fn share(part: u64, whole: u64) -> f64 {
     if whole == 0 {
         0.0
@@ -38,8 +51,9 @@ fn share(part: u64, whole: u64) -> f64 {
 }
 
 /// Every function of `base` or `new` with the change of its shares (of
-/// each recording's whole weight), the largest change of self share
-/// first (then of total share, then by name).
+/// each recording's whole weight), the largest change first: of self or
+/// total share, whichever is larger (a function whose callees' time
+/// moved ranks by its total), then of self share, then by name.
 #[must_use]
 pub fn diff(base: &[Weighted<'_>], new: &[Weighted<'_>]) -> Vec<DiffRow> {
     let whole = |samples: &[Weighted<'_>]| samples.iter().map(|w| w.tally.weight).sum::<u64>();
@@ -77,10 +91,10 @@ pub fn diff(base: &[Weighted<'_>], new: &[Weighted<'_>]) -> Vec<DiffRow> {
         })
         .collect();
     rows.sort_by(|a, b| {
-        b.self_change
+        b.change()
             .abs()
-            .total_cmp(&a.self_change.abs())
-            .then_with(|| b.total_change.abs().total_cmp(&a.total_change.abs()))
+            .total_cmp(&a.change().abs())
+            .then_with(|| b.self_change.abs().total_cmp(&a.self_change.abs()))
             .then_with(|| a.function.cmp(&b.function))
             .then_with(|| a.object.cmp(&b.object))
     });
@@ -99,7 +113,8 @@ fn sign(change: f64) -> char {
     }
 }
 
-/// Writes the change table: a sign column (`+` grew, `-` shrank), the
+/// Writes the change table: a sign column (`+` grew, `-` shrank, by the
+/// change that ranks the row), the
 /// change of self and total share in points, the self shares and sample
 /// counts before and after, the function and its object; at most `limit`
 /// rows (0: all).
@@ -129,7 +144,7 @@ pub fn write_diff(
         writeln!(
             out,
             "{} {:>+7.2}% {:>+7.2}% {:>7.2}% {:>7.2}% {:>8} {:>8}  {:<40} {}",
-            sign(r.self_change),
+            sign(r.change()),
             r.self_change,
             r.total_change,
             share(r.base.0.weight, base_whole.weight),
@@ -226,12 +241,32 @@ mod tests {
         let rows = diff(&base, &new);
         let names: Vec<&str> = rows.iter().map(|r| &*r.function).collect();
         assert_eq!(names, ["a", "b", "main"]);
+        assert!((rows[0].change() - -55.0).abs() < 1e-9);
         assert!((rows[0].self_change - -55.0).abs() < 1e-9);
         assert!((rows[1].self_change - 55.0).abs() < 1e-9);
         assert!(rows[2].self_change.abs() < 1e-9);
         assert!(rows[2].total_change.abs() < 1e-9);
         assert_eq!(rows[0].base.0.samples, 300);
         assert_eq!(rows[0].new.0.samples, 20);
+    }
+
+    #[test]
+    fn a_caller_whose_callees_time_moved_ranks_by_its_total() {
+        // Base: outer -> leaf 50%, other 50%; new: outer -> leaf 90%,
+        // other 10%. outer has no self time in either.
+        let outer = frames(&["leaf", "outer", "main"]);
+        let other = frames(&["other", "main"]);
+        let base = [weighted(&outer, 50), weighted(&other, 50)];
+        let new = [weighted(&outer, 90), weighted(&other, 10)];
+        let rows = diff(&base, &new);
+        let names: Vec<&str> = rows.iter().map(|r| &*r.function).collect();
+        // leaf and other change by 40 points of self share, outer by 40
+        // of total: outer follows the two self changes of its size.
+        assert_eq!(names, ["leaf", "other", "outer", "main"]);
+        let outer_row = &rows[2];
+        assert!(outer_row.self_change.abs() < 1e-9);
+        assert!((outer_row.change() - 40.0).abs() < 1e-9);
+        assert_eq!(sign(outer_row.change()), '+');
     }
 
     #[test]

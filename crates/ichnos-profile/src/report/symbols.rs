@@ -37,7 +37,9 @@ pub struct Frame {
     pub object: Arc<str>,
     /// The source file and line, where known.
     pub source: Option<(Arc<str>, u32)>,
-    /// Inlined into the frame after it.
+    /// Inlined into the frame after it, at the same address. The last
+    /// frame of each address is never inlined: a stack's frames split
+    /// into its walked frames at the frames that are not.
     pub inlined: bool,
     /// JIT code.
     pub jit: bool,
@@ -330,6 +332,12 @@ fn name_object(
         // A known object with no function for the address.
         if frames.is_empty() {
             frames.push(unknown(name, addr));
+        }
+        // The last frame of an address is the one the others were
+        // inlined into, even where the outermost had no name and was
+        // left out: an address's frames never run into the next one's.
+        if let Some(last) = frames.last_mut() {
+            last.inlined = false;
         }
     }
 }

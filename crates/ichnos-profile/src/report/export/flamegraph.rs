@@ -16,8 +16,9 @@ pub struct FlamegraphOptions {
     pub icicle: bool,
 }
 
-/// Writes `samples` as a flame graph SVG: one tower per thread, frames
-/// root first as the folded stacks give them, widths by samples.
+/// Writes `samples` as a flame graph SVG: one tower per thread name
+/// (threads of one name share it, as in the folded stacks), frames root
+/// first as the folded stacks give them, widths by samples.
 pub fn write_flamegraph(
     samples: &[Weighted<'_>],
     options: &FlamegraphOptions,
@@ -47,12 +48,14 @@ pub fn write_flamegraph(
 
 /// An SVG with only a title and "no samples".
 pub(crate) fn write_empty_flamegraph(title: &str, out: &mut dyn Write) -> io::Result<()> {
+    // XML 1.0 allows no control characters but tab and line ends.
     let escaped: String = title
         .chars()
         .map(|c| match c {
             '<' => "&lt;".to_owned(),
             '>' => "&gt;".to_owned(),
             '&' => "&amp;".to_owned(),
+            c if c.is_control() && !matches!(c, '\t' | '\n' | '\r') => " ".to_owned(),
             c => c.to_string(),
         })
         .collect();

@@ -55,8 +55,8 @@ impl Strings {
     }
 }
 
-/// A function: its name, object and source file.
-type FunctionKey = (Arc<str>, Arc<str>, Option<Arc<str>>);
+/// A function: its name and object.
+type FunctionKey = (Arc<str>, Arc<str>);
 /// A location: its object, and its functions with their lines.
 type LocationKey = (Arc<str>, Vec<(u64, i64)>);
 
@@ -70,22 +70,32 @@ struct Builder<'a> {
     mappings: HashMap<Arc<str>, u64>,
     mapping_list: Vec<pb::Mapping>,
     files: &'a HashMap<Arc<str>, ObjectFile>,
+    /// Whether the frames hold inlined functions (not with
+    /// `--no-inline`).
+    inline_frames: bool,
 }
 
 impl Builder<'_> {
+    /// A function by name and object, its source file the first its
+    /// frames name (a function whose lines come from several files, as
+    /// through macros, stays one function).
     fn function(&mut self, frame: &Frame) -> u64 {
-        let file = frame.source.as_ref().map(|(f, _)| Arc::clone(f));
-        let key = (Arc::clone(&frame.function), Arc::clone(&frame.object), file);
+        let key = (Arc::clone(&frame.function), Arc::clone(&frame.object));
         if let Some(&id) = self.functions.get(&key) {
             return id;
         }
         let id = self.function_list.len() as u64 + 1;
         let name = self.strings.get(&frame.function);
-        let filename = key.2.as_deref().map_or(0, |f| self.strings.get(f));
+        let filename = frame
+            .source
+            .as_ref()
+            .map_or(0, |(f, _)| self.strings.get(f));
+        // The linker's (mangled) name is not kept: left unset rather
+        // than given the demangled one.
         self.function_list.push(pb::Function {
             id,
             name,
-            system_name: name,
+            system_name: 0,
             filename,
             start_line: 0,
         });
@@ -115,7 +125,7 @@ impl Builder<'_> {
             has_functions: true,
             has_filenames: true,
             has_line_numbers: true,
-            has_inline_frames: true,
+            has_inline_frames: self.inline_frames,
             ..pb::Mapping::default()
         });
         self.mappings.insert(Arc::clone(object), id);
@@ -202,6 +212,16 @@ impl Builder<'_> {
     }
 }
 
+/// The short name of the first file `profile` mapped.
+fn first_file(profile: &Profile) -> Option<Arc<str>> {
+    let m = profile
+        .mappings
+        .iter()
+        .find(|m| crate::mapping::is_file(&m.path))?;
+    let path = String::from_utf8_lossy(&m.path);
+    Some(Arc::from(path.rsplit('/').next().unwrap_or(&path)))
+}
+
 /// Splits a stack's frames (innermost first) into walked frames: each
 /// group ends with a frame that was not inlined into the next.
 fn walked_frames(frames: &[Frame]) -> impl Iterator<Item = &[Frame]> {
@@ -238,6 +258,7 @@ pub fn pprof_profile(
         mappings: HashMap::new(),
         mapping_list: Vec::new(),
         files: &files,
+        inline_frames: samples.iter().any(|w| w.frames.iter().any(|f| f.inlined)),
     };
     let d = &profile.description;
     let (weight_type, weight_unit) = if d.event == "cpu-clock" || d.event.is_empty() {
@@ -258,6 +279,17 @@ pub fn pprof_profile(
         b.strings.get("tid"),
         b.strings.get("pid"),
     ];
+    // pprof takes the first mapping for the main binary: the first file
+    // the recording mapped (a program's executable is mapped before its
+    // libraries), where frames name it.
+    if let Some(main) = first_file(profile) {
+        if samples
+            .iter()
+            .any(|w| w.frames.iter().any(|f| f.object == main))
+        {
+            b.mapping(&main);
+        }
+    }
     let pb_samples: Vec<pb::Sample> = samples.iter().map(|w| b.sample(w, labels)).collect();
     let period = if weight_unit == "nanoseconds" && d.frequency > 0 {
         i64::try_from(1_000_000_000 / d.frequency).unwrap_or(0)
