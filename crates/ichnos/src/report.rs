@@ -20,6 +20,9 @@ pub enum Format {
     Folded,
     /// An interactive flame graph (SVG).
     Svg,
+    /// The Firefox Profiler's processed format, gzipped (also opens in
+    /// Perfetto).
+    Firefox,
     /// pprof's profile.proto, gzipped (`go tool pprof`, Parca, Pyroscope).
     Pprof,
     /// speedscope's JSON file format, one profile per thread.
@@ -29,7 +32,7 @@ pub enum Format {
 impl Format {
     /// Whether the output is not text for a terminal.
     fn is_binary(self) -> bool {
-        matches!(self, Format::Pprof)
+        matches!(self, Format::Pprof | Format::Firefox)
     }
 }
 
@@ -262,7 +265,14 @@ impl ReportArgs {
 pub fn report(args: &ReportArgs, quiet: bool, verbose: bool) -> Result<()> {
     let format = if args.tree { Format::Tree } else { args.format };
     if format.is_binary() && args.output.is_none() && std::io::stdout().is_terminal() {
-        bail!("--format pprof writes a gzipped file: name it with -o FILE (or redirect standard output)");
+        bail!(
+            "--format {} writes a gzipped file: name it with -o FILE (or redirect standard output)",
+            if format == Format::Pprof {
+                "pprof"
+            } else {
+                "firefox"
+            }
+        );
     }
     if (args.icicle || args.title.is_some()) && format != Format::Svg {
         bail!("--icicle and --title draw flame graphs: use them with --format svg");
@@ -311,6 +321,19 @@ pub fn report(args: &ReportArgs, quiet: bool, verbose: bool) -> Result<()> {
             export::write_pprof(&profile, &samples, &options, &mut out)?;
         }
         Format::Speedscope => export::write_speedscope(&profile, &samples, &mut out)?,
+        Format::Firefox => {
+            // A timeline: the samples are read again, one by one.
+            let again = std::fs::File::open(&args.input)
+                .with_context(|| format!("cannot open {}", args.input.display()))?;
+            export::write_firefox(
+                &profile,
+                &symbolized,
+                &args.filter(),
+                std::io::BufReader::with_capacity(1 << 20, again),
+                &mut out,
+            )
+            .with_context(|| format!("cannot export {}", args.input.display()))?;
+        }
     }
     out.flush()?;
     drop(out);

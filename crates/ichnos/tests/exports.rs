@@ -1,8 +1,9 @@
-//! `ichnos report --format pprof|speedscope|svg` on a recording of the
-//! built-in demo, each file read by its own world's tools: `go tool
-//! pprof` (Debian's golang-go) for pprof, speedscope's published JSON
-//! schema (`fixtures/speedscope/`, checked by Python's jsonschema) for
-//! speedscope, Python's XML parser for the SVG. Their totals, functions
+//! `ichnos report --format firefox|pprof|speedscope|svg` on a recording
+//! of the built-in demo, each file read by its own world's tools: `go
+//! tool pprof` (Debian's golang-go) for pprof, speedscope's published
+//! JSON schema (`fixtures/speedscope/`, checked by Python's jsonschema)
+//! for speedscope, Python's XML parser for the SVG, and for the Firefox
+//! Profiler's processed format a Python reader of its tables. Their totals, functions
 //! and stacks are held to ichnos's own text reports. `--diff` of two
 //! builds of a fixture whose hot function is switched by its argument is
 //! held to the shares the fixture spends by construction.
@@ -784,4 +785,76 @@ fn flame_graph_options_are_refused_with_other_formats() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
+
+#[test]
+fn the_firefox_export_is_the_processed_format_with_our_samples_named_and_timed() {
+    let (_dir, file) = export("firefox", &[]);
+    // Read as the Firefox Profiler reads a processed profile: every table's
+    // columns as long as its `length`, stacks by prefix, frames to
+    // functions to strings. Each sample printed as `thread;frame;...`
+    // root first, with the category of its JIT frames.
+    let lines = python(
+        r#"
+import gzip, json, sys
+d = json.load(gzip.open(sys.argv[1]))
+meta = d["meta"]
+assert meta["preprocessedProfileVersion"] >= 40, meta["preprocessedProfileVersion"]
+assert meta["symbolicated"] is True
+cats = [c["name"] for c in meta["categories"]]
+libs = d["libs"]
+longest = 0.0
+for t in d["threads"]:
+    strings = t["stringArray"]
+    for table in ("frameTable", "funcTable", "stackTable", "samples", "resourceTable"):
+        n = t[table]["length"]
+        for key, col in t[table].items():
+            if isinstance(col, list):
+                assert len(col) == n, (table, key, len(col), n)
+    ft, fn, st, rt = t["frameTable"], t["funcTable"], t["stackTable"], t["resourceTable"]
+    for i in range(rt["length"]):
+        assert 0 <= rt["lib"][i] < len(libs)
+    def frames(stack):
+        out = []
+        while stack is not None:
+            assert 0 <= stack < st["length"]
+            f = st["frame"][stack]
+            func = ft["func"][f]
+            name = strings[fn["name"][func]]
+            assert not name.startswith("\x01"), name
+            if name == "jit_hot_loop":
+                assert cats[ft["category"][f]] == "JIT"
+                assert fn["resource"][func] == -1
+            else:
+                assert cats[ft["category"][f]] != "JIT", name
+            if name == "mix_block":
+                # Located: the demo's workload.c, where mix_block spans
+                # lines 17 to 24; in the ichnos binary, as a library.
+                assert strings[fn["fileName"][func]].endswith("demo/workload.c")
+                assert 17 <= ft["line"][f] <= 24, ft["line"][f]
+                assert libs[rt["lib"][fn["resource"][func]]]["name"] == "ichnos"
+                assert cats[ft["category"][f]] == "Native"
+            out.append(name)
+            prefix = st["prefix"][stack]
+            assert prefix is None or prefix < stack
+            stack = prefix
+        return out[::-1]
+    time = 0.0
+    for stack, delta in zip(t["samples"]["stack"], t["samples"]["timeDeltas"]):
+        assert delta >= 0
+        time += delta
+        print(t["name"] + ";" + ";".join(frames(stack)))
+    longest = max(longest, time)
+# Milliseconds: the demo's threads sample for seconds.
+assert longest > 1000, longest
+"#,
+        &[file.to_str().unwrap()],
+    );
+    let mut theirs: BTreeMap<(String, Vec<String>), u64> = BTreeMap::new();
+    for line in lines.lines() {
+        let mut frames: Vec<String> = line.split(';').map(str::to_owned).collect();
+        let thread = frames.remove(0);
+        *theirs.entry((thread, frames)).or_insert(0) += 1;
+    }
+    assert_eq!(theirs, our_folded());
 }

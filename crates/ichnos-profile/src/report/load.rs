@@ -190,6 +190,58 @@ const MAX_FRAMES: usize = 4096;
 /// Most stacks a recording may hold.
 const MAX_STACKS: u64 = 1 << 26;
 
+/// One sample of a recording, as [`for_each_sample`] hands it on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sample {
+    /// Nanoseconds since the recording started.
+    pub time: u64,
+    /// Its process.
+    pub pid: u32,
+    /// Its thread.
+    pub tid: u32,
+    /// Its stack's number (an index into [`Profile::stacks`]).
+    pub stack: u64,
+    /// Its weight (nanoseconds, or events).
+    pub weight: u64,
+}
+
+/// Reads a recording's samples one by one, in the order recorded, for the
+/// outputs that are timelines: a second pass over a recording that
+/// [`Profile::read`] read first. Reading stops where that read stopped:
+/// at the end, or at a cut (which [`Profile::truncated`] already holds);
+/// anything else wrong is the error.
+pub fn for_each_sample(input: impl Read, mut f: impl FnMut(Sample)) -> Result<(), ReadError> {
+    let mut reader = Reader::new(input)?;
+    loop {
+        match reader.next_chunk() {
+            Ok(Some(chunk)) => {
+                for record in chunk.records() {
+                    if let Record::Sample {
+                        time,
+                        pid,
+                        tid,
+                        stack,
+                        weight,
+                        ..
+                    } = record?
+                    {
+                        f(Sample {
+                            time,
+                            pid: pid as u32,
+                            tid: tid as u32,
+                            stack,
+                            weight,
+                        });
+                    }
+                }
+            }
+            Ok(None) => return Ok(()),
+            Err(e) if e.is_truncation() => return Ok(()),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }

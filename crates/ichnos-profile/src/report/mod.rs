@@ -13,7 +13,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 pub use diff::{diff, write_diff, write_diff_flamegraph, DiffRow};
-pub use load::{Description, JitName, Mapping, Place, Profile, Space, Stack, Tally};
+pub use load::{
+    for_each_sample, Description, JitName, Mapping, Place, Profile, Sample, Space, Stack, Tally,
+};
 pub use print::{folded, top, tree, write_top, Sort, TopRow, INCOMPLETE};
 pub use symbols::{
     symbolize, Frame, SymbolOptions, Symbolized, INDEX_DWARF_BYTES, INDEX_THRESHOLD,
@@ -30,6 +32,25 @@ pub struct Filter {
     pub tids: Vec<u32>,
     /// Only threads (or processes) of this name.
     pub comm: Option<String>,
+}
+
+impl Filter {
+    /// Whether the samples of thread `tid` of process `pid` are kept.
+    #[must_use]
+    pub fn keeps(&self, profile: &Profile, pid: u32, tid: u32) -> bool {
+        if !self.pids.is_empty() && !self.pids.contains(&pid) {
+            return false;
+        }
+        if !self.tids.is_empty() && !self.tids.contains(&tid) {
+            return false;
+        }
+        let Some(comm) = &self.comm else {
+            return true;
+        };
+        let (thread_name, process_name) = profile.thread_name(pid, tid);
+        let matches = |n: Option<&Arc<str>>| n.is_some_and(|n| **n == **comm);
+        matches(thread_name) || matches(process_name)
+    }
 }
 
 /// One stack's samples in one thread, symbolized: what every output
@@ -63,19 +84,10 @@ pub fn weighted<'a>(
     // A stable order: by stack, then thread.
     keys.sort_unstable_by_key(|(k, _)| **k);
     for (&(stack, pid, tid), tally) in keys {
-        if !filter.pids.is_empty() && !filter.pids.contains(&pid) {
+        if !filter.keeps(profile, pid, tid) {
             continue;
         }
-        if !filter.tids.is_empty() && !filter.tids.contains(&tid) {
-            continue;
-        }
-        let (thread_name, process_name) = profile.thread_name(pid, tid);
-        if let Some(comm) = &filter.comm {
-            let matches = |n: Option<&Arc<str>>| n.is_some_and(|n| **n == **comm);
-            if !matches(thread_name) && !matches(process_name) {
-                continue;
-            }
-        }
+        let (thread_name, _) = profile.thread_name(pid, tid);
         let (Some(Some(frames)), Some(Some(s))) = (
             symbols.stacks.get(stack as usize),
             profile.stacks.get(stack as usize),

@@ -1,13 +1,17 @@
-//! Profiles in the formats of the viewers people use: pprof (`go tool
-//! pprof`, Parca, Pyroscope), speedscope, and flame graph SVGs (inferno).
+//! Profiles in the formats of the viewers people use: the Firefox
+//! Profiler's processed format, pprof (`go tool pprof`, Parca,
+//! Pyroscope), speedscope, and flame graph SVGs (inferno).
 //! docs/export-formats.md says what each file holds.
 //!
-//! Every export is made from the aggregated stacks ([`Weighted`]: one per
-//! distinct stack and thread), never from the samples one by one, so its
-//! memory is bounded by the distinct stacks however long the recording.
+//! Every export but the Firefox one is made from the aggregated stacks
+//! ([`Weighted`]: one per distinct stack and thread), never from the
+//! samples one by one, so its memory is bounded by the distinct stacks
+//! however long the recording. The Firefox format is a timeline of every
+//! sample, read in a second pass over the recording.
 //! Frames are named when the file is written: an exported profile stays
 //! symbolized wherever it is opened.
 
+mod firefox;
 mod flamegraph;
 mod pprof;
 pub mod profile_proto;
@@ -16,6 +20,7 @@ mod speedscope;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+pub use firefox::{write_firefox, FirefoxError};
 pub(crate) use flamegraph::write_empty_flamegraph;
 pub use flamegraph::{write_flamegraph, FlamegraphOptions};
 pub use pprof::{pprof_profile, write_pprof, PprofOptions};
