@@ -1,6 +1,7 @@
-/* cputime FILE CMD [ARGS]: runs CMD and writes "USER SYS" — the CPU
- * seconds of it and of everything it waited for, to the microsecond — to
- * FILE (GNU time prints hundredths). Exits with CMD's status. */
+/* cputime FILE CMD [ARGS]: runs CMD and writes "USER SYS MAXRSS" — the
+ * CPU seconds of it and of everything it waited for, to the microsecond
+ * (GNU time prints hundredths), and the largest resident set of them in
+ * KiB — to FILE. Exits with CMD's status. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -27,8 +28,8 @@ int main(int argc, char **argv)
 	FILE *f = fopen(argv[1], "w");
 	if (!f)
 		return 2;
-	fprintf(f, "%ld.%06ld %ld.%06ld\n", (long)ru.ru_utime.tv_sec, (long)ru.ru_utime.tv_usec,
-		(long)ru.ru_stime.tv_sec, (long)ru.ru_stime.tv_usec);
+	fprintf(f, "%ld.%06ld %ld.%06ld %ld\n", (long)ru.ru_utime.tv_sec, (long)ru.ru_utime.tv_usec,
+		(long)ru.ru_stime.tv_sec, (long)ru.ru_stime.tv_usec, (long)ru.ru_maxrss);
 	fclose(f);
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }

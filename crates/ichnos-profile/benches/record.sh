@@ -78,7 +78,7 @@ run() {
 		report=- ;;
 	esac
 	read -r elapsed self_cpu < self.txt
-	read -r user sys < time.txt
+	read -r user sys _ < time.txt
 	local bytes
 	bytes=$(stat -c %s "$data")
 	awk -v e="$elapsed" -v u="$user" -v s="$sys" -v c="$self_cpu" -v n="$samples" \

@@ -51,9 +51,13 @@ pub enum SortBy {
 #[allow(clippy::struct_excessive_bools)]
 #[derive(clap::Args, Debug)]
 pub struct ReportArgs {
-    /// The recording.
+    /// The recording: an ichnos recording, or a perf.data file (`perf
+    /// record --call-graph dwarf` samples are unwound, `-g` chains kept).
     #[arg(short, long, value_name = "FILE", default_value = "ichnos.data")]
     input: PathBuf,
+    /// The recording, as `-i FILE` names it.
+    #[arg(value_name = "FILE", conflicts_with = "input")]
+    file: Option<PathBuf>,
     /// What to print.
     #[arg(long, value_enum, default_value_t = Format::Top)]
     format: Format,
@@ -112,16 +116,81 @@ pub struct ReportArgs {
     output: Option<PathBuf>,
 }
 
-/// Reads the recording at `path`; a recording cut short is read to its
-/// last whole chunk, with the cut reported by the caller.
-pub fn load(path: &Path) -> Result<Profile> {
+/// A recording read: from an ichnos recording, or from a perf.data file
+/// made into one (kept in a temporary file while the report runs).
+pub struct Loaded {
+    /// The recording.
+    pub profile: Profile,
+    /// Where it can be read again (the Firefox export's second pass).
+    pub path: PathBuf,
+    /// The converted recording of a perf.data file, removed when dropped.
+    _converted: Option<Converted>,
+}
+
+/// A temporary recording converted from a perf.data file.
+struct Converted(PathBuf);
+
+impl Drop for Converted {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Whether the file at `path` starts as a perf.data file does.
+fn is_perf_data(path: &Path) -> bool {
+    let mut magic = [0u8; 8];
+    std::fs::File::open(path)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
+        .is_ok()
+        && (&magic == b"PERFILE2" || &magic == b"2ELIFREP")
+}
+
+/// Reads the recording at `path` (an ichnos recording, or a perf.data
+/// file); a recording cut short is read to its last whole chunk, with the
+/// cut reported by the caller.
+pub fn load(path: &Path, quiet: bool) -> Result<Loaded> {
     let file =
         std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     if !file.metadata().is_ok_and(|m| m.is_file()) {
         bail!("{} is not a regular file", path.display());
     }
-    Profile::read(std::io::BufReader::with_capacity(1 << 20, file))
-        .with_context(|| format!("cannot read {}", path.display()))
+    let (read_from, converted) = if is_perf_data(path) {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let temp =
+            std::env::temp_dir().join(format!("ichnos-perf-{}-{nanos}.data", std::process::id()));
+        let converted = Converted(temp.clone());
+        let started = Instant::now();
+        let summary = ichnos_profile::record::import_perf_data(path, &temp)?;
+        if !quiet && summary.unreadable > 0 {
+            eprintln!(
+                "warning: {}: {} records could not be read (left out)",
+                path.display(),
+                summary.unreadable
+            );
+        }
+        if !quiet && started.elapsed().as_secs() >= 1 {
+            eprintln!(
+                "note: {} read as perf.data: {} samples unwound in {:.1} s",
+                path.display(),
+                summary.samples,
+                started.elapsed().as_secs_f64()
+            );
+        }
+        (temp, Some(converted))
+    } else {
+        (path.to_path_buf(), None)
+    };
+    let file = std::fs::File::open(&read_from)
+        .with_context(|| format!("cannot open {}", read_from.display()))?;
+    let profile = Profile::read(std::io::BufReader::with_capacity(1 << 20, file))
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(Loaded {
+        profile,
+        path: read_from,
+        _converted: converted,
+    })
 }
 
 /// Symbolizes `profile`, with a progress bar on a terminal once it takes
@@ -232,6 +301,7 @@ impl ReportArgs {
     pub fn for_file(input: &Path, format: Format) -> ReportArgs {
         ReportArgs {
             input: input.to_path_buf(),
+            file: None,
             format,
             tree: false,
             sort: SortBy::SelfTime,
@@ -283,14 +353,16 @@ pub fn report(args: &ReportArgs, quiet: bool, verbose: bool) -> Result<()> {
     if let Some(paths) = &args.diff {
         return compare(args, format, &paths[0], &paths[1], quiet, verbose);
     }
-    let profile = load(&args.input)?;
-    let symbolized = symbols(&profile, args, quiet, verbose);
-    let samples = report::weighted(&profile, &symbolized, &args.filter());
+    let input = args.file.as_ref().unwrap_or(&args.input);
+    let loaded = load(input, quiet)?;
+    let profile = &loaded.profile;
+    let symbolized = symbols(profile, args, quiet, verbose);
+    let samples = report::weighted(profile, &symbolized, &args.filter());
     let shown = sum(&samples);
     let mut out = output(args)?;
     match format {
         Format::Top => {
-            header(&mut out, &args.input, &profile, shown)?;
+            header(&mut out, input, profile, shown)?;
             let sort = match args.sort {
                 SortBy::SelfTime => Sort::SelfTime,
                 SortBy::Total => Sort::Total,
@@ -299,7 +371,7 @@ pub fn report(args: &ReportArgs, quiet: bool, verbose: bool) -> Result<()> {
             report::write_top(&mut out, &rows, shown, args.limit)?;
         }
         Format::Tree => {
-            header(&mut out, &args.input, &profile, shown)?;
+            header(&mut out, input, profile, shown)?;
             report::tree(&mut out, &samples, shown, args.min_percent)?;
         }
         Format::Folded => {
@@ -316,28 +388,28 @@ pub fn report(args: &ReportArgs, quiet: bool, verbose: bool) -> Result<()> {
         }
         Format::Pprof => {
             let options = export::PprofOptions {
-                comment: Some(format!("exported from {}", args.input.display())),
+                comment: Some(format!("exported from {}", input.display())),
             };
-            export::write_pprof(&profile, &samples, &options, &mut out)?;
+            export::write_pprof(profile, &samples, &options, &mut out)?;
         }
-        Format::Speedscope => export::write_speedscope(&profile, &samples, &mut out)?,
+        Format::Speedscope => export::write_speedscope(profile, &samples, &mut out)?,
         Format::Firefox => {
             // A timeline: the samples are read again, one by one.
-            let again = std::fs::File::open(&args.input)
-                .with_context(|| format!("cannot open {}", args.input.display()))?;
+            let again = std::fs::File::open(&loaded.path)
+                .with_context(|| format!("cannot open {}", input.display()))?;
             export::write_firefox(
-                &profile,
+                profile,
                 &symbolized,
                 &args.filter(),
                 std::io::BufReader::with_capacity(1 << 20, again),
                 &mut out,
             )
-            .with_context(|| format!("cannot export {}", args.input.display()))?;
+            .with_context(|| format!("cannot export {}", input.display()))?;
         }
     }
     out.flush()?;
     drop(out);
-    finished(&args.input, &profile)
+    finished(input, profile)
 }
 
 /// The samples' total.
@@ -374,8 +446,8 @@ fn compare(
     if !matches!(format, Format::Top | Format::Svg) {
         bail!("--diff shows a table (--format top) or a differential flame graph (--format svg)");
     }
-    let base = load(base_path)?;
-    let new = load(new_path)?;
+    let base = load(base_path, quiet)?.profile;
+    let new = load(new_path, quiet)?.profile;
     let base_symbols = symbols(&base, args, quiet, verbose);
     let new_symbols = symbols(&new, args, quiet, verbose);
     let filter = args.filter();

@@ -19,6 +19,7 @@ mod intern;
 mod model;
 mod order;
 mod output;
+mod perf_data;
 mod recorder;
 mod stack_tops;
 
@@ -34,6 +35,7 @@ use recorder::Recorder;
 
 pub use events::EventsError;
 pub use intern::Interner;
+pub use perf_data::{import_perf_data, PerfDataError, PerfDataSummary};
 
 use crate::launch::{self, Child, LaunchError};
 use crate::sys::ExitStatus;

@@ -111,6 +111,9 @@ pub(crate) struct AddressSpace {
     jit: JitState,
     /// Its leader exited while other threads ran: it ends with the last.
     leader_exited: bool,
+    /// The process is not running here (a perf.data file read back):
+    /// nothing is read from its memory or `/proc`.
+    offline: bool,
 }
 
 impl std::fmt::Debug for AddressSpace {
@@ -173,6 +176,11 @@ pub(crate) struct Spaces {
     pub by_pid: HashMap<u32, AddressSpace>,
     /// Thread names, by thread: (process, name).
     pub threads: HashMap<u32, (u32, Vec<u8>)>,
+    /// The processes are not running here (a perf.data file read back):
+    /// their names, mappings and code come from the records and the files
+    /// alone, never from `/proc` or their memory, where another process
+    /// may now have their numbers.
+    offline: bool,
 }
 
 impl std::fmt::Debug for Spaces {
@@ -193,6 +201,24 @@ impl Spaces {
             next_asid: 1,
             by_pid: HashMap::new(),
             threads: HashMap::new(),
+            offline: false,
+        }
+    }
+
+    /// Spaces of processes not running here (see [`Spaces::offline`]).
+    pub fn offline(choice: RowChoice) -> Self {
+        Self {
+            offline: true,
+            ..Self::new(choice)
+        }
+    }
+
+    /// A thread's command name from `/proc`, unless offline.
+    fn comm(&self, pid: u32, tid: u32) -> Option<Vec<u8>> {
+        if self.offline {
+            None
+        } else {
+            read_comm(pid, tid)
         }
     }
 
@@ -209,6 +235,7 @@ impl Spaces {
             mappings: Vec::new(),
             jit: JitState::default(),
             leader_exited: false,
+            offline: self.offline,
         }
     }
 
@@ -240,7 +267,7 @@ impl Spaces {
         out: &mut Output,
     ) -> &mut AddressSpace {
         if !self.by_pid.contains_key(&pid) {
-            let name = read_comm(pid, pid).unwrap_or_default();
+            let name = self.comm(pid, pid).unwrap_or_default();
             self.begin(pid, &name, time, out);
             self.resync(pid, time, out);
             self.name_thread(pid, pid, &name, time, out);
@@ -251,6 +278,9 @@ impl Spaces {
     /// Adds the executable mappings of `/proc/PID/maps` the space does not
     /// have yet; whether there were any.
     pub fn resync(&mut self, pid: u32, time: u64, out: &mut Output) -> bool {
+        if self.offline {
+            return false;
+        }
         let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
             return false;
         };
@@ -338,7 +368,8 @@ impl Spaces {
         if self.threads.get(&tid).is_some_and(|(p, _)| *p == pid) {
             return;
         }
-        let name = read_comm(pid, tid)
+        let name = self
+            .comm(pid, tid)
             .or_else(|| self.threads.get(&pid).map(|(_, n)| n.clone()))
             .unwrap_or_default();
         self.name_thread(pid, tid, &name, time, out);
@@ -435,7 +466,7 @@ impl Spaces {
             // else as we do.
             let seen = PathBuf::from(format!("/proc/{pid}/root"))
                 .join(file_path.strip_prefix("/").unwrap_or(file_path));
-            let open = if seen.exists() {
+            let open = if !space.offline && seen.exists() {
                 seen
             } else {
                 file_path.to_path_buf()
@@ -464,9 +495,7 @@ impl Spaces {
                 space.jit.jitdump = Some(open);
             }
         } else if is_vdso(path) {
-            if let Some(object) = vdso_object(pid, &range, choice) {
-                let _ = space.code.insert(Arc::new(object));
-            }
+            space.add_vdso(&range, choice);
         } else if is_anon(path) {
             space.jit.anon.push(range.clone());
         }
@@ -567,6 +596,17 @@ fn vdso_object(pid: u32, range: &Range<u64>, choice: RowChoice) -> Option<CodeOb
 }
 
 impl AddressSpace {
+    /// The vDSO's code object, read from the process's memory. Offline it
+    /// is not at hand: its frames end the walk.
+    fn add_vdso(&mut self, range: &Range<u64>, choice: RowChoice) {
+        if self.offline {
+            return;
+        }
+        if let Some(object) = vdso_object(self.pid, range, choice) {
+            let _ = self.code.insert(Arc::new(object));
+        }
+    }
+
     /// Whether `pc` lies in an executable mapping of the process.
     pub fn is_mapped(&self, pc: u64) -> bool {
         self.code.find(pc).is_some() || self.mappings.iter().any(|m| m.range.contains(&pc))
@@ -586,6 +626,9 @@ impl AddressSpace {
     /// due: something new was mapped, or the last look was 50 ms ago.
     /// Taking it starts the next interval.
     pub fn take_refresh(&mut self, time: u64) -> bool {
+        if self.offline {
+            return false;
+        }
         let due = self.jit.dirty
             || self
                 .jit

@@ -50,6 +50,9 @@ pub(crate) struct Output {
     /// Records dropped for being larger than [`MAX_RECORD`].
     pub oversized: u64,
     failed: Arc<AtomicBool>,
+    /// Wait for the writer rather than drop a sample or keep a record
+    /// back (a file converted, where nothing is lost by waiting).
+    wait_for_room: bool,
 }
 
 impl std::fmt::Debug for Output {
@@ -116,6 +119,7 @@ pub(crate) fn start(
             dropped_told: 0,
             oversized: 0,
             failed,
+            wait_for_room: false,
         },
         thread,
     ))
@@ -165,6 +169,35 @@ impl Output {
         self.failed.load(Ordering::Acquire)
     }
 
+    /// Counts times from `start` (a converted file's first timestamp):
+    /// only the first call counts.
+    pub fn set_start(&mut self, start: u64) {
+        if self.start == 0 {
+            self.start = start;
+        }
+    }
+
+    /// From now on, waits for the writer to make room rather than drop
+    /// samples or keep records back: for a recording made from a file,
+    /// where waiting loses nothing.
+    pub fn wait_for_room(&mut self) {
+        self.wait_for_room = true;
+    }
+
+    /// With [`Output::wait_for_room`], waits until the record encoded
+    /// fits, or the writer has stopped; whether it was written.
+    fn write_waiting(&mut self) -> bool {
+        loop {
+            if self.flush_backlog() && self.producer.write_record(&self.record).is_ok() {
+                return true;
+            }
+            if self.writer_failed() {
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+
     /// Writes a record that later records may refer to: kept back if the
     /// writer is behind, never dropped (unless it could never fit).
     pub fn meta(&mut self, record: &Record<'_>) {
@@ -172,6 +205,10 @@ impl Output {
         record.encode(&mut self.record, &mut self.scratch);
         if self.record.len() > MAX_RECORD {
             self.oversized += 1;
+            return;
+        }
+        if self.wait_for_room {
+            self.write_waiting();
             return;
         }
         if self.flush_backlog() && self.producer.write_record(&self.record).is_ok() {
@@ -203,6 +240,14 @@ impl Output {
     pub fn sample(&mut self, record: &Record<'_>) {
         self.record.clear();
         record.encode(&mut self.record, &mut self.scratch);
+        if self.wait_for_room {
+            if self.write_waiting() {
+                self.samples += 1;
+            } else {
+                self.dropped += 1;
+            }
+            return;
+        }
         if self.flush_backlog() && self.producer.write_record(&self.record).is_ok() {
             self.samples += 1;
         } else {

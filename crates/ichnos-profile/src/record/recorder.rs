@@ -149,6 +149,30 @@ impl Recorder {
         }
     }
 
+    /// A recorder of processes that are not running here: the records of
+    /// a perf.data file, handed to [`Recorder::handle`] in time order.
+    pub(super) fn offline(max_frames: usize, output: Output) -> Self {
+        Self {
+            spaces: Spaces::offline(RowChoice::SframeThenEhFrame),
+            interner: Interner::default(),
+            output,
+            sorter: Sorter::new(Vec::new()),
+            scratch: Vec::new(),
+            stack_tops: StackTops::default(),
+            options: UnwindOptions {
+                max_frames,
+                frame_pointer_fallback: true,
+            },
+            frames: Vec::with_capacity(max_frames),
+            stack: Vec::with_capacity(max_frames),
+            samples: 0,
+            complete: 0,
+            past_copy: 0,
+            cut_short: 0,
+            lost: 0,
+        }
+    }
+
     /// The main loop: until the command or the processes are gone, or a
     /// stop is asked for.
     pub(super) fn run(
@@ -339,6 +363,11 @@ impl Recorder {
                 fp: r.get(regs::BP)?,
             })
         }) else {
+            if s.callchain.is_some() {
+                // perf record -g: the kernel's frame-pointer chain.
+                self.sample_chain(s, pid, tid, time, cpu);
+                return;
+            }
             self.lost += 1;
             self.output.lost(time, cpu, 1, LostCause::NoUserRegisters);
             return;
@@ -415,6 +444,83 @@ impl Recorder {
             }
             StackStop::StackEnd => self.past_copy += 1,
             _ => {}
+        }
+    }
+}
+
+/// The callchain marker before user addresses, and the least marker
+/// value (`PERF_CONTEXT_USER`, `PERF_CONTEXT_MAX` of the kernel's ABI).
+const CONTEXT_USER: u64 = u64::MAX - 511;
+const CONTEXT_MAX: u64 = u64::MAX - 4094;
+
+impl Recorder {
+    /// A sample that carries the kernel's callchain and no registers
+    /// (`perf record -g`): its user addresses are the stack as they are.
+    /// It is complete only where its outermost frame's unwind row says
+    /// that frame is the outermost; a chain that runs into memory no
+    /// mapping covers ends before it (rbp was not a frame pointer there).
+    fn sample_chain(&mut self, s: &Sample<'_>, pid: u32, tid: u32, time: u64, cpu: u32) {
+        self.spaces.get_or_synthesize(pid, time, &mut self.output);
+        self.spaces.know_thread(pid, tid, time, &mut self.output);
+        let space = self.spaces.by_pid.get_mut(&pid).expect("made above");
+        self.stack.clear();
+        let mut user = false;
+        for address in s.callchain() {
+            if address >= CONTEXT_MAX {
+                user = address == CONTEXT_USER;
+                continue;
+            }
+            if !user || self.stack.len() >= self.options.max_frames {
+                continue;
+            }
+            // The first is where the thread was (stored plus one, as the
+            // unwinder's interrupted frames are), the rest return
+            // addresses.
+            let first = self.stack.is_empty();
+            let lookup = address.wrapping_sub(1);
+            if !space.is_mapped(if first { address } else { lookup }) {
+                break;
+            }
+            self.stack.push(if first {
+                address.wrapping_add(1)
+            } else {
+                address
+            });
+        }
+        let outermost = self.stack.last().is_some_and(|&a| {
+            let pc = a.wrapping_sub(1);
+            space
+                .code
+                .find(pc)
+                .and_then(|o| o.find_row(pc))
+                .is_some_and(|row| row.is_outermost())
+        });
+        let stop = if outermost {
+            StackStop::Complete
+        } else {
+            StackStop::NoUnwindInfo
+        };
+        let (id, new) = self.interner.intern(space.asid, stop, &self.stack);
+        if new {
+            self.output.meta(&Record::StackOut(StackOut {
+                id: u64::from(id),
+                asid: space.asid,
+                stop,
+                frames: &self.stack,
+            }));
+        }
+        let rel = self.output.rel(time);
+        self.output.sample(&Record::Sample {
+            time: rel,
+            pid: u64::from(pid),
+            tid: u64::from(tid),
+            cpu: u64::from(cpu),
+            stack: u64::from(id),
+            weight: s.period.unwrap_or(1),
+        });
+        self.samples += 1;
+        if outermost {
+            self.complete += 1;
         }
     }
 }

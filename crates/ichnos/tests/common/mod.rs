@@ -1,0 +1,235 @@
+//! What the profiler's end-to-end tests share: running ichnos, building
+//! the C fixtures, reading reports and `perf report`.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+pub const ICHNOS: &str = env!("CARGO_BIN_EXE_ichnos");
+
+pub fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/profile")
+        .join(name)
+}
+
+pub fn gcc(args: &[&str]) {
+    let out = Command::new("gcc").args(args).output().expect("gcc runs");
+    assert!(
+        out.status.success(),
+        "gcc {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// How `chains` is built.
+#[derive(Clone, Copy, Debug)]
+pub enum Build {
+    /// One executable, with SFrame.
+    Sframe,
+    /// One executable, `.eh_frame` only.
+    EhFrame,
+    /// The leaves in a shared library of ours, called through the PLT.
+    SharedLibrary,
+}
+
+/// Builds the one-file fixture `name` (`NAME.c`) into `dir` with `-O2`
+/// and `flags`; the executable's path.
+pub fn build_fixture(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
+    let exe = dir.join(name);
+    let src = fixture(&format!("{name}.c"));
+    let mut args = vec!["-O2"];
+    args.extend_from_slice(flags);
+    args.extend(["-o", exe.to_str().unwrap(), src.to_str().unwrap()]);
+    gcc(&args);
+    exe
+}
+
+/// Builds `chains` as `build` says in `dir`.
+pub fn build_chains(dir: &Path, build: Build) -> PathBuf {
+    let flags = ["-O2", "-g", "-fomit-frame-pointer"];
+    let exe = dir.join("chains");
+    let chains = fixture("chains.c");
+    let leaves = fixture("leaves.c");
+    let (chains, leaves) = (chains.to_str().unwrap(), leaves.to_str().unwrap());
+    let out = exe.to_str().unwrap();
+    match build {
+        Build::Sframe => gcc(&[&flags[..], &["-Wa,--gsframe", "-o", out, chains, leaves]].concat()),
+        Build::EhFrame => gcc(&[&flags[..], &["-o", out, chains, leaves]].concat()),
+        Build::SharedLibrary => {
+            let lib = dir.join("libleaves.so");
+            gcc(&[
+                &flags[..],
+                &[
+                    "-Wa,--gsframe",
+                    "-fPIC",
+                    "-shared",
+                    "-o",
+                    lib.to_str().unwrap(),
+                    leaves,
+                ],
+            ]
+            .concat());
+            let rpath = format!("-Wl,-rpath,{}", dir.display());
+            let libdir = format!("-L{}", dir.display());
+            gcc(&[
+                &flags[..],
+                &[
+                    "-Wa,--gsframe",
+                    "-o",
+                    out,
+                    chains,
+                    &libdir,
+                    "-lleaves",
+                    &rpath,
+                ],
+            ]
+            .concat());
+        }
+    }
+    exe
+}
+
+pub fn ichnos(args: &[&str]) -> Output {
+    Command::new(ICHNOS)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run ichnos")
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Records `command` into `data` at `hz`; the recorder's output.
+pub fn record(data: &Path, hz: u32, command: &[&str]) -> Output {
+    let hz = hz.to_string();
+    let mut args = vec!["record", "-F", &hz, "-o", data.to_str().unwrap(), "--"];
+    args.extend_from_slice(command);
+    let out = ichnos(&args);
+    assert!(out.status.success(), "ichnos record: {}", stderr(&out));
+    out
+}
+
+/// The folded stacks of a report with `extra` flags: frames root first
+/// (the thread's name first) and the sample count.
+pub fn folded(data: &Path, extra: &[&str]) -> Vec<(Vec<String>, u64)> {
+    let mut args = vec!["report", "-i", data.to_str().unwrap(), "--format", "folded"];
+    args.extend_from_slice(extra);
+    let out = ichnos(&args);
+    assert!(out.status.success(), "ichnos report: {}", stderr(&out));
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let (stack, count) = line.rsplit_once(' ').unwrap();
+            (
+                stack.split(';').map(str::to_owned).collect(),
+                count.parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The self share (percent) of each function in the top table, inlined
+/// functions counted as their callers' (as perf counts them).
+pub fn self_shares(data: &Path) -> HashMap<String, f64> {
+    let out = ichnos(&[
+        "report",
+        "-i",
+        data.to_str().unwrap(),
+        "--limit",
+        "0",
+        "--no-inline",
+    ]);
+    assert!(out.status.success(), "ichnos report: {}", stderr(&out));
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim_start().starts_with("SELF%"))
+        .map(|l| {
+            let fields: Vec<&str> = l.split_whitespace().collect();
+            let share: f64 = fields[0].trim_end_matches('%').parse().unwrap();
+            (fields[4].to_owned(), share)
+        })
+        .collect()
+}
+
+pub const CHAINS_FUNCTIONS: [&str; 6] = [
+    "main",
+    "run",
+    "stage_a",
+    "stage_b",
+    "leaf_heavy",
+    "leaf_light",
+];
+
+/// Of the samples whose leaf is one of `own` functions: how many, and how
+/// many of those have a complete stack through `root`.
+/// Of the samples whose leaf is one of `own`: how many, how many reach
+/// `root` unbroken, and the stacks of the rest.
+pub fn completeness<'s>(
+    stacks: &'s [(Vec<String>, u64)],
+    own: &[&str],
+    root: &str,
+) -> (u64, u64, Vec<&'s (Vec<String>, u64)>) {
+    let mut total = 0;
+    let mut complete = 0;
+    let mut broken = Vec::new();
+    for stack in stacks {
+        let (frames, count) = stack;
+        let leaf = frames.last().unwrap();
+        if !own.contains(&leaf.as_str()) && leaf != "unit" {
+            continue;
+        }
+        total += count;
+        if !frames.iter().any(|f| f == "[incomplete stack]") && frames.iter().any(|f| f == root) {
+            complete += count;
+        } else {
+            broken.push(stack);
+        }
+    }
+    (total, complete, broken)
+}
+
+/// `perf report`'s self share of each symbol.
+pub fn perf_shares(data: &Path) -> HashMap<String, f64> {
+    let out = Command::new("perf")
+        .args([
+            "report",
+            "-i",
+            data.to_str().unwrap(),
+            "--stdio",
+            "--no-children",
+        ])
+        .args(["--sort", "symbol", "--percent-limit", "0", "-g", "none"])
+        .output()
+        .expect("perf runs (install linux-perf)");
+    assert!(out.status.success(), "perf report: {}", stderr(&out));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.starts_with('#') && l.contains('%'))
+        .filter_map(|l| {
+            let fields: Vec<&str> = l.split_whitespace().collect();
+            let share: f64 = fields.first()?.trim_end_matches('%').parse().ok()?;
+            // "12.34%  [.] name"
+            let name = fields.get(2)?;
+            Some(((*name).to_owned(), share))
+        })
+        .collect()
+}
+
+/// Runs `ichnos args`, expecting the user-error exit status 1 and an
+/// error message holding every one of `wanted`.
+pub fn fails_with(args: &[&str], wanted: &[&str]) -> String {
+    let out = ichnos(args);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+    assert!(err.starts_with("error: "), "{args:?}: {err}");
+    for w in wanted {
+        assert!(err.contains(w), "{args:?}: {err:?} lacks {w:?}");
+    }
+    err
+}

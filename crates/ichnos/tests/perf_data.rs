@@ -1,0 +1,247 @@
+//! `ichnos report perf.data`: recordings made by `perf record
+//! --call-graph dwarf` unwound with ichnos's rows and held to `perf
+//! report`'s shares; `perf record -g` chains kept as the kernel walked
+//! them and held to `perf script`'s; damaged files refused with where.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+mod common;
+
+use common::*;
+
+/// Records `command` with `perf record -e cpu-clock -F hz` and `graph`
+/// (`dwarf` or `fp`) into `data`.
+fn perf_record(data: &Path, hz: u32, graph: &str, command: &[&str]) {
+    let out = Command::new("perf")
+        .args(["record", "-q", "-e", "cpu-clock", "-F", &hz.to_string()])
+        .args(["--call-graph", graph])
+        .arg("-o")
+        .arg(data)
+        .arg("--")
+        .args(command)
+        .output()
+        .expect("perf runs (install linux-perf)");
+    assert!(out.status.success(), "perf record: {}", stderr(&out));
+}
+
+#[test]
+fn perf_record_call_graph_dwarf_is_unwound_completely_with_perf_reports_shares() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_chains(dir.path(), Build::Sframe);
+    let exe = exe.to_str().unwrap();
+    let data = dir.path().join("perf.data");
+    perf_record(&data, 4000, "dwarf", &[exe, "16000"]);
+    // Read as `ichnos report perf.data` and as `-i perf.data`.
+    let stacks = folded(&data, &["--no-inline"]);
+    let (total, complete, broken) = completeness(&stacks, &CHAINS_FUNCTIONS, "main");
+    assert!(total >= 1000, "only {total} samples in the fixture");
+    assert!(
+        complete * 1000 >= total * 999,
+        "{complete} of {total} complete; the rest: {broken:?}"
+    );
+    for leaf in ["leaf_heavy", "leaf_light", "unit"] {
+        let want = ["main", "run", "stage_a", "stage_b", leaf];
+        assert!(
+            stacks
+                .iter()
+                .any(|(f, _)| f.len() >= 5 && f[f.len() - 5..] == want),
+            "no chain {want:?}: {stacks:?}"
+        );
+    }
+    let theirs = perf_shares(&data);
+    let ours = self_shares(&data);
+    for function in ["leaf_heavy", "leaf_light", "unit"] {
+        let (a, b) = (ours[function], theirs[function]);
+        assert!(
+            (a - b).abs() <= 3.0,
+            "{function}: ichnos {a:.2}%, perf {b:.2}% (ours {ours:?}, perf {theirs:?})"
+        );
+    }
+    assert!((ours["leaf_heavy"] - 60.0).abs() < 10.0, "{ours:?}");
+    let positional = ichnos(&[
+        "report",
+        data.to_str().unwrap(),
+        "--limit",
+        "3",
+        "--no-inline",
+    ]);
+    assert!(positional.status.success(), "{}", stderr(&positional));
+    let text = String::from_utf8_lossy(&positional.stdout);
+    assert!(text.contains("recorded by perf"), "{text}");
+    assert!(text.contains("leaf_heavy"), "{text}");
+}
+
+/// `perf script`'s user callchains of `data`, leaf first, by symbol: the
+/// count of each.
+fn perf_script_chains(data: &Path) -> HashMap<Vec<String>, u64> {
+    let out = Command::new("perf")
+        .args(["script", "-F", "ip,sym", "--no-inline", "-i"])
+        .arg(data)
+        .output()
+        .expect("perf runs");
+    assert!(out.status.success(), "perf script: {}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut chains = HashMap::new();
+    for block in text.split("\n\n") {
+        let chain: Vec<String> = block
+            .lines()
+            .filter_map(|l| {
+                let mut words = l.split_whitespace();
+                let ip = words.next()?;
+                // Kernel addresses are not the user stack ichnos keeps.
+                if ip.starts_with("ffffffff") {
+                    return None;
+                }
+                Some(words.next().unwrap_or("[unknown]").to_owned())
+            })
+            .collect();
+        if !chain.is_empty() {
+            *chains.entry(chain).or_insert(0) += 1;
+        }
+    }
+    chains
+}
+
+#[test]
+fn perf_record_g_chains_are_kept_as_the_kernel_walked_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_fixture(
+        dir.path(),
+        "chains",
+        &[
+            "-g",
+            "-fno-omit-frame-pointer",
+            fixture("leaves.c").to_str().unwrap(),
+        ],
+    );
+    let data = dir.path().join("perf.data");
+    perf_record(&data, 2000, "fp", &[exe.to_str().unwrap(), "8000"]);
+    // ichnos's stacks of the fixture's own functions, leaf first, equal
+    // perf script's chains of them.
+    let own = |chain: &[String]| -> Vec<String> {
+        chain
+            .iter()
+            .filter(|f| CHAINS_FUNCTIONS.contains(&f.as_str()) || *f == "unit")
+            .cloned()
+            .collect()
+    };
+    let mut ours: HashMap<Vec<String>, u64> = HashMap::new();
+    for (frames, count) in folded(&data, &["--no-inline"]) {
+        let leaf_first: Vec<String> = frames[1..].iter().rev().cloned().collect();
+        *ours.entry(own(&leaf_first)).or_insert(0) += count;
+    }
+    let mut theirs: HashMap<Vec<String>, u64> = HashMap::new();
+    for (chain, count) in perf_script_chains(&data) {
+        *theirs.entry(own(&chain)).or_insert(0) += count;
+    }
+    ours.retain(|k, _| !k.is_empty());
+    theirs.retain(|k, _| !k.is_empty());
+    assert_eq!(ours, theirs);
+    let heavy: u64 = ours
+        .iter()
+        .filter(|(k, _)| k.first().is_some_and(|f| f == "leaf_heavy"))
+        .map(|(_, n)| n)
+        .sum();
+    assert!(heavy >= 500, "{ours:?}");
+    // Chains from the leaf to main (stage_b's call is a tail call at -O2:
+    // no frame of its own).
+    assert!(
+        ours.keys()
+            .any(|k| k.first().is_some_and(|f| f == "leaf_heavy")
+                && k.last().is_some_and(|f| f == "main")),
+        "{ours:?}"
+    );
+}
+
+/// A copy of `data` with `edit` applied, in `dir`.
+fn damaged(dir: &Path, data: &Path, name: &str, edit: impl FnOnce(&mut Vec<u8>)) -> PathBuf {
+    let mut bytes = std::fs::read(data).unwrap();
+    edit(&mut bytes);
+    let path = dir.join(name);
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+#[test]
+fn damaged_perf_data_files_are_refused_with_where() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_fixture(
+        dir.path(),
+        "chains",
+        &[fixture("leaves.c").to_str().unwrap()],
+    );
+    let data = dir.path().join("perf.data");
+    perf_record(&data, 1000, "dwarf", &[exe.to_str().unwrap(), "500"]);
+    let len = std::fs::metadata(&data).unwrap().len();
+    // The data section's size pushed past the end of the file.
+    let past = damaged(dir.path(), &data, "past.data", |b| {
+        b[48..56].copy_from_slice(&(len * 4).to_le_bytes());
+    });
+    let err = fails_with(
+        &["report", past.to_str().unwrap()],
+        &["data section", "header byte 40"],
+    );
+    assert!(err.contains(&format!("past the file's {len}")), "{err}");
+    // Cut in the middle of the data section.
+    let cut = damaged(dir.path(), &data, "cut.data", |b| b.truncate(b.len() / 2));
+    fails_with(&["report", cut.to_str().unwrap()], &["cut.data"]);
+    // Shorter than a header.
+    let short = damaged(dir.path(), &data, "short.data", |b| b.truncate(20));
+    fails_with(
+        &["report", short.to_str().unwrap()],
+        &["shorter than a header"],
+    );
+    // A record whose header claims less than itself, named by its offset.
+    let bytes = std::fs::read(&data).unwrap();
+    let mut at = u64::from_le_bytes(bytes[40..48].try_into().unwrap()) as usize;
+    for _ in 0..10 {
+        at += usize::from(u16::from_le_bytes([bytes[at + 6], bytes[at + 7]]));
+    }
+    let small = damaged(dir.path(), &data, "small.data", |b| {
+        b[at + 6..at + 8].copy_from_slice(&4u16.to_le_bytes());
+    });
+    fails_with(
+        &["report", small.to_str().unwrap()],
+        &[&format!("the record at byte {at} claims 4 bytes")],
+    );
+    // An event description claiming two billion events in a few hundred
+    // bytes (the perf.data reader would size its table by the count
+    // alone): refused before it is read.
+    let events = damaged(dir.path(), &data, "events.data", |b| {
+        let word = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
+        let table = (word(b, 40) + word(b, 48)) as usize;
+        let bits: Vec<usize> = (0..256)
+            .filter(|&i| b[72 + i / 8] & (1 << (i % 8)) != 0)
+            .collect();
+        let entry = bits
+            .iter()
+            .position(|&bit| bit == 12)
+            .expect("an EVENT_DESC section");
+        let at = word(b, table + 16 * entry) as usize;
+        b[at..at + 4].copy_from_slice(&0x7fff_ffffu32.to_le_bytes());
+    });
+    fails_with(
+        &["report", events.to_str().unwrap()],
+        &["feature section 12"],
+    );
+    // Records overwritten with noise: read or refused, never a crash.
+    let noise = damaged(dir.path(), &data, "noise.data", |b| {
+        let data_offset = u64::from_le_bytes(b[40..48].try_into().unwrap()) as usize;
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for byte in &mut b[data_offset + 4096..data_offset + 8192] {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            *byte = x as u8;
+        }
+    });
+    let out = ichnos(&["report", noise.to_str().unwrap()]);
+    assert!(
+        matches!(out.status.code(), Some(0 | 1)),
+        "status {:?}: {}",
+        out.status,
+        stderr(&out)
+    );
+}
