@@ -84,7 +84,8 @@ const HEADER_LEN: u64 = 104;
 
 /// Checks that the sections the header names lie within the file, so
 /// that what the crate reads is bounded by the file's length.
-fn check_header(file: &mut File, path: &Path) -> Result<(), PerfDataError> {
+/// Returns where the data section lies: (offset, size).
+fn check_header(file: &mut File, path: &Path) -> Result<(u64, u64), PerfDataError> {
     let header_error = |what: String| PerfDataError::Header {
         path: path.to_path_buf(),
         what,
@@ -170,15 +171,8 @@ fn check_header(file: &mut File, path: &Path) -> Result<(), PerfDataError> {
             )));
         }
     }
-    check_framing(file, data_offset, data_size).map_err(|e| match e {
-        Framing::Io(source) => PerfDataError::Io {
-            path: path.to_path_buf(),
-            source,
-        },
-        Framing::Bad(what) => header_error(what),
-    })?;
     file.seek(SeekFrom::Start(0)).map_err(io)?;
-    Ok(())
+    Ok((data_offset, data_size))
 }
 
 /// Feature bits of the sections the reader parses (perf's
@@ -251,6 +245,23 @@ fn check_event_desc(bytes: &[u8]) -> Result<(), usize> {
     Ok(())
 }
 
+/// The error naming the first damaged record of the data section, if
+/// its framing shows one.
+fn damaged_record(input: &Path, offset: u64, size: u64) -> Option<PerfDataError> {
+    let mut file = File::open(input).ok()?;
+    match check_framing(&mut file, offset, size) {
+        Err(Framing::Bad(what)) => Some(PerfDataError::Header {
+            path: input.to_path_buf(),
+            what,
+        }),
+        Err(Framing::Io(source)) => Some(PerfDataError::Io {
+            path: input.to_path_buf(),
+            source,
+        }),
+        Ok(()) => None,
+    }
+}
+
 /// What a pass over the data section's record headers found.
 enum Framing {
     Io(std::io::Error),
@@ -258,8 +269,9 @@ enum Framing {
 }
 
 /// Walks the data section's record headers: each record at least its
-/// header long and within the section, so that a damaged record is named
-/// by its offset before the crate reads any.
+/// header long and within the section. Run when the reader has failed,
+/// to name the damaged record by its offset (the reader does not say
+/// where it stopped).
 fn check_framing(file: &mut File, offset: u64, size: u64) -> Result<(), Framing> {
     let end = offset + size;
     file.seek(SeekFrom::Start(offset)).map_err(Framing::Io)?;
@@ -319,7 +331,7 @@ pub fn import_perf_data(input: &Path, output: &Path) -> Result<PerfDataSummary, 
             what: "not a regular file".into(),
         });
     }
-    check_header(&mut file, input)?;
+    let (data_offset, data_size) = check_header(&mut file, input)?;
     let mtime = file
         .metadata()
         .and_then(|m| m.modified())
@@ -352,7 +364,11 @@ pub fn import_perf_data(input: &Path, output: &Path) -> Result<PerfDataSummary, 
     let mut recorder = Recorder::offline(ichnos_code::UnwindOptions::default().max_frames, out);
     let (result, unreadable, last_time) =
         convert_records(&mut perf_file, &mut record_iter, &formats, &mut recorder);
-    let result = result.map_err(corrupt);
+    // The reader does not say where it stopped: a walk over the record
+    // headers finds the damaged one.
+    let result = result.map_err(|source| {
+        damaged_record(input, data_offset, data_size).unwrap_or_else(|| corrupt(source))
+    });
     recorder.finish();
     if unreadable > 0 {
         recorder
