@@ -150,6 +150,22 @@ int ichnos_code_lookup(uint64_t addr, struct ichnos_code_lookup *out);
  */
 int ichnos_code_register_loaded_objects(void);
 
+/*
+ * Writes /tmp/perf-PID.map, the perf map of the registry's JIT code: one
+ * "START SIZE NAME" line (hexadecimal) per JIT registration, the file perf,
+ * samply and ichnos read to name JIT frames. Written beside its place and
+ * renamed over it; never written through a link. Returns 0, or -errno.
+ */
+int ichnos_registry_write_perf_map(void);
+
+/*
+ * With on != 0: writes the perf map now, then adds a line for every JIT
+ * registration as it is made (a removed registration keeps its line: perf
+ * maps have no removal). With on == 0: stops. Returns 0, or -errno (the
+ * map is then not kept).
+ */
+int ichnos_registry_keep_perf_map(int on);
+
 /* The message of the last failed call on this thread (see iscache.h). */
 const char *ichnos_last_error(void);
 

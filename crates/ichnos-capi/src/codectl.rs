@@ -242,3 +242,27 @@ pub extern "C" fn ichnos_code_register_loaded_objects() -> c_int {
     let report = ichnos_code::register_loaded_objects(Registry::global());
     c_int::try_from(report.registered.len()).unwrap_or(c_int::MAX)
 }
+
+/// The codectl-style status of an I/O error: its negated errno.
+fn io_status(e: &std::io::Error, what: &str) -> c_int {
+    set_last_error(&format!("{what}: {e}"));
+    -e.raw_os_error().unwrap_or(libc::EIO)
+}
+
+/// Writes `/tmp/perf-PID.map` with the registry's JIT code, whole.
+#[no_mangle]
+pub extern "C" fn ichnos_registry_write_perf_map() -> c_int {
+    match Registry::global().write_perf_map() {
+        Ok(_) => 0,
+        Err(e) => io_status(&e, "cannot write the perf map"),
+    }
+}
+
+/// Keeps the perf map written (a line per JIT registration), or stops.
+#[no_mangle]
+pub extern "C" fn ichnos_registry_keep_perf_map(on: c_int) -> c_int {
+    match Registry::global().keep_perf_map(on != 0) {
+        Ok(()) => 0,
+        Err(e) => io_status(&e, "cannot keep the perf map"),
+    }
+}

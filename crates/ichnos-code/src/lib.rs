@@ -44,6 +44,7 @@ pub mod jit;
 pub mod lazy;
 pub mod loaded;
 pub mod memory;
+pub mod perf_map;
 pub mod process;
 pub mod registry;
 pub mod row;

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::ops::Range;
 use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use arc_swap::ArcSwap;
@@ -275,6 +275,8 @@ pub struct Registry {
     exporter: Option<&'static Exporter>,
     /// Text starts registered by [`crate::register_loaded_objects`].
     loader_texts: Mutex<std::collections::HashSet<u64>>,
+    /// The perf map kept written, open to add a line per registration.
+    perf_map: Mutex<Option<std::fs::File>>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -309,6 +311,7 @@ impl Registry {
             pid,
             exporter: None,
             loader_texts: Mutex::new(std::collections::HashSet::new()),
+            perf_map: Mutex::new(None),
         }
     }
 
@@ -496,7 +499,66 @@ impl Registry {
             unwind_head: code.unwind_head,
             name: code.name.clone(),
         };
-        self.publish(&mut entries, object, registration, code.keep_alive)
+        self.publish(&mut entries, object, registration, code.keep_alive)?;
+        let mut kept = self
+            .perf_map
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(file) = kept.as_mut() {
+            let line = crate::perf_map::line(
+                code.text.start,
+                code.text.end,
+                code.name.as_deref().unwrap_or("[jit]"),
+            );
+            // The registration stands whatever the map's fate: a map that
+            // cannot be written stops being kept.
+            if std::io::Write::write_all(file, line.as_bytes()).is_err() {
+                *kept = None;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the perf map of this registry's JIT code,
+    /// `/tmp/perf-PID.map`, whole (see [`crate::perf_map`]), so that perf
+    /// and samply name the frames the registry names. Returns its path.
+    pub fn write_perf_map(&self) -> std::io::Result<PathBuf> {
+        let path = crate::perf_map::perf_map_path(self.pid);
+        self.write_perf_map_to(&path)?;
+        Ok(path)
+    }
+
+    /// Writes the perf map to `path` instead.
+    pub fn write_perf_map_to(&self, path: &Path) -> std::io::Result<()> {
+        let entries = self.entries();
+        crate::perf_map::replace(
+            path,
+            &crate::perf_map::lines(entries.iter().map(|e| &e.registration)),
+        )
+    }
+
+    /// Keeps the perf map written (`on`): writes it now, and then adds a
+    /// line for every JIT registration as it is made; or stops (`!on`).
+    /// A registration removed keeps its line (perf maps have no removal;
+    /// a later registration of the range adds the line readers take).
+    pub fn keep_perf_map(&self, on: bool) -> std::io::Result<()> {
+        // The registrations' lock first, as register_jit takes them: no
+        // registration falls between the map written and the one kept.
+        let entries = self.entries();
+        let mut kept = self
+            .perf_map
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *kept = None;
+        if on {
+            let path = crate::perf_map::perf_map_path(self.pid);
+            crate::perf_map::replace(
+                &path,
+                &crate::perf_map::lines(entries.iter().map(|e| &e.registration)),
+            )?;
+            *kept = Some(crate::perf_map::open_for_append(&path)?);
+        }
+        Ok(())
     }
 
     fn publish(

@@ -245,3 +245,39 @@ fn damaged_perf_data_files_are_refused_with_where() {
         stderr(&out)
     );
 }
+
+#[test]
+fn perf_names_the_demos_jit_frames_from_the_perf_map_the_registry_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("perf.data");
+    let out = Command::new("perf")
+        .args(["record", "-q", "-e", "cpu-clock", "-F", "1000", "-g", "-o"])
+        .arg(&data)
+        .args(["--", ICHNOS, "__demo-workload"])
+        .env("ICHNOS_DEMO_PERF_MAP", "1")
+        .output()
+        .expect("perf runs (install linux-perf)");
+    assert!(out.status.success(), "perf record: {}", stderr(&out));
+    let pids = Command::new("perf")
+        .args(["script", "-F", "pid", "-i"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let pid = String::from_utf8_lossy(&pids.stdout)
+        .split_whitespace()
+        .next()
+        .expect("samples")
+        .to_owned();
+    let map = PathBuf::from(format!("/tmp/perf-{pid}.map"));
+    let text = std::fs::read_to_string(&map).unwrap_or_default();
+    let shares = perf_shares(&data);
+    let _ = std::fs::remove_file(&map);
+    assert!(
+        text.contains(" jit_hot_loop\n"),
+        "{}: {text:?}",
+        map.display()
+    );
+    // perf's own report names the JIT frame, and gives it its share.
+    let jit = shares.get("jit_hot_loop").copied().unwrap_or(0.0);
+    assert!(jit > 10.0, "jit_hot_loop {jit}% in {shares:?}");
+}

@@ -313,12 +313,59 @@ static void test_nomem(void)
 	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+/* Reads /tmp/perf-PID.map into buf; its length, or -1. */
+static long read_perf_map(char *buf, size_t size)
+{
+	char path[64];
+	snprintf(path, sizeof path, "/tmp/perf-%d.map", (int)getpid());
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	size_t n = fread(buf, 1, size - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	return (long)n;
+}
+
+/* The registry's JIT code as a perf map: written whole, then kept. */
+static void test_perf_map(void)
+{
+	struct code_jit_info named = {
+		.text_start = 0x48000000,
+		.text_end = 0x48000400,
+		.name = (uint64_t)(uintptr_t)"jit_named_loop",
+	};
+	CHECK(codectl(CODE_REGISTER_JIT, &named, sizeof named, 0) == 0);
+	CHECK(ichnos_registry_write_perf_map() == 0);
+	char text[4096];
+	CHECK(read_perf_map(text, sizeof text) > 0);
+	CHECK(strstr(text, "48000000 400 jit_named_loop\n") != NULL);
+	CHECK(ichnos_registry_keep_perf_map(1) == 0);
+	struct code_jit_info later = {
+		.text_start = 0x48001000,
+		.text_end = 0x48001080,
+		.name = (uint64_t)(uintptr_t)"jit_later",
+	};
+	CHECK(codectl(CODE_REGISTER_JIT, &later, sizeof later, 0) == 0);
+	CHECK(read_perf_map(text, sizeof text) > 0);
+	CHECK(strstr(text, "48001000 80 jit_later\n") != NULL);
+	CHECK(ichnos_registry_keep_perf_map(0) == 0);
+	char path[64];
+	snprintf(path, sizeof path, "/tmp/perf-%d.map", (int)getpid());
+	unlink(path);
+	struct code_unregister_info un = {.text_start = 0x48000000};
+	CHECK(codectl(CODE_UNREGISTER, &un, sizeof un, 0) == 0);
+	un.text_start = 0x48001000;
+	CHECK(codectl(CODE_UNREGISTER, &un, sizeof un, 0) == 0);
+}
+
 int main(void)
 {
 	test_elf();
 	test_sizes_and_errors();
 	test_jit();
 	test_nomem();
+	test_perf_map();
 	printf("%d passed, %d failed\n", passed, failed);
 	return failed != 0;
 }

@@ -9,6 +9,10 @@ use anyhow::{bail, Context, Result};
 use ichnos_code::row::{UnwindRow, ROW_CFA_BASE_SP};
 use ichnos_code::{JitCode, JitUnwindTable, Registry};
 
+/// The environment variable that has the demo's JIT code written to
+/// `/tmp/perf-PID.map` as it is registered (any value but `0`).
+pub const PERF_MAP_SWITCH: &str = "ICHNOS_DEMO_PERF_MAP";
+
 /// The name the code is registered under (what reports show).
 pub const NAME: &str = "jit_hot_loop";
 
@@ -81,6 +85,13 @@ impl Jit {
         let text = code.range();
         if FRAME.last().map(|f| f.0.end as usize) != Some(CODE.len()) {
             bail!("the JIT's rows do not cover its code");
+        }
+        // For perf and samply, which name JIT frames from perf maps: the
+        // registry keeps one written when the environment asks.
+        if std::env::var_os(PERF_MAP_SWITCH).is_some_and(|v| v != "0") {
+            Registry::global()
+                .keep_perf_map(true)
+                .context("cannot write the demo's perf map")?;
         }
         Registry::global()
             .register_jit(JitCode::with_table(text, &table).with_name(NAME))
