@@ -17,12 +17,13 @@
 //! so its memory grows with the samples (the crate keeps about 20 bytes
 //! of each), read from the recording one by one in a second pass.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Read, Write};
 use std::sync::Arc;
 
 use fxprof_processed_profile as fx;
 use ichnos_data::{ReadError, StackStop};
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use super::super::load::{for_each_sample, Profile};
@@ -67,8 +68,14 @@ pub fn write_firefox(
     out: &mut dyn Write,
 ) -> Result<(), FirefoxError> {
     let value = firefox_profile(profile, symbols, filter, recording)?;
-    let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::default());
-    serde_json::to_writer(&mut gz, &value)?;
+    let gz = flate2::write::GzEncoder::new(out, flate2::Compression::default());
+    // The serializer writes a few bytes at a time, and the encoder pays
+    // for each call (it clears its output buffer): a buffer in between.
+    let mut buffered = io::BufWriter::with_capacity(1 << 20, gz);
+    serde_json::to_writer(&mut buffered, &value)?;
+    let gz = buffered
+        .into_inner()
+        .map_err(io::IntoInnerError::into_error)?;
     gz.finish()?.flush()?;
     Ok(())
 }
@@ -181,13 +188,18 @@ impl Timeline<'_> {
     }
 }
 
+/// A JSON object kept as its members' text: the sample tables pass
+/// through unparsed, so the memory to complete a profile is that of its
+/// text, not of a value per sample.
+type RawObject = BTreeMap<String, Box<RawValue>>;
+
 /// The profile as JSON, completed.
 fn firefox_profile(
     profile: &Profile,
     symbols: &Symbolized,
     filter: &Filter,
     recording: impl Read,
-) -> Result<Value, FirefoxError> {
+) -> Result<RawObject, FirefoxError> {
     let d = &profile.description;
     let interval = 1_000_000_000u64.checked_div(d.frequency).map_or_else(
         || fx::SamplingInterval::from_millis(1),
@@ -235,9 +247,11 @@ fn firefox_profile(
         let time = fx::Timestamp::from_nanos_since_reference(s.time);
         timeline.fxp.add_sample(thread, time, handle, cpu, 1);
     })?;
-    let mut value = serde_json::to_value(&timeline.fxp)?;
-    complete(&mut value, &timeline.frames, &object_files(profile))?;
-    Ok(value)
+    let text = serde_json::to_vec(&timeline.fxp)?;
+    drop(timeline.fxp);
+    let mut top: RawObject = serde_json::from_slice(&text)?;
+    complete(&mut top, &timeline.frames, &object_files(profile))?;
+    Ok(top)
 }
 
 /// The library entry of an object, as the processed format's `libs` hold
@@ -277,7 +291,7 @@ fn library(name: &str, file: &ObjectFile) -> Value {
 /// Turns the labels the crate was given into the frames they stand for:
 /// function names, source files and lines, and objects as libraries.
 fn complete(
-    value: &mut Value,
+    top: &mut RawObject,
     frames: &[Frame],
     files: &HashMap<Arc<str>, ObjectFile>,
 ) -> Result<(), FirefoxError> {
@@ -286,16 +300,39 @@ fn complete(
         list: Vec::new(),
         index: HashMap::new(),
     };
-    let threads = value
-        .get_mut("threads")
-        .and_then(Value::as_array_mut)
+    let raw = top
+        .get("threads")
         .ok_or(FirefoxError::Layout("no threads array"))?;
-    for thread in threads {
-        complete_thread(thread, frames, &mut libs)?;
+    let mut threads: Vec<RawObject> = serde_json::from_str(raw.get())?;
+    for thread in &mut threads {
+        // Only the tables completed are parsed.
+        let mut tables = serde_json::Map::new();
+        for key in TABLES {
+            let raw = thread.get(key).ok_or(FirefoxError::Layout(key))?;
+            tables.insert(key.to_owned(), serde_json::from_str(raw.get())?);
+        }
+        let mut tables = Value::Object(tables);
+        complete_thread(&mut tables, frames, &mut libs)?;
+        for key in TABLES {
+            thread.insert(
+                key.to_owned(),
+                serde_json::value::to_raw_value(&tables[key])?,
+            );
+        }
     }
-    value["libs"] = Value::Array(libs.list);
+    top.insert(
+        "threads".to_owned(),
+        serde_json::value::to_raw_value(&threads)?,
+    );
+    top.insert(
+        "libs".to_owned(),
+        serde_json::value::to_raw_value(&libs.list)?,
+    );
     Ok(())
 }
+
+/// The tables of a thread that are completed.
+const TABLES: [&str; 4] = ["frameTable", "funcTable", "resourceTable", "stringArray"];
 
 /// A column of a table, as an array.
 fn column<'a>(
