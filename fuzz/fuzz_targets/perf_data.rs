@@ -10,5 +10,8 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     if std::fs::write(&path, data).is_err() {
         return;
     }
-    let _ = ichnos_profile::record::import_perf_data(&path, Path::new("/dev/null"));
+    let Ok(sink) = std::fs::OpenOptions::new().write(true).open("/dev/null") else {
+        return;
+    };
+    let _ = ichnos_profile::record::import_perf_data(&path, sink, Path::new("/dev/null"));
 });

@@ -3,6 +3,7 @@
 //! pprof or speedscope file (docs/cli.md).
 
 use std::io::{IsTerminal, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -160,9 +161,18 @@ pub fn load(path: &Path, quiet: bool) -> Result<Loaded> {
             .map_or(0, |d| d.as_nanos());
         let temp =
             std::env::temp_dir().join(format!("ichnos-perf-{}-{nanos}.data", std::process::id()));
+        // Created new and never through a link: the directory is
+        // everyone's.
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&temp)
+            .with_context(|| format!("cannot create {}", temp.display()))?;
         let converted = Converted(temp.clone());
         let started = Instant::now();
-        let summary = ichnos_profile::record::import_perf_data(path, &temp)?;
+        let summary = ichnos_profile::record::import_perf_data(path, file, &temp)?;
         if !quiet && summary.unreadable > 0 {
             eprintln!(
                 "warning: {}: {} records could not be read (left out)",

@@ -318,8 +318,14 @@ fn format_of(attr: &linux_perf_data::linux_perf_event_reader::PerfEventAttr) -> 
     }
 }
 
-/// Converts the perf.data file `input` into the ichnos recording `output`.
-pub fn import_perf_data(input: &Path, output: &Path) -> Result<PerfDataSummary, PerfDataError> {
+/// Converts the perf.data file `input` into an ichnos recording written to
+/// `output` (opened by the caller, who chooses how safely: a temporary
+/// file is best created new), named `output_name` in errors.
+pub fn import_perf_data(
+    input: &Path,
+    output: File,
+    output_name: &Path,
+) -> Result<PerfDataSummary, PerfDataError> {
     let io = |source| PerfDataError::Io {
         path: input.to_path_buf(),
         source,
@@ -353,12 +359,11 @@ pub fn import_perf_data(input: &Path, output: &Path) -> Result<PerfDataSummary, 
         .map(|a| format_of(&a.attr))
         .collect();
     let write = |source| PerfDataError::Write {
-        path: output.to_path_buf(),
+        path: output_name.to_path_buf(),
         source,
     };
-    let out_file = File::create(output).map_err(write)?;
     let (mut out, writer) =
-        output::start(out_file, 0).map_err(|e| write(std::io::Error::other(e.to_string())))?;
+        output::start(output, 0).map_err(|e| write(std::io::Error::other(e.to_string())))?;
     out.wait_for_room();
     describe(&mut out, &perf_file, mtime);
     let mut recorder = Recorder::offline(ichnos_code::UnwindOptions::default().max_frames, out);
