@@ -41,6 +41,7 @@ pub mod eh_frame;
 pub mod elf;
 pub mod export;
 pub mod jit;
+pub mod jitdump;
 pub mod lazy;
 pub mod loaded;
 pub mod memory;

@@ -277,6 +277,8 @@ pub struct Registry {
     loader_texts: Mutex<std::collections::HashSet<u64>>,
     /// The perf map kept written, open to add a line per registration.
     perf_map: Mutex<Option<std::fs::File>>,
+    /// The jitdump file kept written.
+    jitdump: Mutex<Option<crate::jitdump::JitDump>>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -312,6 +314,7 @@ impl Registry {
             exporter: None,
             loader_texts: Mutex::new(std::collections::HashSet::new()),
             perf_map: Mutex::new(None),
+            jitdump: Mutex::new(None),
         }
     }
 
@@ -516,7 +519,52 @@ impl Registry {
                 *kept = None;
             }
         }
+        drop(kept);
+        let mut dump = self
+            .jitdump
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(d) = dump.as_mut() {
+            let name = code.name.as_deref().unwrap_or("[jit]");
+            if d.code_load(code.text.start, code.text.end, name).is_err() {
+                *dump = None;
+            }
+        }
         Ok(())
+    }
+
+    /// Keeps a jitdump file of this process's JIT code written (`on`):
+    /// creates it (see [`crate::jitdump`]) with a code load for every JIT
+    /// registration so far, then adds one per registration as it is made;
+    /// or closes it (`!on`). Returns the file's path when `on`. Only the
+    /// registry of this process writes one (the code is read from it).
+    pub fn keep_jitdump(&self, on: bool) -> std::io::Result<Option<PathBuf>> {
+        let entries = self.entries();
+        let mut dump = self
+            .jitdump
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(old) = dump.take() {
+            old.close()?;
+        }
+        if !on {
+            return Ok(None);
+        }
+        if self.pid != std::process::id() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "a jitdump file is written by the process whose code it holds",
+            ));
+        }
+        let mut d = crate::jitdump::JitDump::create()?;
+        for e in entries.iter() {
+            if let Registration::Jit { text, name, .. } = &e.registration {
+                d.code_load(text.start, text.end, name.as_deref().unwrap_or("[jit]"))?;
+            }
+        }
+        let path = d.path().to_path_buf();
+        *dump = Some(d);
+        Ok(Some(path))
     }
 
     /// Writes the perf map of this registry's JIT code,

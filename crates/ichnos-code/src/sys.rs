@@ -158,3 +158,49 @@ pub(crate) fn with_stopped_thread<T>(
     };
     result
 }
+
+/// Maps the first page of `file` readable and executable, privately: the
+/// mapping perf sees (a `MMAP` record of the file) and takes for the
+/// process's jitdump file. The mapping is never read and never unmapped.
+pub(crate) fn map_jitdump_marker(file: &std::fs::File) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    let len = usize::try_from(page).unwrap_or(4096);
+    // SAFETY: a new mapping at an address of the kernel's choosing, of an
+    // open file descriptor; it aliases no Rust object, is never
+    // dereferenced, and lives until the process ends.
+    let addr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_EXEC,
+            libc::MAP_PRIVATE,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if addr == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds, the clock jitdump records use (perf
+/// records with `-k mono` to match them).
+pub(crate) fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to write; CLOCK_MONOTONIC exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
+    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
+}
+
+/// The calling thread's id.
+pub(crate) fn gettid() -> u32 {
+    // SAFETY: gettid has no preconditions and cannot fail.
+    let tid = unsafe { libc::gettid() };
+    tid.cast_unsigned()
+}

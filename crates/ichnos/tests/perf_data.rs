@@ -281,3 +281,65 @@ fn perf_names_the_demos_jit_frames_from_the_perf_map_the_registry_writes() {
     let jit = shares.get("jit_hot_loop").copied().unwrap_or(0.0);
     assert!(jit > 10.0, "jit_hot_loop {jit}% in {shares:?}");
 }
+
+#[test]
+fn perf_inject_jit_names_the_demos_jit_code_from_the_jitdump_the_registry_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let jit_dir = dir.path().join("jit");
+    let data = dir.path().join("perf.data");
+    let out = Command::new("perf")
+        .args([
+            "record",
+            "-q",
+            "-k",
+            "mono",
+            "-e",
+            "cpu-clock",
+            "-F",
+            "1000",
+            "-g",
+            "-o",
+        ])
+        .arg(&data)
+        .args(["--", ICHNOS, "__demo-workload"])
+        .env("ICHNOS_DEMO_JITDUMP", "1")
+        .env("JITDUMPDIR", &jit_dir)
+        .output()
+        .expect("perf runs (install linux-perf)");
+    assert!(out.status.success(), "perf record: {}", stderr(&out));
+    let injected = dir.path().join("injected.data");
+    let out = Command::new("perf")
+        .args(["inject", "--jit", "-i"])
+        .arg(&data)
+        .arg("-o")
+        .arg(&injected)
+        .output()
+        .expect("perf inject runs");
+    assert!(out.status.success(), "perf inject: {}", stderr(&out));
+    let report = Command::new("perf")
+        .args([
+            "report",
+            "--stdio",
+            "--no-children",
+            "--sort",
+            "sym,dso",
+            "-i",
+        ])
+        .arg(&injected)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&report.stdout);
+    // The JIT function, named from the object perf inject made of its
+    // jitdump record, with its share.
+    let line = text
+        .lines()
+        .find(|l| l.contains("jit_hot_loop"))
+        .unwrap_or_else(|| panic!("no jit_hot_loop in {text}"));
+    assert!(line.contains("jitted-"), "{line}");
+    let share: f64 = line
+        .split_whitespace()
+        .next()
+        .and_then(|s| s.trim_end_matches('%').parse().ok())
+        .unwrap();
+    assert!(share > 10.0, "{line}");
+}

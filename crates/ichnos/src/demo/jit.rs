@@ -13,6 +13,10 @@ use ichnos_code::{JitCode, JitUnwindTable, Registry};
 /// `/tmp/perf-PID.map` as it is registered (any value but `0`).
 pub const PERF_MAP_SWITCH: &str = "ICHNOS_DEMO_PERF_MAP";
 
+/// The environment variable that has the demo's JIT code written to a
+/// jitdump file (for `perf record -k mono` and `perf inject --jit`).
+pub const JITDUMP_SWITCH: &str = "ICHNOS_DEMO_JITDUMP";
+
 /// The name the code is registered under (what reports show).
 pub const NAME: &str = "jit_hot_loop";
 
@@ -92,6 +96,11 @@ impl Jit {
             Registry::global()
                 .keep_perf_map(true)
                 .context("cannot write the demo's perf map")?;
+        }
+        if std::env::var_os(JITDUMP_SWITCH).is_some_and(|v| v != "0") {
+            Registry::global()
+                .keep_jitdump(true)
+                .context("cannot write the demo's jitdump file")?;
         }
         Registry::global()
             .register_jit(JitCode::with_table(text, &table).with_name(NAME))
