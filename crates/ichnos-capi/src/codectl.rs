@@ -246,7 +246,11 @@ pub extern "C" fn ichnos_code_register_loaded_objects() -> c_int {
 /// The codectl-style status of an I/O error: its negated errno.
 fn io_status(e: &std::io::Error, what: &str) -> c_int {
     set_last_error(&format!("{what}: {e}"));
-    -e.raw_os_error().unwrap_or(libc::EIO)
+    let errno = e.raw_os_error().unwrap_or(match e.kind() {
+        std::io::ErrorKind::PermissionDenied => libc::EPERM,
+        _ => libc::EIO,
+    });
+    -errno
 }
 
 /// Writes `/tmp/perf-PID.map` with the registry's JIT code, whole.

@@ -126,9 +126,11 @@ mod tests {
     #[test]
     fn a_registry_writes_its_jit_code_and_keeps_the_map_growing() {
         use crate::{ElfCode, JitCode, Registry};
-        // A pid no process has, so that /tmp/perf-PID.map is the test's.
-        let registry = Registry::for_process(u32::MAX - 7);
-        let path = perf_map_path(u32::MAX - 7);
+        // A pid no process has (pids stay below 2^22), one of this test
+        // process's, so that /tmp/perf-PID.map is the test's.
+        let pid = u32::MAX - std::process::id();
+        let registry = Registry::for_process(pid);
+        let path = perf_map_path(pid);
         let _ = std::fs::remove_file(&path);
         registry
             .register_jit(JitCode::new(0x7000_0000..0x7000_0100, 0).with_name("first"))
@@ -150,13 +152,21 @@ mod tests {
         registry
             .register_jit(JitCode::new(0x7000_0100..0x7000_0180, 0).with_name("second"))
             .unwrap();
+        // Written whole while kept: the kept map goes on in the new file.
+        registry.write_perf_map().unwrap();
+        registry
+            .register_jit(JitCode::new(0x7000_0180..0x7000_0190, 0).with_name("third"))
+            .unwrap();
         registry.keep_perf_map(false).unwrap();
         registry
             .register_jit(JitCode::new(0x7000_0200..0x7000_0280, 0))
             .unwrap();
         let kept = std::fs::read_to_string(&path).unwrap();
         let _ = std::fs::remove_file(&path);
-        assert_eq!(kept, "70000000 100 first\n70000100 80 second\n");
+        assert_eq!(
+            kept,
+            "70000000 100 first\n70000100 80 second\n70000180 10 third\n"
+        );
     }
 
     #[test]

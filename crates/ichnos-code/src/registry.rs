@@ -572,7 +572,19 @@ impl Registry {
     /// and samply name the frames the registry names. Returns its path.
     pub fn write_perf_map(&self) -> std::io::Result<PathBuf> {
         let path = crate::perf_map::perf_map_path(self.pid);
-        self.write_perf_map_to(&path)?;
+        let entries = self.entries();
+        let mut kept = self
+            .perf_map
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        crate::perf_map::replace(
+            &path,
+            &crate::perf_map::lines(entries.iter().map(|e| &e.registration)),
+        )?;
+        // A map kept written goes on in the new file, not the old one.
+        if kept.is_some() {
+            *kept = crate::perf_map::open_for_append(&path).ok();
+        }
         Ok(path)
     }
 

@@ -118,22 +118,22 @@ pub struct ReportArgs {
 }
 
 /// A recording read: from an ichnos recording, or from a perf.data file
-/// made into one (kept in a temporary file while the report runs).
+/// made into one (in a temporary file removed as soon as it is made: only
+/// the open handle reads it).
 pub struct Loaded {
     /// The recording.
     pub profile: Profile,
-    /// Where it can be read again (the Firefox export's second pass).
-    pub path: PathBuf,
-    /// The converted recording of a perf.data file, removed when dropped.
-    _converted: Option<Converted>,
+    /// The recording's file, to read again (the Firefox export's second
+    /// pass).
+    file: std::fs::File,
 }
 
-/// A temporary recording converted from a perf.data file.
-struct Converted(PathBuf);
-
-impl Drop for Converted {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+impl Loaded {
+    /// The recording's file again, from its start.
+    pub fn reread(&self) -> std::io::Result<std::fs::File> {
+        let mut file = self.file.try_clone()?;
+        std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(0))?;
+        Ok(file)
     }
 }
 
@@ -155,7 +155,7 @@ pub fn load(path: &Path, quiet: bool) -> Result<Loaded> {
     if !file.metadata().is_ok_and(|m| m.is_file()) {
         bail!("{} is not a regular file", path.display());
     }
-    let (read_from, converted) = if is_perf_data(path) {
+    let read_from = if is_perf_data(path) {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
@@ -170,7 +170,12 @@ pub fn load(path: &Path, quiet: bool) -> Result<Loaded> {
             .custom_flags(libc::O_NOFOLLOW)
             .open(&temp)
             .with_context(|| format!("cannot create {}", temp.display()))?;
-        let converted = Converted(temp.clone());
+        // Read back through a handle of its own, and gone from the
+        // directory at once: nothing is left behind, however the report
+        // ends.
+        let reader = std::fs::File::open(&temp);
+        let _ = std::fs::remove_file(&temp);
+        let reader = reader.with_context(|| format!("cannot open {}", temp.display()))?;
         let started = Instant::now();
         let summary = ichnos_profile::record::import_perf_data(path, file, &temp)?;
         if !quiet && summary.unreadable > 0 {
@@ -188,18 +193,18 @@ pub fn load(path: &Path, quiet: bool) -> Result<Loaded> {
                 started.elapsed().as_secs_f64()
             );
         }
-        (temp, Some(converted))
+        reader
     } else {
-        (path.to_path_buf(), None)
+        file
     };
-    let file = std::fs::File::open(&read_from)
-        .with_context(|| format!("cannot open {}", read_from.display()))?;
-    let profile = Profile::read(std::io::BufReader::with_capacity(1 << 20, file))
-        .with_context(|| format!("cannot read {}", path.display()))?;
+    let profile = Profile::read(std::io::BufReader::with_capacity(
+        1 << 20,
+        read_from.try_clone()?,
+    ))
+    .with_context(|| format!("cannot read {}", path.display()))?;
     Ok(Loaded {
         profile,
-        path: read_from,
-        _converted: converted,
+        file: read_from,
     })
 }
 
@@ -405,8 +410,9 @@ pub fn report(args: &ReportArgs, quiet: bool, verbose: bool) -> Result<()> {
         Format::Speedscope => export::write_speedscope(profile, &samples, &mut out)?,
         Format::Firefox => {
             // A timeline: the samples are read again, one by one.
-            let again = std::fs::File::open(&loaded.path)
-                .with_context(|| format!("cannot open {}", input.display()))?;
+            let again = loaded
+                .reread()
+                .with_context(|| format!("cannot read {} again", input.display()))?;
             export::write_firefox(
                 profile,
                 &symbolized,

@@ -184,9 +184,30 @@ fn damaged_perf_data_files_are_refused_with_where() {
         &["data section", "header byte 40"],
     );
     assert!(err.contains(&format!("past the file's {len}")), "{err}");
-    // Cut in the middle of the data section.
+    // Cut in the middle of the data section (as a killed perf record
+    // leaves a file): the section runs past the end.
     let cut = damaged(dir.path(), &data, "cut.data", |b| b.truncate(b.len() / 2));
-    fails_with(&["report", cut.to_str().unwrap()], &["cut.data"]);
+    fails_with(
+        &["report", cut.to_str().unwrap()],
+        &["cut.data", "the data section", "past the file's"],
+    );
+    // An attr size of 0 (the reader divides by it).
+    let zero = damaged(dir.path(), &data, "zero.data", |b| {
+        b[16..24].copy_from_slice(&0u64.to_le_bytes());
+    });
+    fails_with(
+        &["report", zero.to_str().unwrap()],
+        &["attr_size 0 (header byte 16)"],
+    );
+    // An attr whose ids are said to be exabytes long (the reader would
+    // reserve room for them all).
+    let ids = damaged(dir.path(), &data, "ids.data", |b| {
+        let attrs = u64::from_le_bytes(b[24..32].try_into().unwrap()) as usize;
+        let attr_size = u64::from_le_bytes(b[16..24].try_into().unwrap()) as usize;
+        // attr_size counts the attr and its 16-byte ids section.
+        b[attrs + attr_size - 8..attrs + attr_size].copy_from_slice(&(1u64 << 62).to_le_bytes());
+    });
+    fails_with(&["report", ids.to_str().unwrap()], &["the ids of attr 0"]);
     // Shorter than a header.
     let short = damaged(dir.path(), &data, "short.data", |b| b.truncate(20));
     fails_with(
@@ -205,6 +226,18 @@ fn damaged_perf_data_files_are_refused_with_where() {
     fails_with(
         &["report", small.to_str().unwrap()],
         &[&format!("the record at byte {at} claims 4 bytes")],
+    );
+    // An aux trace record whose data is said to be 16 TiB (the reader
+    // would grow its buffer to it).
+    let aux = damaged(dir.path(), &data, "aux.data", |b| {
+        b[at..at + 4].copy_from_slice(&71u32.to_le_bytes());
+        b[at + 8..at + 16].copy_from_slice(&(1u64 << 44).to_le_bytes());
+    });
+    fails_with(
+        &["report", aux.to_str().unwrap()],
+        &[&format!(
+            "the aux trace at byte {at} claims 17592186044416 bytes"
+        )],
     );
     // An event description claiming two billion events in a few hundred
     // bytes (the perf.data reader would size its table by the count

@@ -725,7 +725,9 @@ impl AddressSpace {
     /// changed, and the addresses looked up only when they or the files
     /// are new.
     pub fn capture_jit_names(&mut self, out: &mut Output, time: u64, force: bool) {
-        if self.jit.pending.is_empty() {
+        // Offline, the perf map's owner cannot be checked against the
+        // process (gone, or its number another's): not read.
+        if self.jit.pending.is_empty() || self.offline {
             return;
         }
         if !force

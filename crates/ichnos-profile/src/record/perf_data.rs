@@ -7,9 +7,14 @@
 //!
 //! The processes are gone (or another now has their number): nothing is
 //! read from `/proc` or process memory, only the records and the files
-//! they mapped. The file is untrusted: its header's sections are checked
-//! against its length before the crate reads them, and every record
-//! goes through our own bounded parser.
+//! they mapped. The file is untrusted, and the crate sizes its buffers by
+//! what the file claims: before it reads anything, the header's sections,
+//! the attrs' id sections, the feature sections it parses and the framing
+//! of every record are checked against the file's length, and compressed
+//! records (whose decompressed size nothing bounds) are refused. Every
+//! record then goes through our own bounded parser. A file without
+//! `FINISHED_ROUND` records is buffered whole by the crate (bounded by
+//! its length).
 
 use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
@@ -113,9 +118,27 @@ fn check_header(file: &mut File, path: &Path) -> Result<(u64, u64), PerfDataErro
             ))),
         }
     };
-    within("attrs", 24)?;
+    let (attrs_offset, attrs_size) = within("attrs", 24)?;
     let (data_offset, data_size) = within("data", 40)?;
     within("event types", 56)?;
+    // Each entry of the attrs section is a perf_event_attr (64 bytes in
+    // its first version, grown by words since) and the section of its
+    // event ids (16 bytes): attr_size is the entry's.
+    let entry = word(16);
+    if !(80..=4096).contains(&entry) {
+        return Err(header_error(format!(
+            "attr_size {entry} (header byte 16) is not a perf_event_attr and its ids (80 to 4096)"
+        )));
+    }
+    if attrs_size % entry != 0 {
+        return Err(header_error(format!(
+            "the attrs section's {attrs_size} bytes are not whole entries of {entry}"
+        )));
+    }
+    check_attr_ids(file, len, attrs_offset, attrs_size / entry, entry).map_err(|e| match e {
+        Framing::Io(source) => io(source),
+        Framing::Bad(what) => header_error(what),
+    })?;
     // The feature sections' table follows the data section: 16 bytes
     // for each feature bit set.
     let features: u32 = header[72..104].iter().map(|b| b.count_ones()).sum();
@@ -125,24 +148,52 @@ fn check_header(file: &mut File, path: &Path) -> Result<(u64, u64), PerfDataErro
             "the table of {features} feature sections at byte {table} runs past the file's {len} bytes"
         )));
     }
+    check_features(file, len, &header, table).map_err(|e| match e {
+        Framing::Io(source) => io(source),
+        Framing::Bad(what) => header_error(what),
+    })?;
+    // Every record within the data section, before the reader buffers
+    // any: it sizes its buffers by what records claim.
+    check_framing(file, data_offset, data_size).map_err(|e| match e {
+        Framing::Io(source) => io(source),
+        Framing::Bad(what) => header_error(what),
+    })?;
+    file.seek(SeekFrom::Start(0)).map_err(io)?;
+    Ok((data_offset, data_size))
+}
+
+/// The feature sections (their table at `table`, the bits in `header`)
+/// within the file's `len` bytes, and those the reader parses walked:
+/// their counts within their sizes.
+fn check_features(
+    file: &mut File,
+    len: u64,
+    header: &[u8; HEADER_LEN as usize],
+    table: u64,
+) -> Result<(), Framing> {
     // The features in bit order, as their sections' table lists them.
     let bits: Vec<u32> = (0..256u32)
         .filter(|&bit| header[72 + (bit / 8) as usize] & (1 << (bit % 8)) != 0)
         .collect();
     let mut sections = Vec::with_capacity(bits.len());
-    file.seek(SeekFrom::Start(table)).map_err(io)?;
+    file.seek(SeekFrom::Start(table)).map_err(Framing::Io)?;
     for (i, &bit) in bits.iter().enumerate() {
         let mut entry = [0u8; 16];
-        file.read_exact(&mut entry).map_err(io)?;
+        file.read_exact(&mut entry).map_err(Framing::Io)?;
         let offset = u64::from_le_bytes(entry[..8].try_into().expect("8 bytes"));
         let size = u64::from_le_bytes(entry[8..].try_into().expect("8 bytes"));
         if offset.checked_add(size).is_none_or(|end| end > len) {
-            return Err(header_error(format!(
+            return Err(Framing::Bad(format!(
                 "feature section {bit} (table byte {}) runs from {offset} for {size} bytes, past the file's {len}",
                 table + 16 * i as u64
             )));
         }
         sections.push((bit, offset, size));
+    }
+    if bits.contains(&FEATURE_SIMPLEPERF_META_INFO) {
+        return Err(Framing::Bad(
+            "a simpleperf file (feature 128): only Linux perf's files are read".into(),
+        ));
     }
     // The sections the reader parses: their counts checked against their
     // sizes, since it sizes its tables by the counts alone.
@@ -158,21 +209,45 @@ fn check_header(file: &mut File, path: &Path) -> Result<(u64, u64), PerfDataErro
             continue;
         }
         let mut bytes = vec![0u8; usize::try_from(size).unwrap_or(usize::MAX)];
-        file.seek(SeekFrom::Start(offset)).map_err(io)?;
-        file.read_exact(&mut bytes).map_err(io)?;
+        file.seek(SeekFrom::Start(offset)).map_err(Framing::Io)?;
+        file.read_exact(&mut bytes).map_err(Framing::Io)?;
         let checked = match bit {
             FEATURE_CMDLINE => check_string_list(&bytes),
             FEATURE_EVENT_DESC => check_event_desc(&bytes),
             _ => Walk::new(&bytes).string(),
         };
         if let Err(at) = checked {
-            return Err(header_error(format!(
+            return Err(Framing::Bad(format!(
                 "feature section {bit} (at byte {offset}, {size} bytes) runs out at its byte {at}: a count or length in it is wrong"
             )));
         }
     }
-    file.seek(SeekFrom::Start(0)).map_err(io)?;
-    Ok((data_offset, data_size))
+    Ok(())
+}
+
+/// Each of the `count` attrs' id sections (the last 16 bytes of each
+/// `entry`-byte entry from `offset`) within the file's `len` bytes.
+fn check_attr_ids(
+    file: &mut File,
+    len: u64,
+    offset: u64,
+    count: u64,
+    entry: u64,
+) -> Result<(), Framing> {
+    for i in 0..count {
+        let at = offset + i * entry + entry - 16;
+        file.seek(SeekFrom::Start(at)).map_err(Framing::Io)?;
+        let mut ids = [0u8; 16];
+        file.read_exact(&mut ids).map_err(Framing::Io)?;
+        let start = u64::from_le_bytes(ids[..8].try_into().expect("8 bytes"));
+        let size = u64::from_le_bytes(ids[8..].try_into().expect("8 bytes"));
+        if start.checked_add(size).is_none_or(|end| end > len) {
+            return Err(Framing::Bad(format!(
+                "the ids of attr {i} (byte {at}) run from {start} for {size} bytes, past the file's {len}"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Feature bits of the sections the reader parses (perf's
@@ -182,6 +257,14 @@ const FEATURE_OSRELEASE: u32 = 4;
 const FEATURE_VERSION: u32 = 5;
 const FEATURE_CMDLINE: u32 = 11;
 const FEATURE_EVENT_DESC: u32 = 12;
+const FEATURE_SIMPLEPERF_META_INFO: u32 = 128;
+
+/// perf's own record types that the framing walk looks into:
+/// `PERF_RECORD_AUXTRACE`, whose data follows it outside its size, and
+/// the compressed ones, which are not read.
+const RECORD_AUXTRACE: u32 = 71;
+const RECORD_COMPRESSED: u32 = 81;
+const RECORD_COMPRESSED2: u32 = 83;
 
 /// A walk over a feature section: each step within it, or the byte
 /// where it ran out.
@@ -245,23 +328,6 @@ fn check_event_desc(bytes: &[u8]) -> Result<(), usize> {
     Ok(())
 }
 
-/// The error naming the first damaged record of the data section, if
-/// its framing shows one.
-fn damaged_record(input: &Path, offset: u64, size: u64) -> Option<PerfDataError> {
-    let mut file = File::open(input).ok()?;
-    match check_framing(&mut file, offset, size) {
-        Err(Framing::Bad(what)) => Some(PerfDataError::Header {
-            path: input.to_path_buf(),
-            what,
-        }),
-        Err(Framing::Io(source)) => Some(PerfDataError::Io {
-            path: input.to_path_buf(),
-            source,
-        }),
-        Ok(()) => None,
-    }
-}
-
 /// What a pass over the data section's record headers found.
 enum Framing {
     Io(std::io::Error),
@@ -269,9 +335,9 @@ enum Framing {
 }
 
 /// Walks the data section's record headers: each record at least its
-/// header long and within the section. Run when the reader has failed,
-/// to name the damaged record by its offset (the reader does not say
-/// where it stopped).
+/// header long and within the section (an aux trace's data too), and
+/// none compressed, so that the reader's buffers are bounded by the file
+/// and a damaged record is named by its offset.
 fn check_framing(file: &mut File, offset: u64, size: u64) -> Result<(), Framing> {
     let end = offset + size;
     file.seek(SeekFrom::Start(offset)).map_err(Framing::Io)?;
@@ -286,7 +352,14 @@ fn check_framing(file: &mut File, offset: u64, size: u64) -> Result<(), Framing>
             )));
         }
         reader.read_exact(&mut header).map_err(Framing::Io)?;
+        let kind = u32::from_le_bytes(header[..4].try_into().expect("4 bytes"));
         let len = u64::from(u16::from_le_bytes([header[6], header[7]]));
+        if matches!(kind, RECORD_COMPRESSED | RECORD_COMPRESSED2) {
+            return Err(Framing::Bad(format!(
+                "the record at byte {at} is compressed (perf record -z): such files are not read; \
+                 perf inject -i FILE -o OUT writes it uncompressed"
+            )));
+        }
         if len < 8 {
             return Err(Framing::Bad(format!(
                 "the record at byte {at} claims {len} bytes, less than its 8-byte header"
@@ -297,8 +370,23 @@ fn check_framing(file: &mut File, offset: u64, size: u64) -> Result<(), Framing>
                 "the record at byte {at} claims {len} bytes, past the data section's end at byte {end}"
             )));
         }
+        let mut skip = len - 8;
+        if kind == RECORD_AUXTRACE && len >= 16 {
+            // Its trace data follows it: `size` bytes, within the section.
+            let mut size = [0u8; 8];
+            reader.read_exact(&mut size).map_err(Framing::Io)?;
+            let data = u64::from_le_bytes(size);
+            skip -= 8;
+            if data > end - at - len {
+                return Err(Framing::Bad(format!(
+                    "the aux trace at byte {at} claims {data} bytes, past the data section's end at byte {end}"
+                )));
+            }
+            skip += data;
+            at += data;
+        }
         reader
-            .seek_relative(i64::try_from(len - 8).unwrap_or(i64::MAX))
+            .seek_relative(i64::try_from(skip).unwrap_or(i64::MAX))
             .map_err(Framing::Io)?;
         at += len;
     }
@@ -337,7 +425,7 @@ pub fn import_perf_data(
             what: "not a regular file".into(),
         });
     }
-    let (data_offset, data_size) = check_header(&mut file, input)?;
+    check_header(&mut file, input)?;
     let mtime = file
         .metadata()
         .and_then(|m| m.modified())
@@ -369,11 +457,7 @@ pub fn import_perf_data(
     let mut recorder = Recorder::offline(ichnos_code::UnwindOptions::default().max_frames, out);
     let (result, unreadable, last_time) =
         convert_records(&mut perf_file, &mut record_iter, &formats, &mut recorder);
-    // The reader does not say where it stopped: a walk over the record
-    // headers finds the damaged one.
-    let result = result.map_err(|source| {
-        damaged_record(input, data_offset, data_size).unwrap_or_else(|| corrupt(source))
-    });
+    let result = result.map_err(corrupt);
     recorder.finish();
     if unreadable > 0 {
         recorder
