@@ -858,3 +858,108 @@ assert longest > 1000, longest
     }
     assert_eq!(theirs, our_folded());
 }
+
+/// The page that opens the flame graph beside it in Chromium, clicks the
+/// frame of `function` and writes what the zoom did into `<pre id=out>`:
+/// the frame's width before and after (percent), whether the "Reset
+/// Zoom" button was hidden before and after, and whether the graph's own
+/// script had set up its `zoom` function.
+const ZOOM_PAGE: &str = r#"<!doctype html>
+<html><body>
+<object id="fg" type="image/svg+xml" data="flame.svg" width="1200" height="800"></object>
+<pre id="out">not loaded</pre>
+<script>
+const out = document.getElementById("out");
+document.getElementById("fg").addEventListener("load", () => {
+  try {
+    const doc = document.getElementById("fg").contentDocument;
+    const win = doc.defaultView;
+    const frames = Array.from(doc.querySelectorAll("g"))
+      .filter(g => g.querySelector("title") && g.querySelector("rect"));
+    const title = g => g.querySelector("title").textContent;
+    const width = g => parseFloat(g.querySelector("rect").getAttribute("width"));
+    const target = frames.find(g => title(g).startsWith("FUNCTION ("));
+    const unzoom = doc.getElementById("unzoom");
+    const result = {frames: frames.length, zoom: typeof win.zoom,
+      before: width(target), hiddenBefore: unzoom.classList.contains("hide")};
+    target.querySelector("rect").dispatchEvent(new win.MouseEvent("click", {bubbles: true}));
+    result.after = width(target);
+    result.hiddenAfter = unzoom.classList.contains("hide");
+    out.textContent = JSON.stringify(result);
+  } catch (e) {
+    out.textContent = "error: " + e;
+  }
+});
+</script></body></html>
+"#;
+
+/// Runs headless Chromium (Debian's `chromium`) with `args`: its standard
+/// output and its log (console messages included).
+fn chromium(args: &[&str]) -> (String, String) {
+    let out = Command::new("chromium")
+        .args([
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--enable-logging=stderr",
+            "--v=0",
+        ])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("chromium runs (Debian's chromium package)");
+    assert!(
+        out.status.success(),
+        "chromium {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (
+        text(&out),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn the_flame_graph_zooms_on_a_click_in_a_real_browser_without_script_errors() {
+    let (dir, file) = export("svg", &[]);
+    std::fs::copy(&file, dir.path().join("flame.svg")).unwrap();
+    let page = dir.path().join("zoom.html");
+    std::fs::write(&page, ZOOM_PAGE.replace("FUNCTION", "checksum_row")).unwrap();
+    let url = format!("file://{}", page.display());
+    let (dom, log) = chromium(&[
+        "--allow-file-access-from-files",
+        "--virtual-time-budget=10000",
+        "--dump-dom",
+        &url,
+    ]);
+    assert!(!log.contains("Uncaught"), "script errors: {log}");
+    let result = dom
+        .split("<pre id=\"out\">")
+        .nth(1)
+        .and_then(|s| s.split("</pre>").next())
+        .unwrap_or_else(|| panic!("no result in {dom}"));
+    let result: serde_json::Value =
+        serde_json::from_str(result).unwrap_or_else(|e| panic!("{e}: {result}"));
+    assert_eq!(result["zoom"], "function", "{result}");
+    let (before, after) = (
+        result["before"].as_f64().unwrap(),
+        result["after"].as_f64().unwrap(),
+    );
+    // checksum_row holds about a tenth of the samples: zoomed, it spans
+    // the graph, and the reset button shows.
+    assert!(before < 50.0 && after > 99.0, "{result}");
+    assert_eq!(result["hiddenBefore"], true, "{result}");
+    assert_eq!(result["hiddenAfter"], false, "{result}");
+    // A picture for people to look at, kept with the build.
+    let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("flamegraph.png");
+    let _ = std::fs::remove_file(&shot);
+    let svg_url = format!("file://{}", file.display());
+    chromium(&[
+        "--window-size=1200,900",
+        &format!("--screenshot={}", shot.display()),
+        &svg_url,
+    ]);
+    let png = std::fs::read(&shot).expect("a screenshot");
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    assert!(png.len() > 4096, "{} bytes", png.len());
+}
