@@ -213,6 +213,11 @@ impl Spaces {
         }
     }
 
+    /// Whether the processes are not running here.
+    pub fn is_offline(&self) -> bool {
+        self.offline
+    }
+
     /// A thread's command name from `/proc`, unless offline.
     fn comm(&self, pid: u32, tid: u32) -> Option<Vec<u8>> {
         if self.offline {

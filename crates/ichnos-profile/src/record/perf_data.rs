@@ -558,6 +558,20 @@ fn describe(out: &mut Output, perf_file: &linux_perf_data::PerfFile, mtime: u64)
         };
         (frequency, u64::from(a.attr.sample_stack_user))
     });
+    // When the first sample was taken, on the wall clock: from the clock
+    // data perf keeps (the recording clock against the wall clock at one
+    // instant), else from the file's last write less the samples' span.
+    let range = perf_file.sample_time_range().ok().flatten();
+    let start_realtime = match (perf_file.clock_data().ok().flatten(), range) {
+        (Some(clock), Some(r)) => clock
+            .wall_clock_ns
+            .saturating_add(r.first_sample_time)
+            .saturating_sub(clock.clockid_time_ns),
+        (None, Some(r)) => {
+            mtime.saturating_sub(r.last_sample_time.saturating_sub(r.first_sample_time))
+        }
+        _ => mtime,
+    };
     let recorder = match perf_file.perf_version() {
         Ok(Some(v)) => format!("perf {v}"),
         _ => "perf".to_owned(),
@@ -570,7 +584,7 @@ fn describe(out: &mut Output, perf_file: &linux_perf_data::PerfFile, mtime: u64)
         frequency,
         stack_size,
         start_monotonic_ns: 0,
-        start_realtime_ns: mtime,
+        start_realtime_ns: start_realtime,
         recorder: recorder.as_bytes(),
         target: Target::Command,
     }));

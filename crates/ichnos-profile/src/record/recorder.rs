@@ -149,6 +149,17 @@ impl Recorder {
         }
     }
 
+    /// When a record without a timestamp happened: now, live; offline
+    /// (a file read back) the clock here means nothing, and it counts as
+    /// the recording's start.
+    fn now(&self) -> u64 {
+        if self.spaces.is_offline() {
+            0
+        } else {
+            monotonic_ns()
+        }
+    }
+
     /// A recorder of processes that are not running here: the records of
     /// a perf.data file, handed to [`Recorder::handle`] in time order.
     pub(super) fn offline(max_frames: usize, output: Output) -> Self {
@@ -279,7 +290,7 @@ impl Recorder {
         match record {
             PerfRecord::Sample(s) => self.sample(s, stack_cut),
             PerfRecord::Mmap(m) if m.executable => {
-                let time = m.sample_id.time.unwrap_or_else(monotonic_ns);
+                let time = m.sample_id.time.unwrap_or_else(|| self.now());
                 self.spaces.map(
                     m.pid,
                     m.addr..m.addr.saturating_add(m.len),
@@ -291,7 +302,7 @@ impl Recorder {
                 );
             }
             PerfRecord::Comm(c) => {
-                let time = c.sample_id.time.unwrap_or_else(monotonic_ns);
+                let time = c.sample_id.time.unwrap_or_else(|| self.now());
                 if c.exec {
                     // A new program: a new stack.
                     self.stack_tops.ended(c.tid);
@@ -320,13 +331,13 @@ impl Recorder {
             }
             PerfRecord::Lost(l) => {
                 self.lost += l.lost;
-                let time = l.sample_id.time.unwrap_or_else(monotonic_ns);
+                let time = l.sample_id.time.unwrap_or_else(|| self.now());
                 let cpu = l.sample_id.cpu.unwrap_or(0);
                 self.output.lost(time, cpu, l.lost, LostCause::KernelRing);
             }
             PerfRecord::LostSamples(l) => {
                 self.lost += l.lost;
-                let time = l.sample_id.time.unwrap_or_else(monotonic_ns);
+                let time = l.sample_id.time.unwrap_or_else(|| self.now());
                 let cpu = l.sample_id.cpu.unwrap_or(0);
                 self.output
                     .lost(time, cpu, l.lost, LostCause::KernelSamples);
