@@ -421,6 +421,41 @@ impl Recorder {
             FrameKind::Interrupted => f.ip.wrapping_add(1),
             _ => f.ip,
         }));
+        self.write_sample(pid, tid, cpu, time, stop, s.period.unwrap_or(1));
+        match stop {
+            StackStop::Complete => {
+                self.complete += 1;
+                if let Some(outermost) = self.frames.last() {
+                    self.stack_tops.learn(tid, outermost.sp);
+                }
+            }
+            // Cut too soon: this thread's stacks are copied whole from now.
+            StackStop::StackEnd if stack_cut => {
+                self.cut_short += 1;
+                self.stack_tops.never_cut(tid);
+            }
+            StackStop::StackEnd => self.past_copy += 1,
+            _ => {}
+        }
+    }
+}
+
+impl Recorder {
+    /// Writes a sample of `pid`'s thread `tid` whose stack is the one in
+    /// `self.stack`: interned (written first if it is new, its JIT frames
+    /// noted for naming), then the sample itself.
+    fn write_sample(
+        &mut self,
+        pid: u32,
+        tid: u32,
+        cpu: u32,
+        time: u64,
+        stop: StackStop,
+        weight: u64,
+    ) {
+        let Some(space) = self.spaces.by_pid.get_mut(&pid) else {
+            return;
+        };
         let (id, new) = self.interner.intern(space.asid, stop, &self.stack);
         if new {
             self.output.meta(&Record::StackOut(StackOut {
@@ -438,24 +473,9 @@ impl Recorder {
             tid: u64::from(tid),
             cpu: u64::from(cpu),
             stack: u64::from(id),
-            weight: s.period.unwrap_or(1),
+            weight,
         });
         self.samples += 1;
-        match stop {
-            StackStop::Complete => {
-                self.complete += 1;
-                if let Some(outermost) = self.frames.last() {
-                    self.stack_tops.learn(tid, outermost.sp);
-                }
-            }
-            // Cut too soon: this thread's stacks are copied whole from now.
-            StackStop::StackEnd if stack_cut => {
-                self.cut_short += 1;
-                self.stack_tops.never_cut(tid);
-            }
-            StackStop::StackEnd => self.past_copy += 1,
-            _ => {}
-        }
     }
 }
 
@@ -511,25 +531,7 @@ impl Recorder {
         } else {
             StackStop::NoUnwindInfo
         };
-        let (id, new) = self.interner.intern(space.asid, stop, &self.stack);
-        if new {
-            self.output.meta(&Record::StackOut(StackOut {
-                id: u64::from(id),
-                asid: space.asid,
-                stop,
-                frames: &self.stack,
-            }));
-        }
-        let rel = self.output.rel(time);
-        self.output.sample(&Record::Sample {
-            time: rel,
-            pid: u64::from(pid),
-            tid: u64::from(tid),
-            cpu: u64::from(cpu),
-            stack: u64::from(id),
-            weight: s.period.unwrap_or(1),
-        });
-        self.samples += 1;
+        self.write_sample(pid, tid, cpu, time, stop, s.period.unwrap_or(1));
         if outermost {
             self.complete += 1;
         }
