@@ -8,7 +8,7 @@ use std::io::{self, Write};
 use std::sync::Arc;
 
 use super::load::Tally;
-use super::print::{folded, top, Sort, TopRow};
+use super::print::{folded, shown_rows, top, write_more, Sort, TopRow};
 use super::Weighted;
 
 /// One function in either recording.
@@ -135,12 +135,7 @@ pub fn write_diff(
         "  {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
         "", "", "base", "new", "base", "new"
     )?;
-    let shown = rows
-        .iter()
-        .take(if limit == 0 { usize::MAX } else { limit });
-    let mut count = 0;
-    for r in shown {
-        count += 1;
+    for r in &rows[..shown_rows(rows.len(), limit)] {
         writeln!(
             out,
             "{} {:>+7.2}% {:>+7.2}% {:>7.2}% {:>7.2}% {:>8} {:>8}  {:<40} {}",
@@ -155,11 +150,7 @@ pub fn write_diff(
             r.object
         )?;
     }
-    let more = rows.len().saturating_sub(count);
-    if limit != 0 && more > 0 && count == limit {
-        writeln!(out, "# {more} more functions (--limit 0 shows all)")?;
-    }
-    Ok(())
+    write_more(out, rows.len(), limit)
 }
 
 /// Writes the differential flame graph of `base` to `new`: the new

@@ -93,6 +93,25 @@ fn percent(part: u64, whole: u64) -> f64 {
     }
 }
 
+/// How many of `rows` rows a table shows at `limit` (0: all).
+pub(super) fn shown_rows(rows: usize, limit: usize) -> usize {
+    if limit == 0 {
+        rows
+    } else {
+        rows.min(limit)
+    }
+}
+
+/// The line after a table that `limit` cut short: how many rows of
+/// `rows` it left out.
+pub(super) fn write_more(out: &mut dyn Write, rows: usize, limit: usize) -> io::Result<()> {
+    let more = rows - shown_rows(rows, limit);
+    if more > 0 {
+        writeln!(out, "# {more} more functions (--limit 0 shows all)")?;
+    }
+    Ok(())
+}
+
 /// Writes the top table: `Self% Total% Self Total Function Object`, at
 /// most `limit` rows (0: all).
 pub fn write_top(
@@ -106,12 +125,7 @@ pub fn write_top(
         "{:>7} {:>7} {:>8} {:>8}  {:<40} OBJECT",
         "SELF%", "TOTAL%", "SELF", "TOTAL", "FUNCTION"
     )?;
-    let shown = rows
-        .iter()
-        .take(if limit == 0 { usize::MAX } else { limit });
-    let mut count = 0;
-    for r in shown {
-        count += 1;
+    for r in &rows[..shown_rows(rows.len(), limit)] {
         writeln!(
             out,
             "{:>6.2}% {:>6.2}% {:>8} {:>8}  {:<40} {}",
@@ -123,11 +137,7 @@ pub fn write_top(
             r.object
         )?;
     }
-    let more = rows.len().saturating_sub(count);
-    if limit != 0 && more > 0 && count == limit {
-        writeln!(out, "# {more} more functions (--limit 0 shows all)")?;
-    }
-    Ok(())
+    write_more(out, rows.len(), limit)
 }
 
 /// The frames of one sample root first, as trees and folded stacks show
