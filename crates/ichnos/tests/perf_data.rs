@@ -11,21 +11,6 @@ mod common;
 
 use common::*;
 
-/// Records `command` with `perf record -e cpu-clock -F hz` and `graph`
-/// (`dwarf` or `fp`) into `data`.
-fn perf_record(data: &Path, hz: u32, graph: &str, command: &[&str]) {
-    let out = Command::new("perf")
-        .args(["record", "-q", "-e", "cpu-clock", "-F", &hz.to_string()])
-        .args(["--call-graph", graph])
-        .arg("-o")
-        .arg(data)
-        .arg("--")
-        .args(command)
-        .output()
-        .expect("perf runs (install linux-perf)");
-    assert!(out.status.success(), "perf record: {}", stderr(&out));
-}
-
 #[test]
 fn perf_record_call_graph_dwarf_is_unwound_completely_with_perf_reports_shares() {
     let dir = tempfile::tempdir().unwrap();

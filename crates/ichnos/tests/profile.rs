@@ -64,23 +64,7 @@ fn self_shares_agree_with_perf_record_call_graph_dwarf() {
     let exe = build_chains(dir.path(), Build::Sframe);
     let exe = exe.to_str().unwrap();
     let perf_data = dir.path().join("perf.data");
-    let out = Command::new("perf")
-        .args([
-            "record",
-            "-q",
-            "-e",
-            "cpu-clock",
-            "-F",
-            "4000",
-            "--call-graph",
-            "dwarf",
-        ])
-        .arg("-o")
-        .arg(&perf_data)
-        .args(["--", exe, "16000"])
-        .output()
-        .expect("perf runs (install linux-perf)");
-    assert!(out.status.success(), "perf record: {}", stderr(&out));
+    perf_record(&perf_data, 4000, "dwarf", &[exe, "16000"]);
     let theirs = perf_shares(&perf_data);
     let data = dir.path().join("chains.data");
     record(&data, 4000, &[exe, "16000"]);

@@ -233,3 +233,18 @@ pub fn fails_with(args: &[&str], wanted: &[&str]) -> String {
     }
     err
 }
+
+/// Records `command` with `perf record -e cpu-clock -F hz` and `graph`
+/// (`dwarf` or `fp`) into `data`.
+pub fn perf_record(data: &Path, hz: u32, graph: &str, command: &[&str]) {
+    let out = Command::new("perf")
+        .args(["record", "-q", "-e", "cpu-clock", "-F", &hz.to_string()])
+        .args(["--call-graph", graph])
+        .arg("-o")
+        .arg(data)
+        .arg("--")
+        .args(command)
+        .output()
+        .expect("perf runs (install linux-perf)");
+    assert!(out.status.success(), "perf record: {}", stderr(&out));
+}
