@@ -1,0 +1,218 @@
+//! The JIT side of an address space: code the process registered or
+//! mapped anonymously, found when a walk runs into it, and the names its
+//! perf map or jitdump file give it, captured while the process lives.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use ichnos_code::{CodeObject, JitRows, RowSource, Rows};
+use ichnos_data::{JitSource, Record};
+
+use super::{
+    capped, reread, stamp, AddressSpace, Output, RegistryAt, MAX_JITDUMP, MAX_JIT_NAMES,
+    MAX_PENDING_JIT, REFRESH_INTERVAL_NS,
+};
+
+impl AddressSpace {
+    /// Whether `pc` lies in memory a JIT may fill: anonymous executable
+    /// memory, or no mapping at all (code mapped before a record could
+    /// tell us).
+    pub fn may_be_jit(&self, pc: u64) -> bool {
+        self.code.find(pc).is_none()
+            && (self.jit.anon.iter().any(|r| r.contains(&pc))
+                || !self.mappings.iter().any(|m| m.range.contains(&pc)))
+    }
+
+    /// Whether a look for code no record told of (JIT code the process
+    /// registered, mappings made before the recording could see them) is
+    /// due: something new was mapped, or the last look was 50 ms ago.
+    /// Taking it starts the next interval.
+    pub fn take_refresh(&mut self, time: u64) -> bool {
+        if self.offline {
+            return false;
+        }
+        let due = self.jit.dirty
+            || self
+                .jit
+                .last_refresh
+                .is_none_or(|t| time.saturating_sub(t) >= REFRESH_INTERVAL_NS);
+        if due {
+            self.jit.dirty = false;
+            self.jit.last_refresh = Some(time);
+        }
+        due
+    }
+
+    /// Looks for JIT code the process registered since the last look:
+    /// whether the code map changed.
+    pub fn refresh_jit(&mut self) -> bool {
+        if self.jit.registry == RegistryAt::Unknown {
+            self.jit.registry = match ichnos_code::export::find_exported_registry(self.pid) {
+                Ok(addr) => RegistryAt::At(addr),
+                Err(_) => RegistryAt::Absent,
+            };
+        }
+        let RegistryAt::At(addr) = self.jit.registry else {
+            return false;
+        };
+        let pid = self.pid;
+        let Ok(registrations) = ichnos_code::export::read_exported_registry(pid, addr) else {
+            return false;
+        };
+        let mut changed = false;
+        for r in registrations {
+            let ichnos_code::Registration::Jit {
+                text,
+                unwind_head,
+                name,
+            } = r
+            else {
+                continue;
+            };
+            if !self.jit.registered.insert((text.start, unwind_head)) {
+                continue;
+            }
+            let rows = JitRows::new(pid, text.start, text.end, unwind_head);
+            rows.refresh();
+            let name: Arc<str> = Arc::from(name.as_deref().unwrap_or("[jit]"));
+            let object = CodeObject {
+                start: text.start,
+                end: text.end,
+                bias: 0,
+                rows: Rows::Jit(Arc::new(rows)),
+                source: RowSource::Jit,
+                name,
+            };
+            changed |= self.code.insert(Arc::new(object)).is_ok();
+        }
+        changed
+    }
+
+    /// Notes the JIT frames of a new stack: names registered code the
+    /// first time it appears, and remembers addresses no name covers yet.
+    pub fn note_jit_frames(&mut self, frames: &[u64], out: &mut Output, time: u64) {
+        for (i, &frame) in frames.iter().enumerate() {
+            let pc = if i == 0 { frame } else { frame.wrapping_sub(1) };
+            match self.code.find(pc) {
+                Some(object)
+                    if object.source == RowSource::Jit
+                        && self.jit.names < MAX_JIT_NAMES
+                        && self.jit.named.insert(object.start) =>
+                {
+                    self.jit.names += 1;
+                    out.meta(&Record::JitCode {
+                        asid: self.asid,
+                        start: object.start,
+                        end: object.end,
+                        source: JitSource::Registry,
+                        name: capped(object.name.as_bytes()),
+                    });
+                }
+                None if self.jit.pending.len() < MAX_PENDING_JIT
+                    && self.jit.anon.iter().any(|r| r.contains(&pc)) =>
+                {
+                    self.jit.fresh |= self.jit.pending.insert(pc);
+                }
+                _ => {}
+            }
+        }
+        if !self.jit.pending.is_empty() {
+            self.capture_jit_names(out, time, false);
+        }
+    }
+
+    /// Names the pending JIT addresses from the process's perf map and
+    /// jitdump file, while it lives (`force`: now, else at most every
+    /// 50 ms). The files are read again only when their size or time
+    /// changed, and the addresses looked up only when they or the files
+    /// are new.
+    pub fn capture_jit_names(&mut self, out: &mut Output, time: u64, force: bool) {
+        // Offline, the perf map's owner cannot be checked against the
+        // process (gone, or its number another's): not read.
+        if self.jit.pending.is_empty() || self.offline {
+            return;
+        }
+        if !force
+            && self
+                .jit
+                .last_names
+                .is_some_and(|t| time.saturating_sub(t) < REFRESH_INTERVAL_NS)
+        {
+            return;
+        }
+        self.jit.last_names = Some(time);
+        let perf_map_path = PathBuf::from(format!("/tmp/perf-{}.map", self.pid));
+        let stamps = (
+            stamp(&perf_map_path),
+            self.jit.jitdump.as_deref().and_then(stamp),
+        );
+        let pid = self.pid;
+        let perf_map = reread(&mut self.jit.perf_map, &perf_map_path, stamps.0, |_| {
+            ichnos_symbol::perf_map::PerfMap::for_process(pid).ok()
+        });
+        let jitdump = match self.jit.jitdump.clone() {
+            Some(path) => reread(&mut self.jit.jitdump_read, &path, stamps.1, |path| {
+                let file = ichnos_code::elf::open_regular(path).ok()?;
+                let mut bytes = Vec::new();
+                std::io::Read::read_to_end(&mut std::io::Read::take(file, MAX_JITDUMP), &mut bytes)
+                    .ok()?;
+                Some(ichnos_symbol::jitdump::JitDump::parse(&bytes))
+            }),
+            None => None,
+        };
+        // Looked up again only for new addresses or what the files now say.
+        let said = (
+            perf_map
+                .as_ref()
+                .and(self.jit.perf_map.as_ref().map(|r| r.0)),
+            jitdump
+                .as_ref()
+                .and(self.jit.jitdump_read.as_ref().map(|r| r.0)),
+        );
+        if !self.jit.fresh && self.jit.looked == Some(said) {
+            return;
+        }
+        self.jit.fresh = false;
+        self.jit.looked = Some(said);
+        let mut named = Vec::new();
+        for &pc in &self.jit.pending {
+            let found = jitdump
+                .as_ref()
+                .and_then(|d| d.lookup(pc))
+                .map(|c| {
+                    (
+                        c.addr,
+                        c.addr.saturating_add(c.size),
+                        c.name.clone(),
+                        JitSource::JitDump,
+                    )
+                })
+                .or_else(|| {
+                    perf_map.as_ref().and_then(|m| m.lookup(pc)).map(|e| {
+                        (
+                            e.start,
+                            e.start.saturating_add(e.size),
+                            e.name.clone(),
+                            JitSource::PerfMap,
+                        )
+                    })
+                });
+            if let Some(found) = found {
+                named.push((pc, found));
+            }
+        }
+        for (pc, (start, end, name, source)) in named {
+            self.jit.pending.remove(&pc);
+            if self.jit.names < MAX_JIT_NAMES && self.jit.named.insert(start) {
+                self.jit.names += 1;
+                out.meta(&Record::JitCode {
+                    asid: self.asid,
+                    start,
+                    end,
+                    source,
+                    name: capped(name.as_bytes()),
+                });
+            }
+        }
+    }
+}
