@@ -20,21 +20,7 @@ fn perf_record_call_graph_dwarf_is_unwound_completely_with_perf_reports_shares()
     perf_record(&data, 4000, "dwarf", &[exe, "16000"]);
     // Read as `ichnos report perf.data` and as `-i perf.data`.
     let stacks = folded(&data, &["--no-inline"]);
-    let (total, complete, broken) = completeness(&stacks, &CHAINS_FUNCTIONS, "main");
-    assert!(total >= 1000, "only {total} samples in the fixture");
-    assert!(
-        complete * 1000 >= total * 999,
-        "{complete} of {total} complete; the rest: {broken:?}"
-    );
-    for leaf in ["leaf_heavy", "leaf_light", "unit"] {
-        let want = ["main", "run", "stage_a", "stage_b", leaf];
-        assert!(
-            stacks
-                .iter()
-                .any(|(f, _)| f.len() >= 5 && f[f.len() - 5..] == want),
-            "no chain {want:?}: {stacks:?}"
-        );
-    }
+    assert_chains_complete(&stacks, "perf record --call-graph dwarf");
     let theirs = perf_shares(&data);
     let ours = self_shares(&data);
     for function in ["leaf_heavy", "leaf_light", "unit"] {

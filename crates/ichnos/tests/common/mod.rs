@@ -248,3 +248,29 @@ pub fn perf_record(data: &Path, hz: u32, graph: &str, command: &[&str]) {
         .expect("perf runs (install linux-perf)");
     assert!(out.status.success(), "perf record: {}", stderr(&out));
 }
+
+/// Asserts that the `chains` fixture's folded `stacks` (as `folded`
+/// gives them, `--no-inline`) hold at least 1000 of its samples, 99.9% of
+/// them complete through `main`, and each leaf's whole chain from `main`;
+/// `label` names the recording in failures.
+pub fn assert_chains_complete(stacks: &[(Vec<String>, u64)], label: &str) {
+    let (total, complete, broken) = completeness(stacks, &CHAINS_FUNCTIONS, "main");
+    assert!(
+        total >= 1000,
+        "{label}: only {total} samples in the fixture"
+    );
+    assert!(
+        complete * 1000 >= total * 999,
+        "{label}: {complete} of {total} complete; the rest: {broken:?}"
+    );
+    // The chains themselves, from the thread's start to each leaf.
+    for leaf in ["leaf_heavy", "leaf_light", "unit"] {
+        let want = ["main", "run", "stage_a", "stage_b", leaf];
+        assert!(
+            stacks
+                .iter()
+                .any(|(f, _)| f.len() >= 5 && f[f.len() - 5..] == want),
+            "{label}: no chain {want:?}: {stacks:?}"
+        );
+    }
+}
