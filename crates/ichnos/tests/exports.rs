@@ -13,15 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
-const ICHNOS: &str = env!("CARGO_BIN_EXE_ichnos");
+mod common;
 
-fn ichnos(args: &[&str]) -> Output {
-    Command::new(ICHNOS)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run ichnos")
-}
+use common::{ichnos, ICHNOS};
 
 fn text(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
@@ -156,12 +150,7 @@ fn go_pprof(args: &[&str], file: &Path) -> String {
         .arg(file)
         .output()
         .expect("go tool pprof runs (Debian's golang-go)");
-    assert!(
-        out.status.success(),
-        "go tool pprof {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    text(&out)
+    text(&ok(out, &format!("go tool pprof {args:?}")))
 }
 
 #[test]
@@ -265,12 +254,7 @@ fn python(script: &str, args: &[&str]) -> String {
         .args(args)
         .output()
         .expect("python3 runs");
-    assert!(
-        out.status.success(),
-        "python3: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    text(&out)
+    text(&ok(out, "python3"))
 }
 
 #[test]
@@ -908,11 +892,7 @@ fn chromium(args: &[&str]) -> (String, String) {
         .stdin(Stdio::null())
         .output()
         .expect("chromium runs (Debian's chromium package)");
-    assert!(
-        out.status.success(),
-        "chromium {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = ok(out, &format!("chromium {args:?}"));
     (
         text(&out),
         String::from_utf8_lossy(&out.stderr).into_owned(),
