@@ -10,25 +10,12 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
 mod common;
 
-use common::{ichnos, ICHNOS};
-
-fn text(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn ok(out: Output, what: &str) -> Output {
-    assert!(
-        out.status.success(),
-        "{what}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
+use common::{go_pprof, ichnos, ok, python, text, ICHNOS};
 
 /// One recording of the demo for every test here.
 fn demo() -> &'static Path {
@@ -143,16 +130,6 @@ fn our_folded() -> BTreeMap<(String, Vec<String>), u64> {
     stacks
 }
 
-fn go_pprof(args: &[&str], file: &Path) -> String {
-    let out = Command::new("go")
-        .args(["tool", "pprof"])
-        .args(args)
-        .arg(file)
-        .output()
-        .expect("go tool pprof runs (Debian's golang-go)");
-    text(&ok(out, &format!("go tool pprof {args:?}")))
-}
-
 #[test]
 fn go_tool_pprof_reads_the_pprof_export_with_our_totals_and_functions() {
     let (_dir, file) = export("pprof", &[]);
@@ -244,17 +221,6 @@ fn the_pprof_export_keeps_objects_with_their_paths_and_build_ids() {
         .expect("ichnos has a build id");
     assert!(ours.contains(build_id), "{ours}: wanted {build_id}");
     assert!(mappings.iter().any(|l| l.contains("[jit]")), "{raw}");
-}
-
-/// Runs Python with `script`; its standard output.
-fn python(script: &str, args: &[&str]) -> String {
-    let out = Command::new("python3")
-        .arg("-c")
-        .arg(script)
-        .args(args)
-        .output()
-        .expect("python3 runs");
-    text(&ok(out, "python3"))
 }
 
 #[test]

@@ -99,6 +99,43 @@ pub fn ichnos(args: &[&str]) -> Output {
         .expect("run ichnos")
 }
 
+/// A program's standard output.
+pub fn text(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `out`, checked to be a success of `what`.
+pub fn ok(out: Output, what: &str) -> Output {
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// `go tool pprof ARGS FILE` (Debian's golang-go): its standard output.
+pub fn go_pprof(args: &[&str], file: &Path) -> String {
+    let out = Command::new("go")
+        .args(["tool", "pprof"])
+        .args(args)
+        .arg(file)
+        .output()
+        .expect("go tool pprof runs (Debian's golang-go)");
+    text(&ok(out, &format!("go tool pprof {args:?}")))
+}
+
+/// Runs Python with `script`; its standard output.
+pub fn python(script: &str, args: &[&str]) -> String {
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .output()
+        .expect("python3 runs");
+    text(&ok(out, "python3"))
+}
+
 pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
