@@ -34,7 +34,7 @@ mod writer;
 pub use error::{ChunkProblem, ReadError};
 pub use reader::{Chunk, Reader};
 pub use record::{
-    BodyError, Frames, JitSource, LostCause, Meta, Record, Stack, StackOut, StackStop, Target,
-    MAPPING_EXECUTABLE,
+    BodyError, Frames, JitSource, LostCause, Meta, OffCpuState, Record, Stack, StackOut, StackStop,
+    Target, MAPPING_EXECUTABLE,
 };
 pub use writer::{encoded_len, Writer, CHUNK_TARGET};

@@ -2,8 +2,8 @@
 //! every truncation point, and damage a reader must name.
 
 use ichnos_data::{
-    ChunkProblem, JitSource, LostCause, Meta, ReadError, Reader, Record, StackOut, StackStop,
-    Target, Writer,
+    ChunkProblem, JitSource, LostCause, Meta, OffCpuState, ReadError, Reader, Record, StackOut,
+    StackStop, Target, Writer,
 };
 use proptest::prelude::*;
 
@@ -17,6 +17,7 @@ enum Owned {
     Mapping(u64, u64, u64, u64, u64, Vec<u8>, Vec<u8>, u64),
     Stack(u64, u64, StackStop, Vec<u64>),
     Sample(u64, u64, u64, u64, u64, u64),
+    OffCpu([u64; 6], OffCpuState),
     Jit(u64, u64, u64, JitSource, Vec<u8>),
     Lost(u64, u64, u64, LostCause),
     Throttle(u64, u64, bool),
@@ -37,6 +38,11 @@ impl Owned {
                 start_realtime_ns: start.wrapping_mul(3),
                 recorder: b"ichnos test",
                 target: Target::Processes,
+                off_cpu_event: if freq % 2 == 0 {
+                    b""
+                } else {
+                    b"sched:sched_switch"
+                },
             }),
             Self::Process(asid, pid, parent, time, name) => Record::Process {
                 asid: *asid,
@@ -81,6 +87,15 @@ impl Owned {
                 cpu: *cpu,
                 stack: *stack,
                 weight: *weight,
+            },
+            Self::OffCpu([time, pid, tid, cpu, stack, duration], state) => Record::OffCpu {
+                time: *time,
+                pid: *pid,
+                tid: *tid,
+                cpu: *cpu,
+                stack: *stack,
+                duration: *duration,
+                state: *state,
             },
             Self::Jit(asid, start, end, source, name) => Record::JitCode {
                 asid: *asid,
@@ -198,6 +213,15 @@ fn owned() -> impl Strategy<Value = Owned> {
             .prop_map(|(a, b, c, d, e, f)| Owned::Sample(a, b, c, d, e, f)),
         (any::<u64>(), any::<u64>(), any::<u64>(), source, bytes())
             .prop_map(|(a, b, c, d, e)| Owned::Jit(a, b, c, d, e)),
+        (
+            any::<[u64; 6]>(),
+            prop_oneof![
+                Just(OffCpuState::Waiting),
+                Just(OffCpuState::Preempted),
+                Just(OffCpuState::Unknown(3))
+            ]
+        )
+            .prop_map(|(a, b)| Owned::OffCpu(a, b)),
         (any::<u64>(), any::<u64>(), any::<u64>(), cause)
             .prop_map(|(a, b, c, d)| Owned::Lost(a, b, c, d)),
         (any::<u64>(), any::<u64>(), any::<bool>()).prop_map(|(a, b, c)| Owned::Throttle(a, b, c)),
@@ -452,6 +476,48 @@ fn values_a_later_version_may_add_are_kept_as_unknown() {
     };
     assert_eq!(s.stop, StackStop::Unknown(9));
     assert_eq!(s.frames.iter().collect::<Vec<_>>(), [0x90]);
+}
+
+#[test]
+fn an_off_cpu_record_reads_field_by_field_as_the_format_page_lays_it_out() {
+    // Kind 12: time 5, pid 7, tid 8, cpu 1, stack 3, duration 300 (two
+    // varint bytes), state 2 (preempted).
+    let payload = [12u8, 8, 5, 7, 8, 1, 3, 0xac, 0x02, 2];
+    let file = file_with(&raw_chunk(&payload, 1));
+    let mut reader = Reader::new(&file[..]).unwrap();
+    let chunk = reader.next_chunk().unwrap().unwrap();
+    let records: Vec<Record<'_>> = chunk.records().map(Result::unwrap).collect();
+    assert_eq!(
+        records[0],
+        Record::OffCpu {
+            time: 5,
+            pid: 7,
+            tid: 8,
+            cpu: 1,
+            stack: 3,
+            duration: 300,
+            state: OffCpuState::Preempted,
+        }
+    );
+}
+
+#[test]
+fn a_meta_record_of_the_first_recordings_has_no_off_cpu_event() {
+    // Written before `off_cpu_event` was added: the body ends at `target`.
+    let mut body = vec![1, b'h', 0, 0, 1, 7];
+    body.extend_from_slice(&[100, 0, 1, 2, 0, 0]);
+    let mut payload = vec![1u8, u8::try_from(body.len()).unwrap()];
+    payload.extend_from_slice(&body);
+    let file = file_with(&raw_chunk(&payload, 1));
+    let mut reader = Reader::new(&file[..]).unwrap();
+    let chunk = reader.next_chunk().unwrap().unwrap();
+    let records: Vec<Record<'_>> = chunk.records().map(Result::unwrap).collect();
+    let Record::Meta(m) = &records[0] else {
+        panic!("{:?}", records[0])
+    };
+    assert_eq!((m.host, m.event, m.frequency), (&b"h"[..], &[7u8][..], 100));
+    assert_eq!(m.target, Target::Command);
+    assert!(m.off_cpu_event.is_empty());
 }
 
 #[test]

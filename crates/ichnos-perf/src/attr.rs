@@ -21,6 +21,8 @@ pub const HW_CPU_CYCLES: u64 = 0;
 pub const SW_CPU_CLOCK: u64 = 0;
 /// `config` of a software event: the task clock.
 pub const SW_TASK_CLOCK: u64 = 1;
+/// `config` of a software event: context switches.
+pub const SW_CONTEXT_SWITCHES: u64 = 3;
 
 /// `sample_type` bits, in the order their fields appear in a sample.
 pub mod sample {

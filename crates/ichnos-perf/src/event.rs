@@ -14,6 +14,18 @@ pub enum EventKind {
     Cycles,
     /// The kernel's per-CPU clock: a software timer, available everywhere.
     CpuClock,
+    /// Context switches, counted by the scheduler as a thread leaves its
+    /// CPU (the software event `context-switches`): with a period of one,
+    /// a sample of every switch, taken in the kernel with the thread's
+    /// user registers as they were when it entered the kernel.
+    ContextSwitches,
+    /// The scheduler's `sched:sched_switch` tracepoint, numbered `id` in
+    /// tracefs ([`tracepoint_id`]): the same moment as
+    /// [`EventKind::ContextSwitches`], through the tracing framework.
+    SchedSwitch {
+        /// The tracepoint's number (`events/sched/sched_switch/id`).
+        id: u64,
+    },
 }
 
 impl EventKind {
@@ -23,8 +35,42 @@ impl EventKind {
         match self {
             Self::Cycles => "cycles",
             Self::CpuClock => "cpu-clock",
+            Self::ContextSwitches => "context-switches",
+            Self::SchedSwitch { .. } => "sched:sched_switch",
         }
     }
+
+    /// Whether the event samples threads as they leave their CPU (every
+    /// switch, not at a frequency).
+    #[must_use]
+    pub fn is_switch(self) -> bool {
+        matches!(self, Self::ContextSwitches | Self::SchedSwitch { .. })
+    }
+}
+
+/// Where tracefs is looked for: `$ICHNOS_TRACEFS` first, where set, then
+/// the two places the kernel documents.
+fn tracefs_dirs() -> Vec<std::path::PathBuf> {
+    let mut dirs = Vec::new();
+    if let Some(dir) = std::env::var_os("ICHNOS_TRACEFS") {
+        dirs.push(std::path::PathBuf::from(dir));
+        return dirs;
+    }
+    dirs.push("/sys/kernel/tracing".into());
+    dirs.push("/sys/kernel/debug/tracing".into());
+    dirs
+}
+
+/// The number of tracepoint `system:name` as tracefs gives it
+/// (`events/SYSTEM/NAME/id`), or `None` where tracefs is not mounted or
+/// not readable (it is root's by default) or has no such tracepoint.
+/// `$ICHNOS_TRACEFS` names the mount point where it is not a standard one.
+#[must_use]
+pub fn tracepoint_id(system: &str, name: &str) -> Option<u64> {
+    tracefs_dirs().iter().find_map(|dir| {
+        let path = dir.join("events").join(system).join(name).join("id");
+        std::fs::read_to_string(path).ok()?.trim().parse().ok()
+    })
 }
 
 impl std::fmt::Display for EventKind {
@@ -59,6 +105,18 @@ pub struct EventConfig {
     pub side_band: bool,
     /// MMAP2 records carry build ids (Linux 5.12 and later).
     pub build_ids: bool,
+    /// Record each switch of a thread onto and off its CPU
+    /// (`PERF_RECORD_SWITCH`, or `PERF_RECORD_SWITCH_CPU_WIDE` for an
+    /// event of every task on a CPU).
+    pub context_switches: bool,
+    /// Count while the task is in the kernel too (a sample taken there
+    /// still carries only the user registers and stack it entered with):
+    /// time in system calls is then sampled, as the caller's.
+    pub kernel: bool,
+    /// Every sample and record starts with the event's id
+    /// (`PERF_SAMPLE_IDENTIFIER`, [`PerfEvent::id`]), so that events that
+    /// share a ring can be told apart.
+    pub identify: bool,
 }
 
 impl EventConfig {
@@ -68,28 +126,36 @@ impl EventConfig {
 
     /// The attribute struct for this configuration: user space only,
     /// timestamps on `CLOCK_MONOTONIC`, every record with its
-    /// `sample_id`.
+    /// `sample_id`. A switch event ([`EventKind::is_switch`]) samples
+    /// every switch instead of at `frequency`, and counts in the kernel,
+    /// where switches happen (an event that excludes the kernel never
+    /// sees one); its samples still carry only user registers and stack.
     #[must_use]
     pub fn attr(&self) -> PerfEventAttr {
         let (kind, config) = match self.kind {
             EventKind::Cycles => (attr::TYPE_HARDWARE, attr::HW_CPU_CYCLES),
             EventKind::CpuClock => (attr::TYPE_SOFTWARE, attr::SW_CPU_CLOCK),
+            EventKind::ContextSwitches => (attr::TYPE_SOFTWARE, attr::SW_CONTEXT_SWITCHES),
+            EventKind::SchedSwitch { id } => (attr::TYPE_TRACEPOINT, id),
         };
         let mut sample_type =
             sample::IP | sample::TID | sample::TIME | sample::CPU | sample::PERIOD;
+        if self.identify {
+            sample_type |= sample::IDENTIFIER;
+        }
         if self.regs_user != 0 {
             sample_type |= sample::REGS_USER;
         }
         if self.stack_user != 0 {
             sample_type |= sample::STACK_USER;
         }
-        let mut flags = flag::FREQ
-            | flag::EXCLUDE_KERNEL
-            | flag::EXCLUDE_HV
-            | flag::SAMPLE_ID_ALL
-            | flag::USE_CLOCKID
-            | flag::WATERMARK;
+        let mut flags =
+            flag::EXCLUDE_HV | flag::SAMPLE_ID_ALL | flag::USE_CLOCKID | flag::WATERMARK;
         let on = |bit: u64, when: bool| if when { bit } else { 0 };
+        let switch = self.kind.is_switch();
+        flags |= on(flag::FREQ, !switch);
+        flags |= on(flag::EXCLUDE_KERNEL, !switch && !self.kernel);
+        flags |= on(flag::CONTEXT_SWITCH, self.context_switches);
         flags |= on(flag::INHERIT, self.inherit);
         flags |= on(flag::ENABLE_ON_EXEC, self.enable_on_exec);
         flags |= on(flag::DISABLED, self.disabled || self.enable_on_exec);
@@ -102,7 +168,7 @@ impl EventConfig {
             kind,
             size: attr::ATTR_SIZE,
             config,
-            sample_period_or_freq: self.frequency,
+            sample_period_or_freq: if switch { 1 } else { self.frequency },
             sample_type,
             flags,
             wakeup_events_or_watermark: self.wakeup_watermark.max(1),
@@ -240,7 +306,7 @@ fn read_sysctl(name: &str) -> Option<i64> {
 impl PerfEvent {
     /// Opens `config` for task `pid` (-1: every task) on `cpu` (-1: any).
     pub fn open(config: &EventConfig, pid: i32, cpu: i32) -> Result<PerfEvent, OpenError> {
-        if let Some(max) = max_sample_rate() {
+        if let Some(max) = max_sample_rate().filter(|_| !config.kind.is_switch()) {
             if config.frequency > max {
                 return Err(OpenError::FrequencyTooHigh {
                     frequency: config.frequency,
@@ -306,6 +372,13 @@ impl PerfEvent {
     /// Stops counting.
     pub fn disable(&self) -> io::Result<()> {
         crate::sys::disable(&self.fd)
+    }
+
+    /// The id the kernel gave the event (`PERF_EVENT_IOC_ID`): what its
+    /// samples carry with [`EventConfig::identify`], and those of the
+    /// events inherited from it.
+    pub fn id(&self) -> io::Result<u64> {
+        crate::sys::id(&self.fd)
     }
 
     /// Writes this event's records into `to`'s ring (same CPU).

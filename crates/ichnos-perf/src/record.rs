@@ -37,6 +37,10 @@ pub const RECORD_SAMPLE: u32 = 9;
 pub const RECORD_MMAP2: u32 = 10;
 /// `PERF_RECORD_LOST_SAMPLES`.
 pub const RECORD_LOST_SAMPLES: u32 = 13;
+/// `PERF_RECORD_SWITCH`.
+pub const RECORD_SWITCH: u32 = 14;
+/// `PERF_RECORD_SWITCH_CPU_WIDE`.
+pub const RECORD_SWITCH_CPU_WIDE: u32 = 15;
 
 /// `misc`: the sample's CPU mode bits.
 pub const MISC_CPUMODE_MASK: u16 = 7;
@@ -48,6 +52,11 @@ pub const MISC_MMAP_DATA: u16 = 1 << 13;
 pub const MISC_COMM_EXEC: u16 = 1 << 13;
 /// `misc` of MMAP2 records: a build id instead of device and inode.
 pub const MISC_MMAP_BUILD_ID: u16 = 1 << 14;
+/// `misc` of SWITCH records: the thread left its CPU (else it came on).
+pub const MISC_SWITCH_OUT: u16 = 1 << 13;
+/// `misc` of SWITCH records that leave: the thread was preempted, still
+/// runnable (Linux 4.17), rather than waiting.
+pub const MISC_SWITCH_OUT_PREEMPT: u16 = 1 << 14;
 
 /// Bytes of a record header.
 pub const HEADER_LEN: usize = 8;
@@ -318,6 +327,22 @@ pub struct Throttle {
     pub sample_id: SampleId,
 }
 
+/// A thread switched onto or off a CPU (`PERF_RECORD_SWITCH`, or
+/// `PERF_RECORD_SWITCH_CPU_WIDE`): the thread is the trailer's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Switch {
+    /// It left the CPU (else it came on).
+    pub out: bool,
+    /// It left preempted, still runnable (else it waits, or the kernel
+    /// is older than 4.17 and does not say).
+    pub preempted: bool,
+    /// For a CPU-wide record, the other thread (`pid`, `tid`): the next
+    /// to run when leaving, the previous when coming on.
+    pub other: Option<(u32, u32)>,
+    /// The `sample_id` trailer.
+    pub sample_id: SampleId,
+}
+
 /// A parsed record, borrowing its bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Record<'a> {
@@ -339,6 +364,8 @@ pub enum Record<'a> {
     Throttle(Throttle),
     /// Sampling resumed.
     Unthrottle(Throttle),
+    /// A context switch.
+    Switch(Switch),
     /// A record of another type, not parsed.
     Other {
         /// Its type.
@@ -358,6 +385,7 @@ impl Record<'_> {
             Self::Lost(l) => l.sample_id.time,
             Self::LostSamples(l) => l.sample_id.time,
             Self::Throttle(t) | Self::Unthrottle(t) => Some(t.time),
+            Self::Switch(s) => s.sample_id.time,
             Self::Other { .. } => None,
         }
     }
@@ -427,6 +455,8 @@ pub fn record_name(kind: u32) -> &'static str {
         RECORD_SAMPLE => "SAMPLE",
         RECORD_MMAP2 => "MMAP2",
         RECORD_LOST_SAMPLES => "LOST_SAMPLES",
+        RECORD_SWITCH => "SWITCH",
+        RECORD_SWITCH_CPU_WIDE => "SWITCH_CPU_WIDE",
         _ => "perf",
     }
 }
@@ -625,6 +655,20 @@ fn parse_side_band<'a>(
             } else {
                 Record::Unthrottle(event)
             }
+        }
+        RECORD_SWITCH | RECORD_SWITCH_CPU_WIDE => {
+            let other = if header.kind == RECORD_SWITCH_CPU_WIDE {
+                Some(f.pair("next_prev_pid")?)
+            } else {
+                None
+            };
+            let out = header.misc & MISC_SWITCH_OUT != 0;
+            Record::Switch(Switch {
+                out,
+                preempted: out && header.misc & MISC_SWITCH_OUT_PREEMPT != 0,
+                other,
+                sample_id: trailer(f)?,
+            })
         }
         kind => Record::Other { kind },
     };

@@ -16,6 +16,8 @@ const IOC_ENABLE: libc::c_ulong = 0x2400;
 const IOC_DISABLE: libc::c_ulong = 0x2401;
 /// `PERF_EVENT_IOC_SET_OUTPUT`: `_IO('$', 5)`.
 const IOC_SET_OUTPUT: libc::c_ulong = 0x2405;
+/// `PERF_EVENT_IOC_ID`: `_IOR('$', 7, __u64 *)`.
+const IOC_ID: libc::c_ulong = 0x8008_2407;
 
 /// `perf_event_open(attr, pid, cpu, -1, PERF_FLAG_FD_CLOEXEC)`.
 pub(crate) fn perf_event_open(attr: &mut PerfEventAttr, pid: i32, cpu: i32) -> io::Result<OwnedFd> {
@@ -67,6 +69,19 @@ pub(crate) fn set_output(fd: &OwnedFd, output: &OwnedFd) -> io::Result<()> {
         IOC_SET_OUTPUT,
         libc::c_ulong::from(output.as_raw_fd().cast_unsigned()),
     )
+}
+
+/// The event's id.
+pub(crate) fn id(fd: &OwnedFd) -> io::Result<u64> {
+    let mut id = 0u64;
+    // SAFETY: PERF_EVENT_IOC_ID writes one u64 through its pointer
+    // argument, which points at `id`, live and writable for the call.
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), IOC_ID, std::ptr::from_mut(&mut id)) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(id)
+    }
 }
 
 /// A shared, writable mapping of an event's ring buffer.

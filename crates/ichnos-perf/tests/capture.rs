@@ -20,6 +20,9 @@ fn config() -> EventConfig {
         wakeup_watermark: 4096,
         side_band: true,
         build_ids: false,
+        context_switches: false,
+        kernel: false,
+        identify: false,
     }
 }
 
@@ -222,4 +225,85 @@ fn records_are_read_in_place_and_across_the_end_of_the_ring() {
     assert!(samples >= 100, "{samples} samples");
     // Round the ring many times: straddling records were put together.
     assert!(bytes > 8 * data_size, "{bytes} bytes through {data_size}");
+}
+
+#[test]
+fn a_sleeping_thread_is_sampled_as_it_leaves_its_cpu_with_its_user_registers() {
+    // Every switch of this thread: a sample as it leaves (period 1), and
+    // the switch records of both directions, all with the event's id.
+    let config = EventConfig {
+        kind: EventKind::ContextSwitches,
+        inherit: false,
+        context_switches: true,
+        identify: true,
+        ..config()
+    };
+    let event = PerfEvent::open(&config, tid().cast_signed(), -1).unwrap();
+    let id = event.id().unwrap();
+    let format = event.format();
+    let mut ring = Ring::new(&event, 64).unwrap();
+    let local = 0u64;
+    let here = std::ptr::from_ref(&local) as u64;
+    event.enable().unwrap();
+    for _ in 0..20 {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    event.disable().unwrap();
+    let mut bytes = Vec::new();
+    ring.read_into(&mut bytes);
+    let (mut samples, mut outs, mut ins) = (0, 0, 0);
+    // Which way the thread went last: switches alternate.
+    let mut last_out = None;
+    for r in Records::new(&bytes) {
+        let (_, _, record) = r.unwrap();
+        match parse(&format, record).unwrap() {
+            Record::Sample(s) => {
+                assert_eq!(s.id.id, Some(id));
+                assert_eq!(s.id.tid, Some(tid()));
+                assert_eq!(s.period, Some(1));
+                // Taken in the kernel, with the registers the thread had
+                // when it entered it: its stack pointer is below this
+                // frame's locals, and its stack is copied.
+                let regs = s.regs_user.unwrap();
+                assert_ne!(regs.abi, ichnos_perf::record::REGS_ABI_NONE);
+                let sp = regs.get(7).unwrap();
+                assert!(
+                    sp < here && here - sp < 1 << 20,
+                    "sp {sp:#x} here {here:#x}"
+                );
+                assert!(!s.stack_user.unwrap().is_empty());
+                samples += 1;
+            }
+            Record::Switch(s) => {
+                assert_eq!(s.sample_id.tid, Some(tid()));
+                assert_eq!(s.sample_id.id, Some(id));
+                assert_ne!(last_out, Some(s.out), "two switches the same way");
+                last_out = Some(s.out);
+                if s.out {
+                    outs += 1;
+                } else {
+                    ins += 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    // Twenty sleeps: at least twenty times off the CPU and back.
+    assert!(samples >= 20, "{samples} switch samples");
+    assert!(outs >= 20 && ins >= 20, "{outs} out, {ins} in");
+}
+
+#[test]
+fn the_sched_switch_tracepoint_is_found_in_tracefs_or_said_to_be_missing() {
+    let id = ichnos_perf::event::tracepoint_id("sched", "sched_switch");
+    // Where tracefs is mounted, its id file is the truth; a tracepoint
+    // that does not exist has none.
+    let file = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
+        .iter()
+        .find_map(|d| std::fs::read_to_string(format!("{d}/events/sched/sched_switch/id")).ok());
+    assert_eq!(id, file.map(|t| t.trim().parse().unwrap()));
+    assert_eq!(
+        ichnos_perf::event::tracepoint_id("sched", "no_such_point"),
+        None
+    );
 }

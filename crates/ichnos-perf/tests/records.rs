@@ -4,8 +4,9 @@
 use ichnos_perf::attr::sample;
 use ichnos_perf::record::{
     append_sample_with_stack_cut, append_with_stack_cut, parse, Record, RecordProblem, Records,
-    SampleFormat, MISC_COMM_EXEC, MISC_MMAP_BUILD_ID, RECORD_COMM, RECORD_EXIT, RECORD_FORK,
-    RECORD_LOST, RECORD_MMAP2, RECORD_SAMPLE, RECORD_THROTTLE,
+    SampleFormat, MISC_COMM_EXEC, MISC_MMAP_BUILD_ID, MISC_SWITCH_OUT, MISC_SWITCH_OUT_PREEMPT,
+    RECORD_COMM, RECORD_EXIT, RECORD_FORK, RECORD_LOST, RECORD_MMAP2, RECORD_SAMPLE, RECORD_SWITCH,
+    RECORD_SWITCH_CPU_WIDE, RECORD_THROTTLE,
 };
 
 /// A record under construction: header, then fields in order.
@@ -310,6 +311,46 @@ fn side_band_records_parse_with_their_trailer() {
         .sample_id(0, 0, 11, 0)
         .build();
     assert!(matches!(parse(&FORMAT, &throttle).unwrap(), Record::Throttle(t) if t.time == 11));
+}
+
+#[test]
+fn switch_records_say_which_way_and_whether_preempted() {
+    // PERF_RECORD_SWITCH: no fields of its own, the thread in the trailer.
+    let cases = [
+        (0, false, false),
+        (MISC_SWITCH_OUT, true, false),
+        (MISC_SWITCH_OUT | MISC_SWITCH_OUT_PREEMPT, true, true),
+    ];
+    for (misc, out, preempted) in cases {
+        let record = Builder::new(RECORD_SWITCH, misc)
+            .sample_id(100, 101, 55, 1)
+            .build();
+        let parsed = parse(&FORMAT, &record).unwrap();
+        let Record::Switch(s) = parsed else {
+            panic!("{parsed:?}")
+        };
+        assert_eq!((s.out, s.preempted, s.other), (out, preempted, None));
+        assert_eq!((s.sample_id.tid, s.sample_id.cpu), (Some(101), Some(1)));
+        assert_eq!(parsed.time(), Some(55));
+    }
+    // PERF_RECORD_SWITCH_CPU_WIDE: the other thread first.
+    let wide = Builder::new(RECORD_SWITCH_CPU_WIDE, MISC_SWITCH_OUT)
+        .u32s(200, 202)
+        .sample_id(100, 101, 56, 0)
+        .build();
+    let Record::Switch(s) = parse(&FORMAT, &wide).unwrap() else {
+        panic!()
+    };
+    assert_eq!((s.out, s.other), (true, Some((200, 202))));
+    assert_eq!(s.sample_id.tid, Some(101));
+    // A CPU-wide record too short for its fields is refused, not read
+    // into its trailer.
+    let short = Builder::new(RECORD_SWITCH_CPU_WIDE, 0)
+        .sample_id(100, 101, 56, 0)
+        .build();
+    let e = parse(&FORMAT, &short).unwrap_err();
+    assert_eq!(e.kind, RECORD_SWITCH_CPU_WIDE);
+    assert!(e.to_string().contains("SWITCH_CPU_WIDE"), "{e}");
 }
 
 #[test]

@@ -20,5 +20,7 @@ pub mod record;
 pub mod report;
 mod sys;
 
-pub use record::{record, EventChoice, RecordError, RecordOptions, RecordTarget, Status, Summary};
+pub use record::{
+    record, EventChoice, OffCpuSummary, RecordError, RecordOptions, RecordTarget, Status, Summary,
+};
 pub use sys::{uname, ExitStatus};

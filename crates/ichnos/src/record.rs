@@ -33,6 +33,12 @@ pub struct RecordArgs {
     /// `kernel.perf_event_paranoid` 0 or lower, or root).
     #[arg(short, long)]
     all: bool,
+    /// Also record where threads wait: each switch off a CPU is sampled
+    /// with its stack, and its time off counted beside the time on
+    /// (samples `cpu-clock`; needs root, `CAP_PERFMON`, or
+    /// `kernel.perf_event_paranoid` 1 or lower).
+    #[arg(long)]
+    off_cpu: bool,
     /// At most this many frames per stack.
     #[arg(long, value_name = "N", default_value_t = 256, hide = true)]
     max_frames: usize,
@@ -124,6 +130,7 @@ fn options(args: &RecordArgs) -> Result<RecordOptions> {
         .map_or(EventChoice::Default, EventChoice::Exactly);
     options.output.clone_from(&args.output);
     options.max_frames = args.max_frames.max(1);
+    options.off_cpu = args.off_cpu;
     options.command_line = match &options.target {
         RecordTarget::Command(c) => c.clone(),
         _ => Vec::new(),
@@ -175,6 +182,9 @@ pub fn run(options: &RecordOptions, quiet: bool, verbose: bool) -> Result<Summar
             eprintln!("note: {note}");
         }
         eprintln!("{}", summary_line(&summary));
+        if let Some(line) = off_cpu_line(&summary) {
+            eprintln!("{line}");
+        }
         if verbose {
             eprintln!("note: event {}", summary.event);
         }
@@ -197,6 +207,21 @@ pub fn summary_line(s: &Summary) -> String {
         s.path.display(),
         crate::units::bytes(s.bytes)
     )
+}
+
+/// The line on off-CPU time, where it was recorded.
+pub fn off_cpu_line(s: &Summary) -> Option<String> {
+    let off = s.off_cpu?;
+    let share = if off.intervals == 0 {
+        0.0
+    } else {
+        100.0 * off.complete as f64 / off.intervals as f64
+    };
+    Some(format!(
+        "recorded {} intervals off CPU through {} ({share:.1}% complete stacks)",
+        crate::units::thousands(off.intervals),
+        off.event
+    ))
 }
 
 /// The command's exit status as ours: its code, or 128 + the signal

@@ -253,7 +253,7 @@ fn symbols(profile: &Profile, args: &ReportArgs, quiet: bool, verbose: bool) -> 
 }
 
 /// The header lines of the text reports.
-fn header(out: &mut dyn Write, path: &Path, profile: &Profile, shown: report::Tally) -> Result<()> {
+fn header(out: &mut dyn Write, path: &Path, profile: &Profile, shown: Shown) -> Result<()> {
     let d = &profile.description;
     let all = profile.totals();
     let complete: u64 = profile
@@ -300,12 +300,30 @@ fn header(out: &mut dyn Write, path: &Path, profile: &Profile, shown: report::Ta
             format!(": {}", d.command.join(" "))
         }
     )?;
-    if shown.samples != all.samples {
+    if shown.on.samples != all.samples {
         writeln!(
             out,
             "# shown: {} samples ({:.1}%) that the filters keep",
-            crate::units::thousands(shown.samples),
-            100.0 * shown.weight as f64 / all.weight.max(1) as f64
+            crate::units::thousands(shown.on.samples),
+            100.0 * shown.on.weight as f64 / all.weight.max(1) as f64
+        )?;
+    }
+    if profile.has_off_cpu() {
+        let (wait, preempted) = (shown.waiting, shown.preempted);
+        let off = wait.weight + preempted.weight;
+        let wall = (off + shown.on.weight).max(1) as f64;
+        writeln!(
+            out,
+            "# off CPU: {:.3} s in {} intervals through {} ({:.1}% of the time shown; \
+             waiting {:.1}%, preempted {:.1}%); on CPU: {:.3} s ({:.1}%)",
+            off as f64 * 1e-9,
+            crate::units::thousands(wait.samples + preempted.samples),
+            d.off_cpu_event,
+            100.0 * off as f64 / wall,
+            100.0 * wait.weight as f64 / wall,
+            100.0 * preempted.weight as f64 / wall,
+            shown.on.weight as f64 * 1e-9,
+            100.0 * shown.on.weight as f64 / wall,
         )?;
     }
     Ok(())
@@ -373,7 +391,7 @@ pub fn report(args: &ReportArgs, quiet: bool, verbose: bool) -> Result<()> {
     let profile = &loaded.profile;
     let symbolized = symbols(profile, args, quiet, verbose);
     let samples = report::weighted(profile, &symbolized, &args.filter());
-    let shown = sum(&samples);
+    let shown = sum(profile, &args.filter());
     let mut out = output(args)?;
     match format {
         Format::Top => {
@@ -383,11 +401,11 @@ pub fn report(args: &ReportArgs, quiet: bool, verbose: bool) -> Result<()> {
                 SortBy::Total => Sort::Total,
             };
             let rows = report::top(&samples, sort);
-            report::write_top(&mut out, &rows, shown, args.limit)?;
+            report::write_top(&mut out, &rows, whole(&samples), args.limit)?;
         }
         Format::Tree => {
             header(&mut out, input, profile, shown)?;
-            report::tree(&mut out, &samples, shown, args.min_percent)?;
+            report::tree(&mut out, &samples, whole(&samples), args.min_percent)?;
         }
         Format::Folded => {
             for (line, count) in report::folded(&samples) {
@@ -428,14 +446,47 @@ pub fn report(args: &ReportArgs, quiet: bool, verbose: bool) -> Result<()> {
     finished(input, profile)
 }
 
-/// The samples' total.
-fn sum(samples: &[report::Weighted<'_>]) -> report::Tally {
+/// The total of what the report shows, as its shares count it (time off
+/// CPUs as the samples the clock would have taken in it).
+fn whole(samples: &[report::Weighted<'_>]) -> report::Tally {
     samples
         .iter()
         .fold(report::Tally::default(), |a, w| report::Tally {
             samples: a.samples + w.tally.samples,
             weight: a.weight + w.tally.weight,
         })
+}
+
+/// What the report shows: samples on CPUs, and intervals off them (their
+/// count and nanoseconds) by why.
+#[derive(Clone, Copy, Debug, Default)]
+struct Shown {
+    on: report::Tally,
+    waiting: report::Tally,
+    preempted: report::Tally,
+}
+
+/// The samples' totals.
+fn sum(profile: &Profile, filter: &Filter) -> Shown {
+    let mut shown = Shown::default();
+    let add = |t: &mut report::Tally, by: &report::Tally| {
+        t.samples += by.samples;
+        t.weight = t.weight.saturating_add(by.weight);
+    };
+    for (&(_, pid, tid), tally) in &profile.tallies {
+        if filter.keeps(profile, pid, tid) {
+            add(&mut shown.on, tally);
+        }
+    }
+    for (&(_, pid, tid, state), tally) in &profile.off_cpu {
+        if filter.keeps(profile, pid, tid) {
+            match state {
+                ichnos_data::OffCpuState::Preempted => add(&mut shown.preempted, tally),
+                _ => add(&mut shown.waiting, tally),
+            }
+        }
+    }
+    shown
 }
 
 /// Where the report goes: `-o FILE` or standard output.
@@ -482,7 +533,7 @@ fn compare(
             ("base", base_path, &base, &base_samples),
             ("new", new_path, &new, &new_samples),
         ] {
-            let shown = sum(samples);
+            let shown = whole(samples);
             writeln!(
                 out,
                 "# {label}: {}: {} samples of {} ({} shown)",
@@ -500,8 +551,8 @@ fn compare(
         report::write_diff(
             &mut out,
             &rows,
-            sum(&base_samples),
-            sum(&new_samples),
+            whole(&base_samples),
+            whole(&new_samples),
             args.limit,
         )?;
     }

@@ -111,6 +111,9 @@ fn a_sample_seen_before_costs_no_allocation() {
         wakeup_watermark: 1,
         side_band: true,
         build_ids: false,
+        context_switches: false,
+        kernel: false,
+        identify: false,
     };
     let format = SampleFormat::of(&config.attr());
     let dir = tempfile::tempdir().unwrap();
@@ -132,6 +135,7 @@ fn a_sample_seen_before_costs_no_allocation() {
         lost: 0,
         scratch: Vec::new(),
         stack_tops: super::stack_tops::StackTops::default(),
+        off_cpu: super::off_cpu::OffCpu::default(),
     };
     let record = sample_here(&format, start);
     let round = |recorder: &mut Recorder, records: usize| {

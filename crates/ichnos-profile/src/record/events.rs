@@ -3,6 +3,7 @@
 //! machine, per thread and CPU when attaching (threads created later
 //! inherit), one ring per CPU.
 
+use ichnos_perf::event::tracepoint_id;
 use ichnos_perf::{EventConfig, EventKind, OpenError, PerfEvent, Ring, RingError};
 
 /// The data pages of each ring asked for first (1 MiB); halved while
@@ -33,6 +34,11 @@ pub(crate) struct Events {
     pub kind: EventKind,
     /// Data pages of each ring.
     pub pages: usize,
+    /// The event that samples threads leaving their CPUs, if off-CPU time
+    /// is recorded.
+    pub off_cpu_kind: Option<EventKind>,
+    /// Its events' ids.
+    pub off_cpu_ids: Vec<u64>,
 }
 
 /// Why the events could not be set up.
@@ -51,30 +57,142 @@ pub enum EventsError {
     /// None of the threads could be followed (they all exited).
     #[error("none of the threads of the processes could be followed (they exited)")]
     NoThreads,
+    /// Sampling threads as they leave their CPUs was refused.
+    #[error("--off-cpu samples threads in the kernel as they leave their CPUs, which {} forbids to users without CAP_PERFMON: run as root, or sysctl kernel.perf_event_paranoid=1", paranoid_now(*paranoid))]
+    OffCpuPermission {
+        /// `kernel.perf_event_paranoid` as read, if it could be.
+        paranoid: Option<i32>,
+        /// The refusal.
+        source: OpenError,
+    },
+    /// The switch event's id could not be read.
+    #[error("cannot read the id of a context-switch event: {0}")]
+    EventId(std::io::Error),
+}
+
+fn paranoid_now(paranoid: Option<i32>) -> String {
+    paranoid.map_or_else(
+        || "kernel.perf_event_paranoid (unreadable)".to_owned(),
+        |p| format!("kernel.perf_event_paranoid {p}"),
+    )
 }
 
 /// Opens the events of `scope` with `config` (its kind tried first; with
 /// `fall_back`, the CPU clock where the machine lacks it) and maps their
-/// rings.
+/// rings. With `off_cpu`, a switch event beside each writes into the same
+/// ring (`config` must then ask for switch records and ids).
 pub(crate) fn open(
     scope: Scope<'_>,
     config: EventConfig,
     fall_back: bool,
+    off_cpu: bool,
 ) -> Result<Events, EventsError> {
-    let events = open_with(scope, config, fall_back, RING_PAGES)?;
-    if events.pages == RING_PAGES {
-        return Ok(events);
+    // Off-CPU time samples in the kernel: a refusal is for that.
+    let why = |e: EventsError| match e {
+        EventsError::Open(source @ OpenError::Permission { paranoid, .. }) if off_cpu => {
+            EventsError::OffCpuPermission { paranoid, source }
+        }
+        other => other,
+    };
+    let mut events = open_with(scope, config, fall_back, RING_PAGES).map_err(why)?;
+    if events.pages != RING_PAGES {
+        // Smaller rings than planned: open again with a wakeup watermark
+        // that fits them (one larger than a ring would only wake the
+        // recorder once the ring is full).
+        let pages = events.pages;
+        drop(events);
+        let config = EventConfig {
+            wakeup_watermark: watermark(pages),
+            ..config
+        };
+        events = open_with(scope, config, fall_back, pages).map_err(why)?;
     }
-    // Smaller rings than planned: open again with a wakeup watermark that
-    // fits them (one larger than a ring would only wake the recorder once
-    // the ring is full).
-    let pages = events.pages;
-    drop(events);
-    let config = EventConfig {
-        wakeup_watermark: watermark(pages),
+    if off_cpu {
+        open_switches(&mut events, config)?;
+    }
+    Ok(events)
+}
+
+/// The switch event to try first: the `sched:sched_switch` tracepoint
+/// where tracefs shows it, else the software event.
+fn switch_kinds() -> Vec<EventKind> {
+    let mut kinds = Vec::new();
+    if let Some(id) = tracepoint_id("sched", "sched_switch") {
+        kinds.push(EventKind::SchedSwitch { id });
+    }
+    kinds.push(EventKind::ContextSwitches);
+    kinds
+}
+
+/// Opens a switch event beside each of `events`' events, on the same
+/// task and CPU, writing into the same ring.
+fn open_switches(events: &mut Events, config: EventConfig) -> Result<(), EventsError> {
+    let main: Vec<usize> = (0..events.opened.len()).collect();
+    let Some(&first) = main.first() else {
+        return Ok(());
+    };
+    let switch_config = |kind| EventConfig {
+        kind,
+        side_band: false,
+        context_switches: false,
+        identify: true,
         ..config
     };
-    open_with(scope, config, fall_back, pages)
+    let at = |i: usize| (events.opened[i].pid(), events.opened[i].cpu());
+    // The kind is settled on the first: the tracepoint, unless it cannot
+    // be opened (tracefs readable but the kernel refusing it).
+    let mut chosen = None;
+    let mut refusal = None;
+    for kind in switch_kinds() {
+        match PerfEvent::open(&switch_config(kind), at(first).0, at(first).1) {
+            Ok(event) => {
+                chosen = Some((kind, event));
+                break;
+            }
+            Err(e @ OpenError::Permission { .. }) => {
+                refusal = Some(e);
+                break;
+            }
+            Err(e) => refusal = Some(e),
+        }
+    }
+    let Some((kind, first_event)) = chosen else {
+        let source = refusal.expect("at least one kind was tried");
+        return Err(match source {
+            OpenError::Permission { paranoid, .. } => {
+                EventsError::OffCpuPermission { paranoid, source }
+            }
+            other => other.into(),
+        });
+    };
+    let mut opened = vec![(first, first_event)];
+    for &i in &main[1..] {
+        let (pid, cpu) = at(i);
+        match PerfEvent::open(&switch_config(kind), pid, cpu) {
+            Ok(e) => opened.push((i, e)),
+            // A thread that exited meanwhile is no loss.
+            Err(OpenError::NoSuchProcess { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    for (beside, event) in opened {
+        // Into the ring of the CPU's event that owns one.
+        let ring_owner = events
+            .rings
+            .iter()
+            .map(|(_, owner)| *owner)
+            .find(|&o| events.opened[o].cpu() == events.opened[beside].cpu())
+            .unwrap_or(beside);
+        event
+            .set_output(&events.opened[ring_owner])
+            .map_err(EventsError::SetOutput)?;
+        events
+            .off_cpu_ids
+            .push(event.id().map_err(EventsError::EventId)?);
+        events.opened.push(event);
+    }
+    events.off_cpu_kind = Some(kind);
+    Ok(())
 }
 
 /// The wakeup watermark for rings of `pages` data pages: a quarter of one.
@@ -185,5 +303,7 @@ fn open_with(
         rings,
         kind: config.kind,
         pages,
+        off_cpu_kind: None,
+        off_cpu_ids: Vec::new(),
     })
 }

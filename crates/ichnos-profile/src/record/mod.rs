@@ -17,6 +17,7 @@ mod alloc_test;
 mod events;
 mod intern;
 mod model;
+mod off_cpu;
 mod order;
 mod output;
 mod perf_data;
@@ -80,6 +81,10 @@ pub struct RecordOptions {
     /// What to write as the recording's command line (default: the
     /// target command).
     pub command_line: Vec<OsString>,
+    /// Record where threads wait: each switch off a CPU sampled with its
+    /// stack, and the time until the thread runs again. Samples the CPU
+    /// clock, so that time on and off CPUs add up.
+    pub off_cpu: bool,
 }
 
 impl RecordOptions {
@@ -95,6 +100,7 @@ impl RecordOptions {
             output: PathBuf::from("ichnos.data"),
             max_frames: 256,
             command_line: Vec::new(),
+            off_cpu: false,
         }
     }
 }
@@ -144,6 +150,20 @@ pub struct Summary {
     pub exit: Option<ExitStatus>,
     /// Things the user should know (a fallback, a smaller ring).
     pub notes: Vec<String>,
+    /// Off-CPU time, where it was recorded.
+    pub off_cpu: Option<OffCpuSummary>,
+}
+
+/// What a recording holds of off-CPU time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OffCpuSummary {
+    /// The event that sampled threads leaving their CPUs.
+    pub event: EventKind,
+    /// Intervals off a CPU recorded.
+    pub intervals: u64,
+    /// Of the switch samples, those whose stack reached the outermost
+    /// frame.
+    pub complete: u64,
 }
 
 /// Why a recording failed.
@@ -186,6 +206,12 @@ pub enum RecordError {
         path: PathBuf,
         /// The error.
         source: std::io::Error,
+    },
+    /// Off-CPU time asked for with an event that does not count time.
+    #[error("--off-cpu needs the cpu-clock event, so that time on and off the CPUs adds up; {event} counts something else")]
+    OffCpuEvent {
+        /// The event asked for.
+        event: EventKind,
     },
     /// The buffer to the writer could not be made.
     #[error("cannot set up the recording buffer: {0}")]
@@ -332,6 +358,8 @@ fn refusal(e: EventsError, target: &RecordTarget) -> RecordError {
 fn event_config(options: &RecordOptions, scope: events::Scope<'_>) -> EventConfig {
     EventConfig {
         kind: match options.event {
+            // Time on the CPU, to add to time off it.
+            EventChoice::Default if options.off_cpu => EventKind::CpuClock,
             EventChoice::Default => EventKind::Cycles,
             EventChoice::Exactly(kind) => kind,
         },
@@ -345,15 +373,30 @@ fn event_config(options: &RecordOptions, scope: events::Scope<'_>) -> EventConfi
         wakeup_watermark: events::watermark(events::RING_PAGES),
         side_band: true,
         build_ids: true,
+        context_switches: options.off_cpu,
+        // Time on and off CPUs add up only if time in the kernel counts:
+        // off-CPU time needs kernel sampling allowed anyway.
+        kernel: options.off_cpu,
+        identify: options.off_cpu,
     }
 }
 
 /// What the user should know about how the events were set up.
 fn notes(options: &RecordOptions, events: &events::Events) -> Vec<String> {
     let mut notes = Vec::new();
-    if options.event == EventChoice::Default && events.kind == EventKind::CpuClock {
+    if options.event == EventChoice::Default
+        && events.kind == EventKind::CpuClock
+        && !options.off_cpu
+    {
         notes.push(
             "no hardware cycle counter here (a virtual machine without a PMU?): sampling cpu-clock"
+                .to_owned(),
+        );
+    }
+    if events.off_cpu_kind == Some(EventKind::ContextSwitches) {
+        notes.push(
+            "tracefs does not show sched:sched_switch (not mounted, or not readable): \
+             sampling switches with the software event context-switches, at the same moment"
                 .to_owned(),
         );
     }
@@ -368,7 +411,7 @@ fn notes(options: &RecordOptions, events: &events::Events) -> Vec<String> {
 }
 
 /// The recording's first record.
-fn describe(output: &mut Output, options: &RecordOptions, kind: EventKind, start: u64) {
+fn describe(output: &mut Output, options: &RecordOptions, events: &events::Events, start: u64) {
     let (host, kernel) = crate::sys::uname();
     // Bounded: the whole description is one record.
     let command_line: Vec<Vec<u8>> = options
@@ -382,7 +425,7 @@ fn describe(output: &mut Output, options: &RecordOptions, kind: EventKind, start
         host: host.as_bytes(),
         kernel: kernel.as_bytes(),
         command: command_line.iter().map(Vec::as_slice).collect(),
-        event: kind.name().as_bytes(),
+        event: events.kind.name().as_bytes(),
         frequency: options.frequency,
         stack_size: u64::from(options.stack_size),
         start_monotonic_ns: start,
@@ -393,6 +436,7 @@ fn describe(output: &mut Output, options: &RecordOptions, kind: EventKind, start
             RecordTarget::Pids(_) => Target::Processes,
             RecordTarget::System => Target::System,
         },
+        off_cpu_event: events.off_cpu_kind.map_or("", EventKind::name).as_bytes(),
     }));
 }
 
@@ -428,6 +472,12 @@ pub fn record(
         held,
         tids,
     } = prepare(options)?;
+    if let (true, EventChoice::Exactly(event)) = (options.off_cpu, options.event) {
+        if event != EventKind::CpuClock {
+            output_file.abandon();
+            return Err(RecordError::OffCpuEvent { event });
+        }
+    }
     let scope = match (&options.target, &held) {
         (RecordTarget::Command(_), Some(h)) => events::Scope::Command(h.pid()),
         (RecordTarget::Pids(_), _) => events::Scope::Threads(&tids),
@@ -437,13 +487,14 @@ pub fn record(
         scope,
         event_config(options, scope),
         options.event == EventChoice::Default,
+        options.off_cpu,
     )
     .map_err(|e| refusal(e, &options.target))
     .inspect_err(|_| output_file.abandon())?;
     let notes = notes(options, &events);
     let start = monotonic_ns();
     let (mut output, writer) = output::start(file, start).inspect_err(|_| output_file.abandon())?;
-    describe(&mut output, options, events.kind, start);
+    describe(&mut output, options, &events, start);
     let mut recorder = Recorder::new(options, output, &events);
     if let RecordTarget::Pids(pids) = &options.target {
         recorder.attach(pids, &tids, start);
@@ -466,6 +517,11 @@ pub fn record(
     let overflowed = recorder.output.overflowed;
     let (output, complete, lost) = (recorder.output, recorder.complete, recorder.lost);
     let (past_copy, cut_short) = (recorder.past_copy, recorder.cut_short);
+    let off_cpu = events.off_cpu_kind.map(|event| OffCpuSummary {
+        event,
+        intervals: output.off_cpu,
+        complete: recorder.off_cpu.complete,
+    });
     let written = close(output, writer, lost);
     // A recording that failed does not leave its command running.
     let exit = match child.as_mut() {
@@ -509,6 +565,7 @@ pub fn record(
         event: events.kind,
         exit,
         notes,
+        off_cpu,
     })
 }
 

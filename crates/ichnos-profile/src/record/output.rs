@@ -43,6 +43,9 @@ pub(crate) struct Output {
     start: u64,
     /// Samples written.
     pub samples: u64,
+    /// Off-CPU intervals written (through [`Output::sample`], and not
+    /// counted in `samples`).
+    pub off_cpu: u64,
     /// Samples dropped because the writer was behind.
     pub dropped: u64,
     /// Of those, the ones a `Lost` record already tells of.
@@ -115,6 +118,7 @@ pub(crate) fn start(
             overflowed: false,
             start,
             samples: 0,
+            off_cpu: 0,
             dropped: 0,
             dropped_told: 0,
             oversized: 0,
@@ -236,22 +240,20 @@ impl Output {
         self.dropped += 1;
     }
 
-    /// Writes a sample; dropped and counted if the writer is behind.
+    /// Writes a sample (or an off-CPU interval); dropped and counted if
+    /// the writer is behind.
     pub fn sample(&mut self, record: &Record<'_>) {
         self.record.clear();
         record.encode(&mut self.record, &mut self.scratch);
-        if self.wait_for_room {
-            if self.write_waiting() {
-                self.samples += 1;
-            } else {
-                self.dropped += 1;
-            }
-            return;
-        }
-        if self.flush_backlog() && self.producer.write_record(&self.record).is_ok() {
-            self.samples += 1;
+        let written = if self.wait_for_room {
+            self.write_waiting()
         } else {
-            self.dropped += 1;
+            self.flush_backlog() && self.producer.write_record(&self.record).is_ok()
+        };
+        match (written, record) {
+            (false, _) => self.dropped += 1,
+            (true, Record::OffCpu { .. }) => self.off_cpu += 1,
+            (true, _) => self.samples += 1,
         }
     }
 

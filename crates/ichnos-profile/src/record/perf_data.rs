@@ -587,5 +587,6 @@ fn describe(out: &mut Output, perf_file: &linux_perf_data::PerfFile, mtime: u64)
         start_realtime_ns: start_realtime,
         recorder: recorder.as_bytes(),
         target: Target::Command,
+        off_cpu_event: b"",
     }));
 }

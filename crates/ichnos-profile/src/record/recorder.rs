@@ -18,6 +18,7 @@ use ichnos_perf::record::{Record as PerfRecord, Sample, REGS_ABI_NONE};
 use super::events;
 use super::intern::Interner;
 use super::model::{self, Spaces};
+use super::off_cpu::OffCpu;
 use super::order::{Sorter, MARGIN_NS};
 use super::output::Output;
 use super::stack_tops::StackTops;
@@ -107,6 +108,8 @@ pub(super) struct Recorder {
     /// frames reached higher than its complete stacks had).
     pub(super) cut_short: u64,
     pub(super) lost: u64,
+    /// Threads off their CPUs.
+    pub(super) off_cpu: OffCpu,
 }
 
 impl Recorder {
@@ -146,6 +149,7 @@ impl Recorder {
             past_copy: 0,
             cut_short: 0,
             lost: 0,
+            off_cpu: OffCpu::new(events.off_cpu_ids.clone()),
         }
     }
 
@@ -181,6 +185,7 @@ impl Recorder {
             past_copy: 0,
             cut_short: 0,
             lost: 0,
+            off_cpu: OffCpu::default(),
         }
     }
 
@@ -278,9 +283,11 @@ impl Recorder {
         self.output.tell_drops(now);
     }
 
-    /// Names JIT code still unnamed, while the processes live.
+    /// Names JIT code still unnamed, while the processes live, and ends
+    /// the intervals of threads still off their CPUs.
     pub(super) fn finish(&mut self) {
         let now = monotonic_ns();
+        self.off_cpu.finish(now, &mut self.output);
         for space in self.spaces.by_pid.values_mut() {
             space.capture_jit_names(&mut self.output, now, true);
         }
@@ -328,6 +335,16 @@ impl Recorder {
             PerfRecord::Exit(e) => {
                 self.spaces.exit(e.pid, e.tid, e.time, &mut self.output);
                 self.stack_tops.ended(e.tid);
+                self.off_cpu.ended(e.tid);
+            }
+            PerfRecord::Switch(sw) => {
+                if let (Some(tid), Some(time)) = (sw.sample_id.tid, sw.sample_id.time) {
+                    if sw.out {
+                        self.off_cpu.left_preempted(tid, time, sw.preempted);
+                    } else {
+                        self.off_cpu.back(tid, time, &mut self.output);
+                    }
+                }
             }
             PerfRecord::Lost(l) => {
                 self.lost += l.lost;
@@ -359,6 +376,12 @@ impl Recorder {
         let (Some(pid), Some(tid), Some(time)) = (s.id.pid, s.id.tid, s.id.time) else {
             return;
         };
+        let leaving = self.off_cpu.is_switch_sample(s.id.id);
+        if !leaving {
+            // Running: whatever wait it was in is over (its switch record
+            // back was lost, or is in a ring not read yet).
+            self.off_cpu.back(tid, time, &mut self.output);
+        }
         // A writer that is behind would be handed the sample's new stack
         // to keep back, and the sample itself dropped: drop it whole.
         if self.output.behind() {
@@ -374,6 +397,11 @@ impl Recorder {
                 fp: r.get(regs::BP)?,
             })
         }) else {
+            if leaving {
+                // A kernel thread switching: no program waits there.
+                self.off_cpu.kernel_threads += 1;
+                return;
+            }
             if s.callchain.is_some() {
                 // perf record -g: the kernel's frame-pointer chain.
                 self.sample_chain(s, pid, tid, time, cpu);
@@ -421,8 +449,20 @@ impl Recorder {
             FrameKind::Interrupted => f.ip.wrapping_add(1),
             _ => f.ip,
         }));
-        self.write_sample(pid, tid, cpu, time, stop, s.period.unwrap_or(1));
+        if leaving {
+            if let Some(stack) = self.intern_stack(pid, time, stop) {
+                self.off_cpu.left(pid, tid, cpu, time, stack);
+            }
+        } else {
+            self.write_sample(pid, tid, cpu, time, stop, s.period.unwrap_or(1));
+        }
         match stop {
+            StackStop::Complete if leaving => {
+                self.off_cpu.complete += 1;
+                if let Some(outermost) = self.frames.last() {
+                    self.stack_tops.learn(tid, outermost.sp);
+                }
+            }
             StackStop::Complete => {
                 self.complete += 1;
                 if let Some(outermost) = self.frames.last() {
@@ -453,19 +493,9 @@ impl Recorder {
         stop: StackStop,
         weight: u64,
     ) {
-        let Some(space) = self.spaces.by_pid.get_mut(&pid) else {
+        let Some(id) = self.intern_stack(pid, time, stop) else {
             return;
         };
-        let (id, new) = self.interner.intern(space.asid, stop, &self.stack);
-        if new {
-            self.output.meta(&Record::StackOut(StackOut {
-                id: u64::from(id),
-                asid: space.asid,
-                stop,
-                frames: &self.stack,
-            }));
-            space.note_jit_frames(&self.stack, &mut self.output, time);
-        }
         let rel = self.output.rel(time);
         self.output.sample(&Record::Sample {
             time: rel,
@@ -476,6 +506,26 @@ impl Recorder {
             weight,
         });
         self.samples += 1;
+    }
+}
+
+impl Recorder {
+    /// The number of the stack in `self.stack` (of `pid`'s address space,
+    /// walked at `time`), written first if it is new and its JIT frames
+    /// noted for naming.
+    fn intern_stack(&mut self, pid: u32, time: u64, stop: StackStop) -> Option<u32> {
+        let space = self.spaces.by_pid.get_mut(&pid)?;
+        let (id, new) = self.interner.intern(space.asid, stop, &self.stack);
+        if new {
+            self.output.meta(&Record::StackOut(StackOut {
+                id: u64::from(id),
+                asid: space.asid,
+                stop,
+                frames: &self.stack,
+            }));
+            space.note_jit_frames(&self.stack, &mut self.output, time);
+        }
+        Some(id)
     }
 }
 

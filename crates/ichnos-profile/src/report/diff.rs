@@ -213,12 +213,13 @@ mod tests {
             thread: Arc::from("prog"),
             pid: 1,
             tid: 1,
-            frames,
+            frames: std::borrow::Cow::Borrowed(frames),
             stop: StackStop::Complete,
             tally: Tally {
                 samples,
                 weight: samples * 1000,
             },
+            off_cpu: None,
         }
     }
 

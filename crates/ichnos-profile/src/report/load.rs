@@ -7,7 +7,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 use std::sync::Arc;
 
-use ichnos_data::{JitSource, LostCause, ReadError, Reader, Record, StackStop, Target};
+use ichnos_data::{
+    JitSource, LostCause, OffCpuState, ReadError, Reader, Record, StackStop, Target,
+};
 
 /// A mapping of an address space.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -135,6 +137,9 @@ pub struct Description {
     pub recorder: String,
     /// Whom it recorded.
     pub target: Option<Target>,
+    /// The event that sampled threads leaving their CPUs (empty: off-CPU
+    /// time was not recorded).
+    pub off_cpu_event: String,
 }
 
 /// A recording, read.
@@ -150,6 +155,9 @@ pub struct Profile {
     pub stacks: Vec<Option<Stack>>,
     /// Samples per (stack, process, thread).
     pub tallies: HashMap<(u64, u32, u32), Tally>,
+    /// Time off CPUs per (stack, process, thread, why): `samples` counts
+    /// the intervals, `weight` their nanoseconds.
+    pub off_cpu: HashMap<(u64, u32, u32, OffCpuState), Tally>,
     /// Thread names, by (process, thread).
     pub threads: HashMap<(u32, u32), Arc<str>>,
     /// Process names, by process.
@@ -190,7 +198,8 @@ const MAX_FRAMES: usize = 4096;
 /// Most stacks a recording may hold.
 const MAX_STACKS: u64 = 1 << 26;
 
-/// One sample of a recording, as [`for_each_sample`] hands it on.
+/// One sample of a recording, as [`for_each_sample`] hands it on: a
+/// sample of a thread on its CPU, or an interval off it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Sample {
     /// Nanoseconds since the recording started.
@@ -201,8 +210,11 @@ pub struct Sample {
     pub tid: u32,
     /// Its stack's number (an index into [`Profile::stacks`]).
     pub stack: u64,
-    /// Its weight (nanoseconds, or events).
+    /// Its weight (nanoseconds, or events; off a CPU, nanoseconds off).
     pub weight: u64,
+    /// An interval off the CPU from `time`, and why; `None`: a sample on
+    /// it.
+    pub off_cpu: Option<OffCpuState>,
 }
 
 /// Reads a recording's samples one by one, in the order recorded, for the
@@ -216,22 +228,39 @@ pub fn for_each_sample(input: impl Read, mut f: impl FnMut(Sample)) -> Result<()
         match reader.next_chunk() {
             Ok(Some(chunk)) => {
                 for record in chunk.records() {
-                    if let Record::Sample {
-                        time,
-                        pid,
-                        tid,
-                        stack,
-                        weight,
-                        ..
-                    } = record?
-                    {
-                        f(Sample {
+                    match record? {
+                        Record::Sample {
+                            time,
+                            pid,
+                            tid,
+                            stack,
+                            weight,
+                            ..
+                        } => f(Sample {
                             time,
                             pid: pid as u32,
                             tid: tid as u32,
                             stack,
                             weight,
-                        });
+                            off_cpu: None,
+                        }),
+                        Record::OffCpu {
+                            time,
+                            pid,
+                            tid,
+                            stack,
+                            duration,
+                            state,
+                            ..
+                        } => f(Sample {
+                            time,
+                            pid: pid as u32,
+                            tid: tid as u32,
+                            stack,
+                            weight: duration,
+                            off_cpu: Some(state),
+                        }),
+                        _ => {}
                     }
                 }
             }
@@ -288,32 +317,7 @@ impl Profile {
                 }
                 self.threads.insert((*pid as u32, *tid as u32), name);
             }
-            Record::Mapping {
-                asid,
-                start,
-                len,
-                pgoff,
-                path,
-                build_id,
-                ..
-            } => {
-                let index = self.mappings.len();
-                let end = start.saturating_add(*len);
-                if end <= *start {
-                    return;
-                }
-                self.mappings.push(Mapping {
-                    start: *start,
-                    end,
-                    pgoff: *pgoff,
-                    path: Arc::from(*path),
-                    build_id: Arc::from(*build_id),
-                });
-                self.spaces
-                    .entry(*asid)
-                    .or_default()
-                    .map(*start, end, index);
-            }
+            Record::Mapping { .. } => self.add_mapping(record),
             Record::Stack(s) => self.add_stack(s),
             Record::Sample {
                 time,
@@ -323,17 +327,28 @@ impl Profile {
                 weight,
                 ..
             } => {
-                if self.stacks.get(*stack as usize).is_none_or(Option::is_none) {
-                    self.orphans += 1;
-                    return;
+                let key = (*stack, *pid as u32, *tid as u32);
+                if let Some(tally) = self.tally(*stack, |p| p.tallies.entry(key).or_default()) {
+                    tally.samples += 1;
+                    tally.weight = tally.weight.saturating_add(*weight);
+                    self.last_time = self.last_time.max(*time);
                 }
-                let tally = self
-                    .tallies
-                    .entry((*stack, *pid as u32, *tid as u32))
-                    .or_default();
-                tally.samples += 1;
-                tally.weight = tally.weight.saturating_add(*weight);
-                self.last_time = self.last_time.max(*time);
+            }
+            Record::OffCpu {
+                time,
+                pid,
+                tid,
+                stack,
+                duration,
+                state,
+                ..
+            } => {
+                let key = (*stack, *pid as u32, *tid as u32, *state);
+                if let Some(tally) = self.tally(*stack, |p| p.off_cpu.entry(key).or_default()) {
+                    tally.samples += 1;
+                    tally.weight = tally.weight.saturating_add(*duration);
+                    self.last_time = self.last_time.max(time.saturating_add(*duration));
+                }
             }
             Record::JitCode {
                 asid,
@@ -342,15 +357,17 @@ impl Profile {
                 source,
                 name,
             } => {
-                self.spaces.entry(*asid).or_default().jit.insert(
-                    *start,
-                    JitName {
-                        start: *start,
-                        end: *end,
-                        name: Arc::from(text(name)),
-                        source: *source,
-                    },
-                );
+                let name = JitName {
+                    start: *start,
+                    end: *end,
+                    name: Arc::from(text(name)),
+                    source: *source,
+                };
+                self.spaces
+                    .entry(*asid)
+                    .or_default()
+                    .jit
+                    .insert(*start, name);
             }
             Record::Lost { count, cause, .. } => {
                 *self.lost.entry(*cause).or_default() += count;
@@ -364,6 +381,51 @@ impl Profile {
             }
             Record::Exit { .. } | Record::StackOut(_) | Record::Unknown { .. } => {}
         }
+    }
+
+    /// A mapping of an address space (an empty range is left out).
+    fn add_mapping(&mut self, record: &Record<'_>) {
+        let Record::Mapping {
+            asid,
+            start,
+            len,
+            pgoff,
+            path,
+            build_id,
+            ..
+        } = record
+        else {
+            return;
+        };
+        let end = start.saturating_add(*len);
+        if end > *start {
+            self.mappings.push(Mapping {
+                start: *start,
+                end,
+                pgoff: *pgoff,
+                path: Arc::from(*path),
+                build_id: Arc::from(*build_id),
+            });
+            let index = self.mappings.len() - 1;
+            self.spaces
+                .entry(*asid)
+                .or_default()
+                .map(*start, end, index);
+        }
+    }
+
+    /// The tally `entry` finds, for samples of stack `stack`; `None` (an
+    /// orphan counted) where the recording holds no such stack.
+    fn tally(
+        &mut self,
+        stack: u64,
+        entry: impl FnOnce(&mut Self) -> &mut Tally,
+    ) -> Option<&mut Tally> {
+        if self.stacks.get(stack as usize).is_none_or(Option::is_none) {
+            self.orphans += 1;
+            return None;
+        }
+        Some(entry(self))
     }
 
     /// Address space `asid` of `pid`: a copy of `parent`'s, within the
@@ -397,6 +459,7 @@ impl Profile {
             start_realtime_ns: m.start_realtime_ns,
             recorder: text(m.recorder),
             target: Some(m.target),
+            off_cpu_event: text(m.off_cpu_event),
         };
     }
 
@@ -444,7 +507,25 @@ impl Profile {
         self.lost.values().sum::<u64>().max(self.end_lost)
     }
 
-    /// All samples and their weight.
+    /// Whether the recording holds off-CPU time (it was asked for).
+    #[must_use]
+    pub fn has_off_cpu(&self) -> bool {
+        !self.description.off_cpu_event.is_empty() || !self.off_cpu.is_empty()
+    }
+
+    /// Nanoseconds of the CPU clock a sample stands for, on average: what
+    /// an interval off the CPU is measured in to sit beside samples.
+    #[must_use]
+    pub fn sample_period_ns(&self) -> f64 {
+        let t = self.totals();
+        if t.samples > 0 && t.weight > 0 && self.description.event == "cpu-clock" {
+            t.weight as f64 / t.samples as f64
+        } else {
+            1e9 / self.description.frequency.max(1) as f64
+        }
+    }
+
+    /// All samples and their weight (on CPUs).
     #[must_use]
     pub fn totals(&self) -> Tally {
         self.tallies.values().fold(Tally::default(), |a, t| Tally {

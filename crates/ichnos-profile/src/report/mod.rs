@@ -9,6 +9,7 @@ mod load;
 mod print;
 mod symbols;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -21,7 +22,7 @@ pub use symbols::{
     symbolize, Frame, SymbolOptions, Symbolized, INDEX_DWARF_BYTES, INDEX_THRESHOLD,
 };
 
-use ichnos_data::StackStop;
+use ichnos_data::{OffCpuState, StackStop};
 
 /// Which samples a report counts.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -63,12 +64,42 @@ pub struct Weighted<'a> {
     pub pid: u32,
     /// The thread.
     pub tid: u32,
-    /// The frames, innermost first.
-    pub frames: &'a [Frame],
+    /// The frames, innermost first. Time off the CPU has one more, the
+    /// innermost: [`off_cpu_frame`].
+    pub frames: Cow<'a, [Frame]>,
     /// Why the walk ended.
     pub stop: StackStop,
-    /// Samples and weight.
+    /// Samples and weight. Off the CPU, `weight` is the nanoseconds off
+    /// and `samples` the samples the clock would have taken in that time
+    /// (at the recording's mean period), so that both sit in one profile.
     pub tally: Tally,
+    /// Time off the CPU, and why; `None`: samples on it.
+    pub off_cpu: Option<OffCpuState>,
+}
+
+/// `ns` in sampling periods of `period` nanoseconds, to the nearest.
+// A non-negative f64 below 2^64 (nanoseconds over a period of at least
+// one) converts exactly enough; `as` saturates beyond.
+#[allow(clippy::cast_sign_loss, clippy::cast_possible_truncation)]
+fn periods(ns: u64, period: f64) -> u64 {
+    (ns as f64 / period.max(1.0)).round() as u64
+}
+
+/// The object named by the frame that marks time off the CPU.
+pub const OFF_CPU_OBJECT: &str = "[off-CPU]";
+
+/// The innermost frame of a stack off the CPU: `[waiting]` or
+/// `[preempted]` in the object `[off-CPU]`, so that every output shows
+/// where threads wait beside where they run.
+#[must_use]
+pub fn off_cpu_frame(state: OffCpuState) -> Frame {
+    Frame {
+        function: Arc::from(format!("[{}]", state.describe())),
+        object: Arc::from(OFF_CPU_OBJECT),
+        source: None,
+        inlined: false,
+        jit: false,
+    }
 }
 
 /// The samples `filter` keeps, with their symbolized stacks.
@@ -106,9 +137,49 @@ pub fn weighted<'a>(
             thread,
             pid,
             tid,
-            frames,
+            frames: Cow::Borrowed(frames),
             stop: s.stop,
             tally: *tally,
+            off_cpu: None,
+        });
+    }
+    let period = profile.sample_period_ns();
+    let mut off: Vec<_> = profile.off_cpu.iter().collect();
+    off.sort_unstable_by_key(|(k, _)| **k);
+    for (&(stack, pid, tid, state), tally) in off {
+        if !filter.keeps(profile, pid, tid) {
+            continue;
+        }
+        let (Some(Some(frames)), Some(Some(s))) = (
+            symbols.stacks.get(stack as usize),
+            profile.stacks.get(stack as usize),
+        ) else {
+            continue;
+        };
+        let thread = names
+            .entry((pid, tid))
+            .or_insert_with(|| {
+                profile
+                    .thread_name(pid, tid)
+                    .0
+                    .cloned()
+                    .unwrap_or_else(|| Arc::from(format!("thread {tid}")))
+            })
+            .clone();
+        let mut with_leaf = Vec::with_capacity(frames.len() + 1);
+        with_leaf.push(off_cpu_frame(state));
+        with_leaf.extend_from_slice(frames);
+        out.push(Weighted {
+            thread,
+            pid,
+            tid,
+            frames: Cow::Owned(with_leaf),
+            stop: s.stop,
+            tally: Tally {
+                samples: periods(tally.weight, period),
+                weight: tally.weight,
+            },
+            off_cpu: Some(state),
         });
     }
     out

@@ -13,6 +13,11 @@
 //! each frame's line. JIT frames carry the "JIT" category, native ones
 //! "Native", frames in no object "Other".
 //!
+//! Time off the CPU is a sample at the moment the thread left, with no
+//! CPU time, its stack topped by the `[waiting]` or `[preempted]` frame
+//! in the "Off-CPU" category (transparent in the activity graph), and a
+//! weight of the samples the clock would have taken while it was away.
+//!
 //! Unlike the other exports this is a timeline: it holds every sample,
 //! so its memory grows with the samples (the crate keeps about 20 bytes
 //! of each), read from the recording one by one in a second pass.
@@ -22,14 +27,14 @@ use std::io::{self, Read, Write};
 use std::sync::Arc;
 
 use fxprof_processed_profile as fx;
-use ichnos_data::{ReadError, StackStop};
+use ichnos_data::{OffCpuState, ReadError, StackStop};
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use super::super::load::{for_each_sample, Profile};
 use super::super::print::INCOMPLETE;
 use super::super::symbols::{Frame, Symbolized};
-use super::super::Filter;
+use super::super::{off_cpu_frame, Filter, OFF_CPU_OBJECT};
 use super::{object_files, ObjectFile};
 
 /// Why the Firefox profile could not be written.
@@ -86,13 +91,21 @@ struct Timeline<'a> {
     fxp: fx::Profile,
     native: fx::CategoryPairHandle,
     jit: fx::CategoryPairHandle,
+    off_cpu: fx::CategoryPairHandle,
     /// The frames the labels stand for (label `\u{1}N` is `frames[N]`).
     frames: Vec<Frame>,
     labels: HashMap<FrameKey, fx::StringHandle>,
     processes: HashMap<u32, fx::ProcessHandle>,
     threads: HashMap<(u32, u32), fx::ThreadHandle>,
-    stacks: HashMap<(u64, u32, u32), Option<fx::StackHandle>>,
+    stacks: HashMap<StackKey, Option<fx::StackHandle>>,
+    /// Per thread, the nanoseconds off the CPU not yet counted as a
+    /// sample's weight.
+    carry: HashMap<(u32, u32), f64>,
 }
+
+/// A stack of a thread: its number, process, thread, and whether it is
+/// one the thread left its CPU in.
+type StackKey = (u64, u32, u32, Option<OffCpuState>);
 
 impl Timeline<'_> {
     /// The track of thread `tid` of process `pid`, made on its first
@@ -145,6 +158,8 @@ impl Timeline<'_> {
         };
         let category = if f.jit {
             self.jit
+        } else if &*f.object == OFF_CPU_OBJECT {
+            self.off_cpu
         } else if f.object.is_empty() || f.object.starts_with('[') {
             fx::CategoryHandle::OTHER.into()
         } else {
@@ -157,12 +172,12 @@ impl Timeline<'_> {
         }
     }
 
-    /// The stack of `key` (stack number, pid, tid), whose frames are
-    /// `symbolized` and whose walk ended as `stop`, interned once.
+    /// The stack of `key`, whose frames are `symbolized` and whose walk
+    /// ended as `stop`, interned once.
     fn stack(
         &mut self,
         thread: fx::ThreadHandle,
-        key: (u64, u32, u32),
+        key: StackKey,
         symbolized: &[Frame],
         stop: StackStop,
     ) -> Option<fx::StackHandle> {
@@ -181,6 +196,9 @@ impl Timeline<'_> {
         }
         for f in symbolized.iter().rev() {
             root_first.push(self.frame(f));
+        }
+        if let Some(state) = key.3 {
+            root_first.push(self.frame(&off_cpu_frame(state)));
         }
         let h = self.fxp.intern_stack_frames(thread, root_first.into_iter());
         self.stacks.insert(key, h);
@@ -215,11 +233,17 @@ fn firefox_profile(
     fxp.set_symbolicated(true);
     let native = fxp.add_category("Native", fx::CategoryColor::Blue).into();
     let jit = fxp.add_category("JIT", fx::CategoryColor::Green).into();
+    let off_cpu = fxp
+        .add_category("Off-CPU", fx::CategoryColor::Transparent)
+        .into();
+    let period = profile.sample_period_ns();
     let mut timeline = Timeline {
         profile,
         fxp,
         native,
         jit,
+        off_cpu,
+        carry: HashMap::new(),
         frames: Vec::new(),
         labels: HashMap::new(),
         processes: HashMap::new(),
@@ -238,13 +262,26 @@ fn firefox_profile(
             return;
         }
         let thread = timeline.thread(s.pid, s.tid);
-        let handle = timeline.stack(thread, (s.stack, s.pid, s.tid), symbolized, stack.stop);
+        let key = (s.stack, s.pid, s.tid, s.off_cpu);
+        let handle = timeline.stack(thread, key, symbolized, stack.stop);
+        let time = fx::Timestamp::from_nanos_since_reference(s.time);
+        if s.off_cpu.is_some() {
+            // Away for as many samples as the clock would have taken,
+            // the remainder carried to the thread's next wait.
+            let carry = timeline.carry.entry((s.pid, s.tid)).or_default();
+            let periods = ((*carry + s.weight as f64) / period).floor();
+            *carry += s.weight as f64 - periods * period;
+            let weight = i32::try_from(periods as i64).unwrap_or(i32::MAX);
+            timeline
+                .fxp
+                .add_sample(thread, time, handle, fx::CpuDelta::ZERO, weight);
+            return;
+        }
         let cpu = if cpu_time {
             fx::CpuDelta::from_nanos(s.weight)
         } else {
             fx::CpuDelta::ZERO
         };
-        let time = fx::Timestamp::from_nanos_since_reference(s.time);
         timeline.fxp.add_sample(thread, time, handle, cpu, 1);
     })?;
     let text = serde_json::to_vec(&timeline.fxp)?;

@@ -5,7 +5,9 @@
 //!
 //! One pprof sample per stack and thread, with two values (samples, and
 //! their weight: CPU nanoseconds for `cpu-clock`, else events) and the
-//! thread, its number and its process's as labels. A location is one
+//! thread, its number and its process's as labels. A recording with
+//! off-CPU time has two more: `off-cpu` nanoseconds, and `wall`
+//! nanoseconds (on and off CPUs together, the default). A location is one
 //! frame of a walk: the functions inlined at it first, the function they
 //! were inlined into last, as `profile.proto` orders its lines.
 
@@ -170,8 +172,8 @@ impl Builder<'_> {
 impl Builder<'_> {
     /// One stack of one thread, with the thread's labels (the string
     /// indexes of the keys `thread`, `tid` and `pid`).
-    fn sample(&mut self, w: &Weighted<'_>, labels: [i64; 3]) -> pb::Sample {
-        let mut location_id: Vec<u64> = walked_frames(w.frames)
+    fn sample(&mut self, w: &Weighted<'_>, labels: [i64; 3], off_cpu_values: bool) -> pb::Sample {
+        let mut location_id: Vec<u64> = walked_frames(&w.frames)
             .map(|group| self.location(group))
             .collect();
         if w.stop != StackStop::Complete {
@@ -185,12 +187,18 @@ impl Builder<'_> {
             location_id.push(self.location(std::slice::from_ref(&incomplete)));
         }
         let thread = self.strings.get(&w.thread);
+        let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        let (on, off) = match w.off_cpu {
+            Some(_) => (0, w.tally.weight),
+            None => (w.tally.weight, 0),
+        };
+        let mut value = vec![n(w.tally.samples), n(on)];
+        if off_cpu_values {
+            value.extend([n(off), n(w.tally.weight)]);
+        }
         pb::Sample {
             location_id,
-            value: vec![
-                i64::try_from(w.tally.samples).unwrap_or(i64::MAX),
-                i64::try_from(w.tally.weight).unwrap_or(i64::MAX),
-            ],
+            value,
             label: vec![
                 pb::Label {
                     key: labels[0],
@@ -290,7 +298,20 @@ pub fn pprof_profile(
             b.mapping(&main);
         }
     }
-    let pb_samples: Vec<pb::Sample> = samples.iter().map(|w| b.sample(w, labels)).collect();
+    let off_cpu = profile.has_off_cpu() && weight_unit == "nanoseconds";
+    let pb_samples: Vec<pb::Sample> = samples
+        .iter()
+        .map(|w| b.sample(w, labels, off_cpu))
+        .collect();
+    let mut types = vec![samples_type, weight_value];
+    if off_cpu {
+        for name in ["off-cpu", "wall"] {
+            types.push(pb::ValueType {
+                r#type: b.strings.get(name),
+                unit: b.strings.get("nanoseconds"),
+            });
+        }
+    }
     let period = if weight_unit == "nanoseconds" && d.frequency > 0 {
         i64::try_from(1_000_000_000 / d.frequency).unwrap_or(0)
     } else {
@@ -310,7 +331,8 @@ pub fn pprof_profile(
     comment.push(b.strings.get(&recorded));
     let duration = profile.end.unwrap_or(profile.last_time);
     pb::Profile {
-        sample_type: vec![samples_type, weight_value],
+        default_sample_type: types.last().map_or(0, |t| t.r#type),
+        sample_type: types,
         sample: pb_samples,
         mapping: b.mapping_list,
         location: b.location_list,
@@ -322,7 +344,6 @@ pub fn pprof_profile(
         period_type: Some(weight_value),
         period,
         comment,
-        default_sample_type: weight_value.r#type,
         string_table: b.strings.table,
     }
 }

@@ -1,0 +1,400 @@
+//! `ichnos record --off-cpu`: where threads wait, checked against what
+//! the kernel's clocks say of the fixture's own threads, and shown in
+//! every report and export as their readers read them.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+mod common;
+
+use common::{build_fixture, go_pprof, ichnos, ok, python, stderr, text};
+
+/// A recording of the napper fixture with off-CPU time: the directory,
+/// the recording, what the fixture printed and what the recorder said.
+struct Napped {
+    _dir: tempfile::TempDir,
+    data: PathBuf,
+    /// The fixture's main thread by its own clocks: CPU and wall seconds.
+    cpu: f64,
+    wall: f64,
+    recorder: String,
+}
+
+/// Records the napper (60 rounds of 5 ms of work and 5 ms of sleep) with
+/// `env` set for the recorder.
+fn nap(env: &[(&str, &str)]) -> Napped {
+    let dir = tempfile::tempdir().unwrap();
+    // No frame pointers: the stacks off the CPU are unwound by SFrame.
+    let exe = build_fixture(
+        dir.path(),
+        "napper",
+        &["-fomit-frame-pointer", "-Wa,--gsframe", "-pthread"],
+    );
+    let data = dir.path().join("nap.data");
+    let out = std::process::Command::new(common::ICHNOS)
+        .args(["record", "--off-cpu", "-o", data.to_str().unwrap(), "--"])
+        .args([exe.to_str().unwrap(), "60", "5", "5"])
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let out = ok(out, "ichnos record --off-cpu");
+    // "main thread: cpu C s wall W s"
+    let said = text(&out);
+    let words: Vec<&str> = said.split_whitespace().collect();
+    let at = |w: &str| -> f64 {
+        let i = words.iter().position(|x| *x == w).unwrap();
+        words[i + 1].parse().unwrap()
+    };
+    Napped {
+        cpu: at("cpu"),
+        wall: at("wall"),
+        recorder: stderr(&out),
+        data,
+        _dir: dir,
+    }
+}
+
+fn napped() -> &'static Napped {
+    static NAPPED: OnceLock<Napped> = OnceLock::new();
+    NAPPED.get_or_init(|| nap(&[]))
+}
+
+/// The folded stacks (root first, the thread's name first) and counts.
+fn folded(data: &Path) -> Vec<(Vec<String>, u64)> {
+    common::folded(data, &[])
+}
+
+fn is_off(stack: &[String]) -> bool {
+    stack
+        .last()
+        .is_some_and(|f| f == "[waiting]" || f == "[preempted]")
+}
+
+/// The share (percent) of the main thread's time off the CPU: of its
+/// stacks (those through `main`), those ending off it.
+fn main_thread_off_share(stacks: &[(Vec<String>, u64)]) -> f64 {
+    let (mut on, mut off) = (0u64, 0u64);
+    for (stack, count) in stacks {
+        if !stack.iter().any(|f| f == "main") {
+            continue;
+        }
+        if is_off(stack) {
+            off += count;
+        } else {
+            on += count;
+        }
+    }
+    100.0 * off as f64 / (on + off) as f64
+}
+
+/// The event the header line says off-CPU time came through.
+fn off_cpu_event(data: &Path) -> String {
+    let out = ok(
+        ichnos(&["report", "-i", data.to_str().unwrap()]),
+        "ichnos report",
+    );
+    let top = text(&out);
+    let line = top
+        .lines()
+        .find(|l| l.starts_with("# off CPU: "))
+        .unwrap_or_else(|| panic!("no off-CPU line:\n{top}"));
+    let after = line.split(" through ").nth(1).unwrap();
+    after.split_whitespace().next().unwrap().to_owned()
+}
+
+fn check_share(n: &Napped) {
+    let truth = 100.0 * (1.0 - n.cpu / n.wall);
+    let stacks = folded(&n.data);
+    let ours = main_thread_off_share(&stacks);
+    // The fixture sleeps about half its time (more when the machine is
+    // busy: its work is 5 ms of wall time, and its share of a contended
+    // CPU is less).
+    assert!((10.0..90.0).contains(&truth), "truth {truth}");
+    assert!(
+        (ours - truth).abs() <= 2.0,
+        "off-CPU share {ours:.2}% against {truth:.2}% by the thread's clocks"
+    );
+    // Where it waits: in nap's nanosleep, and the second thread on its
+    // condition variable, complete down to _start and clone.
+    let waits = |through: &str| -> u64 {
+        stacks
+            .iter()
+            .filter(|(s, _)| is_off(s) && s.iter().any(|f| f == through))
+            .map(|(_, c)| c)
+            .sum()
+    };
+    assert!(waits("nap") > 0, "{stacks:?}");
+    let waiter = waits("waiter");
+    let all_waiter: u64 = stacks
+        .iter()
+        .filter(|(s, _)| s.iter().any(|f| f == "waiter"))
+        .map(|(_, c)| c)
+        .sum();
+    // The waiter waits the whole run: nearly all of its time is off.
+    assert!(waiter * 100 >= all_waiter * 95, "{waiter} of {all_waiter}");
+    // Complete: down to _start or to the thread's start. A thread can
+    // be preempted in its first instructions, back from clone3 on a new
+    // stack and not yet where its unwind rows say it is the outermost
+    // frame: at most 1% of the time off.
+    let off: Vec<&(Vec<String>, u64)> = stacks.iter().filter(|(s, _)| is_off(s)).collect();
+    let whole: u64 = off.iter().map(|(_, c)| c).sum();
+    let broken: Vec<&&(Vec<String>, u64)> = off
+        .iter()
+        .filter(|(s, _)| !s.get(1).is_some_and(|f| f == "_start" || f == "clone3"))
+        .collect();
+    let broken_count: u64 = broken.iter().map(|(_, c)| c).sum();
+    assert!(
+        broken_count * 100 <= whole,
+        "off-CPU stacks that do not reach their thread's start: {broken:?}"
+    );
+}
+
+#[test]
+fn off_cpu_share_of_a_napping_thread_is_its_own_clocks_within_two_points() {
+    let n = napped();
+    check_share(n);
+    assert!(n.recorder.contains("intervals off CPU"), "{}", n.recorder);
+    // The tracepoint where tracefs shows it, as the header says.
+    let tracefs = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
+        .iter()
+        .any(|d| Path::new(d).join("events/sched/sched_switch/id").exists());
+    let expected = if tracefs {
+        "sched:sched_switch"
+    } else {
+        "context-switches"
+    };
+    assert_eq!(off_cpu_event(&n.data), expected);
+}
+
+#[test]
+fn without_tracefs_the_software_switch_event_records_the_same_waits() {
+    let n = nap(&[("ICHNOS_TRACEFS", "/nonexistent")]);
+    assert!(
+        n.recorder.contains("software event context-switches"),
+        "{}",
+        n.recorder
+    );
+    assert_eq!(off_cpu_event(&n.data), "context-switches");
+    check_share(&n);
+}
+
+#[test]
+fn off_cpu_needs_time_as_its_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("x.data");
+    let out = ichnos(&[
+        "record",
+        "--off-cpu",
+        "-e",
+        "cycles",
+        "-o",
+        data.to_str().unwrap(),
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("--off-cpu needs the cpu-clock event"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!data.exists(), "a refused recording leaves no file");
+}
+
+/// Exports the napper's recording as `format`; the file.
+fn export(format: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join(format!("nap.{format}"));
+    ok(
+        ichnos(&[
+            "report",
+            "-q",
+            "-i",
+            napped().data.to_str().unwrap(),
+            "--format",
+            format,
+            "-o",
+            file.to_str().unwrap(),
+        ]),
+        "ichnos report",
+    );
+    (dir, file)
+}
+
+/// Off-CPU samples of the folded stacks, and all of them.
+fn folded_off_and_all() -> (u64, u64) {
+    let stacks = folded(&napped().data);
+    let off = stacks
+        .iter()
+        .filter(|(s, _)| is_off(s))
+        .map(|(_, c)| c)
+        .sum();
+    (off, stacks.iter().map(|(_, c)| c).sum())
+}
+
+#[test]
+fn pprof_carries_off_cpu_nanoseconds_as_a_sample_type_of_its_own() {
+    let (_dir, file) = export("pprof");
+    // `go tool pprof -raw`: the sample types, then each sample's values
+    // and its locations; the locations named below.
+    let raw = go_pprof(&["-raw"], &file);
+    let types = raw
+        .lines()
+        .skip_while(|l| !l.starts_with("Samples:"))
+        .nth(1)
+        .unwrap();
+    assert_eq!(
+        types.split_whitespace().collect::<Vec<_>>(),
+        [
+            "samples/count",
+            "cpu/nanoseconds",
+            "off-cpu/nanoseconds",
+            "wall/nanoseconds[dflt]"
+        ]
+    );
+    let mut totals = [0u64; 4];
+    for line in raw
+        .lines()
+        .filter(|l| l.contains(": ") && l.starts_with(' '))
+    {
+        let values: Vec<u64> = line
+            .split(':')
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .map(|v| v.parse().unwrap())
+            .collect();
+        if values.len() != 4 {
+            continue;
+        }
+        // Time is on a CPU or off it, and wall time is both.
+        assert!(values[1] == 0 || values[2] == 0, "{line}");
+        assert_eq!(values[3], values[1] + values[2], "{line}");
+        for (t, v) in totals.iter_mut().zip(&values) {
+            *t += v;
+        }
+    }
+    let (off, all) = folded_off_and_all();
+    assert_eq!(totals[0], all, "samples, against the folded stacks");
+    // pprof's own totals per type: its top line, in seconds.
+    let top = go_pprof(&["-top", "-sample_index=off-cpu", "-unit=ms"], &file);
+    assert!(top.contains("Type: off-cpu"), "{top}");
+    let waiting = top
+        .lines()
+        .find(|l| l.trim_end().ends_with("[waiting]"))
+        .unwrap_or_else(|| panic!("{top}"));
+    assert!(waiting.contains("ms"), "{waiting}");
+    // The off-CPU time over all time, as the folded stacks share it.
+    let theirs = totals[2] as f64 / totals[3] as f64;
+    let ours = off as f64 / all as f64;
+    assert!((theirs - ours).abs() < 0.01, "{theirs} against {ours}");
+}
+
+#[test]
+fn speedscope_and_svg_show_the_waits_beside_the_work() {
+    let (_dir, file) = export("speedscope");
+    let schema = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/speedscope/file-format-schema.json");
+    // Validated against speedscope's schema; the weight (nanoseconds)
+    // of stacks that end off a CPU, and of all.
+    let said = python(
+        r#"
+import json, sys, jsonschema
+schema = json.load(open(sys.argv[1]))
+data = json.load(open(sys.argv[2]))
+jsonschema.validate(data, schema)
+frames = data["shared"]["frames"]
+off = total = 0
+for p in data["profiles"]:
+    assert p["unit"] == "nanoseconds", p["unit"]
+    for stack, weight in zip(p["samples"], p["weights"]):
+        total += weight
+        if frames[stack[-1]]["name"] in ("[waiting]", "[preempted]"):
+            off += weight
+print(off, total)
+"#,
+        &[schema.to_str().unwrap(), file.to_str().unwrap()],
+    );
+    let v: Vec<f64> = said
+        .split_whitespace()
+        .map(|x| x.parse().unwrap())
+        .collect();
+    let (off, all) = folded_off_and_all();
+    assert!(
+        (v[0] / v[1] - off as f64 / all as f64).abs() < 0.01,
+        "{said} against {off}/{all}"
+    );
+
+    let (_dir, svg) = export("svg");
+    let titles = python(
+        r#"
+import sys, xml.etree.ElementTree as ET
+ns = "{http://www.w3.org/2000/svg}"
+for g in ET.parse(sys.argv[1]).getroot().iter(ns + "g"):
+    t = g.find(ns + "title")
+    if t is not None:
+        print(t.text)
+"#,
+        &[svg.to_str().unwrap()],
+    );
+    assert!(
+        titles.lines().any(|t| t.starts_with("[waiting]")),
+        "{titles}"
+    );
+    assert!(titles.lines().any(|t| t.starts_with("nap ")), "{titles}");
+}
+
+#[test]
+fn the_firefox_export_puts_each_wait_on_the_timeline_with_no_cpu_time() {
+    let (_dir, file) = export("firefox");
+    // Per thread: the weight of samples whose leaf is off the CPU (their
+    // category, CPU delta and frames checked on the way), and of all.
+    let said = python(
+        r#"
+import gzip, json, sys
+d = json.load(gzip.open(sys.argv[1]))
+cats = [c["name"] for c in d["meta"]["categories"]]
+for t in d["threads"]:
+    strings = t["stringArray"]
+    ft, fn, st, s = t["frameTable"], t["funcTable"], t["stackTable"], t["samples"]
+    off = total = 0
+    for i in range(s["length"]):
+        leaf = st["frame"][s["stack"][i]]
+        name = strings[fn["name"][ft["func"][leaf]]]
+        w = s["weight"][i]
+        total += w
+        if name in ("[waiting]", "[preempted]"):
+            assert cats[ft["category"][leaf]] == "Off-CPU", cats[ft["category"][leaf]]
+            assert s["threadCPUDelta"][i] in (0, None), s["threadCPUDelta"][i]
+            off += w
+        else:
+            assert cats[ft["category"][leaf]] != "Off-CPU", name
+    print(t["name"], off, total)
+"#,
+        &[file.to_str().unwrap()],
+    );
+    // Both threads are called napper.
+    let per_thread: Vec<(u64, u64)> = said
+        .lines()
+        .map(|l| {
+            let v: Vec<&str> = l.rsplitn(3, ' ').collect();
+            (v[1].parse().unwrap(), v[0].parse().unwrap())
+        })
+        .collect();
+    assert_eq!(per_thread.len(), 2, "{said}");
+    // Per thread, against the folded stacks of that thread: the same
+    // samples, to within the rounding of each wait (one a thread, as the
+    // remainders carry, against one a stack).
+    let stacks = folded(&napped().data);
+    let (off, all) = folded_off_and_all();
+    let (ff_off, ff_all) = per_thread
+        .iter()
+        .fold((0, 0), |(a, b), (o, t)| (a + o, b + t));
+    let distinct_off = stacks.iter().filter(|(s, _)| is_off(s)).count() as u64;
+    assert!(
+        ff_off.abs_diff(off) <= distinct_off + 2,
+        "{ff_off} off-CPU samples against {off} folded"
+    );
+    assert_eq!(ff_all - ff_off, all - off, "on-CPU samples");
+}
