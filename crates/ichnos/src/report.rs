@@ -300,6 +300,9 @@ fn header(out: &mut dyn Write, path: &Path, profile: &Profile, shown: Shown) -> 
             format!(": {}", d.command.join(" "))
         }
     )?;
+    if lost > 0 {
+        writeln!(out, "# lost: {}", lost_causes(profile))?;
+    }
     if shown.on.samples != all.samples {
         writeln!(
             out,
@@ -310,14 +313,14 @@ fn header(out: &mut dyn Write, path: &Path, profile: &Profile, shown: Shown) -> 
     }
     if profile.has_off_cpu() {
         let (wait, preempted) = (shown.waiting, shown.preempted);
-        let off = wait.weight + preempted.weight;
-        let wall = (off + shown.on.weight).max(1) as f64;
+        let off = wait.weight.saturating_add(preempted.weight);
+        let wall = off.saturating_add(shown.on.weight).max(1) as f64;
         writeln!(
             out,
             "# off CPU: {:.3} s in {} intervals through {} ({:.1}% of the time shown; \
              waiting {:.1}%, preempted {:.1}%); on CPU: {:.3} s ({:.1}%)",
             off as f64 * 1e-9,
-            crate::units::thousands(wait.samples + preempted.samples),
+            crate::units::thousands(wait.samples.saturating_add(preempted.samples)),
             d.off_cpu_event,
             100.0 * off as f64 / wall,
             100.0 * wait.weight as f64 / wall,
@@ -446,14 +449,50 @@ pub fn report(args: &ReportArgs, quiet: bool, verbose: bool) -> Result<()> {
     finished(input, profile)
 }
 
+/// What was lost, by cause, as the loss records tell (the end record's
+/// count where it counts more, as the recorder's own).
+fn lost_causes(profile: &Profile) -> String {
+    use ichnos_data::LostCause;
+    let mut causes: Vec<(LostCause, u64)> = profile
+        .lost
+        .iter()
+        .filter(|(_, &n)| n > 0)
+        .map(|(&c, &n)| (c, n))
+        .collect();
+    causes.sort_unstable_by_key(|&(c, n)| (std::cmp::Reverse(n), format!("{c:?}")));
+    let mut parts: Vec<String> = causes
+        .iter()
+        .map(|&(cause, n)| {
+            let what = match cause {
+                LostCause::KernelRing => "records of a full kernel ring",
+                LostCause::KernelSamples => "samples the kernel lost",
+                LostCause::Recorder => "samples the recorder could not keep up with",
+                LostCause::NoUserRegisters => "samples without user registers",
+                LostCause::Unreadable => "records the recorder could not read",
+                LostCause::Unknown(_) => "of a cause this version does not know",
+            };
+            format!("{} {what}", crate::units::thousands(n))
+        })
+        .collect();
+    let told: u64 = causes.iter().map(|&(_, n)| n).sum();
+    let total = profile.lost_total();
+    if total > told {
+        parts.push(format!(
+            "{} the recording's end counts besides",
+            crate::units::thousands(total - told)
+        ));
+    }
+    parts.join(", ")
+}
+
 /// The total of what the report shows, as its shares count it (time off
 /// CPUs as the samples the clock would have taken in it).
 fn whole(samples: &[report::Weighted<'_>]) -> report::Tally {
     samples
         .iter()
         .fold(report::Tally::default(), |a, w| report::Tally {
-            samples: a.samples + w.tally.samples,
-            weight: a.weight + w.tally.weight,
+            samples: a.samples.saturating_add(w.tally.samples),
+            weight: a.weight.saturating_add(w.tally.weight),
         })
 }
 
@@ -470,7 +509,7 @@ struct Shown {
 fn sum(profile: &Profile, filter: &Filter) -> Shown {
     let mut shown = Shown::default();
     let add = |t: &mut report::Tally, by: &report::Tally| {
-        t.samples += by.samples;
+        t.samples = t.samples.saturating_add(by.samples);
         t.weight = t.weight.saturating_add(by.weight);
     };
     for (&(_, pid, tid), tally) in &profile.tallies {

@@ -752,6 +752,8 @@ meta = d["meta"]
 assert meta["preprocessedProfileVersion"] >= 40, meta["preprocessedProfileVersion"]
 assert meta["symbolicated"] is True
 cats = [c["name"] for c in meta["categories"]]
+# No off-CPU time here: the categories are those of on-CPU profiles.
+assert cats == ["Other", "Native", "JIT"], cats
 libs = d["libs"]
 longest = 0.0
 for t in d["threads"]:

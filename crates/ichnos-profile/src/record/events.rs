@@ -87,14 +87,7 @@ pub(crate) fn open(
     fall_back: bool,
     off_cpu: bool,
 ) -> Result<Events, EventsError> {
-    // Off-CPU time samples in the kernel: a refusal is for that.
-    let why = |e: EventsError| match e {
-        EventsError::Open(source @ OpenError::Permission { paranoid, .. }) if off_cpu => {
-            EventsError::OffCpuPermission { paranoid, source }
-        }
-        other => other,
-    };
-    let mut events = open_with(scope, config, fall_back, RING_PAGES).map_err(why)?;
+    let mut events = open_with(scope, config, fall_back, RING_PAGES)?;
     if events.pages != RING_PAGES {
         // Smaller rings than planned: open again with a wakeup watermark
         // that fits them (one larger than a ring would only wake the
@@ -105,7 +98,7 @@ pub(crate) fn open(
             wakeup_watermark: watermark(pages),
             ..config
         };
-        events = open_with(scope, config, fall_back, pages).map_err(why)?;
+        events = open_with(scope, config, fall_back, pages)?;
     }
     if off_cpu {
         open_switches(&mut events, config)?;
@@ -128,9 +121,6 @@ fn switch_kinds() -> Vec<EventKind> {
 /// task and CPU, writing into the same ring.
 fn open_switches(events: &mut Events, config: EventConfig) -> Result<(), EventsError> {
     let main: Vec<usize> = (0..events.opened.len()).collect();
-    let Some(&first) = main.first() else {
-        return Ok(());
-    };
     let switch_config = |kind| EventConfig {
         kind,
         side_band: false,
@@ -139,25 +129,34 @@ fn open_switches(events: &mut Events, config: EventConfig) -> Result<(), EventsE
         ..config
     };
     let at = |i: usize| (events.opened[i].pid(), events.opened[i].cpu());
-    // The kind is settled on the first: the tracepoint, unless it cannot
-    // be opened (tracefs readable but the kernel refusing it).
+    // The kind is settled on the first event whose thread still lives:
+    // the tracepoint, unless it cannot be opened (tracefs readable but
+    // the kernel refusing it).
     let mut chosen = None;
     let mut refusal = None;
-    for kind in switch_kinds() {
-        match PerfEvent::open(&switch_config(kind), at(first).0, at(first).1) {
-            Ok(event) => {
-                chosen = Some((kind, event));
-                break;
+    'events: for &i in &main {
+        for kind in switch_kinds() {
+            match PerfEvent::open(&switch_config(kind), at(i).0, at(i).1) {
+                Ok(event) => {
+                    chosen = Some((i, kind, event));
+                    break 'events;
+                }
+                // That thread exited: the next one tells.
+                Err(OpenError::NoSuchProcess { .. }) => continue 'events,
+                Err(e @ OpenError::Permission { .. }) => {
+                    refusal = Some(e);
+                    break 'events;
+                }
+                Err(e) => refusal = Some(e),
             }
-            Err(e @ OpenError::Permission { .. }) => {
-                refusal = Some(e);
-                break;
-            }
-            Err(e) => refusal = Some(e),
         }
+        break;
     }
-    let Some((kind, first_event)) = chosen else {
-        let source = refusal.expect("at least one kind was tried");
+    let Some((first, kind, first_event)) = chosen else {
+        let Some(source) = refusal else {
+            // Every thread exited.
+            return Err(EventsError::NoThreads);
+        };
         return Err(match source {
             OpenError::Permission { paranoid, .. } => {
                 EventsError::OffCpuPermission { paranoid, source }
@@ -166,7 +165,7 @@ fn open_switches(events: &mut Events, config: EventConfig) -> Result<(), EventsE
         });
     };
     let mut opened = vec![(first, first_event)];
-    for &i in &main[1..] {
+    for &i in main.iter().filter(|&&i| i > first) {
         let (pid, cpu) = at(i);
         match PerfEvent::open(&switch_config(kind), pid, cpu) {
             Ok(e) => opened.push((i, e)),

@@ -295,6 +295,11 @@ struct Prepared {
 }
 
 fn prepare(options: &RecordOptions) -> Result<Prepared, RecordError> {
+    if let (true, EventChoice::Exactly(event)) = (options.off_cpu, options.event) {
+        if event != EventKind::CpuClock {
+            return Err(RecordError::OffCpuEvent { event });
+        }
+    }
     Ok(match &options.target {
         RecordTarget::Command(command) => {
             let program = launch::resolve(command.first().ok_or(LaunchError::Empty)?)?;
@@ -331,9 +336,12 @@ fn prepare(options: &RecordOptions) -> Result<Prepared, RecordError> {
 }
 
 /// A refusal to attach to another user's process says so, rather than
-/// blame `perf_event_paranoid` (which is not what stands in the way).
-fn refusal(e: EventsError, target: &RecordTarget) -> RecordError {
+/// blame `perf_event_paranoid` (which is not what stands in the way); one
+/// to sample in the kernel for off-CPU time, where the paranoid setting
+/// keeps users to user space (2 and above), says that.
+fn refusal(e: EventsError, options: &RecordOptions) -> RecordError {
     use std::os::unix::fs::MetadataExt;
+    let target = &options.target;
     if let (
         EventsError::Open(ichnos_perf::OpenError::Permission { .. }),
         RecordTarget::Pids(pids),
@@ -351,7 +359,16 @@ fn refusal(e: EventsError, target: &RecordTarget) -> RecordError {
             }
         }
     }
-    e.into()
+    match e {
+        EventsError::Open(source @ ichnos_perf::OpenError::Permission { paranoid, .. })
+            if options.off_cpu
+                && !matches!(target, RecordTarget::System)
+                && paranoid.is_none_or(|p| p >= 2) =>
+        {
+            EventsError::OffCpuPermission { paranoid, source }.into()
+        }
+        other => other.into(),
+    }
 }
 
 /// The sampling event for `scope`.
@@ -472,12 +489,6 @@ pub fn record(
         held,
         tids,
     } = prepare(options)?;
-    if let (true, EventChoice::Exactly(event)) = (options.off_cpu, options.event) {
-        if event != EventKind::CpuClock {
-            output_file.abandon();
-            return Err(RecordError::OffCpuEvent { event });
-        }
-    }
     let scope = match (&options.target, &held) {
         (RecordTarget::Command(_), Some(h)) => events::Scope::Command(h.pid()),
         (RecordTarget::Pids(_), _) => events::Scope::Threads(&tids),
@@ -489,7 +500,7 @@ pub fn record(
         options.event == EventChoice::Default,
         options.off_cpu,
     )
-    .map_err(|e| refusal(e, &options.target))
+    .map_err(|e| refusal(e, options))
     .inspect_err(|_| output_file.abandon())?;
     let notes = notes(options, &events);
     let start = monotonic_ns();
@@ -555,6 +566,7 @@ pub fn record(
         samples,
         [past_copy, cut_short, oversized],
     ));
+    notes.extend(off_cpu_notes(&recorder.off_cpu));
     Ok(Summary {
         duration: Duration::from_nanos(monotonic_ns() - start),
         samples,
@@ -603,6 +615,24 @@ fn closing_notes(
         notes.push(format!(
             "{oversized} records larger than {} KiB were left out",
             output::MAX_RECORD >> 10
+        ));
+    }
+    notes
+}
+
+/// The notes on off-CPU time: intervals and samples left out.
+fn off_cpu_notes(off: &off_cpu::OffCpu) -> Vec<String> {
+    let mut notes = Vec::new();
+    if off.unended > 0 {
+        notes.push(format!(
+            "{} intervals off CPU were left out: their threads' switches back were lost",
+            off.unended
+        ));
+    }
+    if off.kernel_threads > 0 {
+        notes.push(format!(
+            "{} samples of kernel threads (no user stack) were left out",
+            off.kernel_threads
         ));
     }
     notes

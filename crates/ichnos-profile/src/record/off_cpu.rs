@@ -9,11 +9,19 @@
 //! preempted (still runnable) or went to wait. Each interval becomes one
 //! `OffCpu` record once it has ended.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use ichnos_data::{OffCpuState, Record};
 
 use super::output::Output;
+
+/// How long after its switch sample a thread's switch record leaving
+/// may come: the kernel writes both in one pass through the scheduler.
+const SWITCH_RECORD_WITHIN_NS: u64 = 1_000_000;
+
+/// Most exited threads remembered (their last switch, after their exit
+/// record, is not a wait); past it the oldest knowledge is dropped.
+const MAX_EXITED: usize = 1 << 16;
 
 /// A thread that left its CPU and has not come back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,6 +32,8 @@ struct Away {
     since: u64,
     /// The stack it left in.
     stack: u32,
+    /// Whether that stack is complete.
+    complete: bool,
     state: OffCpuState,
 }
 
@@ -34,13 +44,17 @@ pub(super) struct OffCpu {
     /// their parent's), sorted.
     ids: Vec<u64>,
     away: HashMap<u32, Away>,
-    /// Switch samples whose stacks reached the outermost frame.
+    /// Threads that exited: a CPU-wide event samples a thread's last
+    /// switch after its exit record.
+    exited: HashSet<u32>,
+    /// Intervals written whose stacks reached the outermost frame.
     pub complete: u64,
-    /// Switch samples without user registers (kernel threads, on the
-    /// whole machine): not a wait of a program's.
+    /// Samples without user registers, of kernel threads on the whole
+    /// machine (sampled in the kernel, on their CPUs or leaving them):
+    /// no program's time, left out.
     pub kernel_threads: u64,
-    /// Intervals whose end was never seen (the thread left again first):
-    /// a switch record was lost.
+    /// Intervals left out because their end was never seen (the thread
+    /// left again first): a switch record was lost.
     pub unended: u64,
 }
 
@@ -55,19 +69,39 @@ impl OffCpu {
         }
     }
 
+    /// Whether off-CPU time is recorded (and the sampling event counts in
+    /// the kernel).
+    pub(super) fn enabled(&self) -> bool {
+        !self.ids.is_empty()
+    }
+
     /// Whether a sample of event `id` is a thread leaving its CPU.
     pub(super) fn is_switch_sample(&self, id: Option<u64>) -> bool {
         id.is_some_and(|id| self.ids.binary_search(&id).is_ok())
     }
 
-    /// Thread `tid` of `pid` left `cpu` at `time` in `stack`. A thread
-    /// already away had its return lost: that interval is dropped.
-    pub(super) fn left(&mut self, pid: u32, tid: u32, cpu: u32, time: u64, stack: u32) {
+    /// Thread `tid` of `pid` left `cpu` at `time` in `stack` (`complete`
+    /// if the walk reached the outermost frame). A thread already away
+    /// had its return lost: that interval is left out. A thread that
+    /// exited is not waiting: its last switch is not counted.
+    pub(super) fn left(
+        &mut self,
+        pid: u32,
+        tid: u32,
+        cpu: u32,
+        time: u64,
+        stack: u32,
+        complete: bool,
+    ) {
+        if self.exited.contains(&tid) {
+            return;
+        }
         let away = Away {
             pid,
             cpu,
             since: time,
             stack,
+            complete,
             state: OffCpuState::Waiting,
         };
         if self.away.insert(tid, away).is_some() {
@@ -76,10 +110,12 @@ impl OffCpu {
     }
 
     /// The switch record of `tid` leaving at `time`: whether it was
-    /// preempted. It follows the thread's switch sample.
+    /// preempted. It follows the thread's switch sample within moments;
+    /// one long after is of a leaving whose sample was not kept.
     pub(super) fn left_preempted(&mut self, tid: u32, time: u64, preempted: bool) {
         if let Some(away) = self.away.get_mut(&tid) {
-            if preempted && away.since <= time {
+            let after = time.checked_sub(away.since);
+            if preempted && after.is_some_and(|a| a <= SWITCH_RECORD_WITHIN_NS) {
                 away.state = OffCpuState::Preempted;
             }
         }
@@ -87,19 +123,36 @@ impl OffCpu {
 
     /// Thread `tid` is on a CPU at `time` (its switch record back, or a
     /// sample of it running): its interval away, if any, ends and is
-    /// written.
+    /// written. A time before it left (records out of order beyond the
+    /// sort's margin) says nothing of this interval.
     pub(super) fn back(&mut self, tid: u32, time: u64, output: &mut Output) {
         if self.away.is_empty() {
             return;
         }
-        if let Some(away) = self.away.remove(&tid) {
-            write(tid, away, time, output);
+        if self.away.get(&tid).is_some_and(|a| time >= a.since) {
+            if let Some(away) = self.away.remove(&tid) {
+                self.write(tid, away, time, output);
+            }
         }
     }
 
-    /// Thread `tid` ended: it is not waiting any more.
+    /// Thread `tid` ended: it is not waiting any more, and its last
+    /// switch (sampled after this by an event of the whole CPU) is not a
+    /// wait.
     pub(super) fn ended(&mut self, tid: u32) {
         self.away.remove(&tid);
+        if self.ids.is_empty() {
+            return;
+        }
+        if self.exited.len() >= MAX_EXITED {
+            self.exited.clear();
+        }
+        self.exited.insert(tid);
+    }
+
+    /// Thread `tid` was created (a thread id can be used again).
+    pub(super) fn born(&mut self, tid: u32) {
+        self.exited.remove(&tid);
     }
 
     /// The recording ends at `time`: threads still away were off their
@@ -108,20 +161,82 @@ impl OffCpu {
         let mut away: Vec<(u32, Away)> = self.away.drain().collect();
         away.sort_unstable_by_key(|(tid, a)| (a.since, *tid));
         for (tid, a) in away {
-            write(tid, a, time.max(a.since), output);
+            self.write(tid, a, time.max(a.since), output);
+        }
+    }
+
+    fn write(&mut self, tid: u32, away: Away, until: u64, output: &mut Output) {
+        let record = Record::OffCpu {
+            time: output.rel(away.since),
+            pid: u64::from(away.pid),
+            tid: u64::from(tid),
+            cpu: u64::from(away.cpu),
+            stack: u64::from(away.stack),
+            duration: until.saturating_sub(away.since),
+            state: away.state,
+        };
+        let before = output.off_cpu;
+        output.sample(&record);
+        if output.off_cpu > before && away.complete {
+            self.complete += 1;
         }
     }
 }
 
-fn write(tid: u32, away: Away, until: u64, output: &mut Output) {
-    let record = Record::OffCpu {
-        time: output.rel(away.since),
-        pid: u64::from(away.pid),
-        tid: u64::from(tid),
-        cpu: u64::from(away.cpu),
-        stack: u64::from(away.stack),
-        duration: until.saturating_sub(away.since),
-        state: away.state,
-    };
-    output.sample(&record);
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn output() -> (
+        tempfile::TempDir,
+        Output,
+        std::thread::JoinHandle<super::super::output::WriterResult>,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let file = std::fs::File::create(dir.path().join("x.data")).unwrap();
+        let (output, writer) = super::super::output::start(file, 0).unwrap();
+        (dir, output, writer)
+    }
+
+    #[test]
+    fn an_interval_runs_from_the_switch_sample_to_the_switch_back() {
+        let (_dir, mut out, _writer) = output();
+        let mut off = OffCpu::new(vec![7]);
+        assert!(off.is_switch_sample(Some(7)) && !off.is_switch_sample(Some(8)));
+        off.left(1, 2, 0, 1_000, 5, true);
+        off.left_preempted(2, 1_100, true);
+        // A time before it left is no return.
+        off.back(2, 900, &mut out);
+        assert_eq!(out.off_cpu, 0);
+        off.back(2, 4_000, &mut out);
+        assert_eq!((out.off_cpu, off.complete), (1, 1));
+        assert!(off.away.is_empty());
+    }
+
+    #[test]
+    fn a_preempt_flag_long_after_the_sample_is_not_its_leaving() {
+        let (_dir, _out, _writer) = output();
+        let mut off = OffCpu::new(vec![7]);
+        off.left(1, 2, 0, 1_000, 5, false);
+        off.left_preempted(2, 1_000 + 2 * SWITCH_RECORD_WITHIN_NS, true);
+        assert_eq!(off.away[&2].state, OffCpuState::Waiting);
+        off.left_preempted(2, 1_500, true);
+        assert_eq!(off.away[&2].state, OffCpuState::Preempted);
+    }
+
+    #[test]
+    fn an_exited_thread_does_not_wait_until_its_id_is_used_again() {
+        let (_dir, mut out, _writer) = output();
+        let mut off = OffCpu::new(vec![7]);
+        off.ended(2);
+        off.left(1, 2, 0, 1_000, 5, true);
+        off.finish(10_000, &mut out);
+        assert_eq!(out.off_cpu, 0, "the last switch of a thread that exited");
+        off.born(2);
+        off.left(1, 2, 0, 20_000, 5, true);
+        off.left(1, 2, 0, 30_000, 5, true);
+        assert_eq!(off.unended, 1, "left twice: the first return was lost");
+        off.finish(40_000, &mut out);
+        assert_eq!(out.off_cpu, 1);
+    }
 }

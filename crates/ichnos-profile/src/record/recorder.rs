@@ -321,6 +321,7 @@ impl Recorder {
                     .name_thread(c.pid, c.tid, c.name, time, &mut self.output);
             }
             PerfRecord::Fork(f) => {
+                self.off_cpu.born(f.tid);
                 if f.pid == f.tid && f.pid != f.ppid {
                     self.spaces
                         .fork(f.pid, f.ppid, f.tid, f.time, &mut self.output);
@@ -397,8 +398,9 @@ impl Recorder {
                 fp: r.get(regs::BP)?,
             })
         }) else {
-            if leaving {
-                // A kernel thread switching: no program waits there.
+            if leaving || self.off_cpu.enabled() {
+                // A kernel thread (sampled in the kernel for off-CPU
+                // time, or switching): no program's time.
                 self.off_cpu.kernel_threads += 1;
                 return;
             }
@@ -451,30 +453,27 @@ impl Recorder {
         }));
         if leaving {
             if let Some(stack) = self.intern_stack(pid, time, stop) {
-                self.off_cpu.left(pid, tid, cpu, time, stack);
+                self.off_cpu
+                    .left(pid, tid, cpu, time, stack, stop == StackStop::Complete);
             }
         } else {
             self.write_sample(pid, tid, cpu, time, stop, s.period.unwrap_or(1));
         }
+        // What is learnt of the thread's stack serves both kinds; the
+        // counts are of samples on CPUs (off them, of intervals written).
         match stop {
-            StackStop::Complete if leaving => {
-                self.off_cpu.complete += 1;
-                if let Some(outermost) = self.frames.last() {
-                    self.stack_tops.learn(tid, outermost.sp);
-                }
-            }
             StackStop::Complete => {
-                self.complete += 1;
+                self.complete += u64::from(!leaving);
                 if let Some(outermost) = self.frames.last() {
                     self.stack_tops.learn(tid, outermost.sp);
                 }
             }
             // Cut too soon: this thread's stacks are copied whole from now.
             StackStop::StackEnd if stack_cut => {
-                self.cut_short += 1;
+                self.cut_short += u64::from(!leaving);
                 self.stack_tops.never_cut(tid);
             }
-            StackStop::StackEnd => self.past_copy += 1,
+            StackStop::StackEnd => self.past_copy += u64::from(!leaving),
             _ => {}
         }
     }

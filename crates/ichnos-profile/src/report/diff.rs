@@ -56,7 +56,11 @@ fn share(part: u64, whole: u64) -> f64 {
 /// moved ranks by its total), then of self share, then by name.
 #[must_use]
 pub fn diff(base: &[Weighted<'_>], new: &[Weighted<'_>]) -> Vec<DiffRow> {
-    let whole = |samples: &[Weighted<'_>]| samples.iter().map(|w| w.tally.weight).sum::<u64>();
+    let whole = |samples: &[Weighted<'_>]| {
+        samples
+            .iter()
+            .fold(0u64, |a, w| a.saturating_add(w.tally.weight))
+    };
     let (base_whole, new_whole) = (whole(base), whole(new));
     let mut rows: HashMap<(Arc<str>, Arc<str>), DiffRow> = HashMap::new();
     let mut add = |r: TopRow, is_new: bool| {

@@ -34,7 +34,7 @@ pub struct TopRow {
 }
 
 fn add(a: &mut Tally, b: Tally) {
-    a.samples += b.samples;
+    a.samples = a.samples.saturating_add(b.samples);
     a.weight = a.weight.saturating_add(b.weight);
 }
 
@@ -172,7 +172,8 @@ pub fn folded(samples: &[Weighted<'_>]) -> Vec<(String, u64)> {
                 c => c,
             }));
         }
-        *lines.entry(line.clone()).or_default() += w.tally.samples;
+        let count = lines.entry(line.clone()).or_default();
+        *count = count.saturating_add(w.tally.samples);
     }
     let mut lines: Vec<(String, u64)> = lines.into_iter().collect();
     lines.sort_unstable();

@@ -233,9 +233,14 @@ fn firefox_profile(
     fxp.set_symbolicated(true);
     let native = fxp.add_category("Native", fx::CategoryColor::Blue).into();
     let jit = fxp.add_category("JIT", fx::CategoryColor::Green).into();
-    let off_cpu = fxp
-        .add_category("Off-CPU", fx::CategoryColor::Transparent)
-        .into();
+    // Only where there is off-CPU time: other profiles keep their
+    // categories as they were.
+    let off_cpu = if profile.has_off_cpu() {
+        fxp.add_category("Off-CPU", fx::CategoryColor::Transparent)
+            .into()
+    } else {
+        fx::CategoryHandle::OTHER.into()
+    };
     let period = profile.sample_period_ns();
     let mut timeline = Timeline {
         profile,
