@@ -467,7 +467,7 @@ impl Registry {
         };
         let bad =
             |why: String| RegistryError::InvalidArgument(format!("{}: {why}", path.display()));
-        let file = std::fs::File::open(&seen).map_err(|e| bad(e.to_string()))?;
+        let file = ichnos_image::open_regular(&seen).map_err(|e| bad(e.to_string()))?;
         let meta = file.metadata().map_err(|e| bad(e.to_string()))?;
         if !meta.is_file() {
             return Err(bad("not a regular file".into()));

@@ -276,13 +276,17 @@ impl SectionCache {
             }
             // A mapped section is read under the lock: a copy of a few bytes
             // costs less than taking and dropping a reference to the mapping.
-            if let Some(bytes) = state.touch(section.id) {
-                return Ok(copy_out(bytes, vaddr - laddr, buf));
+            if let Some(mapping) = state.touch(section.id) {
+                let len = copy_out(mapping.bytes(), vaddr - laddr, buf);
+                mapping.check()?;
+                return Ok(len);
             }
             (section, laddr)
         };
         let mapping = section.map()?;
-        Ok(copy_out(mapping.bytes(), vaddr - laddr, buf))
+        let len = copy_out(mapping.bytes(), vaddr - laddr, buf);
+        mapping.check()?;
+        Ok(len)
     }
 
     /// Bounds the bytes of mappings the cache keeps, least recently mapped
@@ -376,12 +380,12 @@ impl CacheShared {
 impl CacheState {
     /// The bytes of a section the cache keeps mapped, marked as most
     /// recently used.
-    fn touch(&mut self, section_id: u64) -> Option<&[u8]> {
+    fn touch(&mut self, section_id: u64) -> Option<&Mapping> {
         self.clock += 1;
         let stamp = self.clock;
         self.lru.get_mut(&section_id).map(|entry| {
             entry.stamp = stamp;
-            entry.mapping.bytes()
+            &*entry.mapping
         })
     }
 

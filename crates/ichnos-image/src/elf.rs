@@ -1,6 +1,5 @@
 //! Loading an ELF file's `PT_LOAD` segments into an image.
 
-use std::fs::File;
 use std::path::Path;
 
 use object::elf::PT_LOAD;
@@ -35,7 +34,7 @@ pub fn vaddr_of_file_offset(segments: &[LoadSegment], offset: u64) -> Option<u64
 /// The file-backed `PT_LOAD` segments of the ELF file at `path`, placed at
 /// their addresses plus `load_bias`. Only the headers are read.
 pub fn load_segments(path: &Path, load_bias: u64) -> Result<Vec<LoadSegment>> {
-    let file = File::open(path).map_err(|source| Error::File {
+    let file = crate::loader::open_regular(path).map_err(|source| Error::File {
         path: path.to_owned(),
         op: "open",
         source,

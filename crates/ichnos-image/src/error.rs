@@ -163,6 +163,9 @@ pub enum FileChange {
     },
     /// The modification time differs.
     Modified,
+    /// It was cut short while mapped: a read ran past its new end (and
+    /// read zeros, not the file).
+    Truncated,
 }
 
 impl std::fmt::Display for FileChange {
@@ -171,6 +174,9 @@ impl std::fmt::Display for FileChange {
             FileChange::Replaced => f.write_str("the path names another file now"),
             FileChange::Size { was, now } => write!(f, "size was {was:#x} bytes, is {now:#x}"),
             FileChange::Modified => f.write_str("modification time differs"),
+            FileChange::Truncated => {
+                f.write_str("it was cut short while mapped: a read ran past its new end")
+            }
         }
     }
 }

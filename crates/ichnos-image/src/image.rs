@@ -317,6 +317,9 @@ impl Image {
                     hit.offset + (vaddr - hit.begin),
                     buf,
                 );
+                // The fast path: a truncation under the mapping is seen;
+                // the file's other changes on the slow path.
+                hit.mapping.check_truncation()?;
                 return Ok(ReadOutcome {
                     len,
                     isid: hit.isid,
@@ -359,6 +362,7 @@ impl Image {
         };
         let shown = (w.offset + (w.end - w.begin)) as usize;
         let len = copy_out(&mapping.bytes()[..shown], w.offset + (vaddr - w.begin), buf);
+        mapping.check()?;
         let isid = w.isid;
         if exclusive {
             self.last = Some(LastHit {

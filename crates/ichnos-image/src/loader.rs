@@ -7,21 +7,28 @@
 //! inode number, size, and modification time. When the section is mapped, the
 //! file is opened and examined again, and any difference is reported as
 //! [`Error::FileChanged`] instead of reading bytes that no longer belong to the
-//! traced program. A file that is truncated *while* it is mapped cannot be
-//! detected this way: touching a page past the new end raises `SIGBUS`, as it
-//! does for every reader of memory-mapped files (ripgrep, git, perf). Build
-//! trees that rewrite binaries in place are the usual cause; replacing a file
-//! by renaming a new one over it (as linkers and package managers do) is safe,
-//! because the mapping keeps the old inode alive.
+//! traced program. A file truncated *while* it is mapped would raise `SIGBUS`
+//! on a read past its new end, as it does for every plain reader of mapped
+//! files (ripgrep, git, perf): mappings here are [`GuardedMap`]s, whose pages
+//! past the end read as zeros and mark the mapping, and a read that touched
+//! one fails with [`FileChange::Truncated`]. Reads that find their section
+//! (all of the cache's, and an image's other than repeats of its last hit)
+//! also look at the file again (`stat`; the process looks at most once a
+//! millisecond, at the mapping being read then), so a file rewritten in
+//! place is reported even where reads stay below its end: within a
+//! millisecond where one mapping is being read, within as many as are
+//! read in turn. Replacing a file by renaming a new one over it (as
+//! linkers and package managers do) is no change: the mapping keeps the old
+//! inode alive, and its bytes are still the section's.
 
 use std::fs::{File, Metadata};
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-use memmap2::{Mmap, MmapOptions};
-
 use crate::error::{Error, FileChange, Result};
+use crate::guarded_map::GuardedMap;
 
 /// What identifies the contents of a file at one moment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +68,46 @@ impl FileIdentity {
     }
 }
 
+/// What kind of file `meta` is, for a message refusing it.
+fn kind_of(meta: &Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// Opens `path` for reading if it is a regular file (following symbolic
+/// links). The open does not block: a FIFO where a file was expected
+/// would wait for a writer for ever. Anything but a regular file is
+/// refused with an error (`InvalidInput`) that says what it is.
+pub fn open_regular(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if meta.is_file() {
+        Ok(file)
+    } else {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{}, not a regular file", kind_of(&meta)),
+        ))
+    }
+}
+
 /// Examines the file at `path` (`stat`).
 pub(crate) fn examine(path: &Path) -> Result<FileIdentity> {
     let meta = std::fs::metadata(path).map_err(|source| Error::File {
@@ -72,7 +119,10 @@ pub(crate) fn examine(path: &Path) -> Result<FileIdentity> {
         return Err(Error::File {
             path: path.to_owned(),
             op: "use",
-            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file"),
+            source: std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{}, not a regular file", kind_of(&meta)),
+            ),
         });
     }
     Ok(FileIdentity::of(&meta))
@@ -88,12 +138,30 @@ pub(crate) fn page_size() -> u64 {
     })
 }
 
+/// How often, at most, reads look at a mapping's file again.
+const RECHECK_NS: u64 = 1_000_000;
+/// When reads may look at a file again next (`coarse_ns`).
+static NEXT_CHECK: AtomicU64 = AtomicU64::new(0);
+
+/// `CLOCK_MONOTONIC_COARSE` in nanoseconds: a read of the vDSO's page.
+fn coarse_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to write; the clock exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &raw mut ts) };
+    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
+}
+
 /// A read-only mapping of one section's file range.
 #[derive(Debug)]
 pub(crate) struct Mapping {
-    map: Mmap,
+    map: GuardedMap,
     /// Bytes between the page-aligned start of the mapping and the section.
     skip: usize,
+    path: PathBuf,
+    identity: FileIdentity,
 }
 
 impl Mapping {
@@ -105,7 +173,7 @@ impl Mapping {
         offset: u64,
         size: u64,
     ) -> Result<Self> {
-        let file = File::open(path).map_err(|source| Error::File {
+        let file = open_regular(path).map_err(|source| Error::File {
             path: path.to_owned(),
             op: "open",
             source,
@@ -135,17 +203,59 @@ impl Mapping {
                 "larger than the address space",
             ))
         })?;
-        // SAFETY: the mapping is read-only and private to this crate, which
-        // hands out only shared borrows of it. The file was checked just above
-        // to be the one the section describes, and `offset + size` lies within
-        // it. A later truncation of the file by another process is the hazard
-        // described in this module's documentation.
-        let map =
-            unsafe { MmapOptions::new().offset(aligned).len(len).map(&file) }.map_err(map_err)?;
+        let map = GuardedMap::map(&file, aligned, len).map_err(map_err)?;
         Ok(Mapping {
             map,
             skip: skip as usize,
+            path: path.to_owned(),
+            identity: *identity,
         })
+    }
+
+    /// Whether no read of the mapping ran past the file's end (it was
+    /// truncated): one load, for the reads that repeat the last one.
+    #[inline]
+    pub(crate) fn check_truncation(&self) -> Result<()> {
+        if self.map.faulted() {
+            return Err(Error::FileChanged {
+                path: self.path.clone(),
+                change: FileChange::Truncated,
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether what was read from the mapping is the section's: no read ran
+    /// past the file's end (it was truncated), and the file is still as it
+    /// was, where this read is the one that looks (the process looks at
+    /// most once a millisecond, at the mapping read then).
+    pub(crate) fn check(&self) -> Result<()> {
+        self.check_truncation()?;
+        // One look for the whole process at most every millisecond, at the
+        // mapping being read then: a few thousand sections read in turn
+        // would otherwise cost a stat each.
+        let now = coarse_ns();
+        let next = NEXT_CHECK.load(Ordering::Relaxed);
+        if now < next
+            || NEXT_CHECK
+                .compare_exchange(next, now + RECHECK_NS, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return Ok(());
+        }
+        // The path may name another file now (a rename over it): the
+        // mapping holds the old one, whose bytes are still the section's.
+        let Ok(meta) = std::fs::metadata(&self.path) else {
+            return Ok(());
+        };
+        let now = FileIdentity::of(&meta);
+        match self.identity.change_to(&now) {
+            None | Some(FileChange::Replaced) => Ok(()),
+            Some(change) => Err(Error::FileChanged {
+                path: self.path.clone(),
+                change,
+            }),
+        }
     }
 
     /// The section's bytes.

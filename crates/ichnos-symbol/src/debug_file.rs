@@ -33,7 +33,7 @@ impl std::fmt::Display for DebugSource {
 /// The CRC32 (IEEE) of a file's contents, as `.gnu_debuglink` records it.
 pub fn crc32_of_file(path: &Path) -> std::io::Result<u32> {
     use std::io::Read;
-    let mut file = std::fs::File::open(path)?;
+    let mut file = ichnos_image::open_regular(path)?;
     let mut hasher = crc32fast::Hasher::new();
     let mut buf = vec![0u8; 1 << 16];
     loop {

@@ -14,6 +14,13 @@ pub enum SymbolError {
         /// The failure.
         source: std::io::Error,
     },
+    /// The file was cut short while it was mapped and read: what was read
+    /// past its new end was zeros, not the file.
+    #[error("{path}: the file was cut short while it was read (truncated under its mapping)")]
+    FileChanged {
+        /// The file.
+        path: PathBuf,
+    },
     /// The file is not an ELF object this crate reads.
     #[error("{path}: not a readable ELF file: {detail}")]
     BadObject {

@@ -12,11 +12,44 @@ use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 use crate::debug_file::{build_id_path, find_debug_file, DebugSource};
 use crate::error::SymbolError;
 
-/// The bytes DWARF is read from: a mapped file, or a decompressed section.
+/// The bytes DWARF is read from: a mapped file (with its path), or a
+/// decompressed section.
 #[derive(Debug)]
 enum Buffer {
-    Mapped(memmap2::Mmap),
+    Mapped(ichnos_image::GuardedMap, PathBuf),
     Owned(Vec<u8>),
+}
+
+impl Shared {
+    /// The file, if this is a mapping a read ran past the end of (the
+    /// file was cut short under it; zeros were read).
+    fn truncated(&self) -> Option<&Path> {
+        match &*self.0 {
+            Buffer::Mapped(m, path) if m.faulted() => Some(path),
+            _ => None,
+        }
+    }
+}
+
+std::thread_local! {
+    /// The files mapped while an object is loaded on this thread
+    /// ([`collecting`]), so that the object can tell later whether any of
+    /// them was cut short under it.
+    static LOADING: RefCell<Option<Vec<Shared>>> = const { RefCell::new(None) };
+}
+
+/// Runs `f`, returning with it the files it mapped on this thread.
+fn collecting<T>(f: impl FnOnce() -> T) -> (T, Vec<Shared>) {
+    let outer = LOADING.with(|l| l.replace(Some(Vec::new())));
+    let out = f();
+    let mapped = LOADING.with(|l| l.replace(outer)).unwrap_or_default();
+    // A load inside a load: the outer one keeps them too.
+    LOADING.with(|l| {
+        if let Some(outer) = l.borrow_mut().as_mut() {
+            outer.extend(mapped.iter().cloned());
+        }
+    });
+    (out, mapped)
 }
 
 /// A shared handle on a [`Buffer`], the storage of [`Reader`].
@@ -27,7 +60,7 @@ impl Deref for Shared {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
         match &*self.0 {
-            Buffer::Mapped(m) => m,
+            Buffer::Mapped(m, _) => m,
             Buffer::Owned(v) => v,
         }
     }
@@ -93,6 +126,9 @@ pub(crate) struct LoadedObject {
     /// Where the object was read from (split DWARF paths may be relative
     /// to it).
     pub path: PathBuf,
+    /// Every file mapped for it (the object, its debug files, split
+    /// DWARF as it is loaded).
+    mapped: RefCell<Vec<Shared>>,
 }
 
 /// Entries of [`LoadedObject::recent_names`].
@@ -155,7 +191,8 @@ impl LoadedObject {
         if let Some(d) = self.dwos.borrow().get(&load.dwo_id.0) {
             return d.clone();
         }
-        let found = self.load_dwo(load);
+        let (found, mapped) = collecting(|| self.load_dwo(load));
+        self.mapped.borrow_mut().extend(mapped);
         self.dwos.borrow_mut().insert(load.dwo_id.0, found.clone());
         found
     }
@@ -267,7 +304,7 @@ impl std::fmt::Debug for LoadedObject {
 /// The GNU build id of the ELF file at `path`, reading only its headers
 /// and notes.
 pub(crate) fn build_id_of(path: &Path) -> Option<Vec<u8>> {
-    let file = std::fs::File::open(path).ok()?;
+    let file = ichnos_image::open_regular(path).ok()?;
     let cache = object::ReadCache::new(file);
     let elf = object::File::parse(&cache).ok()?;
     elf.build_id().ok().flatten().map(<[u8]>::to_vec)
@@ -278,17 +315,47 @@ fn map(path: &Path) -> Result<Shared, SymbolError> {
         path: path.to_path_buf(),
         source,
     };
-    let file = std::fs::File::open(path).map_err(io)?;
-    // SAFETY: the mapping is read-only and private; a file changed under
-    // it by another process can change the bytes read (not memory safety
-    // of this process, beyond a SIGBUS on truncation, which the image
-    // crate documents likewise).
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
-    Ok(Shared(Arc::new(Buffer::Mapped(map))))
+    let file = ichnos_image::open_regular(path).map_err(io)?;
+    let len = file.metadata().map_err(io)?.len();
+    let len = usize::try_from(len).map_err(|_| {
+        io(std::io::Error::new(
+            std::io::ErrorKind::OutOfMemory,
+            "larger than the address space",
+        ))
+    })?;
+    // A mapping whose pages past a truncated end read as zeros (and say
+    // so), not SIGBUS.
+    let map = ichnos_image::GuardedMap::map(&file, 0, len).map_err(io)?;
+    let shared = Shared(Arc::new(Buffer::Mapped(map, path.to_path_buf())));
+    LOADING.with(|l| {
+        if let Some(loading) = l.borrow_mut().as_mut() {
+            loading.push(shared.clone());
+        }
+    });
+    Ok(shared)
 }
 
 impl LoadedObject {
     pub(crate) fn load(path: &Path, debug_dirs: &[PathBuf]) -> Result<Self, SymbolError> {
+        let (loaded, mapped) = collecting(|| Self::load_mapping(path, debug_dirs));
+        let loaded = loaded?;
+        *loaded.mapped.borrow_mut() = mapped;
+        if let Some(cut) = loaded.truncated() {
+            return Err(SymbolError::FileChanged { path: cut });
+        }
+        Ok(loaded)
+    }
+
+    /// The first file mapped for this object that was cut short under
+    /// its mapping: what was read from it is not the file's.
+    pub(crate) fn truncated(&self) -> Option<PathBuf> {
+        self.mapped
+            .borrow()
+            .iter()
+            .find_map(|m| m.truncated().map(Path::to_path_buf))
+    }
+
+    fn load_mapping(path: &Path, debug_dirs: &[PathBuf]) -> Result<Self, SymbolError> {
         let bytes = map(path)?;
         let mut mapped_bytes = bytes.len() as u64;
         let file = object::File::parse(&*bytes).map_err(|e| SymbolError::BadObject {
@@ -349,6 +416,7 @@ impl LoadedObject {
             dwos: RefCell::default(),
             dwp: std::cell::OnceCell::new(),
             path: path.to_path_buf(),
+            mapped: RefCell::default(),
         })
     }
 
@@ -678,4 +746,39 @@ fn find_alt_file(
             Some((sup, bytes.len() as u64))
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_object_cut_short_under_its_mapping_reads_zeros_and_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join("inlines");
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/inlines.c");
+        let built = std::process::Command::new("gcc")
+            .args(["-O2", "-g", "-o"])
+            .arg(&exe)
+            .arg(src)
+            .status()
+            .unwrap();
+        assert!(built.success());
+        let object = LoadedObject::load(&exe, &[]).unwrap();
+        assert!(object.truncated().is_none());
+        let addrs: Vec<u64> = object.symbols.iter().map(|s| s.addr).collect();
+        assert!(!addrs.is_empty());
+        // Cut to its first page: its DWARF, read on the first lookup, now
+        // lies past the end of the file under the mapping.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&exe)
+            .unwrap()
+            .set_len(4096)
+            .unwrap();
+        for &addr in &addrs {
+            let _ = crate::symbolizer::frames(&object, addr, true, true);
+        }
+        assert_eq!(object.truncated(), Some(exe));
+    }
 }

@@ -401,6 +401,11 @@ impl Symbolizer {
             Answers::Parsed(object) => object,
             Answers::Indexed(index) => {
                 let frames = index.frames(addrs, self.options.demangle);
+                if index.truncated() {
+                    return Err(SymbolError::FileChanged {
+                        path: index.path().to_path_buf(),
+                    });
+                }
                 return Ok(addrs
                     .iter()
                     .zip(frames)
@@ -431,6 +436,11 @@ impl Symbolizer {
                 ),
                 source: object.source.clone(),
             });
+        }
+        // A file cut short under its mapping read as zeros past its new
+        // end: answers made from them are not the file's.
+        if let Some(path) = object.truncated() {
+            return Err(SymbolError::FileChanged { path });
         }
         Ok(out.into_iter().flatten().collect())
     }

@@ -137,12 +137,10 @@ impl Loaded {
     }
 }
 
-/// Whether the file at `path` starts as a perf.data file does.
-fn is_perf_data(path: &Path) -> bool {
+/// Whether `file` starts as a perf.data file does.
+fn is_perf_data(file: &std::fs::File) -> bool {
     let mut magic = [0u8; 8];
-    std::fs::File::open(path)
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
-        .is_ok()
+    std::os::unix::fs::FileExt::read_exact_at(file, &mut magic, 0).is_ok()
         && (&magic == b"PERFILE2" || &magic == b"2ELIFREP")
 }
 
@@ -150,12 +148,10 @@ fn is_perf_data(path: &Path) -> bool {
 /// file); a recording cut short is read to its last whole chunk, with the
 /// cut reported by the caller.
 pub fn load(path: &Path, quiet: bool) -> Result<Loaded> {
-    let file =
-        std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-    if !file.metadata().is_ok_and(|m| m.is_file()) {
-        bail!("{} is not a regular file", path.display());
-    }
-    let read_from = if is_perf_data(path) {
+    // Not waiting on a FIFO for a writer, nor reading a device.
+    let file = ichnos_image::open_regular(path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    let read_from = if is_perf_data(&file) {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());

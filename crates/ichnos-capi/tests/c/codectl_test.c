@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -359,6 +360,36 @@ static void test_perf_map(void)
 	CHECK(codectl(CODE_UNREGISTER, &un, sizeof un, 0) == 0);
 }
 
+/* A FIFO as the pathname whose .eh_frame is converted: not read (never
+ * waited on for a writer; the alarm ends a hang as a failure), and the
+ * code is registered without rows, as for a file with no .eh_frame. */
+static void test_fifo_pathname(void)
+{
+	struct self_code self = {0};
+	dl_iterate_phdr(find_self, &self);
+	char fifo[64];
+	snprintf(fifo, sizeof fifo, "/tmp/ichnos-codectl-%d.fifo", (int)getpid());
+	unlink(fifo);
+	CHECK(mkfifo(fifo, 0600) == 0);
+	struct code_elf_info elf = {
+		.elf_start = self.elf_start,
+		.elf_end = self.elf_end,
+		.text_start = self.text_start,
+		.text_end = self.text_end,
+		.pathname = (uint64_t)(uintptr_t)fifo,
+	};
+	alarm(20);
+	CHECK(codectl(CODE_REGISTER_ELF, &elf, sizeof elf, 0) == 0);
+	struct ichnos_code_lookup found;
+	CHECK(ichnos_code_lookup((uint64_t)(uintptr_t)work + 1, &found) == 0);
+	alarm(0);
+	CHECK(found.source == ICHNOS_ROW_NONE);
+	CHECK(found.has_row == 0);
+	struct code_unregister_info un = {.text_start = self.text_start};
+	CHECK(codectl(CODE_UNREGISTER, &un, sizeof un, 0) == 0);
+	unlink(fifo);
+}
+
 int main(void)
 {
 	test_elf();
@@ -366,6 +397,7 @@ int main(void)
 	test_jit();
 	test_nomem();
 	test_perf_map();
+	test_fifo_pathname();
 	printf("%d passed, %d failed\n", passed, failed);
 	return failed != 0;
 }

@@ -7,6 +7,7 @@
  *
  * Usage: iscache_test DIR   (a writable scratch directory)
  */
+#define _POSIX_C_SOURCE 200809L /* truncate() */
 #ifdef ICHNOS
 #include <ichnos/iscache.h>
 #else
@@ -25,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int passed, failed;
 
@@ -308,6 +310,35 @@ static void test_image(void)
 	pt_iscache_free(iscache);
 }
 
+#ifdef ICHNOS
+/* A file cut short while mapped: libipt's reads would die of SIGBUS past
+ * the new end; ichnos's fail with pte_bad_image and say why. */
+static void test_truncated_while_mapped(const char *dir)
+{
+	char path[4096];
+	struct pt_image_section_cache *iscache = pt_iscache_alloc(NULL);
+	struct pt_image *image = pt_image_alloc(NULL);
+	uint8_t buf[4];
+	int isid, status;
+
+	snprintf(path, sizeof(path), "%s/cut.bin", dir);
+	write_file(path, 0x3000, 0);
+	isid = pt_iscache_add_file(iscache, path, 0, 0x3000, 0x100000);
+	CHECK(isid > 0);
+	CHECK_EQ(pt_image_add_cached(image, iscache, isid, NULL), 0);
+	CHECK_EQ(pt_iscache_read(iscache, buf, 4, isid, 0x102000), 4);
+	CHECK_EQ(buf[0], 0x00);
+	CHECK_EQ(truncate(path, 0x1000), 0);
+	status = pt_iscache_read(iscache, buf, 4, isid, 0x102000);
+	CHECK_EQ(status, -pte_bad_image);
+	CHECK(strstr(ichnos_last_error(), "cut short while mapped") != NULL);
+	status = ichnos_image_read(image, buf, 4, NULL, 0x102000, NULL);
+	CHECK_EQ(status, -pte_bad_image);
+	pt_image_free(image);
+	pt_iscache_free(iscache);
+}
+#endif
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
@@ -323,6 +354,9 @@ int main(int argc, char **argv)
 	test_iscache_nulls();
 	test_iscache();
 	test_image();
+#ifdef ICHNOS
+	test_truncated_while_mapped(argv[1]);
+#endif
 
 	printf("%d passed, %d failed\n", passed, failed);
 	return failed ? 1 : 0;

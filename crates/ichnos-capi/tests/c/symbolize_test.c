@@ -6,9 +6,13 @@
  *
  * usage: symbolize_test FILE JUNK_FILE ADDR...
  */
+#define _POSIX_C_SOURCE 200809L /* mkfifo(), alarm() */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <ichnos/symbolize.h>
 
@@ -70,6 +74,41 @@ int main(int argc, char **argv)
 		fprintf(stderr, "FAIL: junk file\n");
 		return 1;
 	}
+	/* A FIFO where an object was expected is refused at once, never
+	 * waited on for a writer (the alarm ends a hang as a failure). */
+	char fifo[4096];
+	snprintf(fifo, sizeof(fifo), "%s.fifo", argv[2]);
+	if (mkfifo(fifo, 0600) != 0) {
+		perror(fifo);
+		return 1;
+	}
+	alarm(20);
+	if (ichnos_symbolize(s, fifo, 0, frames, 1, NULL) != -EIO ||
+	    strstr(ichnos_last_error(), "a FIFO, not a regular file") == NULL) {
+		fprintf(stderr, "FAIL: FIFO: %s\n", ichnos_last_error());
+		return 1;
+	}
+	/* The index of a FIFO, by a symbolizer that keeps indexes (in the
+	 * directory the test's files are in). */
+	char index_dir[4096];
+	snprintf(index_dir, sizeof(index_dir), "%s", argv[2]);
+	char *slash = strrchr(index_dir, '/');
+	if (slash)
+		*slash = '\0';
+	struct ichnos_symbolizer_options options = { 0 };
+	options.index_dir = index_dir;
+	struct ichnos_symbolizer *indexing = NULL;
+	if (ichnos_symbolizer_create(&options, sizeof(options), &indexing) != 0) {
+		fprintf(stderr, "FAIL: create: %s\n", ichnos_last_error());
+		return 1;
+	}
+	if (ichnos_symbolizer_build_index(indexing, fifo) >= 0 ||
+	    strstr(ichnos_last_error(), "a FIFO, not a regular file") == NULL) {
+		fprintf(stderr, "FAIL: FIFO index: %s\n", ichnos_last_error());
+		return 1;
+	}
+	ichnos_symbolizer_free(indexing);
+	alarm(0);
 	ichnos_symbolizer_free(s);
 	ichnos_symbolizer_free(NULL);
 	return 0;

@@ -146,6 +146,87 @@ fn file_truncated_after_add() {
     }
 }
 
+/// Cuts the file at `path` to `len` bytes, in place.
+fn truncate(path: &std::path::Path, len: u64) {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_len(len)
+        .unwrap();
+}
+
+#[test]
+fn a_file_truncated_while_mapped_is_an_error_not_sigbus() {
+    // Three pages, mapped by a first read; then cut to one page. A read
+    // past the new end would raise SIGBUS through a plain mapping.
+    let files = Files::new();
+    let path = files.counting("mapped.bin", 0x3000);
+    let cache = SectionCache::new(None);
+    let isid = cache.add_file(&path, 0, 0x3000, 0x10_0000).unwrap();
+    let mut image = Image::new(None);
+    image.add_cached(&cache, isid, Asid::ANY).unwrap();
+    let mut buf = [0u8; 4];
+    assert_eq!(cache.read(isid, 0x10_2000, &mut buf).unwrap(), 4);
+    assert_eq!(image.read(&Asid::ANY, 0x10_2000, &mut buf).unwrap().len, 4);
+    truncate(&path, 0x1000);
+    let truncated = |e: Error| {
+        assert!(
+            matches!(
+                &e,
+                Error::FileChanged {
+                    change: FileChange::Truncated,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("cut short while mapped"), "{e}");
+    };
+    truncated(image.read(&Asid::ANY, 0x10_2000, &mut buf).unwrap_err());
+    truncated(cache.read(isid, 0x10_2004, &mut buf).unwrap_err());
+    // A section added after the cut shares the mapping: the same answer.
+    let mut later = Image::new(None);
+    later.add_cached(&cache, isid, Asid::ANY).unwrap();
+    truncated(later.read(&Asid::ANY, 0x10_1000, &mut buf).unwrap_err());
+}
+
+#[test]
+fn a_file_cut_below_where_it_is_read_is_seen_by_reads_that_follow() {
+    let files = Files::new();
+    let path = files.counting("below.bin", 0x3000);
+    let cache = SectionCache::new(None);
+    let isid = cache.add_file(&path, 0, 0x3000, 0).unwrap();
+    let mut buf = [0u8; 4];
+    cache.read(isid, 0x10, &mut buf).unwrap();
+    truncate(&path, 0x2000);
+    // Still below the new end: the bytes are there, but the file is not
+    // what the section was. The process looks once a millisecond, at the
+    // mapping read then (other tests here read theirs too): within a
+    // second of reads, this one is looked at.
+    let mut answer = cache.read(isid, 0x10, &mut buf);
+    for _ in 0..1000 {
+        if answer.is_err() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        answer = cache.read(isid, 0x10, &mut buf);
+    }
+    assert!(
+        matches!(
+            answer,
+            Err(Error::FileChanged {
+                change: FileChange::Size {
+                    was: 0x3000,
+                    now: 0x2000
+                },
+                ..
+            })
+        ),
+        "{answer:?}"
+    );
+}
+
 #[test]
 fn file_rewritten_in_place_after_add() {
     let files = Files::new();

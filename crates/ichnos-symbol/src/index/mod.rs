@@ -27,7 +27,7 @@ pub(crate) use build::build;
 
 /// The bytes of an index: a mapped file, or bytes handed over.
 enum Bytes {
-    Mapped(memmap2::Mmap),
+    Mapped(ichnos_image::GuardedMap),
     Owned(Vec<u8>),
 }
 
@@ -89,12 +89,17 @@ impl SymbolIndex {
             path: path.to_path_buf(),
             source,
         };
-        let file = std::fs::File::open(path).map_err(io)?;
-        // SAFETY: a private read-only mapping. Index files are written
-        // whole and renamed into place, never changed where they lie; a
-        // file truncated by someone else could raise SIGBUS, as with any
-        // mapped object file this crate reads.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+        let file = ichnos_image::open_regular(path).map_err(io)?;
+        let len = usize::try_from(file.metadata().map_err(io)?.len()).map_err(|_| {
+            io(std::io::Error::new(
+                std::io::ErrorKind::OutOfMemory,
+                "larger than the address space",
+            ))
+        })?;
+        // Index files are written whole and renamed into place, never
+        // changed where they lie; one cut short by someone else reads as
+        // zeros past its end (and says so), not SIGBUS.
+        let map = ichnos_image::GuardedMap::map(&file, 0, len).map_err(io)?;
         Self::from_parts(Bytes::Mapped(map), path)
     }
 
@@ -123,6 +128,13 @@ impl SymbolIndex {
             _ => DebugSource::SameFile,
         };
         Ok(index)
+    }
+
+    /// Whether the index file was cut short under its mapping: answers
+    /// read past its new end are not the index's.
+    #[must_use]
+    pub fn truncated(&self) -> bool {
+        matches!(&self.bytes, Bytes::Mapped(m) if m.faulted())
     }
 
     /// The index file (`<memory>` for one made from bytes).

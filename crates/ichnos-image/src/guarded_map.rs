@@ -1,0 +1,373 @@
+//! Read-only file mappings that a truncation cannot turn into SIGBUS.
+//!
+//! Touching a page of a file mapping that lies past the file's end
+//! raises SIGBUS: a file truncated under a mapping (a binary rebuilt in
+//! place, a package upgraded while it is profiled) would kill the reader.
+//! The bytes are read by code that is not ours (object, gimli, the
+//! unwinder), so a guarded copy routine would not cover them. Instead
+//! every [`GuardedMap`] registers its range in a table a SIGBUS handler
+//! reads: a fault in a registered range is answered by mapping a page of
+//! zeros over the faulting page (the access then completes, reading
+//! zeros) and marking the mapping as having faulted; its owner checks
+//! [`GuardedMap::faulted`] after reading and reports the file as changed
+//! instead of trusting what it read. Any other SIGBUS goes to the handler
+//! installed before ours, or takes the default action.
+//!
+//! The handler is installed when the first mapping is made. A program
+//! that installs its own SIGBUS handler afterwards, without calling the
+//! one it replaced, turns the guard off. Where the table is full (65,536
+//! mappings at once), the range is read into memory instead: a copy
+//! cannot fault.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Once;
+
+/// Mappings guarded at once at most (the table is 1.5 MiB of zeroed
+/// memory, touched as it fills).
+const SLOTS: usize = 1 << 16;
+
+/// One registered range. `start` is 0 for a free slot and `usize::MAX`
+/// while it is being claimed or released: a range the handler never
+/// matches.
+struct Slot {
+    start: AtomicUsize,
+    end: AtomicUsize,
+    faulted: AtomicBool,
+}
+
+static TABLE: [Slot; SLOTS] = [const {
+    Slot {
+        start: AtomicUsize::new(0),
+        end: AtomicUsize::new(0),
+        faulted: AtomicBool::new(false),
+    }
+}; SLOTS];
+/// Where to start looking for a free slot.
+static HINT: AtomicUsize = AtomicUsize::new(0);
+const CLAIMED: usize = usize::MAX;
+
+/// Claims a slot for `[start, start + len)`.
+fn register(start: usize, len: usize) -> Option<usize> {
+    let first = HINT.load(Ordering::Relaxed);
+    for i in (first..SLOTS).chain(0..first) {
+        let slot = &TABLE[i];
+        if slot
+            .start
+            .compare_exchange(0, CLAIMED, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
+            slot.faulted.store(false, Ordering::Relaxed);
+            slot.end.store(start + len, Ordering::Relaxed);
+            // The range is complete before the handler can match it.
+            slot.start.store(start, Ordering::Release);
+            HINT.store((i + 1) % SLOTS, Ordering::Relaxed);
+            return Some(i);
+        }
+    }
+    None
+}
+
+/// Releases slot `i` (before its range is unmapped: the handler must not
+/// claim an address that may be mapped again by someone else).
+fn release(i: usize) {
+    let slot = &TABLE[i];
+    slot.start.store(CLAIMED, Ordering::Release);
+    slot.end.store(0, Ordering::Relaxed);
+    slot.start.store(0, Ordering::Release);
+}
+
+/// The slot whose range holds `addr`.
+fn find(addr: usize) -> Option<&'static Slot> {
+    TABLE.iter().find(|slot| {
+        let start = slot.start.load(Ordering::Acquire);
+        start != 0 && start != CLAIMED && addr >= start && addr < slot.end.load(Ordering::Relaxed)
+    })
+}
+
+static mut PREVIOUS: std::mem::MaybeUninit<libc::sigaction> = std::mem::MaybeUninit::uninit();
+
+/// Installs the SIGBUS handler once, remembering the one before it.
+fn install_handler() {
+    static INSTALLED: Once = Once::new();
+    INSTALLED.call_once(|| {
+        // SAFETY: sigaction with a zeroed, then filled, struct; PREVIOUS is
+        // written once here, before the handler can run (it is installed by
+        // this very call), and only read afterwards.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_sigbus as *const () as usize;
+            action.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER | libc::SA_ONSTACK;
+            libc::sigemptyset(&raw mut action.sa_mask);
+            libc::sigaction(
+                libc::SIGBUS,
+                &raw const action,
+                (*std::ptr::addr_of_mut!(PREVIOUS)).as_mut_ptr(),
+            );
+        }
+    });
+}
+
+extern "C" fn on_sigbus(
+    signal: libc::c_int,
+    info: *mut libc::siginfo_t,
+    context: *mut libc::c_void,
+) {
+    // SAFETY: errno is this thread's; saved and put back around the
+    // handler's system calls.
+    let errno = unsafe { *libc::__errno_location() };
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler;
+    // a SIGBUS's carries the faulting address.
+    let addr = unsafe { (*info).si_addr() } as usize;
+    let handled = find(addr).is_some_and(|slot| {
+        let page = crate::loader::page_size() as usize;
+        let at = addr & !(page - 1);
+        // SAFETY: `at` is a page of a registered mapping, which is alive
+        // (its owner is reading it: the fault came from that read) and
+        // read-only: replacing the page by zeros changes bytes nobody
+        // can write, and the mapping's munmap will remove it with the
+        // rest. mmap is a plain system call, safe in a signal handler.
+        let zeros = unsafe {
+            libc::mmap(
+                at as *mut libc::c_void,
+                page,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        if zeros == libc::MAP_FAILED {
+            return false;
+        }
+        slot.faulted.store(true, Ordering::Release);
+        true
+    });
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+    if !handled {
+        // SAFETY: forwarding with the arguments we were given.
+        unsafe { forward(signal, info, context) };
+    }
+}
+
+/// Passes a fault that is not ours to the handler installed before ours,
+/// or lets the default action (a core dump) happen.
+unsafe fn forward(signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut libc::c_void) {
+    // SAFETY: written once at installation, before this handler existed.
+    let previous = unsafe { (*std::ptr::addr_of!(PREVIOUS)).assume_init_ref() };
+    let handler = previous.sa_sigaction;
+    if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
+        // Restore the default and return: the faulting access runs again
+        // and now takes the default action.
+        // SAFETY: plain sigaction with a zeroed struct (SIG_DFL = 0).
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = libc::SIG_DFL;
+            libc::sigaction(signal, &raw const action, std::ptr::null_mut());
+        }
+        return;
+    }
+    if previous.sa_flags & libc::SA_SIGINFO != 0 {
+        // SAFETY: the previous handler asked for three arguments.
+        let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+            unsafe { std::mem::transmute(handler) };
+        f(signal, info, context);
+    } else {
+        // SAFETY: a one-argument handler.
+        let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(handler) };
+        f(signal);
+    }
+}
+
+/// A private read-only mapping of a file range whose pages past the
+/// file's end read as zeros, with [`GuardedMap::faulted`] set, instead of
+/// raising SIGBUS.
+pub struct GuardedMap {
+    ptr: *mut u8,
+    len: usize,
+    /// The table slot; `None` for an empty mapping or a copy.
+    slot: Option<usize>,
+    /// The bytes, read into memory where the table was full.
+    copy: Option<Vec<u8>>,
+    /// The slot's flag (a flag never set, without a slot): read on every
+    /// check, so kept at hand.
+    faulted: &'static AtomicBool,
+}
+
+/// The flag of mappings without a slot: never set.
+static NEVER: AtomicBool = AtomicBool::new(false);
+
+// SAFETY: the mapping is read-only memory owned by this value; shared
+// borrows of it may cross threads, and the slot is atomics.
+unsafe impl Send for GuardedMap {}
+// SAFETY: as above.
+unsafe impl Sync for GuardedMap {}
+
+impl std::fmt::Debug for GuardedMap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GuardedMap")
+            .field("len", &self.len)
+            .field("faulted", &self.faulted())
+            .finish_non_exhaustive()
+    }
+}
+
+impl GuardedMap {
+    /// Maps `len` bytes of `file` from `offset` (a multiple of the page
+    /// size); where the table of guarded mappings is full, reads them.
+    pub fn map(file: &File, offset: u64, len: usize) -> io::Result<GuardedMap> {
+        if len == 0 {
+            return Ok(GuardedMap {
+                ptr: std::ptr::NonNull::dangling().as_ptr(),
+                len: 0,
+                slot: None,
+                copy: None,
+                faulted: &NEVER,
+            });
+        }
+        install_handler();
+        let offset = libc::off_t::try_from(offset)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset beyond off_t"))?;
+        // SAFETY: a new private read-only mapping at an address of the
+        // kernel's choosing; it aliases nothing until registered below.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                file.as_raw_fd(),
+                offset,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let Some(slot) = register(ptr as usize, len) else {
+            // SAFETY: unmapping what was mapped just above.
+            unsafe { libc::munmap(ptr, len) };
+            return Self::read(file, offset, len);
+        };
+        Ok(GuardedMap {
+            ptr: ptr.cast(),
+            len,
+            slot: Some(slot),
+            copy: None,
+            faulted: &TABLE[slot].faulted,
+        })
+    }
+
+    /// The range read into memory.
+    fn read(file: &File, offset: libc::off_t, len: usize) -> io::Result<GuardedMap> {
+        let mut copy = vec![0u8; len];
+        let offset = u64::try_from(offset).unwrap_or(0);
+        let mut done = 0;
+        while done < len {
+            match std::os::unix::fs::FileExt::read_at(file, &mut copy[done..], offset + done as u64)
+            {
+                // Past the end, a mapping reads zeros too (until SIGBUS).
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let ptr = copy.as_mut_ptr();
+        Ok(GuardedMap {
+            ptr,
+            len,
+            slot: None,
+            copy: Some(copy),
+            faulted: &NEVER,
+        })
+    }
+
+    /// The mapped bytes. Pages past the file's end (it was truncated)
+    /// read as zeros; check [`GuardedMap::faulted`] after reading.
+    #[must_use]
+    pub fn bytes(&self) -> &[u8] {
+        if let Some(copy) = &self.copy {
+            return copy;
+        }
+        // SAFETY: `ptr` maps `len` readable bytes for as long as `self`
+        // lives (or is dangling with len 0); nothing writes them.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    /// Whether a read ran past the file's end since the mapping was made:
+    /// what was read there was zeros, not the file.
+    #[must_use]
+    #[inline]
+    pub fn faulted(&self) -> bool {
+        self.faulted.load(Ordering::Acquire)
+    }
+
+    /// Bytes mapped.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing is mapped.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl std::ops::Deref for GuardedMap {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.bytes()
+    }
+}
+
+impl Drop for GuardedMap {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot {
+            release(slot);
+            // SAFETY: unmapping our own mapping (its zero pages included),
+            // after its slot was released; no borrow of it outlives self.
+            unsafe { libc::munmap(self.ptr.cast(), self.len) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn a_page_past_a_truncated_end_reads_zeros_and_is_told() {
+        let mut file = tempfile::tempfile().unwrap();
+        let page = crate::loader::page_size() as usize;
+        file.write_all(&vec![0xabu8; 3 * page]).unwrap();
+        let map = GuardedMap::map(&file, 0, 3 * page).unwrap();
+        assert_eq!(map[2 * page + 1], 0xab);
+        assert!(!map.faulted());
+        file.set_len(page as u64).unwrap();
+        // Below the new end: the file's bytes; past it: zeros, no SIGBUS.
+        assert_eq!(map[10], 0xab);
+        assert!(!map.faulted());
+        assert_eq!(map[2 * page + 1], 0);
+        assert!(map.faulted());
+        assert_eq!(map[page + 5], 0);
+    }
+
+    #[test]
+    fn released_slots_are_used_again_and_claim_nothing() {
+        let file = tempfile::tempfile().unwrap();
+        file.set_len(4096).unwrap();
+        let a = GuardedMap::map(&file, 0, 4096).unwrap();
+        let at = a.ptr as usize;
+        assert!(find(at).is_some());
+        drop(a);
+        assert!(find(at).is_none());
+        let empty = GuardedMap::map(&file, 0, 0).unwrap();
+        assert!(empty.is_empty() && !empty.faulted());
+    }
+}

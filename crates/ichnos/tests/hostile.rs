@@ -1,0 +1,138 @@
+//! The command line over a corpus of hostile and mistaken inputs, each run
+//! under a time and a memory bound: FIFOs, devices and directories where
+//! files are expected, truncated and damaged ELF files. Each must end with
+//! the exit code of docs/cli.md and a message that names what was wrong,
+//! never a hang, a signal or a panic.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const ICHNOS: &str = env!("CARGO_BIN_EXE_ichnos");
+
+/// Most time one case may take.
+const TIME_BOUND: Duration = Duration::from_secs(20);
+/// Most address space one case may use (bytes; `prlimit --as`).
+const MEMORY_BOUND: u64 = 2 << 30;
+
+/// Runs ichnos with `args` under the bounds, standard input from `stdin`
+/// (or nothing).
+fn bounded(args: &[&str], stdin: Option<&Path>) -> Output {
+    let mut cmd = Command::new("prlimit");
+    cmd.arg(format!("--as={MEMORY_BOUND}"))
+        .arg("--")
+        .arg(ICHNOS)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    match stdin {
+        Some(path) => cmd.stdin(std::fs::File::open(path).unwrap()),
+        None => cmd.stdin(Stdio::null()),
+    };
+    let mut child = cmd.spawn().expect("prlimit runs (util-linux)");
+    let started = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if started.elapsed() > TIME_BOUND {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("ichnos {args:?} ran past {TIME_BOUND:?}: a hang");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Asserts that `out` exited with `code` (not a signal, not a panic) and
+/// that standard error says each of `wanted`.
+fn ends(out: &Output, code: i32, wanted: &[&str], case: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "{case}: {err}");
+    assert!(!err.contains("panicked"), "{case}: {err}");
+    for w in wanted {
+        assert!(err.contains(w), "{case}: wanted {w:?} in {err:?}");
+    }
+}
+
+/// The hostile files: (name, path, what a message says of it besides its
+/// path; for damaged ELF files the parser's wording varies, and the
+/// message is held to naming the file, which their names are part of).
+fn corpus(dir: &Path) -> Vec<(&'static str, PathBuf, &'static str)> {
+    let fifo = dir.join("fifo");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let empty = dir.join("empty");
+    std::fs::write(&empty, b"").unwrap();
+    let junk = dir.join("junk");
+    std::fs::write(
+        &junk,
+        b"\x7fELF\x02\x01\x01 and then nothing an ELF file holds",
+    )
+    .unwrap();
+    // A real ELF file cut in the middle of its program headers, and one
+    // whose section headers point past its end.
+    let elf = std::fs::read("/bin/true").unwrap();
+    let cut = dir.join("cut");
+    std::fs::write(&cut, &elf[..100]).unwrap();
+    let mut far = elf.clone();
+    far[0x28..0x30].copy_from_slice(&u64::MAX.to_le_bytes()); // e_shoff
+    let far_path = dir.join("far");
+    std::fs::write(&far_path, &far).unwrap();
+    vec![
+        ("FIFO", fifo, "a FIFO, not a regular file"),
+        (
+            "directory",
+            dir.to_path_buf(),
+            "a directory, not a regular file",
+        ),
+        (
+            "/dev/null",
+            PathBuf::from("/dev/null"),
+            "a character device, not a regular file",
+        ),
+        ("empty file", empty, "empty"),
+        ("junk ELF", junk, "junk"),
+        ("truncated ELF", cut, "cut"),
+        ("section headers past the end", far_path, "far"),
+    ]
+}
+
+#[test]
+fn files_that_are_not_objects_are_refused_by_name_and_never_waited_on() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, path, says) in corpus(dir.path()) {
+        let p = path.to_str().unwrap();
+        for args in [
+            vec!["image", "--elf", p],
+            vec!["symbolize", "-e", p, "0x1000"],
+        ] {
+            let out = bounded(&args, None);
+            let case = format!("{name}: {args:?}");
+            if name == "section headers past the end" {
+                // The program headers are sound: image reads them, and
+                // the symbolizer names what it cannot (a clean exit
+                // either way).
+                let err = String::from_utf8_lossy(&out.stderr);
+                assert!(
+                    matches!(out.status.code(), Some(0 | 1)),
+                    "{case}: {:?} {err}",
+                    out.status
+                );
+                assert!(!err.contains("panicked"), "{case}: {err}");
+                continue;
+            }
+            ends(&out, 1, &[p, says], &case);
+        }
+    }
+}
+
+#[test]
+fn recordings_that_are_not_files_are_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, path, says) in corpus(dir.path()).into_iter().take(3) {
+        let p = path.to_str().unwrap();
+        let out = bounded(&["report", "-i", p], None);
+        ends(&out, 1, &[p, says], name);
+    }
+}
