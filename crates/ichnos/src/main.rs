@@ -9,6 +9,33 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
+/// `eprintln!` that cannot panic: with standard error closed, a pipe
+/// nobody reads or a full device, the message is lost and the exit code
+/// stays what docs/cli.md says (the standard macro panics, exit 101).
+macro_rules! eprintln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
+/// `eprint!` that cannot panic (see `eprintln!`).
+macro_rules! eprint {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stderr(), $($arg)*);
+    }};
+}
+
+/// `println!` that cannot panic: output that cannot be written is lost
+/// (the reports themselves write through handles and report errors).
+macro_rules! println {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 mod demo;
 mod progress;
 mod record;

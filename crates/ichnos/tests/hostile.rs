@@ -136,3 +136,52 @@ fn recordings_that_are_not_files_are_refused_by_name() {
         ends(&out, 1, &[p, says], name);
     }
 }
+
+/// Runs ichnos with `args`, its standard error (and output, with
+/// `stdout_too`) a pipe whose reader is gone before it writes.
+fn with_closed_pipes(args: &[&str], stdout_too: bool) -> std::process::ExitStatus {
+    let mut cmd = Command::new(ICHNOS);
+    cmd.args(args).stdin(Stdio::null()).stderr(Stdio::piped());
+    if stdout_too {
+        cmd.stdout(Stdio::piped());
+    } else {
+        cmd.stdout(Stdio::null());
+    }
+    let mut child = cmd.spawn().unwrap();
+    drop(child.stderr.take());
+    drop(child.stdout.take());
+    child.wait().unwrap()
+}
+
+/// Runs ichnos with `args`, standard error (and output) the full device.
+fn with_full_device(args: &[&str], stdout_too: bool) -> std::process::ExitStatus {
+    let full = || std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+    let mut cmd = Command::new(ICHNOS);
+    cmd.args(args).stdin(Stdio::null()).stderr(full());
+    if stdout_too {
+        cmd.stdout(full());
+    } else {
+        cmd.stdout(Stdio::null());
+    }
+    cmd.status().unwrap()
+}
+
+#[test]
+fn a_closed_or_full_standard_error_is_no_panic() {
+    // An error to report (exit 1), and a success with a note on stderr.
+    let missing = ["symbolize", "-e", "/nonexistent/ichnos", "0x1000"];
+    for status in [
+        with_closed_pipes(&missing, false),
+        with_full_device(&missing, false),
+    ] {
+        assert_eq!(status.code(), Some(1), "{status:?}");
+    }
+    let exe = std::env::current_exe().unwrap();
+    let listed = ["image", "--elf", exe.to_str().unwrap()];
+    assert_eq!(with_closed_pipes(&listed, false).code(), Some(0));
+    assert_eq!(with_full_device(&listed, false).code(), Some(0));
+    // Output that cannot be written: a reader gone is the end of the
+    // output (as for head), a full device an error.
+    assert_eq!(with_closed_pipes(&listed, true).code(), Some(0));
+    assert_eq!(with_full_device(&listed, true).code(), Some(1));
+}
