@@ -75,6 +75,8 @@ enum Input {
         reader: std::io::BufReader<std::io::StdinLock<'static>>,
         interactive: bool,
         done: bool,
+        /// Lines read so far.
+        number: u64,
     },
 }
 
@@ -89,6 +91,7 @@ impl Input {
                 reader: std::io::BufReader::with_capacity(1 << 16, std::io::stdin().lock()),
                 interactive,
                 done: false,
+                number: 0,
             });
         }
         let addrs = args
@@ -100,33 +103,48 @@ impl Input {
     }
 
     /// The next chunk (empty at the end), and whether an answer should be
-    /// flushed at once because the input paused.
-    fn next_chunk(&mut self, chunk: &mut Vec<u64>) -> Result<bool> {
+    /// flushed at once because the input paused. A line that is not an
+    /// address is an entry of its own, answered `??` as addr2line does,
+    /// with a warning; reading goes on after it.
+    fn next_chunk(&mut self, chunk: &mut Vec<Entry>) -> Result<bool> {
         chunk.clear();
         match self {
             Input::Args(rest) => {
-                chunk.extend(rest.take(CHUNK));
+                chunk.extend(rest.take(CHUNK).map(Entry::Addr));
                 Ok(false)
             }
             Input::Stdin {
                 reader,
                 interactive,
                 done,
+                number,
             } => {
-                let mut line = String::new();
+                let mut line = Vec::with_capacity(64);
                 while !*done && chunk.len() < CHUNK {
-                    line.clear();
-                    if reader
-                        .read_line(&mut line)
+                    let Some(long) = read_bounded_line(reader, &mut line)
                         .context("reading addresses from standard input")?
-                        == 0
-                    {
+                    else {
                         *done = true;
                         break;
-                    }
-                    let text = line.trim();
-                    if !text.is_empty() {
-                        chunk.push(parse_addr(text)?);
+                    };
+                    *number += 1;
+                    let text = String::from_utf8_lossy(&line);
+                    let text = text.trim();
+                    if long {
+                        eprintln!(
+                            "warning: standard input line {number}: longer than {MAX_LINE} bytes, not an address (answered ??)"
+                        );
+                        chunk.push(Entry::Bad);
+                    } else if !text.is_empty() {
+                        match parse_addr(text) {
+                            Ok(addr) => chunk.push(Entry::Addr(addr)),
+                            Err(e) => {
+                                eprintln!(
+                                    "warning: standard input line {number}: {e} (answered ??)"
+                                );
+                                chunk.push(Entry::Bad);
+                            }
+                        }
                     }
                     if *interactive && reader.buffer().is_empty() {
                         // The next read would wait: answer what we have.
@@ -137,6 +155,52 @@ impl Input {
             }
         }
     }
+}
+
+/// The longest line of standard input taken as an address (hex digits,
+/// a `0x`, blanks: far below it).
+const MAX_LINE: usize = 4096;
+
+/// Reads one line into `line` (its newline dropped), keeping at most
+/// [`MAX_LINE`] bytes of it and reading past the rest: `None` at the end
+/// of the input, else whether the line was longer.
+fn read_bounded_line(
+    reader: &mut impl BufRead,
+    line: &mut Vec<u8>,
+) -> std::io::Result<Option<bool>> {
+    line.clear();
+    let mut long = false;
+    let mut any = false;
+    loop {
+        let buf = match reader.fill_buf() {
+            Ok(buf) => buf,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if buf.is_empty() {
+            return Ok(any.then_some(long));
+        }
+        any = true;
+        let (take, end) = match buf.iter().position(|&b| b == b'\n') {
+            Some(at) => (at, Some(at + 1)),
+            None => (buf.len(), None),
+        };
+        let room = MAX_LINE.saturating_sub(line.len());
+        long |= take > room;
+        line.extend_from_slice(&buf[..take.min(room)]);
+        let used = end.unwrap_or(take);
+        reader.consume(used);
+        if end.is_some() {
+            return Ok(Some(long));
+        }
+    }
+}
+
+/// One line of input: an address, or a line that is not one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Entry {
+    Addr(u64),
+    Bad,
 }
 
 /// Where symbol indexes are kept unless `--index-dir` says.
@@ -198,9 +262,14 @@ pub fn symbolize(args: &SymbolizeArgs, verbose: bool, quiet: bool) -> Result<()>
             break;
         }
         if let Some(index) = &index {
-            for &addr in &chunk {
-                for f in index.frame_refs(addr, !args.no_demangle) {
-                    text_frame(&mut out, f.function, f.file, f.line)?;
+            for entry in &chunk {
+                match *entry {
+                    Entry::Addr(addr) => {
+                        for f in index.frame_refs(addr, !args.no_demangle) {
+                            text_frame(&mut out, f.function, f.file, f.line)?;
+                        }
+                    }
+                    Entry::Bad => text_frame(&mut out, None, None, None)?,
                 }
             }
             if paused {
@@ -208,17 +277,24 @@ pub fn symbolize(args: &SymbolizeArgs, verbose: bool, quiet: bool) -> Result<()>
             }
             continue;
         }
+        let addrs: Vec<u64> = chunk
+            .iter()
+            .filter_map(|e| match e {
+                Entry::Addr(a) => Some(*a),
+                Entry::Bad => None,
+            })
+            .collect();
         let (results, places): (Vec<Symbolized>, Vec<Option<Place>>) = match (&args.exe, args.pid) {
             (Some(exe), _) => {
                 let results = symbolizer
-                    .symbolize_file(exe, &chunk)
+                    .symbolize_file(exe, &addrs)
                     .with_context(|| format!("cannot symbolize {}", exe.display()))?;
                 warn_refused(&symbolizer, exe, &mut warned);
                 let count = results.len();
                 (results, vec![None; count])
             }
             (None, Some(pid)) => symbolizer
-                .symbolize_process(pid, &chunk)
+                .symbolize_process(pid, &addrs)
                 .with_context(|| format!("cannot symbolize addresses of process {pid}"))?
                 .into_iter()
                 .map(|p| (p.symbolized, Some(p.place)))
@@ -235,7 +311,7 @@ pub fn symbolize(args: &SymbolizeArgs, verbose: bool, quiet: bool) -> Result<()>
                 eprintln!("note: answers from {}", first.source);
             }
         }
-        print(&mut out, &results, &places, args.json)?;
+        print(&mut out, &chunk, &results, &places, args.json)?;
         if paused {
             out.flush()?;
         }
@@ -295,13 +371,32 @@ fn warn_refused(
     }
 }
 
+/// The answers of `chunk`: `results` and `places` of its addresses in
+/// order, and `??` for its lines that were not addresses.
 fn print(
     out: &mut impl Write,
+    chunk: &[Entry],
     results: &[Symbolized],
     places: &[Option<Place>],
     json_output: bool,
 ) -> Result<()> {
-    for (r, place) in results.iter().zip(places) {
+    let mut answers = results.iter().zip(places);
+    for entry in chunk {
+        if *entry == Entry::Bad {
+            if json_output {
+                writeln!(
+                    out,
+                    "{}",
+                    serde_json::json!({"address": null, "frames": []})
+                )?;
+            } else {
+                text_frame(out, None, None, None)?;
+            }
+            continue;
+        }
+        let Some((r, place)) = answers.next() else {
+            break;
+        };
         if json_output {
             writeln!(out, "{}", json(r, place.as_ref()))?;
         } else {

@@ -155,7 +155,12 @@ fn with_closed_pipes(args: &[&str], stdout_too: bool) -> std::process::ExitStatu
 
 /// Runs ichnos with `args`, standard error (and output) the full device.
 fn with_full_device(args: &[&str], stdout_too: bool) -> std::process::ExitStatus {
-    let full = || std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+    let full = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap()
+    };
     let mut cmd = Command::new(ICHNOS);
     cmd.args(args).stdin(Stdio::null()).stderr(full());
     if stdout_too {
@@ -184,4 +189,62 @@ fn a_closed_or_full_standard_error_is_no_panic() {
     // output (as for head), a full device an error.
     assert_eq!(with_closed_pipes(&listed, true).code(), Some(0));
     assert_eq!(with_full_device(&listed, true).code(), Some(1));
+}
+
+#[test]
+fn standard_input_lines_that_are_not_addresses_are_answered_and_bounded() {
+    let exe = std::env::current_exe().unwrap();
+    let exe = exe.to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // A good address, junk, a 10 MB line, then another good address: four
+    // answers, in order, the junk ones as addr2line gives them.
+    let input = dir.path().join("lines");
+    let mut text = b"0x0\nzzz\n".to_vec();
+    text.extend(std::iter::repeat_n(b'a', 10 << 20));
+    text.extend(b"\n0x0\n");
+    std::fs::write(&input, &text).unwrap();
+    let out = bounded(&["symbolize", "-e", exe], Some(&input));
+    ends(
+        &out,
+        0,
+        &[
+            "line 2: \"zzz\" is not a hex address",
+            "line 3: longer than 4096 bytes",
+        ],
+        "junk lines",
+    );
+    let answers = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = answers.lines().collect();
+    assert_eq!(lines.len(), 8, "{answers}");
+    assert_eq!(&lines[2..6], ["??", "??:0", "??", "??:0"], "{answers}");
+    assert_eq!(lines[0..2], lines[6..8], "{answers}");
+    // The message does not echo the long line.
+    assert!(
+        out.stderr.len() < 4096,
+        "{} bytes of messages",
+        out.stderr.len()
+    );
+    // /dev/zero: one endless line. Memory stays small while it is read.
+    let mut child = Command::new("prlimit")
+        .arg(format!("--as={MEMORY_BOUND}"))
+        .args(["--", ICHNOS, "symbolize", "-e", exe])
+        .stdin(std::fs::File::open("/dev/zero").unwrap())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(child.try_wait().unwrap().is_none(), "it ended early");
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
+    let rss_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        rss_kib < 100 << 10,
+        "{rss_kib} KiB resident reading /dev/zero"
+    );
 }
