@@ -56,12 +56,15 @@ struct ichnos_fill_stats {
 	uint64_t position;	/* circular: records written; trace: bytes since the last flush */
 };
 
-/* A trace buffer of `capacity` bytes per thread. NULL on failure
- * (capacity 0, or all handles in use); errno is set. */
+/* A trace buffer of `capacity` bytes per thread. NULL on failure, with
+ * errno set: EINVAL (capacity 0), EMFILE (all handles in use), ENOMEM (a
+ * thread's buffer of that size cannot be mapped). */
 struct ichnos_fill_buf *ichnos_fill_buf_create_trace(size_t capacity, ichnos_flush_fn flush, void *arg);
 
 /* A circular buffer of `capacity` bytes per thread (a power of two) of
- * records of `stride` bytes (dividing capacity). NULL on failure. */
+ * records of `stride` bytes (dividing capacity). NULL on failure, with
+ * errno set as for ichnos_fill_buf_create_trace (EINVAL also for a
+ * capacity or stride out of those rules). */
 struct ichnos_fill_buf *ichnos_fill_buf_create_circular(size_t capacity, size_t stride);
 
 /* Frees the handle. Threads' memory is released at their exit; nothing is

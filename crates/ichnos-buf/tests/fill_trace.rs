@@ -198,6 +198,34 @@ fn circular_buffer_checks_its_shape() {
         }
     );
     assert_eq!(FillBuffer::circular(0, 8).unwrap_err(), FillError::Zero);
+    // Sizes no thread's buffer can have are refused at creation, not
+    // discovered by every write being dropped.
+    for capacity in [1usize << 63, usize::MAX] {
+        let e = FillBuffer::trace(capacity, |_| {}).unwrap_err();
+        assert_eq!(
+            e,
+            FillError::Alloc {
+                capacity,
+                errno: libc::ENOMEM
+            }
+        );
+        assert!(e.to_string().contains(&capacity.to_string()), "{e}");
+    }
+    assert!(matches!(
+        FillBuffer::circular(1 << 63, 8).unwrap_err(),
+        FillError::Alloc { .. }
+    ));
+    #[cfg(target_arch = "x86_64")]
+    assert!(matches!(
+        FillBuffer::trace_guarded(usize::MAX, |_| {}).unwrap_err(),
+        FillError::Alloc { .. }
+    ));
+    // 1 TiB: refused where the kernel will not map it (this machine's
+    // overcommit heuristic, with less memory); where it does, writes go in.
+    match FillBuffer::trace(1 << 40, |_| {}) {
+        Err(e) => assert!(matches!(e, FillError::Alloc { .. }), "{e}"),
+        Ok(big) => assert_eq!(big.write(&[1; 16]), Ok(())),
+    }
     let ring = FillBuffer::circular(1024, 16).unwrap();
     assert_eq!(
         ring.kind(),

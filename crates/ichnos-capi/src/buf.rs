@@ -59,6 +59,10 @@ fn create(result: Result<FillBuffer, FillError>) -> *mut ichnos_fill_buf {
             set_errno(libc::EMFILE);
             std::ptr::null_mut()
         }
+        Err(FillError::Alloc { errno, .. }) => {
+            set_errno(errno);
+            std::ptr::null_mut()
+        }
         Err(_) => {
             set_errno(libc::EINVAL);
             std::ptr::null_mut()

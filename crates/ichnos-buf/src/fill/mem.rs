@@ -48,7 +48,10 @@ impl Mapping {
     pub(crate) fn guarded(len: usize) -> io::Result<(Mapping, *mut u8, *mut u8)> {
         let page = crate::page_size();
         let data = round_to_pages(len.max(1));
-        let mapping = Mapping::anonymous(data + page)?;
+        let with_guard = data
+            .checked_add(page)
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOMEM))?;
+        let mapping = Mapping::anonymous(with_guard)?;
         let guard = mapping.as_ptr().wrapping_add(data);
         // SAFETY: the last page of our own fresh mapping.
         if unsafe { libc::mprotect(guard.cast(), page, libc::PROT_NONE) } != 0 {
@@ -75,5 +78,7 @@ impl Drop for Mapping {
 
 fn round_to_pages(len: usize) -> usize {
     let page = crate::page_size();
-    len.div_ceil(page).saturating_mul(page)
+    // Saturated at the largest multiple of a page: a length no mapping
+    // can have, which the kernel then refuses.
+    len.div_ceil(page).saturating_mul(page) & !(page - 1)
 }

@@ -134,6 +134,16 @@ pub enum FillError {
     /// Every one of the [`MAX_BUFFERS`] handles exists already.
     #[error("all {MAX_BUFFERS} fill buffer handles are in use")]
     TooManyBuffers,
+    /// A thread's buffer of this size cannot be allocated (the kernel
+    /// refused the mapping: more than the machine's memory, or than the
+    /// address space).
+    #[error("cannot allocate a buffer of {capacity} bytes per thread: {}", std::io::Error::from_raw_os_error(*errno))]
+    Alloc {
+        /// The capacity asked for.
+        capacity: usize,
+        /// The kernel's error number (`ENOMEM`).
+        errno: i32,
+    },
 }
 
 /// Why a record was not written.
@@ -269,6 +279,23 @@ impl FillBuffer {
         guarded: bool,
         flush: Option<Box<FlushFn>>,
     ) -> Result<FillBuffer, FillError> {
+        // Threads map their buffers on first write, where a failure can
+        // only drop records: a size the kernel will not map is refused
+        // here, by mapping one (untouched, so it costs no memory).
+        let capacity = match kind {
+            Kind::Circular { capacity, .. } | Kind::Trace { capacity } => capacity,
+        };
+        let probe = if guarded {
+            mem::Mapping::guarded(capacity).map(|(m, _, _)| m)
+        } else {
+            mem::Mapping::anonymous(capacity)
+        };
+        if let Err(e) = probe {
+            return Err(FillError::Alloc {
+                capacity,
+                errno: e.raw_os_error().unwrap_or(libc::ENOMEM),
+            });
+        }
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let mut index = None;
         let shared = Arc::new_cyclic(|weak| {
