@@ -60,7 +60,7 @@ fn register(start: usize, len: usize) -> Option<usize> {
             .is_ok()
         {
             slot.faulted.store(false, Ordering::Relaxed);
-            slot.end.store(start + len, Ordering::Relaxed);
+            slot.end.store(start + len, Ordering::Release);
             // The range is complete before the handler can match it.
             slot.start.store(start, Ordering::Release);
             HINT.store((i + 1) % SLOTS, Ordering::Relaxed);
@@ -79,11 +79,18 @@ fn release(i: usize) {
     slot.start.store(0, Ordering::Release);
 }
 
-/// The slot whose range holds `addr`.
+/// The slot whose range holds `addr`. A slot released and claimed again
+/// between the loads of its start and end would pair one mapping's start
+/// with another's end: the start is read again after the end, and the
+/// pair is taken only if both reads agree.
 fn find(addr: usize) -> Option<&'static Slot> {
     TABLE.iter().find(|slot| {
         let start = slot.start.load(Ordering::Acquire);
-        start != 0 && start != CLAIMED && addr >= start && addr < slot.end.load(Ordering::Relaxed)
+        if start == 0 || start == CLAIMED || addr < start {
+            return false;
+        }
+        let end = slot.end.load(Ordering::Acquire);
+        slot.start.load(Ordering::Acquire) == start && addr < end
     })
 }
 
@@ -93,6 +100,8 @@ static mut PREVIOUS: std::mem::MaybeUninit<libc::sigaction> = std::mem::MaybeUni
 fn install_handler() {
     static INSTALLED: Once = Once::new();
     INSTALLED.call_once(|| {
+        // Settled here, not first inside the handler.
+        let _ = crate::loader::page_size();
         // SAFETY: sigaction with a zeroed, then filled, struct; PREVIOUS is
         // written once here, before the handler can run (it is installed by
         // this very call), and only read afterwards.
@@ -118,55 +127,77 @@ extern "C" fn on_sigbus(
     // SAFETY: errno is this thread's; saved and put back around the
     // handler's system calls.
     let errno = unsafe { *libc::__errno_location() };
-    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler;
-    // a SIGBUS's carries the faulting address.
-    let addr = unsafe { (*info).si_addr() } as usize;
-    let handled = find(addr).is_some_and(|slot| {
-        let page = crate::loader::page_size() as usize;
-        let at = addr & !(page - 1);
-        // SAFETY: `at` is a page of a registered mapping, which is alive
-        // (its owner is reading it: the fault came from that read) and
-        // read-only: replacing the page by zeros changes bytes nobody
-        // can write, and the mapping's munmap will remove it with the
-        // rest. mmap is a plain system call, safe in a signal handler.
-        let zeros = unsafe {
-            libc::mmap(
-                at as *mut libc::c_void,
-                page,
-                libc::PROT_READ,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
-                -1,
-                0,
-            )
-        };
-        if zeros == libc::MAP_FAILED {
-            return false;
-        }
-        slot.faulted.store(true, Ordering::Release);
-        true
-    });
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
+    // Only a fault the kernel raised (si_code > 0; a signal a process
+    // sent has SI_USER or SI_TKILL, 0 or below) carries an address.
+    let fault = unsafe { (*info).si_code } > 0;
+    let addr = if fault {
+        // SAFETY: as above; a fault's siginfo carries its address.
+        (unsafe { (*info).si_addr() }) as usize
+    } else {
+        0
+    };
+    let handled = fault
+        && find(addr).is_some_and(|slot| {
+            let page = crate::loader::page_size() as usize;
+            let at = addr & !(page - 1);
+            // SAFETY: `at` is a page of a registered mapping, which is
+            // alive (its owner is reading it: the fault came from that
+            // read; `find` matched a consistent range) and read-only:
+            // replacing the page by zeros changes bytes nobody writes
+            // here, and the mapping's munmap removes it with the rest.
+            // mmap is a plain system call, safe in a signal handler.
+            let zeros = unsafe {
+                libc::mmap(
+                    at as *mut libc::c_void,
+                    page,
+                    libc::PROT_READ,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                    -1,
+                    0,
+                )
+            };
+            if zeros == libc::MAP_FAILED {
+                return false;
+            }
+            slot.faulted.store(true, Ordering::Release);
+            true
+        });
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };
     if !handled {
         // SAFETY: forwarding with the arguments we were given.
-        unsafe { forward(signal, info, context) };
+        unsafe { forward(signal, info, context, fault) };
     }
 }
 
 /// Passes a fault that is not ours to the handler installed before ours,
 /// or lets the default action (a core dump) happen.
-unsafe fn forward(signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut libc::c_void) {
+unsafe fn forward(
+    signal: libc::c_int,
+    info: *mut libc::siginfo_t,
+    context: *mut libc::c_void,
+    fault: bool,
+) {
     // SAFETY: written once at installation, before this handler existed.
     let previous = unsafe { (*std::ptr::addr_of!(PREVIOUS)).assume_init_ref() };
     let handler = previous.sa_sigaction;
+    if handler == libc::SIG_IGN && !fault {
+        // A sent signal the program ignored before: still ignored.
+        return;
+    }
     if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
-        // Restore the default and return: the faulting access runs again
-        // and now takes the default action.
-        // SAFETY: plain sigaction with a zeroed struct (SIG_DFL = 0).
+        // Restore the default. A fault's access runs again on return and
+        // takes the default action; a sent signal is raised again.
+        // SAFETY: plain sigaction with a zeroed struct (SIG_DFL = 0), and
+        // raise, both safe in a handler.
         unsafe {
             let mut action: libc::sigaction = std::mem::zeroed();
             action.sa_sigaction = libc::SIG_DFL;
             libc::sigaction(signal, &raw const action, std::ptr::null_mut());
+            if !fault {
+                libc::raise(signal);
+            }
         }
         return;
     }
@@ -217,8 +248,19 @@ impl std::fmt::Debug for GuardedMap {
 
 impl GuardedMap {
     /// Maps `len` bytes of `file` from `offset` (a multiple of the page
-    /// size); where the table of guarded mappings is full, reads them.
-    pub fn map(file: &File, offset: u64, len: usize) -> io::Result<GuardedMap> {
+    /// size); where the table of guarded mappings is full, or the kernel
+    /// has no room for another mapping, reads them.
+    ///
+    /// # Safety
+    ///
+    /// The bytes are handed out as `&[u8]`, which Rust takes to be
+    /// unchanging while borrowed. A file changed in place by another
+    /// process changes them, and a truncation turns pages into zeros
+    /// under a borrow: the caller must treat the bytes as untrusted input
+    /// that may change (parse them with bounds checks, never rely on two
+    /// reads agreeing) and check [`GuardedMap::faulted`] before using what
+    /// it read, as with any mapping of a file others can write.
+    pub unsafe fn map(file: &File, offset: u64, len: usize) -> io::Result<GuardedMap> {
         if len == 0 {
             return Ok(GuardedMap {
                 ptr: std::ptr::NonNull::dangling().as_ptr(),
@@ -244,7 +286,12 @@ impl GuardedMap {
             )
         };
         if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
+            let e = io::Error::last_os_error();
+            // Out of mappings (vm.max_map_count): a copy needs none.
+            if e.raw_os_error() == Some(libc::ENOMEM) {
+                return Self::read(file, offset, len);
+            }
+            return Err(e);
         }
         let Some(slot) = register(ptr as usize, len) else {
             // SAFETY: unmapping what was mapped just above.
@@ -268,8 +315,14 @@ impl GuardedMap {
         while done < len {
             match std::os::unix::fs::FileExt::read_at(file, &mut copy[done..], offset + done as u64)
             {
-                // Past the end, a mapping reads zeros too (until SIGBUS).
-                Ok(0) => break,
+                // The file is shorter than the range: cut short since it
+                // was examined.
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the file ends before the range (cut short while read)",
+                    ))
+                }
                 Ok(n) => done += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
@@ -293,7 +346,9 @@ impl GuardedMap {
             return copy;
         }
         // SAFETY: `ptr` maps `len` readable bytes for as long as `self`
-        // lives (or is dangling with len 0); nothing writes them.
+        // lives (or is dangling with len 0). This process never writes
+        // them; others may change the file under them, and truncation
+        // zeros pages, which the contract of `map` leaves to its caller.
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
 
@@ -302,6 +357,9 @@ impl GuardedMap {
     #[must_use]
     #[inline]
     pub fn faulted(&self) -> bool {
+        // The handler runs on the reading thread itself: keep the reads
+        // of the bytes before this load.
+        std::sync::atomic::compiler_fence(Ordering::SeqCst);
         self.faulted.load(Ordering::Acquire)
     }
 
@@ -346,7 +404,8 @@ mod tests {
         let mut file = tempfile::tempfile().unwrap();
         let page = crate::loader::page_size() as usize;
         file.write_all(&vec![0xabu8; 3 * page]).unwrap();
-        let map = GuardedMap::map(&file, 0, 3 * page).unwrap();
+        // SAFETY: the test reads the bytes only through checked indexing.
+        let map = unsafe { GuardedMap::map(&file, 0, 3 * page) }.unwrap();
         assert_eq!(map[2 * page + 1], 0xab);
         assert!(!map.faulted());
         file.set_len(page as u64).unwrap();
@@ -359,15 +418,30 @@ mod tests {
     }
 
     #[test]
-    fn released_slots_are_used_again_and_claim_nothing() {
+    fn a_released_range_is_claimed_no_more() {
+        // A range no mapping can have: this static's own bytes.
+        static HERE: [u8; 64] = [0; 64];
+        let at = HERE.as_ptr() as usize;
+        let slot = register(at, HERE.len()).unwrap();
+        assert!(find(at + 10).is_some_and(|s| std::ptr::eq(s, &raw const TABLE[slot])));
+        assert!(find(at + HERE.len()).is_none_or(|s| !std::ptr::eq(s, &raw const TABLE[slot])));
+        release(slot);
+        assert!(find(at + 10).is_none());
         let file = tempfile::tempfile().unwrap();
-        file.set_len(4096).unwrap();
-        let a = GuardedMap::map(&file, 0, 4096).unwrap();
-        let at = a.ptr as usize;
-        assert!(find(at).is_some());
-        drop(a);
-        assert!(find(at).is_none());
-        let empty = GuardedMap::map(&file, 0, 0).unwrap();
+        // SAFETY: an empty mapping has no bytes to change.
+        let empty = unsafe { GuardedMap::map(&file, 0, 0) }.unwrap();
         assert!(empty.is_empty() && !empty.faulted());
+    }
+
+    #[test]
+    fn a_range_read_into_memory_is_the_file_or_an_error() {
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(b"0123456789").unwrap();
+        let copy = GuardedMap::read(&file, 2, 4).unwrap();
+        assert_eq!(copy.bytes(), b"2345");
+        assert!(!copy.faulted());
+        // Past the end: the file was cut short since it was examined.
+        let e = GuardedMap::read(&file, 8, 4).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
     }
 }

@@ -14,10 +14,9 @@
 //! one fails with [`FileChange::Truncated`]. Reads that find their section
 //! (all of the cache's, and an image's other than repeats of its last hit)
 //! also look at the file again (`stat`; the process looks at most once a
-//! millisecond, at the mapping being read then), so a file rewritten in
-//! place is reported even where reads stay below its end: within a
-//! millisecond where one mapping is being read, within as many as are
-//! read in turn. Replacing a file by renaming a new one over it (as
+//! millisecond, at the mapping being read then, and at each mapping at
+//! most every ten), so a file rewritten in place is reported even where
+//! reads stay below its end, and from then on by every read of it. Replacing a file by renaming a new one over it (as
 //! linkers and package managers do) is no change: the mapping keeps the old
 //! inode alive, and its bytes are still the section's.
 
@@ -162,6 +161,10 @@ pub(crate) struct Mapping {
     skip: usize,
     path: PathBuf,
     identity: FileIdentity,
+    /// When reads may look at this mapping's file again (`coarse_ns`).
+    next_check: AtomicU64,
+    /// A look found the file changed (how): every read says so.
+    changed: OnceLock<FileChange>,
 }
 
 impl Mapping {
@@ -203,12 +206,17 @@ impl Mapping {
                 "larger than the address space",
             ))
         })?;
-        let map = GuardedMap::map(&file, aligned, len).map_err(map_err)?;
+        // SAFETY: the bytes are section contents handed out to readers
+        // that copy them and check the mapping after every copy; they are
+        // never trusted to stay unchanged.
+        let map = unsafe { GuardedMap::map(&file, aligned, len) }.map_err(map_err)?;
         Ok(Mapping {
             map,
             skip: skip as usize,
             path: path.to_owned(),
             identity: *identity,
+            next_check: AtomicU64::new(0),
+            changed: OnceLock::new(),
         })
     }
 
@@ -231,10 +239,20 @@ impl Mapping {
     /// most once a millisecond, at the mapping read then).
     pub(crate) fn check(&self) -> Result<()> {
         self.check_truncation()?;
+        if let Some(&change) = self.changed.get() {
+            return Err(Error::FileChanged {
+                path: self.path.clone(),
+                change,
+            });
+        }
         // One look for the whole process at most every millisecond, at the
-        // mapping being read then: a few thousand sections read in turn
-        // would otherwise cost a stat each.
+        // mapping being read then, and at one mapping at most every ten: a
+        // few thousand sections read in turn would otherwise cost a stat
+        // each, and a busy one would take every turn.
         let now = coarse_ns();
+        if now < self.next_check.load(Ordering::Relaxed) {
+            return Ok(());
+        }
         let next = NEXT_CHECK.load(Ordering::Relaxed);
         if now < next
             || NEXT_CHECK
@@ -243,13 +261,25 @@ impl Mapping {
         {
             return Ok(());
         }
-        // The path may name another file now (a rename over it): the
-        // mapping holds the old one, whose bytes are still the section's.
+        self.next_check
+            .store(now + 10 * RECHECK_NS, Ordering::Relaxed);
+        let seen = self.file_changed();
+        if let Err(Error::FileChanged { change, .. }) = &seen {
+            // Every later read says so too.
+            let _ = self.changed.set(*change);
+        }
+        seen
+    }
+
+    /// Whether the file at the mapping's path differs from what the
+    /// section was. The path may name another file now (a rename over
+    /// it): the mapping holds the old one, whose bytes are still the
+    /// section's.
+    fn file_changed(&self) -> Result<()> {
         let Ok(meta) = std::fs::metadata(&self.path) else {
             return Ok(());
         };
-        let now = FileIdentity::of(&meta);
-        match self.identity.change_to(&now) {
+        match self.identity.change_to(&FileIdentity::of(&meta)) {
             None | Some(FileChange::Replaced) => Ok(()),
             Some(change) => Err(Error::FileChanged {
                 path: self.path.clone(),

@@ -38,10 +38,29 @@ std::thread_local! {
     static LOADING: RefCell<Option<Vec<Shared>>> = const { RefCell::new(None) };
 }
 
-/// Runs `f`, returning with it the files it mapped on this thread.
+/// Runs `f`, returning with it the files it mapped on this thread. The
+/// collector before it is put back however `f` ends (a panic too).
 fn collecting<T>(f: impl FnOnce() -> T) -> (T, Vec<Shared>) {
-    let outer = LOADING.with(|l| l.replace(Some(Vec::new())));
+    /// Puts the collector before back when dropped, unless disarmed.
+    struct Restore {
+        outer: Option<Vec<Shared>>,
+        armed: bool,
+    }
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            if self.armed {
+                let outer = self.outer.take();
+                LOADING.with(|l| *l.borrow_mut() = outer);
+            }
+        }
+    }
+    let mut restore = Restore {
+        outer: LOADING.with(|l| l.replace(Some(Vec::new()))),
+        armed: true,
+    };
     let out = f();
+    restore.armed = false;
+    let outer = restore.outer.take();
     let mapped = LOADING.with(|l| l.replace(outer)).unwrap_or_default();
     // A load inside a load: the outer one keeps them too.
     LOADING.with(|l| {
@@ -325,7 +344,11 @@ fn map(path: &Path) -> Result<Shared, SymbolError> {
     })?;
     // A mapping whose pages past a truncated end read as zeros (and say
     // so), not SIGBUS.
-    let map = ichnos_image::GuardedMap::map(&file, 0, len).map_err(io)?;
+    // SAFETY: the bytes are parsed by object, gimli and addr2line, which
+    // bounds-check every read of untrusted input; what was read is used
+    // only after the mapping is checked (`LoadedObject::truncated`). A file
+    // changed in place under it gives wrong answers, never memory errors.
+    let map = unsafe { ichnos_image::GuardedMap::map(&file, 0, len) }.map_err(io)?;
     let shared = Shared(Arc::new(Buffer::Mapped(map, path.to_path_buf())));
     LOADING.with(|l| {
         if let Some(loading) = l.borrow_mut().as_mut() {
@@ -338,11 +361,15 @@ fn map(path: &Path) -> Result<Shared, SymbolError> {
 impl LoadedObject {
     pub(crate) fn load(path: &Path, debug_dirs: &[PathBuf]) -> Result<Self, SymbolError> {
         let (loaded, mapped) = collecting(|| Self::load_mapping(path, debug_dirs));
+        // A file cut short under its mapping reads as damaged: say what
+        // happened rather than what the parser saw.
+        if let Some(cut) = mapped.iter().find_map(Shared::truncated) {
+            return Err(SymbolError::FileChanged {
+                path: cut.to_path_buf(),
+            });
+        }
         let loaded = loaded?;
         *loaded.mapped.borrow_mut() = mapped;
-        if let Some(cut) = loaded.truncated() {
-            return Err(SymbolError::FileChanged { path: cut });
-        }
         Ok(loaded)
     }
 

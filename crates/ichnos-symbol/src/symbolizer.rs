@@ -189,6 +189,18 @@ impl Symbolizer {
         }
     }
 
+    /// Drops what answers for `path` from the cache: one of its files was
+    /// cut short under its mapping.
+    fn forget(&self, path: &Path) {
+        let mut cache = self.lock();
+        if let Some((key, _)) = cache.paths.remove(path) {
+            if let Some(c) = cache.objects.remove(&key) {
+                cache.bytes -= c.bytes;
+            }
+            cache.paths.retain(|_, (k, _)| *k != key);
+        }
+    }
+
     /// What answers for `path`: its index, or the object parsed on first
     /// use. DWARF lookups keep lazily parsed state, so each parsed object
     /// is used by one thread at a time.
@@ -309,6 +321,10 @@ impl Symbolizer {
             return Err(refuse("it has no build id to key its index by".into()));
         };
         let contents = index::build(&object, &build_id, size, progress).map_err(refuse)?;
+        // An index made from zeros would answer wrongly for good.
+        if let Some(cut) = object.truncated() {
+            return Err(SymbolError::FileChanged { path: cut });
+        }
         // The parsed DWARF is not needed to write the file.
         drop(object);
         let target = dir.join(SymbolIndex::file_name(&build_id, size));
@@ -402,6 +418,7 @@ impl Symbolizer {
             Answers::Indexed(index) => {
                 let frames = index.frames(addrs, self.options.demangle);
                 if index.truncated() {
+                    self.forget(path);
                     return Err(SymbolError::FileChanged {
                         path: index.path().to_path_buf(),
                     });
@@ -438,9 +455,12 @@ impl Symbolizer {
             });
         }
         // A file cut short under its mapping read as zeros past its new
-        // end: answers made from them are not the file's.
-        if let Some(path) = object.truncated() {
-            return Err(SymbolError::FileChanged { path });
+        // end: answers made from them are not the file's, and the object
+        // is parsed afresh next time.
+        if let Some(cut) = object.truncated() {
+            drop(object);
+            self.forget(path);
+            return Err(SymbolError::FileChanged { path: cut });
         }
         Ok(out.into_iter().flatten().collect())
     }

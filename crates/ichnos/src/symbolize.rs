@@ -252,6 +252,7 @@ pub fn symbolize(args: &SymbolizeArgs, verbose: bool, quiet: bool) -> Result<()>
     // In chunks: answers are printed and dropped as they come, so neither
     // the addresses nor the answers of a long input are held whole.
     let mut chunk = Vec::with_capacity(CHUNK);
+    let mut answers: Vec<u8> = Vec::new();
     for n in 0.. {
         let paused = input.next_chunk(&mut chunk)?;
         if chunk.is_empty() {
@@ -262,16 +263,13 @@ pub fn symbolize(args: &SymbolizeArgs, verbose: bool, quiet: bool) -> Result<()>
             break;
         }
         if let Some(index) = &index {
-            for entry in &chunk {
-                match *entry {
-                    Entry::Addr(addr) => {
-                        for f in index.frame_refs(addr, !args.no_demangle) {
-                            text_frame(&mut out, f.function, f.file, f.line)?;
-                        }
-                    }
-                    Entry::Bad => text_frame(&mut out, None, None, None)?,
-                }
-            }
+            answer_from_index(index, &chunk, !args.no_demangle, &mut answers).with_context(
+                || {
+                    let exe = args.exe.as_deref().unwrap_or(std::path::Path::new("?"));
+                    format!("cannot symbolize {}", exe.display())
+                },
+            )?;
+            out.write_all(&answers)?;
             if paused {
                 out.flush()?;
             }
@@ -317,6 +315,35 @@ pub fn symbolize(args: &SymbolizeArgs, verbose: bool, quiet: bool) -> Result<()>
         }
     }
     out.flush()?;
+    Ok(())
+}
+
+/// The text answers of `chunk` from `index`, into `answers`. Answered
+/// into a buffer before any is printed: an index cut short under its
+/// mapping answered from zeros, and those answers are not printed.
+fn answer_from_index(
+    index: &ichnos_symbol::SymbolIndex,
+    chunk: &[Entry],
+    demangle: bool,
+    answers: &mut Vec<u8>,
+) -> Result<()> {
+    answers.clear();
+    for entry in chunk {
+        match *entry {
+            Entry::Addr(addr) => {
+                for f in index.frame_refs(addr, demangle) {
+                    text_frame(answers, f.function, f.file, f.line)?;
+                }
+            }
+            Entry::Bad => text_frame(answers, None, None, None)?,
+        }
+    }
+    if index.truncated() {
+        anyhow::bail!(
+            "the symbol index {} was cut short while it was read",
+            index.path().display()
+        );
+    }
     Ok(())
 }
 

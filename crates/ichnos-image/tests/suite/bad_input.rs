@@ -225,6 +225,11 @@ fn a_file_cut_below_where_it_is_read_is_seen_by_reads_that_follow() {
         ),
         "{answer:?}"
     );
+    // And every read after it.
+    assert!(matches!(
+        cache.read(isid, 0x10, &mut buf),
+        Err(Error::FileChanged { .. })
+    ));
 }
 
 #[test]

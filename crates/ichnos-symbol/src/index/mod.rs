@@ -99,7 +99,10 @@ impl SymbolIndex {
         // Index files are written whole and renamed into place, never
         // changed where they lie; one cut short by someone else reads as
         // zeros past its end (and says so), not SIGBUS.
-        let map = ichnos_image::GuardedMap::map(&file, 0, len).map_err(io)?;
+        // SAFETY: the index is read with bounds checks (its format is
+        // checked when opened, and every lookup checks its offsets), and
+        // answers are used only after `truncated` is checked.
+        let map = unsafe { ichnos_image::GuardedMap::map(&file, 0, len) }.map_err(io)?;
         Self::from_parts(Bytes::Mapped(map), path)
     }
 
