@@ -113,8 +113,10 @@ struct code_jit_unwind_table {
  * errno: -EINVAL (bad option, flags, range or SFrame section), -E2BIG
  * (info_size larger than this library knows with non-zero extra bytes, or
  * larger than a page), -ENOMEM, -EEXIST (text range overlaps a registered
- * one), -ENOENT (nothing registered at text_start), -EFAULT (a range named
- * by info cannot be read).
+ * one), -ENOENT (nothing registered at text_start), -EFAULT (info, or a
+ * range or string it names, cannot be read: every pointer is read as the
+ * kernel reads user memory, never trusted), -ENAMETOOLONG (a string with
+ * no NUL within 4096 bytes).
  */
 int codectl(unsigned int option, void *info, size_t info_size, unsigned int flags);
 

@@ -46,7 +46,11 @@ enum ichnos_debug_source {
 /* A symbolizer. debug_dir: where separate debug files live, or NULL for
  * /usr/lib/debug. Parsed objects are kept (per build id) up to 4 GiB of
  * mapped files, the least recently used dropped beyond; a file changed on
- * disk since it was parsed (inode, size, mtime) is parsed again. Never NULL. */
+ * disk since it was parsed (inode, size, mtime) is parsed again. NULL only
+ * when debug_dir cannot be read (errno EFAULT) or has no NUL within 4096
+ * bytes (errno ENAMETOOLONG). Every pointer argument of these calls is
+ * read as the kernel reads user memory: one that cannot be read is
+ * -EFAULT, a string without a NUL within 4096 bytes -ENAMETOOLONG. */
 struct ichnos_symbolizer *ichnos_symbolizer_new(const char *debug_dir);
 
 /* ichnos_symbolizer_options.flags: */

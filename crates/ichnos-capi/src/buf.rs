@@ -47,7 +47,7 @@ pub struct ichnos_fill_stats {
     pub position: u64,
 }
 
-fn set_errno(e: i32) {
+pub(crate) fn set_errno(e: i32) {
     // SAFETY: __errno_location returns this thread's errno slot.
     unsafe { *libc::__errno_location() = e };
 }

@@ -1,7 +1,7 @@
 //! `codectl()` and the code-registry extensions, over
 //! [`ichnos_code::Registry::global`].
 
-use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::ffi::{c_int, c_uint, c_void};
 use std::path::PathBuf;
 
 use ichnos_code::{ElfCode, JitCode, Registry, RegistryError, RowSource, UnwindRow};
@@ -90,26 +90,25 @@ fn status(result: Result<(), RegistryError>) -> c_int {
     }
 }
 
-/// A C string argument, or `None` for 0.
-///
-/// # Safety
-/// A non-zero `addr` must point at a NUL-terminated string.
-unsafe fn c_path(addr: u64) -> Option<PathBuf> {
+/// A C string argument, or `None` for 0: read as the kernel reads a
+/// user string (`-EFAULT` where it cannot be, `-ENAMETOOLONG` without a
+/// NUL within 4,096 bytes).
+fn c_path(addr: u64, what: &str) -> Result<Option<PathBuf>, c_int> {
     if addr == 0 {
-        return None;
+        return Ok(None);
     }
-    // SAFETY: the caller's contract.
-    let bytes = unsafe { CStr::from_ptr(addr as usize as *const c_char) }.to_bytes();
-    Some(PathBuf::from(
-        <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(bytes),
-    ))
+    let bytes = crate::user_memory::read_cstr(addr as usize, what)?;
+    Ok(Some(PathBuf::from(
+        <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(&bytes),
+    )))
 }
 
 /// Registers or unregisters code; see `include/ichnos/codectl.h`.
 ///
 /// # Safety
-/// `info` must point at `info_size` readable bytes, and the pointers in it
-/// at what the header says.
+/// None beyond the header's: every pointer is read as the kernel reads
+/// user memory (a range that cannot be read is `-EFAULT`). Registered
+/// ranges are trusted to hold what they say while registered.
 #[no_mangle]
 pub unsafe extern "C" fn codectl(
     option: c_uint,
@@ -138,30 +137,32 @@ pub unsafe extern "C" fn codectl(
                 ));
                 return -libc::EINVAL;
             } else {
-                // SAFETY: the caller promises build_id_len bytes at build_id.
-                Some(
-                    unsafe {
-                        std::slice::from_raw_parts(
-                            info.build_id as usize as *const u8,
-                            info.build_id_len as usize,
-                        )
-                    }
-                    .to_vec(),
-                )
+                let mut id = vec![0u8; info.build_id_len as usize];
+                if let Err(e) =
+                    crate::user_memory::read(info.build_id as usize, &mut id, "build_id")
+                {
+                    return e;
+                }
+                Some(id)
             };
             let sframe = match (info.sframe_start, info.sframe_end) {
                 (0, 0) => None,
                 (s, e) => Some(s..e),
             };
+            let (path, debug_link) = match (
+                c_path(info.pathname, "pathname"),
+                c_path(info.debug_link_pathname, "debug_link_pathname"),
+            ) {
+                (Ok(p), Ok(d)) => (p, d),
+                (Err(e), _) | (_, Err(e)) => return e,
+            };
             let code = ElfCode {
                 elf: info.elf_start..info.elf_end,
                 text: info.text_start..info.text_end,
                 sframe,
-                // SAFETY: the caller promises NUL-terminated strings.
-                path: unsafe { c_path(info.pathname) },
+                path,
                 build_id,
-                // SAFETY: as above.
-                debug_link: unsafe { c_path(info.debug_link_pathname) },
+                debug_link,
                 debug_link_crc: info.debug_link_crc,
             };
             status(registry.register_elf(code))
@@ -173,10 +174,10 @@ pub unsafe extern "C" fn codectl(
                 Err(e) => return e,
             };
             let code = JitCode::new(info.text_start..info.text_end, info.unwind_head);
-            // SAFETY: the caller promises a NUL-terminated string or 0.
-            let code = match unsafe { c_path(info.name) } {
-                Some(name) => code.with_name(name.to_string_lossy()),
-                None => code,
+            let code = match c_path(info.name, "name") {
+                Ok(Some(name)) => code.with_name(name.to_string_lossy()),
+                Ok(None) => code,
+                Err(e) => return e,
             };
             status(registry.register_jit(code))
         }

@@ -28,6 +28,7 @@ mod image;
 mod iscache;
 mod sized_struct;
 mod symbolize;
+mod user_memory;
 
 pub use buf::*;
 pub use codectl::*;

@@ -12,10 +12,11 @@ const MAX_STRUCT_SIZE: usize = 4096;
 /// Copies a caller's struct of `size` bytes into `T` the way the kernel's
 /// `copy_struct_from_user` does: a shorter (older) struct is zero-extended;
 /// a longer (newer) one is accepted only if the bytes we do not know are 0.
-/// Errors are `-EINVAL` (NULL) and `-E2BIG`, with the message set.
+/// Errors are `-EINVAL` (NULL), `-EFAULT` (the bytes cannot be read) and
+/// `-E2BIG`, with the message set.
 ///
 /// # Safety
-/// `info` must point at `size` readable bytes.
+/// `T` must be plain old data: every byte pattern a valid value.
 pub(crate) unsafe fn copy_struct<T: Copy + Default>(
     info: *const c_void,
     size: usize,
@@ -28,8 +29,10 @@ pub(crate) unsafe fn copy_struct<T: Copy + Default>(
         set_last_error(&format!("size {size} is larger than {MAX_STRUCT_SIZE}"));
         return Err(-libc::E2BIG);
     }
-    // SAFETY: the caller promises `size` readable bytes at `info`.
-    let bytes = unsafe { std::slice::from_raw_parts(info.cast::<u8>(), size) };
+    // Copied as the kernel copies from user space: memory that cannot be
+    // read is -EFAULT, not a crash.
+    let mut bytes = vec![0u8; size];
+    crate::user_memory::read(info as usize, &mut bytes, "info")?;
     let known = std::mem::size_of::<T>();
     if let Some(extra) = bytes.get(known..) {
         if let Some(i) = extra.iter().position(|&b| b != 0) {

@@ -1,7 +1,7 @@
 //! The symbolization C ABI (`include/ichnos/symbolize.h`) over
 //! [`ichnos_symbol::Symbolizer`].
 
-use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::ffi::{c_char, c_int, c_void, CString};
 use std::path::{Path, PathBuf};
 
 use ichnos_symbol::{DebugSource, SymbolError, Symbolizer, SymbolizerOptions};
@@ -80,17 +80,17 @@ pub struct ichnos_frame {
     pub inlined: c_int,
 }
 
-/// # Safety
-/// `text` must be NULL or a NUL-terminated string.
-unsafe fn path_arg(text: *const c_char) -> Option<PathBuf> {
+/// A path argument (`None` for NULL), read as the kernel reads a user
+/// string: one that cannot be read, or has no NUL within 4,096 bytes, is
+/// the error (`-EFAULT`, `-ENAMETOOLONG`; the message set).
+fn path_arg(text: *const c_char, what: &str) -> Result<Option<PathBuf>, c_int> {
     if text.is_null() {
-        return None;
+        return Ok(None);
     }
-    // SAFETY: the caller's contract.
-    let bytes = unsafe { CStr::from_ptr(text) }.to_bytes();
-    Some(PathBuf::from(
-        <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(bytes),
-    ))
+    let bytes = crate::user_memory::read_cstr(text as usize, what)?;
+    Ok(Some(PathBuf::from(
+        <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(&bytes),
+    )))
 }
 
 /// Creates a symbolizer; see `include/ichnos/symbolize.h`.
@@ -100,9 +100,13 @@ unsafe fn path_arg(text: *const c_char) -> Option<PathBuf> {
 #[no_mangle]
 pub unsafe extern "C" fn ichnos_symbolizer_new(debug_dir: *const c_char) -> *mut ichnos_symbolizer {
     let mut options = SymbolizerOptions::default();
-    // SAFETY: forwarded caller contract.
-    if let Some(dir) = unsafe { path_arg(debug_dir) } {
-        options.debug_dirs = vec![dir];
+    match path_arg(debug_dir, "debug_dir") {
+        Ok(Some(dir)) => options.debug_dirs = vec![dir],
+        Ok(None) => {}
+        Err(e) => {
+            crate::buf::set_errno(-e);
+            return std::ptr::null_mut();
+        }
     }
     Box::into_raw(Box::new(ichnos_symbolizer {
         symbolizer: Symbolizer::new(options),
@@ -162,25 +166,32 @@ pub unsafe extern "C" fn ichnos_symbolizer_create(
     if given.max_cached_bytes != 0 {
         options.max_cached_bytes = given.max_cached_bytes;
     }
-    // SAFETY: NULL (also what a version-0 struct leaves here) or a
-    // NUL-terminated string, per the contract.
-    options.index_dir = unsafe { path_arg(given.index_dir) };
+    // NULL (also what a version-0 struct leaves here) or a string.
+    options.index_dir = match path_arg(given.index_dir, "index_dir") {
+        Ok(dir) => dir,
+        Err(e) => return e,
+    };
     if !given.debug_dirs.is_null() {
         options.debug_dirs.clear();
         for i in 0..=MAX_DEBUG_DIRS {
-            // SAFETY: a NULL-terminated array; we stop at its NULL, or
-            // after reading the entry where it is due at the latest.
-            let dir = unsafe { given.debug_dirs.add(i).read() };
-            // SAFETY: each entry is a NUL-terminated string.
-            match unsafe { path_arg(dir) } {
-                None => break,
-                Some(_) if i == MAX_DEBUG_DIRS => {
+            // A NULL-terminated array, read entry by entry (as the kernel
+            // reads argv): we stop at its NULL, or after reading the entry
+            // where it is due at the latest.
+            let at = (given.debug_dirs as usize).wrapping_add(i * std::mem::size_of::<usize>());
+            let dir = match crate::user_memory::read_value::<usize>(at, "debug_dirs") {
+                Ok(d) => d as *const c_char,
+                Err(e) => return e,
+            };
+            match path_arg(dir, "debug_dirs entry") {
+                Err(e) => return e,
+                Ok(None) => break,
+                Ok(Some(_)) if i == MAX_DEBUG_DIRS => {
                     set_last_error(&format!(
                         "debug_dirs holds more than {MAX_DEBUG_DIRS} paths (no NULL after them)"
                     ));
                     return -libc::E2BIG;
                 }
-                Some(dir) => options.debug_dirs.push(dir),
+                Ok(Some(dir)) => options.debug_dirs.push(dir),
             }
         }
     }
@@ -216,8 +227,10 @@ pub unsafe extern "C" fn ichnos_symbolizer_build_index(
     symbolizer: *mut ichnos_symbolizer,
     path: *const c_char,
 ) -> c_int {
-    // SAFETY: forwarded caller contract.
-    let path = unsafe { path_arg(path) };
+    let path = match path_arg(path, "path") {
+        Ok(p) => p,
+        Err(e) => return e,
+    };
     let (Some(path), false) = (path, symbolizer.is_null()) else {
         set_last_error("symbolizer and path must not be NULL");
         return -libc::EINVAL;
@@ -265,8 +278,10 @@ pub unsafe extern "C" fn ichnos_symbolize(
     max: usize,
     source: *mut c_int,
 ) -> c_int {
-    // SAFETY: forwarded caller contract.
-    let path = unsafe { path_arg(path) };
+    let path = match path_arg(path, "path") {
+        Ok(p) => p,
+        Err(e) => return e,
+    };
     let (Some(path), false, false) = (path, symbolizer.is_null(), frames.is_null() && max > 0)
     else {
         set_last_error("symbolizer, path and frames must not be NULL");

@@ -119,6 +119,11 @@ NO_TRACE static void test_errors(void)
 	ichnos_fill_buf_free(b);
 	errno = 0;
 	CHECK(ichnos_fill_buf_create_trace(0, collect, NULL) == NULL && errno == EINVAL);
+	/* A size no thread's buffer can have: refused at creation. */
+	errno = 0;
+	CHECK(ichnos_fill_buf_create_trace((size_t)1 << 63, collect, NULL) == NULL && errno == ENOMEM);
+	errno = 0;
+	CHECK(ichnos_fill_buf_create_circular((size_t)1 << 63, 8) == NULL && errno == ENOMEM);
 	CHECK(ichnos_fill_buf_create_trace(64, NULL, NULL) == NULL);
 	CHECK(ichnos_fill_buf_create_circular(1000, 8) == NULL && errno == EINVAL);
 	CHECK(ichnos_fill_buf_create_circular(1024, 24) == NULL);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -390,6 +391,67 @@ static void test_fifo_pathname(void)
 	unlink(fifo);
 }
 
+/* Bad pointers are -EFAULT, as the kernel's copy_from_user answers them,
+ * never a crash; a string with no NUL within 4096 bytes is -ENAMETOOLONG. */
+static void test_bad_pointers(void)
+{
+	struct self_code self = {0};
+	dl_iterate_phdr(find_self, &self);
+	long page = sysconf(_SC_PAGESIZE);
+	char *two = mmap(NULL, 3 * page, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	CHECK(two != MAP_FAILED);
+	CHECK(munmap(two + 2 * page, page) == 0);
+
+	CHECK(codectl(CODE_REGISTER_ELF, (void *)8, sizeof(struct code_elf_info), 0) == -EFAULT);
+	CHECK(strstr(ichnos_last_error(), "cannot be read") != NULL);
+	/* info_size runs into the unmapped page. */
+	struct code_elf_info *end = (struct code_elf_info *)(two + 2 * page - 16);
+	CHECK(codectl(CODE_REGISTER_ELF, end, sizeof(struct code_elf_info), 0) == -EFAULT);
+	CHECK(codectl(CODE_UNREGISTER, two + 2 * page - 4, 8, 0) == -EFAULT);
+
+	struct code_elf_info elf = {
+		.elf_start = self.elf_start,
+		.elf_end = self.elf_end,
+		.text_start = self.text_start,
+		.text_end = self.text_end,
+		.sframe_start = self.sframe_start,
+		.sframe_end = self.sframe_end,
+	};
+	struct code_elf_info bad = elf;
+	bad.pathname = 8;
+	CHECK(codectl(CODE_REGISTER_ELF, &bad, sizeof bad, 0) == -EFAULT);
+	bad = elf;
+	bad.debug_link_pathname = 8;
+	CHECK(codectl(CODE_REGISTER_ELF, &bad, sizeof bad, 0) == -EFAULT);
+	bad = elf;
+	bad.build_id = 8;
+	bad.build_id_len = 20;
+	CHECK(codectl(CODE_REGISTER_ELF, &bad, sizeof bad, 0) == -EFAULT);
+	/* A build id whose bytes run off the mapped memory. */
+	bad.build_id = (uint64_t)(uintptr_t)(two + 2 * page - 4);
+	CHECK(codectl(CODE_REGISTER_ELF, &bad, sizeof bad, 0) == -EFAULT);
+	/* A pathname with no NUL before the unmapped page, and one with none
+	 * within 4096 bytes of mapped memory. */
+	memset(two, 'x', 2 * page);
+	bad = elf;
+	bad.pathname = (uint64_t)(uintptr_t)(two + 2 * page - 5);
+	CHECK(codectl(CODE_REGISTER_ELF, &bad, sizeof bad, 0) == -EFAULT);
+	bad.pathname = (uint64_t)(uintptr_t)two;
+	CHECK(codectl(CODE_REGISTER_ELF, &bad, sizeof bad, 0) == -ENAMETOOLONG);
+	/* A JIT name at address 8. */
+	struct code_jit_info jit = {
+		.text_start = (uint64_t)(uintptr_t)two,
+		.text_end = (uint64_t)(uintptr_t)two + 64,
+		.name = 8,
+	};
+	CHECK(codectl(CODE_REGISTER_JIT, &jit, sizeof jit, 0) == -EFAULT);
+	/* Nothing of these was registered. */
+	struct ichnos_code_lookup found;
+	CHECK(ichnos_code_lookup((uint64_t)(uintptr_t)work + 1, &found) == -ENOENT);
+	munmap(two, 2 * page);
+}
+
 int main(void)
 {
 	test_elf();
@@ -398,6 +460,7 @@ int main(void)
 	test_nomem();
 	test_perf_map();
 	test_fifo_pathname();
+	test_bad_pointers();
 	printf("%d passed, %d failed\n", passed, failed);
 	return failed != 0;
 }

@@ -12,12 +12,15 @@
  *        symbolize_options index DIR FILE ADDR...
  *        symbolize_options errors [NO_DWARF_FILE]
  */
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 #include <assert.h>
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <ichnos/symbolize.h>
 
@@ -68,6 +71,48 @@ static int errors(const char *no_dwarf)
 		return fail("larger struct with a non-zero tail");
 	if (ichnos_symbolizer_create(&o, 8192, &s) != -E2BIG)
 		return fail("size above a page");
+
+	/* Bad pointers are -EFAULT, as the kernel answers them, never a
+	 * crash: a struct that runs into an unmapped page, a debug_dirs
+	 * array that does, an entry that points nowhere, and a string with
+	 * no NUL before an unmapped page. */
+	{
+		long page = sysconf(_SC_PAGESIZE);
+		char *two = mmap(NULL, 2 * page, PROT_READ | PROT_WRITE,
+				 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (two == MAP_FAILED || munmap(two + page, page) != 0)
+			return fail("mmap");
+		memset(two, 0, page);
+		/* A struct of a larger version whose tail lies past the page. */
+		if (ichnos_symbolizer_create((const void *)(two + page - 16), 64, &s) != -EFAULT)
+			return fail("struct over an unmapped page");
+		/* debug_dirs: one entry, then the array runs off the page. */
+		const char **dirs = (const char **)(two + page - sizeof(char *));
+		dirs[0] = "/tmp";
+		o.debug_dirs = dirs;
+		if (ichnos_symbolizer_create(&o, sizeof(o), &s) != -EFAULT)
+			return fail("debug_dirs without its NULL before an unmapped page");
+		const char *nowhere[] = {(const char *)8, NULL};
+		o.debug_dirs = nowhere;
+		if (ichnos_symbolizer_create(&o, sizeof(o), &s) != -EFAULT)
+			return fail("a debug_dirs entry at address 8");
+		char *unterminated = two + page - 5;
+		memcpy(unterminated, "/tmpX", 5);
+		const char *cut[] = {unterminated, NULL};
+		o.debug_dirs = cut;
+		if (ichnos_symbolizer_create(&o, sizeof(o), &s) != -EFAULT)
+			return fail("a debug_dirs entry with no NUL before an unmapped page");
+		o.debug_dirs = NULL;
+		o.index_dir = (const char *)16;
+		if (ichnos_symbolizer_create(&o, sizeof(o), &s) != -EFAULT)
+			return fail("index_dir at address 16");
+		o.index_dir = NULL;
+		errno = 0;
+		if (ichnos_symbolizer_new((const char *)8) != NULL || errno != EFAULT)
+			return fail("ichnos_symbolizer_new at address 8");
+		munmap(two, page);
+		s = NULL;
+	}
 
 	/* Shorter than the first version: it would cut debug_dirs. */
 	static_assert(ICHNOS_SYMBOLIZER_OPTIONS_SIZE_VER1 == sizeof(o), "second version");
