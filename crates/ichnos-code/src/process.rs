@@ -272,6 +272,66 @@ pub struct ThreadStack {
     pub stack: Vec<u8>,
 }
 
+/// What stands in the way of tracing thread `tid` of process `pid`, as
+/// `/proc` tells it, where something other than permission does: what
+/// [`why_unreadable`] says, or another process (a debugger, strace)
+/// traces it already. `None` where none of these is the case.
+#[must_use]
+pub fn why_untraceable(pid: u32, tid: u32) -> Option<String> {
+    if let Some(why) = why_unreadable(pid, tid) {
+        return Some(why);
+    }
+    let status = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).ok()?;
+    let tracer = status
+        .lines()
+        .find_map(|l| l.strip_prefix("TracerPid:"))
+        .and_then(|t| t.trim().parse::<u32>().ok())?;
+    if tracer == 0 || tracer == std::process::id() {
+        return None;
+    }
+    let name = std::fs::read_to_string(format!("/proc/{tracer}/comm"))
+        .map(|c| format!(" ({})", c.trim()))
+        .unwrap_or_default();
+    Some(format!(
+        "thread {tid} is already traced by process {tracer}{name}: a thread has one tracer at a time"
+    ))
+}
+
+/// What stands in the way of reading thread `tid` of process `pid` (its
+/// mappings, memory, stack), as `/proc` tells it: it is not a thread of
+/// that process, or the process is a zombie or a kernel thread. `None`
+/// where none of these is the case.
+#[must_use]
+pub fn why_unreadable(pid: u32, tid: u32) -> Option<String> {
+    if !std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists() {
+        return Some(if std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            format!("thread {tid} is not a thread of process {pid}")
+        } else {
+            format!("process {pid} does not exist")
+        });
+    }
+    let status = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).ok()?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(str::trim)
+    };
+    if field("State:").is_some_and(|s| s.starts_with('Z') || s.starts_with('X')) {
+        return Some(format!(
+            "process {pid} is a zombie: it exited, and its parent has not collected it"
+        ));
+    }
+    // Kernel threads have no memory of their own (and, since Linux 6.0,
+    // say so).
+    if field("Kthread:") == Some("1") || (field("VmSize:").is_none() && pid != 0) {
+        return Some(format!(
+            "process {pid} is a kernel thread: it has no user memory"
+        ));
+    }
+    None
+}
+
 /// Stops thread `tid` for as long as it takes to read its registers and
 /// up to `max_stack` bytes of its stack, then lets it go (ptrace; needs the
 /// permission to trace it).

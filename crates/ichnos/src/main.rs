@@ -155,16 +155,24 @@ fn parse_u64(text: &str) -> Result<u64> {
     parsed.with_context(|| format!("{text:?} is not a number (write hex as 0x...)"))
 }
 
+/// A process id as every `-p` takes it: a number, or `self` for ichnos.
+pub(crate) fn parse_pid(text: &str) -> Result<u32> {
+    if text == "self" {
+        return Ok(std::process::id());
+    }
+    text.trim()
+        .parse()
+        .with_context(|| format!("{text:?} is not a process id (a number, or self)"))
+}
+
 fn image(cli: &Cli, args: &ImageArgs) -> Result<()> {
     let cache = SectionCache::new(Some("ichnos image"));
     let mut image = Image::new(None);
     if let Some(pid) = &args.pid {
-        let pid = if pid == "self" {
-            std::process::id()
-        } else {
-            pid.parse()
-                .with_context(|| format!("{pid:?} is not a process id"))?
-        };
+        let pid = parse_pid(pid)?;
+        if let Some(why) = ichnos_code::process::why_unreadable(pid, pid) {
+            bail!("cannot build the image of process {pid}: {why}");
+        }
         let process = Image::from_proc_maps_cached(pid, &cache)
             .with_context(|| format!("cannot build the image of process {pid}"))?;
         for skipped in &process.skipped {

@@ -6,7 +6,7 @@ use std::io::Write;
 
 use anyhow::{Context, Result};
 use ichnos_code::elf::RowChoice;
-use ichnos_code::process::{code_map_for_process, take_stack, unwind_thread};
+use ichnos_code::process::{code_map_for_process, take_stack, unwind_thread, why_untraceable};
 use ichnos_code::{CodeMap, FrameKind, RowSource, StopReason, UnwindOptions};
 
 /// Where unwind rows come from.
@@ -23,9 +23,10 @@ pub enum Rows {
 /// Arguments of `ichnos stack`.
 #[derive(clap::Args, Debug)]
 pub struct StackArgs {
-    /// The process.
+    /// The process (a number; `self` is refused: a process cannot stop
+    /// its own threads).
     #[arg(short, long, value_name = "PID")]
-    pid: u32,
+    pid: String,
     /// Only this thread (default: every thread of the process).
     #[arg(long, value_name = "TID")]
     tid: Option<u32>,
@@ -46,9 +47,16 @@ pub fn stack(args: &StackArgs, verbose: bool) -> Result<()> {
         Rows::Sframe => RowChoice::Sframe,
         Rows::EhFrame => RowChoice::EhFrame,
     };
-    let pid = args.pid;
-    if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-        anyhow::bail!("process {pid} does not exist");
+    let pid = crate::parse_pid(&args.pid)?;
+    if pid == std::process::id() {
+        anyhow::bail!(
+            "ichnos cannot stop its own threads to read their stacks: give another process"
+        );
+    }
+    // What /proc says stands in the way (no such thread in the process,
+    // a zombie, a kernel thread, another tracer), before trying.
+    if let Some(why) = why_untraceable(pid, args.tid.unwrap_or(pid)) {
+        anyhow::bail!("cannot read the stacks of process {pid}: {why}");
     }
     let code = code_map_for_process(pid, choice)
         .with_context(|| format!("cannot read the mappings of process {pid}"))?;
@@ -69,6 +77,9 @@ pub fn stack(args: &StackArgs, verbose: bool) -> Result<()> {
     let mut out = std::io::stdout().lock();
     for (i, tid) in tids.iter().enumerate() {
         let stack = take_stack(*tid, 256 * 1024).map_err(|e| {
+            if let Some(why) = why_untraceable(pid, *tid) {
+                return anyhow::anyhow!("cannot stop thread {tid} of process {pid}: {why}");
+            }
             let hint = if e.raw_os_error() == Some(libc::EPERM) {
                 " (tracing needs the same user and kernel.yama.ptrace_scope 0, or CAP_SYS_PTRACE)"
             } else {

@@ -11,20 +11,18 @@ use ichnos_symbol::{Place, Symbolized, Symbolizer, SymbolizerOptions};
 // Command-line switches are bools by nature.
 #[allow(clippy::struct_excessive_bools)]
 #[derive(clap::Args, Debug)]
+// One of -e and -p: the usage line names both.
+#[command(group(clap::ArgGroup::new("target").required(true).args(["exe", "pid"])))]
 pub struct SymbolizeArgs {
     /// The object file (executable or shared library); addresses are its
     /// own virtual addresses.
-    #[arg(
-        short = 'e',
-        long = "exe",
-        value_name = "FILE",
-        required_unless_present = "pid"
-    )]
+    #[arg(short = 'e', long = "exe", value_name = "FILE")]
     exe: Option<PathBuf>,
-    /// A live process; addresses are run-time addresses in it, placed
-    /// through its mappings (JIT code named from /tmp/perf-PID.map).
+    /// A live process (`self` for ichnos); addresses are run-time
+    /// addresses in it, placed through its mappings (JIT code named from
+    /// /tmp/perf-PID.map).
     #[arg(short = 'p', long = "pid", value_name = "PID", conflicts_with = "exe")]
-    pid: Option<u32>,
+    pid: Option<String>,
     /// Print JSON, one object per address, instead of addr2line's lines.
     #[arg(long)]
     json: bool,
@@ -212,7 +210,21 @@ pub(crate) fn default_index_dir() -> Option<PathBuf> {
     Some(cache.join("ichnos").join("symbols"))
 }
 
+/// The process of `-p`, if any, checked to be one whose mappings can be
+/// read: a zombie has none to place addresses in, and says so rather
+/// than answer `??` for every one.
+fn readable_pid(text: Option<&str>) -> Result<Option<u32>> {
+    let Some(pid) = text.map(crate::parse_pid).transpose()? else {
+        return Ok(None);
+    };
+    if let Some(why) = ichnos_code::process::why_unreadable(pid, pid) {
+        anyhow::bail!("cannot symbolize addresses of process {pid}: {why}");
+    }
+    Ok(Some(pid))
+}
+
 pub fn symbolize(args: &SymbolizeArgs, verbose: bool, quiet: bool) -> Result<()> {
+    let pid = readable_pid(args.pid.as_deref())?;
     let mut input = Input::new(args)?;
     let mut options = SymbolizerOptions {
         demangle: !args.no_demangle,
@@ -282,7 +294,7 @@ pub fn symbolize(args: &SymbolizeArgs, verbose: bool, quiet: bool) -> Result<()>
                 Entry::Bad => None,
             })
             .collect();
-        let (results, places): (Vec<Symbolized>, Vec<Option<Place>>) = match (&args.exe, args.pid) {
+        let (results, places): (Vec<Symbolized>, Vec<Option<Place>>) = match (&args.exe, pid) {
             (Some(exe), _) => {
                 let results = symbolizer
                     .symbolize_file(exe, &addrs)

@@ -248,3 +248,143 @@ fn standard_input_lines_that_are_not_addresses_are_answered_and_bounded() {
         "{rss_kib} KiB resident reading /dev/zero"
     );
 }
+
+/// A child that sleeps, killed when dropped.
+struct Sleeper(std::process::Child);
+
+impl Drop for Sleeper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn sleeper(script: &str) -> Sleeper {
+    Sleeper(
+        Command::new("sh")
+            .args(["-c", script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// The first child of process `pid`, waited for.
+fn child_of(pid: u32) -> u32 {
+    for _ in 0..200 {
+        let children =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+        if let Some(c) = children.split_whitespace().next() {
+            return c.parse().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("process {pid} started no child");
+}
+
+#[test]
+fn processes_that_cannot_be_read_say_why() {
+    // A thread of another process: refused, the other left alone.
+    let a = sleeper("exec sleep 30");
+    let b = sleeper("exec sleep 30");
+    let (pa, pb) = (a.0.id().to_string(), b.0.id().to_string());
+    let out = bounded(&["stack", "-p", &pa, "--tid", &pb], None);
+    ends(
+        &out,
+        1,
+        &[&format!("thread {pb} is not a thread of process {pa}")],
+        "foreign --tid",
+    );
+    let state = std::fs::read_to_string(format!("/proc/{pb}/status")).unwrap();
+    assert!(!state.contains("(tracing stop)"), "{state}");
+
+    // A zombie: its child exits and the parent, now sleep, never waits.
+    let parent = sleeper("sleep 0 & exec sleep 30");
+    let zombie = child_of(parent.0.id());
+    for _ in 0..200 {
+        let status = std::fs::read_to_string(format!("/proc/{zombie}/status")).unwrap();
+        if status.contains("State:\tZ") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let z = zombie.to_string();
+    for args in [
+        vec!["stack", "-p", &z],
+        vec!["image", "-p", &z],
+        vec!["symbolize", "-p", &z, "0x1000"],
+    ] {
+        let out = bounded(&args, None);
+        ends(
+            &out,
+            1,
+            &[&format!("process {z} is a zombie")],
+            &format!("{args:?}"),
+        );
+    }
+
+    // A kernel thread (kthreadd is process 2 on every Linux).
+    for args in [vec!["stack", "-p", "2"], vec!["image", "-p", "2"]] {
+        let out = bounded(&args, None);
+        ends(
+            &out,
+            1,
+            &["process 2 is a kernel thread"],
+            &format!("{args:?}"),
+        );
+    }
+
+    // A process another tracer holds: named, with its tracer.
+    let held = sleeper("exec sleep 30");
+    let t = held.0.id().to_string();
+    let mut tracer = Command::new("python3")
+        .args([
+            "-c",
+            "import ctypes, sys, time\n\
+             libc = ctypes.CDLL(None)\n\
+             assert libc.ptrace(16, int(sys.argv[1]), 0, 0) == 0\n\
+             print('attached', flush=True)\n\
+             time.sleep(30)",
+            &t,
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(tracer.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "attached");
+    let out = bounded(&["stack", "-p", &t], None);
+    let _ = tracer.kill();
+    let _ = tracer.wait();
+    ends(
+        &out,
+        1,
+        &[
+            &format!("is already traced by process {}", tracer.id()),
+            "python3",
+        ],
+        "traced",
+    );
+}
+
+#[test]
+fn every_pid_option_takes_self() {
+    let out = bounded(&["image", "-p", "self"], None);
+    ends(&out, 0, &[], "image -p self");
+    let out = bounded(&["symbolize", "-p", "self", "0x0"], None);
+    ends(&out, 0, &[], "symbolize -p self");
+    let out = bounded(&["stack", "-p", "self"], None);
+    ends(&out, 1, &["cannot stop its own threads"], "stack -p self");
+    let out = bounded(&["symbolize", "0x10"], None);
+    ends(
+        &out,
+        2,
+        &["--exe <FILE>|--pid <PID>"],
+        "symbolize without -e or -p",
+    );
+}
