@@ -346,6 +346,14 @@ impl Registry {
     /// are none (frame pointers only).
     pub fn register_elf(&self, code: ElfCode) -> Result<(), RegistryError> {
         check_range("text", &code.text)?;
+        // An empty ELF range (both 0) means the text range; a reversed one
+        // is a mistake, not that.
+        if code.elf.start > code.elf.end {
+            return Err(RegistryError::InvalidArgument(format!(
+                "ELF range start {:#x} is above its end {:#x}",
+                code.elf.start, code.elf.end
+            )));
+        }
         let elf = if code.elf.is_empty() {
             code.text.clone()
         } else {

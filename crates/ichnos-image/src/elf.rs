@@ -71,9 +71,9 @@ fn segments_of<'data, R: ReadRef<'data>>(
     .map_err(|e| bad(e.to_string()))?;
     raw.into_iter()
         .map(|(offset, filesz, vaddr)| {
-            let vaddr = vaddr.checked_add(load_bias).ok_or(Error::AddressOverflow {
+            let vaddr = vaddr.checked_add(load_bias).ok_or(Error::BiasOverflow {
                 vaddr,
-                size: load_bias,
+                bias: load_bias,
             })?;
             Ok(LoadSegment {
                 offset,

@@ -45,6 +45,14 @@ pub enum Error {
         /// The (truncated) section size.
         size: u64,
     },
+    /// A load bias that moves a segment past the end of the address space.
+    #[error("a load bias of {bias:#x} moves the segment at {vaddr:#x} past the end of the address space")]
+    BiasOverflow {
+        /// The segment's link-time address.
+        vaddr: u64,
+        /// The bias.
+        bias: u64,
+    },
     /// No section covers the address and no callback supplied it (libipt `pte_nomap`).
     #[error("no section covers address {vaddr:#x} in address space {asid}")]
     NoMapping {
@@ -66,7 +74,7 @@ pub enum Error {
         end: u64,
     },
     /// The isid is not known to this cache (libipt `pte_bad_image`).
-    #[error("section cache {cache:?} has no section with isid {isid}")]
+    #[error("section cache {} has no section with isid {isid}", cache_name(cache.as_deref()))]
     UnknownIsid {
         /// The cache's name, if it has one.
         cache: Option<String>,
@@ -148,6 +156,11 @@ pub enum Error {
     },
 }
 
+/// A cache's name as messages give it: quoted, or "(unnamed)".
+fn cache_name(name: Option<&str>) -> String {
+    name.map_or_else(|| "(unnamed)".to_owned(), |n| format!("\"{n}\""))
+}
+
 /// Which property of a file differs from when its section was added.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -209,7 +222,7 @@ impl Error {
             Error::InvalidArgument { .. }
             | Error::EmptySection { .. }
             | Error::OffsetPastEnd { .. } => ErrorKind::Invalid,
-            Error::AddressOverflow { .. } => ErrorKind::Overflow,
+            Error::AddressOverflow { .. } | Error::BiasOverflow { .. } => ErrorKind::Overflow,
             Error::NoMapping { .. }
             | Error::OutsideSection { .. }
             | Error::ProcessMemory { .. } => ErrorKind::NoMap,

@@ -85,14 +85,14 @@ enum Command {
 #[derive(clap::Args, Debug)]
 struct ImageArgs {
     /// An ELF file whose `PT_LOAD` segments to load, at an optional load bias
-    /// (hex with 0x, or decimal). Repeatable.
+    /// (hex, `0x` optional). Repeatable.
     #[arg(long = "elf", value_name = "FILE[:BIAS]", conflicts_with = "pid")]
     elf: Vec<String>,
     /// A live process whose mappings to load (`self` for ichnos itself).
     #[arg(short, long, value_name = "PID")]
     pid: Option<String>,
-    /// Read LEN bytes (default 16) at ADDR through the image and print them
-    /// in hex. Repeatable.
+    /// Read LEN bytes (default 0x10) at ADDR through the image and print
+    /// them in hex; both hex, `0x` optional. Repeatable.
     #[arg(long, value_name = "ADDR[:LEN]")]
     read: Vec<String>,
 }
@@ -146,13 +146,14 @@ fn run(cli: &Cli) -> Result<u8> {
     }
 }
 
-/// Parses a number written in hex (`0x` prefix) or decimal.
-fn parse_u64(text: &str) -> Result<u64> {
-    let parsed = match text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
-        Some(hex) => u64::from_str_radix(hex, 16),
-        None => text.parse(),
-    };
-    parsed.with_context(|| format!("{text:?} is not a number (write hex as 0x...)"))
+/// An address, length or bias as every command reads them: hex, with or
+/// without `0x`, as addr2line reads addresses.
+pub(crate) fn parse_hex(text: &str) -> Result<u64> {
+    let hex = text
+        .trim()
+        .trim_start_matches("0x")
+        .trim_start_matches("0X");
+    u64::from_str_radix(hex, 16).with_context(|| format!("{text:?} is not a hex number"))
 }
 
 /// A process id as every `-p` takes it: a number, or `self` for ichnos.
@@ -199,7 +200,7 @@ fn image(cli: &Cli, args: &ImageArgs) -> Result<()> {
     } else {
         for spec in &args.elf {
             let (path, bias) = match spec.rsplit_once(':') {
-                Some((path, bias)) if !path.is_empty() => (path, parse_u64(bias)?),
+                Some((path, bias)) if !path.is_empty() => (path, parse_hex(bias)?),
                 _ => (spec.as_str(), 0),
             };
             image
@@ -210,8 +211,8 @@ fn image(cli: &Cli, args: &ImageArgs) -> Result<()> {
     }
     for spec in &args.read {
         let (addr, len) = match spec.split_once(':') {
-            Some((addr, len)) => (parse_u64(addr)?, parse_u64(len)?),
-            None => (parse_u64(spec)?, 16),
+            Some((addr, len)) => (parse_hex(addr)?, parse_hex(len)?),
+            None => (parse_hex(spec)?, 16),
         };
         dump(&mut image, addr, len)?;
     }

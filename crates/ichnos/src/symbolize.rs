@@ -55,11 +55,7 @@ pub struct SymbolizeArgs {
 }
 
 fn parse_addr(text: &str) -> Result<u64> {
-    let hex = text
-        .trim()
-        .trim_start_matches("0x")
-        .trim_start_matches("0X");
-    u64::from_str_radix(hex, 16).with_context(|| format!("{text:?} is not a hex address"))
+    crate::parse_hex(text).map_err(|_| anyhow::anyhow!("{text:?} is not a hex address"))
 }
 
 /// Where addresses come from: the command line, or standard input read

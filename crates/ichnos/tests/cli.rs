@@ -50,7 +50,8 @@ fn image_elf_lists_segments_and_reads_the_file() {
         "--elf",
         &format!("{exe}:0x100000"),
         "--read",
-        &format!("{addr:#x}:20"),
+        // Hex without 0x, as addr2line reads addresses: 20 bytes.
+        &format!("{addr:x}:14"),
     ]);
     assert!(
         out.status.success(),

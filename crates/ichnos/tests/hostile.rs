@@ -388,3 +388,19 @@ fn every_pid_option_takes_self() {
         "symbolize without -e or -p",
     );
 }
+
+#[test]
+fn a_bias_that_overflows_is_named_as_one() {
+    let exe = std::env::current_exe().unwrap();
+    let spec = format!("{}:0xffffffffffff0000", exe.display());
+    let out = bounded(&["image", "--elf", &spec], None);
+    ends(
+        &out,
+        1,
+        &[
+            "a load bias of 0xffffffffffff0000 moves the segment at",
+            "past the end of the address space",
+        ],
+        "bias",
+    );
+}

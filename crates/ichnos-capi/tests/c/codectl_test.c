@@ -446,6 +446,12 @@ static void test_bad_pointers(void)
 		.name = 8,
 	};
 	CHECK(codectl(CODE_REGISTER_JIT, &jit, sizeof jit, 0) == -EFAULT);
+	/* An ELF range whose start is above its end. */
+	struct code_elf_info reversed = elf;
+	reversed.elf_start = self.elf_end;
+	reversed.elf_end = self.elf_start;
+	CHECK(codectl(CODE_REGISTER_ELF, &reversed, sizeof reversed, 0) == -EINVAL);
+	CHECK(strstr(ichnos_last_error(), "is above its end") != NULL);
 	/* Nothing of these was registered. */
 	struct ichnos_code_lookup found;
 	CHECK(ichnos_code_lookup((uint64_t)(uintptr_t)work + 1, &found) == -ENOENT);

@@ -311,6 +311,22 @@ static void test_image(void)
 }
 
 #ifdef ICHNOS
+/* The message of an unknown isid names the cache as C wrote it. */
+static void test_unknown_isid_message(void)
+{
+	struct pt_image_section_cache *named = pt_iscache_alloc("c");
+	uint8_t buf[1];
+	CHECK_EQ(pt_iscache_read(named, buf, 1, 99, 0), -pte_bad_image);
+	CHECK(strstr(ichnos_last_error(), "section cache \"c\" has no section with isid 99") != NULL);
+	CHECK(strstr(ichnos_last_error(), "Some(") == NULL);
+	pt_iscache_free(named);
+	struct pt_image_section_cache *unnamed = pt_iscache_alloc(NULL);
+	CHECK_EQ(pt_iscache_read(unnamed, buf, 1, 99, 0), -pte_bad_image);
+	CHECK(strstr(ichnos_last_error(), "(unnamed)") != NULL);
+	CHECK(strstr(ichnos_last_error(), "None") == NULL);
+	pt_iscache_free(unnamed);
+}
+
 /* A file cut short while mapped: libipt's reads would die of SIGBUS past
  * the new end; ichnos's fail with pte_bad_image and say why. */
 static void test_truncated_while_mapped(const char *dir)
@@ -356,6 +372,7 @@ int main(int argc, char **argv)
 	test_image();
 #ifdef ICHNOS
 	test_truncated_while_mapped(argv[1]);
+	test_unknown_isid_message();
 #endif
 
 	printf("%d passed, %d failed\n", passed, failed);
