@@ -41,6 +41,11 @@ enum ichnos_debug_source {
 	ICHNOS_DEBUG_LINK = 2,
 	ICHNOS_DEBUG_SYMBOLS_ONLY = 3,
 	ICHNOS_DEBUG_MINI_DEBUG_INFO = 4,	/* symbols from .gnu_debugdata */
+	/* Where symbolization of a live process answers (not from C yet). */
+	ICHNOS_DEBUG_JITDUMP = 5,		/* the process's jitdump file */
+	ICHNOS_DEBUG_PERF_MAP = 6,		/* /tmp/perf-PID.map */
+	ICHNOS_DEBUG_REGISTRY = 7,		/* names registered with codectl() */
+	ICHNOS_DEBUG_NOTHING = 8,		/* nothing names the address */
 };
 
 /* A symbolizer. debug_dir: where separate debug files live, or NULL for

@@ -321,6 +321,10 @@ pub unsafe extern "C" fn ichnos_symbolize(
             DebugSource::DebugLink(_) => 2,
             DebugSource::SymbolsOnly => 3,
             DebugSource::MiniDebugInfo => 4,
+            DebugSource::JitDump => 5,
+            DebugSource::PerfMap => 6,
+            DebugSource::Registry => 7,
+            DebugSource::Nothing => 8,
         };
         // SAFETY: non-NULL and writable per the contract.
         unsafe { source.write(code) };

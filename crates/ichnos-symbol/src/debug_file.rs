@@ -16,6 +16,16 @@ pub enum DebugSource {
     /// No DWARF found; names from the symbol tables and from the
     /// MiniDebugInfo (`.gnu_debugdata`, xz) symbol table.
     MiniDebugInfo,
+    /// JIT code named by the process's jitdump file.
+    JitDump,
+    /// JIT code named by the process's perf map (`/tmp/perf-PID.map`).
+    PerfMap,
+    /// JIT code named when the process registered it (`codectl()`).
+    Registry,
+    /// Nothing names the address: anonymous memory no JIT source names,
+    /// or an address no mapping of the process covers, or an object that
+    /// could not be read.
+    Nothing,
 }
 
 impl std::fmt::Display for DebugSource {
@@ -26,6 +36,10 @@ impl std::fmt::Display for DebugSource {
             Self::DebugLink(p) => write!(f, "debug link: {}", p.display()),
             Self::SymbolsOnly => write!(f, "symbol tables only"),
             Self::MiniDebugInfo => write!(f, "symbol tables and MiniDebugInfo"),
+            Self::JitDump => write!(f, "jitdump file"),
+            Self::PerfMap => write!(f, "perf map"),
+            Self::Registry => write!(f, "code registry"),
+            Self::Nothing => write!(f, "nothing"),
         }
     }
 }

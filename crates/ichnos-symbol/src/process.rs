@@ -88,16 +88,19 @@ fn jit_frame(
     jitdump: Option<&JitDump>,
     perf_map: Option<&PerfMap>,
     registered: &[(std::ops::Range<u64>, Arc<str>)],
-) -> Frame {
+) -> (Frame, crate::DebugSource) {
     let mut frame = Frame::default();
+    let mut source = crate::DebugSource::Nothing;
     if let Some(code) = jitdump.and_then(|d| d.lookup(addr)) {
         frame.function = Some(Arc::from(code.name.as_str()));
         if let Some(line) = code.line(addr) {
             frame.file = Some(Arc::from(line.file.as_str()));
             frame.line = Some(line.line);
         }
+        source = crate::DebugSource::JitDump;
     } else if let Some(e) = perf_map.and_then(|m| m.lookup(addr)) {
         frame.function = Some(Arc::from(e.name.as_str()));
+        source = crate::DebugSource::PerfMap;
     } else {
         // Registered ranges never overlap: the one starting last at or
         // below the address is the only candidate.
@@ -105,11 +108,12 @@ fn jit_frame(
         if let Some((text, name)) = i.checked_sub(1).map(|i| &registered[i]) {
             if text.contains(&addr) {
                 frame.function = Some(Arc::clone(name));
+                source = crate::DebugSource::Registry;
             }
         }
     }
     frame.raw_function.clone_from(&frame.function);
-    frame
+    (frame, source)
 }
 
 impl Symbolizer {
@@ -197,17 +201,22 @@ impl Symbolizer {
             .zip(results)
             .zip(addrs)
             .map(|((place, done), &addr)| {
-                let symbolized = done.unwrap_or_else(|| Symbolized {
-                    addr,
-                    frames: vec![if place == Place::Unmapped {
-                        Frame::default()
+                let symbolized = done.unwrap_or_else(|| {
+                    let (frame, source) = if place == Place::Unmapped {
+                        (Frame::default(), crate::DebugSource::Nothing)
                     } else {
+                        // Anonymous memory, or a file that could not be
+                        // read (a runtime's memfd): JIT code, maybe.
                         // Read once, and only if JIT code was asked about.
                         let registered =
                             registered.get_or_insert_with(|| registered_jit_names(pid));
                         jit_frame(addr, jitdump.as_ref(), perf_map.as_ref(), registered)
-                    }],
-                    source: crate::DebugSource::SymbolsOnly,
+                    };
+                    Symbolized {
+                        addr,
+                        frames: vec![frame],
+                        source,
+                    }
                 });
                 ProcessSymbolized { place, symbolized }
             })

@@ -395,8 +395,6 @@ fn symbolize_a_live_process() {
         "0x10",
         &format!("{dumped:#x}"),
     ]);
-    let _ = std::fs::remove_file(&perf_map);
-    let _ = std::fs::remove_file(&jitdump);
     assert!(
         out.status.success(),
         "{}",
@@ -435,6 +433,32 @@ fn symbolize_a_live_process() {
     assert_eq!(v["address"], format!("{work:#x}"));
     assert_eq!(v["object_address"], format!("{:#x}", work - base));
     assert_eq!(v["object"], exe_str);
+    // Where each answer came from: the file, the perf map, nothing, the
+    // jitdump (the process still runs: its files are read again).
+    let out = ichnos(&[
+        "symbolize",
+        "-p",
+        &pid.to_string(),
+        "--json",
+        &format!("{work:#x}"),
+        &format!("{jit:#x}"),
+        "0x10",
+        &format!("{dumped:#x}"),
+    ]);
+    let sources: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["source"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    let _ = std::fs::remove_file(&perf_map);
+    let _ = std::fs::remove_file(&jitdump);
+    assert_eq!(
+        sources[1..],
+        ["perf map", "nothing", "jitdump file"],
+        "{sources:?}"
+    );
     // The JIT code: the perf map's name, no line; an unmapped address: ??;
     // code the jitdump describes: its name and line.
     let rest = &lines[theirs.len()..];

@@ -405,6 +405,11 @@ pub(crate) fn source_kind(source: &DebugSource) -> Option<u32> {
         DebugSource::SameFile => Some(SOURCE_SAME_FILE),
         DebugSource::BuildId(_) => Some(SOURCE_BUILD_ID),
         DebugSource::DebugLink(_) => Some(SOURCE_DEBUG_LINK),
-        DebugSource::SymbolsOnly | DebugSource::MiniDebugInfo => None,
+        DebugSource::SymbolsOnly
+        | DebugSource::MiniDebugInfo
+        | DebugSource::JitDump
+        | DebugSource::PerfMap
+        | DebugSource::Registry
+        | DebugSource::Nothing => None,
     }
 }
