@@ -164,20 +164,42 @@ pub trait FindRow {
     }
 }
 
-/// A sorted set of non-overlapping code objects.
-#[derive(Debug)]
-pub struct CodeMap {
-    objects: Vec<Arc<CodeObject>>,
+/// Objects a chunk of a [`CodeMap`] holds before it splits in two (small
+/// in unit tests, so that they split and empty).
+const CHUNK: usize = if cfg!(test) { 4 } else { 256 };
+
+/// A run of objects sorted by start, shared between copies of a map
+/// until one of them changes it.
+#[derive(Clone, Debug, Default)]
+struct Chunk {
     /// `objects[i].start`, searched without touching the objects.
     starts: Vec<u64>,
+    objects: Vec<Arc<CodeObject>>,
+}
+
+/// A sorted set of non-overlapping code objects.
+///
+/// Objects are kept in chunks of up to `2 × 256`, each behind an `Arc`:
+/// a copy (every registration makes one, for readers of the old map to
+/// keep) shares the chunks and copies only their list, and a change
+/// copies only the chunk it touches, so registering the n-th object costs
+/// about n / 256 + 512 pointer copies rather than n. A lookup is one
+/// binary search over the chunks' first starts and one within a chunk.
+#[derive(Debug)]
+pub struct CodeMap {
+    chunks: Vec<Arc<Chunk>>,
+    /// `chunks[i].starts[0]`.
+    firsts: Vec<u64>,
+    len: usize,
     generation: u64,
 }
 
 impl Default for CodeMap {
     fn default() -> Self {
         Self {
-            objects: Vec::new(),
-            starts: Vec::new(),
+            chunks: Vec::new(),
+            firsts: Vec::new(),
+            len: 0,
             generation: next_generation(),
         }
     }
@@ -187,8 +209,9 @@ impl Clone for CodeMap {
     /// A copy with a generation of its own: it will be changed.
     fn clone(&self) -> Self {
         Self {
-            objects: self.objects.clone(),
-            starts: self.starts.clone(),
+            chunks: self.chunks.clone(),
+            firsts: self.firsts.clone(),
+            len: self.len,
             generation: next_generation(),
         }
     }
@@ -221,56 +244,125 @@ impl CodeMap {
     }
 
     /// The objects, sorted by start.
+    pub fn objects(&self) -> impl Iterator<Item = &Arc<CodeObject>> + '_ {
+        self.chunks.iter().flat_map(|c| c.objects.iter())
+    }
+
+    /// How many objects the map holds.
     #[must_use]
-    pub fn objects(&self) -> &[Arc<CodeObject>] {
-        &self.objects
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the map holds none.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Where an object starting at `start` goes: its chunk, and its index
+    /// in it (the first chunk for a start before every object).
+    fn slot(&self, start: u64) -> (usize, usize) {
+        let c = self
+            .firsts
+            .partition_point(|&f| f < start)
+            .saturating_sub(1);
+        let i = self
+            .chunks
+            .get(c)
+            .map_or(0, |chunk| chunk.starts.partition_point(|&s| s < start));
+        (c, i)
+    }
+
+    /// The object before position `(c, i)` and the one at it.
+    fn around(&self, c: usize, i: usize) -> (Option<&Arc<CodeObject>>, Option<&Arc<CodeObject>>) {
+        let Some(chunk) = self.chunks.get(c) else {
+            return (None, None);
+        };
+        let before = match i.checked_sub(1) {
+            Some(j) => chunk.objects.get(j),
+            None => c.checked_sub(1).and_then(|p| self.chunks[p].objects.last()),
+        };
+        let at = chunk
+            .objects
+            .get(i)
+            .or_else(|| self.chunks.get(c + 1).and_then(|n| n.objects.first()));
+        (before, at)
     }
 
     /// Checks that `[start, end)` overlaps no object in the map.
-    pub fn check_free(&self, start: u64, end: u64) -> Result<usize, Overlap> {
-        let i = self.objects.partition_point(|o| o.start < start);
+    pub fn check_free(&self, start: u64, end: u64) -> Result<(), Overlap> {
+        let (c, i) = self.slot(start);
         let clash = |o: &CodeObject| Overlap {
             start,
             end,
             other_start: o.start,
             other_end: o.end,
         };
-        if let Some(prev) = i.checked_sub(1).map(|j| &self.objects[j]) {
-            if prev.end > start {
-                return Err(clash(prev));
-            }
+        let (before, at) = self.around(c, i);
+        if let Some(prev) = before.filter(|p| p.end > start) {
+            return Err(clash(prev));
         }
-        if let Some(next) = self.objects.get(i) {
-            if next.start < end {
-                return Err(clash(next));
-            }
+        if let Some(next) = at.filter(|n| n.start < end) {
+            return Err(clash(next));
         }
-        Ok(i)
+        Ok(())
     }
 
     /// Adds `object`; its range must not overlap another.
     pub fn insert(&mut self, object: Arc<CodeObject>) -> Result<(), Overlap> {
-        let i = self.check_free(object.start, object.end)?;
-        self.starts.insert(i, object.start);
-        self.objects.insert(i, object);
+        self.check_free(object.start, object.end)?;
+        if self.chunks.is_empty() {
+            self.chunks.push(Arc::new(Chunk::default()));
+            self.firsts.push(object.start);
+        }
+        let (c, i) = self.slot(object.start);
+        let chunk = Arc::make_mut(&mut self.chunks[c]);
+        chunk.starts.insert(i, object.start);
+        chunk.objects.insert(i, object);
+        self.firsts[c] = chunk.starts[0];
+        if chunk.objects.len() > 2 * CHUNK {
+            let upper = Chunk {
+                starts: chunk.starts.split_off(CHUNK),
+                objects: chunk.objects.split_off(CHUNK),
+            };
+            self.firsts.insert(c + 1, upper.starts[0]);
+            self.chunks.insert(c + 1, Arc::new(upper));
+        }
+        self.len += 1;
         self.generation = next_generation();
         Ok(())
     }
 
     /// Removes the object starting at `start`.
     pub fn remove(&mut self, start: u64) -> Option<Arc<CodeObject>> {
-        let i = self.starts.binary_search(&start).ok()?;
-        self.starts.remove(i);
+        let c = self
+            .firsts
+            .partition_point(|&f| f <= start)
+            .checked_sub(1)?;
+        let i = self.chunks[c].starts.binary_search(&start).ok()?;
+        let chunk = Arc::make_mut(&mut self.chunks[c]);
+        chunk.starts.remove(i);
+        let object = chunk.objects.remove(i);
+        if chunk.objects.is_empty() {
+            self.chunks.remove(c);
+            self.firsts.remove(c);
+        } else {
+            self.firsts[c] = chunk.starts[0];
+        }
+        self.len -= 1;
         self.generation = next_generation();
-        Some(self.objects.remove(i))
+        Some(object)
     }
 
     /// The object containing `pc`.
     #[inline]
     #[must_use]
     pub fn find(&self, pc: u64) -> Option<&Arc<CodeObject>> {
-        let i = self.starts.partition_point(|&s| s <= pc);
-        let o = self.objects.get(i.checked_sub(1)?)?;
+        let c = self.firsts.partition_point(|&f| f <= pc).checked_sub(1)?;
+        let chunk = &self.chunks[c];
+        let i = chunk.starts.partition_point(|&s| s <= pc);
+        let o = chunk.objects.get(i.checked_sub(1)?)?;
         (pc < o.end).then_some(o)
     }
 }
@@ -348,7 +440,41 @@ mod tests {
                     let want = model.iter().find(|&&(s, e)| s <= pc && pc < e).map(|r| r.0);
                     proptest::prop_assert_eq!(map.find(pc).map(|o| o.start), want);
                 }
+                let mut sorted = model.clone();
+                sorted.sort_unstable();
+                let listed: Vec<(u64, u64)> = map.objects().map(|o| (o.start, o.end)).collect();
+                proptest::prop_assert_eq!(listed, sorted);
+                proptest::prop_assert_eq!(map.len(), model.len());
             }
         }
+    }
+
+    #[test]
+    fn a_copy_changed_leaves_the_original_as_it_was() {
+        // Enough objects for several chunks (of 4 to 8 in tests).
+        let mut map = CodeMap::new();
+        for i in 0..40 {
+            map.insert(object(i * 10, i * 10 + 5)).unwrap();
+        }
+        let mut copy = map.clone();
+        copy.remove(100).unwrap();
+        copy.insert(object(106, 108)).unwrap();
+        copy.insert(object(1000, 1010)).unwrap();
+        assert_eq!(map.find(101).map(|o| o.start), Some(100));
+        assert!(map.find(107).is_none() && map.find(1005).is_none());
+        assert_eq!(copy.find(107).map(|o| o.start), Some(106));
+        assert!(copy.find(101).is_none());
+        assert_eq!((map.len(), copy.len()), (40, 41));
+        // Chunks the copy did not change are the original's own.
+        let shared = map
+            .chunks
+            .iter()
+            .filter(|c| copy.chunks.iter().any(|d| Arc::ptr_eq(c, d)))
+            .count();
+        assert!(
+            shared + 2 >= map.chunks.len(),
+            "{shared} of {}",
+            map.chunks.len()
+        );
     }
 }

@@ -82,110 +82,173 @@ struct Entry {
 
 const _: () = assert!(std::mem::size_of::<Entry>() == EXPORT_ENTRY_SIZE as usize);
 
-struct Published {
-    entries: Box<[Entry]>,
-    _strings: Vec<CString>,
-    _ids: Vec<Box<[u8]>>,
+/// What an entry's pointers point at, owned for as long as it is
+/// exported (heap memory: it stays where it is when the owner moves).
+#[derive(Default)]
+struct Held {
+    // Never read: they are held for the addresses in the entry.
+    #[allow(dead_code)]
+    strings: Vec<CString>,
+    #[allow(dead_code)]
+    id: Option<Box<[u8]>>,
+}
+
+/// The exported table: the entry array readers see, and what its entries
+/// point at. Entries are added at the end and removed by moving the last
+/// into the hole, in place under the generation's odd count (a reader
+/// that raced it retries); a full array is copied into one twice its
+/// size, and the arrays it replaced are kept for the next
+/// [`RETIRED_KEPT`] - 1 replacements. Each change costs O(1) amortized.
+#[derive(Default)]
+struct Table {
+    entries: Vec<Entry>,
+    held: Vec<Held>,
+    index_of: std::collections::HashMap<u64, usize>,
+    retired: std::collections::VecDeque<Vec<Entry>>,
+    /// What removed entries pointed at, with the update that removed
+    /// them: kept for the next [`RETIRED_KEPT`] - 1 updates, as readers
+    /// read strings after the table.
+    retired_held: std::collections::VecDeque<(u64, Held)>,
+    /// Updates so far.
+    updates: u64,
 }
 
 /// Writes the exported copy of the global registry.
-#[derive(Debug)]
 pub struct Exporter {
-    published: Mutex<Vec<PublishedSlot>>,
+    table: Mutex<Option<Table>>,
 }
 
-struct PublishedSlot(Published);
-
-impl std::fmt::Debug for PublishedSlot {
+impl std::fmt::Debug for Exporter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} entries", self.0.entries.len())
+        f.debug_struct("Exporter").finish_non_exhaustive()
     }
 }
 
 pub(crate) fn exporter() -> &'static Exporter {
     static EXPORTER: Exporter = Exporter {
-        published: Mutex::new(Vec::new()),
+        table: Mutex::new(None),
     };
     &EXPORTER
 }
 
-impl Exporter {
-    pub(crate) fn publish<'a>(&self, registrations: impl Iterator<Item = &'a Registration>) {
-        let mut strings = Vec::new();
-        let mut ids: Vec<Box<[u8]>> = Vec::new();
-        let mut entries = Vec::new();
-        for r in registrations {
-            let mut e = Entry::default();
-            match r {
-                Registration::Elf(elf) => {
-                    e.kind = ENTRY_ELF;
-                    (e.text_start, e.text_end) = (elf.text.start, elf.text.end);
-                    (e.elf_start, e.elf_end) = (elf.elf.start, elf.elf.end);
-                    if let Some(s) = &elf.sframe {
-                        (e.sframe_start, e.sframe_end) = (s.start, s.end);
-                    }
-                    let mut c_string = |p: &std::path::Path| {
-                        CString::new(p.as_os_str().as_bytes()).ok().map_or(0, |c| {
-                            let addr = c.as_ptr() as u64;
-                            strings.push(c);
-                            addr
-                        })
-                    };
-                    e.pathname = elf.path.as_deref().map_or(0, &mut c_string);
-                    e.debug_link_pathname = elf.debug_link.as_deref().map_or(0, &mut c_string);
-                    e.debug_link_crc = elf.debug_link_crc;
-                    if let Some(id) = &elf.build_id {
-                        let id: Box<[u8]> = id.clone().into_boxed_slice();
-                        e.build_id = id.as_ptr() as u64;
-                        e.build_id_len = id.len() as u32;
-                        ids.push(id);
-                    }
-                }
-                Registration::Jit {
-                    text,
-                    unwind_head,
-                    name,
-                } => {
-                    e.kind = ENTRY_JIT;
-                    (e.text_start, e.text_end) = (text.start, text.end);
-                    e.unwind_head = *unwind_head;
-                    // A JIT entry's pathname is the code's name.
-                    e.pathname =
-                        name.as_deref()
-                            .and_then(|n| CString::new(n).ok())
-                            .map_or(0, |c| {
-                                let addr = c.as_ptr() as u64;
-                                strings.push(c);
-                                addr
-                            });
-                }
+/// The exported entry of `r`, and what its pointers point at.
+fn entry_of(r: &Registration) -> (Entry, Held) {
+    let mut e = Entry::default();
+    let mut held = Held::default();
+    let mut c_string = |bytes: &[u8]| {
+        CString::new(bytes).ok().map_or(0, |c| {
+            let addr = c.as_ptr() as u64;
+            held.strings.push(c);
+            addr
+        })
+    };
+    match r {
+        Registration::Elf(elf) => {
+            e.kind = ENTRY_ELF;
+            (e.text_start, e.text_end) = (elf.text.start, elf.text.end);
+            (e.elf_start, e.elf_end) = (elf.elf.start, elf.elf.end);
+            if let Some(s) = &elf.sframe {
+                (e.sframe_start, e.sframe_end) = (s.start, s.end);
             }
-            entries.push(e);
+            e.pathname = elf
+                .path
+                .as_deref()
+                .map_or(0, |p| c_string(p.as_os_str().as_bytes()));
+            e.debug_link_pathname = elf
+                .debug_link
+                .as_deref()
+                .map_or(0, |p| c_string(p.as_os_str().as_bytes()));
+            e.debug_link_crc = elf.debug_link_crc;
+            if let Some(id) = &elf.build_id {
+                let id: Box<[u8]> = id.clone().into_boxed_slice();
+                e.build_id = id.as_ptr() as u64;
+                e.build_id_len = id.len() as u32;
+                held.id = Some(id);
+            }
         }
-        let published = Published {
-            entries: entries.into_boxed_slice(),
-            _strings: strings,
-            _ids: ids,
-        };
-        let mut slots = self
-            .published
+        Registration::Jit {
+            text,
+            unwind_head,
+            name,
+        } => {
+            e.kind = ENTRY_JIT;
+            (e.text_start, e.text_end) = (text.start, text.end);
+            e.unwind_head = *unwind_head;
+            // A JIT entry's pathname is the code's name.
+            e.pathname = name.as_deref().map_or(0, |n| c_string(n.as_bytes()));
+        }
+    }
+    (e, held)
+}
+
+impl Exporter {
+    /// Runs `change` on the table with the header's generation odd, then
+    /// publishes where the array is and how many entries it holds.
+    fn update(&self, change: impl FnOnce(&mut Table)) {
+        let mut table = self
+            .table
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let table = table.get_or_insert_with(Table::default);
         let header = &ichnos_code_registry;
         let g = header.generation.load(Ordering::Relaxed);
         header.generation.store(g + 1, Ordering::Relaxed);
         fence(Ordering::Release);
+        table.updates += 1;
+        let now = table.updates;
+        while table
+            .retired_held
+            .front()
+            .is_some_and(|(at, _)| at + (RETIRED_KEPT as u64) <= now)
+        {
+            table.retired_held.pop_front();
+        }
+        change(table);
         header
             .entries
-            .store(published.entries.as_ptr() as u64, Ordering::Relaxed);
+            .store(table.entries.as_ptr() as u64, Ordering::Relaxed);
         header
             .count
-            .store(published.entries.len() as u64, Ordering::Relaxed);
+            .store(table.entries.len() as u64, Ordering::Relaxed);
         header.generation.store(g + 2, Ordering::Release);
-        slots.push(PublishedSlot(published));
-        if slots.len() > RETIRED_KEPT {
-            slots.remove(0);
-        }
+    }
+
+    /// Exports registration `r` (its text range not exported yet).
+    pub(crate) fn add(&self, r: &Registration) {
+        let (entry, held) = entry_of(r);
+        self.update(|t| {
+            if t.entries.len() == t.entries.capacity() {
+                // A reader may be reading the old array: it stays.
+                let mut bigger = Vec::with_capacity((2 * t.entries.capacity()).max(16));
+                bigger.extend_from_slice(&t.entries);
+                t.retired
+                    .push_back(std::mem::replace(&mut t.entries, bigger));
+                if t.retired.len() >= RETIRED_KEPT {
+                    t.retired.pop_front();
+                }
+            }
+            t.index_of.insert(entry.text_start, t.entries.len());
+            t.entries.push(entry);
+            t.held.push(held);
+        });
+    }
+
+    /// Stops exporting the registration of the text range starting at
+    /// `text_start`.
+    pub(crate) fn remove(&self, text_start: u64) {
+        self.update(|t| {
+            let Some(i) = t.index_of.remove(&text_start) else {
+                return;
+            };
+            t.entries.swap_remove(i);
+            // What the entry pointed at goes only once no reader can be
+            // reading it: with the array it was in, kept retired.
+            let gone = t.held.swap_remove(i);
+            if let Some(moved) = t.entries.get(i) {
+                t.index_of.insert(moved.text_start, i);
+            }
+            t.retired_held.push_back((t.updates, gone));
+        });
     }
 }
 

@@ -267,10 +267,38 @@ struct Entry {
     _keep_alive: Option<Arc<JitUnwindTable>>,
 }
 
+/// The registrations in registration order, found by text start: adding
+/// and removing one is O(log n), not a walk of them all.
+#[derive(Default)]
+struct Entries {
+    by_order: std::collections::BTreeMap<u64, Entry>,
+    order_of: std::collections::HashMap<u64, u64>,
+    next: u64,
+}
+
+impl Entries {
+    fn push(&mut self, entry: Entry) {
+        self.order_of
+            .insert(entry.registration.text().start, self.next);
+        self.by_order.insert(self.next, entry);
+        self.next += 1;
+    }
+
+    fn remove(&mut self, text_start: u64) {
+        if let Some(order) = self.order_of.remove(&text_start) {
+            self.by_order.remove(&order);
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Entry> + '_ {
+        self.by_order.values()
+    }
+}
+
 /// A code registry for one process (see the module documentation).
 pub struct Registry {
     map: ArcSwap<CodeMap>,
-    writer: Mutex<Vec<Entry>>,
+    writer: Mutex<Entries>,
     pid: u32,
     exporter: Option<&'static Exporter>,
     /// Text starts registered by [`crate::register_loaded_objects`].
@@ -285,7 +313,7 @@ impl std::fmt::Debug for Registry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Registry")
             .field("pid", &self.pid)
-            .field("objects", &self.map.load().objects().len())
+            .field("objects", &self.map.load().len())
             .finish_non_exhaustive()
     }
 }
@@ -309,7 +337,7 @@ impl Registry {
     pub fn for_process(pid: u32) -> Self {
         Self {
             map: ArcSwap::from_pointee(CodeMap::new()),
-            writer: Mutex::new(Vec::new()),
+            writer: Mutex::new(Entries::default()),
             pid,
             exporter: None,
             loader_texts: Mutex::new(std::collections::HashSet::new()),
@@ -335,7 +363,7 @@ impl Registry {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn entries(&self) -> std::sync::MutexGuard<'_, Vec<Entry>> {
+    fn entries(&self) -> std::sync::MutexGuard<'_, Entries> {
         self.writer
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -631,7 +659,7 @@ impl Registry {
 
     fn publish(
         &self,
-        entries: &mut Vec<Entry>,
+        entries: &mut Entries,
         object: CodeObject,
         registration: Registration,
         keep_alive: Option<Arc<JitUnwindTable>>,
@@ -639,13 +667,13 @@ impl Registry {
         let mut map = CodeMap::clone(&self.map.load());
         map.insert(Arc::new(object))?;
         self.map.store(Arc::new(map));
+        if let Some(exporter) = self.exporter {
+            exporter.add(&registration);
+        }
         entries.push(Entry {
             registration,
             _keep_alive: keep_alive,
         });
-        if let Some(exporter) = self.exporter {
-            exporter.publish(entries.iter().map(|e| &e.registration));
-        }
         Ok(())
     }
 
@@ -656,9 +684,9 @@ impl Registry {
         map.remove(text_start)
             .ok_or(RegistryError::NotFound(text_start))?;
         self.map.store(Arc::new(map));
-        entries.retain(|e| e.registration.text().start != text_start);
+        entries.remove(text_start);
         if let Some(exporter) = self.exporter {
-            exporter.publish(entries.iter().map(|e| &e.registration));
+            exporter.remove(text_start);
         }
         Ok(())
     }
