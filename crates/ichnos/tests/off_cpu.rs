@@ -11,6 +11,16 @@ mod common;
 
 use common::{build_fixture, go_pprof, ichnos, ok, python, stderr, text};
 
+/// One test at a time: each measures a fixture's waits against its own
+/// clocks, and one records the whole machine, where the others' fixtures
+/// would be load of its own.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// A recording of the napper fixture with off-CPU time: the directory,
 /// the recording, what the fixture printed and what the recorder said.
 struct Napped {
@@ -180,6 +190,7 @@ fn check_share_within(n: &Napped, points: f64) {
 
 #[test]
 fn off_cpu_share_of_a_napping_thread_is_its_own_clocks_within_two_points() {
+    let _serial = serial();
     let n = napped();
     check_share(n);
     assert!(n.recorder.contains("intervals off CPU"), "{}", n.recorder);
@@ -197,6 +208,7 @@ fn off_cpu_share_of_a_napping_thread_is_its_own_clocks_within_two_points() {
 
 #[test]
 fn without_tracefs_the_software_switch_event_records_the_same_waits() {
+    let _serial = serial();
     let n = nap(&[("ICHNOS_TRACEFS", "/nonexistent")]);
     assert!(
         n.recorder.contains("software event context-switches"),
@@ -209,6 +221,7 @@ fn without_tracefs_the_software_switch_event_records_the_same_waits() {
 
 #[test]
 fn the_whole_machine_records_waits_and_no_kernel_thread_as_lost() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let exe = build_napper(dir.path());
     let data = dir.path().join("all.data");
@@ -267,6 +280,7 @@ fn the_whole_machine_records_waits_and_no_kernel_thread_as_lost() {
 
 #[test]
 fn an_attached_process_is_seen_waiting_from_its_first_switch() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let exe = build_napper(dir.path());
     let data = dir.path().join("attached.data");
@@ -310,6 +324,7 @@ fn an_attached_process_is_seen_waiting_from_its_first_switch() {
 
 #[test]
 fn off_cpu_needs_time_as_its_event() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("x.data");
     let out = ichnos(&[
@@ -364,6 +379,7 @@ fn folded_off_and_all() -> (u64, u64) {
 
 #[test]
 fn pprof_carries_off_cpu_nanoseconds_as_a_sample_type_of_its_own() {
+    let _serial = serial();
     let (_dir, file) = export("pprof");
     // `go tool pprof -raw`: the sample types, then each sample's values
     // and its locations; the locations named below.
@@ -422,6 +438,7 @@ fn pprof_carries_off_cpu_nanoseconds_as_a_sample_type_of_its_own() {
 
 #[test]
 fn speedscope_and_svg_show_the_waits_beside_the_work() {
+    let _serial = serial();
     let (_dir, file) = export("speedscope");
     let schema = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/speedscope/file-format-schema.json");
@@ -476,6 +493,7 @@ for g in ET.parse(sys.argv[1]).getroot().iter(ns + "g"):
 
 #[test]
 fn the_firefox_export_puts_each_wait_on_the_timeline_with_no_cpu_time() {
+    let _serial = serial();
     let (_dir, file) = export("firefox");
     // Per thread: the weight of samples whose leaf is off the CPU (their
     // category, CPU delta and frames checked on the way), and of all.

@@ -102,6 +102,34 @@ pub fn off_cpu_frame(state: OffCpuState) -> Frame {
     }
 }
 
+/// A stack of the recording, symbolized and resolved, for a thread the
+/// filter keeps: its frames, its walk's end, and the thread's name (each
+/// thread's looked up once, in `names`).
+fn keep<'a>(
+    profile: &'a Profile,
+    symbols: &'a Symbolized,
+    filter: &Filter,
+    names: &mut HashMap<(u32, u32), Arc<str>>,
+    (stack, pid, tid): (u64, u32, u32),
+) -> Option<(&'a [Frame], StackStop, Arc<str>)> {
+    if !filter.keeps(profile, pid, tid) {
+        return None;
+    }
+    let frames = symbols.stacks.get(stack as usize)?.as_deref()?;
+    let stop = profile.stacks.get(stack as usize)?.as_ref()?.stop;
+    let thread = names
+        .entry((pid, tid))
+        .or_insert_with(|| {
+            profile
+                .thread_name(pid, tid)
+                .0
+                .cloned()
+                .unwrap_or_else(|| Arc::from(format!("thread {tid}")))
+        })
+        .clone();
+    Some((frames, stop, thread))
+}
+
 /// The samples `filter` keeps, with their symbolized stacks.
 #[must_use]
 pub fn weighted<'a>(
@@ -114,31 +142,16 @@ pub fn weighted<'a>(
     let mut keys: Vec<_> = profile.tallies.iter().collect();
     // A stable order: by stack, then thread.
     keys.sort_unstable_by_key(|(k, _)| **k);
-    for (&(stack, pid, tid), tally) in keys {
-        if !filter.keeps(profile, pid, tid) {
-            continue;
-        }
-        let (thread_name, _) = profile.thread_name(pid, tid);
-        let (Some(Some(frames)), Some(Some(s))) = (
-            symbols.stacks.get(stack as usize),
-            profile.stacks.get(stack as usize),
-        ) else {
+    for (&key, tally) in keys {
+        let Some((frames, stop, thread)) = keep(profile, symbols, filter, &mut names, key) else {
             continue;
         };
-        let thread = names
-            .entry((pid, tid))
-            .or_insert_with(|| {
-                thread_name
-                    .cloned()
-                    .unwrap_or_else(|| Arc::from(format!("thread {tid}")))
-            })
-            .clone();
         out.push(Weighted {
             thread,
-            pid,
-            tid,
+            pid: key.1,
+            tid: key.2,
             frames: Cow::Borrowed(frames),
-            stop: s.stop,
+            stop,
             tally: *tally,
             off_cpu: None,
         });
@@ -147,25 +160,10 @@ pub fn weighted<'a>(
     let mut off: Vec<_> = profile.off_cpu.iter().collect();
     off.sort_unstable_by_key(|(k, _)| **k);
     for (&(stack, pid, tid, state), tally) in off {
-        if !filter.keeps(profile, pid, tid) {
-            continue;
-        }
-        let (Some(Some(frames)), Some(Some(s))) = (
-            symbols.stacks.get(stack as usize),
-            profile.stacks.get(stack as usize),
-        ) else {
+        let key = (stack, pid, tid);
+        let Some((frames, stop, thread)) = keep(profile, symbols, filter, &mut names, key) else {
             continue;
         };
-        let thread = names
-            .entry((pid, tid))
-            .or_insert_with(|| {
-                profile
-                    .thread_name(pid, tid)
-                    .0
-                    .cloned()
-                    .unwrap_or_else(|| Arc::from(format!("thread {tid}")))
-            })
-            .clone();
         let mut with_leaf = Vec::with_capacity(frames.len() + 1);
         with_leaf.push(off_cpu_frame(state));
         with_leaf.extend_from_slice(frames);
@@ -174,7 +172,7 @@ pub fn weighted<'a>(
             pid,
             tid,
             frames: Cow::Owned(with_leaf),
-            stop: s.stop,
+            stop,
             tally: Tally {
                 samples: periods(tally.weight, period),
                 weight: tally.weight,
