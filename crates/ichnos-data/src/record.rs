@@ -3,6 +3,10 @@
 
 use crate::varint::{put_bytes, put_s, put_u, Cursor, FieldError};
 
+mod values;
+use values::Code;
+pub use values::{JitSource, LostCause, OffCpuState, StackStop, Target};
+
 /// Record kinds (`docs/recording-format.md`).
 pub mod kind {
     /// The recording's description.
@@ -29,103 +33,6 @@ pub mod kind {
     pub const END: u8 = 11;
     /// A thread off its CPU.
     pub const OFF_CPU: u8 = 12;
-}
-
-/// Who was recorded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Target {
-    /// A command the recorder ran.
-    Command,
-    /// Processes it attached to.
-    Processes,
-    /// Every process on the machine.
-    System,
-    /// A value this reader does not know (a later version's).
-    Unknown(u64),
-}
-
-/// A small enumeration stored as a varint code. A code no entry of
-/// `ALL` has is kept as the type's `Unknown` (later versions may add
-/// values; a reader does not refuse the record for one).
-trait Code: Sized + Copy + PartialEq + 'static {
-    const ALL: &'static [(Self, u64)];
-    fn unknown(code: u64) -> Self;
-    fn unknown_code(self) -> Option<u64>;
-    fn code(self) -> u64 {
-        self.unknown_code().unwrap_or_else(|| {
-            Self::ALL
-                .iter()
-                .find(|(v, _)| *v == self)
-                .map_or(0, |(_, c)| *c)
-        })
-    }
-    fn from_code(code: u64) -> Self {
-        Self::ALL
-            .iter()
-            .find(|(_, c)| *c == code)
-            .map_or_else(|| Self::unknown(code), |(v, _)| *v)
-    }
-}
-
-/// The `Unknown` methods of a [`Code`] type.
-macro_rules! unknown_is {
-    ($t:ident) => {
-        fn unknown(code: u64) -> Self {
-            $t::Unknown(code)
-        }
-        fn unknown_code(self) -> Option<u64> {
-            match self {
-                $t::Unknown(code) => Some(code),
-                _ => None,
-            }
-        }
-    };
-}
-
-impl Code for Target {
-    unknown_is!(Target);
-    const ALL: &'static [(Self, u64)] = &[
-        (Target::Command, 0),
-        (Target::Processes, 1),
-        (Target::System, 2),
-    ];
-}
-
-impl Code for JitSource {
-    unknown_is!(JitSource);
-    const ALL: &'static [(Self, u64)] = &[
-        (JitSource::Registry, 1),
-        (JitSource::PerfMap, 2),
-        (JitSource::JitDump, 3),
-    ];
-}
-
-impl Code for LostCause {
-    unknown_is!(LostCause);
-    const ALL: &'static [(Self, u64)] = &[
-        (LostCause::KernelRing, 1),
-        (LostCause::KernelSamples, 2),
-        (LostCause::Recorder, 3),
-        (LostCause::NoUserRegisters, 4),
-        (LostCause::Unreadable, 5),
-    ];
-}
-
-impl Code for OffCpuState {
-    unknown_is!(OffCpuState);
-    const ALL: &'static [(Self, u64)] = &[(OffCpuState::Waiting, 1), (OffCpuState::Preempted, 2)];
-}
-
-impl Code for StackStop {
-    unknown_is!(StackStop);
-    const ALL: &'static [(Self, u64)] = &[
-        (StackStop::Complete, 0),
-        (StackStop::StackEnd, 1),
-        (StackStop::NoUnwindInfo, 2),
-        (StackStop::Loop, 3),
-        (StackStop::DepthLimit, 4),
-        (StackStop::BadAddress, 5),
-    ];
 }
 
 /// The recording's description: the first record.
@@ -155,48 +62,6 @@ pub struct Meta<'a> {
     /// (`sched:sched_switch`, `context-switches`); empty: off-CPU time
     /// was not recorded.
     pub off_cpu_event: &'a [u8],
-}
-
-/// Why a walk ended, as a stack records it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum StackStop {
-    /// The outermost frame was reached: the stack is complete.
-    Complete,
-    /// The stack copy ended.
-    StackEnd,
-    /// No unwind information for the last frame.
-    NoUnwindInfo,
-    /// The stack pointer did not move up.
-    Loop,
-    /// The frame limit.
-    DepthLimit,
-    /// Corrupt registers.
-    BadAddress,
-    /// A reason this reader does not know (a later version's): not
-    /// complete.
-    Unknown(u64),
-}
-
-impl StackStop {
-    /// The number the format stores for it.
-    #[must_use]
-    pub fn number(self) -> u64 {
-        Code::code(self)
-    }
-
-    /// For people.
-    #[must_use]
-    pub fn describe(self) -> &'static str {
-        match self {
-            Self::Complete => "complete",
-            Self::StackEnd => "the stack copy ended",
-            Self::NoUnwindInfo => "no unwind information",
-            Self::Loop => "the stack pointer did not move up",
-            Self::DepthLimit => "the frame limit",
-            Self::BadAddress => "corrupt registers",
-            Self::Unknown(_) => "an unknown reason",
-        }
-    }
 }
 
 /// The frames of a stack, innermost first, as stored: decoded on demand.
@@ -259,60 +124,6 @@ pub struct StackOut<'a> {
     pub stop: StackStop,
     /// Its frames, innermost first.
     pub frames: &'a [u64],
-}
-
-/// Where a JIT code name came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum JitSource {
-    /// The process's code registry (codectl).
-    Registry,
-    /// Its perf map.
-    PerfMap,
-    /// Its jitdump file.
-    JitDump,
-    /// A source this reader does not know (a later version's).
-    Unknown(u64),
-}
-
-/// Why a thread was off its CPU.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum OffCpuState {
-    /// It waited: it slept, blocked on I/O or a lock, or the kernel did
-    /// not say it was preempted.
-    Waiting,
-    /// It was preempted, still runnable, and waited for a CPU.
-    Preempted,
-    /// A state this reader does not know (a later version's).
-    Unknown(u64),
-}
-
-impl OffCpuState {
-    /// How reports name it.
-    #[must_use]
-    pub fn describe(self) -> &'static str {
-        match self {
-            Self::Waiting => "waiting",
-            Self::Preempted => "preempted",
-            Self::Unknown(_) => "off-CPU",
-        }
-    }
-}
-
-/// Why samples or records were lost.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum LostCause {
-    /// The kernel's ring was full (records).
-    KernelRing,
-    /// The kernel lost samples.
-    KernelSamples,
-    /// The recorder could not keep up.
-    Recorder,
-    /// Samples without user registers.
-    NoUserRegisters,
-    /// Records the recorder could not read (their framing was broken).
-    Unreadable,
-    /// A cause this reader does not know (a later version's).
-    Unknown(u64),
 }
 
 /// A record.
