@@ -9,7 +9,7 @@
 //! moment with ptrace, reading its registers and its stack, and letting it
 //! go: what `ichnos stack` prints and what a recorder does per sample.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ichnos_image::MapsEntry;
@@ -176,6 +176,18 @@ pub fn code_object_for_mapping(
         source,
     };
     let file = crate::elf::open_regular(path).map_err(io)?;
+    code_object_for_file(file, path, name, mapping, choice)
+}
+
+/// [`code_object_for_mapping`] of a file already open (`path` names it in
+/// errors).
+pub fn code_object_for_file(
+    file: std::fs::File,
+    path: &Path,
+    name: &str,
+    mapping: FileMapping,
+    choice: RowChoice,
+) -> Result<CodeObject, MappingError> {
     let data = object::ReadCache::new(file);
     let elf = object::File::parse(&data).map_err(|source| MappingError::BadElf {
         path: path.to_path_buf(),
@@ -253,12 +265,62 @@ fn row_source(choice: RowChoice, has_sframe: bool) -> RowSource {
     }
 }
 
-/// The code map of live process `pid`, from `/proc/PID/maps`.
+/// The code map of live process `pid`, from `/proc/PID/maps`. Besides
+/// the files [`code_map_from_maps`] reads, it reads what only the process
+/// still has: files deleted (or replaced) since they were mapped, through
+/// the process's links to them (`/proc/PID/map_files`, which needs
+/// `CAP_CHECKPOINT_RESTORE` or root), and the vDSO, from its memory.
 pub fn code_map_for_process(pid: u32, choice: RowChoice) -> std::io::Result<ProcessCode> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
     let entries =
         ichnos_image::parse_maps(pid, &text).map_err(|e| std::io::Error::other(e.to_string()))?;
-    Ok(code_map_from_maps(&entries, choice))
+    let (files, others): (Vec<MapsEntry>, Vec<MapsEntry>) = entries
+        .into_iter()
+        .partition(|m| !m.name.ends_with(" (deleted)"));
+    let mut out = code_map_from_maps(&files, choice);
+    let kept = |out: &mut ProcessCode, m: &MapsEntry, made: Result<CodeObject, String>| {
+        let made = made.and_then(|o| out.map.insert(Arc::new(o)).map_err(|e| e.to_string()));
+        if let Err(reason) = made {
+            out.skipped.push(SkippedCode {
+                path: m.name.clone(),
+                reason,
+            });
+        }
+    };
+    for m in others.iter().filter(|m| m.perms.contains('x')) {
+        let mapping = FileMapping {
+            start: m.range.start,
+            end: m.range.end,
+            pgoff: m.offset,
+        };
+        let link = PathBuf::from(format!(
+            "/proc/{pid}/map_files/{:x}-{:x}",
+            m.range.start, m.range.end
+        ));
+        let made = ichnos_image::open_regular(&link)
+            .map_err(|e| format!("{}: {e}", link.display()))
+            .and_then(|file| {
+                code_object_for_file(file, &link, &m.name, mapping, choice)
+                    .map_err(|e| e.to_string())
+            });
+        kept(&mut out, m, made);
+    }
+    for m in files.iter().filter(|m| m.name == "[vdso]") {
+        let mapping = FileMapping {
+            start: m.range.start,
+            end: m.range.end,
+            pgoff: 0,
+        };
+        let mut bytes = vec![0u8; usize::try_from(m.range.end - m.range.start).unwrap_or(0)];
+        let made = crate::sys::process_vm_read(pid.cast_signed(), m.range.start, &mut bytes)
+            .map_err(|e| format!("reading the vDSO of process {pid}: {e}"))
+            .and_then(|n| {
+                code_object_from_bytes(&bytes[..n], "[vdso]", mapping, choice)
+                    .map_err(|e| e.to_string())
+            });
+        kept(&mut out, m, made);
+    }
+    Ok(out)
 }
 
 /// A thread's stack as taken by [`take_stack`].

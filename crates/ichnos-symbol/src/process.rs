@@ -21,10 +21,14 @@ pub enum Place {
     /// In a mapped object file, at this address of the file (what
     /// `addr2line -e FILE` takes).
     Object {
-        /// The file.
+        /// The file, as the process's mappings name it (a file deleted
+        /// since it was mapped ends in ` (deleted)`).
         path: PathBuf,
         /// The address in the file's own terms.
         file_addr: u64,
+        /// Where the file is read from: `path`, or for a deleted file
+        /// the process's own link to it (`/proc/PID/map_files/START-END`).
+        read_from: PathBuf,
     },
     /// In anonymous executable memory (JIT code), or in a mapped file
     /// whose segments cannot be read.
@@ -40,6 +44,39 @@ pub struct ProcessSymbolized {
     pub place: Place,
     /// Its frames.
     pub symbolized: Symbolized,
+}
+
+/// A copy of a process's vDSO in a memory file, readable by path while
+/// the copy lives.
+struct VdsoCopy {
+    _file: std::fs::File,
+    path: PathBuf,
+}
+
+/// The vDSO of process `pid` (mapped at `m`), read from its memory into a
+/// memory file.
+fn vdso_copy(pid: u32, m: &ichnos_image::MapsEntry) -> Option<VdsoCopy> {
+    use std::io::Write;
+    use std::os::fd::{AsRawFd, FromRawFd};
+    use std::os::unix::fs::FileExt;
+    // The vDSO is a page or two: far below this.
+    let len = usize::try_from(m.range.end - m.range.start)
+        .ok()
+        .filter(|&l| l <= 1 << 20)?;
+    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).ok()?;
+    let mut bytes = vec![0u8; len];
+    mem.read_exact_at(&mut bytes, m.range.start).ok()?;
+    // SAFETY: memfd_create with a NUL-terminated name and no flags but
+    // close-on-exec; the new descriptor is ours alone.
+    let fd = unsafe { libc::memfd_create(c"vdso".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: a descriptor just created, owned by nothing else.
+    let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
+    file.write_all(&bytes).ok()?;
+    let path = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+    Some(VdsoCopy { _file: file, path })
 }
 
 /// A runtime writing jitdump maps its `jit-PID.dump` (so perf sees it):
@@ -116,6 +153,73 @@ fn jit_frame(
     (frame, source)
 }
 
+/// Where `addr` of process `pid` lies: in a file of its mappings (a
+/// deleted one read through the process's link to it, the vDSO through
+/// its copy `vdso`), in anonymous executable memory, or nowhere. Each
+/// file's segments are read once, into `segments`.
+fn place(
+    pid: u32,
+    addr: u64,
+    maps: &[ichnos_image::MapsEntry],
+    vdso: Option<&(std::ops::Range<u64>, VdsoCopy)>,
+    segments: &mut HashMap<String, Option<Vec<LoadSegment>>>,
+) -> Place {
+    let Some(m) = maps.iter().find(|m| m.range.contains(&addr)) else {
+        return Place::Unmapped;
+    };
+    if let Some((range, copy)) = vdso.filter(|(r, _)| r.contains(&addr)) {
+        let read_from = copy.path.clone();
+        let segs = segments
+            .entry(read_from.to_string_lossy().into_owned())
+            .or_insert_with(|| load_segments(&read_from, 0).ok());
+        let offset = addr - range.start;
+        return match segs
+            .as_ref()
+            .and_then(|segs| ichnos_image::vaddr_of_file_offset(segs, offset))
+        {
+            Some(file_addr) => Place::Object {
+                path: PathBuf::from("[vdso]"),
+                file_addr,
+                read_from,
+            },
+            None => Place::Anonymous,
+        };
+    }
+    if !m.name.starts_with('/') {
+        // Only executable memory can hold JIT code.
+        return if m.perms.contains('x') {
+            Place::Anonymous
+        } else {
+            Place::Unmapped
+        };
+    }
+    // A file deleted (or replaced) since it was mapped is still
+    // there, for the process: read it through its link to it.
+    let read_from = if m.name.ends_with(" (deleted)") {
+        PathBuf::from(format!(
+            "/proc/{pid}/map_files/{:x}-{:x}",
+            m.range.start, m.range.end
+        ))
+    } else {
+        PathBuf::from(&m.name)
+    };
+    let offset = addr - m.range.start + m.offset;
+    let segs = segments
+        .entry(read_from.to_string_lossy().into_owned())
+        .or_insert_with(|| load_segments(&read_from, 0).ok());
+    let file_addr = segs
+        .as_ref()
+        .and_then(|segs| ichnos_image::vaddr_of_file_offset(segs, offset));
+    match file_addr {
+        Some(file_addr) => Place::Object {
+            path: PathBuf::from(&m.name),
+            file_addr,
+            read_from,
+        },
+        None => Place::Anonymous,
+    }
+}
+
 impl Symbolizer {
     /// Symbolizes addresses of the live process `pid`: each is placed
     /// through `/proc/PID/maps` into an object file (then symbolized like
@@ -141,41 +245,27 @@ impl Symbolizer {
         let jitdump = mapped_jitdump(pid, &maps);
         let mut registered = None;
         let mut segments: HashMap<String, Option<Vec<LoadSegment>>> = HashMap::new();
+        // The vDSO is a file only in the process's memory: a copy of it,
+        // open while the addresses are symbolized, reads as one.
+        let vdso = maps
+            .iter()
+            .find(|m| m.name == "[vdso]" && m.perms.contains('x'))
+            .filter(|_| {
+                addrs.iter().any(|a| {
+                    maps.iter()
+                        .any(|m| m.name == "[vdso]" && m.range.contains(a))
+                })
+            })
+            .and_then(|m| vdso_copy(pid, m).map(|c| (m.range.clone(), c)));
         let places: Vec<Place> = addrs
             .iter()
-            .map(|&addr| {
-                let Some(m) = maps.iter().find(|m| m.range.contains(&addr)) else {
-                    return Place::Unmapped;
-                };
-                if !m.name.starts_with('/') {
-                    // Only executable memory can hold JIT code.
-                    return if m.perms.contains('x') {
-                        Place::Anonymous
-                    } else {
-                        Place::Unmapped
-                    };
-                }
-                let offset = addr - m.range.start + m.offset;
-                let segs = segments
-                    .entry(m.name.clone())
-                    .or_insert_with(|| load_segments(Path::new(&m.name), 0).ok());
-                let file_addr = segs
-                    .as_ref()
-                    .and_then(|segs| ichnos_image::vaddr_of_file_offset(segs, offset));
-                match file_addr {
-                    Some(file_addr) => Place::Object {
-                        path: PathBuf::from(&m.name),
-                        file_addr,
-                    },
-                    None => Place::Anonymous,
-                }
-            })
+            .map(|&addr| place(pid, addr, &maps, vdso.as_ref(), &mut segments))
             .collect();
         // One batch per object file.
         let mut by_file: HashMap<&Path, Vec<usize>> = HashMap::new();
         for (i, p) in places.iter().enumerate() {
-            if let Place::Object { path, .. } = p {
-                by_file.entry(path.as_path()).or_default().push(i);
+            if let Place::Object { read_from, .. } = p {
+                by_file.entry(read_from.as_path()).or_default().push(i);
             }
         }
         let mut results: Vec<Option<Symbolized>> = vec![None; addrs.len()];

@@ -622,3 +622,120 @@ fn symbolize_answers_from_a_symbol_index_as_from_dwarf() {
     let out = ichnos(&["symbolize", "--index", "--no-index", "-e", exe_str, "0x0"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// An executable deleted while it runs (a package upgraded under it) is
+/// still the process's: `stack` unwinds through it by its own rows, and
+/// `symbolize -p` names its functions, both through the process's link to
+/// the file (`/proc/PID/map_files`).
+#[test]
+fn a_deleted_executable_is_unwound_and_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let sleeper = start_sleeper(dir.path());
+    std::fs::remove_file(dir.path().join("sleeper")).unwrap();
+    let pid = sleeper.0.id().to_string();
+    let out = ichnos(&["stack", "-p", &pid]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = stdout(&out);
+    assert!(text.contains("stopped: outermost frame"), "{text}");
+    assert!(
+        text.contains("(deleted)+0x") && text.contains("[via sframe]"),
+        "{text}"
+    );
+    // The frames in the deleted file, named: c, b, a, main, as the
+    // fixture calls them.
+    let addrs: Vec<String> = text
+        .lines()
+        .filter(|l| l.contains("(deleted)+0x"))
+        .filter_map(|l| l.split_whitespace().nth(1).map(str::to_owned))
+        .collect();
+    let mut args = vec!["symbolize", "-p", &pid];
+    args.extend(addrs.iter().map(String::as_str));
+    let out = ichnos(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let named = stdout(&out);
+    let functions: Vec<&str> = named.lines().step_by(2).collect();
+    for f in ["c", "b", "a", "main"] {
+        assert!(functions.contains(&f), "{f} in {functions:?}");
+    }
+}
+
+/// The vDSO is a file only in the process's memory: `symbolize -p` reads
+/// it from there and names its functions as binutils' nm names the same
+/// bytes.
+#[test]
+fn vdso_addresses_are_named_from_the_process_memory() {
+    use std::os::unix::fs::FileExt;
+    let child = Sleeper(Command::new("sleep").arg("30").spawn().unwrap());
+    let pid = child.0.id();
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let line = maps.lines().find(|l| l.ends_with("[vdso]")).unwrap();
+    let (start, end) = line
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .split_once('-')
+        .unwrap();
+    let (start, end) = (
+        u64::from_str_radix(start, 16).unwrap(),
+        u64::from_str_radix(end, 16).unwrap(),
+    );
+    // The same bytes, for nm.
+    let mut bytes = vec![0u8; (end - start) as usize];
+    std::fs::File::open(format!("/proc/{pid}/mem"))
+        .unwrap()
+        .read_exact_at(&mut bytes, start)
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("vdso.so");
+    std::fs::write(&copy, &bytes).unwrap();
+    let nm = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(&copy)
+        .output()
+        .unwrap();
+    let listing = String::from_utf8_lossy(&nm.stdout).into_owned();
+    // A function symbol: (address, name).
+    let (addr, name) = listing
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 3 && (f[1] == "T" || f[1] == "W"))
+                .then(|| (u64::from_str_radix(f[0], 16).unwrap(), f[2].to_owned()))
+        })
+        .find(|(_, n)| n.contains("clock_gettime"))
+        .unwrap_or_else(|| panic!("{listing}"));
+    let names_at: Vec<&str> = listing
+        .lines()
+        .filter(|l| l.starts_with(&format!("{addr:016x}")))
+        .filter_map(|l| l.split_whitespace().nth(2))
+        // Without the symbol version nm appends (`@@LINUX_2.6`).
+        .map(|n| n.split('@').next().unwrap_or(n))
+        .collect();
+    // The vDSO is linked at 0: its address is its offset in the mapping.
+    let at = format!("{:#x}", start + addr + 4);
+    let out = ichnos(&["symbolize", "-p", &pid.to_string(), "--json", &at]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["object"], "[vdso]");
+    let ours = v["frames"][0]["function"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        names_at.contains(&ours.as_str()),
+        "{ours} not among {names_at:?} ({name})"
+    );
+}
