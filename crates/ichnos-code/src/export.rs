@@ -375,21 +375,41 @@ pub fn read_exported_registry(pid: u32, addr: u64) -> Result<Vec<Registration>, 
                 .read(table, &mut raw)
                 .map_err(|e| bad(addr + 24, "entries", e.to_string()))?;
         }
-        let mut again = [0u8; 8];
-        memory
-            .read(addr + 16, &mut again)
-            .map_err(|e| bad(addr + 16, "generation", e.to_string()))?;
-        if u64::from_le_bytes(again) != generation {
+        fence(Ordering::Acquire);
+        let generation_now = |memory: &mut ProcessMemory| -> Result<u64, RemoteError> {
+            let mut again = [0u8; 8];
+            memory
+                .read(addr + 16, &mut again)
+                .map_err(|e| bad(addr + 16, "generation", e.to_string()))?;
+            Ok(u64::from_le_bytes(again))
+        };
+        if generation_now(&mut memory)? != generation {
             continue;
         }
         let mut out = Vec::with_capacity(count as usize);
+        let mut failed = None;
         for (i, e) in raw.chunks_exact(entry_size as usize).enumerate() {
             let at = table + i as u64 * u64::from(entry_size);
-            out.push(
-                decode_entry(&mut memory, e).map_err(|(field, detail)| bad(at, field, detail))?,
-            );
+            match decode_entry(&mut memory, e) {
+                Ok(r) => out.push(r),
+                Err((field, detail)) => {
+                    failed = Some(bad(at, field, detail));
+                    break;
+                }
+            }
         }
-        return Ok(out);
+        // The strings of removed entries stay for the next RETIRED_KEPT - 1
+        // updates (the generation rises by 2 with each): read after more
+        // than that, what they said may be gone; read again.
+        fence(Ordering::Acquire);
+        let moved = generation_now(&mut memory)?.wrapping_sub(generation) / 2;
+        if moved >= RETIRED_KEPT as u64 - 1 || (failed.is_some() && moved > 0) {
+            continue;
+        }
+        return match failed {
+            Some(e) => Err(e),
+            None => Ok(out),
+        };
     }
     Err(RemoteError::Busy { pid })
 }
