@@ -679,17 +679,20 @@ fn report_options_change_what_is_shown() {
             .collect()
     };
     // By total time: the chain from _start to stage_b holds (nearly)
-    // every sample; the kernel cannot copy a stack whose pages are out,
-    // so a rare one breaks off.
+    // every sample. A rare one breaks off: the kernel cannot copy a stack
+    // whose pages are out, and a sample in the dynamic loader before main
+    // (relocating, seen in CI) ends in ld.so's entry, which has no row
+    // saying it is the outermost frame. At most two of them.
     let total = rows(&["--sort", "total", "--limit", "8"]);
     assert_eq!(total.len(), 8, "{total:?}");
+    let whole: u64 = folded(&data, &["--no-inline"]).iter().map(|(_, c)| c).sum();
     for f in ["_start", "main", "run", "stage_a", "stage_b"] {
         let row = total
             .iter()
             .find(|r| r[4] == f)
             .unwrap_or_else(|| panic!("{f}: {total:?}"));
-        let share: f64 = row[1].trim_end_matches('%').parse().unwrap();
-        assert!(share >= 99.9, "{row:?}: {:?}", {
+        let samples: u64 = row[3].parse().unwrap();
+        assert!(samples + 2 >= whole, "{row:?} of {whole}: {:?}", {
             let stacks = folded(&data, &["--no-inline"]);
             stacks
                 .into_iter()
