@@ -250,12 +250,8 @@ impl Symbolizer {
         let vdso = maps
             .iter()
             .find(|m| m.name == "[vdso]" && m.perms.contains('x'))
-            .filter(|_| {
-                addrs.iter().any(|a| {
-                    maps.iter()
-                        .any(|m| m.name == "[vdso]" && m.range.contains(a))
-                })
-            })
+            // Copied only if an address lies in it.
+            .filter(|m| addrs.iter().any(|a| m.range.contains(a)))
             .and_then(|m| vdso_copy(pid, m).map(|c| (m.range.clone(), c)));
         let places: Vec<Place> = addrs
             .iter()
