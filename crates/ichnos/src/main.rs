@@ -111,16 +111,27 @@ fn main() -> ExitCode {
     }
 }
 
-/// The error and its causes, joined by `: `; a cause whose text its
-/// error already ends with (library errors that name their source) is
-/// said once.
+/// The error and its causes, joined by `: `. Nothing is said twice: a
+/// cause whose text its error already ends with (library errors that name
+/// their source) is left out, and a cause that starts by naming the file
+/// its error ended with ("cannot load /x" then "/x: cannot open: ...")
+/// leaves the name out.
 fn error_text(e: &anyhow::Error) -> String {
     let mut parts: Vec<String> = Vec::new();
     for cause in e.chain() {
         let text = cause.to_string();
-        if parts.last().is_some_and(|last| last.ends_with(&text)) {
+        let Some(last) = parts.last() else {
+            parts.push(text);
+            continue;
+        };
+        if last.ends_with(&text) {
             continue;
         }
+        let named = last.rsplit(' ').next().unwrap_or_default();
+        let text = match text.strip_prefix(named).and_then(|t| t.strip_prefix(": ")) {
+            Some(rest) if !named.is_empty() => rest.to_owned(),
+            _ => text,
+        };
         parts.push(text);
     }
     parts.join(": ")

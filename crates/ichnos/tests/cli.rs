@@ -116,6 +116,28 @@ fn user_errors_exit_1_and_name_the_file() {
         "{err}"
     );
 
+    // Each thing is said once: the file's name, and the operating
+    // system's reason (once wrapped as "(os error 2): ... (os error 2)",
+    // and the path twice).
+    for (args, said) in [
+        (
+            &["image", "--elf", "/nonexistent/prog"][..],
+            "error: cannot load /nonexistent/prog: cannot open: No such file or directory (os error 2)\n",
+        ),
+        (
+            &["symbolize", "-e", "/nonexistent/prog", "0x1"][..],
+            "error: cannot symbolize /nonexistent/prog: No such file or directory (os error 2)\n",
+        ),
+        (
+            &["report", "-i", "/nonexistent/prog"][..],
+            "error: cannot open /nonexistent/prog: No such file or directory (os error 2)\n",
+        ),
+    ] {
+        let out = ichnos(args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stderr), said, "{args:?}");
+    }
+
     let out = ichnos(&["image", "--elf", "/etc/hostname"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a loadable ELF file"));
