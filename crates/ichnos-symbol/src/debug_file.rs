@@ -110,8 +110,13 @@ pub(crate) fn find_debug_file(
         if name.as_os_str().is_empty() || name.components().count() != 1 {
             return search;
         }
-        // The directory as GDB takes it: the object's real location.
-        let real = std::fs::canonicalize(object).unwrap_or_else(|_| object.to_path_buf());
+        // The directory as GDB takes it: the object's real location (for
+        // a deleted file read through a process's link to it, where it
+        // was).
+        let real = std::fs::canonicalize(object)
+            .ok()
+            .or_else(|| deleted_location(object))
+            .unwrap_or_else(|| object.to_path_buf());
         let dir = real.parent().unwrap_or(Path::new("/"));
         let mut candidates = vec![dir.join(name), dir.join(".debug").join(name)];
         for debug_dir in debug_dirs {
@@ -136,6 +141,16 @@ pub(crate) fn find_debug_file(
         }
     }
     search
+}
+
+/// Where a file deleted since it was opened was, when `link` is a link to
+/// it that the kernel keeps (`/proc/PID/map_files/...`, `/proc/PID/exe`):
+/// such a link reads as the old path followed by ` (deleted)`.
+fn deleted_location(link: &Path) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    let target = std::fs::read_link(link).ok()?;
+    let old = target.as_os_str().as_bytes().strip_suffix(b" (deleted)")?;
+    Some(PathBuf::from(std::ffi::OsStr::from_bytes(old)))
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {

@@ -150,6 +150,37 @@ fn a_debug_link_is_followed_and_its_crc_checked() {
 
 /// Moves `debug`, the debug file of `exe`, to where a build-id directory
 /// under `dir/debug` keeps it: (that directory, the file's new path).
+/// A file deleted since it was opened is read through the kernel's link
+/// to it (`/proc/PID/fd/N` here, `/proc/PID/map_files/...` for a mapping),
+/// which reads as `OLD-PATH (deleted)`: its debug link is looked for
+/// where the file was, as GDB does.
+#[test]
+fn a_deleted_file_finds_its_debug_link_where_it_was() {
+    use std::os::fd::AsRawFd;
+    let dir = tempfile::tempdir().unwrap();
+    let exe = fixture(dir.path());
+    let (addr, want) = some_inlined_address(&exe);
+    let (stripped, debug) = split_debug(dir.path(), &exe);
+    let beside = stripped.parent().unwrap().join(".debug");
+    std::fs::create_dir_all(&beside).unwrap();
+    std::fs::copy(&debug, beside.join("inlines.debug")).unwrap();
+    let open = std::fs::File::open(&stripped).unwrap();
+    std::fs::remove_file(&stripped).unwrap();
+    let link = PathBuf::from(format!("/proc/self/fd/{}", open.as_raw_fd()));
+    let options = SymbolizerOptions {
+        debug_dirs: vec![dir.path().join("no-such-dir")],
+        ..SymbolizerOptions::default()
+    };
+    let got = Symbolizer::new(options)
+        .symbolize_file(&link, &[addr])
+        .unwrap();
+    assert_eq!(
+        got[0].source,
+        DebugSource::DebugLink(beside.join("inlines.debug"))
+    );
+    assert_eq!(ours(&got[0].frames), want);
+}
+
 fn into_build_id_dir(dir: &Path, exe: &Path, debug: &Path) -> (PathBuf, PathBuf) {
     let id_hex = run(Command::new("readelf").args(["-n"]).arg(exe))
         .lines()

@@ -295,7 +295,7 @@ pub fn symbolize(args: &SymbolizeArgs, verbose: bool, quiet: bool) -> Result<()>
                 let results = symbolizer
                     .symbolize_file(exe, &addrs)
                     .with_context(|| format!("cannot symbolize {}", exe.display()))?;
-                warn_refused(&symbolizer, exe, &mut warned);
+                warn_refused(&symbolizer, exe, exe, &mut warned);
                 let count = results.len();
                 (results, vec![None; count])
             }
@@ -308,8 +308,11 @@ pub fn symbolize(args: &SymbolizeArgs, verbose: bool, quiet: bool) -> Result<()>
             (None, None) => anyhow::bail!("give -e FILE or -p PID"),
         };
         for place in places.iter().flatten() {
-            if let Place::Object { path, .. } = place {
-                warn_refused(&symbolizer, path, &mut warned);
+            if let Place::Object {
+                path, read_from, ..
+            } = place
+            {
+                warn_refused(&symbolizer, path, read_from, &mut warned);
             }
         }
         if verbose && n == 0 {
@@ -392,12 +395,20 @@ fn make_index(symbolizer: &Symbolizer, exe: &std::path::Path, quiet: bool) -> Re
 fn warn_refused(
     symbolizer: &Symbolizer,
     object: &std::path::Path,
+    read_from: &std::path::Path,
     warned: &mut std::collections::HashSet<PathBuf>,
 ) {
-    // Looked up first: under -p this runs for every address.
-    if !warned.contains(object) {
+    // Looked up first: under -p this runs for every address. The vDSO
+    // is passed over: no debug link names its debug file (one found by
+    // build id is never refused), and its copy is gone by now.
+    if !warned.contains(object) && object != std::path::Path::new("[vdso]") {
         warned.insert(object.to_path_buf());
-        for refused in symbolizer.refused_debug_files(object).unwrap_or_default() {
+        // The object as it was read (a deleted file through the
+        // process's link to it, the vDSO through its copy).
+        for refused in symbolizer
+            .refused_debug_files(read_from)
+            .unwrap_or_default()
+        {
             eprintln!(
                 "warning: {}: debug file refused: {refused}",
                 object.display()

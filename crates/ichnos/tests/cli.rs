@@ -689,6 +689,89 @@ fn a_deleted_executable_is_unwound_and_named() {
     }
 }
 
+/// A stripped executable deleted while it runs keeps its debug file by
+/// the debug link next to where it was: `symbolize -p` finds it there,
+/// answers as addr2line answers from the unstripped build, and a debug
+/// file whose CRC does not match is reported under the deleted name.
+#[test]
+fn a_deleted_executable_finds_its_debug_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_fixture(dir.path(), "tests/fixtures/sleeper.c", &["-O2", "-g"]);
+    let debug_dir = dir.path().join(".debug");
+    std::fs::create_dir(&debug_dir).unwrap();
+    let debug = debug_dir.join("sleeper.debug");
+    let stripped = dir.path().join("stripped");
+    let objcopy = |args: &[&std::ffi::OsStr]| {
+        assert!(Command::new("objcopy")
+            .args(args)
+            .status()
+            .unwrap()
+            .success());
+    };
+    objcopy(&[
+        "--only-keep-debug".as_ref(),
+        exe.as_os_str(),
+        debug.as_os_str(),
+    ]);
+    objcopy(&[
+        "--strip-debug".as_ref(),
+        format!("--add-gnu-debuglink={}", debug.display()).as_ref(),
+        exe.as_os_str(),
+        stripped.as_os_str(),
+    ]);
+    let nm = Command::new("nm").arg(&stripped).output().unwrap();
+    let main = String::from_utf8_lossy(&nm.stdout)
+        .lines()
+        .find(|l| l.ends_with(" T main"))
+        .map(|l| u64::from_str_radix(l.split(' ').next().unwrap(), 16).unwrap())
+        .unwrap();
+    let truth = Command::new("addr2line")
+        .arg("-e")
+        .arg(&exe)
+        .arg(format!("{main:#x}"))
+        .output()
+        .unwrap();
+    let truth = String::from_utf8_lossy(&truth.stdout).trim().to_owned();
+    assert!(truth.contains("sleeper.c:"), "{truth}");
+
+    let (child, _) = spawn_until_line(&stripped);
+    let pid = child.0.id().to_string();
+    let base = load_base(child.0.id(), stripped.to_str().unwrap());
+    std::fs::remove_file(&stripped).unwrap();
+    let at = format!("{:#x}", base + main);
+    let symbolize = || {
+        let out = Command::new(env!("CARGO_BIN_EXE_ichnos"))
+            .args(["symbolize", "--no-index", "-p", &pid, &at])
+            .env("XDG_CACHE_HOME", dir.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    };
+    let out = symbolize();
+    assert_eq!(stdout(&out), format!("main\n{truth}\n"));
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+
+    // Spoil the debug file: it is refused, and said so once, under the
+    // name the process's mappings give the deleted file.
+    let mut bytes = std::fs::read(&debug).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(&debug, &bytes).unwrap();
+    let out = symbolize();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.matches("debug file refused").count(), 1, "{stderr}");
+    assert!(
+        stderr.contains(&format!("{} (deleted)", stripped.display())) && stderr.contains("CRC32"),
+        "{stderr}"
+    );
+    assert!(stdout(&out).starts_with("main\n??:"), "{}", stdout(&out));
+}
+
 /// The vDSO is a file only in the process's memory: `symbolize -p` reads
 /// it from there and names its functions as binutils' nm names the same
 /// bytes.
