@@ -308,12 +308,7 @@ pub fn symbolize(args: &SymbolizeArgs, verbose: bool, quiet: bool) -> Result<()>
             (None, None) => anyhow::bail!("give -e FILE or -p PID"),
         };
         for place in places.iter().flatten() {
-            if let Place::Object {
-                path, read_from, ..
-            } = place
-            {
-                warn_refused(&symbolizer, path, read_from, &mut warned);
-            }
+            warn_refused_in(&symbolizer, place, &mut warned);
         }
         if verbose && n == 0 {
             if let Some(first) = results.first() {
@@ -388,6 +383,20 @@ fn make_index(symbolizer: &Symbolizer, exe: &std::path::Path, quiet: bool) -> Re
         );
     }
     Ok(())
+}
+
+/// [`warn_refused`] for the object a process's address lies in.
+fn warn_refused_in(
+    symbolizer: &Symbolizer,
+    place: &Place,
+    warned: &mut std::collections::HashSet<PathBuf>,
+) {
+    if let Place::Object {
+        path, read_from, ..
+    } = place
+    {
+        warn_refused(symbolizer, path, read_from, warned);
+    }
 }
 
 /// Says once per object which debug files were found but refused (a CRC
