@@ -9,7 +9,7 @@
 //! moment with ptrace, reading its registers and its stack, and letting it
 //! go: what `ichnos stack` prints and what a recorder does per sample.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use ichnos_image::MapsEntry;
@@ -268,8 +268,8 @@ fn row_source(choice: RowChoice, has_sframe: bool) -> RowSource {
 /// The code map of live process `pid`, from `/proc/PID/maps`. Besides
 /// the files [`code_map_from_maps`] reads, it reads what only the process
 /// still has: files deleted (or replaced) since they were mapped, through
-/// the process's links to them (`/proc/PID/map_files`, which needs
-/// `CAP_CHECKPOINT_RESTORE` or root), and the vDSO, from its memory.
+/// the process's links to them ([`MapsEntry::deleted_file_link`]), and
+/// the vDSO, from its memory.
 pub fn code_map_for_process(pid: u32, choice: RowChoice) -> std::io::Result<ProcessCode> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
     let entries =
@@ -293,10 +293,7 @@ pub fn code_map_for_process(pid: u32, choice: RowChoice) -> std::io::Result<Proc
             end: m.range.end,
             pgoff: m.offset,
         };
-        let link = PathBuf::from(format!(
-            "/proc/{pid}/map_files/{:x}-{:x}",
-            m.range.start, m.range.end
-        ));
+        let link = m.deleted_file_link(pid);
         let made = ichnos_image::open_regular(&link)
             .map_err(|e| format!("{}: {e}", link.display()))
             .and_then(|file| {

@@ -33,6 +33,42 @@ impl MapsEntry {
     fn readable(&self) -> bool {
         self.perms.as_bytes().first() == Some(&b'r')
     }
+
+    /// Whether the mapped file was deleted (or replaced) since it was
+    /// mapped: the kernel names it ` (deleted)`.
+    #[must_use]
+    pub fn deleted(&self) -> bool {
+        self.name.starts_with('/') && self.name.ends_with(" (deleted)")
+    }
+
+    /// A path that reads the file this mapping of process `pid` maps,
+    /// for a file that is gone from its directory ([`MapsEntry::deleted`]):
+    /// the process's own link to the mapping, `/proc/PID/map_files/START-END`,
+    /// which only root (or `CAP_CHECKPOINT_RESTORE`) may open; else, when
+    /// the mapping is of the process's executable, `/proc/PID/exe`, which
+    /// any user who may trace the process may open. When neither opens,
+    /// the map-files link, whose error says why.
+    #[must_use]
+    pub fn deleted_file_link(&self, pid: u32) -> PathBuf {
+        let map_files = PathBuf::from(format!(
+            "/proc/{pid}/map_files/{:x}-{:x}",
+            self.range.start, self.range.end
+        ));
+        if std::fs::metadata(&map_files).is_ok() {
+            return map_files;
+        }
+        let exe = PathBuf::from(format!("/proc/{pid}/exe"));
+        // The executable's link reads as the mapping is named, and it is
+        // the same file: the same inode.
+        let same = std::fs::read_link(&exe).is_ok_and(|t| t.as_os_str() == self.name.as_str())
+            && std::fs::metadata(&exe)
+                .is_ok_and(|m| std::os::unix::fs::MetadataExt::ino(&m) == self.inode);
+        if same {
+            exe
+        } else {
+            map_files
+        }
+    }
 }
 
 /// Parses the text of a `/proc/PID/maps` file.

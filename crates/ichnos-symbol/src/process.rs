@@ -27,7 +27,8 @@ pub enum Place {
         /// The address in the file's own terms.
         file_addr: u64,
         /// Where the file is read from: `path`, or for a deleted file
-        /// the process's own link to it (`/proc/PID/map_files/START-END`).
+        /// the process's own link to it
+        /// ([`ichnos_image::MapsEntry::deleted_file_link`]).
         read_from: PathBuf,
     },
     /// In anonymous executable memory (JIT code), or in a mapped file
@@ -195,11 +196,8 @@ fn place(
     }
     // A file deleted (or replaced) since it was mapped is still
     // there, for the process: read it through its link to it.
-    let read_from = if m.name.ends_with(" (deleted)") {
-        PathBuf::from(format!(
-            "/proc/{pid}/map_files/{:x}-{:x}",
-            m.range.start, m.range.end
-        ))
+    let read_from = if m.deleted() {
+        m.deleted_file_link(pid)
     } else {
         PathBuf::from(&m.name)
     };

@@ -203,8 +203,13 @@ impl Drop for Sleeper {
 /// Starts `exe` and waits for the first line it prints (its "ready", or
 /// what it reports); it is killed when the handle is dropped.
 fn spawn_until_line(exe: &std::path::Path) -> (Sleeper, String) {
+    spawn_until_line_as(exe, None)
+}
+
+/// [`spawn_until_line`], as the user `user` (given only when root).
+fn spawn_until_line_as(exe: &std::path::Path, user: Option<u32>) -> (Sleeper, String) {
     use std::io::BufRead;
-    let child = Command::new(exe)
+    let child = as_user(&mut Command::new(exe), user)
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -645,16 +650,56 @@ fn symbolize_answers_from_a_symbol_index_as_from_dwarf() {
     assert_eq!(out.status.code(), Some(2));
 }
 
+/// `command` run as `user` (with that user's group), when given.
+fn as_user(command: &mut Command, user: Option<u32>) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    if let Some(user) = user {
+        command.uid(user).gid(user);
+    }
+    command
+}
+
 /// An executable deleted while it runs (a package upgraded under it) is
 /// still the process's: `stack` unwinds through it by its own rows, and
 /// `symbolize -p` names its functions, both through the process's link to
 /// the file (`/proc/PID/map_files`).
 #[test]
 fn a_deleted_executable_is_unwound_and_named() {
+    deleted_executable_case(None);
+}
+
+/// The same for a user with no privilege, who may not open
+/// `/proc/PID/map_files` links: the executable is read through
+/// `/proc/PID/exe`. Run as `nobody` when the tests run as root (as CI
+/// does), else as the user running them.
+#[test]
+fn a_deleted_executable_is_unwound_and_named_without_privilege() {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    deleted_executable_case(root.then_some(65534));
+}
+
+fn deleted_executable_case(user: Option<u32>) {
+    use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
-    let sleeper = start_sleeper(dir.path());
-    std::fs::remove_file(dir.path().join("sleeper")).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let exe = build_fixture(
+        dir.path(),
+        "tests/fixtures/sleeper.c",
+        &["-O2", "-fomit-frame-pointer", "-Wa,--gsframe"],
+    );
+    let (sleeper, line) = spawn_until_line_as(&exe, user);
+    assert_eq!(line.trim(), "ready");
+    // Let it reach pause().
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    std::fs::remove_file(&exe).unwrap();
     let pid = sleeper.0.id().to_string();
+    let ichnos = |args: &[&str]| {
+        as_user(&mut Command::new(env!("CARGO_BIN_EXE_ichnos")), user)
+            .args(args)
+            .output()
+            .expect("run ichnos")
+    };
     let out = ichnos(&["stack", "-p", &pid]);
     assert!(
         out.status.success(),

@@ -134,6 +134,43 @@ fn proc_maps_image_of_a_child_reads_its_files_and_vdso() {
     assert!(!process.live_ranges.is_empty());
 }
 
+/// A running executable deleted from its directory: its mappings say
+/// `(deleted)`, and the link they give reads the file's bytes (through
+/// `/proc/PID/map_files` as root, else `/proc/PID/exe`).
+#[test]
+fn a_deleted_mapping_is_read_through_the_process_link() {
+    let files = Files::new();
+    let copy = files.dir.path().join("sleep-copy");
+    std::fs::copy("/usr/bin/sleep", &copy).unwrap();
+    let bytes = std::fs::read(&copy).unwrap();
+    let mut child = Command::new(&copy).arg("30").spawn().unwrap();
+    let pid = child.id();
+    let mut entries = Vec::new();
+    for _ in 0..200 {
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+        if maps.contains("sleep-copy") {
+            std::fs::remove_file(&copy).unwrap();
+            let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+            entries = ichnos_image::parse_maps(pid, &maps).unwrap();
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let deleted: Vec<_> = entries.iter().filter(|m| m.deleted()).collect();
+    let links: Vec<_> = deleted.iter().map(|m| m.deleted_file_link(pid)).collect();
+    let read: Vec<_> = links.iter().map(std::fs::read).collect();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(!deleted.is_empty(), "{entries:?}");
+    assert!(entries
+        .iter()
+        .all(|m| m.deleted() == m.name.contains("sleep-copy")));
+    for (link, read) in links.iter().zip(read) {
+        let read = read.unwrap_or_else(|e| panic!("{}: {e}", link.display()));
+        assert!(read == bytes, "{} reads other bytes", link.display());
+    }
+}
+
 #[test]
 fn proc_maps_of_self_reads_anonymous_code_through_the_callback() {
     let len = 4096;
