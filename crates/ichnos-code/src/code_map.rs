@@ -349,10 +349,34 @@ impl CodeMap {
             self.firsts.remove(c);
         } else {
             self.firsts[c] = chunk.starts[0];
+            // Chunks that shrank merge, so that the list a copy copies
+            // follows how many objects there are, not how many there were.
+            if c + 1 < self.chunks.len() {
+                self.merge_if_small(c + 1);
+            }
+            self.merge_if_small(c);
         }
         self.len -= 1;
         self.generation = next_generation();
         Some(object)
+    }
+
+    /// Merges chunk `c` into the one before it when the two hold
+    /// `CHUNK` objects or fewer. Checked for both neighbours of every
+    /// removal, this keeps any two neighbouring chunks above `CHUNK`
+    /// objects: at most `2 n / CHUNK + 1` chunks for `n` objects.
+    fn merge_if_small(&mut self, c: usize) {
+        let Some(p) = c.checked_sub(1) else {
+            return;
+        };
+        if self.chunks[p].objects.len() + self.chunks[c].objects.len() > CHUNK {
+            return;
+        }
+        let merged = self.chunks.remove(c);
+        self.firsts.remove(c);
+        let previous = Arc::make_mut(&mut self.chunks[p]);
+        previous.starts.extend_from_slice(&merged.starts);
+        previous.objects.extend(merged.objects.iter().cloned());
     }
 
     /// The object containing `pc`.
@@ -440,6 +464,10 @@ mod tests {
                     let want = model.iter().find(|&&(s, e)| s <= pc && pc < e).map(|r| r.0);
                     proptest::prop_assert_eq!(map.find(pc).map(|o| o.start), want);
                 }
+                // Neighbouring chunks that shrank have merged.
+                for pair in map.chunks.windows(2) {
+                    proptest::prop_assert!(pair[0].objects.len() + pair[1].objects.len() > CHUNK);
+                }
                 let mut sorted = model.clone();
                 sorted.sort_unstable();
                 let listed: Vec<(u64, u64)> = map.objects().map(|o| (o.start, o.end)).collect();
@@ -447,6 +475,27 @@ mod tests {
                 proptest::prop_assert_eq!(map.len(), model.len());
             }
         }
+    }
+
+    #[test]
+    fn chunks_merge_as_objects_go() {
+        let mut map = CodeMap::new();
+        for i in 0..100 {
+            map.insert(object(i * 10, i * 10 + 5)).unwrap();
+        }
+        let most = map.chunks.len();
+        for i in (0..100).filter(|i| i % 10 != 0) {
+            map.remove(i * 10).unwrap();
+        }
+        assert!(
+            map.chunks.len() <= 2 * 10 / CHUNK + 1,
+            "{} chunks for 10 objects (of {most})",
+            map.chunks.len()
+        );
+        let starts: Vec<u64> = map.objects().map(|o| o.start).collect();
+        assert_eq!(starts, (0..10).map(|i| i * 100).collect::<Vec<_>>());
+        assert_eq!(map.find(505).map(|o| o.start), None);
+        assert_eq!(map.find(902).map(|o| o.start), Some(900));
     }
 
     #[test]
