@@ -363,6 +363,29 @@ impl GuardedMap {
         self.faulted.load(Ordering::Acquire)
     }
 
+    /// Lets the kernel take back the pages that hold bytes `range` (those
+    /// wholly inside it): a reader done with part of a large file keeps
+    /// its resident memory to what it still reads. The bytes stay
+    /// readable, from the file again, if read later. A range past the end
+    /// is cut to it; a copy (see [`GuardedMap::map`]) keeps its bytes.
+    pub fn release(&self, range: std::ops::Range<usize>) {
+        let page = crate::loader::page_size() as usize;
+        let start = range.start.next_multiple_of(page);
+        let end = range.end.min(self.len) / page * page;
+        if self.copy.is_some() || self.slot.is_none() || start >= end {
+            return;
+        }
+        // SAFETY: whole pages inside our own private, read-only, never
+        // written mapping: MADV_DONTNEED drops them from this process, and
+        // the next read maps the file's page again (or the zero page the
+        // SIGBUS handler put there, which reads as zeros again). Borrows
+        // of the bytes see the same file bytes, under the same contract
+        // as any read of the mapping.
+        unsafe {
+            libc::madvise(self.ptr.add(start).cast(), end - start, libc::MADV_DONTNEED);
+        }
+    }
+
     /// Bytes mapped.
     #[must_use]
     pub fn len(&self) -> usize {
@@ -415,6 +438,38 @@ mod tests {
         assert_eq!(map[2 * page + 1], 0);
         assert!(map.faulted());
         assert_eq!(map[page + 5], 0);
+    }
+
+    /// The resident kilobytes of the mapping that starts at `at`, from
+    /// `/proc/self/smaps`.
+    fn resident_kib(at: usize) -> u64 {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let block = smaps
+            .split_once(&format!("{at:x}-"))
+            .map(|(_, rest)| rest)
+            .unwrap();
+        let line = block.lines().find(|l| l.starts_with("Rss:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+
+    #[test]
+    fn released_pages_leave_the_process_and_read_the_file_again() {
+        let mut file = tempfile::tempfile().unwrap();
+        let page = crate::loader::page_size() as usize;
+        let bytes: Vec<u8> = (0..16 * page).map(|i| (i / 7) as u8).collect();
+        file.write_all(&bytes).unwrap();
+        // SAFETY: the test reads the bytes only through checked indexing.
+        let map = unsafe { GuardedMap::map(&file, 0, bytes.len()) }.unwrap();
+        assert!(map.bytes() == bytes);
+        let at = map.bytes().as_ptr() as usize;
+        assert_eq!(resident_kib(at), (16 * page / 1024) as u64);
+        // Half a page in: that page is kept, the next eleven go.
+        map.release(page / 2..12 * page + 3);
+        assert_eq!(resident_kib(at), (5 * page / 1024) as u64);
+        map.release(0..usize::MAX);
+        assert_eq!(resident_kib(at), 0);
+        assert!(map.bytes() == bytes);
+        assert!(!map.faulted());
     }
 
     #[test]

@@ -1,0 +1,318 @@
+//! A perf.data file made into an ichnos recording: its records, put in
+//! time order as perf orders them, go through the recorder as the
+//! kernel's would — `perf record --call-graph dwarf` samples unwound
+//! with our rows (SFrame, `.eh_frame`, CFI) from their stack copies,
+//! `perf record -g` samples kept as the kernel's frame-pointer chains —
+//! and the recording is reported like any other.
+//!
+//! The processes are gone (or another now has their number): nothing is
+//! read from `/proc` or process memory, only the records and the files
+//! they mapped. The file is untrusted. The `linux-perf-data` crate reads
+//! its header, attrs and feature sections, and sizes its buffers by what
+//! the file claims: before it reads them, the header's sections, the
+//! attrs' id sections and the feature sections it parses are checked
+//! against the file's length ([`checks`]). The records are read here, in
+//! place in the mapped file, each framed and checked as it is reached
+//! and parsed by our own bounded parser ([`records`]); compressed records
+//! (whose decompressed size nothing bounds) are refused. What is kept
+//! while records wait for their turn is a few words each ([`rounds`]).
+
+mod checks;
+mod records;
+mod rounds;
+
+use std::fs::File;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+
+use ichnos_data::{LostCause, Meta, Record, Target};
+use ichnos_perf::record::{parse, SampleFormat};
+use linux_perf_data::PerfFileReader;
+
+use super::output::{self, Output};
+use super::recorder::Recorder;
+
+/// Why a perf.data file could not be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PerfDataError {
+    /// It could not be opened or read.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Its header is not a perf.data header, or names sections past its
+    /// end.
+    #[error("{path} is not a readable perf.data file: {what}")]
+    Header {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, and where.
+        what: String,
+    },
+    /// The perf.data reader failed, at a byte of the data section where
+    /// known.
+    #[error("{path}: corrupt perf.data{}: {source}", at.map(|a| format!(" at byte {a}")).unwrap_or_default())]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// Where in the file the data section's reading stopped.
+        at: Option<u64>,
+        /// The reader's error.
+        source: linux_perf_data::Error,
+    },
+    /// The file was cut short while it was read: what was read past its
+    /// new end was not the file.
+    #[error("{path} was cut short while it was read")]
+    Changed {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The recording could not be written.
+    #[error("cannot write the recording {path}: {source}")]
+    Write {
+        /// The recording.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// What a conversion found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PerfDataSummary {
+    /// Samples converted.
+    pub samples: u64,
+    /// Of them, with a complete stack.
+    pub complete: u64,
+    /// Samples with neither registers nor a callchain, or records the
+    /// parser refused.
+    pub unreadable: u64,
+}
+
+/// How often (in bytes of the data section walked past) the pages
+/// already read are handed back.
+const RELEASE_EVERY: usize = 4 << 20;
+
+/// Converts the perf.data file `input` into an ichnos recording written to
+/// `output` (opened by the caller, who chooses how safely: a temporary
+/// file is best created new), named `output_name` in errors.
+pub fn import_perf_data(
+    input: &Path,
+    output: File,
+    output_name: &Path,
+) -> Result<PerfDataSummary, PerfDataError> {
+    let io = |source| PerfDataError::Io {
+        path: input.to_path_buf(),
+        source,
+    };
+    let mut file = ichnos_image::open_regular(input).map_err(|e| PerfDataError::Header {
+        path: input.to_path_buf(),
+        what: e.to_string(),
+    })?;
+    let (data_offset, data_size) = checks::check_header(&mut file, input)?;
+    let mtime = file
+        .metadata()
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(0));
+    let corrupt = |source| PerfDataError::Corrupt {
+        path: input.to_path_buf(),
+        at: None,
+        source,
+    };
+    // The crate reads the header, the attrs and the feature sections;
+    // the records are read here, where they lie.
+    let PerfFileReader { perf_file, .. } =
+        PerfFileReader::parse_file(BufReader::with_capacity(1 << 16, &file)).map_err(corrupt)?;
+    let attributes = perf_file.event_attributes();
+    let formats: Vec<SampleFormat> = attributes
+        .iter()
+        .map(|a| records::format_of(&a.attr))
+        .collect();
+    let attrs = records::Attrs::new(attributes);
+    let data_end = usize::try_from(data_offset + data_size).map_err(|_| {
+        io(std::io::Error::other(
+            "the data section lies beyond what this machine can map",
+        ))
+    })?;
+    // SAFETY: the bytes are read only through bounds-checked slices and
+    // parsed as untrusted input; `faulted` is checked before the result
+    // is used.
+    let map = unsafe { ichnos_image::GuardedMap::map(&file, 0, data_end) }.map_err(io)?;
+    let data = map
+        .bytes()
+        .get(usize::try_from(data_offset).unwrap_or(usize::MAX)..)
+        .unwrap_or_default();
+    let write = |source| PerfDataError::Write {
+        path: output_name.to_path_buf(),
+        source,
+    };
+    let (mut out, writer) =
+        output::start(output, 0).map_err(|e| write(std::io::Error::other(e.to_string())))?;
+    out.wait_for_room();
+    describe(&mut out, &perf_file, mtime);
+    let mut recorder = Recorder::offline(ichnos_code::UnwindOptions::default().max_frames, out);
+    let mut converted = Converted::default();
+    let mut released = 0;
+    let walked = records::walk(
+        data,
+        data_offset,
+        &attrs,
+        |below| {
+            if below >= released + RELEASE_EVERY {
+                let from = usize::try_from(data_offset).unwrap_or(0);
+                map.release(from + released..from + below);
+                released = below;
+            }
+        },
+        |found| converted.record(&formats, found, &mut recorder),
+    );
+    let walked = if map.faulted() {
+        Err(PerfDataError::Changed {
+            path: input.to_path_buf(),
+        })
+    } else {
+        walked.map_err(|what| PerfDataError::Header {
+            path: input.to_path_buf(),
+            what,
+        })
+    };
+    let (summary, written) = finish(recorder, &converted, writer);
+    walked?;
+    written.map_err(write)?;
+    Ok(summary)
+}
+
+/// Ends the recording: the last JIT names, the records refused counted
+/// lost, the end record; waits for the writer. What was converted, and
+/// how the writing went.
+fn finish(
+    mut recorder: Recorder,
+    converted: &Converted,
+    writer: std::thread::JoinHandle<output::WriterResult>,
+) -> (PerfDataSummary, output::WriterResult) {
+    let Converted {
+        unreadable,
+        last_time,
+        ..
+    } = *converted;
+    recorder.finish();
+    if unreadable > 0 {
+        recorder
+            .output
+            .lost(last_time, 0, unreadable, LostCause::Unreadable);
+    }
+    let summary = PerfDataSummary {
+        samples: recorder.samples,
+        complete: recorder.complete,
+        unreadable,
+    };
+    let (samples, lost) = (recorder.output.samples, recorder.lost);
+    let mut out = recorder.output;
+    out.meta(&Record::End {
+        time: out.rel(last_time),
+        samples,
+        lost: lost + unreadable,
+    });
+    out.close(&writer);
+    let written = writer
+        .join()
+        .unwrap_or_else(|_| Err(std::io::Error::other("the writer thread panicked")));
+    (summary, written)
+}
+
+/// What handing the records to the recorder has found so far.
+#[derive(Clone, Copy, Default)]
+struct Converted {
+    /// Records our parser refused, or of no known event.
+    unreadable: u64,
+    /// The first record's time, which the recording's times count from.
+    first_time: Option<u64>,
+    last_time: u64,
+}
+
+impl Converted {
+    /// Hands one record, in time order, to `recorder`.
+    fn record(
+        &mut self,
+        formats: &[SampleFormat],
+        found: records::Found<'_>,
+        recorder: &mut Recorder,
+    ) {
+        let Some(format) = formats.get(found.attr) else {
+            self.unreadable += 1;
+            return;
+        };
+        match parse(format, found.bytes) {
+            Ok(parsed) => {
+                // Times count from the first record's (perf's records
+                // for what ran before it started have none, or 0).
+                if let Some(t) = parsed.time().filter(|&t| t > 0) {
+                    if self.first_time.is_none() {
+                        self.first_time = Some(t);
+                        recorder.output.set_start(t);
+                    }
+                    self.last_time = self.last_time.max(t);
+                }
+                recorder.handle(&parsed, false);
+            }
+            Err(_) => self.unreadable += 1,
+        }
+    }
+}
+
+/// The recording's description, from the perf.data header's features.
+fn describe(out: &mut Output, perf_file: &linux_perf_data::PerfFile, mtime: u64) {
+    let host = perf_file.hostname().ok().flatten().unwrap_or_default();
+    let kernel = perf_file.os_release().ok().flatten().unwrap_or_default();
+    let command: Vec<&str> = perf_file.cmdline().ok().flatten().unwrap_or_default();
+    let attrs = perf_file.event_attributes();
+    let event = attrs
+        .first()
+        .and_then(|a| a.name())
+        .unwrap_or("perf event")
+        .to_owned();
+    let (frequency, stack_size) = attrs.first().map_or((0, 0), |a| {
+        let frequency = match a.attr.sampling_policy {
+            linux_perf_data::linux_perf_event_reader::SamplingPolicy::Frequency(f) => f,
+            _ => 0,
+        };
+        (frequency, u64::from(a.attr.sample_stack_user))
+    });
+    // When the first sample was taken, on the wall clock: from the clock
+    // data perf keeps (the recording clock against the wall clock at one
+    // instant), else from the file's last write less the samples' span.
+    let range = perf_file.sample_time_range().ok().flatten();
+    let start_realtime = match (perf_file.clock_data().ok().flatten(), range) {
+        (Some(clock), Some(r)) => clock
+            .wall_clock_ns
+            .saturating_add(r.first_sample_time)
+            .saturating_sub(clock.clockid_time_ns),
+        (None, Some(r)) => {
+            mtime.saturating_sub(r.last_sample_time.saturating_sub(r.first_sample_time))
+        }
+        _ => mtime,
+    };
+    let recorder = match perf_file.perf_version() {
+        Ok(Some(v)) => format!("perf {v}"),
+        _ => "perf".to_owned(),
+    };
+    out.meta(&Record::Meta(Meta {
+        host: host.as_bytes(),
+        kernel: kernel.as_bytes(),
+        command: command.iter().take(1024).map(|a| a.as_bytes()).collect(),
+        event: event.as_bytes(),
+        frequency,
+        stack_size,
+        start_monotonic_ns: 0,
+        start_realtime_ns: start_realtime,
+        recorder: recorder.as_bytes(),
+        target: Target::Command,
+        off_cpu_event: b"",
+    }));
+}
