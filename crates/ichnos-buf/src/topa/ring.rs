@@ -564,6 +564,13 @@ impl Producer {
         stats(self.header(), self.head)
     }
 
+    /// Whether a consumer is in [`Consumer::wait`], announced as asleep
+    /// (or about to sleep) until notified.
+    #[must_use]
+    pub fn consumer_waiting(&self) -> bool {
+        self.header().consumer_waiting.load(Ordering::SeqCst) > 0
+    }
+
     /// Writes a record all or nothing. Returns the record's position.
     #[inline]
     pub fn write_record(&mut self, record: &[u8]) -> Result<u64, RecordError> {
