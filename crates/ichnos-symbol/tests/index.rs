@@ -335,6 +335,63 @@ fn an_index_from_another_build_of_ichnos_is_not_read() {
     let symbolizer = indexed(&ix_dir, &SymbolizerOptions::default());
     assert!(symbolizer.usable_index(&exe).is_none());
     assert!(symbolizer.index_of(&exe).unwrap().is_none());
+    // Asked for again, it is made again, by this build.
+    let again = make_index(&ix_dir, &exe, &SymbolizerOptions::default());
+    assert!(again.made_by_this_build());
+    assert!(symbolizer.usable_index(&exe).is_some());
+}
+
+/// The generator an index records is the fingerprint docs/symbol-index.md
+/// and build.rs describe, computed here apart: FNV-1a over the crate's
+/// version, the workspace's Cargo.lock, then each source file under
+/// `src/` (sorted by path: its path, a zero byte, its bytes). A fix to the
+/// symbolizer's sources therefore makes a new generator.
+#[test]
+fn the_generator_fingerprints_the_crate_sources() {
+    fn rs_files(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                rs_files(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut feed = |bytes: &[u8]| {
+        for &b in bytes {
+            hash ^= u64::from(b);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+    };
+    feed(env!("CARGO_PKG_VERSION").as_bytes());
+    feed(&std::fs::read(manifest.join("../../Cargo.lock")).unwrap());
+    let mut files = Vec::new();
+    rs_files(&manifest.join("src"), &mut files);
+    files.sort();
+    assert!(files.len() > 10, "{files:?}");
+    for file in &files {
+        feed(
+            file.strip_prefix(manifest)
+                .unwrap()
+                .to_string_lossy()
+                .as_bytes(),
+        );
+        feed(&[0]);
+        feed(&std::fs::read(file).unwrap());
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exe = fixture(dir.path());
+    let index = make_index(
+        &dir.path().join("index"),
+        &exe,
+        &SymbolizerOptions::default(),
+    );
+    let bytes = std::fs::read(index.path()).unwrap();
+    let generator = u64::from_le_bytes(bytes[128..136].try_into().unwrap());
+    assert_eq!(generator, hash);
 }
 
 /// An index file written here from docs/symbol-index.md alone: ranges,
