@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 #[path = "../../../tools/bench/estimates.rs"]
 mod estimates;
-use estimates::mean_ns;
 
 const BATCH: usize = 4096;
 
@@ -130,6 +129,8 @@ fn bench_size<const N: usize>(c: &mut Criterion) {
 }
 
 fn main() {
+    // Only this run's estimates go into its table.
+    let run = estimates::Run::start();
     let mut c = Criterion::default().configure_from_args();
     bench_size::<8>(&mut c);
     bench_size::<16>(&mut c);
@@ -147,7 +148,7 @@ fn main() {
     println!("\nnanoseconds per record (and time over the plain store loop's), this run:");
     for size in [8, 16] {
         let group = format!("fill/{size}");
-        let per_record = |f| mean_ns(&group, f).map(|ns| ns / BATCH as f64);
+        let per_record = |f| run.mean_ns(&group, f).map(|ns| ns / BATCH as f64);
         let limit = per_record("plain_store");
         for f in functions {
             let show = per_record(f).map_or("-".to_owned(), |v| format!("{v:.2}"));

@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 
 #[path = "../../../tools/bench/estimates.rs"]
 mod estimates;
-use estimates::mean_ns;
 
 const TOTAL: u64 = 64 << 20;
 const BUFFER: usize = 4 << 20;
@@ -182,6 +181,8 @@ fn single_region(record: usize) -> Duration {
 }
 
 fn main() {
+    // Only this run's estimates go into its table.
+    let run = estimates::Run::start();
     let mut c = Criterion::default().configure_from_args();
     for record in [8usize, 64, 4096] {
         let mut group = c.benchmark_group(format!("topa/{record}"));
@@ -203,9 +204,9 @@ fn main() {
     println!("\n64 MiB through a 4 MiB buffer, producer and consumer on two threads, this run:");
     for record in [8usize, 64, 4096] {
         let group = format!("topa/{record}");
-        let rtrb_ns = mean_ns(&group, "rtrb");
+        let rtrb_ns = run.mean_ns(&group, "rtrb");
         for f in ["ichnos_region_table", "rtrb", "single_region_ring"] {
-            let Some(ns) = mean_ns(&group, f) else {
+            let Some(ns) = run.mean_ns(&group, f) else {
                 continue;
             };
             let gbs = TOTAL as f64 / ns;

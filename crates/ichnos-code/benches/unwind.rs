@@ -30,7 +30,6 @@ use object::{Object, ObjectSection, ObjectSegment};
 
 #[path = "../../../tools/bench/estimates.rs"]
 mod estimates;
-use estimates::mean_ns;
 
 struct Stack {
     regs: Regs,
@@ -256,6 +255,8 @@ fn fixture_stack(dir: &Path) -> Option<Stack> {
 }
 
 fn main() {
+    // Only this run's estimates go into its table.
+    let run = estimates::Run::start();
     let dir = tempfile::tempdir().unwrap();
     let mut cases = vec![
         Case {
@@ -337,11 +338,11 @@ fn main() {
         rows.push((case.name, frames, group_name.replace('/', "_")));
     }
     c.final_summary();
-    print_table(rows);
+    print_table(&run, rows);
 }
 
 /// Nanoseconds per frame of each case, and the ratios to framehop.
-fn print_table(rows: Vec<(&str, usize, String)>) {
+fn print_table(run: &estimates::Run, rows: Vec<(&str, usize, String)>) {
     println!("\nnanoseconds per frame, and framehop's time over ours (above 1: ichnos is faster), this run:");
     println!(
         "{:>11} {:>6}  {:>9} {:>9} {:>9} {:>9} {:>9}  {:>7} {:>7} {:>7} {:>7}",
@@ -358,7 +359,7 @@ fn print_table(rows: Vec<(&str, usize, String)>) {
         "eh+c"
     );
     for (name, frames, group) in rows {
-        let per_frame = |f| mean_ns(&group, f).map(|ns| ns / frames as f64);
+        let per_frame = |f| run.mean_ns(&group, f).map(|ns| ns / frames as f64);
         let fh = per_frame("framehop");
         let ours = [
             per_frame("ichnos_sframe_rows"),

@@ -23,7 +23,6 @@ use ichnos_image::{Asid, Image, Isid, SectionCache};
 
 #[path = "../../../tools/bench/estimates.rs"]
 mod estimates;
-use estimates::mean_ns;
 
 const SECTION: u64 = 4096;
 const BASE: u64 = 0x40_0000;
@@ -146,6 +145,8 @@ fn bench(c: &mut Criterion, file: &Path, libipt: Option<&Libipt>) {
 }
 
 fn main() {
+    // Only this run's estimates go into its table.
+    let run = estimates::Run::start();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("sections.bin");
     let bytes: Vec<u8> = (0..10_000 * SECTION).map(|i| (i % 251) as u8).collect();
@@ -166,7 +167,7 @@ fn main() {
     for sections in [1, 100, 10_000] {
         // Criterion stores group "read/N" under the directory "read_N".
         let group = format!("read_{sections}");
-        let rate = |f| mean_ns(&group, f).map(|ns| 1e9 / ns);
+        let rate = |f| run.mean_ns(&group, f).map(|ns| 1e9 / ns);
         let (img, cache, ipt) = (
             rate("ichnos_image"),
             rate("ichnos_cache"),
