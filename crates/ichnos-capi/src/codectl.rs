@@ -15,7 +15,7 @@ const CODE_REGISTER_JIT: c_uint = 2;
 
 /// `struct code_elf_info`.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct code_elf_info {
     /// First byte of the object's first `PT_LOAD` page.
     pub elf_start: u64,
@@ -43,7 +43,7 @@ pub struct code_elf_info {
 
 /// `struct code_jit_info`.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct code_jit_info {
     /// Start of the JIT text.
     pub text_start: u64,
@@ -58,7 +58,7 @@ pub struct code_jit_info {
 
 /// `struct code_unregister_info`.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct code_unregister_info {
     /// Start of the registered text range.
     pub text_start: u64,
@@ -124,7 +124,7 @@ pub unsafe extern "C" fn codectl(
     match option {
         CODE_REGISTER_ELF => {
             // SAFETY: forwarded caller contract.
-            let info: code_elf_info = match unsafe { copy_struct(info, info_size) } {
+            let info: code_elf_info = match copy_struct(info, info_size) {
                 Ok(i) => i,
                 Err(e) => return e,
             };
@@ -169,7 +169,7 @@ pub unsafe extern "C" fn codectl(
         }
         CODE_REGISTER_JIT => {
             // SAFETY: forwarded caller contract.
-            let info: code_jit_info = match unsafe { copy_struct(info, info_size) } {
+            let info: code_jit_info = match copy_struct(info, info_size) {
                 Ok(i) => i,
                 Err(e) => return e,
             };
@@ -183,7 +183,7 @@ pub unsafe extern "C" fn codectl(
         }
         CODE_UNREGISTER => {
             // SAFETY: forwarded caller contract.
-            let info: code_unregister_info = match unsafe { copy_struct(info, info_size) } {
+            let info: code_unregister_info = match copy_struct(info, info_size) {
                 Ok(i) => i,
                 Err(e) => return e,
             };

@@ -13,14 +13,11 @@ const MAX_STRUCT_SIZE: usize = 4096;
 /// `copy_struct_from_user` does: a shorter (older) struct is zero-extended;
 /// a longer (newer) one is accepted only if the bytes we do not know are 0.
 /// Errors are `-EINVAL` (NULL), `-EFAULT` (the bytes cannot be read) and
-/// `-E2BIG`, with the message set.
-///
-/// # Safety
-/// `T` must be plain old data: every byte pattern a valid value.
-pub(crate) unsafe fn copy_struct<T: Copy + Default>(
-    info: *const c_void,
-    size: usize,
-) -> Result<T, c_int> {
+/// `-E2BIG`, with the message set. `T` is plain old data (`Pod`: any
+/// bytes are a value of it, and it has no padding), and the caller's
+/// memory is read as the kernel reads user memory, so nothing the caller
+/// passes is undefined behaviour here.
+pub(crate) fn copy_struct<T: bytemuck::Pod>(info: *const c_void, size: usize) -> Result<T, c_int> {
     if info.is_null() {
         set_last_error("info is NULL");
         return Err(-libc::EINVAL);
@@ -43,12 +40,8 @@ pub(crate) unsafe fn copy_struct<T: Copy + Default>(
             return Err(-libc::E2BIG);
         }
     }
-    let mut out = T::default();
+    let mut out = T::zeroed();
     let n = size.min(known);
-    // SAFETY: `out` is a plain-old-data struct of `known` bytes and we copy
-    // at most that many from `bytes`.
-    unsafe {
-        std::ptr::copy_nonoverlapping(bytes.as_ptr(), (&raw mut out).cast::<u8>(), n);
-    }
+    bytemuck::bytes_of_mut(&mut out)[..n].copy_from_slice(&bytes[..n]);
     Ok(out)
 }

@@ -54,6 +54,35 @@ const OPTIONS_SIZE_VER0: usize = 24;
 const OPTIONS_SIZE_VER1: usize = 32;
 const _: () = assert!(std::mem::size_of::<ichnos_symbolizer_options>() == OPTIONS_SIZE_VER1);
 
+/// [`ichnos_symbolizer_options`] as its bytes are copied from the caller:
+/// the pointers as the addresses they are (they are read through
+/// `user_memory`, never dereferenced), so that the struct is plain old
+/// data.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct OptionsBytes {
+    flags: u32,
+    reserved: u32,
+    debug_dirs: usize,
+    max_cached_bytes: u64,
+    index_dir: usize,
+}
+
+const _: () = {
+    use std::mem::{offset_of, size_of};
+    assert!(size_of::<OptionsBytes>() == size_of::<ichnos_symbolizer_options>());
+    assert!(
+        offset_of!(OptionsBytes, debug_dirs) == offset_of!(ichnos_symbolizer_options, debug_dirs)
+    );
+    assert!(
+        offset_of!(OptionsBytes, max_cached_bytes)
+            == offset_of!(ichnos_symbolizer_options, max_cached_bytes)
+    );
+    assert!(
+        offset_of!(OptionsBytes, index_dir) == offset_of!(ichnos_symbolizer_options, index_dir)
+    );
+};
+
 /// `struct ichnos_symbolizer`: the symbolizer and the strings of its last
 /// answer.
 #[derive(Debug)]
@@ -144,12 +173,10 @@ pub unsafe extern "C" fn ichnos_symbolizer_create(
         ));
         return -libc::EINVAL;
     }
-    // SAFETY: forwarded caller contract.
-    let given: ichnos_symbolizer_options =
-        match unsafe { copy_struct(options.cast::<c_void>(), size) } {
-            Ok(o) => o,
-            Err(e) => return e,
-        };
+    let given: OptionsBytes = match copy_struct(options.cast::<c_void>(), size) {
+        Ok(o) => o,
+        Err(e) => return e,
+    };
     if given.flags & !(RAW_NAMES | NO_INLINES) != 0 || given.reserved != 0 {
         set_last_error(&format!(
             "unknown flags {:#x} or reserved {:#x} is not 0",
@@ -167,17 +194,19 @@ pub unsafe extern "C" fn ichnos_symbolizer_create(
         options.max_cached_bytes = given.max_cached_bytes;
     }
     // NULL (also what a version-0 struct leaves here) or a string.
-    options.index_dir = match path_arg(given.index_dir, "index_dir") {
+    options.index_dir = match path_arg(given.index_dir as *const c_char, "index_dir") {
         Ok(dir) => dir,
         Err(e) => return e,
     };
-    if !given.debug_dirs.is_null() {
+    if given.debug_dirs != 0 {
         options.debug_dirs.clear();
         for i in 0..=MAX_DEBUG_DIRS {
             // A NULL-terminated array, read entry by entry (as the kernel
             // reads argv): we stop at its NULL, or after reading the entry
             // where it is due at the latest.
-            let at = (given.debug_dirs as usize).wrapping_add(i * std::mem::size_of::<usize>());
+            let at = given
+                .debug_dirs
+                .wrapping_add(i * std::mem::size_of::<usize>());
             let dir = match crate::user_memory::read_value::<usize>(at, "debug_dirs") {
                 Ok(d) => d as *const c_char,
                 Err(e) => return e,
