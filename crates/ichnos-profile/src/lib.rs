@@ -18,9 +18,11 @@ pub mod launch;
 mod mapping;
 pub mod record;
 pub mod report;
+mod stop;
 mod sys;
 
 pub use record::{
     record, EventChoice, OffCpuSummary, RecordError, RecordOptions, RecordTarget, Status, Summary,
 };
+pub use stop::catch_stop_signals;
 pub use sys::{uname, ExitStatus};

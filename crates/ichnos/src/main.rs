@@ -3,6 +3,9 @@
 //! library configuration and maps errors to the exit codes of
 //! `docs/cli.md` (0 success, 1 user error, 2 usage error).
 
+// Everything unsafe lives in the libraries, fenced there.
+#![forbid(unsafe_code)]
+
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -40,7 +43,6 @@ mod demo;
 mod progress;
 mod record;
 mod report;
-mod signal;
 mod stack;
 mod symbolize;
 mod units;

@@ -147,7 +147,7 @@ pub fn record(args: &RecordArgs, quiet: bool, verbose: bool) -> Result<u8> {
 
 /// Records with `options`, showing progress unless `quiet`.
 pub fn run(options: &RecordOptions, quiet: bool, verbose: bool) -> Result<Summary> {
-    crate::signal::catch_stop_signals();
+    let stop = ichnos_profile::catch_stop_signals();
     let progress = crate::progress::status_line(quiet);
     let mut show = |s: &Status| {
         if let Some(bar) = &progress {
@@ -160,7 +160,7 @@ pub fn run(options: &RecordOptions, quiet: bool, verbose: bool) -> Result<Summar
             ));
         }
     };
-    let result = ichnos_profile::record(options, &crate::signal::STOP, &mut show);
+    let result = ichnos_profile::record(options, stop, &mut show);
     if let Some(bar) = progress {
         bar.finish_and_clear();
     }

@@ -782,7 +782,7 @@ for t in d["threads"]:
             if name == "mix_block":
                 # Located: the demo's workload.c, where mix_block spans
                 # lines 17 to 24; in the ichnos binary, as a library.
-                assert strings[fn["fileName"][func]].endswith("demo/workload.c")
+                assert strings[fn["fileName"][func]].endswith("ichnos-demo/src/workload.c")
                 assert 17 <= ft["line"][f] <= 24, ft["line"][f]
                 assert libs[rt["lib"][fn["resource"][func]]]["name"] == "ichnos"
                 assert cats[ft["category"][f]] == "Native"

@@ -1,58 +1,12 @@
-//! The built-in demo: a workload shipped inside ichnos, run by `ichnos
-//! record` with no command and by `ichnos demo`.
-//!
-//! Two threads run for about 2.5 seconds. `demo-native` runs C call
-//! chains five levels deep, built without frame pointers (build.rs);
-//! `demo-jit` calls a function emitted at run time (`jit_hot_loop`,
-//! registered with the code registry with its unwind table), which calls
-//! back into C. A report of the demo shows both chains whole, the JIT
-//! frame by its name with the native frames below and above it.
+//! The built-in demo: the workload of `ichnos-demo`, run by `ichnos
+//! record` with no command (as `ichnos __demo-workload`, so that the
+//! recorder profiles a process of its own) and by `ichnos demo`, which
+//! records and reports it in one step.
 
 mod command;
-mod jit;
-mod sys;
 
 pub use command::{demo, DemoArgs};
-
-use std::time::Duration;
-
-use anyhow::{Context, Result};
+pub use ichnos_demo::workload;
 
 /// The hidden argument that makes `ichnos` run the workload.
 pub const WORKLOAD_ARG: &str = "__demo-workload";
-
-/// How long each thread works.
-pub const DURATION: Duration = Duration::from_millis(2500);
-
-extern "C" {
-    fn demo_native_work(seconds: f64) -> u64;
-    fn demo_jit_driver(function: jit::LoopFn, seconds: f64) -> u64;
-}
-
-/// Runs the workload: two named threads, then exits.
-pub fn workload() -> Result<()> {
-    let jit = jit::Jit::emit()?;
-    let function = jit.function();
-    let seconds = DURATION.as_secs_f64();
-    let native = std::thread::Builder::new()
-        .name("demo-native".into())
-        // SAFETY: a C function taking and returning plain numbers.
-        .spawn(move || unsafe { demo_native_work(seconds) })
-        .context("cannot start the demo's native thread")?;
-    let jit_thread = std::thread::Builder::new()
-        .name("demo-jit".into())
-        // SAFETY: the driver calls `function` (valid while `jit` lives,
-        // which outlives this thread: it is joined below) with a C
-        // callback of the signature the JIT code expects.
-        .spawn(move || unsafe { demo_jit_driver(function, seconds) })
-        .context("cannot start the demo's JIT thread")?;
-    let a = native
-        .join()
-        .map_err(|_| anyhow::anyhow!("the native thread panicked"))?;
-    let b = jit_thread
-        .join()
-        .map_err(|_| anyhow::anyhow!("the JIT thread panicked"))?;
-    drop(jit);
-    std::hint::black_box(a ^ b);
-    Ok(())
-}

@@ -64,14 +64,14 @@ pub type LoopFn = unsafe extern "C" fn(u64, extern "C" fn(u64) -> u64) -> u64;
 
 /// The emitted code, registered; unregistered and unmapped on drop.
 pub struct Jit {
-    code: crate::demo::sys::ExecMemory,
+    code: crate::sys::ExecMemory,
     _table: Arc<JitUnwindTable>,
 }
 
 impl Jit {
     /// Emits the function and registers it and its unwind rows.
     pub fn emit() -> Result<Jit> {
-        let code = crate::demo::sys::ExecMemory::with_code(CODE)
+        let code = crate::sys::ExecMemory::with_code(CODE)
             .context("cannot map memory for the demo's JIT code")?;
         let table = Arc::new(JitUnwindTable::with_capacity(FRAME.len()));
         for (range, cfa) in FRAME {

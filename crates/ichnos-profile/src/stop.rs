@@ -1,17 +1,20 @@
-//! Ctrl-C and `kill`: SIGINT and SIGTERM set a flag the long-running
-//! commands poll, so that a recording stops cleanly instead of dying.
+//! Ctrl-C and `kill`: SIGINT and SIGTERM set a flag that a recording
+//! polls, so that it stops cleanly (the target stopped, the recording
+//! closed) instead of dying with its last chunk unwritten.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Set by the handler.
-pub static STOP: AtomicBool = AtomicBool::new(false);
+static STOP: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, Ordering::Relaxed);
 }
 
-/// Installs the handler for SIGINT and SIGTERM.
-pub fn catch_stop_signals() {
+/// Installs the handler for SIGINT and SIGTERM, and returns the flag it
+/// sets: pass it to [`crate::record()`] as its `stop`.
+#[must_use = "the flag to pass to record()"]
+pub fn catch_stop_signals() -> &'static AtomicBool {
     // SAFETY: sigaction with a handler that only stores to an atomic
     // (async-signal-safe); `action` is fully initialised.
     unsafe {
@@ -22,4 +25,5 @@ pub fn catch_stop_signals() {
         libc::sigaction(libc::SIGINT, &raw const action, std::ptr::null_mut());
         libc::sigaction(libc::SIGTERM, &raw const action, std::ptr::null_mut());
     }
+    &STOP
 }
