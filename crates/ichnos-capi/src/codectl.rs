@@ -84,7 +84,7 @@ fn status(result: Result<(), RegistryError>) -> c_int {
     match result {
         Ok(()) => 0,
         Err(e) => {
-            set_last_error(&e.to_string());
+            crate::error::set_last_error_of(&e);
             e.errno()
         }
     }

@@ -28,6 +28,11 @@ pub(crate) fn set_last_error(message: &str) {
     let _ = LAST_ERROR.try_with(|last| *last.borrow_mut() = text);
 }
 
+/// Records `error`, with its causes, as this thread's last error.
+pub(crate) fn set_last_error_of(error: &dyn std::error::Error) {
+    set_last_error(&ichnos_symbol::error_chain(error));
+}
+
 /// Records `what` as the last error and returns `-code`.
 pub(crate) fn fail(code: i32, what: &str) -> i32 {
     set_last_error(what);
@@ -36,7 +41,7 @@ pub(crate) fn fail(code: i32, what: &str) -> i32 {
 
 /// Records the error and returns its negative libipt code.
 pub(crate) fn status(error: &Error) -> i32 {
-    set_last_error(&error.to_string());
+    set_last_error_of(error);
     match error.kind() {
         ErrorKind::Invalid => -pte::INVALID,
         ErrorKind::NoMap => -pte::NOMAP,

@@ -269,7 +269,7 @@ pub unsafe extern "C" fn ichnos_symbolizer_build_index(
     match s.symbolizer.build_index(&path, &mut |_, _| {}) {
         Ok(_) => 0,
         Err(e) => {
-            set_last_error(&e.to_string());
+            crate::error::set_last_error_of(&e);
             match e {
                 SymbolError::NotIndexed { .. } if s.symbolizer.index_dir().is_none() => {
                     -libc::EINVAL
@@ -322,7 +322,7 @@ pub unsafe extern "C" fn ichnos_symbolize(
     let result = match s.symbolizer.symbolize_file(Path::new(&path), &[addr]) {
         Ok(mut r) => r.remove(0),
         Err(e) => {
-            set_last_error(&e.to_string());
+            crate::error::set_last_error_of(&e);
             return if path.exists() {
                 -libc::EIO
             } else {

@@ -22,20 +22,28 @@ pub enum SymbolError {
         path: PathBuf,
     },
     /// The file is not an ELF object this crate reads.
-    #[error("{path}: not a readable ELF file: {detail}")]
+    #[error("{path}: not a readable ELF file")]
     BadObject {
         /// The file.
         path: PathBuf,
         /// What the parser said.
-        detail: String,
+        source: object::Error,
     },
     /// The DWARF of the file could not be read.
-    #[error("{path}: bad DWARF: {detail}")]
+    #[error("{path}: bad DWARF")]
     BadDwarf {
         /// The file holding the DWARF.
         path: PathBuf,
         /// What gimli said.
-        detail: String,
+        source: gimli::Error,
+    },
+    /// A process's `/proc/PID/maps` could not be parsed.
+    #[error("cannot read the mappings of process {pid}")]
+    BadMaps {
+        /// The process.
+        pid: u32,
+        /// What was wrong, and on which line.
+        source: ichnos_image::Error,
     },
     /// A symbol index file that is not one, or is damaged.
     #[error("{path}: bad symbol index at offset {offset:#x}: {detail}")]
@@ -55,4 +63,48 @@ pub enum SymbolError {
         /// Why.
         reason: String,
     },
+}
+
+/// An error and its causes as one line, joined by `: ` (a cause whose
+/// text its error already ends with is said once): for messages kept as
+/// text, such as the debug files a symbolizer refused.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(c) = cause {
+        let said = c.to_string();
+        if !text.ends_with(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        cause = c.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chain_says_each_cause_once() {
+        let e = SymbolError::BadMaps {
+            pid: 7,
+            source: ichnos_image::parse_maps(7, "zz").unwrap_err(),
+        };
+        let text = error_chain(&e);
+        assert!(
+            text.starts_with("cannot read the mappings of process 7: "),
+            "{text}"
+        );
+        assert!(text.contains("line 1"), "{text}");
+        let io = SymbolError::Io {
+            path: PathBuf::from("/x"),
+            source: std::io::Error::from_raw_os_error(2),
+        };
+        assert_eq!(
+            error_chain(&io),
+            "/x: No such file or directory (os error 2)"
+        );
+    }
 }

@@ -41,7 +41,7 @@ mod symbolizer;
 
 pub use debug_file::{crc32_of_file, DebugSource};
 pub use demangle::demangle;
-pub use error::SymbolError;
+pub use error::{error_chain, SymbolError};
 pub use index::{FrameRef, SymbolIndex};
 pub use process::{Place, ProcessSymbolized};
 pub use symbolizer::{Frame, Symbolized, Symbolizer, SymbolizerOptions};

@@ -281,7 +281,7 @@ impl LoadedObject {
         let mut mapped_bytes = bytes.len() as u64;
         let file = object::File::parse(&*bytes).map_err(|e| SymbolError::BadObject {
             path: path.to_path_buf(),
-            detail: e.to_string(),
+            source: e,
         })?;
         let mut symbols = function_symbols(&file);
         let alloc_ranges = alloc_ranges(&file);
@@ -297,7 +297,7 @@ impl LoadedObject {
                     mapped_bytes += extra;
                     (dwarf, sections, source) = (Some(d), Some(all), DebugSource::SameFile);
                 }
-                Err(e) => refused.push(e.to_string()),
+                Err(e) => refused.push(crate::error::error_chain(&e)),
             }
         } else {
             let build_id = file.build_id().ok().flatten();
@@ -311,7 +311,7 @@ impl LoadedObject {
                         symbols.extend(debug_symbols);
                         (dwarf, sections, source) = (Some(d), Some(all), found);
                     }
-                    Err(e) => refused.push(e.to_string()),
+                    Err(e) => refused.push(crate::error::error_chain(&e)),
                 }
             }
         }
@@ -448,7 +448,7 @@ fn load_debug_file(
     let debug_bytes = map(debug_path)?;
     let debug_file = object::File::parse(&*debug_bytes).map_err(|e| SymbolError::BadObject {
         path: debug_path.to_path_buf(),
-        detail: e.to_string(),
+        source: e,
     })?;
     let (dwarf, extra) = load_dwarf(debug_path, &debug_bytes, &debug_file, debug_dirs, refused)?;
     Ok((
@@ -466,7 +466,7 @@ pub(crate) fn dwarf_size(path: &Path, debug_dirs: &[PathBuf]) -> Result<u64, Sym
     let bytes = map(path)?;
     let file = object::File::parse(&*bytes).map_err(|e| SymbolError::BadObject {
         path: path.to_path_buf(),
-        detail: e.to_string(),
+        source: e,
     })?;
     // The sections a load reads: not locations (passed over) nor
     // .debug_frame (unwinding's, not naming's).
@@ -616,7 +616,7 @@ fn load_dwarf(
 ) -> Result<(Dwarf, u64), SymbolError> {
     let bad = |e: gimli::Error| SymbolError::BadDwarf {
         path: path.to_path_buf(),
-        detail: e.to_string(),
+        source: e,
     };
     let mut dwarf =
         gimli::Dwarf::load(section_loader(bytes, file, endian_of(file), false)).map_err(bad)?;

@@ -235,10 +235,8 @@ impl Symbolizer {
             path: maps_path.clone(),
             source,
         })?;
-        let maps = ichnos_image::parse_maps(pid, &text).map_err(|e| SymbolError::BadObject {
-            path: maps_path,
-            detail: e.to_string(),
-        })?;
+        let maps = ichnos_image::parse_maps(pid, &text)
+            .map_err(|source| SymbolError::BadMaps { pid, source })?;
         let perf_map = PerfMap::for_process(pid).ok();
         let jitdump = mapped_jitdump(pid, &maps);
         let mut registered = None;
