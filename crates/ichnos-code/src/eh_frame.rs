@@ -34,15 +34,78 @@ const MAX_ROWS: usize = 1 << 24;
 #[non_exhaustive]
 pub enum EhFrameError {
     /// The ELF file could not be parsed.
-    #[error("not a readable ELF file: {0}")]
-    BadElf(String),
+    #[error("not a readable ELF file")]
+    BadElf(#[source] object::Error),
     /// The file has no `.eh_frame` section.
     #[error("no .eh_frame section")]
     Missing,
+    /// Its `.eh_frame` cannot be read.
+    #[error("its .eh_frame section cannot be read")]
+    BadSection(#[source] object::Error),
+    /// Its `.eh_frame` is larger than is read.
+    #[error("its .eh_frame section of {0} bytes is larger than the {MAX_SECTION} read")]
+    TooLarge(u64),
     /// The file is for an architecture whose register numbers are not
     /// understood here.
     #[error("unsupported architecture {0} (only x86-64 CFI is converted)")]
     UnsupportedArch(String),
+}
+
+/// An entry of `.eh_frame` that could not be read: where, and gimli's
+/// reason. Conversion passes over it and goes on where it can.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(".eh_frame entry{}", offset.map(|o| format!(" at offset {o:#x}")).unwrap_or_default())]
+pub struct FdeError {
+    /// The entry's offset in the section, where known (an entry whose
+    /// length cannot be read has none the reader reports).
+    pub offset: Option<u64>,
+    /// What was wrong.
+    #[source]
+    pub source: gimli::Error,
+}
+
+impl FdeError {
+    /// An entry whose offset the reader does not report.
+    fn unplaced(source: gimli::Error) -> Self {
+        Self {
+            offset: None,
+            source,
+        }
+    }
+}
+
+/// Why a row of `.eh_frame` cannot be one of the unwinder's rows. The row
+/// is kept, marked, and the unwinder evaluates the CFI there itself (as
+/// framehop's `ConversionError` tells its caller why it could not).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, thiserror::Error)]
+#[non_exhaustive]
+pub enum Unexpressible {
+    /// The CFA is an offset from a register other than the stack and
+    /// frame pointers (DWARF register number).
+    #[error(
+        "the CFA is an offset from DWARF register {0}, neither the stack nor the frame pointer"
+    )]
+    CfaRegister(u16),
+    /// The CFA's offset does not fit in 32 bits.
+    #[error("the CFA's offset does not fit in 32 bits")]
+    CfaOffset,
+    /// The CFA is a DWARF expression that is not "SP plus a constant".
+    #[error("the CFA is a DWARF expression")]
+    CfaExpression,
+    /// The return address is not saved at an offset from the CFA (kept in
+    /// a register, computed by an expression, or given no rule).
+    #[error("the return address is not saved at an offset from the CFA")]
+    ReturnAddressRule,
+    /// The return address's offset is 0 or does not fit in 32 bits.
+    #[error("the return address's offset from the CFA is 0 or does not fit in 32 bits")]
+    ReturnAddressOffset,
+    /// The frame pointer is restored by a rule other than an offset from
+    /// the CFA.
+    #[error("the frame pointer is restored other than from an offset from the CFA")]
+    FramePointerRule,
+    /// The frame pointer's offset is 0 or does not fit in 32 bits.
+    #[error("the frame pointer's offset from the CFA is 0 or does not fit in 32 bits")]
+    FramePointerOffset,
 }
 
 /// The result of converting one `.eh_frame`.
@@ -52,10 +115,12 @@ pub struct EhConversion {
     pub table: RowTable,
     /// Rows whose rule could not be expressed (kept, marked).
     pub unexpressible_rows: usize,
+    /// Those rows by why each could not be expressed.
+    pub unexpressible_reasons: std::collections::BTreeMap<Unexpressible, usize>,
     /// FDEs whose CIE or instructions could not be parsed.
     pub skipped_fdes: usize,
-    /// The first parse error, with the offset gimli reported.
-    pub first_error: Option<String>,
+    /// The first entry that could not be read, and why.
+    pub first_error: Option<FdeError>,
     /// Whether the row budget (2^24 rows per section) cut the conversion short.
     pub truncated: bool,
     /// The FDEs holding unexpressible rows, kept in the table's
@@ -67,7 +132,7 @@ pub struct EhConversion {
 /// the file's link-time virtual addresses; rows count from `base` (default:
 /// the lowest FDE start) and rows below it are left out.
 pub fn rows_from_elf(elf: &[u8], base: Option<u64>) -> Result<EhConversion, EhFrameError> {
-    let file = object::File::parse(elf).map_err(|e| EhFrameError::BadElf(e.to_string()))?;
+    let file = object::File::parse(elf).map_err(EhFrameError::BadElf)?;
     rows_from_object(&file, base)
 }
 
@@ -88,14 +153,9 @@ pub fn rows_from_object<'d, R: object::ReadRef<'d>>(
         .section_by_name(".eh_frame")
         .ok_or(EhFrameError::Missing)?;
     if section.size() > MAX_SECTION {
-        return Err(EhFrameError::BadElf(format!(
-            ".eh_frame of {} bytes is larger than {MAX_SECTION}",
-            section.size()
-        )));
+        return Err(EhFrameError::TooLarge(section.size()));
     }
-    let data = section
-        .data()
-        .map_err(|e| EhFrameError::BadElf(format!(".eh_frame: {e}")))?;
+    let data = section.data().map_err(EhFrameError::BadSection)?;
     let text = file.section_by_name(".text").map(|s| s.address());
     let got = file.section_by_name(".got").map(|s| s.address());
     Ok(rows_from_eh_frame(data, section.address(), text, got, base))
@@ -122,7 +182,7 @@ pub fn rows_from_eh_frame(
     }
     let mut ctx = Box::new(UnwindContext::new());
     let mut rows: Vec<(u64, u64, UnwindRow)> = Vec::new();
-    let mut unexpressible = 0;
+    let mut unexpressible = std::collections::BTreeMap::new();
     let mut skipped = 0;
     let mut first_error = None;
     let mut truncated = false;
@@ -133,11 +193,11 @@ pub fn rows_from_eh_frame(
         let entry = match entries.next() {
             Ok(Some(entry)) => entry,
             Ok(None) => break,
-            Err(e) => {
+            Err(source) => {
                 // The entry's length is unreadable: nothing after it can be
                 // found either.
                 skipped += 1;
-                first_error.get_or_insert_with(|| e.to_string());
+                first_error.get_or_insert(FdeError::unplaced(source));
                 break;
             }
         };
@@ -146,13 +206,13 @@ pub fn rows_from_eh_frame(
         };
         let fde = match partial.parse(EhFrame::cie_from_offset) {
             Ok(fde) => fde,
-            Err(e) => {
+            Err(source) => {
                 skipped += 1;
-                first_error.get_or_insert_with(|| e.to_string());
+                first_error.get_or_insert(FdeError::unplaced(source));
                 continue;
             }
         };
-        let unexpressible_before = unexpressible;
+        let unexpressible_before: usize = unexpressible.values().sum();
         if let Err(e) = fde_rows(
             &fde,
             &eh_frame,
@@ -163,9 +223,12 @@ pub fn rows_from_eh_frame(
             &mut evaluation_budget,
         ) {
             skipped += 1;
-            first_error.get_or_insert(e);
+            first_error.get_or_insert(FdeError {
+                offset: Some(fde.offset() as u64),
+                source: e,
+            });
         }
-        if unexpressible > unexpressible_before {
+        if unexpressible.values().sum::<usize>() > unexpressible_before {
             cfi_fdes.push(FdeSpan {
                 start: fde.initial_address(),
                 end: fde.end_address(),
@@ -205,7 +268,8 @@ pub fn rows_from_eh_frame(
     }
     EhConversion {
         table,
-        unexpressible_rows: unexpressible,
+        unexpressible_rows: unexpressible.values().sum(),
+        unexpressible_reasons: unexpressible,
         skipped_fdes: skipped,
         first_error,
         truncated,
@@ -231,7 +295,7 @@ pub(crate) fn rows_of_fde(
     };
     let mut ctx = Box::new(UnwindContext::new());
     let mut rows = Vec::new();
-    let mut unexpressible = 0;
+    let mut unexpressible = std::collections::BTreeMap::new();
     let mut budget = MAX_EVALUATED_RANGE;
     let _ = fde_rows(
         &fde,
@@ -245,26 +309,33 @@ pub(crate) fn rows_of_fde(
     rows
 }
 
-/// Appends the rows of one FDE; counts the unexpressible ones.
+/// Appends the rows of one FDE; counts the unexpressible ones by reason.
 fn fde_rows(
     fde: &gimli::FrameDescriptionEntry<gimli::EndianSlice<'_, LittleEndian>>,
     eh_frame: &EhFrame<gimli::EndianSlice<'_, LittleEndian>>,
     bases: &BaseAddresses,
     ctx: &mut UnwindContext<usize>,
     rows: &mut Vec<(u64, u64, UnwindRow)>,
-    unexpressible: &mut usize,
+    unexpressible: &mut std::collections::BTreeMap<Unexpressible, usize>,
     evaluation_budget: &mut u64,
-) -> Result<(), String> {
-    let mut table = fde.rows(eh_frame, bases, ctx).map_err(|e| e.to_string())?;
-    while let Some(row) = table.next_row().map_err(|e| e.to_string())? {
+) -> Result<(), gimli::Error> {
+    let mut table = fde.rows(eh_frame, bases, ctx)?;
+    while let Some(row) = table.next_row()? {
         let (start, end) = (row.start_address(), row.end_address());
         if end <= start {
             continue;
         }
-        let converted = convert_row(row);
-        let evaluated = if converted.info & ROW_UNEXPRESSIBLE == 0 {
-            None
-        } else {
+        let (converted, why) = match convert_row(row) {
+            Ok(converted) => (converted, None),
+            Err(why) => {
+                let marked = UnwindRow {
+                    info: ROW_UNEXPRESSIBLE,
+                    ..UnwindRow::default()
+                };
+                (marked, Some(why))
+            }
+        };
+        let evaluated = why.and_then(|_| {
             evaluate_cfa_expression(
                 row,
                 eh_frame,
@@ -272,12 +343,12 @@ fn fde_rows(
                 &converted_rules(row),
                 evaluation_budget,
             )
-        };
+        });
         if let Some(pieces) = evaluated {
             rows.extend(pieces);
         } else {
-            if converted.info & ROW_UNEXPRESSIBLE != 0 {
-                *unexpressible += 1;
+            if let Some(why) = why {
+                *unexpressible.entry(why).or_default() += 1;
             }
             rows.push((start, end, converted));
         }
@@ -394,45 +465,39 @@ fn evaluate_cfa_expression(
     Some(out)
 }
 
-fn convert_row(row: &gimli::UnwindTableRow<usize>) -> UnwindRow {
-    let unexpressible = UnwindRow {
-        info: ROW_UNEXPRESSIBLE,
-        ..UnwindRow::default()
-    };
+fn convert_row(row: &gimli::UnwindTableRow<usize>) -> Result<UnwindRow, Unexpressible> {
+    use Unexpressible as U;
     let mut out = UnwindRow::default();
     match row.cfa() {
         CfaRule::RegisterAndOffset { register, offset } => {
             if *register == X86_64::RSP {
                 out.info |= ROW_CFA_BASE_SP;
             } else if *register != X86_64::RBP {
-                return unexpressible;
+                return Err(U::CfaRegister(register.0));
             }
-            let Ok(offset) = i32::try_from(*offset) else {
-                return unexpressible;
-            };
-            out.cfa_off = offset;
+            out.cfa_off = i32::try_from(*offset).map_err(|_| U::CfaOffset)?;
         }
-        CfaRule::Expression(_) => return unexpressible,
+        CfaRule::Expression(_) => return Err(U::CfaExpression),
     }
     match row.register(X86_64::RA) {
         Some(RegisterRule::Undefined) => {
             out.info |= ROW_OUTERMOST;
-            return out;
+            return Ok(out);
         }
         Some(RegisterRule::Offset(offset)) => match i32::try_from(offset) {
             Ok(offset) if offset != 0 => out.ra_off = offset,
-            _ => return unexpressible,
+            _ => return Err(U::ReturnAddressOffset),
         },
         // No rule (libgcc's "unsaved") or a rule in a register or expression.
-        _ => return unexpressible,
+        _ => return Err(U::ReturnAddressRule),
     }
     match row.register(X86_64::RBP) {
         None | Some(RegisterRule::Undefined | RegisterRule::SameValue) => {}
         Some(RegisterRule::Offset(offset)) => match i32::try_from(offset) {
             Ok(offset) if offset != 0 => out.fp_off = offset,
-            _ => return unexpressible,
+            _ => return Err(U::FramePointerOffset),
         },
-        _ => return unexpressible,
+        _ => return Err(U::FramePointerRule),
     }
-    out
+    Ok(out)
 }

@@ -79,8 +79,27 @@ fn identity_in<'d, R: object::ReadRef<'d>>(data: R) -> (Option<Vec<u8>>, Option<
 #[non_exhaustive]
 pub enum FileRowsError {
     /// Not a readable ELF file.
-    #[error("not a readable ELF file: {0}")]
-    BadElf(String),
+    #[error("not a readable ELF file")]
+    BadElf(#[source] object::Error),
+    /// An unwind section whose bytes cannot be read.
+    #[error("its {section} section cannot be read")]
+    BadSection {
+        /// `.sframe` or `.eh_frame`.
+        section: &'static str,
+        /// What the ELF reader said.
+        #[source]
+        source: object::Error,
+    },
+    /// An unwind section larger than is read.
+    #[error("its {section} section of {size} bytes is larger than the {max} read")]
+    SectionTooLarge {
+        /// `.sframe` or `.eh_frame`.
+        section: &'static str,
+        /// Its size.
+        size: u64,
+        /// The most read.
+        max: u64,
+    },
     /// The file has no section of the kind asked for.
     #[error("no {0} section")]
     Missing(&'static str),
@@ -109,7 +128,7 @@ pub enum RowChoice {
 /// its first `PT_LOAD`. A code object for the file loaded with its first
 /// `PT_LOAD` page at `elf_start` uses the table with `bias = elf_start`.
 pub fn file_rows(elf: &[u8], choice: RowChoice) -> Result<crate::RowTable, FileRowsError> {
-    let file = object::File::parse(elf).map_err(|e| FileRowsError::BadElf(e.to_string()))?;
+    let file = object::File::parse(elf).map_err(FileRowsError::BadElf)?;
     rows_of_object(&file, choice)
 }
 
@@ -153,15 +172,16 @@ pub fn object_rows<'d, R: object::ReadRef<'d>>(
             .section_by_name(".eh_frame")
             .ok_or(FileRowsError::Missing(".eh_frame"))?;
         if section.size() > crate::eh_frame::MAX_SECTION {
-            return Err(FileRowsError::BadElf(format!(
-                ".eh_frame of {} bytes is larger than {}",
-                section.size(),
-                crate::eh_frame::MAX_SECTION
-            )));
+            return Err(FileRowsError::SectionTooLarge {
+                section: ".eh_frame",
+                size: section.size(),
+                max: crate::eh_frame::MAX_SECTION,
+            });
         }
-        let data = section
-            .data()
-            .map_err(|e| FileRowsError::BadElf(format!(".eh_frame: {e}")))?;
+        let data = section.data().map_err(|source| FileRowsError::BadSection {
+            section: ".eh_frame",
+            source,
+        })?;
         let hdr = file
             .section_by_name(".eh_frame_hdr")
             .filter(|s| s.size() <= crate::eh_frame::MAX_SECTION)
@@ -201,15 +221,16 @@ pub fn rows_of_object<'d, R: object::ReadRef<'d>>(
             .section_by_name(".sframe")
             .ok_or(FileRowsError::Missing(".sframe"))?;
         if section.size() > crate::registry::MAX_SFRAME_LEN {
-            return Err(FileRowsError::BadElf(format!(
-                ".sframe of {} bytes is larger than {}",
-                section.size(),
-                crate::registry::MAX_SFRAME_LEN
-            )));
+            return Err(FileRowsError::SectionTooLarge {
+                section: ".sframe",
+                size: section.size(),
+                max: crate::registry::MAX_SFRAME_LEN,
+            });
         }
-        let data = section
-            .data()
-            .map_err(|e| FileRowsError::BadElf(format!(".sframe: {e}")))?;
+        let data = section.data().map_err(|source| FileRowsError::BadSection {
+            section: ".sframe",
+            source,
+        })?;
         Ok(
             crate::sframe::SframeSection::parse(data, section.address())?
                 .to_rows_from(origin)

@@ -92,10 +92,24 @@ pub enum SframeErrorKind {
         /// The function's size.
         size: u32,
     },
-    /// Something valid that this reader does not handle (v3 FLEX FDEs,
-    /// PCMASK without a repetition size).
+    /// Something valid that this reader does not handle.
     #[error("unsupported: {0}")]
-    Unsupported(&'static str),
+    Unsupported(Unsupported),
+}
+
+/// What valid SFrame this reader does not handle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Unsupported {
+    /// A version 3 FLEX FDE (only default FDEs are read).
+    #[error("FLEX FDE (only default FDEs are read)")]
+    FlexFde,
+    /// s390x, whose offsets are encoded and may name registers.
+    #[error("s390x (its offsets are encoded and may name registers)")]
+    S390x,
+    /// A PCMASK FDE without a repetition size.
+    #[error("PCMASK FDE without a repetition size")]
+    PcmaskWithoutRepetition,
 }
 
 fn err(offset: usize, field: &'static str, kind: SframeErrorKind) -> SframeError {
@@ -552,15 +566,11 @@ impl<'a> SframeSection<'a> {
             return Err(err(
                 field_at,
                 "sfda_func_info2",
-                K::Unsupported("FLEX FDE (only default FDEs are read)"),
+                K::Unsupported(Unsupported::FlexFde),
             ));
         }
         if self.abi == Abi::S390x {
-            return Err(err(
-                4,
-                "sfh_abi_arch",
-                K::Unsupported("s390x (its offsets are encoded and may name registers)"),
-            ));
+            return Err(err(4, "sfh_abi_arch", K::Unsupported(Unsupported::S390x)));
         }
         if let Err(t) = fde.fre_addr_size() {
             let (at, field) = if self.version == 3 {
@@ -584,7 +594,7 @@ impl<'a> SframeSection<'a> {
         Err(err(
             fde.offset,
             "sfde_func_rep_size",
-            SframeErrorKind::Unsupported("PCMASK FDE without a repetition size"),
+            SframeErrorKind::Unsupported(Unsupported::PcmaskWithoutRepetition),
         ))
     }
 

@@ -285,7 +285,10 @@ fn malformed_fields_are_named() {
     b[28 + 16 + 3] = 1; // info2 of the attribute record
     let e = parse(&b).unwrap().find(0x40_1000).unwrap_err();
     assert_eq!(e.field, "sfda_func_info2");
-    assert!(matches!(e.kind, SframeErrorKind::Unsupported(_)));
+    assert_eq!(
+        e.kind,
+        SframeErrorKind::Unsupported(ichnos_code::sframe::Unsupported::FlexFde)
+    );
 }
 
 /// `objdump --sframe` rows: (function start, FRE start address, CFA text,
