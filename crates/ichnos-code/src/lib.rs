@@ -56,7 +56,9 @@ pub mod unwind;
 pub use code_map::{CodeMap, CodeObject, FindRow, Lookup, RowSource, Rows};
 pub use jit::{JitRows, JitUnwindTable};
 pub use loaded::{register_loaded_objects, LoadedReport};
-pub use registry::{ElfCode, JitCode, Registration, Registry, RegistryError};
+pub use registry::{
+    ElfCode, Invalid, JitCode, ObjectFileError, Registration, Registry, RegistryError,
+};
 pub use row::{CfaBase, RowTable, UnwindRow};
 pub use unwind::{
     unwind, unwind_cached, Frame, FrameKind, Regs, StopReason, Unwind, UnwindCache, UnwindOptions,

@@ -138,7 +138,16 @@ impl Registration {
 pub enum RegistryError {
     /// An argument is not valid.
     #[error("invalid argument: {0}")]
-    InvalidArgument(String),
+    InvalidArgument(Invalid),
+    /// The object file a registration names could not be read for its
+    /// `.eh_frame` rows.
+    #[error("{path}: cannot read its unwind rows")]
+    ObjectFile {
+        /// The file, as the registration names it.
+        path: PathBuf,
+        /// Why.
+        source: ObjectFileError,
+    },
     /// The text range overlaps a registered one.
     #[error(transparent)]
     Overlap(#[from] Overlap),
@@ -171,12 +180,66 @@ pub enum RegistryError {
     },
 }
 
+/// What is wrong with a registration's arguments.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Invalid {
+    /// A range whose start is not below its end.
+    #[error("{what} range [{:#x}, {:#x}) is empty or reversed", range.start, range.end)]
+    EmptyRange {
+        /// Which range (`text`, `sframe`).
+        what: &'static str,
+        /// The range.
+        range: Range<u64>,
+    },
+    /// An ELF range whose start is above its end.
+    #[error("ELF range start {:#x} is above its end {:#x}", elf.start, elf.end)]
+    ReversedElfRange {
+        /// The range.
+        elf: Range<u64>,
+    },
+    /// A text range outside its ELF range.
+    #[error("text range [{:#x}, {:#x}) is not inside the ELF range [{:#x}, {:#x})", text.start, text.end, elf.start, elf.end)]
+    TextOutsideElf {
+        /// The text range.
+        text: Range<u64>,
+        /// The ELF range.
+        elf: Range<u64>,
+    },
+    /// An SFrame section larger than is read.
+    #[error("SFrame section of {0} bytes is larger than {MAX_SFRAME_LEN}")]
+    SframeTooLarge(u64),
+    /// A build id longer than 64 bytes.
+    #[error("build id of {0} bytes is longer than 64")]
+    BuildIdTooLong(usize),
+}
+
+/// Why a registered object file could not give its rows.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ObjectFileError {
+    /// It could not be opened (or is not a regular file) or read.
+    #[error(transparent)]
+    Io(std::io::Error),
+    /// It is larger than is read.
+    #[error("larger than {MAX_OBJECT_FILE} bytes")]
+    TooLarge,
+    /// It is not an ELF file.
+    #[error("not a readable ELF file")]
+    NotElf(#[source] object::Error),
+    /// Its rows could not be made.
+    #[error(transparent)]
+    Rows(crate::elf::FileRowsError),
+}
+
 impl RegistryError {
     /// The negative errno codectl returns for this error.
     #[must_use]
     pub fn errno(&self) -> i32 {
         -match self {
-            Self::InvalidArgument(_) | Self::Sframe { .. } => libc::EINVAL,
+            Self::InvalidArgument(_) | Self::ObjectFile { .. } | Self::Sframe { .. } => {
+                libc::EINVAL
+            }
             Self::Overlap(_) => libc::EEXIST,
             Self::NotFound(_) => libc::ENOENT,
             Self::Memory { .. } => libc::EFAULT,
@@ -377,10 +440,9 @@ impl Registry {
         // An empty ELF range (both 0) means the text range; a reversed one
         // is a mistake, not that.
         if code.elf.start > code.elf.end {
-            return Err(RegistryError::InvalidArgument(format!(
-                "ELF range start {:#x} is above its end {:#x}",
-                code.elf.start, code.elf.end
-            )));
+            return Err(RegistryError::InvalidArgument(Invalid::ReversedElfRange {
+                elf: code.elf.clone(),
+            }));
         }
         let elf = if code.elf.is_empty() {
             code.text.clone()
@@ -388,24 +450,23 @@ impl Registry {
             code.elf.clone()
         };
         if elf.start > code.text.start || elf.end < code.text.end {
-            return Err(RegistryError::InvalidArgument(format!(
-                "text range [{:#x}, {:#x}) is not inside the ELF range [{:#x}, {:#x})",
-                code.text.start, code.text.end, elf.start, elf.end
-            )));
+            return Err(RegistryError::InvalidArgument(Invalid::TextOutsideElf {
+                text: code.text.clone(),
+                elf,
+            }));
         }
         if let Some(s) = &code.sframe {
             check_range("sframe", s)?;
             if s.end - s.start > MAX_SFRAME_LEN {
-                return Err(RegistryError::InvalidArgument(format!(
-                    "SFrame section of {} bytes is larger than {MAX_SFRAME_LEN}",
-                    s.end - s.start
+                return Err(RegistryError::InvalidArgument(Invalid::SframeTooLarge(
+                    s.end - s.start,
                 )));
             }
         }
-        if code.build_id.as_ref().is_some_and(|b| b.len() > 64) {
-            return Err(RegistryError::InvalidArgument(
-                "build id longer than 64 bytes".into(),
-            ));
+        if let Some(id) = code.build_id.as_ref().filter(|b| b.len() > 64) {
+            return Err(RegistryError::InvalidArgument(Invalid::BuildIdTooLong(
+                id.len(),
+            )));
         }
         let mut entries = self.entries();
         // Fail on overlap before doing any conversion work.
@@ -478,10 +539,14 @@ impl Registry {
                 let bytes = self.read_object_file(path)?;
                 // The file's addresses are link-time, counted here from the
                 // page of its first PT_LOAD, as the ELF range is.
-                let bad =
-                    |e: String| RegistryError::InvalidArgument(format!("{}: {e}", path.display()));
-                let file = object::File::parse(&bytes[..]).map_err(|e| bad(e.to_string()))?;
-                crate::elf::object_rows(&file, RowChoice::EhFrame).map_err(|e| bad(e.to_string()))
+                let bad = |source| RegistryError::ObjectFile {
+                    path: path.clone(),
+                    source,
+                };
+                let file =
+                    object::File::parse(&bytes[..]).map_err(|e| bad(ObjectFileError::NotElf(e)))?;
+                crate::elf::object_rows(&file, RowChoice::EhFrame)
+                    .map_err(|e| bad(ObjectFileError::Rows(e)))
             });
             if let Ok(rows) = made {
                 return Ok((rows, RowSource::EhFrame));
@@ -501,19 +566,19 @@ impl Registry {
             let relative = path.strip_prefix("/").unwrap_or(path);
             PathBuf::from(format!("/proc/{}/root", self.pid)).join(relative)
         };
-        let bad =
-            |why: String| RegistryError::InvalidArgument(format!("{}: {why}", path.display()));
-        let file = ichnos_image::open_regular(&seen).map_err(|e| bad(e.to_string()))?;
-        let meta = file.metadata().map_err(|e| bad(e.to_string()))?;
-        if !meta.is_file() {
-            return Err(bad("not a regular file".into()));
-        }
+        let bad = |source| RegistryError::ObjectFile {
+            path: path.to_path_buf(),
+            source,
+        };
+        // open_regular refuses what is not a regular file.
+        let file = ichnos_image::open_regular(&seen).map_err(|e| bad(ObjectFileError::Io(e)))?;
+        let meta = file.metadata().map_err(|e| bad(ObjectFileError::Io(e)))?;
         if meta.len() > MAX_OBJECT_FILE {
-            return Err(bad(format!("larger than {MAX_OBJECT_FILE} bytes")));
+            return Err(bad(ObjectFileError::TooLarge));
         }
         let mut bytes = Vec::new();
         std::io::Read::read_to_end(&mut std::io::Read::take(file, MAX_OBJECT_FILE), &mut bytes)
-            .map_err(|e| bad(e.to_string()))?;
+            .map_err(|e| bad(ObjectFileError::Io(e)))?;
         Ok(bytes)
     }
 
@@ -734,12 +799,12 @@ impl FindRow for Registry {
     }
 }
 
-fn check_range(what: &str, r: &Range<u64>) -> Result<(), RegistryError> {
+fn check_range(what: &'static str, r: &Range<u64>) -> Result<(), RegistryError> {
     if r.start >= r.end {
-        return Err(RegistryError::InvalidArgument(format!(
-            "{what} range [{:#x}, {:#x}) is empty or reversed",
-            r.start, r.end
-        )));
+        return Err(RegistryError::InvalidArgument(Invalid::EmptyRange {
+            what,
+            range: r.clone(),
+        }));
     }
     Ok(())
 }

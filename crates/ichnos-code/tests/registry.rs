@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use ichnos_code::elf::{file_rows, RowChoice};
-use ichnos_code::{register_loaded_objects, ElfCode, Registry, RegistryError, RowSource, Rows};
+use ichnos_code::{
+    register_loaded_objects, ElfCode, Invalid, Registry, RegistryError, RowSource, Rows,
+};
 
 /// Builds the fixture library and loads it into this process.
 fn load_libfix() -> (tempfile::TempDir, std::path::PathBuf) {
@@ -209,6 +211,14 @@ fn bad_registrations_are_refused_with_the_right_error() {
     });
     assert_eq!(e.errno(), -libc::EINVAL);
     assert!(e.to_string().contains("empty or reversed"), "{e}");
+    assert!(
+        matches!(
+            &e,
+            RegistryError::InvalidArgument(Invalid::EmptyRange { what: "text", range })
+                if *range == (0x2000..0x1000)
+        ),
+        "{e:?}"
+    );
     let e = err(ElfCode {
         elf: 0x1000..0x1800,
         text: 0x1000..0x2000,
