@@ -32,6 +32,7 @@
 mod debug_file;
 mod demangle;
 mod error;
+mod frame;
 mod index;
 pub mod jitdump;
 mod object_file;
@@ -42,6 +43,7 @@ mod symbolizer;
 pub use debug_file::{crc32_of_file, DebugSource};
 pub use demangle::demangle;
 pub use error::{error_chain, SymbolError};
+pub use frame::{Frame, Symbolized};
 pub use index::{FrameRef, SymbolIndex};
 pub use process::{Place, ProcessSymbolized};
-pub use symbolizer::{Frame, Symbolized, Symbolizer, SymbolizerOptions};
+pub use symbolizer::{Symbolizer, SymbolizerOptions};

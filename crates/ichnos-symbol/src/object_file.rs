@@ -698,7 +698,7 @@ mod tests {
             .set_len(4096)
             .unwrap();
         for &addr in &addrs {
-            let _ = crate::symbolizer::frames(&object, addr, true, true);
+            let _ = crate::frame::frames(&object, addr, true, true);
         }
         assert_eq!(object.truncated(), Some(exe));
     }

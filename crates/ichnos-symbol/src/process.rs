@@ -12,7 +12,8 @@ use crate::perf_map::PerfMap;
 
 /// Largest jitdump file read (it holds the code bytes too).
 const MAX_JITDUMP: u64 = 1 << 30;
-use crate::symbolizer::{Frame, Symbolized, Symbolizer};
+use crate::frame::{Frame, Symbolized};
+use crate::symbolizer::Symbolizer;
 use crate::SymbolError;
 
 /// Where an address of a process lies.

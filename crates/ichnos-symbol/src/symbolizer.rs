@@ -4,11 +4,11 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use crate::debug_file::DebugSource;
 use crate::error::SymbolError;
+use crate::frame::frames;
+use crate::frame::Symbolized;
 use crate::index::{self, SymbolIndex};
 use crate::object_file::LoadedObject;
-use addr2line::LookupContinuation;
 
 /// How to symbolize.
 #[derive(Clone, Debug)]
@@ -40,34 +40,6 @@ impl Default for SymbolizerOptions {
             index_dir: None,
         }
     }
-}
-
-/// One frame of an address: a function, and where in the source.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Frame {
-    /// The function, demangled if asked for; `None` if unknown.
-    pub function: Option<Arc<str>>,
-    /// The function's name as stored.
-    pub raw_function: Option<Arc<str>>,
-    /// The source file.
-    pub file: Option<Arc<str>>,
-    /// The line, 0 or `None` when unknown.
-    pub line: Option<u32>,
-    /// The column.
-    pub column: Option<u32>,
-    /// Whether this frame was inlined into the next one.
-    pub inlined: bool,
-}
-
-/// The frames of one address, innermost (inlined) first.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Symbolized {
-    /// The address asked for.
-    pub addr: u64,
-    /// Its frames; one frame with nothing known for an unknown address.
-    pub frames: Vec<Frame>,
-    /// Where the answer came from.
-    pub source: DebugSource,
 }
 
 /// Symbolizes addresses of object files, keeping each parsed object.
@@ -464,94 +436,6 @@ impl Symbolizer {
         }
         Ok(out.into_iter().flatten().collect())
     }
-}
-
-/// The frames of `addr` in `object`, innermost first, as
-/// [`Symbolizer::symbolize_file`] answers them: names demangled when
-/// `demangle` says, inlined functions as frames of their own when
-/// `inlines` says.
-pub(crate) fn frames(
-    object: &LoadedObject,
-    addr: u64,
-    demangle: bool,
-    inlines: bool,
-) -> Vec<Frame> {
-    let name = |bytes: &[u8]| object.name(bytes, demangle);
-    let mut frames = Vec::new();
-    // DWARF describes only addresses in the file's sections: entries of
-    // code the linker discarded lie at 0 and would name addresses there
-    // (binutils answers `??` outside every section). No DWARF range
-    // (half-open) holds the last address, and addr2line's unit search
-    // computes `addr + 1` (an overflow panic in debug builds).
-    let described = addr != u64::MAX && object.in_alloc_section(addr);
-    if let Some(ctx) = object.dwarf.as_ref().filter(|_| described) {
-        // Split DWARF: load each .dwo the lookup asks for and resume.
-        let mut lookup = ctx.find_frames(addr);
-        let found = loop {
-            match lookup {
-                addr2line::LookupResult::Output(found) => break found,
-                addr2line::LookupResult::Load { load, continuation } => {
-                    lookup = continuation.resume(object.dwo(&load));
-                }
-            }
-        };
-        if let Ok(mut iter) = found {
-            while let Ok(Some(f)) = iter.next() {
-                let (function, raw_function) =
-                    f.function.as_ref().map(|n| name(n.name.bytes())).unzip();
-                frames.push(Frame {
-                    function,
-                    raw_function,
-                    file: f
-                        .location
-                        .as_ref()
-                        .and_then(|l| l.file.map(|file| object.name(file.as_bytes(), false).1)),
-                    line: f.location.as_ref().and_then(|l| l.line),
-                    column: f.location.as_ref().and_then(|l| l.column),
-                    inlined: true,
-                });
-            }
-        }
-    }
-    // The outermost frame is the function itself, not inlined.
-    if let Some(last) = frames.last_mut() {
-        last.inlined = false;
-    }
-    if !inlines && frames.len() > 1 {
-        let location = frames[0].clone();
-        let mut outer = frames.pop().unwrap_or_default();
-        outer.file = location.file;
-        outer.line = location.line;
-        outer.column = location.column;
-        frames = vec![outer];
-    }
-    // Where DWARF names no function, the symbol tables may.
-    // An address the line table places in a function but DWARF gives no
-    // function for (alignment padding after it) is named after the
-    // symbol before it, as binutils does; with no line either, only a
-    // symbol that covers the address names it.
-    let symbol = if frames.first().is_some_and(|f| f.line.is_some()) {
-        object.symbol_before(addr)
-    } else {
-        object.symbol(addr)
-    };
-    if frames.is_empty() {
-        frames.push(Frame::default());
-    }
-    if frames.len() == 1 && frames[0].function.is_none() {
-        if let Some(s) = symbol {
-            let (function, raw) = name(s.name.as_bytes());
-            frames[0].function = Some(function);
-            frames[0].raw_function = Some(raw);
-            if frames[0].file.is_none() {
-                frames[0].file = s
-                    .file
-                    .as_deref()
-                    .map(|f| object.name(f.as_bytes(), false).1);
-            }
-        }
-    }
-    frames
 }
 
 /// A new file in `dir` for writing, with its path: created exclusively

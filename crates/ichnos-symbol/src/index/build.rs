@@ -14,8 +14,8 @@ use std::sync::Arc;
 use super::format::{
     self, Contents, Identity, RawFrame, HAS_COLUMN, HAS_LINE, INLINED, LAST, NONE,
 };
+use crate::frame::{frames, Frame};
 use crate::object_file::{LoadedObject, Reader};
-use crate::symbolizer::{frames, Frame};
 
 /// Why an object was not indexed.
 pub(crate) type Refusal = String;

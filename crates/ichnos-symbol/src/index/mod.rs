@@ -21,7 +21,7 @@ use self::format::{
 };
 use crate::debug_file::DebugSource;
 use crate::error::SymbolError;
-use crate::symbolizer::Frame;
+use crate::frame::Frame;
 
 pub(crate) use build::build;
 
