@@ -47,6 +47,7 @@ pub mod loaded;
 pub mod memory;
 pub mod perf_map;
 pub mod process;
+pub mod registration;
 pub mod registry;
 pub mod row;
 pub mod sframe;

@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 
 use crate::elf::ELF_START_ALIGN;
-use crate::registry::{path_from_bytes, ElfCode, Registry, RegistryError};
+use crate::registration::{path_from_bytes, ElfCode};
+use crate::registry::{Registry, RegistryError};
 use crate::sys::loaded_objects;
 
 const PT_LOAD: u32 = 1;

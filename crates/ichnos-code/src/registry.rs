@@ -15,9 +15,7 @@
 //! converted twice.
 
 use std::collections::HashMap;
-use std::ffi::OsStr;
 use std::ops::Range;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -25,9 +23,9 @@ use arc_swap::ArcSwap;
 
 use crate::code_map::{CodeMap, CodeObject, FindRow, Lookup, Overlap, RowSource, Rows};
 use crate::elf::RowChoice;
-use crate::export::Exporter;
 use crate::jit::{JitRows, JitUnwindTable};
 use crate::memory::{Memory, MemoryError, ProcessMemory};
+pub use crate::registration::{ElfCode, JitCode, Publish, Registration};
 use crate::row::RowTable;
 use crate::sframe::{SframeError, SframeSection};
 
@@ -37,99 +35,6 @@ pub const MAX_OBJECT_FILE: u64 = 4 << 30;
 /// Largest SFrame section read from memory (the SFrame of a 1 GiB binary is
 /// a few tens of MiB).
 pub const MAX_SFRAME_LEN: u64 = 256 << 20;
-
-/// ELF code to register (`struct code_elf_info`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ElfCode {
-    /// The whole mapped object: first `PT_LOAD` to the end of the last
-    /// (empty when unknown; then the text range stands for it).
-    pub elf: Range<u64>,
-    /// The executable range described.
-    pub text: Range<u64>,
-    /// The loaded SFrame section, if any.
-    pub sframe: Option<Range<u64>>,
-    /// The file's path.
-    pub path: Option<PathBuf>,
-    /// The GNU build id.
-    pub build_id: Option<Vec<u8>>,
-    /// The `.gnu_debuglink` file name.
-    pub debug_link: Option<PathBuf>,
-    /// The `.gnu_debuglink` CRC32.
-    pub debug_link_crc: u32,
-}
-
-/// JIT code to register (`struct code_jit_info`).
-#[derive(Clone, Debug)]
-pub struct JitCode {
-    /// The text range the JIT fills.
-    pub text: Range<u64>,
-    /// Address of the first `struct code_jit_unwind_table`, or 0.
-    pub unwind_head: u64,
-    /// What the JIT calls this code (a function, a trace, a module), for
-    /// symbolization; `None` reads as `[jit]`.
-    pub name: Option<String>,
-    keep_alive: Option<Arc<JitUnwindTable>>,
-}
-
-impl JitCode {
-    /// JIT code whose table chain starts at `unwind_head` (an address in
-    /// the registering process).
-    #[must_use]
-    pub fn new(text: Range<u64>, unwind_head: u64) -> Self {
-        Self {
-            text,
-            unwind_head,
-            name: None,
-            keep_alive: None,
-        }
-    }
-
-    /// The same code, named.
-    #[must_use]
-    pub fn with_name(mut self, name: impl Into<String>) -> Self {
-        self.name = Some(name.into());
-        self
-    }
-
-    /// JIT code described by a table built with [`JitUnwindTable`]; the
-    /// registry keeps the table alive until the code is unregistered.
-    #[must_use]
-    pub fn with_table(text: Range<u64>, table: &Arc<JitUnwindTable>) -> Self {
-        Self {
-            text,
-            unwind_head: table.address(),
-            name: None,
-            keep_alive: Some(Arc::clone(table)),
-        }
-    }
-}
-
-/// What a registration holds, as the registry reports it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Registration {
-    /// ELF code.
-    Elf(ElfCode),
-    /// JIT code: the text range, the table chain's head and its name.
-    Jit {
-        /// The text range.
-        text: Range<u64>,
-        /// The first table.
-        unwind_head: u64,
-        /// The JIT's name for the code, if it gave one.
-        name: Option<String>,
-    },
-}
-
-impl Registration {
-    /// The registered text range.
-    #[must_use]
-    pub fn text(&self) -> &Range<u64> {
-        match self {
-            Self::Elf(e) => &e.text,
-            Self::Jit { text, .. } => text,
-        }
-    }
-}
 
 /// Why a registration failed. [`RegistryError::errno`] gives the codectl
 /// error number.
@@ -363,7 +268,8 @@ pub struct Registry {
     map: ArcSwap<CodeMap>,
     writer: Mutex<Entries>,
     pid: u32,
-    exporter: Option<&'static Exporter>,
+    /// Told of each registration made and removed.
+    publisher: Option<&'static dyn Publish>,
     /// Text starts registered by [`crate::register_loaded_objects`].
     loader_texts: Mutex<std::collections::HashSet<u64>>,
     /// The perf map kept written, open to add a line per registration.
@@ -402,22 +308,21 @@ impl Registry {
             map: ArcSwap::from_pointee(CodeMap::new()),
             writer: Mutex::new(Entries::default()),
             pid,
-            exporter: None,
+            publisher: None,
             loader_texts: Mutex::new(std::collections::HashSet::new()),
             perf_map: Mutex::new(None),
             jitdump: Mutex::new(None),
         }
     }
 
-    /// The registry of this process: the one codectl uses and the one
-    /// published through the exported `ichnos_code_registry` symbol.
-    pub fn global() -> &'static Registry {
-        static GLOBAL: OnceLock<Registry> = OnceLock::new();
-        GLOBAL.get_or_init(|| {
-            let mut r = Registry::new();
-            r.exporter = Some(crate::export::exporter());
-            r
-        })
+    /// An empty registry for code in this process that tells `publish`
+    /// of each registration it makes and removes.
+    #[must_use]
+    pub fn published(publish: &'static dyn Publish) -> Self {
+        Self {
+            publisher: Some(publish),
+            ..Self::new()
+        }
     }
 
     pub(crate) fn loader_texts(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<u64>> {
@@ -732,8 +637,8 @@ impl Registry {
         let mut map = CodeMap::clone(&self.map.load());
         map.insert(Arc::new(object))?;
         self.map.store(Arc::new(map));
-        if let Some(exporter) = self.exporter {
-            exporter.add(&registration);
+        if let Some(publish) = self.publisher {
+            publish.added(&registration);
         }
         entries.push(Entry {
             registration,
@@ -750,8 +655,8 @@ impl Registry {
             .ok_or(RegistryError::NotFound(text_start))?;
         self.map.store(Arc::new(map));
         entries.remove(text_start);
-        if let Some(exporter) = self.exporter {
-            exporter.remove(text_start);
+        if let Some(publish) = self.publisher {
+            publish.removed(text_start);
         }
         Ok(())
     }
@@ -807,9 +712,4 @@ fn check_range(what: &'static str, r: &Range<u64>) -> Result<(), RegistryError> 
         }));
     }
     Ok(())
-}
-
-/// A path from raw bytes (C strings).
-pub(crate) fn path_from_bytes(bytes: &[u8]) -> PathBuf {
-    PathBuf::from(OsStr::from_bytes(bytes))
 }
