@@ -2,17 +2,19 @@
 //! Addresses (ToPA): one logical byte stream laid over several
 //! non-contiguous regions of different sizes.
 
+pub mod consumer;
+mod futex;
 pub mod layout;
 pub mod markers;
 pub mod memory;
+pub mod producer;
 pub mod ring;
 pub mod table;
 
+pub use consumer::{Consumer, Segments, SnapshotInfo, TailError, WaitOutcome};
 pub use layout::{TopaEntry, TopaLayout, TopaRuleViolation};
 pub use markers::{plan_markers, Granularity, MarkerError, MarkerPlan};
 pub use memory::{AllocError, AllocFlags};
-pub use ring::{
-    Config, Consumer, Mode, Producer, RecordError, SnapshotInfo, Stats, Status, TailError,
-    TopaBuffer, WaitOutcome, WriteOutcome,
-};
+pub use producer::{Producer, RecordError, Status, WriteOutcome};
+pub use ring::{Config, Mode, Stats, TopaBuffer};
 pub use table::{Cursor, RegionDesc, RegionTable, TableError};
