@@ -9,8 +9,51 @@ use crate::registry::{Registry, RegistryError};
 use crate::sys::loaded_objects;
 
 const PT_LOAD: u32 = 1;
+const PT_NOTE: u32 = 4;
 const PT_GNU_SFRAME: u32 = 0x6474_e554;
 const PF_X: u32 = 1;
+/// `NT_GNU_BUILD_ID`, in a note named `GNU`.
+const NT_GNU_BUILD_ID: u32 = 3;
+/// Most bytes of notes read from one segment.
+const MAX_NOTES: u64 = 64 << 10;
+
+/// The GNU build id in the loaded notes of an object (its `PT_NOTE`
+/// segments, at `bias` plus their addresses): read from memory, so that
+/// an object whose rows are already made costs no read of its file.
+fn build_id_in_memory(phdrs: &[libc::Elf64_Phdr], bias: u64) -> Option<Vec<u8>> {
+    for note in phdrs.iter().filter(|p| p.p_type == PT_NOTE) {
+        let len = usize::try_from(note.p_memsz.min(MAX_NOTES)).ok()?;
+        let mut bytes = vec![0u8; len];
+        let pid = libc::pid_t::try_from(std::process::id()).ok()?;
+        let read =
+            crate::sys::process_vm_read(pid, bias.wrapping_add(note.p_vaddr), &mut bytes).ok()?;
+        if let Some(id) = gnu_build_id(&bytes[..read]) {
+            return Some(id);
+        }
+    }
+    None
+}
+
+/// The `NT_GNU_BUILD_ID` descriptor among the ELF notes `notes` (each a
+/// 4-byte-aligned name and descriptor after three 32-bit words).
+fn gnu_build_id(mut notes: &[u8]) -> Option<Vec<u8>> {
+    let word = |b: &[u8], at: usize| -> Option<usize> {
+        Some(u32::from_ne_bytes(b.get(at..at + 4)?.try_into().ok()?) as usize)
+    };
+    while notes.len() >= 12 {
+        let (name_len, desc_len) = (word(notes, 0)?, word(notes, 4)?);
+        let kind = word(notes, 8)?;
+        let name_end = 12usize.checked_add(name_len.next_multiple_of(4))?;
+        let desc_end = name_end.checked_add(desc_len.next_multiple_of(4))?;
+        let name = notes.get(12..12 + name_len)?;
+        let desc = notes.get(name_end..name_end.checked_add(desc_len)?)?;
+        if kind == NT_GNU_BUILD_ID as usize && name == b"GNU\0" && !desc.is_empty() {
+            return Some(desc.to_vec());
+        }
+        notes = notes.get(desc_end..)?;
+    }
+    None
+}
 
 /// What [`register_loaded_objects`] did.
 #[derive(Debug, Default)]
@@ -27,7 +70,7 @@ pub struct LoadedReport {
 
 /// Walks this process's loaded objects (`dl_iterate_phdr`) and registers
 /// each executable `PT_LOAD` with the object's `PT_GNU_SFRAME` segment, its
-/// build id and debug link (read from the file). Objects already registered
+/// build id (from its loaded notes) and debug link (from the file). Objects already registered
 /// are reported as skipped, so calling this again after a `dlopen` adds only
 /// the new ones, and after a `dlclose` removes what an earlier walk
 /// registered for objects that are gone.
@@ -60,7 +103,10 @@ pub fn register_loaded_objects(registry: &Registry) -> LoadedReport {
             .find(|p| p.p_type == PT_GNU_SFRAME && p.p_memsz > 0)
             .map(|p| object.bias + p.p_vaddr..object.bias + p.p_vaddr + p.p_memsz);
         let readable = std::fs::metadata(&path).is_ok_and(|m| m.is_file());
-        let (build_id, debug_link) = crate::elf::identity_of_file(&path);
+        // The build id from memory; the debug link is in no loaded
+        // segment, so from the file, headers only.
+        let (file_build_id, debug_link) = crate::elf::identity_of_file(&path);
+        let build_id = build_id_in_memory(&object.phdrs, object.bias).or(file_build_id);
         for text in loads
             .iter()
             .filter(|p| p.p_flags & PF_X != 0 && p.p_memsz > 0)
@@ -98,4 +144,42 @@ pub fn register_loaded_objects(registry: &Registry) -> LoadedReport {
         }
     }
     report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn note(name: &[u8], kind: u32, desc: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for w in [name.len() as u32, desc.len() as u32, kind] {
+            out.extend_from_slice(&w.to_ne_bytes());
+        }
+        out.extend_from_slice(name);
+        out.resize(out.len().next_multiple_of(4), 0);
+        out.extend_from_slice(desc);
+        out.resize(out.len().next_multiple_of(4), 0);
+        out
+    }
+
+    #[test]
+    fn the_build_id_note_is_found_among_others_and_bad_notes_are_none() {
+        let mut notes = note(b"GNU\0", 1, &[0, 0, 0, 0, 3, 0, 0, 0]);
+        notes.extend(note(
+            b"GNU\0",
+            NT_GNU_BUILD_ID,
+            &[0xde, 0xad, 0xbe, 0xef, 1],
+        ));
+        assert_eq!(gnu_build_id(&notes), Some(vec![0xde, 0xad, 0xbe, 0xef, 1]));
+        // Another vendor's note of the same type is not it.
+        assert_eq!(
+            gnu_build_id(&note(b"Go\0\0", NT_GNU_BUILD_ID, &[1; 8])),
+            None
+        );
+        // Sizes that run past the end: none, no panic.
+        let mut cut = note(b"GNU\0", NT_GNU_BUILD_ID, &[1; 20]);
+        cut[4] = 0xff;
+        assert_eq!(gnu_build_id(&cut), None);
+        assert_eq!(gnu_build_id(&[0xff; 12]), None);
+    }
 }

@@ -29,7 +29,8 @@ pub use crate::registration::{ElfCode, JitCode, Publish, Registration};
 use crate::row::RowTable;
 use crate::sframe::{SframeError, SframeSection};
 
-/// Largest object file read to convert its `.eh_frame`.
+/// Largest object file opened to convert its `.eh_frame` (only its
+/// headers and unwind sections are read).
 pub const MAX_OBJECT_FILE: u64 = 4 << 30;
 
 /// Largest SFrame section read from memory (the SFrame of a 1 GiB binary is
@@ -441,15 +442,18 @@ impl Registry {
         // need the ELF range to be placed.
         if let Some(path) = code.path.as_ref().filter(|_| !code.elf.is_empty()) {
             let made = row_cache().get_or_make(build_id, RowChoice::EhFrame, || {
-                let bytes = self.read_object_file(path)?;
-                // The file's addresses are link-time, counted here from the
-                // page of its first PT_LOAD, as the ELF range is.
+                let opened = self.open_object_file(path)?;
+                // Only the headers and the unwind sections are read, not
+                // the whole file. The file's addresses are link-time,
+                // counted here from the page of its first PT_LOAD, as the
+                // ELF range is.
+                let data = object::ReadCache::new(opened);
                 let bad = |source| RegistryError::ObjectFile {
                     path: path.clone(),
                     source,
                 };
                 let file =
-                    object::File::parse(&bytes[..]).map_err(|e| bad(ObjectFileError::NotElf(e)))?;
+                    object::File::parse(&data).map_err(|e| bad(ObjectFileError::NotElf(e)))?;
                 crate::elf::object_rows(&file, RowChoice::EhFrame)
                     .map_err(|e| bad(ObjectFileError::Rows(e)))
             });
@@ -460,11 +464,12 @@ impl Registry {
         Ok((Rows::Fixed(Arc::new(RowTable::new(0))), RowSource::None))
     }
 
-    /// Reads an object file named by a registration. The name comes from
+    /// Opens an object file named by a registration. The name comes from
     /// the registering process, which may be another one and is not
     /// trusted: only a regular file of at most [`MAX_OBJECT_FILE`] bytes is
-    /// read, seen from that process's root directory.
-    fn read_object_file(&self, path: &std::path::Path) -> Result<Vec<u8>, RegistryError> {
+    /// opened, seen from that process's root directory, and only its
+    /// headers and unwind sections are then read.
+    fn open_object_file(&self, path: &std::path::Path) -> Result<std::fs::File, RegistryError> {
         let seen = if self.pid == std::process::id() {
             path.to_path_buf()
         } else {
@@ -481,10 +486,7 @@ impl Registry {
         if meta.len() > MAX_OBJECT_FILE {
             return Err(bad(ObjectFileError::TooLarge));
         }
-        let mut bytes = Vec::new();
-        std::io::Read::read_to_end(&mut std::io::Read::take(file, MAX_OBJECT_FILE), &mut bytes)
-            .map_err(|e| bad(ObjectFileError::Io(e)))?;
-        Ok(bytes)
+        Ok(file)
     }
 
     /// Registers JIT code whose rows are read from its table chain.
