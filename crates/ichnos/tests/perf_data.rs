@@ -250,6 +250,42 @@ fn damaged_perf_data_files_are_refused_with_where() {
     );
 }
 
+/// An aux trace record too short to say how much data follows it is
+/// refused by its offset (its data would otherwise be read as records).
+#[test]
+fn a_short_aux_trace_record_is_refused_with_where() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_fixture(
+        dir.path(),
+        "chains",
+        &[fixture("leaves.c").to_str().unwrap()],
+    );
+    let data = dir.path().join("perf.data");
+    perf_record(&data, 1000, "dwarf", &[exe.to_str().unwrap(), "100"]);
+    let bytes = std::fs::read(&data).unwrap();
+    let mut short_at = u64::from_le_bytes(bytes[40..48].try_into().unwrap()) as usize;
+    while usize::from(u16::from_le_bytes([
+        bytes[short_at + 6],
+        bytes[short_at + 7],
+    ])) >= 48
+    {
+        short_at += usize::from(u16::from_le_bytes([
+            bytes[short_at + 6],
+            bytes[short_at + 7],
+        ]));
+    }
+    let short_len = u16::from_le_bytes([bytes[short_at + 6], bytes[short_at + 7]]);
+    let short_aux = damaged(dir.path(), &data, "short-aux.data", |b| {
+        b[short_at..short_at + 4].copy_from_slice(&71u32.to_le_bytes());
+    });
+    fails_with(
+        &["report", short_aux.to_str().unwrap()],
+        &[&format!(
+            "the aux trace record at byte {short_at} is {short_len} bytes, shorter than its 48"
+        )],
+    );
+}
+
 #[test]
 fn perf_names_the_demos_jit_frames_from_the_perf_map_the_registry_writes() {
     let dir = tempfile::tempdir().unwrap();

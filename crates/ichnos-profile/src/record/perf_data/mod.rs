@@ -109,9 +109,17 @@ pub fn import_perf_data(
         path: input.to_path_buf(),
         source,
     };
-    let mut file = ichnos_image::open_regular(input).map_err(|e| PerfDataError::Header {
-        path: input.to_path_buf(),
-        what: e.to_string(),
+    // A FIFO, a directory or a device is refused without blocking, with
+    // what it is; a file that cannot be opened is an I/O error.
+    let mut file = ichnos_image::open_regular(input).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::InvalidInput {
+            PerfDataError::Header {
+                path: input.to_path_buf(),
+                what: e.to_string(),
+            }
+        } else {
+            io(e)
+        }
     })?;
     let (data_offset, data_size) = checks::check_header(&mut file, input)?;
     let mtime = file
@@ -315,4 +323,36 @@ fn describe(out: &mut Output, perf_file: &linux_perf_data::PerfFile, mtime: u64)
         target: Target::Command,
         off_cpu_event: b"",
     }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sink() -> File {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/null")
+            .unwrap()
+    }
+
+    #[test]
+    fn a_file_that_cannot_be_opened_is_an_io_error_and_a_directory_is_no_perf_data() {
+        let missing = import_perf_data(
+            Path::new("/nonexistent/perf.data"),
+            sink(),
+            Path::new("out"),
+        );
+        assert!(
+            matches!(&missing, Err(PerfDataError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound),
+            "{missing:?}"
+        );
+        let dir = import_perf_data(Path::new("/tmp"), sink(), Path::new("out"));
+        match dir {
+            Err(e @ PerfDataError::Header { .. }) => {
+                assert!(e.to_string().contains("directory"), "{e}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 }

@@ -26,6 +26,9 @@ const RECORD_FINISHED_ROUND: u32 = 68;
 const USER_TYPES: u32 = 64;
 /// Bytes of a record header.
 const HEADER: usize = 8;
+/// Bytes of a `PERF_RECORD_AUXTRACE` record, header included (its trace
+/// data follows, outside its size).
+const AUXTRACE_LEN: usize = 48;
 
 /// How a record's event (attr) is found, as perf finds it.
 enum IdBy {
@@ -120,7 +123,7 @@ pub(super) fn walk(
         let start = usize::try_from(p.offset()).unwrap_or(usize::MAX);
         if let Some(bytes) = data.get(start..start + p.len as usize) {
             f(Found {
-                attr: usize::from(p.attr),
+                attr: usize::try_from(p.attr).unwrap_or(usize::MAX),
                 bytes,
             });
         }
@@ -155,8 +158,13 @@ pub(super) fn walk(
         }
         let body = &data[at + HEADER..at + len];
         let mut next = at + len;
-        if kind == RECORD_AUXTRACE && len >= 16 {
+        if kind == RECORD_AUXTRACE {
             // Its trace data follows it: `size` bytes, within the section.
+            if len < AUXTRACE_LEN {
+                return Err(format!(
+                    "the aux trace record at byte {byte} is {len} bytes, shorter than its {AUXTRACE_LEN}"
+                ));
+            }
             let size = u64::from_le_bytes(body[..8].try_into().expect("8 bytes"));
             if size > (data.len() - next) as u64 {
                 return Err(format!(
@@ -174,7 +182,7 @@ pub(super) fn walk(
             rounds.insert(Pending {
                 key: (attrs.time_of(attr, kind, body), at as u64),
                 len: u32::try_from(len).unwrap_or(u32::MAX),
-                attr: u16::try_from(attr).unwrap_or(u16::MAX),
+                attr: u32::try_from(attr).unwrap_or(u32::MAX),
             });
         }
         at = next;

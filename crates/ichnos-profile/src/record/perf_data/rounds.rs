@@ -23,7 +23,7 @@ pub(super) struct Pending {
     /// Its length in bytes, header included.
     pub len: u32,
     /// The index of the attr (event) it belongs to.
-    pub attr: u16,
+    pub attr: u32,
 }
 
 impl Pending {
