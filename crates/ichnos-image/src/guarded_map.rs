@@ -309,7 +309,12 @@ impl GuardedMap {
 
     /// The range read into memory.
     fn read(file: &File, offset: libc::off_t, len: usize) -> io::Result<GuardedMap> {
-        let mut copy = vec![0u8; len];
+        // Where mapping failed for want of memory, so may this: an error,
+        // not an abort.
+        let mut copy = Vec::new();
+        copy.try_reserve_exact(len)
+            .map_err(|_| io::Error::from_raw_os_error(libc::ENOMEM))?;
+        copy.resize(len, 0);
         let offset = u64::try_from(offset).unwrap_or(0);
         let mut done = 0;
         while done < len {
@@ -370,7 +375,9 @@ impl GuardedMap {
     /// is cut to it; a copy (see [`GuardedMap::map`]) keeps its bytes.
     pub fn release(&self, range: std::ops::Range<usize>) {
         let page = crate::loader::page_size() as usize;
-        let start = range.start.next_multiple_of(page);
+        let Some(start) = range.start.checked_next_multiple_of(page) else {
+            return;
+        };
         let end = range.end.min(self.len) / page * page;
         if self.copy.is_some() || self.slot.is_none() || start >= end {
             return;
