@@ -30,7 +30,7 @@ pub(crate) fn set_last_error(message: &str) {
 
 /// Records `error`, with its causes, as this thread's last error.
 pub(crate) fn set_last_error_of(error: &dyn std::error::Error) {
-    set_last_error(&ichnos_symbol::error_chain(error));
+    set_last_error(&ichnos_image::error_chain(error));
 }
 
 /// Records `what` as the last error and returns `-code`.

@@ -65,6 +65,14 @@ pub struct FdeError {
 }
 
 impl FdeError {
+    /// The entry at `offset`.
+    fn at(offset: u64, source: gimli::Error) -> Self {
+        Self {
+            offset: Some(offset),
+            source,
+        }
+    }
+
     /// An entry whose offset the reader does not report.
     fn unplaced(source: gimli::Error) -> Self {
         Self {
@@ -204,11 +212,12 @@ pub fn rows_from_eh_frame(
         let CieOrFde::Fde(partial) = entry else {
             continue;
         };
+        let offset = partial.offset() as u64;
         let fde = match partial.parse(EhFrame::cie_from_offset) {
             Ok(fde) => fde,
             Err(source) => {
                 skipped += 1;
-                first_error.get_or_insert(FdeError::unplaced(source));
+                first_error.get_or_insert(FdeError::at(offset, source));
                 continue;
             }
         };
@@ -223,10 +232,7 @@ pub fn rows_from_eh_frame(
             &mut evaluation_budget,
         ) {
             skipped += 1;
-            first_error.get_or_insert(FdeError {
-                offset: Some(fde.offset() as u64),
-                source: e,
-            });
+            first_error.get_or_insert(FdeError::at(fde.offset() as u64, e));
         }
         if unexpressible.values().sum::<usize>() > unexpressible_before {
             cfi_fdes.push(FdeSpan {

@@ -52,7 +52,7 @@ pub fn code_map_from_maps(entries: &[MapsEntry], choice: RowChoice) -> ProcessCo
             pgoff: m.offset,
         };
         let made = code_object_for_mapping(Path::new(&m.name), &m.name, mapping, choice)
-            .map_err(|e| e.to_string())
+            .map_err(|e| ichnos_image::error_chain(&e))
             .and_then(|object| out.map.insert(Arc::new(object)).map_err(|e| e.to_string()));
         if let Err(reason) = made {
             out.skipped.push(SkippedCode {
@@ -298,7 +298,7 @@ pub fn code_map_for_process(pid: u32, choice: RowChoice) -> std::io::Result<Proc
             .map_err(|e| format!("{}: {e}", link.display()))
             .and_then(|file| {
                 code_object_for_file(file, &link, &m.name, mapping, choice)
-                    .map_err(|e| e.to_string())
+                    .map_err(|e| ichnos_image::error_chain(&e))
             });
         kept(&mut out, m, made);
     }
@@ -313,7 +313,7 @@ pub fn code_map_for_process(pid: u32, choice: RowChoice) -> std::io::Result<Proc
             .map_err(|e| format!("reading the vDSO of process {pid}: {e}"))
             .and_then(|n| {
                 code_object_from_bytes(&bytes[..n], "[vdso]", mapping, choice)
-                    .map_err(|e| e.to_string())
+                    .map_err(|e| ichnos_image::error_chain(&e))
             });
         kept(&mut out, m, made);
     }

@@ -238,3 +238,22 @@ impl Error {
 
 /// The result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// An error and its causes as one line, joined by `: ` (a cause whose
+/// text its error already ends with is said once): for messages kept as
+/// text, such as the debug files a symbolizer refused or the objects an
+/// unwinder passed over. (Here because every crate of ichnos builds on
+/// this one.)
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(c) = cause {
+        let said = c.to_string();
+        if !text.ends_with(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        cause = c.source();
+    }
+    text
+}

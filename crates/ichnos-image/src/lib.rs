@@ -53,7 +53,7 @@ mod section;
 pub use asid::Asid;
 pub use cache::{CacheStats, CachedSection, Isid, SectionCache};
 pub use elf::{load_segments, load_segments_from_bytes, vaddr_of_file_offset, LoadSegment};
-pub use error::{Error, ErrorKind, FileChange, Result};
+pub use error::{error_chain, Error, ErrorKind, FileChange, Result};
 pub use guarded_map::GuardedMap;
 pub use image::{Image, ImageSection, ReadCallback, ReadOutcome};
 pub use loader::open_regular;

@@ -65,23 +65,6 @@ pub enum SymbolError {
     },
 }
 
-/// An error and its causes as one line, joined by `: ` (a cause whose
-/// text its error already ends with is said once): for messages kept as
-/// text, such as the debug files a symbolizer refused.
-pub fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(c) = cause {
-        let said = c.to_string();
-        if !text.ends_with(&said) {
-            text.push_str(": ");
-            text.push_str(&said);
-        }
-        cause = c.source();
-    }
-    text
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -92,7 +75,7 @@ mod tests {
             pid: 7,
             source: ichnos_image::parse_maps(7, "zz").unwrap_err(),
         };
-        let text = error_chain(&e);
+        let text = ichnos_image::error_chain(&e);
         assert!(
             text.starts_with("cannot read the mappings of process 7: "),
             "{text}"
@@ -103,7 +86,7 @@ mod tests {
             source: std::io::Error::from_raw_os_error(2),
         };
         assert_eq!(
-            error_chain(&io),
+            ichnos_image::error_chain(&io),
             "/x: No such file or directory (os error 2)"
         );
     }

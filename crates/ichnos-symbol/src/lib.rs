@@ -42,8 +42,9 @@ mod symbolizer;
 
 pub use debug_file::{crc32_of_file, DebugSource};
 pub use demangle::demangle;
-pub use error::{error_chain, SymbolError};
+pub use error::SymbolError;
 pub use frame::{Frame, Symbolized};
+pub use ichnos_image::error_chain;
 pub use index::{FrameRef, SymbolIndex};
 pub use process::{Place, ProcessSymbolized};
 pub use symbolizer::{Symbolizer, SymbolizerOptions};

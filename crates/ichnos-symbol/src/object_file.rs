@@ -297,7 +297,7 @@ impl LoadedObject {
                     mapped_bytes += extra;
                     (dwarf, sections, source) = (Some(d), Some(all), DebugSource::SameFile);
                 }
-                Err(e) => refused.push(crate::error::error_chain(&e)),
+                Err(e) => refused.push(ichnos_image::error_chain(&e)),
             }
         } else {
             let build_id = file.build_id().ok().flatten();
@@ -311,7 +311,7 @@ impl LoadedObject {
                         symbols.extend(debug_symbols);
                         (dwarf, sections, source) = (Some(d), Some(all), found);
                     }
-                    Err(e) => refused.push(crate::error::error_chain(&e)),
+                    Err(e) => refused.push(ichnos_image::error_chain(&e)),
                 }
             }
         }
