@@ -123,7 +123,6 @@ pub unsafe extern "C" fn codectl(
     let registry = Registry::global();
     match option {
         CODE_REGISTER_ELF => {
-            // SAFETY: forwarded caller contract.
             let info: code_elf_info = match copy_struct(info, info_size) {
                 Ok(i) => i,
                 Err(e) => return e,
@@ -168,7 +167,6 @@ pub unsafe extern "C" fn codectl(
             status(registry.register_elf(code))
         }
         CODE_REGISTER_JIT => {
-            // SAFETY: forwarded caller contract.
             let info: code_jit_info = match copy_struct(info, info_size) {
                 Ok(i) => i,
                 Err(e) => return e,
@@ -182,7 +180,6 @@ pub unsafe extern "C" fn codectl(
             status(registry.register_jit(code))
         }
         CODE_UNREGISTER => {
-            // SAFETY: forwarded caller contract.
             let info: code_unregister_info = match copy_struct(info, info_size) {
                 Ok(i) => i,
                 Err(e) => return e,

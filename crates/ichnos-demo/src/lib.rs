@@ -47,13 +47,12 @@ pub fn workload() -> Result<()> {
         // callback of the signature the JIT code expects.
         .spawn(move || unsafe { demo_jit_driver(function, seconds) })
         .context("cannot start the demo's JIT thread")?;
-    let a = native
-        .join()
-        .map_err(|_| anyhow::anyhow!("the native thread panicked"))?;
-    let b = jit_thread
-        .join()
-        .map_err(|_| anyhow::anyhow!("the JIT thread panicked"))?;
+    // Both joined before either result is looked at: the JIT code is
+    // unmapped when `jit` goes, and no thread may still be running it.
+    let (a, b) = (native.join(), jit_thread.join());
     drop(jit);
+    let a = a.map_err(|_| anyhow::anyhow!("the native thread panicked"))?;
+    let b = b.map_err(|_| anyhow::anyhow!("the JIT thread panicked"))?;
     std::hint::black_box(a ^ b);
     Ok(())
 }

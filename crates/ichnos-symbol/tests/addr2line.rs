@@ -148,8 +148,6 @@ fn a_debug_link_is_followed_and_its_crc_checked() {
     );
 }
 
-/// Moves `debug`, the debug file of `exe`, to where a build-id directory
-/// under `dir/debug` keeps it: (that directory, the file's new path).
 /// A file deleted since it was opened is read through the kernel's link
 /// to it (`/proc/PID/fd/N` here, `/proc/PID/map_files/...` for a mapping),
 /// which reads as `OLD-PATH (deleted)`: its debug link is looked for
@@ -181,6 +179,8 @@ fn a_deleted_file_finds_its_debug_link_where_it_was() {
     assert_eq!(ours(&got[0].frames), want);
 }
 
+/// Moves `debug`, the debug file of `exe`, to where a build-id directory
+/// under `dir/debug` keeps it: (that directory, the file's new path).
 fn into_build_id_dir(dir: &Path, exe: &Path, debug: &Path) -> (PathBuf, PathBuf) {
     let id_hex = run(Command::new("readelf").args(["-n"]).arg(exe))
         .lines()
