@@ -3,6 +3,16 @@
 //! masked positions, the same head/tail protocol), same run: 64 MiB per
 //! iteration in records of 8, 64 and 4096 bytes, through a 4 MiB buffer.
 //!
+//! Every consumer has the same policy, the region-table buffer's: it
+//! takes what is readable only once half the buffer is (the watermark) or
+//! the producer is done, and all of it in one batch. The region-table
+//! consumer sleeps on its futex until then; the peers, which have no
+//! wake-up, yield in between. Every buffer's memory is faulted in before
+//! the clock starts (ichnos: `populate`; rtrb: one pass of writes and
+//! reads over the whole ring; the single-region ring: written when made).
+//! `CONSUMER=poll` gives every consumer the peers' own policy instead
+//! (take whatever is readable, as soon as it is).
+//!
 //! `cargo bench -p ichnos-buf --bench topa` prints criterion's report and
 //! then GB/s, records/s and the ratio to rtrb.
 
@@ -17,6 +27,23 @@ mod estimates;
 
 const TOTAL: u64 = 64 << 20;
 const BUFFER: usize = 4 << 20;
+
+/// Whether consumers take whatever is readable at once (`CONSUMER=poll`)
+/// rather than waiting for the watermark.
+fn polling() -> bool {
+    std::env::var("CONSUMER").is_ok_and(|v| v == "poll")
+}
+
+/// Bytes a consumer waits for before it reads: half the buffer, or one
+/// byte when polling. The last bytes of a run are read when the producer
+/// is done, whatever their number.
+fn watermark() -> u64 {
+    if polling() {
+        1
+    } else {
+        BUFFER as u64 / 2
+    }
+}
 
 fn ichnos(record: usize) -> Duration {
     let config = Config {
@@ -37,6 +64,7 @@ fn ichnos(record: usize) -> Duration {
     )
     .unwrap();
     let (mut producer, mut consumer) = buf.split().unwrap();
+    let poll = polling();
     let start = Instant::now();
     let writer = std::thread::spawn(move || {
         let rec = vec![0x5au8; record];
@@ -46,10 +74,16 @@ fn ichnos(record: usize) -> Duration {
     });
     let mut sum = 0u64;
     while consumer.tail() < TOTAL {
-        if consumer.available() == 0
-            && consumer.wait(Some(Duration::from_millis(1))) == WaitOutcome::ProducerGone
-        {
-            break;
+        // The futex wakes at the watermark (and at the producer's end);
+        // polling, the consumer looks again as soon as it has read.
+        if consumer.available() == 0 {
+            if poll {
+                std::thread::yield_now();
+                continue;
+            }
+            if consumer.wait(Some(Duration::from_millis(1))) == WaitOutcome::ProducerGone {
+                break;
+            }
         }
         let head = consumer.head();
         for s in consumer.segments(consumer.tail()..head) {
@@ -64,7 +98,18 @@ fn ichnos(record: usize) -> Duration {
 
 fn rtrb(record: usize) -> Duration {
     let (mut tx, mut rx) = rtrb::RingBuffer::<u8>::new(BUFFER);
+    // Fault the ring's memory in, as the region-table buffer's is.
+    if let Ok(mut chunk) = tx.write_chunk(BUFFER) {
+        let (a, b) = chunk.as_mut_slices();
+        a.fill(1);
+        b.fill(1);
+        chunk.commit_all();
+    }
+    rx.read_chunk(BUFFER).unwrap().commit_all();
+    let watermark = watermark();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let start = Instant::now();
+    let writer_done = Arc::clone(&done);
     let writer = std::thread::spawn(move || {
         let rec = vec![0x5au8; record];
         for _ in 0..TOTAL / record as u64 {
@@ -79,12 +124,13 @@ fn rtrb(record: usize) -> Duration {
                 std::hint::spin_loop();
             }
         }
+        writer_done.store(true, Ordering::Release);
     });
     let mut got = 0u64;
     let mut sum = 0u64;
     while got < TOTAL {
         let n = rx.slots();
-        if n == 0 {
+        if n == 0 || ((n as u64) < watermark && !done.load(Ordering::Acquire)) {
             std::thread::yield_now();
             continue;
         }
@@ -127,9 +173,12 @@ fn single_region(record: usize) -> Duration {
         tail: padded::Padded(AtomicU64::new(0)),
     });
     let mask = BUFFER as u64 - 1;
+    let watermark = watermark();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let start = Instant::now();
     let writer = {
         let ring = ring.clone();
+        let done = Arc::clone(&done);
         std::thread::spawn(move || {
             let rec = vec![0x5au8; record];
             let base = std::cell::UnsafeCell::raw_get(ring.data.as_ptr());
@@ -156,14 +205,16 @@ fn single_region(record: usize) -> Duration {
                 head += record as u64;
                 ring.head.0.store(head, Ordering::Release);
             }
+            done.store(true, Ordering::Release);
         })
     };
     let base = ring.data.as_ptr().cast::<u8>();
     let mut tail = 0u64;
     let mut sum = 0u64;
     while tail < TOTAL {
+        let finished = done.load(Ordering::Acquire);
         let head = ring.head.0.load(Ordering::Acquire);
-        if head == tail {
+        if head == tail || (head - tail < watermark && !finished) {
             std::thread::yield_now();
             continue;
         }
@@ -201,7 +252,12 @@ fn main() {
     }
     c.final_summary();
 
-    println!("\n64 MiB through a 4 MiB buffer, producer and consumer on two threads, this run:");
+    let policy = if polling() {
+        "every consumer polling"
+    } else {
+        "every consumer waiting for the watermark"
+    };
+    println!("\n64 MiB through a 4 MiB buffer, producer and consumer on two threads, {policy}, this run:");
     for record in [8usize, 64, 4096] {
         let group = format!("topa/{record}");
         let rtrb_ns = run.mean_ns(&group, "rtrb");
