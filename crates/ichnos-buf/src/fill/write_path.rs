@@ -1,0 +1,192 @@
+//! The write path of a fill buffer's threads: reserving in a thread's
+//! slot, filling and flushing a full buffer, and handing it to the flush
+//! function. Kept apart from the buffer's setup and reading (`mod.rs`)
+//! because it runs in signal handlers and on every record.
+
+use super::slot::Slot;
+use super::{guard, sigatomic, thread, ErrnoGuard};
+use super::{Flush, FlushReason, Kind, Shared, WriteError};
+use std::sync::atomic::Ordering;
+
+impl Shared {
+    /// The write path proper: reserve `len` bytes in this thread's `slot`.
+    #[inline(always)]
+    pub(super) fn reserve_in(&self, slot: &Slot, len: usize) -> Result<*mut u8, WriteError> {
+        if slot.owner.load(Ordering::Relaxed) == self.id {
+            match self.kind {
+                Kind::Trace { capacity } => match slot.trace_reserve(len) {
+                    Ok(ptr) => return Ok(ptr),
+                    Err(old) => return self.overflow(slot, old, len, capacity),
+                },
+                Kind::Circular { stride, .. } if len == stride => {
+                    return Ok(slot.ring_reserve(stride))
+                }
+                Kind::Circular { .. } => return Err(self.size_error(len)),
+            }
+        }
+        self.first_write(slot, len)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    pub(super) fn write_guarded(&self, record: &[u8]) -> Result<(), WriteError> {
+        let capacity = self.capacity();
+        // Shorter than a page: a record that starts at or below the end of
+        // the buffer then always faults inside the guard page, never past it.
+        if record.len() > capacity || record.len() >= crate::page_size() {
+            return Err(self.size_error(record.len()));
+        }
+        thread::with_slot(self.index, |slot| {
+            if slot.owner.load(Ordering::Relaxed) != self.id {
+                self.attach(slot, record.len())?;
+            }
+            guard::write(slot, record)
+                .map(|_| ())
+                .ok_or(WriteError::Dropped)
+        })
+    }
+
+    /// Bytes per thread.
+    pub(crate) fn capacity(&self) -> usize {
+        match self.kind {
+            Kind::Circular { capacity, .. } | Kind::Trace { capacity } => capacity,
+        }
+    }
+
+    pub(super) fn size_error(&self, len: usize) -> WriteError {
+        let (capacity, stride) = match self.kind {
+            Kind::Circular { capacity, stride } => (capacity, stride),
+            Kind::Trace { capacity } => (capacity, 0),
+        };
+        WriteError::Size {
+            len,
+            capacity,
+            stride,
+        }
+    }
+
+    /// The thread's first write (or the first since the slot served a
+    /// handle that is gone): map memory, then write.
+    #[cold]
+    pub(super) fn first_write(&self, slot: &Slot, len: usize) -> Result<*mut u8, WriteError> {
+        let fits = match self.kind {
+            Kind::Trace { capacity } => len <= capacity,
+            Kind::Circular { stride, .. } => len == stride,
+        };
+        if !fits {
+            return Err(self.size_error(len));
+        }
+        self.attach(slot, len)?;
+        // The slot is ours now, so this takes the fast path.
+        self.reserve_in(slot, len)
+    }
+
+    /// Maps this thread's memory for the slot; a record of `len` bytes is
+    /// counted lost if that cannot be done here and now.
+    #[cold]
+    pub(super) fn attach(&self, slot: &Slot, len: usize) -> Result<(), WriteError> {
+        let _errno = ErrnoGuard::save();
+        let (bytes, limit) = match self.kind {
+            Kind::Trace { capacity } => (capacity, capacity),
+            Kind::Circular { capacity, .. } => (capacity, capacity - 1),
+        };
+        if thread::EXITING.load(Ordering::Acquire) || !slot.try_claim() {
+            if len > 0 {
+                slot.count_lost(len);
+            }
+            return Err(WriteError::Dropped);
+        }
+        let handle = self.guarded.then(|| std::ptr::from_ref(self).cast::<()>());
+        let attached = thread::attach(slot, self.index, self.id, bytes, limit, handle);
+        slot.release();
+        if !attached {
+            if len > 0 {
+                slot.count_lost(len);
+            }
+            return Err(WriteError::Dropped);
+        }
+        Ok(())
+    }
+
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn overflow(
+        &self,
+        slot: &Slot,
+        old: usize,
+        len: usize,
+        capacity: usize,
+    ) -> Result<*mut u8, WriteError> {
+        let _errno = ErrnoGuard::save();
+        if len > capacity {
+            sigatomic::add(&slot.reserved, len.wrapping_neg());
+            return Err(self.size_error(len));
+        }
+        if thread::EXITING.load(Ordering::Acquire) {
+            sigatomic::add(&slot.reserved, len.wrapping_neg());
+            slot.count_lost(len);
+            return Err(WriteError::Dropped);
+        }
+        let tid = thread::current_tid();
+        slot.trace_overflow(old, len, capacity, &mut |slot, data| {
+            self.deliver(slot, data, FlushReason::Full, tid);
+        })
+        .ok_or(WriteError::Dropped)
+    }
+
+    /// Flushes `slot` (trace buffers); false for circular ones.
+    pub(crate) fn flush_slot(&self, slot: &Slot, reason: FlushReason, tid: i32) -> bool {
+        let Kind::Trace { capacity } = self.kind else {
+            return false;
+        };
+        if thread::EXITING.load(Ordering::Acquire) {
+            // The exit hook flushed this buffer without resetting it;
+            // flushing again would deliver the same bytes twice.
+            return false;
+        }
+        let flush = || {
+            slot.trace_flush(capacity, &mut |slot, data| {
+                self.deliver(slot, data, reason, tid);
+            })
+        };
+        #[cfg(target_arch = "x86_64")]
+        if self.guarded {
+            return guard::with_signals_blocked(flush);
+        }
+        flush()
+    }
+
+    /// [`Shared::flush_slot`] with `busy` already held by the caller.
+    pub(crate) fn flush_claimed(
+        &self,
+        slot: &Slot,
+        reason: FlushReason,
+        tid: i32,
+        own_thread: bool,
+    ) -> bool {
+        match self.kind {
+            Kind::Trace { capacity } => {
+                slot.trace_flush_claimed(capacity, own_thread, &mut |slot, data| {
+                    self.deliver(slot, data, reason, tid);
+                })
+            }
+            Kind::Circular { .. } => false,
+        }
+    }
+
+    pub(super) fn deliver(&self, slot: &Slot, data: &[u8], reason: FlushReason, tid: i32) {
+        let Some(flush) = &self.flush else { return };
+        let info = Flush {
+            data,
+            tid,
+            seq: slot.flushes.fetch_add(1, Ordering::Relaxed),
+            reason,
+            lost_records: slot.lost_records.swap(0, Ordering::Relaxed),
+            lost_bytes: slot.lost_bytes.swap(0, Ordering::Relaxed),
+        };
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| flush(&info))).is_err() {
+            eprintln!("ichnos-buf: a fill buffer's flush function panicked; aborting");
+            std::process::abort();
+        }
+    }
+}
