@@ -648,14 +648,6 @@ fn close(
     let (samples, dropped, oversized) = (output.samples, output.dropped, output.oversized);
     let now = monotonic_ns();
     output.tell_drops(now);
-    output.meta(&Record::End {
-        time: output.rel(now),
-        samples,
-        lost: lost + dropped,
-    });
-    output.close(&writer);
-    let bytes = writer
-        .join()
-        .unwrap_or_else(|_| Err(std::io::Error::other("the writer thread panicked")))?;
+    let bytes = output.end(writer, now, lost + dropped)?;
     Ok((samples, dropped, bytes, oversized))
 }

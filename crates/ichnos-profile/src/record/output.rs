@@ -297,4 +297,25 @@ impl Output {
         }
         drop(self.producer);
     }
+
+    /// Ends the recording: its end record (at `time`, a clock time, with
+    /// the samples written and `lost` samples lost), then closes the
+    /// buffer and waits for `writer`, whose outcome is returned.
+    pub fn end(
+        mut self,
+        writer: std::thread::JoinHandle<WriterResult>,
+        time: u64,
+        lost: u64,
+    ) -> WriterResult {
+        let samples = self.samples;
+        self.meta(&Record::End {
+            time: self.rel(time),
+            samples,
+            lost,
+        });
+        self.close(&writer);
+        writer
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("the writer thread panicked")))
+    }
 }

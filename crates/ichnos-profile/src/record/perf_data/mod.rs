@@ -220,17 +220,9 @@ fn finish(
         complete: recorder.complete,
         unreadable,
     };
-    let (samples, lost) = (recorder.output.samples, recorder.lost);
-    let mut out = recorder.output;
-    out.meta(&Record::End {
-        time: out.rel(last_time),
-        samples,
-        lost: lost + unreadable,
-    });
-    out.close(&writer);
-    let written = writer
-        .join()
-        .unwrap_or_else(|_| Err(std::io::Error::other("the writer thread panicked")));
+    let written = recorder
+        .output
+        .end(writer, last_time, recorder.lost + unreadable);
     (summary, written)
 }
 
