@@ -107,16 +107,24 @@ fn some_inlined_address(exe: &Path) -> (u64, Vec<(String, String, u32)>) {
         .expect("an inlined address")
 }
 
-#[test]
-fn a_debug_link_is_followed_and_its_crc_checked() {
-    let dir = tempfile::tempdir().unwrap();
-    let exe = fixture(dir.path());
+/// The fixture built in `dir`, stripped, with its debug file in the
+/// `.debug/` directory beside it (where its debug link is followed): an
+/// inlined address and binutils' frames for it, the stripped file, and
+/// that directory.
+fn stripped_with_debug_beside(dir: &Path) -> (u64, Vec<(String, String, u32)>, PathBuf, PathBuf) {
+    let exe = fixture(dir);
     let (addr, want) = some_inlined_address(&exe);
-    let (stripped, debug) = split_debug(dir.path(), &exe);
-    // The debug file next to the stripped binary, as `.debug/` would hold it.
+    let (stripped, debug) = split_debug(dir, &exe);
     let beside = stripped.parent().unwrap().join(".debug");
     std::fs::create_dir_all(&beside).unwrap();
     std::fs::copy(&debug, beside.join("inlines.debug")).unwrap();
+    (addr, want, stripped, beside)
+}
+
+#[test]
+fn a_debug_link_is_followed_and_its_crc_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let (addr, want, stripped, beside) = stripped_with_debug_beside(dir.path());
     let options = SymbolizerOptions {
         debug_dirs: vec![dir.path().join("no-such-dir")],
         ..SymbolizerOptions::default()
@@ -156,12 +164,7 @@ fn a_debug_link_is_followed_and_its_crc_checked() {
 fn a_deleted_file_finds_its_debug_link_where_it_was() {
     use std::os::fd::AsRawFd;
     let dir = tempfile::tempdir().unwrap();
-    let exe = fixture(dir.path());
-    let (addr, want) = some_inlined_address(&exe);
-    let (stripped, debug) = split_debug(dir.path(), &exe);
-    let beside = stripped.parent().unwrap().join(".debug");
-    std::fs::create_dir_all(&beside).unwrap();
-    std::fs::copy(&debug, beside.join("inlines.debug")).unwrap();
+    let (addr, want, stripped, beside) = stripped_with_debug_beside(dir.path());
     let open = std::fs::File::open(&stripped).unwrap();
     std::fs::remove_file(&stripped).unwrap();
     let link = PathBuf::from(format!("/proc/self/fd/{}", open.as_raw_fd()));

@@ -135,16 +135,19 @@ fn damaged(dir: &Path, data: &Path, name: &str, edit: impl FnOnce(&mut Vec<u8>))
     path
 }
 
+/// A `perf record --call-graph dwarf` recording, in `dir`, of the leaves
+/// fixture running `loops` rounds.
+fn leaves_recording(dir: &Path, loops: &str) -> PathBuf {
+    let exe = build_fixture(dir, "chains", &[fixture("leaves.c").to_str().unwrap()]);
+    let data = dir.join("perf.data");
+    perf_record(&data, 1000, "dwarf", &[exe.to_str().unwrap(), loops]);
+    data
+}
+
 #[test]
 fn damaged_perf_data_files_are_refused_with_where() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = build_fixture(
-        dir.path(),
-        "chains",
-        &[fixture("leaves.c").to_str().unwrap()],
-    );
-    let data = dir.path().join("perf.data");
-    perf_record(&data, 1000, "dwarf", &[exe.to_str().unwrap(), "500"]);
+    let data = leaves_recording(dir.path(), "500");
     let len = std::fs::metadata(&data).unwrap().len();
     // The data section's size pushed past the end of the file.
     let past = damaged(dir.path(), &data, "past.data", |b| {
@@ -255,13 +258,7 @@ fn damaged_perf_data_files_are_refused_with_where() {
 #[test]
 fn a_short_aux_trace_record_is_refused_with_where() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = build_fixture(
-        dir.path(),
-        "chains",
-        &[fixture("leaves.c").to_str().unwrap()],
-    );
-    let data = dir.path().join("perf.data");
-    perf_record(&data, 1000, "dwarf", &[exe.to_str().unwrap(), "100"]);
+    let data = leaves_recording(dir.path(), "100");
     let bytes = std::fs::read(&data).unwrap();
     let mut short_at = u64::from_le_bytes(bytes[40..48].try_into().unwrap()) as usize;
     while usize::from(u16::from_le_bytes([
