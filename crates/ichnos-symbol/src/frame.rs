@@ -24,6 +24,11 @@ pub struct Frame {
     pub column: Option<u32>,
     /// Whether this frame was inlined into the next one.
     pub inlined: bool,
+    /// For the outermost frame, where its function starts (the address of
+    /// the ELF symbol that holds the code, in the object's own terms): the
+    /// address asked for is that many bytes into it, as `function+0x12`.
+    /// `None` for inlined frames and where no symbol holds the address.
+    pub function_start: Option<u64>,
 }
 
 /// The frames of one address, innermost (inlined) first.
@@ -80,6 +85,7 @@ pub(crate) fn frames(
                     line: f.location.as_ref().and_then(|l| l.line),
                     column: f.location.as_ref().and_then(|l| l.column),
                     inlined: true,
+                    function_start: None,
                 });
             }
         }
@@ -108,6 +114,14 @@ pub(crate) fn frames(
     };
     if frames.is_empty() {
         frames.push(Frame::default());
+    }
+    // The symbol that holds the code starts the outermost function, when
+    // it is that function (DWARF and the symbol table agree on its name).
+    if let (Some(s), Some(last)) = (symbol, frames.last_mut()) {
+        let (_, raw) = name(s.name.as_bytes());
+        if last.raw_function.is_none() || last.raw_function.as_ref() == Some(&raw) {
+            last.function_start = Some(s.addr);
+        }
     }
     if frames.len() == 1 && frames[0].function.is_none() {
         if let Some(s) = symbol {

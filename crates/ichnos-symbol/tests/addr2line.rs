@@ -81,6 +81,52 @@ fn every_instruction_agrees_with_binutils_addr2line() {
     assert!(padding < compared / 4, "{padding} padding addresses");
 }
 
+/// The outermost frame of every instruction of a function says where the
+/// function starts, as binutils' `nm -S` lists its symbol: the address is
+/// that many bytes into it (`function+0x12`). Inlined frames say nothing.
+#[test]
+fn the_outermost_frame_says_where_its_function_starts_as_nm_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = fixture(dir.path());
+    let nm = Command::new("nm")
+        .args(["-S", "--defined-only"])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    // (start, size, name) of the code symbols with a size.
+    let functions: Vec<(u64, u64, String)> = String::from_utf8_lossy(&nm.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 4 && (f[2] == "T" || f[2] == "t")).then(|| {
+                let hex = |s: &str| u64::from_str_radix(s, 16).unwrap();
+                (hex(f[0]), hex(f[1]), f[3].to_owned())
+            })
+        })
+        .filter(|(_, size, _)| *size > 0)
+        .collect();
+    let addrs = instruction_addresses(&exe);
+    let symbolizer = Symbolizer::new(SymbolizerOptions::default());
+    let got = symbolizer.symbolize_file(&exe, &addrs).unwrap();
+    let mut checked = 0;
+    for (addr, answer) in addrs.iter().zip(&got) {
+        let Some((start, _, name)) = functions
+            .iter()
+            .find(|(start, size, _)| (*start..start + size).contains(addr))
+        else {
+            continue;
+        };
+        let (outer, inner) = answer.frames.split_last().unwrap();
+        assert_eq!(outer.function_start, Some(*start), "{name} at {addr:#x}");
+        assert!(
+            inner.iter().all(|f| f.function_start.is_none()),
+            "at {addr:#x}"
+        );
+        checked += 1;
+    }
+    assert!(checked > 50, "{checked} addresses checked");
+}
+
 fn split_debug(dir: &Path, exe: &Path) -> (PathBuf, PathBuf) {
     let debug = dir.join("inlines.debug");
     run(Command::new("objcopy")

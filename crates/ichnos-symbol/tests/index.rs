@@ -388,11 +388,13 @@ fn the_generator_fingerprints_the_crate_sources() {
 }
 
 /// An index file written here from docs/symbol-index.md alone: ranges,
-/// frames and strings as the page lays them out.
-fn index_from_the_spec(ranges: &[(u64, u32)], frames: &[[u32; 6]], strings: &[&str]) -> Vec<u8> {
+/// frames and strings as the page lays them out. A frame is its six
+/// 32-bit fields and its 64-bit `function_start` as two 32-bit halves, low
+/// first (the same bytes, little-endian).
+fn index_from_the_spec(ranges: &[(u64, u32)], frames: &[[u32; 8]], strings: &[&str]) -> Vec<u8> {
     let mut f = Vec::new();
     f.extend_from_slice(b"ICHNSYMI");
-    f.extend_from_slice(&1u32.to_le_bytes());
+    f.extend_from_slice(&2u32.to_le_bytes());
     f.extend_from_slice(&4u32.to_le_bytes());
     let mut id = [0u8; 64];
     id[..4].copy_from_slice(&[0xde, 0xad, 0xbe, 0xef]);
@@ -432,13 +434,13 @@ fn index_from_the_spec(ranges: &[(u64, u32)], frames: &[[u32; 6]], strings: &[&s
 #[test]
 fn an_index_written_from_the_spec_is_read_as_the_spec_says() {
     const NONE: u32 = u32::MAX;
-    let (inlined, has_line, has_column, last) = (1, 2, 4, 8);
+    let (inlined, has_line, has_column, last, has_start) = (1, 2, 4, 8, 16);
     let bytes = index_from_the_spec(
         &[(0x1000, 0), (0x1010, NONE), (0x2000, 2)],
         &[
-            [0, 1, 2, 7, 5, inlined | has_line | has_column],
-            [3, 3, 2, 3, 0, has_line | last],
-            [NONE, NONE, 2, 0, 0, last],
+            [0, 1, 2, 7, 5, inlined | has_line | has_column, 0, 0],
+            [3, 3, 2, 3, 0, has_line | last | has_start, 0x0ff0, 0x1],
+            [NONE, NONE, 2, 0, 0, last, 0, 0],
         ],
         &["helper", "_Z6helperv", "a.c", "outer"],
     );
@@ -451,20 +453,36 @@ fn an_index_written_from_the_spec_is_read_as_the_spec_says() {
         true,
     );
     let unknown = vec![ichnos_symbol::Frame::default()];
-    let known =
-        |function: Option<&str>, raw: Option<&str>, line, column, inlined| ichnos_symbol::Frame {
+    let known = |function: Option<&str>, raw: Option<&str>, line, column, inlined, start| {
+        ichnos_symbol::Frame {
             function: function.map(Into::into),
             raw_function: raw.map(Into::into),
             file: Some("a.c".into()),
             line,
             column,
             inlined,
-        };
+            function_start: start,
+        }
+    };
     let first = vec![
-        known(Some("helper"), Some("_Z6helperv"), Some(7), Some(5), true),
-        known(Some("outer"), Some("outer"), Some(3), None, false),
+        known(
+            Some("helper"),
+            Some("_Z6helperv"),
+            Some(7),
+            Some(5),
+            true,
+            None,
+        ),
+        known(
+            Some("outer"),
+            Some("outer"),
+            Some(3),
+            None,
+            false,
+            Some(0x1_0000_0ff0),
+        ),
     ];
-    let last_range = vec![known(None, None, None, None, false)];
+    let last_range = vec![known(None, None, None, None, false, None)];
     assert_eq!(
         answers,
         [
@@ -485,7 +503,7 @@ fn an_index_written_from_the_spec_is_read_as_the_spec_says() {
     );
 
     // An answer longer than 1024 frames is refused, naming the frame.
-    let mut long = vec![[NONE, NONE, NONE, 0, 0, 0]; 1100];
+    let mut long = vec![[NONE, NONE, NONE, 0, 0, 0, 0, 0]; 1100];
     long[1099][5] = last;
     let err = SymbolIndex::from_bytes(index_from_the_spec(&[(0, 0)], &long, &[])).unwrap_err();
     assert!(err.to_string().contains("longer than 1024 frames"), "{err}");

@@ -508,18 +508,27 @@ fn decimal(mut n: u32, buf: &mut [u8; 10]) -> &[u8] {
 }
 
 fn json(r: &Symbolized, place: Option<&Place>) -> String {
+    // The address in the object's own terms, which function starts are in.
+    let own = match place {
+        Some(Place::Object { file_addr, .. }) => *file_addr,
+        _ => r.addr,
+    };
     let frames: Vec<serde_json::Value> = r
         .frames
         .iter()
         .map(|f| {
-            serde_json::json!({
+            let mut v = serde_json::json!({
                 "function": f.function.as_deref(),
                 "raw_function": f.raw_function.as_deref(),
                 "file": f.file.as_deref(),
                 "line": f.line,
                 "column": f.column,
                 "inlined": f.inlined,
-            })
+            });
+            if let Some(start) = f.function_start.filter(|&s| s <= own) {
+                v["function_offset"] = format!("{:#x}", own - start).into();
+            }
+            v
         })
         .collect();
     let mut v = serde_json::json!({

@@ -460,6 +460,9 @@ fn symbolize_a_live_process() {
     assert_eq!(v["address"], format!("{work:#x}"));
     assert_eq!(v["object_address"], format!("{:#x}", work - base));
     assert_eq!(v["object"], exe_str);
+    // Four bytes into work(), whose address the fixture printed: work+0x4.
+    let frames = v["frames"].as_array().unwrap();
+    assert_eq!(frames.last().unwrap()["function_offset"], "0x4", "{v}");
     // Where each answer came from: the file, the perf map, nothing, the
     // jitdump (the process still runs: its files are read again).
     let out = ichnos(&[

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::format::{
-    self, Contents, Identity, RawFrame, HAS_COLUMN, HAS_LINE, INLINED, LAST, NONE,
+    self, Contents, Identity, RawFrame, HAS_COLUMN, HAS_LINE, HAS_START, INLINED, LAST, NONE,
 };
 use crate::frame::{frames, Frame};
 use crate::object_file::{LoadedObject, Reader};
@@ -144,11 +144,13 @@ fn stored_frames(answer: &[Frame], strings: &mut Strings, raw: &mut Vec<RawFrame
             file: strings.id(f.file.as_ref()),
             line: f.line.unwrap_or(0),
             column: f.column.unwrap_or(0),
+            function_start: f.function_start.unwrap_or(0),
             flags: [
                 (f.inlined, INLINED),
                 (f.line.is_some(), HAS_LINE),
                 (f.column.is_some(), HAS_COLUMN),
                 (i + 1 == answer.len(), LAST),
+                (f.function_start.is_some(), HAS_START),
             ]
             .iter()
             .filter(|(set, _)| *set)

@@ -9,7 +9,7 @@ pub(crate) const MAGIC: [u8; 8] = *b"ICHNSYMI";
 /// The version this crate writes and reads: of the layout, and of the
 /// rules answers are made by, so that indexes made before a change in
 /// what some address answers are not used (docs/symbol-index.md).
-pub(crate) const VERSION: u32 = 1;
+pub(crate) const VERSION: u32 = 2;
 /// Bytes before the first table.
 pub(crate) const HEADER_SIZE: usize = 136;
 /// The fingerprint of the code that makes answers (build.rs).
@@ -20,7 +20,7 @@ pub(crate) const GENERATOR: u64 = {
     }
 };
 /// Bytes of one frame record.
-pub(crate) const FRAME_SIZE: usize = 24;
+pub(crate) const FRAME_SIZE: usize = 32;
 /// Longest build id the header holds.
 pub(crate) const MAX_BUILD_ID: usize = 64;
 /// Most frames one answer may have (the deepest real inline chains are
@@ -35,7 +35,9 @@ pub(crate) const HAS_LINE: u32 = 2;
 pub(crate) const HAS_COLUMN: u32 = 4;
 /// The frame is the outermost of its address's answer.
 pub(crate) const LAST: u32 = 8;
-const KNOWN_FLAGS: u32 = INLINED | HAS_LINE | HAS_COLUMN | LAST;
+/// The frame's `function_start` is known.
+pub(crate) const HAS_START: u32 = 16;
+const KNOWN_FLAGS: u32 = INLINED | HAS_LINE | HAS_COLUMN | LAST | HAS_START;
 
 /// Where the indexed answers came from (the header's `source_kind`).
 pub(crate) const SOURCE_SAME_FILE: u32 = 0;
@@ -51,6 +53,8 @@ pub(crate) struct RawFrame {
     pub line: u32,
     pub column: u32,
     pub flags: u32,
+    /// Where the function starts (meaningful with [`HAS_START`]).
+    pub function_start: u64,
 }
 
 /// What an index says of the object and the code it was made from: the
@@ -202,6 +206,7 @@ impl Contents {
             ] {
                 put(&v.to_le_bytes())?;
             }
+            put(&f.function_start.to_le_bytes())?;
         }
         let mut offset = 0u32;
         for s in &self.strings {

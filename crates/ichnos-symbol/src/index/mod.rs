@@ -17,7 +17,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use self::format::{
-    u32_at, u64_at, Header, RawFrame, FRAME_SIZE, HAS_COLUMN, HAS_LINE, INLINED, LAST, NONE,
+    u32_at, u64_at, Header, RawFrame, FRAME_SIZE, HAS_COLUMN, HAS_LINE, HAS_START, INLINED, LAST,
+    NONE,
 };
 use crate::debug_file::DebugSource;
 use crate::error::SymbolError;
@@ -249,6 +250,7 @@ impl SymbolIndex {
                     line: (f.flags & HAS_LINE != 0).then_some(f.line),
                     column: (f.flags & HAS_COLUMN != 0).then_some(f.column),
                     inlined: f.flags & INLINED != 0,
+                    function_start: (f.flags & HAS_START != 0).then_some(f.function_start),
                 }
             })
             .collect()
@@ -278,6 +280,7 @@ impl SymbolIndex {
                         line: (f.flags & HAS_LINE != 0).then_some(f.line),
                         column: (f.flags & HAS_COLUMN != 0).then_some(f.column),
                         inlined: f.flags & INLINED != 0,
+                        function_start: (f.flags & HAS_START != 0).then_some(f.function_start),
                     }
                 }),
         )
@@ -335,6 +338,7 @@ impl SymbolIndex {
                 line: field(3),
                 column: field(4),
                 flags: field(5),
+                function_start: u64_at(&self.bytes, at + 24),
             };
             done = f.flags & LAST != 0;
             Some(f)
@@ -359,4 +363,7 @@ pub struct FrameRef<'a> {
     pub column: Option<u32>,
     /// Whether this frame was inlined into the next one.
     pub inlined: bool,
+    /// Where the outermost frame's function starts
+    /// ([`Frame::function_start`]).
+    pub function_start: Option<u64>,
 }
