@@ -26,7 +26,10 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     if let Ok(consumer) = buf.consumer() {
         let head = consumer.head();
         let tail = consumer.tail();
-        let _ = consumer.segments(tail..head.min(tail + 65536));
+        // Walked: the slices are found as the iterator goes.
+        for segment in consumer.segments(tail..head.min(tail + 65536)) {
+            std::hint::black_box(segment.len());
+        }
         let mut out = Vec::new();
         let _ = consumer.snapshot(&mut out);
     }

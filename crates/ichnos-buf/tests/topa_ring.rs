@@ -673,6 +673,27 @@ fn a_snapshot_leaves_out_what_the_producer_announced_it_is_overwriting() {
     assert_eq!(info.overwritten_during_copy, 100);
 }
 
+/// In snapshot mode the producer overwrites what has not been read: no
+/// slice of the regions is handed out as if it were stable, and reading
+/// goes through `snapshot` only.
+#[test]
+fn snapshot_mode_hands_out_no_slices_of_bytes_being_overwritten() {
+    let config = Config {
+        mode: Mode::Snapshot,
+        ..Config::default()
+    };
+    let buf = buffer(&[1], config);
+    let (mut producer, mut consumer) = (buf.producer().unwrap(), buf.consumer().unwrap());
+    producer.write(&stream(0..100));
+    assert_eq!(consumer.available(), 100);
+    assert_eq!(consumer.segments(0..100).count(), 0);
+    let mut out = Vec::new();
+    assert_eq!(consumer.read_into(&mut out), 0);
+    assert!(out.is_empty());
+    consumer.snapshot(&mut out);
+    assert_eq!(out, stream(0..100));
+}
+
 #[test]
 fn open_refuses_an_unsealed_or_foreign_memfd() {
     // SAFETY: creating and sizing a memfd of our own.

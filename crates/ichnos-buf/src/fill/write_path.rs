@@ -1,10 +1,13 @@
 //! The write path of a fill buffer's threads: reserving in a thread's
 //! slot, filling and flushing a full buffer, and handing it to the flush
-//! function. Kept apart from the buffer's setup and reading (`mod.rs`)
-//! because it runs in signal handlers and on every record.
+//! function. Kept apart from the buffer's setup, its public entry points
+//! and reading (`mod.rs`) because it runs in signal handlers and on every
+//! record.
 
+#[cfg(target_arch = "x86_64")]
+use super::guard;
 use super::slot::Slot;
-use super::{guard, sigatomic, thread, ErrnoGuard};
+use super::{sigatomic, thread, ErrnoGuard};
 use super::{Flush, FlushReason, Kind, Shared, WriteError};
 use std::sync::atomic::Ordering;
 
@@ -47,6 +50,7 @@ impl Shared {
     }
 
     /// Bytes per thread.
+    #[cfg(target_arch = "x86_64")]
     pub(crate) fn capacity(&self) -> usize {
         match self.kind {
             Kind::Circular { capacity, .. } | Kind::Trace { capacity } => capacity,

@@ -109,7 +109,9 @@ impl Consumer {
     /// The bytes of `range` (absolute, within what is readable), one slice
     /// per region touched: a record that crosses regions comes back as
     /// two slices. Nothing is allocated: the slices are found as the
-    /// iterator is walked.
+    /// iterator is walked. In snapshot mode, where the producer overwrites
+    /// what the consumer has not read, there are none: copy with
+    /// [`Consumer::snapshot`].
     ///
     /// # Panics
     ///
@@ -122,15 +124,24 @@ impl Consumer {
             "range {range:?} outside the readable {}..{head}",
             self.tail
         );
+        let snapshot = self.mapped.header().mode == 1;
         Segments {
             mapped: &self.mapped,
-            range,
+            range: if snapshot {
+                range.start..range.start
+            } else {
+                range
+            },
         }
     }
 
     /// Appends everything readable to `out`, advances past it, and
-    /// returns how many bytes that was.
+    /// returns how many bytes that was (none in snapshot mode: see
+    /// [`Consumer::segments`]).
     pub fn read_into(&mut self, out: &mut Vec<u8>) -> u64 {
+        if self.mapped.header().mode == 1 {
+            return 0;
+        }
         let head = self.head();
         let n = head - self.tail;
         for segment in self.segments(self.tail..head) {

@@ -304,7 +304,7 @@ impl Producer {
         stats(self.header(), self.head)
     }
 
-    /// Whether a consumer is in [`Consumer::wait`], announced as asleep
+    /// Whether a consumer is in [`Consumer::wait`](super::Consumer::wait), announced as asleep
     /// (or about to sleep) until notified.
     #[must_use]
     pub fn consumer_waiting(&self) -> bool {
