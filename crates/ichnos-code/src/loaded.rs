@@ -18,8 +18,8 @@ const NT_GNU_BUILD_ID: u32 = 3;
 const MAX_NOTES: u64 = 64 << 10;
 
 /// The GNU build id in the loaded notes of an object (its `PT_NOTE`
-/// segments, at `bias` plus their addresses): read from memory, so that
-/// an object whose rows are already made costs no read of its file.
+/// segments, at `bias` plus their addresses): the id of the code that is
+/// loaded, read from memory, whatever the file on disk holds now.
 fn build_id_in_memory(phdrs: &[libc::Elf64_Phdr], bias: u64) -> Option<Vec<u8>> {
     for note in phdrs.iter().filter(|p| p.p_type == PT_NOTE) {
         let len = usize::try_from(note.p_memsz.min(MAX_NOTES)).ok()?;
@@ -27,7 +27,7 @@ fn build_id_in_memory(phdrs: &[libc::Elf64_Phdr], bias: u64) -> Option<Vec<u8>> 
         let pid = libc::pid_t::try_from(std::process::id()).ok()?;
         let read =
             crate::sys::process_vm_read(pid, bias.wrapping_add(note.p_vaddr), &mut bytes).ok()?;
-        if let Some(id) = gnu_build_id(&bytes[..read]) {
+        if let Some(id) = gnu_build_id(&bytes[..read], note.p_align) {
             return Some(id);
         }
     }
@@ -35,17 +35,25 @@ fn build_id_in_memory(phdrs: &[libc::Elf64_Phdr], bias: u64) -> Option<Vec<u8>> 
 }
 
 /// The `NT_GNU_BUILD_ID` descriptor among the ELF notes `notes` (each a
-/// 4-byte-aligned name and descriptor after three 32-bit words).
-fn gnu_build_id(mut notes: &[u8]) -> Option<Vec<u8>> {
+/// name and descriptor after three 32-bit words, padded to 8 bytes in a
+/// segment aligned to 8, else to 4, as glibc reads them).
+fn gnu_build_id(mut notes: &[u8], align: u64) -> Option<Vec<u8>> {
+    let pad = if align == 8 { 8 } else { 4 };
     let word = |b: &[u8], at: usize| -> Option<usize> {
-        Some(u32::from_ne_bytes(b.get(at..at + 4)?.try_into().ok()?) as usize)
+        usize::try_from(u32::from_ne_bytes(b.get(at..at + 4)?.try_into().ok()?)).ok()
     };
     while notes.len() >= 12 {
         let (name_len, desc_len) = (word(notes, 0)?, word(notes, 4)?);
         let kind = word(notes, 8)?;
-        let name_end = 12usize.checked_add(name_len.next_multiple_of(4))?;
-        let desc_end = name_end.checked_add(desc_len.next_multiple_of(4))?;
-        let name = notes.get(12..12 + name_len)?;
+        // Offsets from the note's start, each rounded up to the padding
+        // (glibc's ELF_NOTE_DESC_OFFSET and ELF_NOTE_NEXT_OFFSET).
+        let name_end = 12usize
+            .checked_add(name_len)?
+            .checked_next_multiple_of(pad)?;
+        let desc_end = name_end
+            .checked_add(desc_len)?
+            .checked_next_multiple_of(pad)?;
+        let name = notes.get(12..12usize.checked_add(name_len)?)?;
         let desc = notes.get(name_end..name_end.checked_add(desc_len)?)?;
         if kind == NT_GNU_BUILD_ID as usize && name == b"GNU\0" && !desc.is_empty() {
             return Some(desc.to_vec());
@@ -103,10 +111,15 @@ pub fn register_loaded_objects(registry: &Registry) -> LoadedReport {
             .find(|p| p.p_type == PT_GNU_SFRAME && p.p_memsz > 0)
             .map(|p| object.bias + p.p_vaddr..object.bias + p.p_vaddr + p.p_memsz);
         let readable = std::fs::metadata(&path).is_ok_and(|m| m.is_file());
-        // The build id from memory; the debug link is in no loaded
-        // segment, so from the file, headers only.
+        // The build id of the loaded code, from memory; the debug link is
+        // in no loaded segment, so from the file. A file that is no longer
+        // the loaded code (replaced on disk) gives it no rows: they would
+        // be kept under the loaded code's id.
         let (file_build_id, debug_link) = crate::elf::identity_of_file(&path);
-        let build_id = build_id_in_memory(&object.phdrs, object.bias).or(file_build_id);
+        let loaded_id = build_id_in_memory(&object.phdrs, object.bias);
+        let replaced = matches!((&loaded_id, &file_build_id), (Some(a), Some(b)) if a != b);
+        let readable = readable && !replaced;
+        let build_id = loaded_id.or(file_build_id);
         for text in loads
             .iter()
             .filter(|p| p.p_flags & PF_X != 0 && p.p_memsz > 0)
@@ -170,16 +183,25 @@ mod tests {
             NT_GNU_BUILD_ID,
             &[0xde, 0xad, 0xbe, 0xef, 1],
         ));
-        assert_eq!(gnu_build_id(&notes), Some(vec![0xde, 0xad, 0xbe, 0xef, 1]));
+        assert_eq!(
+            gnu_build_id(&notes, 4),
+            Some(vec![0xde, 0xad, 0xbe, 0xef, 1])
+        );
         // Another vendor's note of the same type is not it.
         assert_eq!(
-            gnu_build_id(&note(b"Go\0\0", NT_GNU_BUILD_ID, &[1; 8])),
+            gnu_build_id(&note(b"Go\0\0", NT_GNU_BUILD_ID, &[1; 8]), 4),
             None
         );
         // Sizes that run past the end: none, no panic.
         let mut cut = note(b"GNU\0", NT_GNU_BUILD_ID, &[1; 20]);
         cut[4] = 0xff;
-        assert_eq!(gnu_build_id(&cut), None);
-        assert_eq!(gnu_build_id(&[0xff; 12]), None);
+        assert_eq!(gnu_build_id(&cut, 4), None);
+        assert_eq!(gnu_build_id(&[0xff; 12], 4), None);
+        assert_eq!(gnu_build_id(&[0xff; 12], 8), None);
+        // In a segment aligned to 8, a 12-byte descriptor is padded to 16.
+        let mut eight = note(b"GNU\0", 5, &[7; 12]);
+        eight.extend([0; 4]);
+        eight.extend(note(b"GNU\0", NT_GNU_BUILD_ID, &[9; 8]));
+        assert_eq!(gnu_build_id(&eight, 8), Some(vec![9; 8]));
     }
 }

@@ -29,8 +29,8 @@ pub use crate::registration::{ElfCode, JitCode, Publish, Registration};
 use crate::row::RowTable;
 use crate::sframe::{SframeError, SframeSection};
 
-/// Largest object file opened to convert its `.eh_frame` (only its
-/// headers and unwind sections are read).
+/// Largest object file opened to convert its `.eh_frame` (read in the
+/// pieces parsing needs, not whole).
 pub const MAX_OBJECT_FILE: u64 = 4 << 30;
 
 /// Largest SFrame section read from memory (the SFrame of a 1 GiB binary is
@@ -442,18 +442,20 @@ impl Registry {
         // need the ELF range to be placed.
         if let Some(path) = code.path.as_ref().filter(|_| !code.elf.is_empty()) {
             let made = row_cache().get_or_make(build_id, RowChoice::EhFrame, || {
-                let opened = self.open_object_file(path)?;
-                // Only the headers and the unwind sections are read, not
-                // the whole file. The file's addresses are link-time,
-                // counted here from the page of its first PT_LOAD, as the
-                // ELF range is.
-                let data = object::ReadCache::new(opened);
+                let (opened, len) = self.open_object_file(path)?;
+                // Read in the pieces parsing asks for (headers, symbol
+                // tables, the unwind sections), never past the length
+                // checked when it was opened, not the whole file. The
+                // file's addresses are link-time, counted here from the
+                // page of its first PT_LOAD, as the ELF range is.
+                let cache = object::ReadCache::new(opened);
+                let data = cache.range(0, len);
                 let bad = |source| RegistryError::ObjectFile {
                     path: path.clone(),
                     source,
                 };
                 let file =
-                    object::File::parse(&data).map_err(|e| bad(ObjectFileError::NotElf(e)))?;
+                    object::File::parse(data).map_err(|e| bad(ObjectFileError::NotElf(e)))?;
                 crate::elf::object_rows(&file, RowChoice::EhFrame)
                     .map_err(|e| bad(ObjectFileError::Rows(e)))
             });
@@ -464,12 +466,15 @@ impl Registry {
         Ok((Rows::Fixed(Arc::new(RowTable::new(0))), RowSource::None))
     }
 
-    /// Opens an object file named by a registration. The name comes from
-    /// the registering process, which may be another one and is not
-    /// trusted: only a regular file of at most [`MAX_OBJECT_FILE`] bytes is
-    /// opened, seen from that process's root directory, and only its
-    /// headers and unwind sections are then read.
-    fn open_object_file(&self, path: &std::path::Path) -> Result<std::fs::File, RegistryError> {
+    /// Opens an object file named by a registration, with its length. The
+    /// name comes from the registering process, which may be another one
+    /// and is not trusted: only a regular file of at most
+    /// [`MAX_OBJECT_FILE`] bytes is opened, seen from that process's root
+    /// directory.
+    fn open_object_file(
+        &self,
+        path: &std::path::Path,
+    ) -> Result<(std::fs::File, u64), RegistryError> {
         let seen = if self.pid == std::process::id() {
             path.to_path_buf()
         } else {
@@ -486,7 +491,7 @@ impl Registry {
         if meta.len() > MAX_OBJECT_FILE {
             return Err(bad(ObjectFileError::TooLarge));
         }
-        Ok(file)
+        Ok((file, meta.len()))
     }
 
     /// Registers JIT code whose rows are read from its table chain.
