@@ -4,12 +4,15 @@
 //! iteration in records of 8, 64 and 4096 bytes, through a 4 MiB buffer.
 //!
 //! Every consumer has the same policy, the region-table buffer's: it
-//! takes what is readable only once half the buffer is (the watermark) or
-//! the producer is done, and all of it in one batch. The region-table
-//! consumer sleeps on its futex until then; the peers, which have no
-//! wake-up, yield in between. Every buffer's memory is faulted in before
+//! wakes once the producer has written half the buffer (the watermark)
+//! since it last woke, or is done, and then reads everything readable in
+//! one batch. The region-table consumer sleeps on its futex, which the
+//! producer bumps at the watermark; the peers, which have no wake-up,
+//! yield in between (each look loads the producer's position, so they are
+//! busy where ichnos sleeps). Every buffer's memory is faulted in before
 //! the clock starts (ichnos: `populate`; rtrb: one pass of writes and
-//! reads over the whole ring; the single-region ring: written when made).
+//! reads over the whole ring; the single-region ring: written when made),
+//! and rtrb is written through `write_chunk_uninit`, each byte once.
 //! `CONSUMER=poll` gives every consumer the peers' own policy instead
 //! (take whatever is readable, as soon as it is).
 //!
@@ -74,14 +77,16 @@ fn ichnos(record: usize) -> Duration {
     });
     let mut sum = 0u64;
     while consumer.tail() < TOTAL {
-        // The futex wakes at the watermark (and at the producer's end);
-        // polling, the consumer looks again as soon as it has read.
+        // Waiting, the consumer sleeps on the futex until the producer has
+        // written a watermark's worth since its last notification (or is
+        // gone), then reads everything there is; polling, it reads
+        // whatever there is as soon as there is any.
         if consumer.available() == 0 {
             if poll {
                 std::thread::yield_now();
                 continue;
             }
-            if consumer.wait(Some(Duration::from_millis(1))) == WaitOutcome::ProducerGone {
+            if consumer.wait(None) == WaitOutcome::ProducerGone && consumer.available() == 0 {
                 break;
             }
         }
@@ -114,11 +119,24 @@ fn rtrb(record: usize) -> Duration {
         let rec = vec![0x5au8; record];
         for _ in 0..TOTAL / record as u64 {
             loop {
-                if let Ok(mut chunk) = tx.write_chunk(record) {
+                // The uninitialised chunk: `write_chunk` would first write
+                // a default into every slot, each byte twice.
+                if let Ok(mut chunk) = tx.write_chunk_uninit(record) {
                     let (a, b) = chunk.as_mut_slices();
-                    a.copy_from_slice(&rec[..a.len()]);
-                    b.copy_from_slice(&rec[a.len()..]);
-                    chunk.commit_all();
+                    let split = a.len();
+                    // SAFETY: MaybeUninit<u8> has u8's layout; the copies
+                    // fill both slices whole from `rec`, which is
+                    // `record` bytes long, as a and b together are.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(rec.as_ptr(), a.as_mut_ptr().cast(), split);
+                        std::ptr::copy_nonoverlapping(
+                            rec.as_ptr().add(split),
+                            b.as_mut_ptr().cast(),
+                            b.len(),
+                        );
+                        // SAFETY: every slot of the chunk was written above.
+                        chunk.commit_all();
+                    }
                     break;
                 }
                 std::hint::spin_loop();
@@ -128,12 +146,17 @@ fn rtrb(record: usize) -> Duration {
     });
     let mut got = 0u64;
     let mut sum = 0u64;
+    // Where the producer was when the consumer last woke: as ichnos's
+    // futex, it wakes once a watermark's worth more has been written.
+    let mut woke_at = 0u64;
     while got < TOTAL {
         let n = rx.slots();
-        if n == 0 || ((n as u64) < watermark && !done.load(Ordering::Acquire)) {
+        let written = got + n as u64;
+        if n == 0 || (written - woke_at < watermark && !done.load(Ordering::Acquire)) {
             std::thread::yield_now();
             continue;
         }
+        woke_at = written;
         let chunk = rx.read_chunk(n).unwrap();
         let (a, b) = chunk.as_slices();
         for s in [a, b] {
@@ -168,7 +191,9 @@ mod padded {
 
 fn single_region(record: usize) -> Duration {
     let ring = Arc::new(SingleRing {
-        data: (0..BUFFER).map(|_| std::cell::UnsafeCell::new(0)).collect(),
+        // Written with a byte that is not 0, so that the pages are really
+        // touched (a zeroed allocation may be left unfaulted).
+        data: (0..BUFFER).map(|_| std::cell::UnsafeCell::new(1)).collect(),
         head: padded::Padded(AtomicU64::new(0)),
         tail: padded::Padded(AtomicU64::new(0)),
     });
@@ -210,14 +235,17 @@ fn single_region(record: usize) -> Duration {
     };
     let base = ring.data.as_ptr().cast::<u8>();
     let mut tail = 0u64;
+    // As rtrb's consumer: woken once a watermark's worth more is written.
+    let mut woke_at = 0u64;
     let mut sum = 0u64;
     while tail < TOTAL {
         let finished = done.load(Ordering::Acquire);
         let head = ring.head.0.load(Ordering::Acquire);
-        if head == tail || (head - tail < watermark && !finished) {
+        if head == tail || (head - woke_at < watermark && !finished) {
             std::thread::yield_now();
             continue;
         }
+        woke_at = head;
         // SAFETY: [tail, head) is published (Acquire above).
         unsafe {
             sum += u64::from(*base.add((tail & mask) as usize))
