@@ -40,6 +40,51 @@ pub struct Symbolized {
     pub frames: Vec<Frame>,
     /// Where the answer came from.
     pub source: DebugSource,
+    /// For an address nothing is known of (one empty frame), why.
+    pub unnamed: Option<Unnamed>,
+}
+
+/// Why nothing is known of an address (as blazesym's `Reason` says why
+/// it could not symbolize one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Unnamed {
+    /// No mapping of the process holds it.
+    Unmapped,
+    /// Memory no file backs (or a mapped file that cannot be read) and no
+    /// JIT source (jitdump, perf map, code registry) names.
+    Anonymous,
+    /// Outside every loadable section of its object.
+    OutsideSections,
+    /// Between functions: in a section, past the end of the function
+    /// before it (alignment padding).
+    Padding,
+    /// In a section, with no symbol and no debug information for it.
+    NoSymbol,
+}
+
+impl std::fmt::Display for Unnamed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Unmapped => "in no mapping",
+            Self::Anonymous => "anonymous memory nothing names",
+            Self::OutsideSections => "outside every section",
+            Self::Padding => "padding between functions",
+            Self::NoSymbol => "no symbol",
+        })
+    }
+}
+
+/// Why nothing is known of `addr` in `object` (an address whose answer is
+/// one empty frame).
+pub(crate) fn unnamed(object: &LoadedObject, addr: u64) -> Unnamed {
+    if addr == u64::MAX || !object.in_alloc_section(addr) {
+        Unnamed::OutsideSections
+    } else if object.symbol_before(addr).is_some() {
+        Unnamed::Padding
+    } else {
+        Unnamed::NoSymbol
+    }
 }
 
 /// The frames of `addr` in `object`, innermost first, as

@@ -43,7 +43,7 @@ mod symbolizer;
 pub use debug_file::{crc32_of_file, DebugSource};
 pub use demangle::demangle;
 pub use error::SymbolError;
-pub use frame::{Frame, Symbolized};
+pub use frame::{Frame, Symbolized, Unnamed};
 pub use ichnos_image::error_chain;
 pub use index::{FrameRef, SymbolIndex};
 pub use process::{Place, ProcessSymbolized};

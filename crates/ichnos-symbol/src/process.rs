@@ -12,7 +12,7 @@ use crate::perf_map::PerfMap;
 
 /// Largest jitdump file read (it holds the code bytes too).
 const MAX_JITDUMP: u64 = 1 << 30;
-use crate::frame::{Frame, Symbolized};
+use crate::frame::{Frame, Symbolized, Unnamed};
 use crate::symbolizer::Symbolizer;
 use crate::SymbolError;
 
@@ -295,10 +295,17 @@ impl Symbolizer {
                             registered.get_or_insert_with(|| registered_jit_names(pid));
                         jit_frame(addr, jitdump.as_ref(), perf_map.as_ref(), registered)
                     };
+                    let unnamed =
+                        (frame == Frame::default()).then_some(if place == Place::Unmapped {
+                            Unnamed::Unmapped
+                        } else {
+                            Unnamed::Anonymous
+                        });
                     Symbolized {
                         addr,
                         frames: vec![frame],
                         source,
+                        unnamed,
                     }
                 });
                 ProcessSymbolized { place, symbolized }

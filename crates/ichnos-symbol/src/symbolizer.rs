@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::error::SymbolError;
 use crate::frame::frames;
-use crate::frame::Symbolized;
+use crate::frame::{unnamed, Frame, Symbolized, Unnamed};
 use crate::index::{self, SymbolIndex};
 use crate::object_file::LoadedObject;
 
@@ -389,6 +389,8 @@ impl Symbolizer {
             Answers::Parsed(object) => object,
             Answers::Indexed(index) => {
                 let frames = index.frames(addrs, self.options.demangle);
+                let unnamed: Vec<Option<Unnamed>> =
+                    addrs.iter().map(|&addr| index.unnamed(addr)).collect();
                 if index.truncated() {
                     self.forget(path);
                     return Err(SymbolError::FileChanged {
@@ -398,10 +400,12 @@ impl Symbolizer {
                 return Ok(addrs
                     .iter()
                     .zip(frames)
-                    .map(|(&addr, frames)| Symbolized {
+                    .zip(unnamed)
+                    .map(|((&addr, frames), unnamed)| Symbolized {
                         addr,
                         frames,
                         source: index.source().clone(),
+                        unnamed,
                     })
                     .collect());
             }
@@ -415,15 +419,18 @@ impl Symbolizer {
         order.sort_by_key(|&i| addrs[i]);
         let mut out: Vec<Option<Symbolized>> = vec![None; addrs.len()];
         for i in order {
+            let frames = frames(
+                &object,
+                addrs[i],
+                self.options.demangle,
+                self.options.inlines,
+            );
+            let unknown = frames.len() == 1 && frames[0] == Frame::default();
             out[i] = Some(Symbolized {
                 addr: addrs[i],
-                frames: frames(
-                    &object,
-                    addrs[i],
-                    self.options.demangle,
-                    self.options.inlines,
-                ),
+                frames,
                 source: object.source.clone(),
+                unnamed: unknown.then(|| unnamed(&object, addrs[i])),
             });
         }
         // A file cut short under its mapping read as zeros past its new

@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use ichnos_symbol::{DebugSource, Frame, Symbolizer, SymbolizerOptions};
+use ichnos_symbol::{DebugSource, Frame, Symbolizer, SymbolizerOptions, Unnamed};
 
 mod support;
 use support::{fixture, instruction_addresses, run};
@@ -125,6 +125,73 @@ fn the_outermost_frame_says_where_its_function_starts_as_nm_does() {
         checked += 1;
     }
     assert!(checked > 50, "{checked} addresses checked");
+}
+
+/// An address nothing is known of says why, checked against binutils:
+/// outside every section `readelf -S` lists, or, inside `.text`, between
+/// the functions `nm -S` lists (padding), never inside one.
+#[test]
+fn an_unknown_address_says_why_as_binutils_places_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = fixture(dir.path());
+    let nm = Command::new("nm")
+        .args(["-S", "--defined-only"])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let functions: Vec<(u64, u64)> = String::from_utf8_lossy(&nm.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 4 && (f[2] == "T" || f[2] == "t")).then(|| {
+                let hex = |s: &str| u64::from_str_radix(s, 16).unwrap();
+                (hex(f[0]), hex(f[1]))
+            })
+        })
+        .collect();
+    let readelf = Command::new("readelf")
+        .args(["-SW"])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&readelf.stdout)
+        .lines()
+        .find(|l| l.contains(" .text "))
+        .and_then(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let at = f.iter().position(|w| *w == ".text")?;
+            let hex = |s: &str| u64::from_str_radix(s, 16).ok();
+            Some((hex(f[at + 2])?, hex(f[at + 4])?))
+        })
+        .unwrap();
+    let addrs: Vec<u64> = (text.0..text.0 + text.1).chain([0, u64::MAX]).collect();
+    let got = Symbolizer::new(SymbolizerOptions::default())
+        .symbolize_file(&exe, &addrs)
+        .unwrap();
+    let mut padding = 0;
+    for s in &got {
+        let unknown = s.frames == [Frame::default()];
+        assert_eq!(s.unnamed.is_some(), unknown, "at {:#x}", s.addr);
+        let inside = functions
+            .iter()
+            .any(|&(start, size)| (start..start + size).contains(&s.addr));
+        match s.unnamed {
+            None => {}
+            Some(Unnamed::Padding) => {
+                assert!(!inside, "padding inside a function at {:#x}", s.addr);
+                padding += 1;
+            }
+            Some(why) => assert!(
+                s.addr == 0 || s.addr == u64::MAX,
+                "{why:?} at {:#x}, in .text",
+                s.addr
+            ),
+        }
+    }
+    assert!(padding > 0, "no padding between the fixture's functions");
+    let outside = |addr: u64| got.iter().find(|s| s.addr == addr).unwrap().unnamed;
+    assert_eq!(outside(0), Some(Unnamed::OutsideSections));
+    assert_eq!(outside(u64::MAX), Some(Unnamed::OutsideSections));
 }
 
 fn split_debug(dir: &Path, exe: &Path) -> (PathBuf, PathBuf) {

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use ichnos_symbol::{
-    DebugSource, SymbolError, SymbolIndex, Symbolized, Symbolizer, SymbolizerOptions,
+    DebugSource, SymbolError, SymbolIndex, Symbolized, Symbolizer, SymbolizerOptions, Unnamed,
 };
 use proptest::prelude::*;
 
@@ -83,6 +83,7 @@ fn assert_same_answers(dir: &Path, exe: &Path, addrs: &[u64]) -> Vec<Symbolized>
                 assert_eq!(r.raw_function, f.raw_function.as_deref().map(str::as_bytes));
                 assert_eq!(r.file, f.file.as_deref().map(str::as_bytes));
                 assert_eq!((r.line, r.column, r.inlined), (f.line, f.column, f.inlined));
+                assert_eq!(r.function_start, f.function_start, "at {:#x}", w.addr);
             }
         }
         last = got;
@@ -107,6 +108,11 @@ fn a_c_program_is_answered_alike_at_every_instruction() {
     // The fixture inlines: the index must hold inlined frames.
     assert!(got.iter().any(|s| s.frames.len() > 1));
     assert!(got.iter().any(|s| s.frames[0].function.is_none()));
+    // And says why it knows nothing, as the DWARF does: padding between
+    // functions, and addresses outside every section.
+    for why in [Unnamed::Padding, Unnamed::OutsideSections] {
+        assert!(got.iter().any(|s| s.unnamed == Some(why)), "{why:?}");
+    }
 }
 
 #[test]

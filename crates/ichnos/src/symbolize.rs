@@ -536,6 +536,9 @@ fn json(r: &Symbolized, place: Option<&Place>) -> String {
         "source": r.source.to_string(),
         "frames": frames,
     });
+    if let Some(why) = r.unnamed {
+        v["unnamed"] = why.to_string().into();
+    }
     if let Some(place) = place {
         v["object"] = match place {
             Place::Object { path, .. } => path.display().to_string().into(),

@@ -475,13 +475,15 @@ fn symbolize_a_live_process() {
         "0x10",
         &format!("{dumped:#x}"),
     ]);
-    let sources: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).unwrap();
-            v["source"].as_str().unwrap().to_owned()
-        })
-        .collect();
+    let (sources, unnamed): (Vec<String>, Vec<Option<String>>) =
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                let why = v["unnamed"].as_str().map(str::to_owned);
+                (v["source"].as_str().unwrap().to_owned(), why)
+            })
+            .unzip();
     let _ = std::fs::remove_file(&perf_map);
     let _ = std::fs::remove_file(&jitdump);
     assert_eq!(
@@ -489,6 +491,9 @@ fn symbolize_a_live_process() {
         ["perf map", "nothing", "jitdump file"],
         "{sources:?}"
     );
+    // Only the unmapped address is unnamed, and says so.
+    let in_no_mapping = Some("in no mapping".to_owned());
+    assert_eq!(unnamed, [None, None, in_no_mapping, None]);
     // The JIT code: the perf map's name, no line; an unmapped address: ??;
     // code the jitdump describes: its name and line.
     let rest = &lines[theirs.len()..];

@@ -77,7 +77,7 @@ pub(crate) fn build(
     // Answers already stored, by a hash of their frames: the first frame
     // of one with that hash (compared before it is shared).
     let mut answers: HashMap<u64, u32> = HashMap::new();
-    let mut previous: Option<Vec<RawFrame>> = None;
+    let mut previous: Option<(Vec<RawFrame>, Option<u32>)> = None;
     let mut raw = Vec::new();
     for (done, &start) in bounds.iter().enumerate() {
         if done % 65536 == 0 {
@@ -95,30 +95,21 @@ pub(crate) fn build(
                 format::MAX_ANSWER_FRAMES
             ));
         }
-        if previous.as_ref() == Some(&raw) {
+        let why = raw
+            .is_empty()
+            .then(|| format::unknown_answer(crate::frame::unnamed(object, start)));
+        if previous
+            .as_ref()
+            .is_some_and(|(r, w)| *r == raw && *w == why)
+        {
             continue;
         }
-        let first = if raw.is_empty() {
-            NONE
-        } else {
-            let hash = hash_of(&raw);
-            let stored = answers.get(&hash).copied().filter(|&id| {
-                out.frames.get(id as usize..id as usize + raw.len()) == Some(&raw[..])
-            });
-            if let Some(id) = stored {
-                id
-            } else {
-                let id = u32::try_from(out.frames.len())
-                    .ok()
-                    .filter(|&id| id != NONE)
-                    .ok_or("more frames than an index holds")?;
-                out.frames.extend_from_slice(&raw);
-                answers.insert(hash, id);
-                id
-            }
+        let first = match why {
+            Some(code) => code,
+            None => shared(&raw, &mut answers, &mut out.frames)?,
         };
         out.ranges.push((start, first));
-        previous = Some(raw.clone());
+        previous = Some((raw.clone(), why));
     }
     progress(bounds.len(), bounds.len());
     if out.ranges.is_empty() {
@@ -133,6 +124,30 @@ pub(crate) fn build(
     }
     out.strings = strings.list;
     Ok(out)
+}
+
+/// The first frame of `raw` in `frames`: an answer already stored with the
+/// same frames (found by their hash in `answers`), else `raw` appended.
+fn shared(
+    raw: &[RawFrame],
+    answers: &mut HashMap<u64, u32>,
+    frames: &mut Vec<RawFrame>,
+) -> Result<u32, String> {
+    let hash = hash_of(raw);
+    let stored = answers
+        .get(&hash)
+        .copied()
+        .filter(|&id| frames.get(id as usize..id as usize + raw.len()) == Some(raw));
+    if let Some(id) = stored {
+        return Ok(id);
+    }
+    let id = u32::try_from(frames.len())
+        .ok()
+        .filter(|&id| !format::is_unknown(id))
+        .ok_or("more frames than an index holds")?;
+    frames.extend_from_slice(raw);
+    answers.insert(hash, id);
+    Ok(id)
 }
 
 /// `answer`'s frames as stored, appended to `raw`.

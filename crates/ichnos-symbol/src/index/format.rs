@@ -28,6 +28,34 @@ pub(crate) const MAX_BUILD_ID: usize = 64;
 pub(crate) const MAX_ANSWER_FRAMES: usize = 1024;
 /// "No string", "no frames".
 pub(crate) const NONE: u32 = u32::MAX;
+/// A range's answer when nothing is known of its addresses, by why:
+/// [`NONE`] outside every section, these two inside one.
+pub(crate) const NONE_PADDING: u32 = u32::MAX - 1;
+pub(crate) const NONE_NO_SYMBOL: u32 = u32::MAX - 2;
+
+/// Whether a range's answer says nothing is known (and why).
+pub(crate) fn is_unknown(answer: u32) -> bool {
+    matches!(answer, NONE | NONE_PADDING | NONE_NO_SYMBOL)
+}
+
+/// The range answer for an address nothing is known of, for `why`.
+pub(crate) fn unknown_answer(why: crate::frame::Unnamed) -> u32 {
+    match why {
+        crate::frame::Unnamed::Padding => NONE_PADDING,
+        crate::frame::Unnamed::NoSymbol => NONE_NO_SYMBOL,
+        _ => NONE,
+    }
+}
+
+/// Why nothing is known of a range whose answer is `answer`.
+pub(crate) fn unnamed_of(answer: u32) -> Option<crate::frame::Unnamed> {
+    match answer {
+        NONE => Some(crate::frame::Unnamed::OutsideSections),
+        NONE_PADDING => Some(crate::frame::Unnamed::Padding),
+        NONE_NO_SYMBOL => Some(crate::frame::Unnamed::NoSymbol),
+        _ => None,
+    }
+}
 
 /// Frame flags.
 pub(crate) const INLINED: u32 = 1;
@@ -79,7 +107,8 @@ pub(crate) struct Identity {
 pub(crate) struct Contents {
     pub identity: Identity,
     /// Range starts (strictly increasing) and the first frame of each
-    /// range's answer ([`NONE`]: nothing known). A range ends where the
+    /// range's answer (nothing known: [`NONE`] and the other codes of
+    /// [`unknown_answer`]). A range ends where the
     /// next begins; the last one runs to the top of the address space.
     pub ranges: Vec<(u64, u32)>,
     pub frames: Vec<RawFrame>,
@@ -345,7 +374,7 @@ fn check_ranges(bytes: &[u8], layout: &Layout) -> Result<(), FormatError> {
         previous = Some(start);
         let answer_at = layout.answers + 4 * i;
         let answer = u32_at(bytes, answer_at);
-        if answer != NONE && answer as usize >= layout.frame_count {
+        if !is_unknown(answer) && answer as usize >= layout.frame_count {
             return Err(bad(answer_at, format!("range {i}'s frame {answer}")));
         }
     }

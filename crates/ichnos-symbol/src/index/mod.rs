@@ -303,6 +303,13 @@ impl SymbolIndex {
     /// The first frame of the answer for `addr`; `None` when nothing is
     /// known of it.
     fn first_frame(&self, addr: u64) -> Option<usize> {
+        let first = self.answer_of(addr)?;
+        (!format::is_unknown(first)).then_some(first as usize)
+    }
+
+    /// The answer of the range holding `addr`: its first frame, or a code
+    /// of nothing known; `None` below the first range.
+    fn answer_of(&self, addr: u64) -> Option<u32> {
         let l = &self.header.layout;
         let bytes = &*self.bytes;
         // The last range starting at or below `addr`.
@@ -315,8 +322,17 @@ impl SymbolIndex {
                 hi = mid;
             }
         }
-        let first = u32_at(bytes, l.answers + 4 * lo.checked_sub(1)?);
-        (first != NONE).then_some(first as usize)
+        Some(u32_at(bytes, l.answers + 4 * lo.checked_sub(1)?))
+    }
+
+    /// Why nothing is known of `addr`, if nothing is (an address below
+    /// every range is outside every section).
+    #[must_use]
+    pub fn unnamed(&self, addr: u64) -> Option<crate::frame::Unnamed> {
+        match self.answer_of(addr) {
+            None => Some(crate::frame::Unnamed::OutsideSections),
+            Some(answer) => format::unnamed_of(answer),
+        }
     }
 
     /// The frames of one answer from frame `first` through the one marked
