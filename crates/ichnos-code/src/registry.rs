@@ -439,9 +439,17 @@ impl Registry {
             return Ok((rows, RowSource::Sframe));
         }
         // .eh_frame rows count from the file's first PT_LOAD page, so they
-        // need the ELF range to be placed.
-        if let Some(path) = code.path.as_ref().filter(|_| !code.elf.is_empty()) {
+        // need the ELF range to be placed. Rows already made for the build
+        // id serve without the file (a hit reads nothing of it, and a file
+        // gone since it was loaded still has them); a miss reads the file.
+        if !code.elf.is_empty() && (code.path.is_some() || build_id.is_some()) {
             let made = row_cache().get_or_make(build_id, RowChoice::EhFrame, || {
+                let Some(path) = code.path.as_ref() else {
+                    return Err(RegistryError::ObjectFile {
+                        path: PathBuf::new(),
+                        source: ObjectFileError::Io(std::io::ErrorKind::NotFound.into()),
+                    });
+                };
                 let (opened, len) = self.open_object_file(path)?;
                 // Read in the pieces parsing asks for (headers, symbol
                 // tables, the unwind sections), never past the length

@@ -113,6 +113,70 @@ fn a_closed_library_is_unregistered_by_the_next_walk() {
     assert!(registry.lookup(text.start).is_none());
 }
 
+/// A library without SFrame, whose rows come from its `.eh_frame`: a
+/// second registry finds them by the build id in its loaded notes, with
+/// nothing of the file read (it is renamed away first).
+#[test]
+fn eh_frame_rows_made_once_serve_a_registration_without_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("noframe.c");
+    std::fs::write(&source, "int noframe_work(int x) { return x * 3 + 1; }\n").unwrap();
+    let lib = dir.path().join("libnoframe.so");
+    let built = std::process::Command::new("gcc")
+        .args([
+            "-shared",
+            "-fPIC",
+            "-O2",
+            "-fomit-frame-pointer",
+            "-Wl,--build-id",
+            "-o",
+        ])
+        .arg(&lib)
+        .arg(&source)
+        .status()
+        .unwrap();
+    assert!(built.success());
+    let c = CString::new(lib.to_str().unwrap()).unwrap();
+    // SAFETY: loading a library of ours with no constructors.
+    let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW) };
+    assert!(!handle.is_null());
+    let text_of = |r: &Registry| {
+        r.registrations().into_iter().find_map(|reg| match reg {
+            ichnos_code::Registration::Elf(e)
+                if e.build_id.is_some()
+                    && e.sframe.is_none()
+                    && e.text.contains(&(noframe_addr(handle))) =>
+            {
+                Some(e.text)
+            }
+            _ => None,
+        })
+    };
+    let a = Registry::new();
+    register_loaded_objects(&a);
+    let text = text_of(&a).expect("the library registered with a build id");
+    let in_a = a.lookup(text.start).unwrap();
+    assert_eq!(in_a.source, RowSource::EhFrame);
+    let kept = dir.path().join("kept.so");
+    std::fs::rename(&lib, &kept).unwrap();
+    let b = Registry::new();
+    register_loaded_objects(&b);
+    let in_b = b.lookup(text.start).unwrap();
+    std::fs::rename(&kept, &lib).unwrap();
+    assert_eq!(in_b.source, RowSource::EhFrame);
+    assert!(in_a.rows.same(&in_b.rows), "converted again");
+    // SAFETY: the handle from dlopen above; nothing of it is used after.
+    unsafe { libc::dlclose(handle) };
+}
+
+/// The address of `noframe_work` in the library `handle` holds.
+fn noframe_addr(handle: *mut libc::c_void) -> u64 {
+    // SAFETY: a symbol lookup in a handle of ours.
+    let sym = unsafe { libc::dlsym(handle, c"noframe_work".as_ptr()) };
+    assert!(!sym.is_null());
+    sym as u64
+}
+
 #[test]
 fn rows_are_converted_once_per_build_id() {
     let (_dir, lib) = load_libfix();
