@@ -46,5 +46,5 @@ pub use error::SymbolError;
 pub use frame::{Frame, Symbolized, Unnamed};
 pub use ichnos_image::error_chain;
 pub use index::{FrameRef, SymbolIndex};
-pub use process::{Place, ProcessSymbolized};
+pub use process::{Place, ProcessSymbolized, VdsoImage};
 pub use symbolizer::{Symbolizer, SymbolizerOptions};

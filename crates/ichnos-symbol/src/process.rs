@@ -55,6 +55,51 @@ struct VdsoCopy {
     path: PathBuf,
 }
 
+/// A process's vDSO, copied from its memory into a memory file that the
+/// symbolizer reads like any object file while this lives. A recording's
+/// vDSO addresses can be named from the reporting process's own vDSO when
+/// the two build ids agree (the same kernel build maps the same bytes).
+pub struct VdsoImage {
+    copy: VdsoCopy,
+    build_id: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for VdsoImage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VdsoImage")
+            .field("path", &self.copy.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl VdsoImage {
+    /// The vDSO of process `pid` (this process's own with
+    /// [`std::process::id`]), if it has one that can be read.
+    #[must_use]
+    pub fn of_process(pid: u32) -> Option<VdsoImage> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+        let maps = ichnos_image::parse_maps(pid, &text).ok()?;
+        let m = maps
+            .iter()
+            .find(|m| m.name == "[vdso]" && m.perms.contains('x'))?;
+        let copy = vdso_copy(pid, m)?;
+        let build_id = crate::object_file::build_id_of(&copy.path);
+        Some(VdsoImage { copy, build_id })
+    }
+
+    /// A path the copy reads from while this lives.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        &self.copy.path
+    }
+
+    /// Its GNU build id, if it has one.
+    #[must_use]
+    pub fn build_id(&self) -> Option<&[u8]> {
+        self.build_id.as_deref()
+    }
+}
+
 /// The vDSO of process `pid` (mapped at `m`), read from its memory into a
 /// memory file.
 fn vdso_copy(pid: u32, m: &ichnos_image::MapsEntry) -> Option<VdsoCopy> {

@@ -96,6 +96,60 @@ fn threads_are_named_and_each_keeps_its_own_samples() {
     }
 }
 
+/// The vDSO is in no file: the report names its addresses from its own
+/// vDSO when the recording's build id says it is the same build, as
+/// binutils' nm names the same bytes.
+#[test]
+fn vdso_addresses_are_named_in_the_report() {
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_fixture(dir.path(), "clocks", &["-fomit-frame-pointer"]);
+    let data = dir.path().join("clocks.data");
+    record(&data, 1000, &[exe.to_str().unwrap(), "0.5"]);
+    // This process's vDSO, for nm: the same kernel, the same bytes.
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let range = maps.lines().find(|l| l.ends_with("[vdso]")).unwrap();
+    let (start, end) = range
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .split_once('-')
+        .unwrap();
+    let hex = |s: &str| u64::from_str_radix(s, 16).unwrap();
+    let mut bytes = vec![0u8; usize::try_from(hex(end) - hex(start)).unwrap()];
+    std::fs::File::open("/proc/self/mem")
+        .unwrap()
+        .read_exact_at(&mut bytes, hex(start))
+        .unwrap();
+    let copy = dir.path().join("vdso.so");
+    std::fs::write(&copy, &bytes).unwrap();
+    let nm = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(&copy)
+        .output()
+        .unwrap();
+    let names: Vec<String> = String::from_utf8_lossy(&nm.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .map(|n| n.split('@').next().unwrap_or(n).to_owned())
+        .collect();
+    let stacks = folded(&data, &[]);
+    let total: u64 = stacks.iter().map(|(_, n)| n).sum();
+    let in_vdso: u64 = stacks
+        .iter()
+        .filter(|(f, _)| f.last().is_some_and(|leaf| names.contains(leaf)))
+        .map(|(_, n)| n)
+        .sum();
+    // Most of the time is in the vDSO's clock_gettime, named.
+    assert!(in_vdso * 2 > total, "{in_vdso} of {total}: {stacks:?}");
+    assert!(
+        stacks
+            .iter()
+            .all(|(f, _)| f.iter().all(|x| !x.starts_with("[vdso]+"))),
+        "{stacks:?}"
+    );
+}
+
 #[test]
 fn forked_and_execed_processes_keep_their_own_samples_and_names() {
     let dir = tempfile::tempdir().unwrap();

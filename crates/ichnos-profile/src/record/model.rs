@@ -502,7 +502,11 @@ impl Spaces {
                 space.jit.jitdump = Some(open);
             }
         } else if is_vdso(path) {
-            space.add_vdso(&range, choice);
+            // Its build id goes into the recording, so that a report can
+            // name its addresses from a vDSO of the same build.
+            if let Some(id) = space.add_vdso(&range, choice) {
+                recorded_id.get_or_insert(id);
+            }
         } else if is_anon(path) {
             space.jit.anon.push(range.clone());
         }
@@ -586,8 +590,12 @@ fn read_comm(pid: u32, tid: u32) -> Option<Vec<u8>> {
     Some(name)
 }
 
-/// The code object of a process's vDSO, from its memory.
-fn vdso_object(pid: u32, range: &Range<u64>, choice: RowChoice) -> Option<CodeObject> {
+/// The code object of a process's vDSO, from its memory, and its build id.
+fn vdso_object(
+    pid: u32,
+    range: &Range<u64>,
+    choice: RowChoice,
+) -> Option<(CodeObject, Option<Vec<u8>>)> {
     let len = range.end - range.start;
     if len > MAX_VDSO {
         return None;
@@ -599,19 +607,21 @@ fn vdso_object(pid: u32, range: &Range<u64>, choice: RowChoice) -> Option<CodeOb
         end: range.end,
         pgoff: 0,
     };
-    code_object_from_bytes(&bytes, "[vdso]", mapping, choice).ok()
+    let (build_id, _) = ichnos_code::elf::identity(&bytes);
+    let object = code_object_from_bytes(&bytes, "[vdso]", mapping, choice).ok()?;
+    Some((object, build_id))
 }
 
 impl AddressSpace {
-    /// The vDSO's code object, read from the process's memory. Offline it
-    /// is not at hand: its frames end the walk.
-    fn add_vdso(&mut self, range: &Range<u64>, choice: RowChoice) {
+    /// The vDSO's code object, read from the process's memory; returns
+    /// its build id. Offline it is not at hand: its frames end the walk.
+    fn add_vdso(&mut self, range: &Range<u64>, choice: RowChoice) -> Option<Vec<u8>> {
         if self.offline {
-            return;
+            return None;
         }
-        if let Some(object) = vdso_object(self.pid, range, choice) {
-            let _ = self.code.insert(Arc::new(object));
-        }
+        let (object, build_id) = vdso_object(self.pid, range, choice)?;
+        let _ = self.code.insert(Arc::new(object));
+        build_id
     }
 
     /// Whether `pc` lies in an executable mapping of the process.

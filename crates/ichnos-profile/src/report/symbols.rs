@@ -77,7 +77,8 @@ enum ObjectKey {
         build_id: Arc<[u8]>,
     },
     Jit,
-    Vdso,
+    /// The vDSO, by the build id the recording gives it (empty: unknown).
+    Vdso(Arc<[u8]>),
     Other(Arc<[u8]>),
 }
 
@@ -168,7 +169,7 @@ pub fn symbolize(
         if crate::mapping::is_anonymous(&m.path) {
             ObjectKey::Jit
         } else if crate::mapping::is_vdso(&m.path) {
-            ObjectKey::Vdso
+            ObjectKey::Vdso(Arc::clone(&m.build_id))
         } else if crate::mapping::is_file(&m.path) {
             ObjectKey::File {
                 path: Arc::clone(&m.path),
@@ -182,7 +183,7 @@ pub fn symbolize(
         for &(_, place) in &stack.frames {
             if let Place::Mapped { mapping, offset } = place {
                 let key = key_of(mapping);
-                if matches!(key, ObjectKey::File { .. }) {
+                if matches!(key, ObjectKey::File { .. } | ObjectKey::Vdso(_)) {
                     wanted.entry(key).or_default().entry(offset).or_default();
                 }
             }
@@ -190,8 +191,24 @@ pub fn symbolize(
     }
     let mut out = Symbolized::default();
     let total = wanted.len();
+    // The vDSO is in no file: its addresses are named from this process's
+    // own vDSO when it is the same build (the same kernel maps the same
+    // bytes), known by the build id the recorder read from the target's.
+    let own_vdso = ichnos_symbol::VdsoImage::of_process(std::process::id());
     for (done, (key, offsets)) in wanted.iter_mut().enumerate() {
         progress(done, total);
+        if let ObjectKey::Vdso(build_id) = key {
+            if let Some(own) = own_vdso
+                .as_ref()
+                .filter(|own| !build_id.is_empty() && own.build_id() == Some(&build_id[..]))
+            {
+                if !options.addresses {
+                    let name = Arc::from("[vdso]");
+                    name_object(&symbolizer, own.path(), &name, false, offsets, &mut out);
+                }
+            }
+            continue;
+        }
         let ObjectKey::File { path, build_id } = key else {
             continue;
         };
@@ -256,7 +273,10 @@ fn assemble(
                     }
                 }
                 ObjectKey::Jit => frames.push(jit_frame(profile, stack.asid, pc, options)),
-                ObjectKey::Vdso => frames.push(unknown(&Arc::from("[vdso]"), offset)),
+                key @ ObjectKey::Vdso(_) => match wanted.get(&key).and_then(|o| o.get(&offset)) {
+                    Some(named) if !named.is_empty() => frames.extend(named.iter().cloned()),
+                    _ => frames.push(unknown(&Arc::from("[vdso]"), offset)),
+                },
                 ObjectKey::Other(path) => frames.push(unknown(&display_name(&path), offset)),
             },
             // JIT code the process named, else unknown memory.
