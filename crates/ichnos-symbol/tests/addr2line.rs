@@ -81,20 +81,14 @@ fn every_instruction_agrees_with_binutils_addr2line() {
     assert!(padding < compared / 4, "{padding} padding addresses");
 }
 
-/// The outermost frame of every instruction of a function says where the
-/// function starts, as binutils' `nm -S` lists its symbol: the address is
-/// that many bytes into it (`function+0x12`). Inlined frames say nothing.
-#[test]
-fn the_outermost_frame_says_where_its_function_starts_as_nm_does() {
-    let dir = tempfile::tempdir().unwrap();
-    let exe = fixture(dir.path());
+/// The code symbols `nm -S` lists in `exe`: (start, size, name).
+fn nm_functions(exe: &Path) -> Vec<(u64, u64, String)> {
     let nm = Command::new("nm")
         .args(["-S", "--defined-only"])
-        .arg(&exe)
+        .arg(exe)
         .output()
         .unwrap();
-    // (start, size, name) of the code symbols with a size.
-    let functions: Vec<(u64, u64, String)> = String::from_utf8_lossy(&nm.stdout)
+    String::from_utf8_lossy(&nm.stdout)
         .lines()
         .filter_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
@@ -103,6 +97,18 @@ fn the_outermost_frame_says_where_its_function_starts_as_nm_does() {
                 (hex(f[0]), hex(f[1]), f[3].to_owned())
             })
         })
+        .collect()
+}
+
+/// The outermost frame of every instruction of a function says where the
+/// function starts, as binutils' `nm -S` lists its symbol: the address is
+/// that many bytes into it (`function+0x12`). Inlined frames say nothing.
+#[test]
+fn the_outermost_frame_says_where_its_function_starts_as_nm_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = fixture(dir.path());
+    let functions: Vec<(u64, u64, String)> = nm_functions(&exe)
+        .into_iter()
         .filter(|(_, size, _)| *size > 0)
         .collect();
     let addrs = instruction_addresses(&exe);
@@ -134,20 +140,9 @@ fn the_outermost_frame_says_where_its_function_starts_as_nm_does() {
 fn an_unknown_address_says_why_as_binutils_places_it() {
     let dir = tempfile::tempdir().unwrap();
     let exe = fixture(dir.path());
-    let nm = Command::new("nm")
-        .args(["-S", "--defined-only"])
-        .arg(&exe)
-        .output()
-        .unwrap();
-    let functions: Vec<(u64, u64)> = String::from_utf8_lossy(&nm.stdout)
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f.len() == 4 && (f[2] == "T" || f[2] == "t")).then(|| {
-                let hex = |s: &str| u64::from_str_radix(s, 16).unwrap();
-                (hex(f[0]), hex(f[1]))
-            })
-        })
+    let functions: Vec<(u64, u64)> = nm_functions(&exe)
+        .into_iter()
+        .map(|(start, size, _)| (start, size))
         .collect();
     let readelf = Command::new("readelf")
         .args(["-SW"])
