@@ -133,6 +133,10 @@ pub enum ObjectFileError {
     /// It is not an ELF file.
     #[error("not a readable ELF file")]
     NotElf(#[source] object::Error),
+    /// Its build id is not the one the registration gives: its rows are
+    /// not kept under that id.
+    #[error("its build id is not the one registered")]
+    OtherBuild,
     /// Its rows could not be made.
     #[error(transparent)]
     Rows(crate::elf::FileRowsError),
@@ -464,6 +468,14 @@ impl Registry {
                 };
                 let file =
                     object::File::parse(data).map_err(|e| bad(ObjectFileError::NotElf(e)))?;
+                // Kept under the registration's build id only if the file
+                // has it (a registrant may misstate it).
+                if let Some(id) = build_id {
+                    use object::Object;
+                    if file.build_id().ok().flatten() != Some(id) {
+                        return Err(bad(ObjectFileError::OtherBuild));
+                    }
+                }
                 crate::elf::object_rows(&file, RowChoice::EhFrame)
                     .map_err(|e| bad(ObjectFileError::Rows(e)))
             });

@@ -177,6 +177,49 @@ fn noframe_addr(handle: *mut libc::c_void) -> u64 {
     sym as u64
 }
 
+/// A registrant that gives a file another build's id lends no rows under
+/// that id: the file's `.eh_frame` is not kept for it, and a later
+/// registration with that id and no file gets none.
+#[test]
+fn a_misstated_build_id_keeps_no_rows_for_others() {
+    let libc = std::fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| p.contains("libc.so"))
+        .unwrap()
+        .to_string();
+    let bogus = b"not libc's build id, nor anyone's".to_vec();
+    let registry = Registry::new();
+    let base = 0x20_0000_0000u64;
+    registry
+        .register_elf(ElfCode {
+            elf: base..base + 0x100_0000,
+            text: base + 0x1000..base + 0x10_0000,
+            path: Some(libc.into()),
+            build_id: Some(bogus.clone()),
+            ..ElfCode::default()
+        })
+        .unwrap();
+    assert_eq!(
+        registry.lookup(base + 0x2000).unwrap().source,
+        RowSource::None
+    );
+    let other = 0x30_0000_0000u64;
+    registry
+        .register_elf(ElfCode {
+            elf: other..other + 0x100_0000,
+            text: other + 0x1000..other + 0x10_0000,
+            build_id: Some(bogus),
+            ..ElfCode::default()
+        })
+        .unwrap();
+    assert_eq!(
+        registry.lookup(other + 0x2000).unwrap().source,
+        RowSource::None
+    );
+}
+
 #[test]
 fn rows_are_converted_once_per_build_id() {
     let (_dir, lib) = load_libfix();
