@@ -49,7 +49,8 @@ pub struct Symbolized {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Unnamed {
-    /// No mapping of the process holds it.
+    /// No executable mapping of the process holds it: it is in no
+    /// mapping, or in memory that holds no code (stack, heap, data).
     Unmapped,
     /// Memory no file backs (or a mapped file that cannot be read) and no
     /// JIT source (jitdump, perf map, code registry) names.
@@ -66,7 +67,7 @@ pub enum Unnamed {
 impl std::fmt::Display for Unnamed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            Self::Unmapped => "in no mapping",
+            Self::Unmapped => "in no executable mapping",
             Self::Anonymous => "anonymous memory nothing names",
             Self::OutsideSections => "outside every section",
             Self::Padding => "padding between functions",
@@ -160,14 +161,6 @@ pub(crate) fn frames(
     if frames.is_empty() {
         frames.push(Frame::default());
     }
-    // The symbol that holds the code starts the outermost function, when
-    // it is that function (DWARF and the symbol table agree on its name).
-    if let (Some(s), Some(last)) = (symbol, frames.last_mut()) {
-        let (_, raw) = name(s.name.as_bytes());
-        if last.raw_function.is_none() || last.raw_function.as_ref() == Some(&raw) {
-            last.function_start = Some(s.addr);
-        }
-    }
     if frames.len() == 1 && frames[0].function.is_none() {
         if let Some(s) = symbol {
             let (function, raw) = name(s.name.as_bytes());
@@ -180,6 +173,16 @@ pub(crate) fn frames(
                     .map(|f| object.name(f.as_bytes(), false).1);
             }
         }
+    }
+    // Where the outermost function starts, for a named frame: the symbol
+    // that holds the code (whatever its name: a clone such as
+    // `foo.constprop.0`, or an alias the table kept), else, for padding
+    // named after the symbol before it, that symbol.
+    if let Some(last) = frames.last_mut().filter(|f| f.raw_function.is_some()) {
+        let holder = object.symbol(addr).or_else(|| {
+            symbol.filter(|s| last.raw_function.as_deref() == Some(&*name(s.name.as_bytes()).1))
+        });
+        last.function_start = holder.map(|s| s.addr);
     }
     frames
 }
