@@ -492,7 +492,7 @@ fn symbolize_a_live_process() {
         "{sources:?}"
     );
     // Only the unmapped address is unnamed, and says so.
-    let in_no_mapping = Some("in no mapping".to_owned());
+    let in_no_mapping = Some("in no executable mapping".to_owned());
     assert_eq!(unnamed, [None, None, in_no_mapping, None]);
     // The JIT code: the perf map's name, no line; an unmapped address: ??;
     // code the jitdump describes: its name and line.

@@ -590,12 +590,13 @@ fn read_comm(pid: u32, tid: u32) -> Option<Vec<u8>> {
     Some(name)
 }
 
-/// The code object of a process's vDSO, from its memory, and its build id.
+/// The code object of a process's vDSO, from its memory (if its rows can
+/// be made), and its build id (which names it in a report either way).
 fn vdso_object(
     pid: u32,
     range: &Range<u64>,
     choice: RowChoice,
-) -> Option<(CodeObject, Option<Vec<u8>>)> {
+) -> Option<(Option<CodeObject>, Option<Vec<u8>>)> {
     let len = range.end - range.start;
     if len > MAX_VDSO {
         return None;
@@ -608,7 +609,7 @@ fn vdso_object(
         pgoff: 0,
     };
     let (build_id, _) = ichnos_code::elf::identity(&bytes);
-    let object = code_object_from_bytes(&bytes, "[vdso]", mapping, choice).ok()?;
+    let object = code_object_from_bytes(&bytes, "[vdso]", mapping, choice).ok();
     Some((object, build_id))
 }
 
@@ -620,7 +621,9 @@ impl AddressSpace {
             return None;
         }
         let (object, build_id) = vdso_object(self.pid, range, choice)?;
-        let _ = self.code.insert(Arc::new(object));
+        if let Some(object) = object {
+            let _ = self.code.insert(Arc::new(object));
+        }
         build_id
     }
 
