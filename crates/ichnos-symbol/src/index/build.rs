@@ -210,7 +210,9 @@ fn boundaries(
     object: &LoadedObject,
     sections: &Arc<gimli::Dwarf<Reader>>,
 ) -> Result<Vec<u64>, String> {
-    let mut out = Vec::new();
+    // From address 0: what lies below every other bound is answered (and
+    // its reason kept) as the DWARF path answers it, not left to readers.
+    let mut out = vec![0];
     for s in &object.symbols {
         out.extend([s.addr, s.addr.saturating_add(s.size), s.section_end]);
     }
