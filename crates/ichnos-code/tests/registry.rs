@@ -177,18 +177,23 @@ fn noframe_addr(handle: *mut libc::c_void) -> u64 {
     sym as u64
 }
 
-/// A registrant that gives a file another build's id lends no rows under
-/// that id: the file's `.eh_frame` is not kept for it, and a later
-/// registration with that id and no file gets none.
-#[test]
-fn a_misstated_build_id_keeps_no_rows_for_others() {
-    let libc = std::fs::read_to_string("/proc/self/maps")
+/// The path this process maps libc from.
+fn libc_path() -> String {
+    std::fs::read_to_string("/proc/self/maps")
         .unwrap()
         .lines()
         .filter_map(|l| l.split_whitespace().nth(5))
         .find(|p| p.contains("libc.so"))
         .unwrap()
-        .to_string();
+        .to_string()
+}
+
+/// A registrant that gives a file another build's id lends no rows under
+/// that id: the file's `.eh_frame` is not kept for it, and a later
+/// registration with that id and no file gets none.
+#[test]
+fn a_misstated_build_id_keeps_no_rows_for_others() {
+    let libc = libc_path();
     let bogus = b"not libc's build id, nor anyone's".to_vec();
     let registry = Registry::new();
     let base = 0x20_0000_0000u64;
@@ -274,13 +279,7 @@ fn lookups_go_on_while_a_registration_is_in_progress() {
     };
     // Registrations that convert a large .eh_frame (libc's) from the file,
     // without a build id so nothing is cached.
-    let libc_path = std::fs::read_to_string("/proc/self/maps")
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(5))
-        .find(|p| p.contains("libc.so"))
-        .unwrap()
-        .to_string();
+    let libc_path = libc_path();
     for i in 0..5u64 {
         registering.store(true, Ordering::Release);
         let base = 0x10_0000_0000 + i * 0x1000_0000;

@@ -511,36 +511,45 @@ fn symbolize_a_live_process() {
     );
 }
 
+/// The sleeper fixture built with `-O2 -g` in `dir`, and a stripped copy
+/// whose debug link names its debug file in `dir/.debug`: (the build, the
+/// stripped file, the debug file).
+fn stripped_sleeper(
+    dir: &std::path::Path,
+) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    let exe = build_fixture(dir, "tests/fixtures/sleeper.c", &["-O2", "-g"]);
+    let debug_dir = dir.join(".debug");
+    std::fs::create_dir(&debug_dir).unwrap();
+    let debug = debug_dir.join("sleeper.debug");
+    let stripped = dir.join("stripped");
+    let objcopy = |args: &[&std::ffi::OsStr]| {
+        assert!(Command::new("objcopy")
+            .args(args)
+            .status()
+            .unwrap()
+            .success());
+    };
+    objcopy(&[
+        "--only-keep-debug".as_ref(),
+        exe.as_os_str(),
+        debug.as_os_str(),
+    ]);
+    objcopy(&[
+        "--strip-debug".as_ref(),
+        format!("--add-gnu-debuglink={}", debug.display()).as_ref(),
+        exe.as_os_str(),
+        stripped.as_os_str(),
+    ]);
+    (exe, stripped, debug)
+}
+
 /// A debug file found through `.gnu_debuglink` whose CRC does not match is
 /// refused, and `symbolize` says so on standard error, for `-e` and for
 /// the objects of a process under `-p`, once per object.
 #[test]
 fn symbolize_warns_of_refused_debug_files() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = build_fixture(dir.path(), "tests/fixtures/sleeper.c", &["-O2", "-g"]);
-    let debug_dir = dir.path().join(".debug");
-    std::fs::create_dir(&debug_dir).unwrap();
-    let debug = debug_dir.join("sleeper.debug");
-    let stripped = dir.path().join("stripped");
-    for args in [
-        vec![
-            "--only-keep-debug".to_string(),
-            exe.display().to_string(),
-            debug.display().to_string(),
-        ],
-        vec![
-            "--strip-debug".to_string(),
-            format!("--add-gnu-debuglink={}", debug.display()),
-            exe.display().to_string(),
-            stripped.display().to_string(),
-        ],
-    ] {
-        assert!(Command::new("objcopy")
-            .args(&args)
-            .status()
-            .unwrap()
-            .success());
-    }
+    let (_, stripped, debug) = stripped_sleeper(dir.path());
     // Spoil the debug file after the link recorded its CRC.
     let mut bytes = std::fs::read(&debug).unwrap();
     let last = bytes.len() - 1;
@@ -749,29 +758,7 @@ fn deleted_executable_case(user: Option<u32>) {
 #[test]
 fn a_deleted_executable_finds_its_debug_link() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = build_fixture(dir.path(), "tests/fixtures/sleeper.c", &["-O2", "-g"]);
-    let debug_dir = dir.path().join(".debug");
-    std::fs::create_dir(&debug_dir).unwrap();
-    let debug = debug_dir.join("sleeper.debug");
-    let stripped = dir.path().join("stripped");
-    let objcopy = |args: &[&std::ffi::OsStr]| {
-        assert!(Command::new("objcopy")
-            .args(args)
-            .status()
-            .unwrap()
-            .success());
-    };
-    objcopy(&[
-        "--only-keep-debug".as_ref(),
-        exe.as_os_str(),
-        debug.as_os_str(),
-    ]);
-    objcopy(&[
-        "--strip-debug".as_ref(),
-        format!("--add-gnu-debuglink={}", debug.display()).as_ref(),
-        exe.as_os_str(),
-        stripped.as_os_str(),
-    ]);
+    let (exe, stripped, debug) = stripped_sleeper(dir.path());
     let nm = Command::new("nm").arg(&stripped).output().unwrap();
     let main = String::from_utf8_lossy(&nm.stdout)
         .lines()
