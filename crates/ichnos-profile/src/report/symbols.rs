@@ -194,13 +194,19 @@ pub fn symbolize(
     // The vDSO is in no file: its addresses are named from this process's
     // own vDSO when it is the same build (the same kernel maps the same
     // bytes), known by the build id the recorder read from the target's.
-    let own_vdso = ichnos_symbol::VdsoImage::of_process(std::process::id());
+    // Copied only if a recorded vDSO has a build id to compare.
+    let own_vdso = std::cell::OnceCell::new();
     for (done, (key, offsets)) in wanted.iter_mut().enumerate() {
         progress(done, total);
         if let ObjectKey::Vdso(build_id) = key {
-            if let Some(own) = own_vdso
+            if build_id.is_empty() {
+                continue;
+            }
+            let own =
+                own_vdso.get_or_init(|| ichnos_symbol::VdsoImage::of_process(std::process::id()));
+            if let Some(own) = own
                 .as_ref()
-                .filter(|own| !build_id.is_empty() && own.build_id() == Some(&build_id[..]))
+                .filter(|own| own.build_id() == Some(&build_id[..]))
             {
                 if !options.addresses {
                     let name = Arc::from("[vdso]");
