@@ -173,14 +173,22 @@ pub fn folded(data: &Path, extra: &[&str]) -> Vec<(Vec<String>, u64)> {
 /// The self share (percent) of each function in the top table, inlined
 /// functions counted as their callers' (as perf counts them).
 pub fn self_shares(data: &Path) -> HashMap<String, f64> {
-    let out = ichnos(&[
+    self_shares_of(data, &[])
+}
+
+/// `self_shares` of a report with `extra` flags (a filter such as
+/// `--comm`), the shares being of what the filter keeps.
+pub fn self_shares_of(data: &Path, extra: &[&str]) -> HashMap<String, f64> {
+    let mut args = vec![
         "report",
         "-i",
         data.to_str().unwrap(),
         "--limit",
         "0",
         "--no-inline",
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    let out = ichnos(&args);
     assert!(out.status.success(), "ichnos report: {}", stderr(&out));
     String::from_utf8(out.stdout)
         .unwrap()
@@ -275,15 +283,30 @@ pub fn fails_with(args: &[&str], wanted: &[&str]) -> String {
 /// (`dwarf` or `fp`) into `data`.
 pub fn perf_record(data: &Path, hz: u32, graph: &str, command: &[&str]) {
     let out = Command::new("perf")
-        .args(["record", "-q", "-e", "cpu-clock", "-F", &hz.to_string()])
-        .args(["--call-graph", graph])
-        .arg("-o")
-        .arg(data)
-        .arg("--")
-        .args(command)
+        .args(perf_record_command(data, "cpu-clock", hz, graph, command))
         .output()
         .expect("perf runs (install linux-perf)");
     assert!(out.status.success(), "perf record: {}", stderr(&out));
+}
+
+/// The arguments after `perf` of a `perf record` of `event` as
+/// `perf_record` runs it, for running it under another command.
+pub fn perf_record_command(
+    data: &Path,
+    event: &str,
+    hz: u32,
+    graph: &str,
+    command: &[&str],
+) -> Vec<String> {
+    let mut args: Vec<String> = ["record", "-q", "-e", event, "-F", &hz.to_string()]
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    args.extend(["--call-graph", graph, "-o"].map(str::to_owned));
+    args.push(data.to_str().unwrap().to_owned());
+    args.push("--".to_owned());
+    args.extend(command.iter().map(|&a| a.to_owned()));
+    args
 }
 
 /// Asserts that the `chains` fixture's folded `stacks` (as `folded`
