@@ -426,15 +426,17 @@ pub fn report(args: &ReportArgs, quiet: bool, verbose: bool) -> Result<()> {
         }
         Format::Speedscope => export::write_speedscope(profile, &samples, &mut out)?,
         Format::Firefox => {
-            // A timeline: the samples are read again, one by one.
-            let again = loaded
-                .reread()
-                .with_context(|| format!("cannot read {} again", input.display()))?;
+            // A timeline: the samples are read again, one by one, as
+            // often as the export's memory budget needs.
             export::write_firefox(
                 profile,
                 &symbolized,
                 &args.filter(),
-                std::io::BufReader::with_capacity(1 << 20, again),
+                || {
+                    let again = loaded.reread()?;
+                    Ok(std::io::BufReader::with_capacity(1 << 20, again))
+                },
+                firefox_sample_budget(),
                 &mut out,
             )
             .with_context(|| format!("cannot export {}", input.display()))?;
@@ -443,6 +445,16 @@ pub fn report(args: &ReportArgs, quiet: bool, verbose: bool) -> Result<()> {
     out.flush()?;
     drop(out);
     finished(input, profile)
+}
+
+/// The bytes of sample-table text the Firefox export holds at once:
+/// `$ICHNOS_FIREFOX_SAMPLE_BUDGET` where it is a number, else the
+/// library's bound (docs/export-formats.md).
+fn firefox_sample_budget() -> usize {
+    std::env::var("ICHNOS_FIREFOX_SAMPLE_BUDGET")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(export::SAMPLE_TEXT_BUDGET)
 }
 
 /// What was lost, by cause, as the loss records tell (the end record's

@@ -7,7 +7,8 @@
 //! ([`Weighted`]: one per distinct stack and thread), never from the
 //! samples one by one, so its memory is bounded by the distinct stacks
 //! however long the recording. The Firefox format is a timeline of every
-//! sample, read in a second pass over the recording.
+//! sample: its sample tables are streamed from further reads of the
+//! recording, within a fixed budget of memory.
 //! Frames are named when the file is written: an exported profile stays
 //! symbolized wherever it is opened.
 
@@ -20,7 +21,7 @@ mod speedscope;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-pub use firefox::{write_firefox, FirefoxError};
+pub use firefox::{write_firefox, FirefoxError, SAMPLE_TEXT_BUDGET};
 pub(crate) use flamegraph::write_empty_flamegraph;
 pub use flamegraph::{write_flamegraph, FlamegraphOptions};
 pub use pprof::{pprof_profile, write_pprof, PprofOptions};
