@@ -125,7 +125,13 @@ impl Columns<'_> {
             held_bytes += bytes;
             end += 1;
         }
-        let mut texts: Vec<Vec<u8>> = vec![Vec::new(); end - unit - 1];
+        // Each held column's longest text reserved at once: growing by
+        // reallocation would copy it (and, from the heap, hold both
+        // copies at the peak); pages reserved and not written are not
+        // resident.
+        let mut texts: Vec<Vec<u8>> = (unit + 1..end)
+            .map(|u| Vec::with_capacity(self.counts[u / 4] * COLUMNS[u % 4].most_bytes()))
+            .collect();
         let mut written = vec![0usize; end - unit];
         let mut failed: Option<io::Error> = None;
         pass(&mut |thread, entry| {
