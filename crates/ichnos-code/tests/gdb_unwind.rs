@@ -11,7 +11,10 @@ use ichnos_code::memory::NoMemory;
 use ichnos_code::{
     unwind, unwind_cached, FindRow, FrameKind, Lookup, Regs, StopReason, UnwindCache, UnwindOptions,
 };
-use support::{build_prog, build_signal_prog, capture, capture_passing, code_map, Rules, Stop};
+use support::{
+    build_prog_with, build_signal_prog, capture, capture_passing, code_map, newer_binutils,
+    sframe_version, Rules, Stop,
+};
 
 fn walk(stop: &Stop, rules: &impl FindRow, fp_fallback: bool) -> (Vec<u64>, StopReason) {
     let (frames, why) = walk_frames(stop, rules, fp_fallback);
@@ -48,8 +51,13 @@ fn describe(stop: &Stop) -> String {
 /// The stops, and the directory holding the fixtures they name (keep it
 /// alive while reading their files).
 fn stops() -> (tempfile::TempDir, Vec<Stop>) {
+    stops_built_with(&[])
+}
+
+/// `stops`, of the fixtures built with `extra` gcc flags.
+fn stops_built_with(extra: &[&str]) -> (tempfile::TempDir, Vec<Stop>) {
     let dir = tempfile::tempdir().unwrap();
-    let prog = build_prog(dir.path());
+    let prog = build_prog_with(dir.path(), extra);
     let stops = capture(
         &prog,
         &[
@@ -97,13 +105,43 @@ fn eh_frame_alone_agrees_with_gdb_to_the_outermost_frame() {
 
 #[test]
 fn sframe_alone_agrees_with_gdb_while_sframe_covers_the_frames() {
-    let mut deepest = 0;
     let (_dir, stops) = stops();
+    sframe_alone_agrees_with_gdb(stops);
+}
+
+/// SFrame v2 as binutils 2.44 (Debian trixie's) writes it, assembled and
+/// linked by that binutils.
+#[test]
+fn sframe_v2_of_binutils_2_44_alone_agrees_with_gdb() {
+    let bin = newer_binutils("trixie");
+    let (dir, stops) = stops_built_with(&[&format!("-B{}/", bin.display())]);
+    for object in ["prog", "libfix.so"] {
+        assert_eq!(sframe_version(&dir.path().join(object)), 2, "{object}");
+    }
+    sframe_alone_agrees_with_gdb(stops);
+}
+
+/// SFrame v3 (function starts PC-relative) as binutils 2.47.50 (Debian
+/// sid's) writes it.
+#[test]
+fn sframe_v3_of_binutils_2_47_alone_agrees_with_gdb() {
+    let bin = newer_binutils("sid");
+    let (dir, stops) = stops_built_with(&[&format!("-B{}/", bin.display())]);
+    for object in ["prog", "libfix.so"] {
+        assert_eq!(sframe_version(&dir.path().join(object)), 3, "{object}");
+    }
+    sframe_alone_agrees_with_gdb(stops);
+}
+
+/// Walking each stop by SFrame rows alone gives gdb's frames up to and
+/// including the first one in an object without SFrame (libc, here),
+/// and stops there for want of rows; the deepest of those walks goes
+/// through every fixture function.
+fn sframe_alone_agrees_with_gdb(stops: Vec<Stop>) {
+    let mut deepest = 0;
     for stop in stops {
         let map = code_map(&stop.maps, Rules::SframeOnly);
         let (ours, why) = walk(&stop, &map, false);
-        // gdb's frames up to and including the first one outside any
-        // object with SFrame (libc has none here).
         let gdb: Vec<u64> = stop.frames.iter().map(|f| f.0).collect();
         let first_uncovered = gdb
             .iter()

@@ -6,8 +6,6 @@
 
 mod support;
 
-use std::process::Command;
-
 use object::{Object, ObjectSection};
 
 use ichnos_code::sframe::{SframeErrorKind, SframeSection};
@@ -291,52 +289,58 @@ fn malformed_fields_are_named() {
     );
 }
 
-/// `objdump --sframe` rows: (function start, FRE start address, CFA text,
-/// FP text), e.g. (0x1170, 0x117a, "sp+20016", "u").
-fn objdump_rows(path: &std::path::Path) -> Vec<(u64, u64, bool, String, String)> {
-    let out = Command::new("objdump")
-        .arg("--sframe")
-        .arg(path)
-        .output()
-        .expect("objdump runs");
-    let text = String::from_utf8(out.stdout).unwrap();
-    let mut rows = Vec::new();
-    let mut func = 0u64;
-    let mut mask = false;
-    for line in text.lines() {
-        let line = line.trim();
-        if let Some(rest) = line.strip_prefix("func idx [") {
-            let pc = rest
-                .split("pc = 0x")
-                .nth(1)
-                .unwrap()
-                .split(',')
-                .next()
-                .unwrap();
-            func = u64::from_str_radix(pc, 16).unwrap();
-        } else if line.starts_with("STARTPC") {
-            mask = line.starts_with("STARTPC[m]");
-        } else if line.len() > 16 && line.as_bytes()[..16].iter().all(u8::is_ascii_hexdigit) {
-            let cols: Vec<&str> = line.split_whitespace().collect();
-            let start = u64::from_str_radix(cols[0], 16).unwrap();
-            rows.push((func, start, mask, cols[1].to_string(), cols[2].to_string()));
-        }
-    }
-    rows
-}
-
 #[test]
 fn v1_sections_from_binutils_read_as_objdump_prints_them() {
     let dir = tempfile::tempdir().unwrap();
     let prog = support::build_prog(dir.path());
+    // binutils 2.40 writes SFrame v1.
+    sections_read_as_objdump_prints_them(&prog, "objdump", 1);
+}
+
+/// SFrame v2 as Debian trixie's binutils 2.44 writes it (its `as`,
+/// its `ld`), read as its own objdump prints it.
+#[test]
+fn v2_sections_from_binutils_2_44_read_as_its_objdump_prints_them() {
+    let bin = support::newer_binutils("trixie");
+    let dir = tempfile::tempdir().unwrap();
+    let prog = support::build_prog_with(dir.path(), &[&format!("-B{}/", bin.display())]);
+    let objdump = bin.join("objdump");
+    sections_read_as_objdump_prints_them(&prog, objdump.to_str().unwrap(), 2);
+}
+
+/// SFrame v3 as Debian sid's binutils 2.47.50 writes it: function starts
+/// relative to their own FDE (`SFRAME_F_FDE_FUNC_START_PCREL`).
+#[test]
+fn v3_sections_from_binutils_2_47_read_as_its_objdump_prints_them() {
+    let bin = support::newer_binutils("sid");
+    let dir = tempfile::tempdir().unwrap();
+    let prog = support::build_prog_with(dir.path(), &[&format!("-B{}/", bin.display())]);
+    let objdump = bin.join("objdump");
+    let flags = sections_read_as_objdump_prints_them(&prog, objdump.to_str().unwrap(), 3);
+    assert!(
+        flags & SFRAME_F_FDE_FUNC_START_PCREL != 0,
+        "flags {flags:#x}"
+    );
+}
+
+/// `SFRAME_F_FDE_FUNC_START_PCREL` of the SFrame header's flags.
+const SFRAME_F_FDE_FUNC_START_PCREL: u8 = 0x4;
+
+/// The `.sframe` of `prog` and of the `libfix.so` beside it, both of
+/// SFrame `version`, answer every row `objdump --sframe` prints of them
+/// (`objdump` of the binutils that wrote them) with its function, CFA,
+/// FP and RA; returns the flags of `prog`'s section.
+fn sections_read_as_objdump_prints_them(prog: &std::path::Path, objdump: &str, version: u8) -> u8 {
     let mut checked = 0;
-    for path in [prog, dir.path().join("libfix.so")] {
+    let mut flags = None;
+    for path in [prog.to_path_buf(), prog.with_file_name("libfix.so")] {
         let bytes = std::fs::read(&path).unwrap();
         let file = object::File::parse(&*bytes).unwrap();
         let sframe = file.section_by_name(".sframe").unwrap();
         let section = SframeSection::parse(sframe.data().unwrap(), sframe.address()).unwrap();
-        assert_eq!(section.version(), 1, "binutils 2.40 writes SFrame v1");
-        let want = objdump_rows(&path);
+        assert_eq!(section.version(), version, "{}", path.display());
+        flags.get_or_insert(section.flags());
+        let want = support::objdump_sframe_rows(objdump, &path);
         assert!(want.len() >= 10, "{}: {want:?}", path.display());
         for (func, start, mask, cfa, fp) in want {
             let pc = if mask { func + start } else { start };
@@ -362,6 +366,7 @@ fn v1_sections_from_binutils_read_as_objdump_prints_them() {
         }
     }
     assert!(checked >= 25);
+    flags.unwrap_or_default()
 }
 
 /// Found by `cargo fuzz run sframe`: an FDE whose start lies near the top

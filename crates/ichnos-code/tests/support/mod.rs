@@ -31,13 +31,21 @@ fn run(cmd: &mut Command) {
 
 /// Builds `libfix.so` and `prog` (linked against it) in `dir`.
 pub fn build_prog(dir: &Path) -> PathBuf {
+    build_prog_with(dir, &[])
+}
+
+/// `build_prog` with `extra` flags for gcc (`-B DIR/` for another
+/// binutils).
+pub fn build_prog_with(dir: &Path, extra: &[&str]) -> PathBuf {
     let src = fixtures_dir();
     run(Command::new("gcc")
+        .args(extra)
         .args(CFLAGS)
         .args(["-fPIC", "-shared", "-o"])
         .arg(dir.join("libfix.so"))
         .arg(src.join("libfix.c")));
     run(Command::new("gcc")
+        .args(extra)
         .args(CFLAGS)
         .arg("-o")
         .arg(dir.join("prog"))
@@ -46,6 +54,39 @@ pub fn build_prog(dir: &Path) -> PathBuf {
         .arg("-lfix")
         .arg(format!("-Wl,-rpath,{}", dir.display())));
     dir.join("prog")
+}
+
+/// The `bin` directory of a newer binutils than the machine's, from
+/// Debian's `suite` (`trixie`: 2.44, SFrame v2; `sid`: 2.47.50, v3), as
+/// `tools/binutils/prepare.sh` prepares it (downloaded once, then
+/// cached). A machine that cannot reach Debian's registry fails the
+/// test: the peer is missing.
+pub fn newer_binutils(suite: &str) -> PathBuf {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/binutils/prepare.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .arg(suite)
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
+    assert!(
+        out.status.success(),
+        "{} {suite} could not prepare binutils: {}",
+        script.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = String::from_utf8(out.stdout).unwrap();
+    Path::new(dir.trim()).join("bin")
+}
+
+/// The SFrame version of the `.sframe` section of the ELF file at `path`.
+pub fn sframe_version(path: &Path) -> u8 {
+    use object::{Object, ObjectSection};
+    let bytes = std::fs::read(path).unwrap();
+    let file = object::File::parse(&*bytes).unwrap();
+    let section = file.section_by_name(".sframe").expect("a .sframe section");
+    ichnos_code::sframe::SframeSection::parse(section.data().unwrap(), section.address())
+        .unwrap()
+        .version()
 }
 
 /// One stop captured by gdb.
@@ -158,4 +199,40 @@ pub fn code_map(maps: &str, rules: Rules) -> CodeMap {
         Rules::Preferred => RowChoice::SframeThenEhFrame,
     };
     ichnos_code::process::code_map_from_maps(&entries, choice).map
+}
+
+/// The rows `objdump --sframe` (the binutils of `objdump`) prints for
+/// the file at `path`: (function start, FRE start, whether the start is
+/// a mask, CFA text, FP text), e.g. (0x1170, 0x117a, false, "sp+20016",
+/// "u").
+pub fn objdump_sframe_rows(objdump: &str, path: &Path) -> Vec<(u64, u64, bool, String, String)> {
+    let out = Command::new(objdump)
+        .arg("--sframe")
+        .arg(path)
+        .output()
+        .expect("objdump runs");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut rows = Vec::new();
+    let mut func = 0u64;
+    let mut mask = false;
+    for line in text.lines() {
+        let line = line.trim();
+        if let Some(rest) = line.strip_prefix("func idx [") {
+            let pc = rest
+                .split("pc = 0x")
+                .nth(1)
+                .unwrap()
+                .split(',')
+                .next()
+                .unwrap();
+            func = u64::from_str_radix(pc, 16).unwrap();
+        } else if line.starts_with("STARTPC") {
+            mask = line.starts_with("STARTPC[m]");
+        } else if line.len() > 16 && line.as_bytes()[..16].iter().all(u8::is_ascii_hexdigit) {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            let start = u64::from_str_radix(cols[0], 16).unwrap();
+            rows.push((func, start, mask, cols[1].to_string(), cols[2].to_string()));
+        }
+    }
+    rows
 }
