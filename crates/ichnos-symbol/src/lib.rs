@@ -35,6 +35,7 @@ mod error;
 mod frame;
 mod index;
 pub mod jitdump;
+mod mapped_file;
 mod object_file;
 pub mod perf_map;
 mod process;

@@ -267,6 +267,16 @@ impl LoadedObject {
         Ok(loaded)
     }
 
+    /// The stamp of the object's own file as it was mapped.
+    pub(crate) fn stamp(&self) -> Option<crate::mapped_file::FileStamp> {
+        self.mapped
+            .borrow()
+            .iter()
+            .filter_map(Shared::file)
+            .find(|f| f.path() == self.path)
+            .map(crate::mapped_file::MappedFile::stamp)
+    }
+
     /// The first file mapped for this object that was cut short under
     /// its mapping: what was read from it is not the file's.
     pub(crate) fn truncated(&self) -> Option<PathBuf> {

@@ -8,6 +8,7 @@ use crate::error::SymbolError;
 use crate::frame::frames;
 use crate::frame::{unnamed, Frame, Symbolized, Unnamed};
 use crate::index::{self, SymbolIndex};
+use crate::mapped_file::FileStamp;
 use crate::object_file::LoadedObject;
 
 /// How to symbolize.
@@ -57,31 +58,6 @@ enum Key {
     BuildId(Vec<u8>, u64),
     /// A file without a build id: its path and what the file looked like.
     Path(PathBuf, Option<FileStamp>),
-}
-
-/// What identifies a file's contents short of reading them: device,
-/// inode, size and modification time.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-struct FileStamp {
-    dev: u64,
-    ino: u64,
-    size: u64,
-    mtime: i64,
-    mtime_nsec: i64,
-}
-
-impl FileStamp {
-    fn of(path: &Path) -> Option<FileStamp> {
-        use std::os::unix::fs::MetadataExt;
-        let m = std::fs::metadata(path).ok()?;
-        Some(FileStamp {
-            dev: m.dev(),
-            ino: m.ino(),
-            size: m.size(),
-            mtime: m.mtime(),
-            mtime_nsec: m.mtime_nsec(),
-        })
-    }
 }
 
 /// What answers for an object: the object parsed, or its index.
@@ -179,7 +155,7 @@ impl Symbolizer {
     fn object(&self, path: &Path) -> Result<Answers, SymbolError> {
         // One stat per batch: a path whose file changed since it was keyed
         // (rebuilt, replaced) must not answer from the old object.
-        let stamp = FileStamp::of(path);
+        let mut stamp = FileStamp::of(path);
         {
             let mut cache = self.lock();
             if let Some((key, seen)) = cache.paths.get(path).cloned() {
@@ -210,6 +186,9 @@ impl Symbolizer {
         } else {
             let loaded = LoadedObject::load(path, &self.options.debug_dirs)?;
             let bytes = loaded.mapped_bytes;
+            // The file read is what answers: if the path named another
+            // by then, its stamp says so at the next look.
+            stamp = loaded.stamp().or(stamp);
             (Answers::Parsed(Arc::new(Mutex::new(loaded))), bytes)
         };
         let mut cache = self.lock();
@@ -280,15 +259,11 @@ impl Symbolizer {
         let Some(dir) = &self.options.index_dir else {
             return Err(refuse("no index directory is set".into()));
         };
-        let size = std::fs::metadata(path)
-            .map_err(|source| SymbolError::Io {
-                path: path.to_path_buf(),
-                source,
-            })?
-            .len();
         // Parsed first: a file that is unreadable or not ELF says so, not
         // that it lacks a build id.
         let object = LoadedObject::load(path, &self.options.debug_dirs)?;
+        // The size of the file read, which the index is keyed by.
+        let size = object.stamp().map_or(0, |s| s.size);
         let Some(build_id) = crate::object_file::build_id_of(path) else {
             return Err(refuse("it has no build id to key its index by".into()));
         };

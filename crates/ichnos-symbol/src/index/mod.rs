@@ -23,12 +23,13 @@ use self::format::{
 use crate::debug_file::DebugSource;
 use crate::error::SymbolError;
 use crate::frame::Frame;
+use crate::mapped_file::{FileStamp, MappedFile};
 
 pub(crate) use build::build;
 
 /// The bytes of an index: a mapped file, or bytes handed over.
 enum Bytes {
-    Mapped(ichnos_image::GuardedMap),
+    Mapped(MappedFile),
     Owned(Vec<u8>),
 }
 
@@ -62,16 +63,10 @@ impl std::fmt::Debug for SymbolIndex {
     }
 }
 
-/// A file's size and modification time in nanoseconds since the epoch.
+/// A file's size and modification time in nanoseconds since the epoch,
+/// as an index records its debug file's.
 pub(crate) fn stamp(path: &Path) -> Option<(u64, i64)> {
-    use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(path).ok()?;
-    Some((
-        m.size(),
-        m.mtime()
-            .saturating_mul(1_000_000_000)
-            .saturating_add(m.mtime_nsec()),
-    ))
+    FileStamp::of(path).map(|s| (s.size, s.mtime_ns))
 }
 
 impl SymbolIndex {
@@ -86,24 +81,11 @@ impl SymbolIndex {
 
     /// Opens and checks the index file at `path`.
     pub fn open(path: &Path) -> Result<Self, SymbolError> {
-        let io = |source| SymbolError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        let file = ichnos_image::open_regular(path).map_err(io)?;
-        let len = usize::try_from(file.metadata().map_err(io)?.len()).map_err(|_| {
-            io(std::io::Error::new(
-                std::io::ErrorKind::OutOfMemory,
-                "larger than the address space",
-            ))
-        })?;
         // Index files are written whole and renamed into place, never
         // changed where they lie; one cut short by someone else reads as
-        // zeros past its end (and says so), not SIGBUS.
-        // SAFETY: the index is read with bounds checks (its format is
-        // checked when opened, and every lookup checks its offsets), and
-        // answers are used only after `truncated` is checked.
-        let map = unsafe { ichnos_image::GuardedMap::map(&file, 0, len) }.map_err(io)?;
+        // zeros past its end (and says so): answers are used only after
+        // `truncated` is checked.
+        let map = MappedFile::open(path)?;
         Self::from_parts(Bytes::Mapped(map), path)
     }
 

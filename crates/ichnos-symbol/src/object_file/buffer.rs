@@ -5,16 +5,17 @@
 
 use std::cell::RefCell;
 use std::ops::Deref;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use crate::error::SymbolError;
+use crate::mapped_file::MappedFile;
 
-/// The bytes DWARF is read from: a mapped file (with its path), or a
-/// decompressed section.
+/// The bytes DWARF is read from: a mapped file, or a decompressed
+/// section.
 #[derive(Debug)]
 pub(crate) enum Buffer {
-    Mapped(ichnos_image::GuardedMap, PathBuf),
+    Mapped(MappedFile),
     Owned(Vec<u8>),
 }
 
@@ -23,8 +24,16 @@ impl Shared {
     /// file was cut short under it; zeros were read).
     pub(crate) fn truncated(&self) -> Option<&Path> {
         match &*self.0 {
-            Buffer::Mapped(m, path) if m.faulted() => Some(path),
+            Buffer::Mapped(m) if m.faulted() => Some(m.path()),
             _ => None,
+        }
+    }
+
+    /// The mapped file, if this is one.
+    pub(crate) fn file(&self) -> Option<&MappedFile> {
+        match &*self.0 {
+            Buffer::Mapped(m) => Some(m),
+            Buffer::Owned(_) => None,
         }
     }
 }
@@ -77,7 +86,7 @@ impl Deref for Shared {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
         match &*self.0 {
-            Buffer::Mapped(m, _) => m,
+            Buffer::Mapped(m) => m,
             Buffer::Owned(v) => v,
         }
     }
@@ -90,27 +99,10 @@ unsafe impl gimli::StableDeref for Shared {}
 // SAFETY: as above; clones share the same allocation.
 unsafe impl gimli::CloneStableDeref for Shared {}
 
+/// Maps the file at `path`, as one of the files the object being
+/// loaded on this thread was read from ([`collecting`]).
 pub(crate) fn map(path: &Path) -> Result<Shared, SymbolError> {
-    let io = |source| SymbolError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let file = ichnos_image::open_regular(path).map_err(io)?;
-    let len = file.metadata().map_err(io)?.len();
-    let len = usize::try_from(len).map_err(|_| {
-        io(std::io::Error::new(
-            std::io::ErrorKind::OutOfMemory,
-            "larger than the address space",
-        ))
-    })?;
-    // A mapping whose pages past a truncated end read as zeros (and say
-    // so), not SIGBUS.
-    // SAFETY: the bytes are parsed by object, gimli and addr2line, which
-    // bounds-check every read of untrusted input; what was read is used
-    // only after the mapping is checked (`LoadedObject::truncated`). A file
-    // changed in place under it gives wrong answers, never memory errors.
-    let map = unsafe { ichnos_image::GuardedMap::map(&file, 0, len) }.map_err(io)?;
-    let shared = Shared(Arc::new(Buffer::Mapped(map, path.to_path_buf())));
+    let shared = Shared(Arc::new(Buffer::Mapped(MappedFile::open(path)?)));
     LOADING.with(|l| {
         if let Some(loading) = l.borrow_mut().as_mut() {
             loading.push(shared.clone());
