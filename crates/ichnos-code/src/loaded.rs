@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use crate::code_map::Overlap;
 use crate::elf::ELF_START_ALIGN;
 use crate::registration::{path_from_bytes, ElfCode};
 use crate::registry::{Registry, RegistryError};
@@ -76,12 +77,25 @@ pub struct LoadedReport {
     pub removed: Vec<u64>,
 }
 
+/// A text range an earlier walk registered: the object it belongs to, as
+/// the loader shows it (its address range, path and the build id in its
+/// loaded notes), and the range.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct LoadedText {
+    elf: std::ops::Range<u64>,
+    path: PathBuf,
+    build_id: Option<Vec<u8>>,
+    text: std::ops::Range<u64>,
+}
+
 /// Walks this process's loaded objects (`dl_iterate_phdr`) and registers
 /// each executable `PT_LOAD` with the object's `PT_GNU_SFRAME` segment, its
-/// build id (from its loaded notes) and debug link (from the file). Objects already registered
-/// are reported as skipped, so calling this again after a `dlopen` adds only
-/// the new ones, and after a `dlclose` removes what an earlier walk
-/// registered for objects that are gone.
+/// build id (from its loaded notes) and debug link (from the file). Objects
+/// an earlier walk registered are reported as skipped, and their files are
+/// not read again (the loader's view of them, with their loaded build id,
+/// says they are the same), so calling this again after a `dlopen` adds and
+/// reads only the new ones, and after a `dlclose` removes what an earlier
+/// walk registered for objects that are gone.
 pub fn register_loaded_objects(registry: &Registry) -> LoadedReport {
     let mut report = LoadedReport::default();
     let mut present = std::collections::HashSet::new();
@@ -105,6 +119,41 @@ pub fn register_loaded_objects(registry: &Registry) -> LoadedReport {
             .max()
             .unwrap_or(min_vaddr);
         let elf = object.bias + (min_vaddr & !(ELF_START_ALIGN - 1))..object.bias + max_end;
+        let texts: Vec<std::ops::Range<u64>> = loads
+            .iter()
+            .filter(|p| p.p_flags & PF_X != 0 && p.p_memsz > 0)
+            .map(|p| object.bias + p.p_vaddr..object.bias + p.p_vaddr + p.p_memsz)
+            .collect();
+        let loaded_id = build_id_in_memory(&object.phdrs, object.bias);
+        let seen = |text: &std::ops::Range<u64>| LoadedText {
+            elf: elf.clone(),
+            path: path.clone(),
+            build_id: loaded_id.clone(),
+            text: text.clone(),
+        };
+        // Registered by an earlier walk, still the same object there, and
+        // not unregistered since: nothing to read.
+        let earlier = {
+            let registered = registry.loader_texts();
+            texts.iter().all(|t| {
+                registered.get(&t.start) == Some(&seen(t)) && registry.lookup(t.start).is_some()
+            })
+        };
+        if earlier && !texts.is_empty() {
+            for text in texts {
+                present.insert(text.start);
+                let overlap = Overlap {
+                    start: text.start,
+                    end: text.end,
+                    other_start: text.start,
+                    other_end: text.end,
+                };
+                report
+                    .skipped
+                    .push((path.clone(), RegistryError::Overlap(overlap)));
+            }
+            continue;
+        }
         let sframe = object
             .phdrs
             .iter()
@@ -116,15 +165,10 @@ pub fn register_loaded_objects(registry: &Registry) -> LoadedReport {
         // the loaded code (replaced on disk) gives it no rows: they would
         // be kept under the loaded code's id.
         let (file_build_id, debug_link) = crate::elf::identity_of_file(&path);
-        let loaded_id = build_id_in_memory(&object.phdrs, object.bias);
         let replaced = matches!((&loaded_id, &file_build_id), (Some(a), Some(b)) if a != b);
         let readable = readable && !replaced;
-        let build_id = loaded_id.or(file_build_id);
-        for text in loads
-            .iter()
-            .filter(|p| p.p_flags & PF_X != 0 && p.p_memsz > 0)
-        {
-            let text = object.bias + text.p_vaddr..object.bias + text.p_vaddr + text.p_memsz;
+        let build_id = loaded_id.clone().or(file_build_id);
+        for text in texts {
             let code = ElfCode {
                 elf: elf.clone(),
                 text: text.clone(),
@@ -137,7 +181,7 @@ pub fn register_loaded_objects(registry: &Registry) -> LoadedReport {
             present.insert(text.start);
             match registry.register_elf(code) {
                 Ok(()) => {
-                    registry.loader_texts().insert(text.start);
+                    registry.loader_texts().insert(text.start, seen(&text));
                     report.registered.push((path.clone(), text));
                 }
                 Err(e) => report.skipped.push((path.clone(), e)),
@@ -146,7 +190,7 @@ pub fn register_loaded_objects(registry: &Registry) -> LoadedReport {
     }
     let gone: Vec<u64> = registry
         .loader_texts()
-        .iter()
+        .keys()
         .copied()
         .filter(|start| !present.contains(start))
         .collect();

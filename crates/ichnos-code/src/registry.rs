@@ -275,8 +275,9 @@ pub struct Registry {
     pid: u32,
     /// Told of each registration made and removed.
     publisher: Option<&'static dyn Publish>,
-    /// Text starts registered by [`crate::register_loaded_objects`].
-    loader_texts: Mutex<std::collections::HashSet<u64>>,
+    /// Text ranges registered by [`crate::register_loaded_objects`], by
+    /// their start, with the loaded object they belong to.
+    loader_texts: Mutex<std::collections::HashMap<u64, crate::loaded::LoadedText>>,
     /// The perf map kept written, open to add a line per registration.
     perf_map: Mutex<Option<std::fs::File>>,
     /// The jitdump file kept written.
@@ -314,7 +315,7 @@ impl Registry {
             writer: Mutex::new(Entries::default()),
             pid,
             publisher: None,
-            loader_texts: Mutex::new(std::collections::HashSet::new()),
+            loader_texts: Mutex::new(std::collections::HashMap::new()),
             perf_map: Mutex::new(None),
             jitdump: Mutex::new(None),
         }
@@ -330,7 +331,9 @@ impl Registry {
         }
     }
 
-    pub(crate) fn loader_texts(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<u64>> {
+    pub(crate) fn loader_texts(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<u64, crate::loaded::LoadedText>> {
         self.loader_texts
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

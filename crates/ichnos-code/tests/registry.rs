@@ -113,6 +113,78 @@ fn a_closed_library_is_unregistered_by_the_next_walk() {
     assert!(registry.lookup(text.start).is_none());
 }
 
+/// The names of the files opened in `dir` since the inotify instance
+/// `fd` began watching it (`IN_OPEN` events, as the kernel reports them).
+fn opened(fd: i32) -> Vec<String> {
+    let mut buf = [0u8; 8192];
+    let mut names = Vec::new();
+    loop {
+        // SAFETY: reads into a buffer of ours of the length given.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        let Ok(n) = usize::try_from(n) else {
+            break; // EAGAIN: nothing more
+        };
+        if n == 0 {
+            break;
+        }
+        let mut at = 0;
+        // struct inotify_event: wd, mask, cookie, len, then len bytes of
+        // name padded with NULs.
+        while at + 16 <= n {
+            let len = u32::from_ne_bytes(buf[at + 12..at + 16].try_into().unwrap()) as usize;
+            let name = &buf[at + 16..(at + 16 + len).min(n)];
+            let name = name.split(|&b| b == 0).next().unwrap_or_default();
+            names.push(String::from_utf8_lossy(name).into_owned());
+            at += 16 + len;
+        }
+    }
+    names
+}
+
+/// A second walk of the same loaded objects reads none of their files:
+/// the kernel, watching the library's directory, reports no open of it
+/// (and does report the open a fresh registry's walk makes).
+#[test]
+fn a_second_walk_reads_no_file_of_what_it_registered() {
+    let dir = tempfile::tempdir().unwrap();
+    support::build_prog(dir.path());
+    let lib = dir.path().join("libwatched.so");
+    std::fs::copy(dir.path().join("libfix.so"), &lib).unwrap();
+    let c = CString::new(lib.to_str().unwrap()).unwrap();
+    // SAFETY: loading a library of ours with no constructors.
+    let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    assert!(!handle.is_null());
+    let registry = Registry::new();
+    let first = register_loaded_objects(&registry);
+    assert!(first.registered.iter().any(|(p, _)| *p == lib));
+
+    // SAFETY: plain system calls on a descriptor of ours.
+    let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+    assert!(fd >= 0);
+    let watched = CString::new(dir.path().to_str().unwrap()).unwrap();
+    // SAFETY: as above, with a NUL-terminated path.
+    assert!(unsafe { libc::inotify_add_watch(fd, watched.as_ptr(), libc::IN_OPEN) } >= 0);
+
+    let second = register_loaded_objects(&registry);
+    assert!(!second.registered.iter().any(|(p, _)| *p == lib));
+    assert!(second.skipped.iter().any(|(p, _)| *p == lib));
+    assert!(registry.lookup(first.registered[0].1.start).is_some());
+    let seen = opened(fd);
+    assert!(!seen.iter().any(|n| n == "libwatched.so"), "{seen:?}");
+
+    // Not vacuous: a walk that has not registered it reads the file, and
+    // the watch sees that.
+    let fresh = Registry::new();
+    register_loaded_objects(&fresh);
+    let seen = opened(fd);
+    assert!(seen.iter().any(|n| n == "libwatched.so"), "{seen:?}");
+    // SAFETY: our descriptor and the handle from dlopen above.
+    unsafe {
+        libc::close(fd);
+        libc::dlclose(handle);
+    }
+}
+
 /// A library without SFrame, whose rows come from its `.eh_frame`: a
 /// second registry finds them by the build id in its loaded notes, with
 /// nothing of the file read (it is renamed away first).
