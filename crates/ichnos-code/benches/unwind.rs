@@ -20,7 +20,7 @@ mod support;
 use std::hint::black_box;
 use std::path::Path;
 
-use criterion::Criterion;
+use criterion::{BatchSize, Criterion};
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, Module, Unwinder};
 use ichnos_code::memory::{Memory, NoMemory, ProcessMemory};
@@ -334,6 +334,24 @@ fn main() {
         group.bench_function("framehop", |b| {
             b.iter(|| framehop_walk_all(black_box(&fh), &mut fh_cache, case, &mut theirs));
         });
+        // framehop as the uncached walks run: nothing kept from one walk
+        // to the next (a fresh cache for each stack, made untimed).
+        group.bench_function("framehop_cold", |b| {
+            b.iter_batched_ref(
+                || {
+                    case.stacks
+                        .iter()
+                        .map(|_| CacheX86_64::new())
+                        .collect::<Vec<_>>()
+                },
+                |caches| {
+                    for (stack, cache) in case.stacks.iter().zip(caches.iter_mut()) {
+                        framehop_walk(black_box(&fh), cache, stack, &mut theirs);
+                    }
+                },
+                BatchSize::SmallInput,
+            );
+        });
         group.finish();
         rows.push((case.name, frames, group_name.replace('/', "_")));
     }
@@ -341,17 +359,23 @@ fn main() {
     print_table(&run, rows);
 }
 
-/// Nanoseconds per frame of each case, and the ratios to framehop.
+/// Nanoseconds per frame of each case, and the ratios to framehop: the
+/// uncached walks to framehop's with a fresh cache, the cached ones to
+/// framehop's with its cache kept.
 fn print_table(run: &estimates::Run, rows: Vec<(&str, usize, String)>) {
-    println!("\nnanoseconds per frame, and framehop's time over ours (above 1: ichnos is faster), this run:");
     println!(
-        "{:>11} {:>6}  {:>9} {:>9} {:>9} {:>9} {:>9}  {:>7} {:>7} {:>7} {:>7}",
+        "\nnanoseconds per frame, and framehop's time over ours (above 1: ichnos is faster), this run;"
+    );
+    println!("uncached ratios against framehop cold (a fresh cache per walk), cached against framehop with its cache:");
+    println!(
+        "{:>11} {:>6}  {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}  {:>7} {:>7} {:>8} {:>7}",
         "stack",
         "frames",
         "sframe",
         "eh",
         "sframe+c",
         "eh+c",
+        "fh cold",
         "framehop",
         "sframe",
         "eh",
@@ -361,6 +385,7 @@ fn print_table(run: &estimates::Run, rows: Vec<(&str, usize, String)>) {
     for (name, frames, group) in rows {
         let per_frame = |f| run.mean_ns(&group, f).map(|ns| ns / frames as f64);
         let fh = per_frame("framehop");
+        let cold = per_frame("framehop_cold");
         let ours = [
             per_frame("ichnos_sframe_rows"),
             per_frame("ichnos_eh_frame_rows"),
@@ -368,21 +393,22 @@ fn print_table(run: &estimates::Run, rows: Vec<(&str, usize, String)>) {
             per_frame("ichnos_eh_frame_rows_cached"),
         ];
         let show = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1}"));
-        let ratio = |a: Option<f64>| match (a, fh) {
+        let ratio = |a: Option<f64>, peer: Option<f64>| match (a, peer) {
             (Some(a), Some(b)) => format!("{:.2}x", b / a),
             _ => "-".to_owned(),
         };
         println!(
-            "{name:>11} {frames:>6}  {:>9} {:>9} {:>9} {:>9} {:>9}  {:>7} {:>7} {:>7} {:>7}",
+            "{name:>11} {frames:>6}  {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}  {:>7} {:>7} {:>8} {:>7}",
             show(ours[0]),
             show(ours[1]),
             show(ours[2]),
             show(ours[3]),
+            show(cold),
             show(fh),
-            ratio(ours[0]),
-            ratio(ours[1]),
-            ratio(ours[2]),
-            ratio(ours[3]),
+            ratio(ours[0], cold),
+            ratio(ours[1], cold),
+            ratio(ours[2], fh),
+            ratio(ours[3], fh),
         );
     }
 }

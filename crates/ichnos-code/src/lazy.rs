@@ -11,7 +11,11 @@
 //! of unexpressible rows is evaluated from the same kept bytes.
 //!
 //! Lookups may run on many threads: each FDE's rows are made once
-//! (`OnceLock`), and a lookup after that is two binary searches.
+//! (`OnceLock`), and a lookup after that is a load from a page index,
+//! a search among the FDEs that start in the address's page, and a
+//! search of the FDE's rows. (A binary search of all of a large
+//! object's FDEs was most of an uncached unwind's time: a dozen
+//! dependent loads, each a cache miss.)
 
 use std::sync::OnceLock;
 
@@ -40,6 +44,8 @@ pub struct LazyRows {
     /// first `PT_LOAD`).
     origin: u64,
     fdes: Box<[Fde]>,
+    /// Where to look among `fdes` for an address.
+    pages: PageIndex,
     /// Each FDE's rows once made, offsets from the FDE's start.
     rows: Box<[OnceLock<Box<[UnwindRow]>>]>,
     /// Rows that win where they have one (the file's SFrame rows), with
@@ -94,10 +100,12 @@ impl LazyRows {
         fdes.sort_by_key(|f| f.start);
         fdes.dedup_by_key(|f| f.start);
         let rows = (0..fdes.len()).map(|_| OnceLock::new()).collect();
+        let starts: Vec<u64> = fdes.iter().map(|f| f.start).collect();
         LazyRows {
             data: eh_frame.into_boxed_slice(),
             bases,
             origin,
+            pages: PageIndex::new(&starts),
             fdes: fdes.into_boxed_slice(),
             rows,
             primary: None,
@@ -132,9 +140,9 @@ impl LazyRows {
 
     /// The FDE covering `addr` (an offset from the origin), if one may.
     fn fde_index(&self, addr: u64) -> Option<usize> {
-        self.fdes
-            .partition_point(|f| f.start <= addr)
-            .checked_sub(1)
+        let (lo, hi) = self.pages.range(addr, self.fdes.len())?;
+        let within = self.fdes.get(lo..=hi)?;
+        (lo + within.partition_point(|f| f.start <= addr)).checked_sub(1)
     }
 
     fn rows_of(&self, i: usize) -> &[UnwindRow] {
@@ -217,6 +225,66 @@ impl LazyRows {
     }
 }
 
+/// Most pages a [`PageIndex`] holds: a span of starts wider than this
+/// many 4 KiB pages is indexed by larger pages.
+const MAX_PAGES: u64 = 1 << 20;
+
+/// For each page of the span FDE starts lie in, the last FDE that starts
+/// at or before the page's first address: an address's FDE is then among
+/// those from its page's entry to the next page's.
+#[derive(Debug, Default)]
+struct PageIndex {
+    /// The first page's address.
+    first: u64,
+    /// log2 of the page size.
+    shift: u32,
+    pages: Box<[u32]>,
+}
+
+impl PageIndex {
+    /// The index of `starts`, sorted ascending (at most `MAX_FDES`).
+    fn new(starts: &[u64]) -> PageIndex {
+        let (Some(&low), Some(&high)) = (starts.first(), starts.last()) else {
+            return PageIndex::default();
+        };
+        let mut shift = 12;
+        while ((high - (low & !((1u64 << shift) - 1))) >> shift) >= MAX_PAGES {
+            shift += 1;
+        }
+        let first = low & !((1u64 << shift) - 1);
+        let count = ((high - first) >> shift) + 1;
+        let mut pages = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
+        let mut next = 0usize;
+        for page in 0..count {
+            let base = first + (page << shift);
+            while next < starts.len() && starts[next] <= base {
+                next += 1;
+            }
+            // The last start at or before the page (none, for a first
+            // page whose first start lies inside it: from the first).
+            pages.push(u32::try_from(next.saturating_sub(1)).unwrap_or(u32::MAX));
+        }
+        PageIndex {
+            first,
+            shift,
+            pages: pages.into_boxed_slice(),
+        }
+    }
+
+    /// The first and last of `len` FDEs among which the last one starting
+    /// at or before `addr` lies; `None` below the first page.
+    fn range(&self, addr: u64, len: usize) -> Option<(usize, usize)> {
+        let last = len.checked_sub(1)?;
+        let page = usize::try_from(addr.checked_sub(self.first)? >> self.shift).ok()?;
+        let entry = |p: usize| self.pages.get(p).map(|&i| i as usize);
+        match entry(page) {
+            Some(lo) => Some((lo, entry(page + 1).unwrap_or(last).min(last))),
+            // Past the last page: after the last page's entry.
+            None => Some((entry(self.pages.len().checked_sub(1)?)?, last)),
+        }
+    }
+}
+
 /// The FDEs of `.eh_frame_hdr`'s table (empty if it has none); `None` if
 /// the table cannot be read or an entry points outside `.eh_frame`.
 fn from_header(
@@ -272,4 +340,59 @@ fn from_entries(eh_frame: &[u8], bases: &BaseAddresses, origin: u64) -> Vec<Fde>
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The last of `starts` at or before `addr`, by a search of them all.
+    fn plain(starts: &[u64], addr: u64) -> Option<usize> {
+        starts.partition_point(|&s| s <= addr).checked_sub(1)
+    }
+
+    fn paged(starts: &[u64], addr: u64) -> Option<usize> {
+        let index = PageIndex::new(starts);
+        let (lo, hi) = index.range(addr, starts.len())?;
+        (lo + starts[lo..=hi].partition_point(|&s| s <= addr)).checked_sub(1)
+    }
+
+    proptest! {
+        #[test]
+        fn the_page_index_finds_what_a_full_search_finds(
+            mut starts in proptest::collection::vec(0u64..1 << 20, 1..300),
+            base in prop_oneof![Just(0u64), 0x40_0000u64..0x50_0000, Just(u64::MAX - (1 << 21))],
+            probes in proptest::collection::vec(0u64..(1 << 20) + 8192, 1..100),
+        ) {
+            starts.sort_unstable();
+            starts.dedup();
+            let starts: Vec<u64> = starts.iter().map(|s| base + s).collect();
+            for p in probes {
+                let addr = base.saturating_add(p);
+                prop_assert_eq!(paged(&starts, addr), plain(&starts, addr), "at {:#x}", addr);
+            }
+            // Below the first start, and at each start and just before it.
+            prop_assert_eq!(paged(&starts, base.saturating_sub(1)), plain(&starts, base.saturating_sub(1)));
+            for &s in &starts {
+                prop_assert_eq!(paged(&starts, s), plain(&starts, s));
+                prop_assert_eq!(paged(&starts, s.saturating_sub(1)), plain(&starts, s.saturating_sub(1)));
+            }
+        }
+    }
+
+    #[test]
+    fn starts_spread_over_the_address_space_use_larger_pages() {
+        let starts = [0x1000, 0x7fff_0000_0000, u64::MAX - 0x1000];
+        let index = PageIndex::new(&starts);
+        assert!(
+            index.pages.len() as u64 <= MAX_PAGES,
+            "{}",
+            index.pages.len()
+        );
+        for addr in [0x1000, 0x2000, 0x7fff_0000_0000, 0x7fff_0000_0001, u64::MAX] {
+            assert_eq!(paged(&starts, addr), plain(&starts, addr), "{addr:#x}");
+        }
+        assert_eq!(paged(&[], 5), None);
+    }
 }
