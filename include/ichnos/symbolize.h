@@ -110,6 +110,41 @@ void ichnos_symbolizer_free(struct ichnos_symbolizer *symbolizer);
 int ichnos_symbolize(struct ichnos_symbolizer *symbolizer, const char *path, uint64_t addr,
 		     struct ichnos_frame *frames, size_t max, int *source);
 
+/* Why no frame names an address (struct ichnos_address.unnamed). */
+enum ichnos_unnamed {
+	ICHNOS_NAMED = 0,			/* a frame names it */
+	ICHNOS_UNNAMED_OUTSIDE_SECTIONS = 1,	/* outside every loadable section */
+	ICHNOS_UNNAMED_PADDING = 2,		/* between functions (alignment) */
+	ICHNOS_UNNAMED_NO_SYMBOL = 3,		/* in a section; no symbol, no DWARF */
+	/* Where symbolization of a live process answers (not from C yet). */
+	ICHNOS_UNNAMED_UNMAPPED = 4,		/* in no executable mapping */
+	ICHNOS_UNNAMED_ANONYMOUS = 5,		/* anonymous memory nothing names */
+};
+
+/* What is known of an address as a whole (docs/c-abi-symbolize.md). */
+struct ichnos_address {
+	int32_t source;			/* enum ichnos_debug_source */
+	uint32_t unnamed;		/* enum ichnos_unnamed */
+	uint64_t function_start;	/* where the function holding the address
+					 * starts (its ELF symbol's address, in
+					 * the file's terms); 0 if unknown */
+};
+
+/* sizeof(struct ichnos_address) in its first version. */
+#define ICHNOS_ADDRESS_SIZE_VER0 16
+
+/*
+ * As ichnos_symbolize(), and fills *address (the caller's
+ * sizeof(struct ichnos_address) in size, at least
+ * ICHNOS_ADDRESS_SIZE_VER0; bytes past this library's struct are left as
+ * they are): where the address's function starts, so that it can be
+ * printed as function+0x12, and why nothing names it. Same return values;
+ * also -EINVAL if address is NULL or size is too small.
+ */
+int ichnos_symbolize_address(struct ichnos_symbolizer *symbolizer, const char *path, uint64_t addr,
+			     struct ichnos_frame *frames, size_t max,
+			     struct ichnos_address *address, size_t size);
+
 /*
  * Makes the symbol index of the object file at path in the symbolizer's
  * index_dir (docs/symbol-index.md), replacing an older one; from then on,

@@ -292,29 +292,24 @@ fn c_string(strings: &mut Vec<CString>, s: Option<&str>) -> *const c_char {
     p
 }
 
-/// Symbolizes one address; see `include/ichnos/symbolize.h`.
+/// Symbolizes `addr` of the object at `path` into up to `max` of
+/// `frames`: the answer, or the negative errno to return.
 ///
 /// # Safety
-/// `symbolizer` from `ichnos_symbolizer_new`; `path` a NUL-terminated
-/// string; `frames` NULL (with `max` 0) or `max` writable frames; `source`
-/// NULL or writable.
-#[no_mangle]
-pub unsafe extern "C" fn ichnos_symbolize(
+///
+/// As [`ichnos_symbolize`].
+unsafe fn symbolize_into(
     symbolizer: *mut ichnos_symbolizer,
     path: *const c_char,
     addr: u64,
     frames: *mut ichnos_frame,
     max: usize,
-    source: *mut c_int,
-) -> c_int {
-    let path = match path_arg(path, "path") {
-        Ok(p) => p,
-        Err(e) => return e,
-    };
+) -> Result<ichnos_symbol::Symbolized, c_int> {
+    let path = path_arg(path, "path")?;
     let (Some(path), false, false) = (path, symbolizer.is_null(), frames.is_null() && max > 0)
     else {
         set_last_error("symbolizer, path and frames must not be NULL");
-        return -libc::EINVAL;
+        return Err(-libc::EINVAL);
     };
     // SAFETY: a live symbolizer from `ichnos_symbolizer_new`, used by one
     // thread at a time (the header says so).
@@ -323,11 +318,11 @@ pub unsafe extern "C" fn ichnos_symbolize(
         Ok(mut r) => r.remove(0),
         Err(e) => {
             crate::error::set_last_error_of(&e);
-            return if path.exists() {
+            return Err(if path.exists() {
                 -libc::EIO
             } else {
                 -libc::ENOENT
-            };
+            });
         }
     };
     s.strings.clear();
@@ -343,20 +338,129 @@ pub unsafe extern "C" fn ichnos_symbolize(
         // SAFETY: `i < max` and `frames` holds `max` writable frames.
         unsafe { frames.add(i).write(out) };
     }
-    if !source.is_null() {
-        let code = match result.source {
-            DebugSource::SameFile => 0,
-            DebugSource::BuildId(_) => 1,
-            DebugSource::DebugLink(_) => 2,
-            DebugSource::SymbolsOnly => 3,
-            DebugSource::MiniDebugInfo => 4,
-            DebugSource::JitDump => 5,
-            DebugSource::PerfMap => 6,
-            DebugSource::Registry => 7,
-            DebugSource::Nothing => 8,
-        };
-        // SAFETY: non-NULL and writable per the contract.
-        unsafe { source.write(code) };
+    Ok(result)
+}
+
+/// `enum ichnos_debug_source` of `source`.
+fn source_code(source: &DebugSource) -> i32 {
+    match source {
+        DebugSource::SameFile => 0,
+        DebugSource::BuildId(_) => 1,
+        DebugSource::DebugLink(_) => 2,
+        DebugSource::SymbolsOnly => 3,
+        DebugSource::MiniDebugInfo => 4,
+        DebugSource::JitDump => 5,
+        DebugSource::PerfMap => 6,
+        DebugSource::Registry => 7,
+        DebugSource::Nothing => 8,
     }
+}
+
+/// `enum ichnos_unnamed` of `unnamed`.
+fn unnamed_code(unnamed: Option<ichnos_symbol::Unnamed>) -> u32 {
+    use ichnos_symbol::Unnamed;
+    match unnamed {
+        None => 0,
+        Some(Unnamed::OutsideSections) => 1,
+        Some(Unnamed::Padding) => 2,
+        Some(Unnamed::Unmapped) => 4,
+        Some(Unnamed::Anonymous) => 5,
+        // No symbol; a reason added later reads as that to this ABI.
+        Some(_) => 3,
+    }
+}
+
+/// The frame count `ichnos_symbolize` returns.
+fn frame_count(result: &ichnos_symbol::Symbolized) -> c_int {
     c_int::try_from(result.frames.len()).unwrap_or(c_int::MAX)
+}
+
+/// Symbolizes `addr` of the object file at `path` (`ichnos_symbolize` in
+/// `symbolize.h`).
+///
+/// # Safety
+///
+/// `symbolizer` from `ichnos_symbolizer_new`; `path` a NUL-terminated
+/// string; `frames` NULL (with `max` 0) or `max` writable frames; `source`
+/// NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ichnos_symbolize(
+    symbolizer: *mut ichnos_symbolizer,
+    path: *const c_char,
+    addr: u64,
+    frames: *mut ichnos_frame,
+    max: usize,
+    source: *mut c_int,
+) -> c_int {
+    // SAFETY: the caller's promises, passed on.
+    let result = match unsafe { symbolize_into(symbolizer, path, addr, frames, max) } {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
+    if !source.is_null() {
+        // SAFETY: non-NULL and writable per the contract.
+        unsafe { source.write(source_code(&result.source)) };
+    }
+    frame_count(&result)
+}
+
+/// `struct ichnos_address`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct ichnos_address {
+    /// `enum ichnos_debug_source`.
+    pub source: i32,
+    /// `enum ichnos_unnamed`.
+    pub unnamed: u32,
+    /// Where the address's function starts; 0 if unknown.
+    pub function_start: u64,
+}
+
+/// `ICHNOS_ADDRESS_SIZE_VER0`.
+const ADDRESS_SIZE_VER0: usize = 16;
+const _: () = assert!(std::mem::size_of::<ichnos_address>() == ADDRESS_SIZE_VER0);
+
+/// Symbolizes `addr` as `ichnos_symbolize` does, and says where its
+/// function starts and why nothing names it (`ichnos_symbolize_address`
+/// in `symbolize.h`).
+///
+/// # Safety
+///
+/// As [`ichnos_symbolize`]; `address` writable for `size` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn ichnos_symbolize_address(
+    symbolizer: *mut ichnos_symbolizer,
+    path: *const c_char,
+    addr: u64,
+    frames: *mut ichnos_frame,
+    max: usize,
+    address: *mut ichnos_address,
+    size: usize,
+) -> c_int {
+    if address.is_null() || size < ADDRESS_SIZE_VER0 {
+        set_last_error("address must not be NULL, and size at least ICHNOS_ADDRESS_SIZE_VER0");
+        return -libc::EINVAL;
+    }
+    // SAFETY: the caller's promises, passed on.
+    let result = match unsafe { symbolize_into(symbolizer, path, addr, frames, max) } {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
+    let info = ichnos_address {
+        source: source_code(&result.source),
+        unnamed: unnamed_code(result.unnamed),
+        function_start: result
+            .frames
+            .last()
+            .and_then(|f| f.function_start)
+            .unwrap_or(0),
+    };
+    // An older struct than ours gets what fits; bytes past ours (a newer
+    // caller's) are left alone.
+    let bytes = bytemuck::bytes_of(&info);
+    let len = bytes.len().min(size);
+    // SAFETY: `address` is writable for `size` bytes and `len <= size`;
+    // a byte copy has no alignment needs.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), address.cast::<u8>(), len) };
+    frame_count(&result)
 }

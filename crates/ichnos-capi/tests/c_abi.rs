@@ -3,6 +3,7 @@
 //! every expectation held: the same C source holds both libraries to the same
 //! behaviour.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -360,6 +361,141 @@ fn symbolize_from_c_agrees_with_addr2line() {
     );
     let theirs = binutils_addr2line(&["-f", "-i", "-C"], &fixture, &addrs);
     assert_eq!(String::from_utf8_lossy(&out.stdout), theirs);
+}
+
+/// `ichnos_symbolize_address` from C: for every instruction of every
+/// sized function of a fixture, the function's start is the address `nm`
+/// gives its symbol; the bytes between `main`'s end and the next symbol
+/// (alignment, which objdump disassembles as no-ops) are padding; an
+/// address in the ELF header, below every section readelf lists, is
+/// outside the sections.
+#[test]
+fn symbolize_address_from_c_gives_nm_function_starts_and_why_unnamed() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("symbolize_address");
+    compile_with_libichnos("symbolize_address.c", &exe, Linkage::Shared, &[]);
+    let fixture = dir.path().join("inlines");
+    compile_fixture(
+        &repo_root().join("crates/ichnos-symbol/tests/fixtures/inlines.c"),
+        &fixture,
+    );
+    let nm = Command::new("nm")
+        .args(["-S", "--defined-only"])
+        .arg(&fixture)
+        .output()
+        .unwrap();
+    // (start, size, name) of every symbol, size 0 where nm gives none.
+    let symbols: Vec<(u64, u64, String)> = String::from_utf8_lossy(&nm.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let start = u64::from_str_radix(f[0], 16).ok()?;
+            match f.len() {
+                4 => Some((start, u64::from_str_radix(f[1], 16).ok()?, f[3].to_owned())),
+                3 => Some((start, 0, f[2].to_owned())),
+                _ => None,
+            }
+        })
+        .collect();
+    let sized: Vec<&(u64, u64, String)> = symbols.iter().filter(|(_, size, _)| *size > 0).collect();
+    let mut want = BTreeMap::new();
+    for a in function_instructions(&fixture, "") {
+        let addr = u64::from_str_radix(&a[2..], 16).unwrap();
+        if let Some((start, _, name)) = sized.iter().find(|(s, n, _)| (*s..s + n).contains(&addr)) {
+            want.insert(addr, format!("{name} {start:x} 0"));
+        }
+    }
+    assert!(want.len() > 20, "{want:?}");
+    for addr in padding_after(&fixture, &symbols, "main") {
+        want.insert(addr, "- 0 2".to_owned());
+    }
+    // The ELF header: below every section.
+    let lowest = lowest_section_address(&fixture);
+    assert!(lowest > 0x10, "{lowest:#x}");
+    want.insert(0x10, "- 0 1".to_owned());
+
+    let addrs: Vec<String> = want.keys().map(|a| format!("{a:#x}")).collect();
+    let out = Command::new(&exe)
+        .arg(&fixture)
+        .args(&addrs)
+        .env("LD_LIBRARY_PATH", lib_dir())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got: BTreeMap<u64, String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let (addr, rest) = l.split_once(' ').unwrap();
+            (
+                u64::from_str_radix(&addr[2..], 16).unwrap(),
+                rest.to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(got, want);
+}
+
+/// The instruction addresses from the end of the sized symbol `name`
+/// (among `symbols`: start, size, name) to the next symbol of `file`,
+/// checked to be what objdump disassembles as no-ops: alignment padding.
+fn padding_after(file: &Path, symbols: &[(u64, u64, String)], name: &str) -> Vec<u64> {
+    let (start, size, _) = symbols.iter().find(|s| s.2 == name).unwrap();
+    let end = start + size;
+    let next = symbols
+        .iter()
+        .map(|s| s.0)
+        .filter(|&s| s >= end)
+        .min()
+        .unwrap();
+    assert!(next > end, "{name} is followed at once by a symbol");
+    let disasm = Command::new("objdump")
+        .args(["-d", "--no-show-raw-insn"])
+        .arg(format!("--start-address={end:#x}"))
+        .arg(format!("--stop-address={next:#x}"))
+        .arg(file)
+        .output()
+        .unwrap();
+    let padding: Vec<(u64, String)> = String::from_utf8_lossy(&disasm.stdout)
+        .lines()
+        .filter(|l| l.starts_with("    ") && l.contains(':'))
+        .filter_map(|l| {
+            let (addr, insn) = l.trim().split_once(':')?;
+            Some((u64::from_str_radix(addr, 16).ok()?, insn.trim().to_owned()))
+        })
+        .collect();
+    assert!(!padding.is_empty());
+    for (addr, insn) in &padding {
+        assert!(
+            ["nop", "xchg", "int3", "data16"]
+                .iter()
+                .any(|n| insn.contains(n)),
+            "{addr:#x}: {insn}"
+        );
+    }
+    padding.into_iter().map(|(a, _)| a).collect()
+}
+
+/// The lowest address of a section of `file` with one, as readelf lists
+/// them.
+fn lowest_section_address(file: &Path) -> u64 {
+    let readelf = Command::new("readelf")
+        .args(["-SW"])
+        .arg(file)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&readelf.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(']').nth(1)?.split_whitespace().collect();
+            let addr = u64::from_str_radix(f.get(2)?, 16).ok()?;
+            (addr > 0).then_some(addr)
+        })
+        .min()
+        .unwrap()
 }
 
 /// Instruction addresses (hex, `0x` prefixed) of the functions of `file`
