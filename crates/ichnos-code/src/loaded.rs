@@ -78,27 +78,47 @@ pub struct LoadedReport {
 }
 
 /// A text range an earlier walk registered: the object it belongs to, as
-/// the loader shows it (its address range, path and the build id in its
-/// loaded notes), and the range.
+/// the loader and the file system show it without reading the file (its
+/// address range, path, the build id in its loaded notes, and its file's
+/// device, inode, size and modification time), and the range.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct LoadedText {
     elf: std::ops::Range<u64>,
     path: PathBuf,
     build_id: Option<Vec<u8>>,
+    file: Option<(u64, u64, u64, i64, i64)>,
     text: std::ops::Range<u64>,
 }
 
-/// Walks this process's loaded objects (`dl_iterate_phdr`) and registers
-/// each executable `PT_LOAD` with the object's `PT_GNU_SFRAME` segment, its
-/// build id (from its loaded notes) and debug link (from the file). Objects
-/// an earlier walk registered are reported as skipped, and their files are
-/// not read again (the loader's view of them, with their loaded build id,
-/// says they are the same), so calling this again after a `dlopen` adds and
-/// reads only the new ones, and after a `dlclose` removes what an earlier
-/// walk registered for objects that are gone.
-pub fn register_loaded_objects(registry: &Registry) -> LoadedReport {
-    let mut report = LoadedReport::default();
-    let mut present = std::collections::HashSet::new();
+/// One loaded object as a walk sees it.
+struct Seen {
+    path: PathBuf,
+    elf: std::ops::Range<u64>,
+    texts: Vec<std::ops::Range<u64>>,
+    sframe: Option<std::ops::Range<u64>>,
+    loaded_id: Option<Vec<u8>>,
+    file: Option<std::fs::Metadata>,
+}
+
+impl Seen {
+    fn text(&self, text: &std::ops::Range<u64>) -> LoadedText {
+        use std::os::unix::fs::MetadataExt;
+        LoadedText {
+            elf: self.elf.clone(),
+            path: self.path.clone(),
+            build_id: self.loaded_id.clone(),
+            file: self
+                .file
+                .as_ref()
+                .map(|m| (m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec())),
+            text: text.clone(),
+        }
+    }
+}
+
+/// The loaded objects with executable text, as the loader lists them.
+fn seen_objects() -> Vec<Seen> {
+    let mut out = Vec::new();
     for object in loaded_objects() {
         let path = if object.name.is_empty() {
             std::fs::read_link("/proc/self/exe").unwrap_or_default()
@@ -119,29 +139,75 @@ pub fn register_loaded_objects(registry: &Registry) -> LoadedReport {
             .max()
             .unwrap_or(min_vaddr);
         let elf = object.bias + (min_vaddr & !(ELF_START_ALIGN - 1))..object.bias + max_end;
-        let texts: Vec<std::ops::Range<u64>> = loads
+        let texts = loads
             .iter()
             .filter(|p| p.p_flags & PF_X != 0 && p.p_memsz > 0)
             .map(|p| object.bias + p.p_vaddr..object.bias + p.p_vaddr + p.p_memsz)
             .collect();
-        let loaded_id = build_id_in_memory(&object.phdrs, object.bias);
-        let seen = |text: &std::ops::Range<u64>| LoadedText {
-            elf: elf.clone(),
-            path: path.clone(),
-            build_id: loaded_id.clone(),
-            text: text.clone(),
-        };
-        // Registered by an earlier walk, still the same object there, and
-        // not unregistered since: nothing to read.
-        let earlier = {
+        let sframe = object
+            .phdrs
+            .iter()
+            .find(|p| p.p_type == PT_GNU_SFRAME && p.p_memsz > 0)
+            .map(|p| object.bias + p.p_vaddr..object.bias + p.p_vaddr + p.p_memsz);
+        let file = std::fs::metadata(&path)
+            .ok()
+            .filter(std::fs::Metadata::is_file);
+        out.push(Seen {
+            loaded_id: build_id_in_memory(&object.phdrs, object.bias),
+            path,
+            elf,
+            texts,
+            sframe,
+            file,
+        });
+    }
+    out
+}
+
+/// Walks this process's loaded objects (`dl_iterate_phdr`) and registers
+/// each executable `PT_LOAD` with the object's `PT_GNU_SFRAME` segment, its
+/// build id (from its loaded notes) and debug link (from the file).
+///
+/// What an earlier walk registered and is still loaded the same (the
+/// loader's view and the file's identity say so) is reported as skipped,
+/// and its file is not read again; what it registered that is gone or
+/// changed (`dlclose`d, or another object at its place) is unregistered
+/// first, so that a library loaded there is not unwound with the old one's
+/// rows. So calling this again after a `dlopen` reads and adds only the
+/// new objects.
+pub fn register_loaded_objects(registry: &Registry) -> LoadedReport {
+    let mut report = LoadedReport::default();
+    let objects = seen_objects();
+    let present: std::collections::HashMap<u64, LoadedText> = objects
+        .iter()
+        .flat_map(|o| o.texts.iter().map(|t| (t.start, o.text(t))))
+        .collect();
+    // Gone or changed since the walk that registered them: out first.
+    let stale: Vec<u64> = registry
+        .loader_texts()
+        .iter()
+        .filter(|(start, was)| present.get(start) != Some(was))
+        .map(|(&start, _)| start)
+        .collect();
+    for start in stale {
+        registry.loader_texts().remove(&start);
+        if registry.unregister(start).is_ok() {
+            report.removed.push(start);
+        }
+    }
+    for object in objects {
+        // Registered by an earlier walk, the same object still, and not
+        // unregistered since (unregistering drops the entry): nothing to
+        // read.
+        let earlier = !object.texts.is_empty() && {
             let registered = registry.loader_texts();
-            texts.iter().all(|t| {
-                registered.get(&t.start) == Some(&seen(t)) && registry.lookup(t.start).is_some()
-            })
+            object
+                .texts
+                .iter()
+                .all(|t| registered.get(&t.start) == Some(&object.text(t)))
         };
-        if earlier && !texts.is_empty() {
-            for text in texts {
-                present.insert(text.start);
+        if earlier {
+            for text in &object.texts {
                 let overlap = Overlap {
                     start: text.start,
                     end: text.end,
@@ -150,54 +216,37 @@ pub fn register_loaded_objects(registry: &Registry) -> LoadedReport {
                 };
                 report
                     .skipped
-                    .push((path.clone(), RegistryError::Overlap(overlap)));
+                    .push((object.path.clone(), RegistryError::Overlap(overlap)));
             }
             continue;
         }
-        let sframe = object
-            .phdrs
-            .iter()
-            .find(|p| p.p_type == PT_GNU_SFRAME && p.p_memsz > 0)
-            .map(|p| object.bias + p.p_vaddr..object.bias + p.p_vaddr + p.p_memsz);
-        let readable = std::fs::metadata(&path).is_ok_and(|m| m.is_file());
         // The build id of the loaded code, from memory; the debug link is
         // in no loaded segment, so from the file. A file that is no longer
         // the loaded code (replaced on disk) gives it no rows: they would
         // be kept under the loaded code's id.
-        let (file_build_id, debug_link) = crate::elf::identity_of_file(&path);
-        let replaced = matches!((&loaded_id, &file_build_id), (Some(a), Some(b)) if a != b);
-        let readable = readable && !replaced;
-        let build_id = loaded_id.clone().or(file_build_id);
-        for text in texts {
+        let (file_build_id, debug_link) = crate::elf::identity_of_file(&object.path);
+        let replaced = matches!((&object.loaded_id, &file_build_id), (Some(a), Some(b)) if a != b);
+        let readable = object.file.is_some() && !replaced;
+        let build_id = object.loaded_id.clone().or(file_build_id);
+        for text in &object.texts {
             let code = ElfCode {
-                elf: elf.clone(),
+                elf: object.elf.clone(),
                 text: text.clone(),
-                sframe: sframe.clone(),
-                path: readable.then(|| path.clone()),
+                sframe: object.sframe.clone(),
+                path: readable.then(|| object.path.clone()),
                 build_id: build_id.clone(),
                 debug_link: debug_link.as_ref().map(|(name, _)| path_from_bytes(name)),
                 debug_link_crc: debug_link.as_ref().map_or(0, |(_, crc)| *crc),
             };
-            present.insert(text.start);
             match registry.register_elf(code) {
                 Ok(()) => {
-                    registry.loader_texts().insert(text.start, seen(&text));
-                    report.registered.push((path.clone(), text));
+                    registry
+                        .loader_texts()
+                        .insert(text.start, object.text(text));
+                    report.registered.push((object.path.clone(), text.clone()));
                 }
-                Err(e) => report.skipped.push((path.clone(), e)),
+                Err(e) => report.skipped.push((object.path.clone(), e)),
             }
-        }
-    }
-    let gone: Vec<u64> = registry
-        .loader_texts()
-        .keys()
-        .copied()
-        .filter(|start| !present.contains(start))
-        .collect();
-    for start in gone {
-        registry.loader_texts().remove(&start);
-        if registry.unregister(start).is_ok() {
-            report.removed.push(start);
         }
     }
     report

@@ -685,6 +685,9 @@ impl Registry {
             .ok_or(RegistryError::NotFound(text_start))?;
         self.map.store(Arc::new(map));
         entries.remove(text_start);
+        // Whoever unregistered it, a later walk of the loaded objects
+        // must not take it for still registered.
+        self.loader_texts().remove(&text_start);
         if let Some(publish) = self.publisher {
             publish.removed(text_start);
         }

@@ -13,6 +13,16 @@ use ichnos_code::{
     register_loaded_objects, ElfCode, Invalid, Registry, RegistryError, RowSource, Rows,
 };
 
+/// Held by every test that walks the loaded objects: a walk opens every
+/// loaded file, which the test that watches for opens must not see from
+/// another test's walk.
+fn walking() -> std::sync::MutexGuard<'static, ()> {
+    static WALKS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    WALKS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Builds the fixture library and loads it into this process.
 fn load_libfix() -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
@@ -27,6 +37,7 @@ fn load_libfix() -> (tempfile::TempDir, std::path::PathBuf) {
 
 #[test]
 fn loaded_objects_are_registered_with_their_sframe_and_identity() {
+    let _walk = walking();
     let (_dir, lib) = load_libfix();
     let registry = Registry::new();
     let report = register_loaded_objects(&registry);
@@ -89,6 +100,7 @@ fn loaded_objects_are_registered_with_their_sframe_and_identity() {
 
 #[test]
 fn a_closed_library_is_unregistered_by_the_next_walk() {
+    let _walk = walking();
     let dir = tempfile::tempdir().unwrap();
     support::build_prog(dir.path());
     // A copy under its own name, so no other test holds it open.
@@ -146,6 +158,7 @@ fn opened(fd: i32) -> Vec<String> {
 /// (and does report the open a fresh registry's walk makes).
 #[test]
 fn a_second_walk_reads_no_file_of_what_it_registered() {
+    let _walk = walking();
     let dir = tempfile::tempdir().unwrap();
     support::build_prog(dir.path());
     let lib = dir.path().join("libwatched.so");
@@ -185,11 +198,67 @@ fn a_second_walk_reads_no_file_of_what_it_registered() {
     }
 }
 
+/// What a walk registered and then changed (its file touched: another
+/// modification time) or was unregistered by someone else is registered
+/// again by the next walk, the changed one after its old registration is
+/// removed.
+#[test]
+fn a_changed_or_unregistered_object_is_registered_again() {
+    let _walk = walking();
+    let dir = tempfile::tempdir().unwrap();
+    support::build_prog(dir.path());
+    let lib = dir.path().join("libchanged.so");
+    std::fs::copy(dir.path().join("libfix.so"), &lib).unwrap();
+    let c = CString::new(lib.to_str().unwrap()).unwrap();
+    // SAFETY: loading a library of ours with no constructors.
+    let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    assert!(!handle.is_null());
+    let registry = Registry::new();
+    let first = register_loaded_objects(&registry);
+    let text = first
+        .registered
+        .iter()
+        .find(|(p, _)| *p == lib)
+        .map(|(_, t)| t.clone())
+        .expect("registered");
+
+    // Unregistered by someone else: the next walk registers it again.
+    registry.unregister(text.start).unwrap();
+    let second = register_loaded_objects(&registry);
+    assert!(
+        second.registered.iter().any(|(_, t)| *t == text),
+        "{second:?}"
+    );
+
+    // Its file changed under the same path (a later modification time):
+    // the old registration goes, and the object is registered anew.
+    let later = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
+    std::fs::File::options()
+        .write(true)
+        .open(&lib)
+        .unwrap()
+        .set_modified(later)
+        .unwrap();
+    let third = register_loaded_objects(&registry);
+    assert!(third.removed.contains(&text.start), "{third:?}");
+    assert!(
+        third.registered.iter().any(|(_, t)| *t == text),
+        "{third:?}"
+    );
+    // And then it is the same again: skipped, nothing removed.
+    let fourth = register_loaded_objects(&registry);
+    assert!(!fourth.removed.contains(&text.start));
+    assert!(!fourth.registered.iter().any(|(_, t)| *t == text));
+    // SAFETY: the handle from dlopen above.
+    unsafe { libc::dlclose(handle) };
+}
+
 /// A library without SFrame, whose rows come from its `.eh_frame`: a
 /// second registry finds them by the build id in its loaded notes, with
 /// nothing of the file read (it is renamed away first).
 #[test]
 fn eh_frame_rows_made_once_serve_a_registration_without_the_file() {
+    let _walk = walking();
     let dir = tempfile::tempdir().unwrap();
     let source = dir.path().join("noframe.c");
     std::fs::write(&source, "int noframe_work(int x) { return x * 3 + 1; }\n").unwrap();
@@ -299,6 +368,7 @@ fn a_misstated_build_id_keeps_no_rows_for_others() {
 
 #[test]
 fn rows_are_converted_once_per_build_id() {
+    let _walk = walking();
     let (_dir, lib) = load_libfix();
     let (a, b) = (Registry::new(), Registry::new());
     register_loaded_objects(&a);
