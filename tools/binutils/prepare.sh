@@ -10,10 +10,14 @@
 # Usage: prepare.sh SUITE      (trixie or sid)
 # Prints DIR. Kept under ${XDG_CACHE_HOME:-~/.cache}/ichnos/binutils/,
 # one directory per suite and version: a later run with the same version
-# in the registry downloads nothing. Each package's SHA-256 is checked
-# against the suite's package index. Where the registry cannot be reached
-# it says so and exits 2 (the tests that need it then fail: a missing peer
-# is a failure, in CI and out of it).
+# in the registry downloads nothing. The suite's InRelease is checked with
+# gpgv against Debian's archive keyring, the package index against the
+# hash InRelease gives, and each package against the index's SHA-256.
+# sid moves on: its binutils is whatever sid has that day (2.47.50 on
+# 2026-12-02). Where the registry cannot be reached, a suite prepared
+# before is used (with a note); with none, it says so and exits 2 (the
+# tests that need it then fail: a missing peer is a failure, in CI and
+# out of it).
 set -euo pipefail
 suite=${1:?usage: prepare.sh trixie|sid}
 case "$suite" in
@@ -25,6 +29,7 @@ sid) sframe=libsframe3 ;;
 	;;
 esac
 mirror=${DEBIAN_MIRROR:-https://deb.debian.org/debian}
+keyring=${DEBIAN_KEYRING:-/usr/share/keyrings/debian-archive-keyring.gpg}
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/ichnos/binutils
 mkdir -p "$cache"
 packages=(binutils-x86-64-linux-gnu libbinutils "$sframe" libctf0 libctf-nobfd0 libjansson4 libc6 libzstd1 zlib1g)
@@ -33,16 +38,61 @@ packages=(binutils-x86-64-linux-gnu libbinutils "$sframe" libctf0 libctf-nobfd0 
 exec 9>"$cache/.lock"
 flock 9
 
+fetch() {
+	curl -sfL --connect-timeout 20 --max-time 600 --retry 2 -o "$2" "$1"
+}
+
+# The newest directory of this suite prepared before, if any.
+prepared() {
+	ls -1dt "$cache/$suite"-*/ 2>/dev/null | while read -r d; do
+		if [ -e "$d/.ok" ]; then
+			echo "${d%/}"
+			break
+		fi
+	done
+}
+
 index=$cache/Packages-$suite
-# The index is fetched again after a day: the registry moves on.
-if [ ! -s "$index" ] || [ -n "$(find "$index" -mmin +1440)" ]; then
-	if ! curl -sfL --retry 2 -o "$index.xz.part" "$mirror/dists/$suite/main/binary-amd64/Packages.xz"; then
-		echo "prepare.sh: cannot reach $mirror for $suite's package index" >&2
-		exit 2
+# Fetches and checks the suite's package index: 0, or 2 if the registry
+# cannot be reached, 1 if what it serves does not verify.
+refresh_index() {
+	fetch "$mirror/dists/$suite/InRelease" "$cache/InRelease-$suite.part" || return 2
+	if ! gpgv --keyring "$keyring" --output "$cache/Release-$suite" \
+		"$cache/InRelease-$suite.part" 2>/dev/null; then
+		echo "prepare.sh: $suite's InRelease does not verify against $keyring" >&2
+		return 1
+	fi
+	local want
+	want=$(awk '/^SHA256:/ { s = 1; next } /^[^ ]/ { s = 0 }
+		s && $3 == "main/binary-amd64/Packages.xz" { print $1 }' "$cache/Release-$suite")
+	fetch "$mirror/dists/$suite/main/binary-amd64/Packages.xz" "$index.xz.part" || return 2
+	if [ -z "$want" ] || ! echo "$want  $index.xz.part" | sha256sum -c --quiet - >/dev/null 2>&1; then
+		echo "prepare.sh: $suite's Packages.xz does not have the SHA-256 its InRelease gives" >&2
+		return 1
 	fi
 	xz -dc "$index.xz.part" >"$index.part"
 	mv "$index.part" "$index"
-	rm -f "$index.xz.part"
+	rm -f "$index.xz.part" "$cache/InRelease-$suite.part"
+}
+
+# The index is fetched again after a day (the registry moves on), or
+# when a package it names cannot be downloaded (it moved on sooner).
+if [ ! -s "$index" ] || [ -n "$(find "$index" -mmin +1440)" ] || [ -n "${PREPARE_REFRESH:-}" ]; then
+	rc=0
+	refresh_index || rc=$?
+	if [ "$rc" = 1 ]; then
+		exit 1
+	elif [ "$rc" = 2 ]; then
+		if [ -n "$(prepared)" ]; then
+			echo "prepare.sh: cannot reach $mirror; using $(prepared), prepared before" >&2
+			prepared
+			exit 0
+		elif [ ! -s "$index" ]; then
+			echo "prepare.sh: cannot reach $mirror for $suite's package index" >&2
+			exit 2
+		fi
+		echo "prepare.sh: cannot reach $mirror; using the package index fetched before" >&2
+	fi
 fi
 
 # Filename, SHA256 and Version of package $1 in the index.
@@ -62,7 +112,7 @@ if [ -z "$version" ]; then
 	exit 2
 fi
 dir=$cache/$suite-$version
-if [ -x "$dir/bin/as" ]; then
+if [ -e "$dir/.ok" ]; then
 	echo "$dir"
 	exit 0
 fi
@@ -76,7 +126,18 @@ for p in "${packages[@]}"; do
 		echo "prepare.sh: no $p in $suite's index" >&2
 		exit 2
 	fi
-	if ! curl -sfL --retry 2 -o "$work/$p.deb" "$mirror/$file"; then
+	if ! fetch "$mirror/$file" "$work/$p.deb"; then
+		if [ -z "${PREPARE_REFRESH:-}" ]; then
+			# The index may name a version the registry no longer has.
+			rm -rf "$work"
+			flock -u 9
+			PREPARE_REFRESH=1 exec "$0" "$suite"
+		fi
+		if [ -n "$(prepared)" ]; then
+			echo "prepare.sh: cannot download $mirror/$file; using $(prepared), prepared before" >&2
+			prepared
+			exit 0
+		fi
 		echo "prepare.sh: cannot download $mirror/$file" >&2
 		exit 2
 	fi
@@ -113,8 +174,12 @@ mv "$work/bin" "$work/out/bin"
 echo "$version" >"$work/out/version"
 rm -rf "$dir"
 mv "$work/out" "$dir"
-"$dir/bin/as" --version >/dev/null || {
-	echo "prepare.sh: $suite's as does not run here" >&2
+# Marked good only once it runs: a directory that does not is removed,
+# never handed out later.
+if ! "$dir/bin/as" --version >/dev/null 2>&1 || ! "$dir/bin/objdump" --version >/dev/null 2>&1; then
+	rm -rf "$dir"
+	echo "prepare.sh: $suite's binutils does not run here" >&2
 	exit 1
-}
+fi
+touch "$dir/.ok"
 echo "$dir"
