@@ -47,6 +47,8 @@ pub(crate) struct LoadedObject {
     pub refused: Vec<String>,
     /// Bytes of the files mapped for this object.
     pub mapped_bytes: u64,
+    /// The GNU build id of the file mapped.
+    pub build_id: Option<Vec<u8>>,
     /// Names and file names handed out, shared by every frame that
     /// repeats them (a batch names the same functions over and over), with
     /// each name's demangled form. Keyed by where the string lies: every
@@ -295,6 +297,7 @@ impl LoadedObject {
         })?;
         let mut symbols = function_symbols(&file);
         let alloc_ranges = alloc_ranges(&file);
+        let own_build_id = file.build_id().ok().flatten().map(<[u8]>::to_vec);
         let mut refused = Vec::new();
         let mut dwarf = None;
         let mut sections = None;
@@ -342,6 +345,7 @@ impl LoadedObject {
             source,
             refused,
             mapped_bytes,
+            build_id: own_build_id,
             names: RefCell::default(),
             recent_names: RefCell::new(Box::new([const { None }; RECENT_NAMES])),
             dwos: RefCell::default(),

@@ -167,12 +167,17 @@ impl Symbolizer {
             }
         }
         // The same file under another path (or a copy) is the same object:
-        // key it by build id, read from the headers only.
-        let size = stamp.map_or(0, |s| s.size);
-        let key = match crate::object_file::build_id_of(path) {
-            Some(id) => Key::BuildId(id, size),
-            None => Key::Path(path.to_path_buf(), stamp),
-        };
+        // key it by build id, read from the headers only (the headers of
+        // the file stamped: looked at again after).
+        let mut key = Self::key(path, stamp);
+        for _ in 0..3 {
+            let now = FileStamp::of(path);
+            if now == stamp {
+                break;
+            }
+            stamp = now;
+            key = Self::key(path, stamp);
+        }
         {
             let mut cache = self.lock();
             if let Some(o) = cache.get(&key) {
@@ -186,15 +191,31 @@ impl Symbolizer {
         } else {
             let loaded = LoadedObject::load(path, &self.options.debug_dirs)?;
             let bytes = loaded.mapped_bytes;
-            // The file read is what answers: if the path named another
-            // by then, its stamp says so at the next look.
-            stamp = loaded.stamp().or(stamp);
+            // The file read is what answers: if the path named another by
+            // then, the answers are keyed as that file, and its stamp is
+            // what the path is held to at the next look.
+            let read = loaded.stamp();
+            if read.is_some() && read != stamp {
+                stamp = read;
+                key = match &loaded.build_id {
+                    Some(id) => Key::BuildId(id.clone(), read.map_or(0, |s| s.size)),
+                    None => Key::Path(path.to_path_buf(), read),
+                };
+            }
             (Answers::Parsed(Arc::new(Mutex::new(loaded))), bytes)
         };
         let mut cache = self.lock();
         cache.paths.insert(path.to_path_buf(), (key.clone(), stamp));
         cache.insert(&key, answers.clone(), bytes, self.options.max_cached_bytes);
         Ok(answers)
+    }
+
+    /// The key of the object at `path`, whose file has `stamp`.
+    fn key(path: &Path, stamp: Option<FileStamp>) -> Key {
+        match crate::object_file::build_id_of(path) {
+            Some(id) => Key::BuildId(id, stamp.map_or(0, |s| s.size)),
+            None => Key::Path(path.to_path_buf(), stamp),
+        }
     }
 
     /// The index that answers for the object `key` names: one made from
@@ -262,9 +283,10 @@ impl Symbolizer {
         // Parsed first: a file that is unreadable or not ELF says so, not
         // that it lacks a build id.
         let object = LoadedObject::load(path, &self.options.debug_dirs)?;
-        // The size of the file read, which the index is keyed by.
+        // The size and build id of the file read, which the index is keyed
+        // by.
         let size = object.stamp().map_or(0, |s| s.size);
-        let Some(build_id) = crate::object_file::build_id_of(path) else {
+        let Some(build_id) = object.build_id.clone() else {
             return Err(refuse("it has no build id to key its index by".into()));
         };
         let contents = index::build(&object, &build_id, size, progress).map_err(refuse)?;
