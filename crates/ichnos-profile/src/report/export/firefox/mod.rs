@@ -53,8 +53,8 @@ pub enum FirefoxError {
     /// A later read of the recording failed.
     #[error("cannot read the recording's samples: {0}")]
     Read(#[from] ReadError),
-    /// A later read of the recording found other samples than the first
-    /// (the file changed in between).
+    /// A later read of the recording found another number of samples of
+    /// a thread than the first (the file changed in between).
     #[error(
         "the recording changed while it was exported: a thread had {first} samples, then {then}"
     )]
@@ -83,7 +83,9 @@ type FrameKey = (Arc<str>, Arc<str>, Option<(Arc<str>, u32)>, bool);
 const LABEL_MARK: char = '\u{1}';
 
 /// Bytes of sample-table text held at once, beyond the column being
-/// written out: about 2.5 million samples' worth.
+/// written out. It is charged at each entry's longest text (58 bytes a
+/// sample for the three columns held beside the one written): about 1.1
+/// million samples' worth.
 pub const SAMPLE_TEXT_BUDGET: usize = 64 << 20;
 
 /// Writes the samples of `profile` that `filter` keeps as a gzipped
@@ -342,7 +344,9 @@ impl ReadState {
         }
         let state = &mut self.threads[thread];
         // The recording is in time order; a thread's sample that is not
-        // is put at its previous one, as the timeline cannot go back.
+        // (one the recorder's sorter took after its margin) is put at the
+        // thread's previous sample, as a streamed timeline cannot go back.
+        // (The crate sorted such samples into place.)
         let delta_ms = s.time.saturating_sub(state.last) as f64 / 1e6;
         state.last = state.last.max(s.time);
         let (weight, cpu_micros) = if s.off_cpu.is_some() {
