@@ -127,7 +127,9 @@ struct ichnos_address {
 	uint32_t unnamed;		/* enum ichnos_unnamed */
 	uint64_t function_start;	/* where the function holding the address
 					 * starts (its ELF symbol's address, in
-					 * the file's terms); 0 if unknown */
+					 * the file's terms; past the symbol's
+					 * end, the symbol the line table names
+					 * it after); 0 if unknown */
 };
 
 /* sizeof(struct ichnos_address) in its first version. */

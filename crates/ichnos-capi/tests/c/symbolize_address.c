@@ -35,12 +35,12 @@ int main(int argc, char **argv)
 		memset(&address, 0xff, sizeof(address));
 		int n = ichnos_symbolize_address(s, argv[1], addr, frames, MAX_FRAMES, &address,
 						 sizeof(address));
-		if (n < 1 || address.source != ICHNOS_DEBUG_SAME_FILE) {
+		if (n < 1 || n > MAX_FRAMES || address.source != ICHNOS_DEBUG_SAME_FILE) {
 			fprintf(stderr, "FAIL %s: %d (%s)\n", argv[i], n, ichnos_last_error());
 			return 1;
 		}
 		/* The outermost frame is the function the code lies in. */
-		const char *name = frames[(n < MAX_FRAMES ? n : MAX_FRAMES) - 1].raw_function;
+		const char *name = frames[n - 1].raw_function;
 		printf("0x%" PRIx64 " %s %" PRIx64 " %" PRIu32 "\n", addr, name ? name : "-",
 		       address.function_start, address.unnamed);
 	}
