@@ -113,4 +113,16 @@ for i in "${!cmds[@]}"; do
 	rss=$(bash -c "/usr/bin/time -v bash -c '${cmds[$i]} > /dev/null' 2>&1 >/dev/null | awk '/Maximum resident/ {print \$6}'")
 	python3 -c "print(f'{\"${names[$i]}\":<20} {$mean:12.3f} {${count}/$mean:14,.0f} {$rss/1024:12.1f}')"
 done
+# Not vacuous: what each tool answered, once. The addr2line-style tools
+# print a frame's name as "??" where they know none; llvm-gsymutil prints
+# one line per address, with an error where it has no answer.
+echo
+printf '%-20s %s\n' tool "frames named ?? (addresses: $count)"
+for i in "${!cmds[@]}"; do
+	case "${names[$i]}" in
+	llvm-gsymutil) unknown=$(bash -c "${cmds[$i]}" | grep '^0x' | grep -c -i 'error:\|not found' || true) ;;
+	*) unknown=$(bash -c "${cmds[$i]}" | grep -c '^??$' || true) ;;
+	esac
+	printf '%-20s %s\n' "${names[$i]}" "$unknown"
+done
 rm -rf "$work"
