@@ -326,14 +326,7 @@ fn another_process_reads_the_registry() {
 /// returns the documented error numbers.
 #[test]
 fn symbolize_from_c_agrees_with_addr2line() {
-    let dir = tempfile::tempdir().unwrap();
-    let exe = dir.path().join("symbolize_test");
-    compile_with_libichnos("symbolize_test.c", &exe, Linkage::Shared, &[]);
-    let fixture = dir.path().join("inlines");
-    compile_fixture(
-        &repo_root().join("crates/ichnos-symbol/tests/fixtures/inlines.c"),
-        &fixture,
-    );
+    let (dir, exe, fixture) = c_program_and_inlines("symbolize_test");
     let junk = dir.path().join("junk");
     std::fs::write(&junk, b"no elf here").unwrap();
     let disasm = Command::new("objdump")
@@ -371,32 +364,8 @@ fn symbolize_from_c_agrees_with_addr2line() {
 /// outside the sections.
 #[test]
 fn symbolize_address_from_c_gives_nm_function_starts_and_why_unnamed() {
-    let dir = tempfile::tempdir().unwrap();
-    let exe = dir.path().join("symbolize_address");
-    compile_with_libichnos("symbolize_address.c", &exe, Linkage::Shared, &[]);
-    let fixture = dir.path().join("inlines");
-    compile_fixture(
-        &repo_root().join("crates/ichnos-symbol/tests/fixtures/inlines.c"),
-        &fixture,
-    );
-    let nm = Command::new("nm")
-        .args(["-S", "--defined-only"])
-        .arg(&fixture)
-        .output()
-        .unwrap();
-    // (start, size, name) of every symbol, size 0 where nm gives none.
-    let symbols: Vec<(u64, u64, String)> = String::from_utf8_lossy(&nm.stdout)
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            let start = u64::from_str_radix(f[0], 16).ok()?;
-            match f.len() {
-                4 => Some((start, u64::from_str_radix(f[1], 16).ok()?, f[3].to_owned())),
-                3 => Some((start, 0, f[2].to_owned())),
-                _ => None,
-            }
-        })
-        .collect();
+    let (_dir, exe, fixture) = c_program_and_inlines("symbolize_address");
+    let symbols = nm_symbols(&fixture);
     let sized: Vec<&(u64, u64, String)> = symbols.iter().filter(|(_, size, _)| *size > 0).collect();
     let mut want = BTreeMap::new();
     for a in function_instructions(&fixture, "") {
@@ -498,28 +467,51 @@ fn lowest_section_address(file: &Path) -> u64 {
         .unwrap()
 }
 
-/// Instruction addresses (hex, `0x` prefixed) of the functions of `file`
-/// whose symbol names start with `prefix`, within each symbol's size (so
-/// not the padding after it, which binutils and ichnos name differently on
-/// purpose; see docs/cli.md).
-fn function_instructions(file: &Path, prefix: &str) -> Vec<String> {
+/// The C program `name` (`tests/c/NAME.c`) linked with `libichnos.so`, and
+/// the `inlines` fixture of ichnos-symbol, built in a new directory.
+fn c_program_and_inlines(name: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join(name);
+    compile_with_libichnos(&format!("{name}.c"), &exe, Linkage::Shared, &[]);
+    let fixture = dir.path().join("inlines");
+    compile_fixture(
+        &repo_root().join("crates/ichnos-symbol/tests/fixtures/inlines.c"),
+        &fixture,
+    );
+    (dir, exe, fixture)
+}
+
+/// `nm -S --defined-only` of `file`: (address, size, name) of every
+/// symbol, size 0 where nm gives none.
+fn nm_symbols(file: &Path) -> Vec<(u64, u64, String)> {
     let nm = Command::new("nm")
         .args(["-S", "--defined-only"])
         .arg(file)
         .output()
         .unwrap();
-    let ranges: Vec<(u64, u64)> = String::from_utf8_lossy(&nm.stdout)
+    String::from_utf8_lossy(&nm.stdout)
         .lines()
         .filter_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
-            let (start, size) = (
-                u64::from_str_radix(f[0], 16).ok()?,
-                u64::from_str_radix(f.get(1)?, 16).ok()?,
-            );
-            f.get(3)?
-                .starts_with(prefix)
-                .then_some((start, start + size))
+            let start = u64::from_str_radix(f.first()?, 16).ok()?;
+            match f.len() {
+                4 => Some((start, u64::from_str_radix(f[1], 16).ok()?, f[3].to_owned())),
+                3 => Some((start, 0, f[2].to_owned())),
+                _ => None,
+            }
         })
+        .collect()
+}
+
+/// Instruction addresses (hex, `0x` prefixed) of the functions of `file`
+/// whose symbol names start with `prefix`, within each symbol's size (so
+/// not the padding after it, which binutils and ichnos name differently on
+/// purpose; see docs/cli.md).
+fn function_instructions(file: &Path, prefix: &str) -> Vec<String> {
+    let ranges: Vec<(u64, u64)> = nm_symbols(file)
+        .into_iter()
+        .filter(|(_, size, name)| *size > 0 && name.starts_with(prefix))
+        .map(|(start, size, _)| (start, start + size))
         .collect();
     let disasm = Command::new("objdump")
         .args(["-d", "--no-show-raw-insn"])

@@ -113,22 +113,27 @@ fn sframe_alone_agrees_with_gdb_while_sframe_covers_the_frames() {
 /// linked by that binutils.
 #[test]
 fn sframe_v2_of_binutils_2_44_alone_agrees_with_gdb() {
-    let bin = newer_binutils("trixie");
-    let (dir, stops) = stops_built_with(&[&format!("-B{}/", bin.display())]);
-    for object in ["prog", "libfix.so"] {
-        assert_eq!(sframe_version(&dir.path().join(object)), 2, "{object}");
-    }
-    sframe_alone_agrees_with_gdb(stops);
+    newer_binutils_sframe_agrees_with_gdb("trixie", 2);
 }
 
 /// SFrame v3 (function starts PC-relative) as Debian sid's binutils
 /// writes it (2.47.50 on 2026-12-02; sid moves on).
 #[test]
 fn sframe_v3_of_sids_binutils_alone_agrees_with_gdb() {
-    let bin = newer_binutils("sid");
+    newer_binutils_sframe_agrees_with_gdb("sid", 3);
+}
+
+/// The fixtures built by `suite`'s binutils have SFrame `version`, and
+/// their walks by it agree with gdb.
+fn newer_binutils_sframe_agrees_with_gdb(suite: &str, version: u8) {
+    let bin = newer_binutils(suite);
     let (dir, stops) = stops_built_with(&[&format!("-B{}/", bin.display())]);
     for object in ["prog", "libfix.so"] {
-        assert_eq!(sframe_version(&dir.path().join(object)), 3, "{object}");
+        assert_eq!(
+            sframe_version(&dir.path().join(object)),
+            version,
+            "{object}"
+        );
     }
     sframe_alone_agrees_with_gdb(stops);
 }

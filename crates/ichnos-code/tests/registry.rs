@@ -5,6 +5,7 @@
 mod support;
 
 use std::ffi::CString;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -21,6 +22,33 @@ fn walking() -> std::sync::MutexGuard<'static, ()> {
     WALKS
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Builds the fixture library, copies it under `name` (so that no other
+/// test holds that file open) and loads the copy into this process: the
+/// directory, the copy's path and the dlopen handle.
+fn load_copy_of_libfix(name: &str) -> (tempfile::TempDir, PathBuf, *mut libc::c_void) {
+    let dir = tempfile::tempdir().unwrap();
+    support::build_prog(dir.path());
+    let lib = dir.path().join(name);
+    std::fs::copy(dir.path().join("libfix.so"), &lib).unwrap();
+    let c = CString::new(lib.to_str().unwrap()).unwrap();
+    // SAFETY: loading a library of ours with no constructors.
+    let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    assert!(!handle.is_null(), "dlopen {}", lib.display());
+    (dir, lib, handle)
+}
+
+/// The text range of `lib` that `report` registered.
+fn registered_text(report: &ichnos_code::LoadedReport, lib: &Path) -> std::ops::Range<u64> {
+    report
+        .registered
+        .iter()
+        .find(|(p, _)| p == lib)
+        .map_or_else(
+            || panic!("{} not registered: {report:?}", lib.display()),
+            |(_, t)| t.clone(),
+        )
 }
 
 /// Builds the fixture library and loads it into this process.
@@ -101,23 +129,10 @@ fn loaded_objects_are_registered_with_their_sframe_and_identity() {
 #[test]
 fn a_closed_library_is_unregistered_by_the_next_walk() {
     let _walk = walking();
-    let dir = tempfile::tempdir().unwrap();
-    support::build_prog(dir.path());
-    // A copy under its own name, so no other test holds it open.
-    let lib = dir.path().join("libclosed.so");
-    std::fs::copy(dir.path().join("libfix.so"), &lib).unwrap();
-    let c = CString::new(lib.to_str().unwrap()).unwrap();
-    // SAFETY: loading and unloading a library of ours with no constructors.
-    let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-    assert!(!handle.is_null());
+    let (_dir, lib, handle) = load_copy_of_libfix("libclosed.so");
     let registry = Registry::new();
     let first = register_loaded_objects(&registry);
-    let text = first
-        .registered
-        .iter()
-        .find(|(p, _)| *p == lib)
-        .map(|(_, t)| t.clone())
-        .expect("registered while loaded");
+    let text = registered_text(&first, &lib);
     // SAFETY: the handle from dlopen above; nothing of the library is used.
     assert_eq!(unsafe { libc::dlclose(handle) }, 0);
     let second = register_loaded_objects(&registry);
@@ -159,17 +174,10 @@ fn opened(fd: i32) -> Vec<String> {
 #[test]
 fn a_second_walk_reads_no_file_of_what_it_registered() {
     let _walk = walking();
-    let dir = tempfile::tempdir().unwrap();
-    support::build_prog(dir.path());
-    let lib = dir.path().join("libwatched.so");
-    std::fs::copy(dir.path().join("libfix.so"), &lib).unwrap();
-    let c = CString::new(lib.to_str().unwrap()).unwrap();
-    // SAFETY: loading a library of ours with no constructors.
-    let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-    assert!(!handle.is_null());
+    let (dir, lib, handle) = load_copy_of_libfix("libwatched.so");
     let registry = Registry::new();
     let first = register_loaded_objects(&registry);
-    assert!(first.registered.iter().any(|(p, _)| *p == lib));
+    let text = registered_text(&first, &lib);
 
     // SAFETY: plain system calls on a descriptor of ours.
     let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
@@ -181,7 +189,7 @@ fn a_second_walk_reads_no_file_of_what_it_registered() {
     let second = register_loaded_objects(&registry);
     assert!(!second.registered.iter().any(|(p, _)| *p == lib));
     assert!(second.skipped.iter().any(|(p, _)| *p == lib));
-    assert!(registry.lookup(first.registered[0].1.start).is_some());
+    assert!(registry.lookup(text.start).is_some());
     let seen = opened(fd);
     assert!(!seen.iter().any(|n| n == "libwatched.so"), "{seen:?}");
 
@@ -205,22 +213,10 @@ fn a_second_walk_reads_no_file_of_what_it_registered() {
 #[test]
 fn a_changed_or_unregistered_object_is_registered_again() {
     let _walk = walking();
-    let dir = tempfile::tempdir().unwrap();
-    support::build_prog(dir.path());
-    let lib = dir.path().join("libchanged.so");
-    std::fs::copy(dir.path().join("libfix.so"), &lib).unwrap();
-    let c = CString::new(lib.to_str().unwrap()).unwrap();
-    // SAFETY: loading a library of ours with no constructors.
-    let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-    assert!(!handle.is_null());
+    let (_dir, lib, handle) = load_copy_of_libfix("libchanged.so");
     let registry = Registry::new();
     let first = register_loaded_objects(&registry);
-    let text = first
-        .registered
-        .iter()
-        .find(|(p, _)| *p == lib)
-        .map(|(_, t)| t.clone())
-        .expect("registered");
+    let text = registered_text(&first, &lib);
 
     // Unregistered by someone else: the next walk registers it again.
     registry.unregister(text.start).unwrap();

@@ -301,11 +301,7 @@ fn v1_sections_from_binutils_read_as_objdump_prints_them() {
 /// its `ld`), read as its own objdump prints it.
 #[test]
 fn v2_sections_from_binutils_2_44_read_as_its_objdump_prints_them() {
-    let bin = support::newer_binutils("trixie");
-    let dir = tempfile::tempdir().unwrap();
-    let prog = support::build_prog_with(dir.path(), &[&format!("-B{}/", bin.display())]);
-    let objdump = bin.join("objdump");
-    sections_read_as_objdump_prints_them(&prog, objdump.to_str().unwrap(), 2);
+    newer_binutils_sections_read_as_objdump_prints_them("trixie", 2);
 }
 
 /// SFrame v3 as Debian sid's binutils writes it (2.47.50 on 2026-12-02;
@@ -313,15 +309,21 @@ fn v2_sections_from_binutils_2_44_read_as_its_objdump_prints_them() {
 /// (`SFRAME_F_FDE_FUNC_START_PCREL`).
 #[test]
 fn v3_sections_from_sids_binutils_read_as_its_objdump_prints_them() {
-    let bin = support::newer_binutils("sid");
-    let dir = tempfile::tempdir().unwrap();
-    let prog = support::build_prog_with(dir.path(), &[&format!("-B{}/", bin.display())]);
-    let objdump = bin.join("objdump");
-    let flags = sections_read_as_objdump_prints_them(&prog, objdump.to_str().unwrap(), 3);
+    let flags = newer_binutils_sections_read_as_objdump_prints_them("sid", 3);
     assert!(
         flags & SFRAME_F_FDE_FUNC_START_PCREL != 0,
         "flags {flags:#x}"
     );
+}
+
+/// The fixtures built by `suite`'s binutils, read as its objdump prints
+/// them; the flags of the program's section.
+fn newer_binutils_sections_read_as_objdump_prints_them(suite: &str, version: u8) -> u8 {
+    let bin = support::newer_binutils(suite);
+    let dir = tempfile::tempdir().unwrap();
+    let prog = support::build_prog_with(dir.path(), &[&format!("-B{}/", bin.display())]);
+    let objdump = bin.join("objdump");
+    sections_read_as_objdump_prints_them(&prog, objdump.to_str().unwrap(), version)
 }
 
 /// `SFRAME_F_FDE_FUNC_START_PCREL` of the SFrame header's flags.
