@@ -120,7 +120,7 @@ pub fn write_firefox<R: Read>(
         })?;
         Ok(())
     };
-    let _reads = samples::write_profile(
+    samples::write_profile(
         &mut buffered,
         &tables.top,
         &tables.threads,

@@ -97,8 +97,6 @@ struct Columns<'a> {
     counts: &'a [usize],
     budget: usize,
     held: Vec<Option<Vec<u8>>>,
-    /// Reads made.
-    passes: usize,
 }
 
 impl Columns<'_> {
@@ -149,7 +147,6 @@ impl Columns<'_> {
                 }
             }
         })?;
-        self.passes += 1;
         if let Some(error) = failed {
             return Err(error.into());
         }
@@ -201,7 +198,6 @@ fn object(
 /// Writes the profile: `top`'s members, with `threads` in place of its
 /// "threads" member, each with its sample table of `counts[t]` samples,
 /// whose entries `pass` gives, read as often as `budget` requires.
-/// Returns the reads made.
 pub(super) fn write_profile(
     out: &mut dyn Write,
     top: &RawObject,
@@ -209,12 +205,11 @@ pub(super) fn write_profile(
     counts: &[usize],
     budget: usize,
     pass: &mut Pass<'_>,
-) -> Result<usize, FirefoxError> {
+) -> Result<(), FirefoxError> {
     let mut columns = Columns {
         counts,
         budget,
         held: vec![None; 4 * threads.len()],
-        passes: 0,
     };
     object(out, top, "threads", &mut |out| {
         out.write_all(b"[")?;
@@ -238,7 +233,7 @@ pub(super) fn write_profile(
         out.write_all(b"]")?;
         Ok(())
     })?;
-    Ok(columns.passes)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -302,7 +297,7 @@ mod tests {
         };
         let mut out = Vec::new();
         let result = write_profile(&mut out, &top, &threads, &counts, budget, &mut pass);
-        (result.map(|_| out), reads)
+        (result.map(|()| out), reads)
     }
 
     #[test]
