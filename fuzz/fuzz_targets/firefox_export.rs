@@ -22,7 +22,11 @@ fn recording(data: &[u8]) -> Vec<u8> {
         host: b"fuzz",
         kernel: b"6.1.0",
         command: vec![b"fuzzed".as_slice()],
-        event: if data.first().is_some_and(|b| b & 1 == 1) { b"cpu-clock" } else { b"cycles" },
+        event: if data.first().is_some_and(|b| b & 1 == 1) {
+            b"cpu-clock"
+        } else {
+            b"cycles"
+        },
         frequency: u64::from(data.get(1).copied().unwrap_or(0)) * 100,
         stack_size: 8192,
         start_monotonic_ns: 0,
@@ -37,15 +41,30 @@ fn recording(data: &[u8]) -> Vec<u8> {
         let stack = u64::from(r[5] % 16);
         let weight = u64::from(u16::from_le_bytes([r[6], r[7]])) * 997;
         let _ = match r[0] % 6 {
-            0 => w.push(&Record::Process { asid: pid, pid, parent: 0, time, name: b"proc" }),
-            1 => w.push(&Record::Thread { pid, tid, time, name: &r[3..] }),
+            0 => w.push(&Record::Process {
+                asid: pid,
+                pid,
+                parent: 0,
+                time,
+                name: b"proc",
+            }),
+            1 => w.push(&Record::Thread {
+                pid,
+                tid,
+                time,
+                name: &r[3..],
+            }),
             2 => {
                 let frames = [0x1000 + u64::from(r[3]), 0x2000 + u64::from(r[4])];
                 let n = usize::from(r[6] % 3);
                 w.push(&Record::StackOut(StackOut {
                     id: stack,
                     asid: pid,
-                    stop: if r[7] & 1 == 0 { StackStop::Complete } else { StackStop::StackEnd },
+                    stop: if r[7] & 1 == 0 {
+                        StackStop::Complete
+                    } else {
+                        StackStop::StackEnd
+                    },
                     frames: &frames[..n],
                 }))
             }
@@ -56,9 +75,20 @@ fn recording(data: &[u8]) -> Vec<u8> {
                 cpu: 0,
                 stack,
                 duration: weight,
-                state: if r[7] & 1 == 0 { OffCpuState::Waiting } else { OffCpuState::Preempted },
+                state: if r[7] & 1 == 0 {
+                    OffCpuState::Waiting
+                } else {
+                    OffCpuState::Preempted
+                },
             }),
-            _ => w.push(&Record::Sample { time, pid, tid, cpu: 0, stack, weight }),
+            _ => w.push(&Record::Sample {
+                time,
+                pid,
+                tid,
+                cpu: 0,
+                stack,
+                weight,
+            }),
         };
     }
     w.finish().unwrap_or_default()
@@ -110,7 +140,11 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
             let samples = &thread["samples"];
             let length = samples["length"].as_u64().expect("length") as usize;
             for column in ["stack", "timeDeltas", "weight", "threadCPUDelta"] {
-                assert_eq!(samples[column].as_array().expect(column).len(), length, "{column}");
+                assert_eq!(
+                    samples[column].as_array().expect(column).len(),
+                    length,
+                    "{column}"
+                );
             }
         }
     }
