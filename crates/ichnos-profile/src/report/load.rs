@@ -4,6 +4,8 @@
 //! names, JIT code, losses.
 
 use std::collections::{BTreeMap, HashMap};
+
+use rustc_hash::FxHashMap;
 use std::io::Read;
 use std::sync::Arc;
 
@@ -154,10 +156,10 @@ pub struct Profile {
     /// Stacks by number.
     pub stacks: Vec<Option<Stack>>,
     /// Samples per (stack, process, thread).
-    pub tallies: HashMap<(u64, u32, u32), Tally>,
+    pub tallies: FxHashMap<(u64, u32, u32), Tally>,
     /// Time off CPUs per (stack, process, thread, why): `samples` counts
     /// the intervals, `weight` their nanoseconds.
-    pub off_cpu: HashMap<(u64, u32, u32, OffCpuState), Tally>,
+    pub off_cpu: FxHashMap<(u64, u32, u32, OffCpuState), Tally>,
     /// Thread names, by (process, thread).
     pub threads: HashMap<(u32, u32), Arc<str>>,
     /// Process names, by process.
