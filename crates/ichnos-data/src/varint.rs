@@ -62,6 +62,13 @@ impl<'a> Cursor<'a> {
     /// A varint.
     #[inline]
     pub fn u(&mut self) -> Result<u64, FieldError> {
+        // Most fields (ids, deltas, counts) fit in one byte: no loop.
+        if let Some(&b) = self.bytes.get(self.pos) {
+            if b < 0x80 {
+                self.pos += 1;
+                return Ok(u64::from(b));
+            }
+        }
         let mut v = 0u64;
         for i in 0..10 {
             let b = *self.bytes.get(self.pos).ok_or(FieldError::Truncated)?;
