@@ -75,6 +75,56 @@ fn perf_script_chains(data: &Path) -> HashMap<Vec<String>, u64> {
     chains
 }
 
+/// A `perf record -g` sample's first address is the instruction the
+/// thread was at, named as such: `one_byte` is a lone `ret`, so a sample
+/// in it named from the byte after would land in the padding beyond it.
+/// Every sample perf script puts there, ichnos does too.
+#[test]
+fn perf_record_g_leaves_are_named_at_the_instruction_sampled() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("ret.c");
+    std::fs::write(
+        &source,
+        "__attribute__((noinline)) void one_byte(void) { __asm__ volatile(\"\"); }\n\
+         int main(void) { for (long i = 0; i < 400000000L; i++) one_byte(); return 0; }\n",
+    )
+    .unwrap();
+    let exe = dir.path().join("ret");
+    let built = Command::new("gcc")
+        .args(["-O2", "-g", "-fno-omit-frame-pointer", "-o"])
+        .arg(&exe)
+        .arg(&source)
+        .status()
+        .unwrap();
+    assert!(built.success());
+    // A lone ret, as the test says.
+    let disasm = Command::new("objdump")
+        .args(["-d", "--no-show-raw-insn", "--disassemble=one_byte"])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let body: Vec<String> = String::from_utf8_lossy(&disasm.stdout)
+        .lines()
+        .filter(|l| l.starts_with("    ") && l.contains(':'))
+        .map(|l| l.split(':').nth(1).unwrap_or_default().trim().to_owned())
+        .collect();
+    assert_eq!(body, ["ret"], "{body:?}");
+    let data = dir.path().join("perf.data");
+    perf_record(&data, 4000, "fp", &[exe.to_str().unwrap()]);
+    let theirs: u64 = perf_script_chains(&data)
+        .iter()
+        .filter(|(chain, _)| chain.first().is_some_and(|f| f == "one_byte"))
+        .map(|(_, n)| n)
+        .sum();
+    let ours: u64 = folded(&data, &["--no-inline"])
+        .iter()
+        .filter(|(frames, _)| frames.last().is_some_and(|f| f == "one_byte"))
+        .map(|(_, n)| n)
+        .sum();
+    assert!(theirs >= 20, "perf put only {theirs} samples in one_byte");
+    assert_eq!(ours, theirs);
+}
+
 #[test]
 fn perf_record_g_chains_are_kept_as_the_kernel_walked_them() {
     let dir = tempfile::tempdir().unwrap();

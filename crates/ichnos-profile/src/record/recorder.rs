@@ -553,22 +553,19 @@ impl Recorder {
             if !user || self.stack.len() >= self.options.max_frames {
                 continue;
             }
-            // The first is where the thread was (stored plus one, as the
-            // unwinder's interrupted frames are), the rest return
-            // addresses.
+            // The first is where the thread was, stored as it is (a
+            // stack's first frame is looked up at itself), the rest return
+            // addresses (looked up minus one).
             let first = self.stack.is_empty();
             let lookup = address.wrapping_sub(1);
             if !space.is_mapped(if first { address } else { lookup }) {
                 break;
             }
-            self.stack.push(if first {
-                address.wrapping_add(1)
-            } else {
-                address
-            });
+            self.stack.push(address);
         }
+        let only_one = self.stack.len() == 1;
         let outermost = self.stack.last().is_some_and(|&a| {
-            let pc = a.wrapping_sub(1);
+            let pc = if only_one { a } else { a.wrapping_sub(1) };
             space
                 .code
                 .find(pc)
