@@ -340,20 +340,11 @@ fn symbolize_from_c_agrees_with_addr2line() {
         .filter_map(|l| l.trim().split(':').next().map(|a| format!("0x{a}")))
         .collect();
     assert!(addrs.len() > 10);
-    let out = Command::new(&exe)
-        .arg(&fixture)
-        .arg(&junk)
-        .args(&addrs)
-        .env("LD_LIBRARY_PATH", lib_dir())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let mut args = vec![fixture.display().to_string(), junk.display().to_string()];
+    args.extend(addrs.iter().cloned());
+    let ours = run_shared(&exe, &args);
     let theirs = binutils_addr2line(&["-f", "-i", "-C"], &fixture, &addrs);
-    assert_eq!(String::from_utf8_lossy(&out.stdout), theirs);
+    assert_eq!(ours, theirs);
 }
 
 /// `ichnos_symbolize_address` from C: for every instruction of every
@@ -383,19 +374,9 @@ fn symbolize_address_from_c_gives_nm_function_starts_and_why_unnamed() {
     assert!(lowest > 0x10, "{lowest:#x}");
     want.insert(0x10, "- 0 1".to_owned());
 
-    let addrs: Vec<String> = want.keys().map(|a| format!("{a:#x}")).collect();
-    let out = Command::new(&exe)
-        .arg(&fixture)
-        .args(&addrs)
-        .env("LD_LIBRARY_PATH", lib_dir())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let got: BTreeMap<u64, String> = String::from_utf8_lossy(&out.stdout)
+    let mut args = vec![fixture.display().to_string()];
+    args.extend(want.keys().map(|a| format!("{a:#x}")));
+    let got: BTreeMap<u64, String> = run_shared(&exe, &args)
         .lines()
         .map(|l| {
             let (addr, rest) = l.split_once(' ').unwrap();
@@ -566,16 +547,25 @@ fn binutils_addr2line(flags: &[&str], file: &Path, addrs: &[String]) -> String {
 /// Runs `symbolize_options` in `mode` with `paths` (an index directory and
 /// the file, or the file) and `addrs`.
 fn run_options(exe: &Path, mode: &str, paths: &[&Path], addrs: &[String]) -> String {
+    let mut args: Vec<&std::ffi::OsStr> = vec![mode.as_ref()];
+    args.extend(paths.iter().map(|p| p.as_os_str()));
+    args.extend(addrs.iter().map(std::ffi::OsStr::new));
+    run_shared(exe, &args)
+}
+
+/// Runs the C program `exe`, linked with `libichnos.so`, with `args`;
+/// its standard output, once it has exited 0.
+fn run_shared<S: AsRef<std::ffi::OsStr>>(exe: &Path, args: &[S]) -> String {
     let out = Command::new(exe)
-        .arg(mode)
-        .args(paths)
-        .args(addrs)
+        .args(args)
         .env("LD_LIBRARY_PATH", lib_dir())
         .output()
         .unwrap();
     assert!(
         out.status.success(),
-        "{mode}: {}",
+        "{} {:?}: {}",
+        exe.display(),
+        args.first().map(AsRef::as_ref),
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
@@ -597,16 +587,9 @@ fn symbolizer_options_from_c_agree_with_addr2line() {
         &no_dwarf,
         &["-O2", "-Wl,--build-id"],
     );
-    let errors = Command::new(&exe)
-        .arg("errors")
-        .arg(&no_dwarf)
-        .env("LD_LIBRARY_PATH", lib_dir())
-        .output()
-        .unwrap();
-    assert!(
-        errors.status.success(),
-        "{}",
-        String::from_utf8_lossy(&errors.stderr)
+    run_shared(
+        &exe,
+        &[std::ffi::OsStr::new("errors"), no_dwarf.as_os_str()],
     );
 
     // Names: a C++ program, mangled names everywhere.
