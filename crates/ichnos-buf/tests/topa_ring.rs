@@ -112,6 +112,39 @@ fn a_record_across_regions_reads_back_as_two_slices() {
 }
 
 #[test]
+fn a_record_in_parts_reads_back_whole_or_not_at_all() {
+    let (mut producer, mut consumer) = buffer(&[1, 1], Config::default()).split().unwrap();
+    producer.write(&stream(0..PAGE - 10));
+    let whole = stream(PAGE - 10..PAGE + 30);
+    let (head, body) = whole.split_at(16);
+    let at = producer.write_record_parts(&[head, &[], body]).unwrap();
+    assert_eq!(at, PAGE - 10);
+    let mut out = Vec::new();
+    consumer.read_into(&mut out);
+    assert_eq!(&out[(PAGE - 10) as usize..], &whole[..]);
+    // 2 pages, 40 bytes unread: parts of 2 * PAGE - 39 bytes in all do not fit.
+    producer.write(&stream(PAGE + 30..PAGE + 70));
+    let big = stream(0..2 * PAGE - 39);
+    let before = producer.head();
+    assert_eq!(
+        producer.write_record_parts(&[&big[..100], &big[100..]]),
+        Err(RecordError::NoRoom {
+            len: big.len(),
+            free: 2 * PAGE - 40
+        })
+    );
+    assert_eq!(producer.head(), before);
+    assert_eq!(producer.stats().lost_bytes, big.len() as u64);
+    assert_eq!(
+        producer.write_record_parts(&[&[0u8; 8][..]; (1 << 10) + 1]),
+        Err(RecordError::TooLarge {
+            len: (8 << 10) + 8,
+            capacity: 2 * PAGE
+        })
+    );
+}
+
+#[test]
 fn advance_is_checked_in_absolute_positions() {
     let (mut producer, mut consumer) = buffer(&[1], Config::default()).split().unwrap();
     producer.write(&stream(0..100));

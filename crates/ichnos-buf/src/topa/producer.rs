@@ -362,6 +362,37 @@ impl Producer {
         Ok(start)
     }
 
+    /// Writes one record given in parts (a header and the payload it
+    /// describes, say), all or nothing, without joining them first: the
+    /// consumer reads the parts back to back, or none of them.
+    pub fn write_record_parts(&mut self, parts: &[&[u8]]) -> Result<u64, RecordError> {
+        let total = parts
+            .iter()
+            .map(|p| p.len())
+            .fold(0usize, usize::saturating_add);
+        let len = total as u64;
+        if len > self.capacity {
+            return Err(RecordError::TooLarge {
+                len: total,
+                capacity: self.capacity,
+            });
+        }
+        if let Err(e) = self.make_room(len) {
+            self.count_loss(total);
+            return Err(e);
+        }
+        let start = self.head;
+        if self.mode == Mode::Snapshot {
+            self.announce(start + len);
+        }
+        for part in parts {
+            self.copy_in(part);
+        }
+        self.publish(len);
+        self.after_notify_point();
+        Ok(start)
+    }
+
     /// Writes a raw stream: as much as fits before the stop marker (all,
     /// in snapshot mode; in block-on-full mode, waiting for room as it
     /// goes), the rest lost and counted once.
