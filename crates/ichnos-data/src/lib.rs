@@ -3,7 +3,8 @@
 //! A recording is a stream of [`Record`]s — the recording's description,
 //! address spaces of processes and their mappings, thread names, interned
 //! stacks of return addresses, samples that name them, JIT code names,
-//! loss counts — gathered into chunks that are compressed (Zstandard) and
+//! loss counts, and for a function trace each thread's entries and exits
+//! — gathered into chunks that are compressed (Zstandard) and
 //! checksummed (CRC-32) one by one. A recording cut short is sound up to
 //! its last whole chunk. The format is specified in
 //! `docs/recording-format.md` so that others can read it; [`Writer`] and
@@ -34,7 +35,8 @@ mod writer;
 pub use error::{ChunkProblem, ReadError};
 pub use reader::{Chunk, Reader};
 pub use record::{
-    BodyError, Frames, JitSource, LostCause, Meta, OffCpuState, Record, Stack, StackOut, StackStop,
-    Target, MAPPING_EXECUTABLE,
+    BodyError, CallEvent, CallEvents, Calls, CallsOut, ClockSource, Frames, JitSource, LostCause,
+    Meta, OffCpuState, Record, Stack, StackOut, StackStop, Target, CALLS_LAST, CALLS_RING,
+    MAPPING_EXECUTABLE,
 };
 pub use writer::{encoded_len, Writer, CHUNK_TARGET};

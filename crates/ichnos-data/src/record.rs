@@ -3,9 +3,11 @@
 
 use crate::varint::{put_bytes, put_s, put_u, Cursor, FieldError};
 
+mod calls;
 mod values;
+pub use calls::{CallEvent, CallEvents, Calls, CallsOut, CALLS_LAST, CALLS_RING};
 use values::Code;
-pub use values::{JitSource, LostCause, OffCpuState, StackStop, Target};
+pub use values::{ClockSource, JitSource, LostCause, OffCpuState, StackStop, Target};
 
 /// Record kinds (`docs/recording-format.md`).
 pub mod kind {
@@ -33,6 +35,10 @@ pub mod kind {
     pub const END: u8 = 11;
     /// A thread off its CPU.
     pub const OFF_CPU: u8 = 12;
+    /// A reading of a function trace's clock.
+    pub const CLOCK: u8 = 13;
+    /// A block of a thread's function trace.
+    pub const CALLS: u8 = 14;
 }
 
 /// The recording's description: the first record.
@@ -262,6 +268,20 @@ pub enum Record<'a> {
         /// Samples lost.
         lost: u64,
     },
+    /// The function trace's clock read `ticks` at `time`: two of these
+    /// (the first and the last) turn ticks into times.
+    Clock {
+        /// The trace clock's reading.
+        ticks: u64,
+        /// The recording's time at that moment.
+        time: u64,
+        /// What the ticks count.
+        source: ClockSource,
+    },
+    /// A block of a thread's function trace, as read.
+    Calls(Calls<'a>),
+    /// A block of a thread's function trace, to write.
+    CallsOut(CallsOut<'a>),
     /// A record of a kind this reader does not know.
     Unknown {
         /// Its kind.
@@ -289,6 +309,8 @@ impl Record<'_> {
             Self::Lost { .. } => kind::LOST,
             Self::Throttle { .. } => kind::THROTTLE,
             Self::End { .. } => kind::END,
+            Self::Clock { .. } => kind::CLOCK,
+            Self::Calls(_) | Self::CallsOut(_) => kind::CALLS,
             Self::Unknown { kind } => *kind,
         }
     }
@@ -407,6 +429,15 @@ impl Record<'_> {
             } => {
                 put_all(b, &[*time, *samples, *lost]);
             }
+            Self::Clock {
+                ticks,
+                time,
+                source,
+            } => {
+                put_all(b, &[*ticks, *time, source.code()]);
+            }
+            Self::Calls(c) => c.encode(b),
+            Self::CallsOut(c) => c.encode(b),
             Self::Unknown { .. } => {}
         }
     }
@@ -547,6 +578,12 @@ pub fn decode(kind: u8, body: &[u8]) -> Result<Record<'_>, BodyError> {
             samples: b.u("samples")?,
             lost: b.u("lost")?,
         },
+        kind::CLOCK => Record::Clock {
+            ticks: b.u("ticks")?,
+            time: b.u("time")?,
+            source: ClockSource::from_code(b.u("source")?),
+        },
+        kind::CALLS => Record::Calls(Calls::decode(body, &mut b)?),
         kind => Record::Unknown { kind },
     })
 }

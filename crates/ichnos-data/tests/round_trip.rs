@@ -2,8 +2,8 @@
 //! every truncation point, and damage a reader must name.
 
 use ichnos_data::{
-    ChunkProblem, JitSource, LostCause, Meta, OffCpuState, ReadError, Reader, Record, StackOut,
-    StackStop, Target, Writer,
+    CallEvent, CallsOut, ChunkProblem, ClockSource, JitSource, LostCause, Meta, OffCpuState,
+    ReadError, Reader, Record, StackOut, StackStop, Target, Writer,
 };
 use proptest::prelude::*;
 
@@ -22,6 +22,10 @@ enum Owned {
     Lost(u64, u64, u64, LostCause),
     Throttle(u64, u64, bool),
     End(u64, u64, u64),
+    Clock(u64, u64, ClockSource),
+    /// pid, tid, lost, flags, first, events (times in order, as a
+    /// tracer's are).
+    Calls([u64; 5], Vec<CallEvent>),
 }
 
 impl Owned {
@@ -120,6 +124,19 @@ impl Owned {
                 samples: *samples,
                 lost: *lost,
             },
+            Self::Clock(ticks, time, source) => Record::Clock {
+                ticks: *ticks,
+                time: *time,
+                source: *source,
+            },
+            Self::Calls([pid, tid, lost, flags, first], events) => Record::CallsOut(CallsOut {
+                pid: *pid,
+                tid: *tid,
+                lost: *lost,
+                flags: *flags,
+                first: *first,
+                events,
+            }),
         }
     }
 }
@@ -127,6 +144,11 @@ impl Owned {
 /// What a read record says, in the same terms as what was written.
 fn same(written: &Record<'_>, read: &Record<'_>) -> bool {
     match (written, read) {
+        (Record::CallsOut(w), Record::Calls(r)) => {
+            (w.pid, w.tid, w.lost, w.flags, w.first)
+                == (r.pid, r.tid, r.lost, r.flags, r.first)
+                && r.events.iter().collect::<Vec<_>>() == w.events
+        }
         (Record::StackOut(w), Record::Stack(r)) => {
             w.id == r.id
                 && w.asid == r.asid
@@ -226,7 +248,46 @@ fn owned() -> impl Strategy<Value = Owned> {
             .prop_map(|(a, b, c, d)| Owned::Lost(a, b, c, d)),
         (any::<u64>(), any::<u64>(), any::<bool>()).prop_map(|(a, b, c)| Owned::Throttle(a, b, c)),
         (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(a, b, c)| Owned::End(a, b, c)),
+        (
+            any::<u64>(),
+            any::<u64>(),
+            prop_oneof![
+                Just(ClockSource::Tsc),
+                Just(ClockSource::Monotonic),
+                Just(ClockSource::Unknown(5))
+            ]
+        )
+            .prop_map(|(a, b, c)| Owned::Clock(a, b, c)),
+        (any::<[u64; 4]>(), 0u64..1 << 40, call_events()).prop_map(|(a, first, steps)| {
+            let mut ticks = first;
+            let events = steps
+                .into_iter()
+                .map(|(delta, kind, x, y)| {
+                    ticks += delta;
+                    match kind {
+                        0 => CallEvent::Enter { ticks, function: x },
+                        1 => CallEvent::Exit { ticks, function: x },
+                        _ => CallEvent::Probe { ticks, id: x, value: y },
+                    }
+                })
+                .collect();
+            Owned::Calls([a[0], a[1], a[2], a[3], first], events)
+        }),
     ]
+}
+
+/// Steps of a thread's trace: (ticks since the last, kind, function or
+/// probe id, probe value).
+fn call_events() -> impl Strategy<Value = Vec<(u64, u8, u64, u64)>> {
+    proptest::collection::vec(
+        (
+            prop_oneof![0u64..300, 0u64..1 << 40],
+            0u8..3,
+            any::<u64>(),
+            any::<u64>(),
+        ),
+        0..50,
+    )
 }
 
 fn write(records: &[Owned], chunk_target: usize) -> Vec<u8> {

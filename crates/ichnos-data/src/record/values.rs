@@ -195,3 +195,20 @@ pub enum LostCause {
     /// A cause this reader does not know (a later version's).
     Unknown(u64),
 }
+
+/// What a trace's ticks count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ClockSource {
+    /// The CPU's time-stamp counter (invariant: one rate on every CPU,
+    /// through sleep states).
+    Tsc,
+    /// `CLOCK_MONOTONIC` nanoseconds.
+    Monotonic,
+    /// A source this reader does not know (a later version's).
+    Unknown(u64),
+}
+
+impl Code for ClockSource {
+    unknown_is!(ClockSource);
+    const ALL: &'static [(Self, u64)] = &[(ClockSource::Tsc, 1), (ClockSource::Monotonic, 2)];
+}

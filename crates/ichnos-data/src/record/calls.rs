@@ -1,0 +1,223 @@
+//! The records of a function trace: a thread's entries, exits and probes
+//! as one block (`Calls`), and the pairing of the trace's clock with the
+//! recording's (`Clock`).
+
+use super::{Body, BodyError};
+use crate::varint::{put_u, Cursor};
+
+/// One event of a thread's function trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CallEvent {
+    /// A function was entered.
+    Enter {
+        /// When, in ticks of the trace's clock.
+        ticks: u64,
+        /// The function: a stack number (a stack of one frame, the
+        /// function's address).
+        function: u64,
+    },
+    /// A function returned.
+    Exit {
+        /// When.
+        ticks: u64,
+        /// The function, as in `Enter`.
+        function: u64,
+    },
+    /// An explicit probe (`ichnos_probe(id, value)`).
+    Probe {
+        /// When.
+        ticks: u64,
+        /// The probe's number.
+        id: u64,
+        /// Its value.
+        value: u64,
+    },
+}
+
+impl CallEvent {
+    /// When it happened, in ticks.
+    #[must_use]
+    pub fn ticks(&self) -> u64 {
+        match *self {
+            CallEvent::Enter { ticks, .. }
+            | CallEvent::Exit { ticks, .. }
+            | CallEvent::Probe { ticks, .. } => ticks,
+        }
+    }
+}
+
+/// `Calls.flags` bit: the block is a flight recorder's ring (the
+/// thread's events before its first are gone, so its first exits may
+/// close calls whose entries are not there).
+pub const CALLS_RING: u64 = 1;
+/// `Calls.flags` bit: the thread's last block (it exited, or the process
+/// did).
+pub const CALLS_LAST: u64 = 2;
+
+/// One thread's events, as read: decoded on demand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CallEvents<'a> {
+    count: u64,
+    first: u64,
+    encoded: &'a [u8],
+}
+
+impl<'a> CallEvents<'a> {
+    /// How many events.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.count as usize
+    }
+
+    /// Whether there are none.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The events, in the order they happened (checked whole when the
+    /// record was read, so decoding cannot fail here).
+    pub fn iter(&self) -> impl Iterator<Item = CallEvent> + 'a {
+        let mut c = Cursor::new(self.encoded);
+        let mut ticks = self.first;
+        (0..self.count).map(move |_| {
+            let head = c.u().unwrap_or(0);
+            ticks = ticks.wrapping_add(head >> 2);
+            let a = c.u().unwrap_or(0);
+            match head & 3 {
+                0 => CallEvent::Enter { ticks, function: a },
+                1 => CallEvent::Exit { ticks, function: a },
+                _ => CallEvent::Probe {
+                    ticks,
+                    id: a,
+                    value: c.u().unwrap_or(0),
+                },
+            }
+        })
+    }
+}
+
+/// A block of one thread's trace, as read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Calls<'a> {
+    /// The process.
+    pub pid: u64,
+    /// The thread.
+    pub tid: u64,
+    /// Records the thread lost just before this block (the recorder fell
+    /// behind, or a signal handler's record could not be kept).
+    pub lost: u64,
+    /// [`CALLS_RING`], [`CALLS_LAST`].
+    pub flags: u64,
+    /// Ticks the first event counts from (when there is none, when the
+    /// loss was noticed).
+    pub first: u64,
+    /// The events.
+    pub events: CallEvents<'a>,
+}
+
+/// A block of one thread's trace, to write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CallsOut<'a> {
+    /// The process.
+    pub pid: u64,
+    /// The thread.
+    pub tid: u64,
+    /// Records lost just before.
+    pub lost: u64,
+    /// [`CALLS_RING`], [`CALLS_LAST`].
+    pub flags: u64,
+    /// Ticks the first event counts from: at most its ticks.
+    pub first: u64,
+    /// The events, in order. An event earlier than the one before it is
+    /// stored at the time of the one before (times in a block never go
+    /// back).
+    pub events: &'a [CallEvent],
+}
+
+/// The largest tick difference between two events of a block.
+const MAX_DELTA: u64 = u64::MAX >> 2;
+
+impl CallsOut<'_> {
+    pub(super) fn encode(&self, b: &mut Vec<u8>) {
+        for v in [
+            self.pid,
+            self.tid,
+            self.lost,
+            self.flags,
+            self.first,
+            self.events.len() as u64,
+        ] {
+            put_u(b, v);
+        }
+        let mut prev = self.first;
+        for event in self.events {
+            let ticks = event.ticks();
+            let delta = ticks.saturating_sub(prev).min(MAX_DELTA);
+            prev = prev.saturating_add(delta);
+            let (kind, a) = match *event {
+                CallEvent::Enter { function, .. } => (0, function),
+                CallEvent::Exit { function, .. } => (1, function),
+                CallEvent::Probe { id, .. } => (2, id),
+            };
+            put_u(b, (delta << 2) | kind);
+            put_u(b, a);
+            if let CallEvent::Probe { value, .. } = *event {
+                put_u(b, value);
+            }
+        }
+    }
+}
+
+impl<'a> Calls<'a> {
+    pub(super) fn encode(&self, b: &mut Vec<u8>) {
+        for v in [
+            self.pid,
+            self.tid,
+            self.lost,
+            self.flags,
+            self.first,
+            self.events.count,
+        ] {
+            put_u(b, v);
+        }
+        b.extend_from_slice(self.events.encoded);
+    }
+
+    pub(super) fn decode(body: &'a [u8], b: &mut Body<'a>) -> Result<Self, BodyError> {
+        let pid = b.u("pid")?;
+        let tid = b.u("tid")?;
+        let lost = b.u("lost")?;
+        let flags = b.u("flags")?;
+        let first = b.u("first")?;
+        let count = b.u("count")?;
+        let start = b.c.pos();
+        // Checked whole now, so iterating later cannot fail; a count beyond
+        // the body fails at its first missing event.
+        for _ in 0..count {
+            let head = b.u("event")?;
+            b.u("event")?;
+            if head & 3 >= 2 {
+                if head & 3 == 3 {
+                    return Err(BodyError::BadValue {
+                        field: "event",
+                        value: 3,
+                    });
+                }
+                b.u("probe value")?;
+            }
+        }
+        Ok(Calls {
+            pid,
+            tid,
+            lost,
+            flags,
+            first,
+            events: CallEvents {
+                count,
+                first,
+                encoded: &body[start..b.c.pos()],
+            },
+        })
+    }
+}
