@@ -27,7 +27,16 @@ fn run(scenario: &str) -> Vec<String> {
 /// One line per flush: pid, whether the writer was the process's main
 /// thread, reason, and the record numbers it carried.
 fn buffer() -> FillBuffer {
-    FillBuffer::trace(1024, |f: &Flush<'_>| {
+    FillBuffer::trace(1024, print_flush).unwrap()
+}
+
+/// A ring of four 16-byte records, handed over at thread exit.
+fn ring() -> FillBuffer {
+    FillBuffer::circular_with_exit_flush(64, 16, print_flush).unwrap()
+}
+
+fn print_flush(f: &Flush<'_>) {
+    {
         let records: Vec<String> = f
             .data
             .chunks(16)
@@ -44,8 +53,7 @@ fn buffer() -> FillBuffer {
         // Straight to fd 1: the process may be inside exit().
         // SAFETY: `line` is a valid buffer of that length.
         unsafe { libc::write(1, line.as_ptr().cast(), line.len()) };
-    })
-    .unwrap()
+    }
 }
 
 fn write(buf: &FillBuffer, range: std::ops::Range<u64>) {
@@ -65,8 +73,20 @@ fn write(buf: &FillBuffer, range: std::ops::Range<u64>) {
 fn scenario_entry() {
     let scenario = std::env::var(SCENARIO)
         .expect("run by the scenario tests in a child process, with the scenario named");
-    let buf = buffer();
+    let buf = if scenario.starts_with("ring") {
+        ring()
+    } else {
+        buffer()
+    };
     match scenario.as_str() {
+        // A ring's newest four records, oldest first, when its thread
+        // exits, and when the main thread's exit() runs its destructors.
+        "ring-thread-exit" => {
+            let b = buf.clone();
+            std::thread::spawn(move || write(&b, 0..10)).join().unwrap();
+            write(&buf, 20..22);
+            std::process::exit(0);
+        }
         // The writing thread is the one that calls exit().
         "exit" => {
             write(&buf, 0..10);
@@ -159,6 +179,20 @@ fn thread_exit_flushes_once_and_exit_does_not_repeat_it() {
         "{lines:?}"
     );
     assert_eq!(records(&lines[0]), "0,1,2,3,4,5,6,7,8,9");
+}
+
+#[test]
+fn a_ring_is_handed_over_oldest_first_when_its_thread_exits() {
+    let lines = run("ring-thread-exit");
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(
+        lines[0].contains("writer=other reason=ThreadExit"),
+        "{lines:?}"
+    );
+    assert_eq!(records(&lines[0]), "6,7,8,9");
+    // (The scenario runs on the test harness's thread, not the main one.)
+    assert!(lines[1].contains("reason=ThreadExit"), "{lines:?}");
+    assert_eq!(records(&lines[1]), "20,21");
 }
 
 #[test]

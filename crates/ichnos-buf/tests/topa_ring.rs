@@ -136,7 +136,7 @@ fn a_record_in_parts_reads_back_whole_or_not_at_all() {
     assert_eq!(producer.head(), before);
     assert_eq!(producer.stats().lost_bytes, big.len() as u64);
     assert_eq!(
-        producer.write_record_parts(&[&[0u8; 8][..]; (1 << 10) + 1]),
+        producer.write_record_parts(&vec![&[0u8; 8][..]; (1 << 10) + 1]),
         Err(RecordError::TooLarge {
             len: (8 << 10) + 8,
             capacity: 2 * PAGE

@@ -219,16 +219,29 @@ impl FillBuffer {
     /// A circular buffer of `capacity` bytes per thread holding records of
     /// `stride` bytes (drx_buf's fast circular buffer is 65536 bytes).
     pub fn circular(capacity: usize, stride: usize) -> Result<FillBuffer, FillError> {
-        if capacity == 0 || stride == 0 {
-            return Err(FillError::Zero);
-        }
-        if !capacity.is_power_of_two() {
-            return Err(FillError::CapacityNotPowerOfTwo(capacity));
-        }
-        if !capacity.is_multiple_of(stride) {
-            return Err(FillError::StrideDoesNotDivide { capacity, stride });
-        }
+        check_circular(capacity, stride)?;
         FillBuffer::create(Kind::Circular { capacity, stride }, false, None)
+    }
+
+    /// A circular buffer whose ring is handed to `flush` when its thread
+    /// exits — its records oldest first, with [`FlushReason::ThreadExit`]
+    /// — so that a flight recorder keeps the newest records of threads
+    /// that are gone. (A process's main thread "exits" so when `exit`
+    /// runs its thread-local destructors, before the `atexit` hooks.)
+    pub fn circular_with_exit_flush<F>(
+        capacity: usize,
+        stride: usize,
+        flush: F,
+    ) -> Result<FillBuffer, FillError>
+    where
+        F: Fn(&Flush<'_>) + Send + Sync + 'static,
+    {
+        check_circular(capacity, stride)?;
+        FillBuffer::create(
+            Kind::Circular { capacity, stride },
+            false,
+            Some(Box::new(flush)),
+        )
     }
 
     /// A trace buffer of `capacity` bytes per thread; `flush` receives the
@@ -533,6 +546,20 @@ impl FillBuffer {
         });
         out
     }
+}
+
+/// A ring's sizes: a power-of-two capacity that the stride divides.
+fn check_circular(capacity: usize, stride: usize) -> Result<(), FillError> {
+    if capacity == 0 || stride == 0 {
+        return Err(FillError::Zero);
+    }
+    if !capacity.is_power_of_two() {
+        return Err(FillError::CapacityNotPowerOfTwo(capacity));
+    }
+    if !capacity.is_multiple_of(stride) {
+        return Err(FillError::StrideDoesNotDivide { capacity, stride });
+    }
+    Ok(())
 }
 
 impl<'a> IntoIterator for &'a RingRecords {

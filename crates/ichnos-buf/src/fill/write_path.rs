@@ -140,8 +140,13 @@ impl Shared {
 
     /// Flushes `slot` (trace buffers); false for circular ones.
     pub(crate) fn flush_slot(&self, slot: &Slot, reason: FlushReason, tid: i32) -> bool {
-        let Kind::Trace { capacity } = self.kind else {
-            return false;
+        let capacity = match self.kind {
+            Kind::Trace { capacity } => capacity,
+            Kind::Circular { capacity, stride } => {
+                return reason == FlushReason::ThreadExit
+                    && self.flush.is_some()
+                    && self.deliver_ring(slot, capacity, stride, tid);
+            }
         };
         if thread::EXITING.load(Ordering::Acquire) {
             // The exit hook flushed this buffer without resetting it;
@@ -176,6 +181,24 @@ impl Shared {
             }
             Kind::Circular { .. } => false,
         }
+    }
+
+    /// A circular buffer's ring, oldest record first, to the flush
+    /// function (at its thread's exit).
+    fn deliver_ring(&self, slot: &Slot, capacity: usize, stride: usize, tid: i32) -> bool {
+        let mut newest_first = Vec::new();
+        if slot
+            .ring_snapshot(capacity, stride, &mut newest_first)
+            .is_none()
+        {
+            return false;
+        }
+        let mut oldest_first = Vec::with_capacity(newest_first.len());
+        for record in newest_first.chunks(stride).rev() {
+            oldest_first.extend_from_slice(record);
+        }
+        self.deliver(slot, &oldest_first, FlushReason::ThreadExit, tid);
+        true
     }
 
     pub(super) fn deliver(&self, slot: &Slot, data: &[u8], reason: FlushReason, tid: i32) {
