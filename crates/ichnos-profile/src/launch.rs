@@ -111,6 +111,16 @@ pub struct Child {
 /// Forks `command` (its first element resolved already) and holds it
 /// before exec.
 pub fn hold(program: &Path, command: &[OsString]) -> Result<Held, LaunchError> {
+    hold_with_env(program, command, &[])
+}
+
+/// Like [`hold`], with `env` added to (or replacing variables of) this
+/// process's environment for the command.
+pub fn hold_with_env(
+    program: &Path,
+    command: &[OsString],
+    env: &[(OsString, OsString)],
+) -> Result<Held, LaunchError> {
     let cstring = |s: &OsStr| CString::new(s.as_bytes()).map_err(|_| LaunchError::Nul);
     let path = cstring(program.as_os_str())?;
     let argv = command
@@ -121,6 +131,8 @@ pub fn hold(program: &Path, command: &[OsString]) -> Result<Held, LaunchError> {
         return Err(LaunchError::Empty);
     }
     let envp = std::env::vars_os()
+        .filter(|(k, _)| !env.iter().any(|(name, _)| name == k))
+        .chain(env.iter().cloned())
         .map(|(k, v)| {
             let mut kv = std::os::unix::ffi::OsStringExt::into_vec(k);
             kv.push(b'=');

@@ -186,8 +186,22 @@ pub struct Profile {
     /// Address spaces started empty rather than as copies of their
     /// parents: the recording's copies would exceed what a report holds.
     pub uncopied_spaces: u64,
+    /// A function trace's clock: its first and last readings, as
+    /// (ticks, time), and what the ticks count.
+    pub trace_clock: Option<TraceClock>,
     /// Mapping entries copied into address spaces so far.
     copied: u64,
+}
+
+/// The first and last readings of a function trace's clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TraceClock {
+    /// What the ticks count.
+    pub source: ichnos_data::ClockSource,
+    /// The first reading: (ticks, time).
+    pub first: (u64, u64),
+    /// The last reading.
+    pub last: (u64, u64),
 }
 
 /// Most mapping and JIT entries copied from parents into the address
@@ -381,7 +395,34 @@ impl Profile {
                 self.end = Some(*time);
                 self.end_lost = *lost;
             }
-            Record::Exit { .. } | Record::StackOut(_) | Record::Unknown { .. } => {}
+            // A function trace's events are read by `ichnos-trace`; its
+            // functions are the stacks above.
+            Record::Clock {
+                ticks,
+                time,
+                source,
+            } => self.clock_reading(*ticks, *time, *source),
+            Record::Exit { .. }
+            | Record::StackOut(_)
+            | Record::Calls(_)
+            | Record::CallsOut(_)
+            | Record::Unknown { .. } => {}
+        }
+    }
+
+    /// A reading of a function trace's clock: the first is kept, and the
+    /// latest.
+    fn clock_reading(&mut self, ticks: u64, time: u64, source: ichnos_data::ClockSource) {
+        let reading = (ticks, time);
+        match &mut self.trace_clock {
+            Some(clock) => clock.last = reading,
+            None => {
+                self.trace_clock = Some(TraceClock {
+                    source,
+                    first: reading,
+                    last: reading,
+                });
+            }
         }
     }
 

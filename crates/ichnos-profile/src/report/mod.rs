@@ -16,6 +16,7 @@ use std::sync::Arc;
 pub use diff::{diff, write_diff, write_diff_flamegraph, DiffRow};
 pub use load::{
     for_each_sample, Description, JitName, Mapping, Place, Profile, Sample, Space, Stack, Tally,
+    TraceClock,
 };
 pub use print::{folded, top, tree, write_top, Sort, TopRow, INCOMPLETE};
 pub use symbols::{
