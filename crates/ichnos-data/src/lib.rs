@@ -30,6 +30,7 @@ pub mod format;
 mod reader;
 pub mod record;
 pub mod varint;
+pub mod wire;
 mod writer;
 
 pub use error::{ChunkProblem, ReadError};

@@ -1,0 +1,238 @@
+//! The function-trace runtime's records on their way to the recorder:
+//! what `libichnos_preload.so` writes into shared memory and `ichnos
+//! trace` reads back (`docs/function-trace.md`). Both ends are built from
+//! this one definition; the recorder checks everything it reads, as the
+//! traced program is not trusted.
+//!
+//! A program's threads write 16-byte *events* into their own buffers; a
+//! full buffer (and what is left at a thread's exit) becomes one *frame*
+//! in the process's shared buffer: a 32-byte header, then the events.
+
+/// The first four bytes of every frame header ("ICTR").
+pub const FRAME_MAGIC: u32 = u32::from_le_bytes(*b"ICTR");
+/// Bytes of a frame header.
+pub const FRAME_HEADER_BYTES: usize = 32;
+/// Bytes of an event.
+pub const EVENT_BYTES: usize = 16;
+/// The largest frame body a recorder accepts (a thread's buffer is at
+/// most this large).
+pub const MAX_FRAME_BYTES: u64 = 1 << 30;
+
+/// `FrameHeader.flags`: the events are a flight recorder's ring.
+pub const FRAME_RING: u32 = 1;
+/// `FrameHeader.flags`: the thread's last frame.
+pub const FRAME_LAST: u32 = 2;
+/// `FrameHeader.flags`: not events but the text of the process's
+/// `/proc/self/maps`, padded with NUL bytes to a multiple of 16 (sent at
+/// the start, after a fork and at exit, so that the recorder knows the
+/// mappings of a process that is gone before it looks).
+pub const FRAME_MAPS: u32 = 4;
+
+/// Event kinds (the low four bits of an event's second word).
+pub mod event {
+    /// A function was entered; the address is the function's.
+    pub const ENTER: u8 = 0;
+    /// A function returned; the address is the function's.
+    pub const EXIT: u8 = 1;
+    /// A probe; the address field holds its id. The next event is its
+    /// [`VALUE`].
+    pub const PROBE: u8 = 2;
+    /// The value of the probe before it, in the ticks field.
+    pub const VALUE: u8 = 3;
+}
+
+/// The largest address or probe id an event holds (48 bits).
+pub const MAX_ADDRESS: u64 = (1 << 48) - 1;
+
+/// A frame's header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameHeader {
+    /// The thread that wrote the events.
+    pub tid: u32,
+    /// [`FRAME_RING`], [`FRAME_LAST`].
+    pub flags: u32,
+    /// Events the thread lost since its previous frame.
+    pub lost: u64,
+    /// Bytes of events that follow (a multiple of [`EVENT_BYTES`]).
+    pub len: u64,
+    /// The clock when the frame was made (dates a loss when there are
+    /// no events).
+    pub ticks: u64,
+}
+
+/// What is wrong with bytes read as a frame header or a hello.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WireError {
+    /// Fewer bytes than a header.
+    #[error("{0} bytes are too short for a header")]
+    Short(usize),
+    /// The magic is not there.
+    #[error("bad magic {0:#010x}")]
+    Magic(u32),
+    /// The length is not a whole number of events, or too large.
+    #[error("bad frame length {0}")]
+    Length(u64),
+    /// A hello of a version this recorder does not speak.
+    #[error("runtime speaks version {0}; this recorder speaks {WIRE_VERSION}")]
+    Version(u32),
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+impl FrameHeader {
+    /// The header's bytes: magic, tid, lost, len (32 bits), flags, ticks.
+    #[must_use]
+    pub fn encode(&self) -> [u8; FRAME_HEADER_BYTES] {
+        let mut b = [0u8; FRAME_HEADER_BYTES];
+        b[0..4].copy_from_slice(&FRAME_MAGIC.to_le_bytes());
+        b[4..8].copy_from_slice(&self.tid.to_le_bytes());
+        b[8..16].copy_from_slice(&self.lost.to_le_bytes());
+        b[16..20].copy_from_slice(&(self.len.min(u64::from(u32::MAX)) as u32).to_le_bytes());
+        b[20..24].copy_from_slice(&self.flags.to_le_bytes());
+        b[24..32].copy_from_slice(&self.ticks.to_le_bytes());
+        b
+    }
+
+    /// Reads a header, checking its magic and length.
+    pub fn decode(b: &[u8]) -> Result<FrameHeader, WireError> {
+        if b.len() < FRAME_HEADER_BYTES {
+            return Err(WireError::Short(b.len()));
+        }
+        let magic = u32_at(b, 0);
+        if magic != FRAME_MAGIC {
+            return Err(WireError::Magic(magic));
+        }
+        let len = u64::from(u32_at(b, 16));
+        if !len.is_multiple_of(EVENT_BYTES as u64) || len > MAX_FRAME_BYTES {
+            return Err(WireError::Length(len));
+        }
+        Ok(FrameHeader {
+            tid: u32_at(b, 4),
+            lost: u64_at(b, 8),
+            len,
+            flags: u32_at(b, 20),
+            ticks: u64_at(b, 24),
+        })
+    }
+}
+
+/// An event's bytes: the ticks, then `kind | address << 16`.
+#[inline(always)]
+#[must_use]
+#[allow(clippy::inline_always)] // on the traced program's every call
+pub fn encode_event(ticks: u64, kind: u8, address: u64) -> [u8; EVENT_BYTES] {
+    let mut b = [0u8; EVENT_BYTES];
+    b[..8].copy_from_slice(&ticks.to_le_bytes());
+    b[8..].copy_from_slice(&(u64::from(kind) | (address << 16)).to_le_bytes());
+    b
+}
+
+/// An event read back: (ticks, kind, address).
+#[must_use]
+pub fn decode_event(b: &[u8; EVENT_BYTES]) -> (u64, u8, u64) {
+    let word = u64_at(b, 8);
+    (u64_at(b, 0), (word & 0xf) as u8, word >> 16)
+}
+
+/// The version of this protocol.
+pub const WIRE_VERSION: u32 = 1;
+/// The first four bytes of a hello ("ICHL").
+pub const HELLO_MAGIC: u32 = u32::from_le_bytes(*b"ICHL");
+/// Bytes of a hello.
+pub const HELLO_BYTES: usize = 16;
+/// `Hello.clock`: ticks are the time-stamp counter.
+pub const CLOCK_TSC: u32 = 1;
+/// `Hello.clock`: ticks are `CLOCK_MONOTONIC` nanoseconds.
+pub const CLOCK_MONOTONIC: u32 = 2;
+
+/// What a traced process says first on the recorder's socket, with its
+/// shared buffer's memfd attached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hello {
+    /// The process.
+    pub pid: u32,
+    /// [`CLOCK_TSC`] or [`CLOCK_MONOTONIC`].
+    pub clock: u32,
+    /// The buffer is a flight recorder's: frames come at the end.
+    pub ring: bool,
+}
+
+impl Hello {
+    /// The hello's bytes: magic, version, pid, clock (low 8 bits) and
+    /// flags (bit 8: ring).
+    #[must_use]
+    pub fn encode(&self) -> [u8; HELLO_BYTES] {
+        let mut b = [0u8; HELLO_BYTES];
+        b[0..4].copy_from_slice(&HELLO_MAGIC.to_le_bytes());
+        b[4..8].copy_from_slice(&WIRE_VERSION.to_le_bytes());
+        b[8..12].copy_from_slice(&self.pid.to_le_bytes());
+        let word = (self.clock & 0xff) | (u32::from(self.ring) << 8);
+        b[12..16].copy_from_slice(&word.to_le_bytes());
+        b
+    }
+
+    /// Reads a hello.
+    pub fn decode(b: &[u8]) -> Result<Hello, WireError> {
+        if b.len() < HELLO_BYTES {
+            return Err(WireError::Short(b.len()));
+        }
+        let magic = u32_at(b, 0);
+        if magic != HELLO_MAGIC {
+            return Err(WireError::Magic(magic));
+        }
+        let version = u32_at(b, 4);
+        if version != WIRE_VERSION {
+            return Err(WireError::Version(version));
+        }
+        let word = u32_at(b, 12);
+        Ok(Hello {
+            pid: u32_at(b, 8),
+            clock: word & 0xff,
+            ring: word & 0x100 != 0,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_events_and_hellos_read_back_and_bad_ones_are_named() {
+        let h = FrameHeader {
+            tid: 42,
+            flags: FRAME_LAST,
+            lost: 7,
+            len: 160,
+            ticks: 1 << 40,
+        };
+        assert_eq!(FrameHeader::decode(&h.encode()), Ok(h));
+        let mut bad = h.encode();
+        bad[16] = 17;
+        assert_eq!(FrameHeader::decode(&bad), Err(WireError::Length(17)));
+        bad[0] = 0;
+        assert!(matches!(
+            FrameHeader::decode(&bad),
+            Err(WireError::Magic(_))
+        ));
+        assert_eq!(FrameHeader::decode(&[0; 31]), Err(WireError::Short(31)));
+        let e = encode_event(123, event::EXIT, 0x7fff_1234_5678);
+        assert_eq!(decode_event(&e), (123, event::EXIT, 0x7fff_1234_5678));
+        let hello = Hello {
+            pid: 9,
+            clock: CLOCK_TSC,
+            ring: true,
+        };
+        assert_eq!(Hello::decode(&hello.encode()), Ok(hello));
+        let mut old = hello.encode();
+        old[4] = 9;
+        assert_eq!(Hello::decode(&old), Err(WireError::Version(9)));
+    }
+}
