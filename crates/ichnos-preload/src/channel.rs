@@ -1,0 +1,236 @@
+//! The process's line to the recorder: a shared region-table buffer
+//! (`ichnos-buf`'s topa, in a memfd) that frames are written into, and a
+//! Unix socket that carried the memfd to the recorder and tells, by
+//! closing, that the recorder is gone.
+//!
+//! One channel per process, behind a spin lock: threads take it only to
+//! hand over a full buffer (every few thousand calls). A flush never runs
+//! inside a handler that interrupted a flush on the same thread (the fill
+//! buffer sees to that), so the lock cannot deadlock on itself. After
+//! `fork` the child drops the parent's channel without touching it (it
+//! may be locked by a thread that does not exist in the child) and opens
+//! its own.
+
+use std::ffi::OsStr;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::time::Duration;
+
+use ichnos_buf::topa::{AllocFlags, Config as TopaConfig, Mode, Producer, RecordError, TopaBuffer};
+use ichnos_data::wire::{FrameHeader, Hello};
+
+/// How long a thread waits for the recorder to make room before its
+/// buffer counts as lost.
+const BLOCK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Threads whose losses are remembered until their next frame.
+const LOST_SLOTS: usize = 64;
+
+/// An open channel.
+pub(crate) struct Channel {
+    socket: OwnedFd,
+    producer: Producer,
+    /// Records of frames that could not be written, by thread, to be
+    /// reported in the thread's next frame.
+    lost: [(u32, u64); LOST_SLOTS],
+    /// The recorder is gone: nothing more is sent.
+    dead: bool,
+}
+
+static LOCK: AtomicBool = AtomicBool::new(false);
+static CHANNEL: AtomicPtr<Channel> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Why a channel could not be opened.
+fn os(what: &str) -> impl FnOnce(io::Error) -> String + '_ {
+    move |e| format!("{what}: {e}")
+}
+
+impl Channel {
+    /// Opens a channel to the recorder at `socket` with a shared buffer
+    /// of `shared` bytes.
+    pub(crate) fn open(socket: &OsStr, shared: usize, hello: Hello) -> Result<Channel, String> {
+        let region = (shared / 4).next_multiple_of(4096) as u64;
+        let buffer = TopaBuffer::with_regions(
+            &[region; 4],
+            AllocFlags::default(),
+            TopaConfig {
+                mode: Mode::BlockOnFull {
+                    timeout: BLOCK_TIMEOUT,
+                },
+                wakeup_watermark: region,
+                ..TopaConfig::default()
+            },
+        )
+        .map_err(|e| {
+            format!(
+                "cannot create the shared trace buffer ({} KiB): {e}",
+                shared >> 10
+            )
+        })?;
+        let producer = buffer
+            .producer()
+            .map_err(|e| format!("shared trace buffer: {e}"))?;
+        let socket = connect(socket).map_err(os("cannot reach the recorder"))?;
+        send_with_fd(&socket, &hello.encode(), buffer.fd().as_raw_fd())
+            .map_err(os("cannot hand the trace buffer to the recorder"))?;
+        Ok(Channel {
+            socket,
+            producer,
+            lost: [(0, 0); LOST_SLOTS],
+            dead: false,
+        })
+    }
+
+    /// Makes this the process's channel (the one before is leaked: after
+    /// a fork it is the parent's).
+    pub(crate) fn install(self) {
+        let new = Box::into_raw(Box::new(self));
+        CHANNEL.store(new, Ordering::Release);
+    }
+
+    /// Forgets the process's channel without touching it, and unlocks: in
+    /// a child after `fork`.
+    pub(crate) fn forget_after_fork() {
+        CHANNEL.store(std::ptr::null_mut(), Ordering::Relaxed);
+        LOCK.store(false, Ordering::Release);
+    }
+
+    /// Sends one frame: `header` (its `lost` raised by what this thread
+    /// lost before) and the events. False if the frame was lost (and
+    /// counted for the thread's next frame), or there is no channel.
+    pub(crate) fn send(mut header: FrameHeader, events: &[u8]) -> bool {
+        with_channel(|c| {
+            if c.dead {
+                return false;
+            }
+            let slot = c.lost.iter().position(|&(tid, _)| tid == header.tid);
+            if let Some(i) = slot {
+                header.lost += c.lost[i].1;
+            }
+            match c.producer.write_record_parts(&[&header.encode(), events]) {
+                Ok(_) => {
+                    if let Some(i) = slot {
+                        c.lost[i] = (0, 0);
+                    }
+                    true
+                }
+                Err(e) => {
+                    if matches!(e, RecordError::ConsumerGone)
+                        || (matches!(e, RecordError::TimedOut { .. }) && hung_up(&c.socket))
+                    {
+                        c.dead = true;
+                        crate::recorder_gone();
+                    }
+                    let n = (events.len() / ichnos_data::wire::EVENT_BYTES) as u64;
+                    let i = slot
+                        .or_else(|| c.lost.iter().position(|&(tid, _)| tid == 0))
+                        .unwrap_or(LOST_SLOTS - 1);
+                    c.lost[i] = (header.tid, header.lost + n);
+                    false
+                }
+            }
+        })
+        .unwrap_or(false)
+    }
+}
+
+/// Runs `f` on the channel under the lock; `None` when there is none.
+fn with_channel<T>(f: impl FnOnce(&mut Channel) -> T) -> Option<T> {
+    while LOCK
+        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        std::thread::yield_now();
+    }
+    let p = CHANNEL.load(Ordering::Acquire);
+    // SAFETY: the pointer is from `install` (a leaked Box, never freed) or
+    // null; the lock gives this thread the only reference.
+    let out = unsafe { p.as_mut() }.map(f);
+    LOCK.store(false, Ordering::Release);
+    out
+}
+
+/// Whether the recorder closed its end of the socket.
+fn hung_up(socket: &OwnedFd) -> bool {
+    let mut pfd = libc::pollfd {
+        fd: socket.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, no wait.
+    let n = unsafe { libc::poll(&raw mut pfd, 1, 0) };
+    n > 0 && pfd.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLIN) != 0
+}
+
+/// A `SOCK_SEQPACKET` connection to `path`, close-on-exec.
+fn connect(path: &OsStr) -> io::Result<OwnedFd> {
+    let bytes = path.as_bytes();
+    // SAFETY: sockaddr_un is plain data; zeroed is a valid value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    if bytes.len() >= addr.sun_path.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "socket path too long",
+        ));
+    }
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (d, &s) in addr.sun_path.iter_mut().zip(bytes) {
+        *d = s.cast_signed();
+    }
+    // SAFETY: plain socket creation.
+    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor we just created and own.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: addr is a valid sockaddr_un of the given size.
+    let r = unsafe {
+        libc::connect(
+            fd.as_raw_fd(),
+            (&raw const addr).cast(),
+            std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+/// Sends `bytes` with descriptor `fd` attached (`SCM_RIGHTS`), never
+/// raising SIGPIPE.
+fn send_with_fd(socket: &OwnedFd, bytes: &[u8], fd: i32) -> io::Result<()> {
+    let mut iov = libc::iovec {
+        iov_base: bytes.as_ptr().cast_mut().cast(),
+        iov_len: bytes.len(),
+    };
+    // Room for one descriptor's control message, aligned as cmsghdr.
+    let mut control = [0u64; 4];
+    // SAFETY: CMSG_SPACE is arithmetic.
+    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<i32>() as u32) } as usize;
+    debug_assert!(space <= std::mem::size_of_val(&control));
+    // SAFETY: msghdr is plain data; zeroed is valid.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &raw mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = space;
+    // SAFETY: msg_control points at `space` bytes we own; CMSG_FIRSTHDR
+    // returns a header inside them, and CMSG_DATA room for one i32.
+    unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&raw const msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<i32>() as u32) as usize;
+        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<i32>(), fd);
+    }
+    // SAFETY: msg describes valid buffers for the duration of the call.
+    let n = unsafe { libc::sendmsg(socket.as_raw_fd(), &raw const msg, libc::MSG_NOSIGNAL) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -1,0 +1,281 @@
+//! The function-trace runtime, `libichnos_preload.so`: what `ichnos trace`
+//! preloads into a program built with `-finstrument-functions`.
+//!
+//! gcc and clang call `__cyg_profile_func_enter(fn, site)` at the start
+//! of every function such a build compiles and `__cyg_profile_func_exit`
+//! before it returns; uftrace's libmcount answers the same calls. Here
+//! each call becomes one 16-byte event — the time-stamp counter and the
+//! function's address (`ichnos_data::wire`) — stored into the thread's
+//! own fill buffer (`ichnos-buf`, in the manner of DynamoRIO's drx_buf:
+//! reserve, store, commit, no lock). A full buffer, a thread's exit and
+//! the process's exit hand the buffer's bytes over, as one frame, into the
+//! process's shared buffer (a region-table buffer in a memfd the recorder
+//! maps), and the recorder turns frames into the recording.
+//!
+//! In flight-recorder mode (`ichnos trace --ring`) each thread keeps
+//! only its newest events in a ring, and the rings are handed over when
+//! the process exits, crashes (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT:
+//! saved, then the signal takes its course), receives SIGUSR2 or calls
+//! [`ichnos_snapshot`].
+//!
+//! Without `ICHNOS_TRACE_SOCKET` in its environment the library does
+//! nothing: the hooks return at once.
+
+mod channel;
+mod clock;
+mod config;
+mod ring;
+
+use std::cell::Cell;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::OnceLock;
+
+use ichnos_buf::fill::{FillBuffer, Flush, FlushReason};
+use ichnos_data::wire::{self, event, FrameHeader, Hello, EVENT_BYTES};
+
+use channel::Channel;
+use config::Config;
+
+/// Tracing is on: the recorder is there and the buffers exist.
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+/// The per-thread buffers.
+static BUFFER: OnceLock<FillBuffer> = OnceLock::new();
+/// The settings the process started with (for the child of a fork).
+static CONFIG: OnceLock<Config> = OnceLock::new();
+/// Calls deeper than this are not traced (`-D`); `u32::MAX`: no limit.
+static MAX_DEPTH: AtomicU32 = AtomicU32::new(u32::MAX);
+
+thread_local! {
+    /// The thread's call depth, kept only under a depth limit.
+    static DEPTH: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Called when the recorder is found gone: the program runs on untraced.
+pub(crate) fn recorder_gone() {
+    ACTIVE.store(false, Ordering::Relaxed);
+}
+
+/// Writes one event into the thread's buffer.
+#[inline(always)]
+#[allow(clippy::inline_always)] // the whole cost of a traced call
+fn record(kind: u8, address: u64) {
+    if let Some(buf) = BUFFER.get() {
+        let _ = buf.write(&wire::encode_event(clock::ticks(), kind, address));
+    }
+}
+
+/// Whether an entry at the thread's next depth is traced (and the depth
+/// is counted).
+#[inline(always)]
+#[allow(clippy::inline_always)]
+fn enter_depth() -> bool {
+    let max = MAX_DEPTH.load(Ordering::Relaxed);
+    if max == u32::MAX {
+        return true;
+    }
+    DEPTH.with(|d| {
+        let depth = d.get().saturating_add(1);
+        d.set(depth);
+        depth <= max
+    })
+}
+
+#[inline(always)]
+#[allow(clippy::inline_always)]
+fn exit_depth() -> bool {
+    let max = MAX_DEPTH.load(Ordering::Relaxed);
+    if max == u32::MAX {
+        return true;
+    }
+    DEPTH.with(|d| {
+        let depth = d.get();
+        d.set(depth.saturating_sub(1));
+        depth <= max && depth > 0
+    })
+}
+
+/// The entry hook of `-finstrument-functions`.
+#[no_mangle]
+pub extern "C" fn __cyg_profile_func_enter(this_fn: *mut c_void, _call_site: *mut c_void) {
+    if ACTIVE.load(Ordering::Relaxed) && enter_depth() {
+        record(event::ENTER, this_fn as u64);
+    }
+}
+
+/// The exit hook of `-finstrument-functions`.
+#[no_mangle]
+pub extern "C" fn __cyg_profile_func_exit(this_fn: *mut c_void, _call_site: *mut c_void) {
+    if ACTIVE.load(Ordering::Relaxed) && exit_depth() {
+        record(event::EXIT, this_fn as u64);
+    }
+}
+
+/// An explicit probe: `id` (below 2^48) and `value` at this moment, in
+/// the thread's trace.
+#[no_mangle]
+pub extern "C" fn ichnos_probe(id: u64, value: u64) {
+    if !ACTIVE.load(Ordering::Relaxed) {
+        return;
+    }
+    if let Some(buf) = BUFFER.get() {
+        let ticks = clock::ticks();
+        let _ = buf.write(&wire::encode_event(
+            ticks,
+            event::PROBE,
+            id & wire::MAX_ADDRESS,
+        ));
+        let _ = buf.write(&wire::encode_event(value, event::VALUE, 0));
+    }
+}
+
+/// Hands the trace over now: in flight-recorder mode every thread's
+/// ring, else this thread's buffer.
+#[no_mangle]
+pub extern "C" fn ichnos_snapshot() {
+    if !ACTIVE.load(Ordering::Relaxed) {
+        return;
+    }
+    if let Some(buf) = BUFFER.get() {
+        if CONFIG.get().is_some_and(|c| c.ring.is_some()) {
+            ring::save(buf);
+        } else {
+            let _ = buf.flush();
+        }
+    }
+}
+
+/// A full trace buffer, or one of an exiting thread or process: one frame.
+fn flush(f: &Flush<'_>) {
+    send_flush(f, 0);
+}
+
+/// `f` as one frame with `flags` (and [`wire::FRAME_LAST`] at an exit).
+pub(crate) fn send_flush(f: &Flush<'_>, flags: u32) {
+    let last = matches!(f.reason, FlushReason::ThreadExit | FlushReason::ProcessExit);
+    let header = FrameHeader {
+        tid: f.tid.cast_unsigned(),
+        flags: flags | if last { wire::FRAME_LAST } else { 0 },
+        lost: f.lost_records,
+        len: f.data.len() as u64,
+        ticks: clock::ticks(),
+    };
+    Channel::send(header, f.data);
+}
+
+fn hello(config: &Config) -> Hello {
+    Hello {
+        // SAFETY: getpid has no preconditions.
+        pid: unsafe { libc::getpid() }.cast_unsigned(),
+        clock: if clock::is_tsc() {
+            wire::CLOCK_TSC
+        } else {
+            wire::CLOCK_MONOTONIC
+        },
+        ring: config.ring.is_some(),
+    }
+}
+
+/// Opens the process's channel; on failure says why, once, and leaves
+/// tracing off.
+fn open_channel(config: &Config) -> bool {
+    match Channel::open(&config.socket, config.shared, hello(config)) {
+        Ok(c) => {
+            c.install();
+            true
+        }
+        Err(e) => {
+            eprintln!("ichnos: {e}; the program runs untraced");
+            false
+        }
+    }
+}
+
+/// Sends the process's mappings (`/proc/self/maps`) as a frame.
+fn send_maps() {
+    let Ok(mut text) = std::fs::read("/proc/self/maps") else {
+        return;
+    };
+    let padded = text.len().next_multiple_of(EVENT_BYTES) + EVENT_BYTES;
+    text.resize(padded, 0);
+    let header = FrameHeader {
+        // SAFETY: getpid has no preconditions.
+        tid: unsafe { libc::getpid() }.cast_unsigned(),
+        flags: wire::FRAME_MAPS,
+        lost: 0,
+        len: text.len() as u64,
+        ticks: clock::ticks(),
+    };
+    Channel::send(header, &text);
+}
+
+extern "C" fn maps_at_exit() {
+    if ACTIVE.load(Ordering::Relaxed) {
+        send_maps();
+    }
+}
+
+/// In the child of a fork: its own channel (the parent's stays the
+/// parent's), its buffers already emptied by `ichnos-buf`.
+extern "C" fn after_fork_child() {
+    let was = ACTIVE.swap(false, Ordering::Relaxed);
+    Channel::forget_after_fork();
+    if was {
+        if let Some(config) = CONFIG.get() {
+            let open = open_channel(config);
+            if open {
+                send_maps();
+            }
+            ACTIVE.store(open, Ordering::Relaxed);
+        }
+    }
+}
+
+fn start() {
+    let Some(config) = Config::from_env() else {
+        return;
+    };
+    clock::use_tsc(config.tsc);
+    if !open_channel(&config) {
+        return;
+    }
+    let buffer = match config.ring {
+        Some(size) => FillBuffer::circular_with_exit_flush(size, EVENT_BYTES, ring::thread_exit),
+        None => FillBuffer::trace(config.buffer, flush),
+    };
+    let buffer = match buffer {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("ichnos: cannot create the trace buffers: {e}; the program runs untraced");
+            return;
+        }
+    };
+    if let Some(depth) = config.depth {
+        MAX_DEPTH.store(depth.min(u32::MAX - 1), Ordering::Relaxed);
+    }
+    let ring = config.ring.is_some();
+    let _ = BUFFER.set(buffer);
+    let _ = CONFIG.set(config);
+    // SAFETY: registering a handler with no preconditions.
+    unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
+    if ring {
+        ring::install();
+    }
+    // Registered after the buffers' own exit hook, so it runs before it:
+    // the mappings (with what was loaded since the start) arrive before
+    // the last events.
+    // SAFETY: registering an exit hook.
+    unsafe { libc::atexit(maps_at_exit) };
+    send_maps();
+    ACTIVE.store(true, Ordering::Relaxed);
+}
+
+extern "C" fn init() {
+    start();
+}
+
+/// Runs [`init`] when the library is loaded, before the program's own
+/// constructors (a preloaded library is initialised first).
+#[used]
+#[link_section = ".init_array"]
+static INIT: extern "C" fn() = init;
