@@ -45,6 +45,7 @@ mod record;
 mod report;
 mod stack;
 mod symbolize;
+mod trace;
 mod units;
 use ichnos_image::{Asid, Image, ImageSection, SectionCache};
 
@@ -75,6 +76,11 @@ enum Command {
     /// Show where a recording's time went: a top table, the call tree, or
     /// folded stacks.
     Report(report::ReportArgs),
+    /// Run a command built with -finstrument-functions and record every
+    /// function entry and exit.
+    Trace(trace::TraceArgs),
+    /// Print a function trace's calls per thread, with durations.
+    Replay(trace::ReplayArgs),
     /// Record the built-in demo (native call chains without frame
     /// pointers, a JIT thread) and show its report.
     Demo(demo::DemoArgs),
@@ -155,6 +161,8 @@ fn run(cli: &Cli) -> Result<u8> {
         Command::Record(args) => record::record(args, cli.quiet, cli.verbose),
         Command::Report(args) => report::report(args, cli.quiet, cli.verbose).map(|()| 0),
         Command::Demo(args) => demo::demo(args, cli.quiet, cli.verbose),
+        Command::Trace(args) => trace::trace(args, cli.quiet),
+        Command::Replay(args) => trace::replay(args, cli.quiet).map(|()| 0),
         Command::DemoWorkload => demo::workload().map(|()| 0),
     }
 }

@@ -45,6 +45,12 @@ pub enum SortBy {
     SelfTime,
     /// Time in the function and its callees.
     Total,
+    /// Calls (`--trace`).
+    Calls,
+    /// Average call (`--trace`).
+    Avg,
+    /// Longest call (`--trace`).
+    Max,
 }
 
 /// Arguments of `ichnos report`.
@@ -65,9 +71,14 @@ pub struct ReportArgs {
     /// Print the call tree (`--format tree`).
     #[arg(long, conflicts_with = "format")]
     tree: bool,
-    /// Sort the top table by self or total time.
-    #[arg(long, value_enum, default_value_t = SortBy::SelfTime)]
-    sort: SortBy,
+    /// Sort the top table by self or total time (default self; with
+    /// `--trace` also calls, avg or max, default total).
+    #[arg(long, value_enum)]
+    sort: Option<SortBy>,
+    /// Read a function trace (made by `ichnos trace`): total time, self
+    /// time, calls, average and longest call per function.
+    #[arg(long, conflicts_with_all = ["format", "tree", "diff"])]
+    trace: bool,
     /// At most this many functions in the top table (0: all).
     #[arg(long, value_name = "N", default_value_t = 50)]
     limit: usize,
@@ -336,7 +347,8 @@ impl ReportArgs {
             file: None,
             format,
             tree: false,
-            sort: SortBy::SelfTime,
+            trace: false,
+            sort: None,
             limit: 50,
             icicle: false,
             title: None,
@@ -386,6 +398,9 @@ pub fn report(args: &ReportArgs, quiet: bool, verbose: bool) -> Result<()> {
         return compare(args, format, &paths[0], &paths[1], quiet, verbose);
     }
     let input = args.file.as_ref().unwrap_or(&args.input);
+    if args.trace {
+        return trace_report(args, input, quiet);
+    }
     let loaded = load(input, quiet)?;
     let profile = &loaded.profile;
     let symbolized = symbols(profile, args, quiet, verbose);
@@ -395,9 +410,13 @@ pub fn report(args: &ReportArgs, quiet: bool, verbose: bool) -> Result<()> {
     match format {
         Format::Top => {
             header(&mut out, input, profile, shown)?;
-            let sort = match args.sort {
+            let sort = match args.sort.unwrap_or(SortBy::SelfTime) {
                 SortBy::SelfTime => Sort::SelfTime,
                 SortBy::Total => Sort::Total,
+                other => bail!(
+                    "--sort {}: only a function trace (--trace) is sorted by it",
+                    format!("{other:?}").to_lowercase()
+                ),
             };
             let rows = report::top(&samples, sort);
             report::write_top(&mut out, &rows, whole(&samples), args.limit)?;
@@ -545,6 +564,27 @@ fn output(args: &ReportArgs) -> Result<Box<dyn Write>> {
         )),
         None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
     })
+}
+
+/// `ichnos report --trace`: a function trace's per-function table.
+fn trace_report(args: &ReportArgs, input: &Path, quiet: bool) -> Result<()> {
+    let sort = match args.sort.unwrap_or(SortBy::Total) {
+        SortBy::Total => crate::trace::TraceSort::Total,
+        SortBy::SelfTime => crate::trace::TraceSort::SelfTime,
+        SortBy::Calls => crate::trace::TraceSort::Calls,
+        SortBy::Avg => crate::trace::TraceSort::Avg,
+        SortBy::Max => crate::trace::TraceSort::Max,
+    };
+    let mut out = output(args)?;
+    crate::trace::report(
+        input,
+        sort,
+        &args.tid,
+        args.limit,
+        args.no_index,
+        quiet,
+        &mut out,
+    )
 }
 
 /// `ichnos report --diff BASE NEW`: the change of each function's share,

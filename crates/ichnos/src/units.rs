@@ -23,6 +23,36 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("{text:?} is too large"))
 }
 
+/// A duration in nanoseconds: a number with `ns`, `us`, `ms` or `s`
+/// (no unit: nanoseconds, as uftrace reads `-t`).
+pub fn parse_duration(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let (digits, scale) = if let Some(d) = t.strip_suffix("ns") {
+        (d, 1.0)
+    } else if let Some(d) = t.strip_suffix("us") {
+        (d, 1e3)
+    } else if let Some(d) = t.strip_suffix("ms") {
+        (d, 1e6)
+    } else if let Some(d) = t.strip_suffix('s') {
+        (d, 1e9)
+    } else {
+        (t, 1.0)
+    };
+    let n: f64 = digits
+        .trim()
+        .parse()
+        .ok()
+        .filter(|n: &f64| n.is_finite() && *n >= 0.0)
+        .ok_or_else(|| format!("{text:?} is not a duration (a number, with ns, us, ms or s)"))?;
+    let ns = n * scale;
+    if ns >= u64::MAX as f64 {
+        return Err(format!("{text:?} is too long"));
+    }
+    // Checked above: finite, not negative, below u64::MAX.
+    #[allow(clippy::cast_sign_loss)]
+    Ok(ns as u64)
+}
+
 /// `1234567` as `1,234,567`.
 pub fn thousands(n: u64) -> String {
     let digits = n.to_string();
@@ -48,6 +78,17 @@ pub fn bytes(n: u64) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn durations() {
+        assert_eq!(super::parse_duration("10us"), Ok(10_000));
+        assert_eq!(super::parse_duration("1.5ms"), Ok(1_500_000));
+        assert_eq!(super::parse_duration("2s"), Ok(2_000_000_000));
+        assert_eq!(super::parse_duration("250"), Ok(250));
+        assert_eq!(super::parse_duration("7ns"), Ok(7));
+        assert!(super::parse_duration("-1us").is_err());
+        assert!(super::parse_duration("fast").is_err());
+    }
+
     #[test]
     fn sizes_and_counts() {
         assert_eq!(super::parse_size("32K"), Ok(32 << 10));

@@ -1,0 +1,733 @@
+//! `ichnos trace`: the recorder. It listens on a socket in a private
+//! directory, runs the command with the runtime preloaded, takes each
+//! traced process's shared buffer as the process connects, and turns the
+//! frames that arrive in it into `Calls` records: functions interned as
+//! one-frame stacks of the process's address space (whose mappings are
+//! read from `/proc/PID/maps` while it lives), times kept in ticks with
+//! the clock's readings at the start and the end.
+//!
+//! The recorder is a subreaper, so that a traced process's children stay
+//! its children when their parent exits: the trace ends when every
+//! process has exited and every connection has been drained.
+
+use std::collections::hash_map::Entry;
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{self, BufWriter};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use ichnos_buf::topa::{Consumer, TopaBuffer};
+use ichnos_data::wire::{self, event, FrameHeader, Hello, EVENT_BYTES, FRAME_HEADER_BYTES};
+use ichnos_data::{CallEvent, CallsOut, ClockSource, Meta, Record, StackOut, StackStop, Target};
+use ichnos_profile::launch::{self, LaunchError};
+use ichnos_profile::ExitStatus;
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use crate::{clock, socket, sys};
+
+/// How often the clock is read into the recording while tracing.
+const CLOCK_EVERY: Duration = Duration::from_secs(1);
+
+/// Records a reading of the trace clock.
+fn clock_reading(out: &mut Out) -> Result<(), TraceError> {
+    let (ticks, mono) = clock::pair(out.tsc);
+    out.push(&Record::Clock {
+        ticks,
+        time: mono.saturating_sub(out.start_ns),
+        source: if out.tsc {
+            ClockSource::Tsc
+        } else {
+            ClockSource::Monotonic
+        },
+    })
+}
+
+/// What to trace and how.
+#[derive(Clone, Debug)]
+pub struct TraceOptions {
+    /// The command and its arguments.
+    pub command: Vec<OsString>,
+    /// The recording to write (an existing one is kept as `FILE.old`).
+    pub output: PathBuf,
+    /// The runtime library to preload.
+    pub preload: PathBuf,
+    /// Bytes per thread buffer (`-b`); `None`: the runtime's default.
+    pub buffer: Option<u64>,
+    /// Flight recorder: bytes per thread ring (`--ring`).
+    pub ring: Option<u64>,
+    /// Deepest call depth traced (`-D`).
+    pub depth: Option<u32>,
+    /// Use `CLOCK_MONOTONIC` even where the TSC is invariant.
+    pub monotonic: bool,
+}
+
+/// How a trace went.
+#[derive(Clone, Debug)]
+pub struct TraceSummary {
+    /// From the command's start to the last process's end.
+    pub duration: Duration,
+    /// Events recorded (entries, exits, probes).
+    pub events: u64,
+    /// Events lost (counted by the runtime, or in frames that were
+    /// damaged).
+    pub lost: u64,
+    /// Processes that connected.
+    pub processes: usize,
+    /// Threads that sent events.
+    pub threads: usize,
+    /// The recording.
+    pub output: PathBuf,
+    /// Its size.
+    pub bytes: u64,
+    /// The command's exit status.
+    pub status: ExitStatus,
+    /// Ticks were the TSC.
+    pub tsc: bool,
+    /// Processes whose shared buffer could not be read, with why.
+    pub refused: Vec<String>,
+}
+
+/// Why a trace could not be made.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TraceError {
+    /// The command could not be started.
+    #[error(transparent)]
+    Launch(#[from] LaunchError),
+    /// The runtime library is not there.
+    #[error("the tracing runtime {} is missing (build it with `cargo build --release -p ichnos-preload`, or point ICHNOS_PRELOAD at it)", path.display())]
+    NoRuntime {
+        /// Where it was looked for.
+        path: PathBuf,
+    },
+    /// The recording could not be created.
+    #[error("cannot create {}: {source}", path.display())]
+    Create {
+        /// The recording.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// Writing the recording failed.
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        /// The recording.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// The recorder's socket could not be set up.
+    #[error("cannot set up the recorder's socket: {0}")]
+    Socket(io::Error),
+}
+
+/// One traced process (one connection: a process between two execs).
+struct Conn {
+    socket: OwnedFd,
+    consumer: Option<Consumer>,
+    pid: u32,
+    asid: u64,
+    /// Bytes read that do not yet make a whole frame.
+    carry: Vec<u8>,
+    /// Executable ranges known of the address space.
+    exec: Vec<(u64, u64)>,
+    closed: bool,
+}
+
+/// The recording being written.
+struct Out {
+    writer: ichnos_data::Writer<BufWriter<File>>,
+    path: PathBuf,
+    start_ns: u64,
+    tsc: bool,
+    events: Vec<CallEvent>,
+    functions: FxHashMap<(u64, u64), u64>,
+    next_stack: u64,
+    next_asid: u64,
+    threads: FxHashSet<(u32, u32)>,
+    kept: u64,
+    lost: u64,
+    processes: usize,
+    refused: Vec<String>,
+}
+
+impl Out {
+    fn push(&mut self, record: &Record<'_>) -> Result<(), TraceError> {
+        self.writer
+            .push(record)
+            .map_err(|source| TraceError::Write {
+                path: self.path.clone(),
+                source,
+            })
+    }
+
+    fn time(&self) -> u64 {
+        clock::monotonic_ns().saturating_sub(self.start_ns)
+    }
+}
+
+/// Runs `options.command` under the tracing runtime and records it.
+/// `stop` (set by Ctrl-C) passes SIGINT on to the command.
+pub fn trace(options: &TraceOptions, stop: &AtomicBool) -> Result<TraceSummary, TraceError> {
+    let program = launch::resolve(options.command.first().ok_or(LaunchError::Empty)?)?;
+    if !options.preload.is_file() {
+        return Err(TraceError::NoRuntime {
+            path: options.preload.clone(),
+        });
+    }
+    let dir = PrivateDir::new().map_err(TraceError::Socket)?;
+    let sock_path = dir.path.join("socket");
+    let listener = socket::listen(&sock_path).map_err(TraceError::Socket)?;
+    let tsc = !options.monotonic && clock::tsc_is_invariant();
+    let mut out = open_output(&options.output, options, tsc)?;
+    let env = runtime_env(options, &sock_path, tsc);
+    clock_reading(&mut out)?;
+    sys::become_subreaper();
+    let started = Instant::now();
+    let held = launch::hold_with_env(&program, &options.command, &env)?;
+    let main_pid = held.pid();
+    let _child = held.start()?;
+    let status = serve(&listener, &mut out, main_pid, stop)?;
+    let duration = started.elapsed();
+    clock_reading(&mut out)?;
+    let end = out.time();
+    out.push(&Record::End {
+        time: end,
+        samples: out.kept,
+        lost: out.lost,
+    })?;
+    let Out {
+        writer,
+        path,
+        kept,
+        lost,
+        threads,
+        processes,
+        refused,
+        ..
+    } = out;
+    let file = writer
+        .finish()
+        .and_then(|w| w.into_inner().map_err(io::IntoInnerError::into_error))
+        .map_err(|source| TraceError::Write {
+            path: path.clone(),
+            source,
+        })?;
+    file.sync_all().ok();
+    let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
+    Ok(TraceSummary {
+        duration,
+        events: kept,
+        lost,
+        processes,
+        threads: threads.len(),
+        output: path,
+        bytes,
+        status,
+        tsc,
+        refused,
+    })
+}
+
+/// Serves the traced processes until every one has exited and every
+/// connection is drained; the command's exit status.
+fn serve(
+    listener: &OwnedFd,
+    out: &mut Out,
+    main_pid: u32,
+    stop: &AtomicBool,
+) -> Result<ExitStatus, TraceError> {
+    let mut conns: Vec<Conn> = Vec::new();
+    let mut status = None;
+    let mut signalled = false;
+    let mut read = Vec::new();
+    let mut clock_at = Instant::now();
+    loop {
+        if clock_at.elapsed() >= CLOCK_EVERY {
+            // A trace cut short still has two readings to time it by.
+            clock_at = Instant::now();
+            clock_reading(out)?;
+        }
+        while let Some(socket) = socket::accept(listener).map_err(TraceError::Socket)? {
+            conns.push(Conn {
+                socket,
+                consumer: None,
+                pid: 0,
+                asid: 0,
+                carry: Vec::new(),
+                exec: Vec::new(),
+                closed: false,
+            });
+        }
+        let mut busy = false;
+        for conn in &mut conns {
+            busy |= service(conn, out, &mut read)?;
+        }
+        conns.retain(|c| !c.closed);
+        for (pid, s) in sys::reap_children() {
+            if pid == main_pid {
+                status = Some(s);
+            }
+        }
+        if stop.load(Ordering::Relaxed) && !signalled && status.is_none() {
+            sys::kill(main_pid, libc::SIGINT);
+            signalled = true;
+        }
+        if status.is_some() && conns.is_empty() && !sys::has_children() {
+            // A connection made just before the last exit is in the
+            // listener's queue: one more look.
+            if socket::accept(listener)
+                .map_err(TraceError::Socket)?
+                .is_none()
+            {
+                break;
+            }
+            continue;
+        }
+        if !busy {
+            sys::wait_readable(
+                std::iter::once(listener.as_raw_fd())
+                    .chain(conns.iter().map(|c| c.socket.as_raw_fd())),
+                Duration::from_millis(2),
+            );
+        }
+    }
+    Ok(status.unwrap_or(ExitStatus::Code(0)))
+}
+
+/// The variables that tell the runtime where the recorder is and what
+/// to do.
+fn runtime_env(options: &TraceOptions, socket: &Path, tsc: bool) -> Vec<(OsString, OsString)> {
+    let mut preload = options.preload.as_os_str().to_owned();
+    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+        preload.push(":");
+        preload.push(old);
+    }
+    let mut env = vec![
+        (OsString::from("LD_PRELOAD"), preload),
+        (
+            OsString::from("ICHNOS_TRACE_SOCKET"),
+            socket.as_os_str().to_owned(),
+        ),
+        (
+            OsString::from("ICHNOS_TRACE_CLOCK"),
+            OsString::from(if tsc { "tsc" } else { "monotonic" }),
+        ),
+    ];
+    let mut number = |name: &str, v: Option<u64>| {
+        if let Some(v) = v {
+            env.push((OsString::from(name), OsString::from(v.to_string())));
+        }
+    };
+    number("ICHNOS_TRACE_BUFFER", options.buffer);
+    number("ICHNOS_TRACE_RING", options.ring);
+    number("ICHNOS_TRACE_DEPTH", options.depth.map(u64::from));
+    env
+}
+
+fn open_output(path: &Path, options: &TraceOptions, tsc: bool) -> Result<Out, TraceError> {
+    let create = |source| TraceError::Create {
+        path: path.to_path_buf(),
+        source,
+    };
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file()) {
+        let mut old = path.as_os_str().to_owned();
+        old.push(".old");
+        std::fs::rename(path, &old).map_err(create)?;
+    }
+    let file = File::create(path).map_err(create)?;
+    let writer =
+        ichnos_data::Writer::new(BufWriter::with_capacity(1 << 20, file)).map_err(create)?;
+    let start_ns = clock::monotonic_ns();
+    let realtime = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let (host, kernel) = ichnos_profile::uname();
+    let mut out = Out {
+        writer,
+        path: path.to_path_buf(),
+        start_ns,
+        tsc,
+        events: Vec::new(),
+        functions: FxHashMap::default(),
+        next_stack: 0,
+        next_asid: 1,
+        threads: FxHashSet::default(),
+        kept: 0,
+        lost: 0,
+        processes: 0,
+        refused: Vec::new(),
+    };
+    let command: Vec<&[u8]> = options
+        .command
+        .iter()
+        .map(|a| std::os::unix::ffi::OsStrExt::as_bytes(a.as_os_str()))
+        .collect();
+    let recorder = format!("ichnos {}", env!("CARGO_PKG_VERSION"));
+    let event: &[u8] = match (options.ring.is_some(), tsc) {
+        (true, _) => b"function-trace:ring",
+        (false, _) => b"function-trace",
+    };
+    out.push(&Record::Meta(Meta {
+        host: host.as_bytes(),
+        kernel: kernel.as_bytes(),
+        command,
+        event,
+        frequency: 0,
+        stack_size: 0,
+        start_monotonic_ns: start_ns,
+        start_realtime_ns: realtime,
+        recorder: recorder.as_bytes(),
+        target: Target::Command,
+        off_cpu_event: b"",
+    }))?;
+    Ok(out)
+}
+
+/// Serves one connection: its hello, its frames, its end. True if it
+/// did any work.
+fn service(conn: &mut Conn, out: &mut Out, read: &mut Vec<u8>) -> Result<bool, TraceError> {
+    let mut busy = false;
+    if conn.consumer.is_none() {
+        match socket::receive(&conn.socket) {
+            Ok(None) => return Ok(false),
+            Ok(Some(m)) if m.bytes.is_empty() => {
+                conn.closed = true;
+                return Ok(true);
+            }
+            Ok(Some(m)) => {
+                welcome(conn, out, &m.bytes, m.fd)?;
+                busy = true;
+            }
+            Err(_) => {
+                conn.closed = true;
+                return Ok(true);
+            }
+        }
+    }
+    // Whether the process is gone: looked at before draining, so that
+    // what it wrote before it went is all read.
+    let gone = match socket::receive(&conn.socket) {
+        Ok(None) => false,
+        Ok(Some(_)) | Err(_) => true,
+    };
+    if let Some(consumer) = conn.consumer.as_mut() {
+        read.clear();
+        if consumer.read_into(read) > 0 {
+            busy = true;
+            conn.carry.extend_from_slice(read);
+            frames(conn, out)?;
+        }
+    }
+    if gone {
+        let time = out.time();
+        out.push(&Record::Exit {
+            pid: u64::from(conn.pid),
+            tid: u64::from(conn.pid),
+            time,
+        })?;
+        if !conn.carry.is_empty() {
+            out.refused.push(format!(
+                "process {}: its last {} bytes were not a whole frame",
+                conn.pid,
+                conn.carry.len()
+            ));
+        }
+        conn.closed = true;
+        busy = true;
+    }
+    Ok(busy)
+}
+
+/// A process's hello: its buffer opened, its address space recorded.
+fn welcome(
+    conn: &mut Conn,
+    out: &mut Out,
+    bytes: &[u8],
+    fd: Option<OwnedFd>,
+) -> Result<(), TraceError> {
+    let refuse = |out: &mut Out, conn: &mut Conn, why: String| {
+        out.refused.push(why);
+        conn.closed = true;
+    };
+    let hello = match Hello::decode(bytes) {
+        Ok(h) => h,
+        Err(e) => {
+            refuse(
+                out,
+                conn,
+                format!("a traced process said something else: {e}"),
+            );
+            return Ok(());
+        }
+    };
+    let Some(fd) = fd else {
+        refuse(out, conn, format!("process {} sent no buffer", hello.pid));
+        return Ok(());
+    };
+    let consumer = TopaBuffer::open(fd).and_then(|b| b.consumer());
+    let consumer = match consumer {
+        Ok(c) => c,
+        Err(e) => {
+            refuse(out, conn, format!("process {}: its buffer: {e}", hello.pid));
+            return Ok(());
+        }
+    };
+    conn.consumer = Some(consumer);
+    conn.pid = hello.pid;
+    conn.asid = out.next_asid;
+    out.next_asid += 1;
+    out.processes += 1;
+    let name = comm(hello.pid, hello.pid);
+    let time = out.time();
+    out.push(&Record::Process {
+        asid: conn.asid,
+        pid: u64::from(hello.pid),
+        parent: 0,
+        time,
+        name: name.as_bytes(),
+    })?;
+    out.push(&Record::Thread {
+        pid: u64::from(hello.pid),
+        tid: u64::from(hello.pid),
+        time,
+        name: name.as_bytes(),
+    })?;
+    out.threads.insert((hello.pid, hello.pid));
+    Ok(())
+}
+
+fn comm(pid: u32, tid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+        .map(|s| s.trim_end().to_owned())
+        .unwrap_or_default()
+}
+
+/// Records the executable mappings of the process it does not have yet,
+/// from `/proc/PID/maps` (while the process lives).
+fn resync(conn: &mut Conn, out: &mut Out) -> Result<(), TraceError> {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{}/maps", conn.pid)) else {
+        return Ok(());
+    };
+    add_maps(conn, out, &text)
+}
+
+/// Records the executable mappings of `text` (as `/proc/PID/maps`
+/// lists them) the process does not have yet.
+fn add_maps(conn: &mut Conn, out: &mut Out, text: &str) -> Result<(), TraceError> {
+    let Ok(entries) = ichnos_image::parse_maps(conn.pid, text) else {
+        out.refused.push(format!(
+            "process {}: its list of mappings could not be read",
+            conn.pid
+        ));
+        return Ok(());
+    };
+    let time = out.time();
+    for m in entries.iter().filter(|m| m.perms.contains('x')) {
+        let range = (m.range.start, m.range.end);
+        if conn.exec.contains(&range) {
+            continue;
+        }
+        conn.exec.push(range);
+        let path: &[u8] = if m.name.is_empty() {
+            b"//anon"
+        } else {
+            m.name.as_bytes()
+        };
+        let build_id = if path.first() == Some(&b'/') {
+            ichnos_code::elf::identity_of_file(Path::new(&m.name))
+                .0
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        out.push(&Record::Mapping {
+            asid: conn.asid,
+            start: m.range.start,
+            len: m.range.end - m.range.start,
+            pgoff: m.offset,
+            time,
+            path,
+            build_id: &build_id,
+            flags: ichnos_data::MAPPING_EXECUTABLE,
+        })?;
+    }
+    Ok(())
+}
+
+/// Turns the whole frames at the front of `conn.carry` into records.
+fn frames(conn: &mut Conn, out: &mut Out) -> Result<(), TraceError> {
+    let mut at = 0;
+    let carry = std::mem::take(&mut conn.carry);
+    while carry.len() - at >= FRAME_HEADER_BYTES {
+        let header = match FrameHeader::decode(&carry[at..]) {
+            Ok(h) => h,
+            Err(e) => {
+                // The stream's framing is broken: nothing after this can
+                // be trusted.
+                out.refused.push(format!(
+                    "process {}: a damaged frame ({e}); the rest of its trace is left out",
+                    conn.pid
+                ));
+                conn.consumer = None;
+                return Ok(());
+            }
+        };
+        let end = at + FRAME_HEADER_BYTES + header.len as usize;
+        if end > carry.len() {
+            break;
+        }
+        frame(conn, out, &header, &carry[at + FRAME_HEADER_BYTES..end])?;
+        at = end;
+    }
+    conn.carry = carry[at..].to_vec();
+    Ok(())
+}
+
+/// One frame: a thread's events as a `Calls` record.
+fn frame(conn: &mut Conn, out: &mut Out, h: &FrameHeader, body: &[u8]) -> Result<(), TraceError> {
+    if h.flags & wire::FRAME_MAPS != 0 {
+        // The runtime's copy of /proc/self/maps, NUL-padded.
+        let end = body.iter().position(|&b| b == 0).unwrap_or(body.len());
+        let text = String::from_utf8_lossy(&body[..end]).into_owned();
+        return add_maps(conn, out, &text);
+    }
+    let tid = h.tid;
+    if out.threads.insert((conn.pid, tid)) {
+        let name = comm(conn.pid, tid);
+        let time = out.time();
+        out.push(&Record::Thread {
+            pid: u64::from(conn.pid),
+            tid: u64::from(tid),
+            time,
+            name: name.as_bytes(),
+        })?;
+    }
+    let mut events = std::mem::take(&mut out.events);
+    events.clear();
+    let mut new_functions = Vec::new();
+    let mut probe: Option<(u64, u64)> = None;
+    let mut resynced = false;
+    for chunk in body.chunks_exact(EVENT_BYTES) {
+        let (ticks, kind, address) = wire::decode_event(chunk.try_into().expect("16 bytes"));
+        if kind == event::VALUE {
+            if let Some((ticks, id)) = probe.take() {
+                events.push(CallEvent::Probe {
+                    ticks,
+                    id,
+                    value: ticks_value(chunk),
+                });
+            }
+            continue;
+        }
+        probe = None;
+        match kind {
+            event::ENTER | event::EXIT => {
+                if !resynced && !conn.exec.iter().any(|&(s, e)| (s..e).contains(&address)) {
+                    // Code mapped since the last look (dlopen).
+                    resync(conn, out)?;
+                    resynced = true;
+                }
+                let function = match out.functions.entry((conn.asid, address)) {
+                    Entry::Occupied(e) => *e.get(),
+                    Entry::Vacant(v) => {
+                        let id = out.next_stack;
+                        out.next_stack += 1;
+                        v.insert(id);
+                        new_functions.push((id, address));
+                        id
+                    }
+                };
+                events.push(if kind == event::ENTER {
+                    CallEvent::Enter { ticks, function }
+                } else {
+                    CallEvent::Exit { ticks, function }
+                });
+            }
+            event::PROBE => probe = Some((ticks, address)),
+            _ => {}
+        }
+    }
+    for (id, address) in new_functions {
+        out.push(&Record::StackOut(StackOut {
+            id,
+            asid: conn.asid,
+            stop: StackStop::Complete,
+            frames: &[address],
+        }))?;
+    }
+    let mut flags = 0;
+    if h.flags & wire::FRAME_RING != 0 {
+        flags |= ichnos_data::CALLS_RING;
+    }
+    if h.flags & wire::FRAME_LAST != 0 {
+        flags |= ichnos_data::CALLS_LAST;
+    }
+    let first = events.first().map_or(h.ticks, CallEvent::ticks);
+    out.kept += events.len() as u64;
+    out.lost += h.lost;
+    let record = Record::CallsOut(CallsOut {
+        pid: u64::from(conn.pid),
+        tid: u64::from(tid),
+        lost: h.lost,
+        flags,
+        first,
+        events: &events,
+    });
+    let pushed = out.writer.push(&record);
+    out.events = events;
+    pushed.map_err(|source| TraceError::Write {
+        path: out.path.clone(),
+        source,
+    })
+}
+
+/// A probe value event carries the value where a time would be.
+fn ticks_value(chunk: &[u8]) -> u64 {
+    u64::from_le_bytes(chunk[..8].try_into().expect("8 bytes"))
+}
+
+/// A directory only we can enter, removed with what is in it.
+struct PrivateDir {
+    path: PathBuf,
+}
+
+impl PrivateDir {
+    fn new() -> io::Result<PrivateDir> {
+        let base = std::env::var_os("XDG_RUNTIME_DIR")
+            .map(PathBuf::from)
+            .filter(|p| p.is_dir())
+            .unwrap_or_else(std::env::temp_dir);
+        for attempt in 0..100u32 {
+            let path = base.join(format!("ichnos-trace-{}-{attempt}", std::process::id()));
+            match std::fs::DirBuilder::new().mode_private().create(&path) {
+                Ok(()) => return Ok(PrivateDir { path }),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            "no free directory name for the socket",
+        ))
+    }
+}
+
+trait PrivateMode {
+    fn mode_private(&mut self) -> &mut Self;
+}
+
+impl PrivateMode for std::fs::DirBuilder {
+    fn mode_private(&mut self) -> &mut Self {
+        std::os::unix::fs::DirBuilderExt::mode(self, 0o700)
+    }
+}
+
+impl Drop for PrivateDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}

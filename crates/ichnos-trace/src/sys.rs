@@ -1,0 +1,74 @@
+//! Processes and descriptors: the few system calls the recorder makes
+//! directly, fenced here.
+
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+use ichnos_profile::ExitStatus;
+
+/// Makes this process the reaper of its orphaned descendants, so that a
+/// traced program's children are waited for after it exits.
+pub(crate) fn become_subreaper() {
+    // SAFETY: prctl with integer arguments.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+}
+
+/// Every child that has ended, with how.
+pub(crate) fn reap_children() -> Vec<(u32, ExitStatus)> {
+    let mut out = Vec::new();
+    loop {
+        let mut status = 0;
+        // SAFETY: a valid out-pointer.
+        let pid = unsafe { libc::waitpid(-1, &raw mut status, libc::WNOHANG) };
+        if pid <= 0 {
+            return out;
+        }
+        let how = if libc::WIFSIGNALED(status) {
+            ExitStatus::Signal(libc::WTERMSIG(status))
+        } else {
+            ExitStatus::Code(libc::WEXITSTATUS(status))
+        };
+        out.push((pid.cast_unsigned(), how));
+    }
+}
+
+/// Whether any child is left (running, or ended and not yet reaped).
+pub(crate) fn has_children() -> bool {
+    // SAFETY: waitid with WNOWAIT only looks.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid out-pointer; P_ALL ignores the id.
+    let r = unsafe {
+        libc::waitid(
+            libc::P_ALL,
+            0,
+            &raw mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        )
+    };
+    r == 0
+}
+
+/// Sends `signal` to `pid`.
+pub(crate) fn kill(pid: u32, signal: i32) {
+    // SAFETY: kill has no memory preconditions.
+    unsafe { libc::kill(pid.cast_signed(), signal) };
+}
+
+/// Waits until one of `fds` is readable (or hung up), or `timeout`.
+pub(crate) fn wait_readable(fds: impl Iterator<Item = RawFd>, timeout: Duration) {
+    let mut pfds: Vec<libc::pollfd> = fds
+        .map(|fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    // SAFETY: pfds is a valid array of its length.
+    unsafe {
+        libc::poll(
+            pfds.as_mut_ptr(),
+            pfds.len() as libc::nfds_t,
+            timeout.as_millis() as libc::c_int,
+        )
+    };
+}

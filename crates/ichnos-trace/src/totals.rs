@@ -1,0 +1,139 @@
+//! `ichnos report --trace`: per function, the time spent in its calls
+//! (total), in it alone (self), how often it was called, and the average
+//! and longest call, as `uftrace report` sums them (a recursive call's
+//! time counts in each of its frames' totals).
+
+use std::io::{self, Write};
+
+use rustc_hash::FxHashMap;
+
+use crate::read::{Call, Trace, TraceReadError, Visitor};
+use crate::replay::duration;
+
+/// One function's figures, in nanoseconds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FunctionTotals {
+    /// The function's name.
+    pub name: String,
+    /// Its object.
+    pub object: String,
+    /// Calls that returned.
+    pub calls: u64,
+    /// Time in its calls.
+    pub total_ns: f64,
+    /// Time in it, less the calls it made.
+    pub self_ns: f64,
+    /// The longest call.
+    pub max_ns: f64,
+}
+
+/// How to order the table.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TotalsSort {
+    /// By total time, longest first.
+    #[default]
+    Total,
+    /// By self time.
+    SelfTime,
+    /// By calls.
+    Calls,
+    /// By average call.
+    Average,
+    /// By longest call.
+    Max,
+}
+
+#[derive(Default)]
+struct Sums {
+    by_function: FxHashMap<u64, (u64, u64, u64, u64)>,
+    tids: Vec<u32>,
+}
+
+impl Visitor for Sums {
+    fn enter(&mut self, _: u32, _: u32, _: u64, _: u64, _: usize, _: u64) {}
+    fn exit(&mut self, _: u32, tid: u32, call: &Call) {
+        if !self.tids.is_empty() && !self.tids.contains(&tid) {
+            return;
+        }
+        let took = call.exit - call.enter;
+        let e = self.by_function.entry(call.function).or_default();
+        e.0 += 1;
+        e.1 = e.1.saturating_add(took);
+        e.2 = e.2.saturating_add(took.saturating_sub(call.children));
+        e.3 = e.3.max(took);
+    }
+}
+
+/// Sums `trace` per function (only threads `tids`, unless empty); the
+/// same name in the same object is one function, wherever it was mapped.
+pub fn totals(
+    trace: &Trace,
+    tids: &[u32],
+    sort: TotalsSort,
+) -> Result<Vec<FunctionTotals>, TraceReadError> {
+    let mut sums = Sums {
+        tids: tids.to_vec(),
+        ..Sums::default()
+    };
+    trace.walk(&mut sums)?;
+    let mut merged: FxHashMap<(String, String), FunctionTotals> = FxHashMap::default();
+    for (function, (calls, total, own, max)) in sums.by_function {
+        let (name, object) = trace.function(function).map_or_else(
+            || ("[unknown]".to_owned(), String::new()),
+            |f| (f.name.to_string(), f.object.to_string()),
+        );
+        let row = merged
+            .entry((name.clone(), object.clone()))
+            .or_insert(FunctionTotals {
+                name,
+                object,
+                calls: 0,
+                total_ns: 0.0,
+                self_ns: 0.0,
+                max_ns: 0.0,
+            });
+        row.calls += calls;
+        row.total_ns += trace.ns(total);
+        row.self_ns += trace.ns(own);
+        row.max_ns = row.max_ns.max(trace.ns(max));
+    }
+    let mut rows: Vec<FunctionTotals> = merged.into_values().collect();
+    let key = |r: &FunctionTotals| match sort {
+        TotalsSort::Total => r.total_ns,
+        TotalsSort::SelfTime => r.self_ns,
+        TotalsSort::Calls => r.calls as f64,
+        TotalsSort::Average => r.total_ns / r.calls.max(1) as f64,
+        TotalsSort::Max => r.max_ns,
+    };
+    rows.sort_by(|a, b| key(b).total_cmp(&key(a)).then_with(|| a.name.cmp(&b.name)));
+    Ok(rows)
+}
+
+/// Prints the table.
+pub fn write_totals(
+    rows: &[FunctionTotals],
+    limit: Option<usize>,
+    mut out: impl Write,
+) -> io::Result<()> {
+    writeln!(
+        out,
+        "  Total time   Self time       Calls    Avg time    Max time  Function"
+    )?;
+    writeln!(
+        out,
+        "  ==========  ==========  ==========  ==========  ==========  ===================="
+    )?;
+    for r in rows.iter().take(limit.unwrap_or(usize::MAX)) {
+        writeln!(
+            out,
+            "  {}  {}  {:>10}  {}  {}  {}",
+            duration(r.total_ns),
+            duration(r.self_ns),
+            r.calls,
+            duration(r.total_ns / r.calls.max(1) as f64),
+            duration(r.max_ns),
+            r.name
+        )?;
+    }
+    out.flush()
+}
