@@ -33,3 +33,41 @@ pub fn bar(quiet: bool, len: u64, what: &str) -> Option<ProgressBar> {
     bar.set_message(what.to_owned());
     Some(bar)
 }
+
+/// A bar that appears only once work has taken longer than a moment
+/// (300 ms): symbolizing a small recording shows nothing.
+pub struct Delayed {
+    quiet: bool,
+    what: &'static str,
+    started: std::time::Instant,
+    bar: Option<ProgressBar>,
+}
+
+impl Delayed {
+    /// Starts timing work named `what`.
+    pub fn new(quiet: bool, what: &'static str) -> Delayed {
+        Delayed {
+            quiet,
+            what,
+            started: std::time::Instant::now(),
+            bar: None,
+        }
+    }
+
+    /// `done` of `total` steps are done.
+    pub fn tick(&mut self, done: usize, total: usize) {
+        if self.bar.is_none() && self.started.elapsed().as_millis() >= 300 {
+            self.bar = bar(self.quiet, total as u64, self.what);
+        }
+        if let Some(b) = &self.bar {
+            b.set_position(done as u64);
+        }
+    }
+
+    /// The work is over: the bar goes.
+    pub fn finish(self) {
+        if let Some(b) = self.bar {
+            b.finish_and_clear();
+        }
+    }
+}

@@ -230,19 +230,11 @@ fn symbols(profile: &Profile, args: &ReportArgs, quiet: bool, verbose: bool) -> 
         debug_dirs: args.debug_dirs.clone(),
         addresses: args.addresses,
     };
-    let started = Instant::now();
-    let mut bar = None;
+    let mut progress = crate::progress::Delayed::new(quiet, "symbolizing");
     let symbolized = report::symbolize(profile, &options, &mut |done, total| {
-        if bar.is_none() && started.elapsed().as_millis() >= 300 {
-            bar = crate::progress::bar(quiet, total as u64, "symbolizing");
-        }
-        if let Some(b) = &bar {
-            b.set_position(done as u64);
-        }
+        progress.tick(done, total);
     });
-    if let Some(b) = bar {
-        b.finish_and_clear();
-    }
+    progress.finish();
     if !quiet {
         for w in &symbolized.warnings {
             eprintln!("warning: {w}");

@@ -4,7 +4,6 @@
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use ichnos_profile::report::SymbolOptions;
@@ -146,19 +145,12 @@ fn open(path: &Path, no_index: bool, quiet: bool) -> Result<Trace> {
         debug_dirs: Vec::new(),
         addresses: false,
     };
-    let started = Instant::now();
-    let mut bar = None;
+    let mut progress = crate::progress::Delayed::new(quiet, "symbolizing");
     let trace = Trace::open(path, &options, &mut |done, total| {
-        if bar.is_none() && started.elapsed().as_millis() >= 300 {
-            bar = crate::progress::bar(quiet, total as u64, "symbolizing");
-        }
-        if let Some(b) = &bar {
-            b.set_position(done as u64);
-        }
-    })?;
-    if let Some(b) = bar {
-        b.finish_and_clear();
-    }
+        progress.tick(done, total);
+    });
+    progress.finish();
+    let trace = trace?;
     if !quiet {
         for w in &trace.warnings {
             eprintln!("warning: {w}");
