@@ -6,7 +6,9 @@
 //! One channel per process, behind a spin lock: threads take it only to
 //! hand over a full buffer (every few thousand calls). A flush never runs
 //! inside a handler that interrupted a flush on the same thread (the fill
-//! buffer sees to that), so the lock cannot deadlock on itself. After
+//! buffer sees to that); the flight recorder's signal handlers may
+//! interrupt a thread holding the lock, and give their frames up after a
+//! bounded wait rather than deadlock. After
 //! `fork` the child drops the parent's channel without touching it (it
 //! may be locked by a thread that does not exist in the child) and opens
 //! its own.
@@ -136,12 +138,24 @@ impl Channel {
     }
 }
 
-/// Runs `f` on the channel under the lock; `None` when there is none.
+/// How long a thread waits for the lock before it gives the frame up: a
+/// holder keeps it at most [`BLOCK_TIMEOUT`] while the recorder is there,
+/// so only a holder that can never let go (the code a signal handler of
+/// the same thread interrupted) makes anyone wait this long.
+const LOCK_PATIENCE_NS: u64 = 3 * BLOCK_TIMEOUT.as_nanos() as u64;
+
+/// Runs `f` on the channel under the lock; `None` when there is none, or
+/// the lock could not be had.
 fn with_channel<T>(f: impl FnOnce(&mut Channel) -> T) -> Option<T> {
+    let mut deadline = None;
     while LOCK
         .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
         .is_err()
     {
+        let now = crate::clock::monotonic_ns();
+        if now >= *deadline.get_or_insert(now + LOCK_PATIENCE_NS) {
+            return None;
+        }
         std::thread::yield_now();
     }
     let p = CHANNEL.load(Ordering::Acquire);
