@@ -11,9 +11,12 @@
 //! as one-frame stacks so that the profiler's offline symbolization
 //! names them. [`Trace`] reads a recording back: [`replay`] prints each
 //! thread's call tree with durations as `uftrace replay` does, and
-//! [`totals`] the time, self time and calls of each function.
+//! [`totals`] the time, self time and calls of each function, and
+//! [`export`] writes it for Perfetto, Chrome's trace viewers and flame
+//! graphs.
 
 mod clock;
+pub mod export;
 mod read;
 mod recorder;
 pub mod replay;

@@ -28,12 +28,22 @@ pub enum Format {
     Pprof,
     /// speedscope's JSON file format, one profile per thread.
     Speedscope,
+    /// A function trace's calls as Perfetto's protobuf trace (`--trace`).
+    Perfetto,
+    /// A function trace's calls as Chrome's trace event JSON (`--trace`).
+    Chrome,
 }
 
 impl Format {
     /// Whether the output is not text for a terminal.
     fn is_binary(self) -> bool {
-        matches!(self, Format::Pprof | Format::Firefox)
+        matches!(self, Format::Pprof | Format::Firefox | Format::Perfetto)
+    }
+
+    /// Its name on the command line.
+    fn name(self) -> String {
+        clap::ValueEnum::to_possible_value(&self)
+            .map_or_else(String::new, |v| v.get_name().to_owned())
     }
 }
 
@@ -76,8 +86,11 @@ pub struct ReportArgs {
     #[arg(long, value_enum)]
     sort: Option<SortBy>,
     /// Read a function trace (made by `ichnos trace`): total time, self
-    /// time, calls, average and longest call per function.
-    #[arg(long, conflicts_with_all = ["format", "tree", "diff"])]
+    /// time, calls, average and longest call per function; with
+    /// `--format` folded stacks or a flame graph of the time, or the
+    /// calls for Perfetto (`perfetto`) or Chrome's viewers (`chrome`).
+    /// A function trace is read so without it too.
+    #[arg(long, conflicts_with_all = ["tree", "diff"])]
     trace: bool,
     /// At most this many functions in the top table (0: all).
     #[arg(long, value_name = "N", default_value_t = 50)]
@@ -372,12 +385,8 @@ pub fn report(args: &ReportArgs, quiet: bool, verbose: bool) -> Result<()> {
     let format = if args.tree { Format::Tree } else { args.format };
     if format.is_binary() && args.output.is_none() && std::io::stdout().is_terminal() {
         bail!(
-            "--format {} writes a gzipped file: name it with -o FILE (or redirect standard output)",
-            if format == Format::Pprof {
-                "pprof"
-            } else {
-                "firefox"
-            }
+            "--format {} writes a binary file: name it with -o FILE (or redirect standard output)",
+            format.name()
         );
     }
     if (args.icicle || args.title.is_some()) && format != Format::Svg {
@@ -391,10 +400,21 @@ pub fn report(args: &ReportArgs, quiet: bool, verbose: bool) -> Result<()> {
     }
     let input = args.file.as_ref().unwrap_or(&args.input);
     if args.trace {
-        return trace_report(args, input, quiet);
+        return trace_report(args, format, input, quiet);
+    }
+    if matches!(format, Format::Perfetto | Format::Chrome) {
+        bail!(
+            "--format {} writes a function trace's calls (made by `ichnos trace`; add --trace); a sampling profile opens in Perfetto as --format firefox",
+            format.name()
+        );
     }
     let loaded = load(input, quiet)?;
     let profile = &loaded.profile;
+    if profile.description.event.starts_with("function-trace") {
+        // A function trace holds calls, not samples: read as one.
+        drop(loaded);
+        return trace_report(args, format, input, quiet);
+    }
     let symbolized = symbols(profile, args, quiet, verbose);
     let samples = report::weighted(profile, &symbolized, &args.filter());
     let shown = sum(profile, &args.filter());
@@ -436,6 +456,7 @@ pub fn report(args: &ReportArgs, quiet: bool, verbose: bool) -> Result<()> {
             export::write_pprof(profile, &samples, &options, &mut out)?;
         }
         Format::Speedscope => export::write_speedscope(profile, &samples, &mut out)?,
+        Format::Perfetto | Format::Chrome => unreachable!("refused above"),
         Format::Firefox => {
             // A timeline: the samples are read again, one by one, as
             // often as the export's memory budget needs.
@@ -558,25 +579,42 @@ fn output(args: &ReportArgs) -> Result<Box<dyn Write>> {
     })
 }
 
-/// `ichnos report --trace`: a function trace's per-function table.
-fn trace_report(args: &ReportArgs, input: &Path, quiet: bool) -> Result<()> {
-    let sort = match args.sort.unwrap_or(SortBy::Total) {
-        SortBy::Total => crate::trace::TraceSort::Total,
-        SortBy::SelfTime => crate::trace::TraceSort::SelfTime,
-        SortBy::Calls => crate::trace::TraceSort::Calls,
-        SortBy::Avg => crate::trace::TraceSort::Avg,
-        SortBy::Max => crate::trace::TraceSort::Max,
+/// `ichnos report --trace`: a function trace's per-function table,
+/// folded stacks, flame graph or timeline.
+fn trace_report(args: &ReportArgs, format: Format, input: &Path, quiet: bool) -> Result<()> {
+    use crate::trace::{TraceOutput, TraceSort};
+    if args.sort.is_some() && format != Format::Top {
+        bail!("--sort orders the table: use it with --format top");
+    }
+    if args.pid.len() + usize::from(args.comm.is_some()) > 0 {
+        bail!("a function trace is filtered by thread (--tid), not by --pid or --comm");
+    }
+    let what = match format {
+        Format::Top => TraceOutput::Top {
+            sort: match args.sort.unwrap_or(SortBy::Total) {
+                SortBy::Total => TraceSort::Total,
+                SortBy::SelfTime => TraceSort::SelfTime,
+                SortBy::Calls => TraceSort::Calls,
+                SortBy::Avg => TraceSort::Avg,
+                SortBy::Max => TraceSort::Max,
+            },
+            limit: args.limit,
+        },
+        Format::Folded => TraceOutput::Folded,
+        Format::Svg => TraceOutput::Svg(export::FlamegraphOptions {
+            title: args.title.clone(),
+            icicle: args.icicle,
+        }),
+        Format::Perfetto => TraceOutput::Perfetto,
+        Format::Chrome => TraceOutput::Chrome,
+        other => bail!(
+            "--format {}: a function trace is written as top, folded, svg, perfetto or chrome",
+            other.name()
+        ),
     };
     let mut out = output(args)?;
-    crate::trace::report(
-        input,
-        sort,
-        &args.tid,
-        args.limit,
-        args.no_index,
-        quiet,
-        &mut out,
-    )
+    crate::trace::report(input, &what, &args.tid, args.no_index, quiet, &mut out)?;
+    out.flush().context("cannot write the report")
 }
 
 /// `ichnos report --diff BASE NEW`: the change of each function's share,

@@ -201,28 +201,133 @@ pub enum TraceSort {
     Max,
 }
 
-/// `ichnos report --trace`: the per-function table.
+/// What `report --trace` writes.
+#[derive(Clone, Debug)]
+pub enum TraceOutput {
+    /// The per-function table, sorted, at most `limit` rows (0: all).
+    Top {
+        /// The order.
+        sort: TraceSort,
+        /// At most this many rows.
+        limit: usize,
+    },
+    /// Folded stacks weighted by nanoseconds.
+    Folded,
+    /// A flame graph of the time.
+    Svg(ichnos_profile::report::export::FlamegraphOptions),
+    /// Perfetto's protobuf trace.
+    Perfetto,
+    /// Chrome's trace event JSON.
+    Chrome,
+}
+
+/// Chrome JSON past this many bytes does not load in Perfetto's UI or
+/// `chrome://tracing` (both parse it whole in the browser).
+const LARGE_JSON: u64 = 256 << 20;
+
+/// `ichnos report --trace`: the per-function table, folded stacks, a
+/// flame graph, or a timeline for Perfetto or Chrome's viewers.
 pub fn report(
     path: &Path,
-    sort: TraceSort,
+    what: &TraceOutput,
     tids: &[u32],
-    limit: usize,
     no_index: bool,
     quiet: bool,
     out: &mut dyn Write,
 ) -> Result<()> {
+    use ichnos_trace::export;
     let trace = open(path, no_index, quiet)?;
-    let sort = match sort {
-        TraceSort::Total => TotalsSort::Total,
-        TraceSort::SelfTime => TotalsSort::SelfTime,
-        TraceSort::Calls => TotalsSort::Calls,
-        TraceSort::Avg => TotalsSort::Average,
-        TraceSort::Max => TotalsSort::Max,
+    let written = match what {
+        TraceOutput::Top { sort, limit } => {
+            let sort = match sort {
+                TraceSort::Total => TotalsSort::Total,
+                TraceSort::SelfTime => TotalsSort::SelfTime,
+                TraceSort::Calls => TotalsSort::Calls,
+                TraceSort::Avg => TotalsSort::Average,
+                TraceSort::Max => TotalsSort::Max,
+            };
+            let rows = ichnos_trace::totals::totals(&trace, tids, sort)?;
+            let limit = (*limit > 0).then_some(*limit);
+            ichnos_trace::totals::write_totals(&rows, limit, out)
+        }
+        TraceOutput::Folded => {
+            let lines = export::folded(&trace, tids)?;
+            lines
+                .iter()
+                .try_for_each(|(line, ns)| writeln!(out, "{line} {ns}"))
+        }
+        TraceOutput::Svg(options) => {
+            let lines = export::folded(&trace, tids)?;
+            ichnos_profile::report::export::write_folded_flamegraph(&lines, "ns", options, out)
+        }
+        TraceOutput::Perfetto | TraceOutput::Chrome => {
+            let mut counted = Counted { out, bytes: 0 };
+            let summary = if matches!(what, TraceOutput::Perfetto) {
+                export::write_perfetto(&trace, tids, &mut counted)
+            } else {
+                export::write_chrome(&trace, tids, &mut counted)
+            };
+            match summary {
+                Ok(summary) => {
+                    if !quiet {
+                        exported(&summary, counted.bytes, matches!(what, TraceOutput::Chrome));
+                    }
+                    Ok(())
+                }
+                Err(export::ExportError::Write(e)) => Err(e),
+                Err(e) => return Err(e.into()),
+            }
+        }
     };
-    let rows = ichnos_trace::totals::totals(&trace, tids, sort)?;
-    let limit = (limit > 0).then_some(limit);
-    match ichnos_trace::totals::write_totals(&rows, limit, out) {
+    match written {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         other => other.context("cannot write the report"),
+    }
+}
+
+/// The line after a timeline export.
+fn exported(summary: &ichnos_trace::export::ExportSummary, bytes: u64, json: bool) {
+    let open = summary.begun.saturating_sub(summary.ended);
+    eprintln!(
+        "ichnos: exported {} calls on {} threads{}{} ({})",
+        crate::units::thousands(summary.begun),
+        summary.threads,
+        if open > 0 {
+            format!(", {} still open at the end", crate::units::thousands(open))
+        } else {
+            String::new()
+        },
+        if summary.instants > 0 {
+            format!(
+                ", {} probes and losses",
+                crate::units::thousands(summary.instants)
+            )
+        } else {
+            String::new()
+        },
+        crate::units::bytes(bytes)
+    );
+    if json && bytes > LARGE_JSON {
+        eprintln!(
+            "note: JSON traces this large may not load in Perfetto's UI or chrome://tracing; --format perfetto writes the same calls in a fraction of the size"
+        );
+    }
+}
+
+/// A writer that counts what passes.
+struct Counted<'a> {
+    out: &'a mut dyn Write,
+    bytes: u64,
+}
+
+impl Write for Counted<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.out.write(buf)?;
+        self.bytes += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
     }
 }

@@ -24,15 +24,27 @@ pub fn write_flamegraph(
     options: &FlamegraphOptions,
     out: &mut dyn Write,
 ) -> io::Result<()> {
-    let lines: Vec<String> = folded(samples)
-        .into_iter()
+    write_folded_flamegraph(&folded(samples), "samples", options, out)
+}
+
+/// Writes folded stacks (`thread;frame;...;leaf` and a count, root
+/// first) as a flame graph SVG, widths by the counts, which the graph
+/// calls `count_name` ("samples", "ns").
+pub fn write_folded_flamegraph(
+    folded: &[(String, u64)],
+    count_name: &str,
+    options: &FlamegraphOptions,
+    out: &mut dyn Write,
+) -> io::Result<()> {
+    let lines: Vec<String> = folded
+        .iter()
         .map(|(stack, count)| format!("{stack} {count}"))
         .collect();
     let mut opts = inferno::flamegraph::Options::default();
     if let Some(title) = &options.title {
         opts.title.clone_from(title);
     }
-    "samples".clone_into(&mut opts.count_name);
+    count_name.clone_into(&mut opts.count_name);
     if options.icicle {
         opts.direction = inferno::flamegraph::Direction::Inverted;
     }

@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 pub use firefox::{write_firefox, FirefoxError, SAMPLE_TEXT_BUDGET};
 pub(crate) use flamegraph::write_empty_flamegraph;
-pub use flamegraph::{write_flamegraph, FlamegraphOptions};
+pub use flamegraph::{write_flamegraph, write_folded_flamegraph, FlamegraphOptions};
 pub use pprof::{pprof_profile, write_pprof, PprofOptions};
 pub use speedscope::write_speedscope;
 
