@@ -107,6 +107,10 @@ struct Open {
 struct Thread {
     stack: Vec<Open>,
     entries: u64,
+    /// The newest event of the thread's flight-recorder rings read so
+    /// far: a later ring of the same thread (a snapshot, then the exit)
+    /// holds these events again.
+    ring_newest: Option<u64>,
 }
 
 impl Trace {
@@ -224,7 +228,8 @@ impl Trace {
         }
     }
 
-    /// Walks every thread's events as calls. An exit closes the innermost
+    /// Walks every thread's events as calls; a flight recorder's rings
+    /// saved more than once are read once. An exit closes the innermost
     /// open entry of its function and the entries above it (a `longjmp`
     /// or an exception skipped their exits); an exit no open entry
     /// matches is ignored; calls still open at the end are left open.
@@ -236,7 +241,28 @@ impl Trace {
             if calls.lost > 0 {
                 visitor.lost(pid, tid, calls.first, calls.lost);
             }
+            if calls.flags & ichnos_data::CALLS_RING == 0 {
+                for event in calls.events.iter() {
+                    step(thread, pid, tid, event, visitor);
+                }
+                return;
+            }
+            // A ring repeats what an earlier ring of the thread saved and
+            // has lost what was overwritten since: the events already read
+            // are skipped, and where nothing overlaps, the calls open
+            // before the gap are dropped (their exits are gone).
+            let seen = thread.ring_newest;
+            if let (Some(seen), Some(first)) = (seen, calls.events.iter().next()) {
+                if first.ticks() > seen {
+                    thread.stack.clear();
+                }
+            }
             for event in calls.events.iter() {
+                let ticks = event.ticks();
+                if seen.is_some_and(|s| ticks <= s) {
+                    continue;
+                }
+                thread.ring_newest = Some(thread.ring_newest.map_or(ticks, |n| n.max(ticks)));
                 step(thread, pid, tid, event, visitor);
             }
         })
