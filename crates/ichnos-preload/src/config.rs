@@ -40,14 +40,21 @@ impl Config {
         let socket = std::env::var_os(var::SOCKET).filter(|s| !s.is_empty())?;
         let page = 4096u64;
         let round = |n: u64| n.div_ceil(page).max(1) * page;
+        let buffer = number(var::BUFFER).map_or(128 << 10, |n| round(n.clamp(4096, 1 << 30)));
+        let ring = number(var::RING).map(|n| n.clamp(4096, 1 << 34).next_power_of_two());
+        // A frame is a whole thread buffer or ring and its header, written
+        // all or nothing: the shared buffer holds two of them at least,
+        // or every frame of a large -b or --ring would be refused.
+        let frame = buffer.max(ring.unwrap_or(0)) + page;
+        let shared = number(var::SHARED)
+            .map_or(8 << 20, |n| round(n.clamp(64 << 10, 1 << 34)))
+            .max(2 * frame);
         Some(Config {
             socket,
             tsc: std::env::var(var::CLOCK).is_ok_and(|c| c == "tsc"),
-            buffer: number(var::BUFFER).map_or(128 << 10, |n| round(n.clamp(4096, 1 << 30)))
-                as usize,
-            shared: number(var::SHARED).map_or(8 << 20, |n| round(n.clamp(64 << 10, 1 << 34)))
-                as usize,
-            ring: number(var::RING).map(|n| n.clamp(4096, 1 << 34).next_power_of_two() as usize),
+            buffer: buffer as usize,
+            shared: shared as usize,
+            ring: ring.map(|n| n as usize),
             depth: number(var::DEPTH).map(|d| d.min(u64::from(u32::MAX)) as u32),
         })
     }

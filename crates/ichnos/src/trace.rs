@@ -44,8 +44,9 @@ pub struct TraceArgs {
     command: Vec<OsString>,
 }
 
-/// Where the runtime library is: `$ICHNOS_PRELOAD`, or next to this
-/// executable (where cargo builds it), or in `../lib/ichnos`.
+/// Where the runtime library is: `$ICHNOS_PRELOAD`, or the newest of
+/// the one next to this executable, in `deps/` beside it (where cargo
+/// builds it) and in `../lib/ichnos`.
 fn runtime() -> PathBuf {
     if let Some(p) = std::env::var_os("ICHNOS_PRELOAD").filter(|p| !p.is_empty()) {
         return PathBuf::from(p);
@@ -59,10 +60,14 @@ fn runtime() -> PathBuf {
         dir.join("deps").join(RUNTIME),
         dir.join("../lib/ichnos").join(RUNTIME),
     ];
+    // Where cargo left two (the one beside the executable from a build
+    // of the runtime alone, the one in deps/ from a build of ichnos), the
+    // newer is the one built from the sources at hand.
     candidates
         .iter()
-        .find(|c| c.is_file())
-        .unwrap_or(&candidates[0])
+        .filter_map(|c| Some((std::fs::metadata(c).ok()?.modified().ok()?, c)))
+        .max_by_key(|&(modified, _)| modified)
+        .map_or(&candidates[0], |(_, c)| c)
         .clone()
 }
 
