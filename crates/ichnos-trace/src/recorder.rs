@@ -189,6 +189,11 @@ pub fn trace(options: &TraceOptions, stop: &AtomicBool) -> Result<TraceSummary, 
     let started = Instant::now();
     let held = launch::hold_with_env(&program, &options.command, &env)?;
     let main_pid = held.pid();
+    // Each traced process holds two of the recorder's descriptors (its
+    // socket, its shared buffer): a build of hundreds of processes needs
+    // more than the usual soft limit. Raised after the fork, so that the
+    // program keeps the limits it was given.
+    sys::raise_descriptor_limit();
     let _child = held.start()?;
     let status = serve(&listener, &mut out, main_pid, stop)?;
     let duration = started.elapsed();
@@ -251,17 +256,7 @@ fn serve(
             clock_at = Instant::now();
             clock_reading(out)?;
         }
-        while let Some(socket) = socket::accept(listener).map_err(TraceError::Socket)? {
-            conns.push(Conn {
-                socket,
-                consumer: None,
-                pid: 0,
-                asid: 0,
-                carry: Vec::new(),
-                exec: Vec::new(),
-                closed: false,
-            });
-        }
+        accept_all(listener, &mut conns)?;
         let mut busy = false;
         for conn in &mut conns {
             busy |= service(conn, out, &mut read)?;
@@ -278,11 +273,8 @@ fn serve(
         }
         if status.is_some() && conns.is_empty() && !sys::has_children() {
             // A connection made just before the last exit is in the
-            // listener's queue: one more look.
-            if socket::accept(listener)
-                .map_err(TraceError::Socket)?
-                .is_none()
-            {
+            // listener's queue: one more look, and it is served.
+            if accept_all(listener, &mut conns)? == 0 {
                 break;
             }
             continue;
@@ -296,6 +288,24 @@ fn serve(
         }
     }
     Ok(status.unwrap_or(ExitStatus::Code(0)))
+}
+
+/// Takes every connection waiting on `listener` into `conns`; how many.
+fn accept_all(listener: &OwnedFd, conns: &mut Vec<Conn>) -> Result<usize, TraceError> {
+    let mut n = 0;
+    while let Some(socket) = socket::accept(listener).map_err(TraceError::Socket)? {
+        conns.push(Conn {
+            socket,
+            consumer: None,
+            pid: 0,
+            asid: 0,
+            carry: Vec::new(),
+            exec: Vec::new(),
+            closed: false,
+        });
+        n += 1;
+    }
+    Ok(n)
 }
 
 /// The variables that tell the runtime where the recorder is and what
@@ -572,10 +582,24 @@ fn frames(conn: &mut Conn, out: &mut Out) -> Result<(), TraceError> {
                     "process {}: a damaged frame ({e}); the rest of its trace is left out",
                     conn.pid
                 ));
-                conn.consumer = None;
+                // Dropping the connection: the runtime sees the recorder
+                // gone and stops tracing; no second hello is taken.
+                conn.closed = true;
                 return Ok(());
             }
         };
+        let whole = (FRAME_HEADER_BYTES as u64).saturating_add(header.len);
+        if conn.consumer.as_ref().is_some_and(|c| whole > c.capacity()) {
+            // The runtime writes frames whole into its shared buffer: one
+            // larger than the buffer is no frame, and waiting for the
+            // rest of it would hold its length in memory for nothing.
+            out.refused.push(format!(
+                "process {}: a frame of {whole} bytes, larger than its shared buffer; the rest of its trace is left out",
+                conn.pid
+            ));
+            conn.closed = true;
+            return Ok(());
+        }
         let end = at + FRAME_HEADER_BYTES + header.len as usize;
         if end > carry.len() {
             break;
@@ -583,7 +607,9 @@ fn frames(conn: &mut Conn, out: &mut Out) -> Result<(), TraceError> {
         frame(conn, out, &header, &carry[at + FRAME_HEADER_BYTES..end])?;
         at = end;
     }
-    conn.carry = carry[at..].to_vec();
+    let mut carry = carry;
+    carry.drain(..at);
+    conn.carry = carry;
     Ok(())
 }
 
@@ -666,24 +692,58 @@ fn frame(conn: &mut Conn, out: &mut Out, h: &FrameHeader, body: &[u8]) -> Result
     if h.flags & wire::FRAME_LAST != 0 {
         flags |= ichnos_data::CALLS_LAST;
     }
-    let first = events.first().map_or(h.ticks, CallEvent::ticks);
     out.kept += events.len() as u64;
-    out.lost += h.lost;
-    let record = Record::CallsOut(CallsOut {
-        pid: u64::from(conn.pid),
-        tid: u64::from(tid),
-        lost: h.lost,
-        flags,
-        first,
-        events: &events,
-    });
-    let pushed = out.writer.push(&record);
+    // The runtime's count is untrusted: it saturates, never wraps.
+    out.lost = out.lost.saturating_add(h.lost);
+    let pushed = push_calls(out, conn.pid, tid, h, flags, &events);
     out.events = events;
-    pushed.map_err(|source| TraceError::Write {
-        path: out.path.clone(),
-        source,
-    })
+    pushed
 }
+
+/// A frame's events as `Calls` records. A large buffer's frame goes as
+/// several, each well inside a chunk of the recording; the loss and the
+/// thread's end go with the first and the last.
+fn push_calls(
+    out: &mut Out,
+    pid: u32,
+    tid: u32,
+    h: &FrameHeader,
+    flags: u64,
+    events: &[CallEvent],
+) -> Result<(), TraceError> {
+    let pieces = events.len().div_ceil(EVENTS_PER_RECORD).max(1);
+    for (i, piece) in events
+        .chunks(EVENTS_PER_RECORD)
+        .chain((events.is_empty()).then_some(&[][..]))
+        .enumerate()
+    {
+        let last = i + 1 == pieces;
+        let record = Record::CallsOut(CallsOut {
+            pid: u64::from(pid),
+            tid: u64::from(tid),
+            lost: if i == 0 { h.lost } else { 0 },
+            flags: if last {
+                flags
+            } else {
+                flags & !ichnos_data::CALLS_LAST
+            },
+            first: piece.first().map_or(h.ticks, CallEvent::ticks),
+            events: piece,
+        });
+        out.writer
+            .push(&record)
+            .map_err(|source| TraceError::Write {
+                path: out.path.clone(),
+                source,
+            })?;
+    }
+    Ok(())
+}
+
+/// Events of one `Calls` record at most: 64 Ki events, about 21 bytes
+/// each encoded at worst, fit far inside a chunk of the recording (16
+/// MiB).
+const EVENTS_PER_RECORD: usize = 1 << 16;
 
 /// A probe value event carries the value where a time would be.
 fn ticks_value(chunk: &[u8]) -> u64 {

@@ -67,6 +67,8 @@ pub(crate) fn accept(listener: &OwnedFd) -> io::Result<Option<OwnedFd>> {
         let e = io::Error::last_os_error();
         return match e.kind() {
             io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(None),
+            // The peer gave up before it was taken: the next is.
+            _ if e.raw_os_error() == Some(libc::ECONNABORTED) => Ok(None),
             _ => Err(e),
         };
     }

@@ -13,6 +13,23 @@ pub(crate) fn become_subreaper() {
     unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
 }
 
+/// Raises this process's soft limit of open descriptors to its hard
+/// limit (nothing changes where that fails).
+pub(crate) fn raise_descriptor_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: a valid out-pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut limit) } == 0
+        && limit.rlim_cur < limit.rlim_max
+    {
+        limit.rlim_cur = limit.rlim_max;
+        // SAFETY: a valid pointer to the limit to set.
+        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raw const limit) };
+    }
+}
+
 /// Every child that has ended, with how.
 pub(crate) fn reap_children() -> Vec<(u32, ExitStatus)> {
     let mut out = Vec::new();

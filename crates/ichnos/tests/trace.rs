@@ -264,6 +264,74 @@ fn a_crash_leaves_the_flight_recorders_newest_calls() {
 }
 
 #[test]
+fn buffers_larger_than_the_default_shared_buffer_still_arrive() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "threads.c", &["-pthread"]);
+    // The shared buffer is 8 MiB by default; each thread's 300,000 leaves
+    // are 9.6 MB of events, which a 16 MiB buffer or ring sends as one
+    // frame.
+    for args in [&["-b", "16M"][..], &["--ring", "16M"][..]] {
+        let out = trace(
+            dir.path(),
+            "t.data",
+            args,
+            &[exe.to_str().unwrap(), "300000"],
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && stderr.contains("0 lost"),
+            "{args:?}: {stderr}"
+        );
+        let counts = calls(dir.path(), "t.data");
+        assert_eq!(counts.get("leaf"), Some(&1_200_000), "{args:?}: {counts:?}");
+    }
+}
+
+#[test]
+fn a_ring_saved_twice_is_read_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "snapshot.c", &[]);
+    let exe = exe.to_str().unwrap();
+    // 4 KiB of ring: 64 steps of four events. A snapshot 10 steps before
+    // the end overlaps the exit's save; one 500 steps before it does not.
+    for (k, overlapping) in [("989", true), ("499", false)] {
+        let out = trace(dir.path(), "t.data", &["--ring", "4K"], &[exe, "1000", k]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let values: Vec<u64> = replay(dir.path(), "t.data", &[])
+            .iter()
+            .filter_map(|(_, f)| f.trim().strip_prefix("/* probe 7 = "))
+            .map(|v| v.trim_end_matches(" */").parse().unwrap())
+            .collect();
+        assert_eq!(values.last(), Some(&999), "{values:?}");
+        assert!(
+            values.windows(2).all(|w| w[0] < w[1]),
+            "each step once: {values:?}"
+        );
+        let k: u64 = k.parse().unwrap();
+        if overlapping {
+            // The two saves together: the newest steps, without a gap.
+            assert!(values.windows(2).all(|w| w[1] == w[0] + 1), "{values:?}");
+        } else {
+            // The snapshot's steps up to k, then the exit's newest.
+            assert!(
+                values.contains(&k) && values.contains(&(k - 50)),
+                "{values:?}"
+            );
+            assert!(!values.contains(&(k + 100)), "{values:?}");
+        }
+        // Each step once too (a ring's oldest step may have lost its
+        // entry to the ring's wrap: it does not count as a call).
+        let steps = calls(dir.path(), "t.data")["step"];
+        let n = values.len() as u64;
+        assert!(steps <= n && steps + 2 >= n, "{steps} steps, {n} probes");
+    }
+}
+
+#[test]
 fn the_program_runs_on_when_the_recorder_is_killed() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "slow.c", &[]);

@@ -99,6 +99,13 @@ impl Consumer {
         self.tail
     }
 
+    /// The buffer's capacity: the sum of its regions, from the consumer's
+    /// own copy of the table. No whole record is larger.
+    #[must_use]
+    pub fn capacity(&self) -> u64 {
+        self.mapped.table().capacity()
+    }
+
     /// Bytes written and not yet consumed. Never ambiguous: a buffer that
     /// went from empty to exactly full reads as `capacity`, not 0.
     #[must_use]
