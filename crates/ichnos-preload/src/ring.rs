@@ -6,13 +6,15 @@
 //!
 //! The crash handlers save the rings, put back the handler that was there
 //! before and return: the faulting instruction runs again and the signal
-//! takes its course (a core dump, the program's own handler); `abort`
-//! raises SIGABRT again itself. Saving copies the rings, which allocates:
+//! takes its course (a core dump, the program's own handler); a signal
+//! that was sent rather than raised by a fault (`kill`, `raise`) is sent
+//! again, and `abort` raises SIGABRT again itself. Both handlers keep the
+//! interrupted code's `errno`. Saving copies the rings, which allocates:
 //! a crash inside `malloc` may lose the snapshot, never the crash.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use ichnos_buf::fill::{FillBuffer, Flush};
+use ichnos_buf::fill::{ErrnoGuard, FillBuffer, Flush};
 use ichnos_data::wire::{self, FrameHeader, EVENT_BYTES};
 
 use crate::channel::Channel;
@@ -69,16 +71,27 @@ extern "C" fn at_exit() {
     }
 }
 
-extern "C" fn on_crash(sig: libc::c_int) {
+extern "C" fn on_crash(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    let _errno = ErrnoGuard::save();
     if !SAVED_FOR_CRASH.swap(true, Ordering::SeqCst) {
         if let Some(buf) = crate::BUFFER.get() {
             save(buf);
         }
     }
     restore(sig);
+    // A fault comes back when its instruction runs again; a signal that
+    // was sent (kill, raise, sigqueue: si_code <= 0) does not, so it is
+    // sent again, to the handler put back. It is blocked until this
+    // handler returns.
+    // SAFETY: the kernel's siginfo for this delivery, read only.
+    if !info.is_null() && unsafe { (*info).si_code } <= 0 {
+        // SAFETY: raise is async-signal-safe.
+        unsafe { libc::raise(sig) };
+    }
 }
 
 extern "C" fn on_usr2(_sig: libc::c_int) {
+    let _errno = ErrnoGuard::save();
     if let Some(buf) = crate::BUFFER.get() {
         save(buf);
     }
@@ -104,13 +117,15 @@ fn restore(sig: libc::c_int) {
     }
 }
 
-fn handle(sig: libc::c_int, handler: extern "C" fn(libc::c_int)) {
+/// Installs `handler` (a plain one, or with `SA_SIGINFO` in `flags` one
+/// that takes the siginfo) for `sig`.
+fn handle(sig: libc::c_int, handler: usize, flags: libc::c_int) {
     // SAFETY: sigaction structs are plain data; the handler has the
-    // signature SA_SIGINFO-less handlers have.
+    // signature `flags` says.
     unsafe {
         let mut action: libc::sigaction = std::mem::zeroed();
-        action.sa_sigaction = handler as usize;
-        action.sa_flags = libc::SA_RESTART | libc::SA_ONSTACK;
+        action.sa_sigaction = handler;
+        action.sa_flags = libc::SA_RESTART | libc::SA_ONSTACK | flags;
         libc::sigemptyset(&raw mut action.sa_mask);
         let mut old: libc::sigaction = std::mem::zeroed();
         if libc::sigaction(sig, &raw const action, &raw mut old) == 0 {
@@ -121,10 +136,12 @@ fn handle(sig: libc::c_int, handler: extern "C" fn(libc::c_int)) {
 
 /// Installs the exit hook and the signal handlers.
 pub(crate) fn install() {
+    type Crash = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
+    type Plain = extern "C" fn(libc::c_int);
     for sig in CRASHES {
-        handle(sig, on_crash);
+        handle(sig, on_crash as Crash as usize, libc::SA_SIGINFO);
     }
-    handle(libc::SIGUSR2, on_usr2);
+    handle(libc::SIGUSR2, on_usr2 as Plain as usize, 0);
     // SAFETY: registering an exit hook.
     unsafe { libc::atexit(at_exit) };
 }

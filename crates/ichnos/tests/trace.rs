@@ -288,6 +288,25 @@ fn buffers_larger_than_the_default_shared_buffer_still_arrive() {
 }
 
 #[test]
+fn a_crash_signal_sent_by_the_program_still_ends_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "raise.c", &[]);
+    let out = trace(
+        dir.path(),
+        "t.data",
+        &["--ring", "4K"],
+        &[exe.to_str().unwrap()],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(128 + 11),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(calls(dir.path(), "t.data").get("step"), Some(&10));
+}
+
+#[test]
 fn a_ring_saved_twice_is_read_once() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "snapshot.c", &[]);

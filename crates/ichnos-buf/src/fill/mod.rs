@@ -572,10 +572,16 @@ impl<'a> IntoIterator for &'a RingRecords {
 
 /// Restores `errno` on drop: slow paths may run inside a signal handler,
 /// which must leave `errno` as the interrupted code had it.
-pub(crate) struct ErrnoGuard(i32);
+/// The thread's `errno`, put back when dropped: code that runs inside a
+/// signal handler (a buffer's write path, a flight recorder's save) must
+/// leave the interrupted code's `errno` as it found it.
+#[derive(Debug)]
+pub struct ErrnoGuard(i32);
 
 impl ErrnoGuard {
-    pub(crate) fn save() -> ErrnoGuard {
+    /// Keeps the thread's `errno` until the guard is dropped.
+    #[must_use]
+    pub fn save() -> ErrnoGuard {
         // SAFETY: __errno_location returns this thread's errno slot.
         ErrnoGuard(unsafe { *libc::__errno_location() })
     }
