@@ -114,14 +114,16 @@ impl<W: Write> Visitor for Printer<'_, W> {
         if !self.shown(tid) {
             return;
         }
-        self.open_pending(pid, tid);
         if self
             .short
             .as_ref()
             .is_some_and(|s| s.is_hidden(pid, tid, index))
         {
+            // A hidden call does not open its caller: a caller whose
+            // calls are all hidden prints as one line.
             return;
         }
+        self.open_pending(pid, tid);
         self.pending.insert((pid, tid), (function, depth));
     }
 

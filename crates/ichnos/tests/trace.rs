@@ -236,6 +236,27 @@ fn short_calls_are_hidden_by_the_time_filter() {
     assert!(filtered.is_empty(), "{filtered:?}");
     let some = replay(dir.path(), "t.data", &["-t", "1ns"]);
     assert_eq!(some.len(), all.len());
+    // Just above the longest leaf: every leaf is hidden, and a middle
+    // that is shown has no shown calls, so it prints as one line.
+    let longest_leaf = replay_lines(dir.path(), "t.data")
+        .iter()
+        .filter(|l| l.name == "leaf")
+        .map(|l| l.ns + l.precision)
+        .fold(0.0, f64::max);
+    let t = format!("{:.0}ns", longest_leaf.floor() + 1.0);
+    let filtered = replay(dir.path(), "t.data", &["-t", &t]);
+    assert!(
+        filtered.iter().all(|(_, f)| !f.contains("leaf")),
+        "{filtered:?}"
+    );
+    assert!(
+        filtered.iter().all(|(_, f)| !f.contains("middle() {")),
+        "{filtered:?}"
+    );
+    assert!(
+        filtered.iter().any(|(_, f)| f.trim().starts_with("top()")),
+        "{filtered:?}"
+    );
 }
 
 #[test]
