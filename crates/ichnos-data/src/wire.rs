@@ -39,6 +39,12 @@ pub mod event {
     pub const PROBE: u8 = 2;
     /// The value of the probe before it, in the ticks field.
     pub const VALUE: u8 = 3;
+    /// `setjmp`/`sigsetjmp` saved the thread's place; the address is the
+    /// `jmp_buf`'s.
+    pub const SETJMP: u8 = 4;
+    /// `longjmp`/`siglongjmp` goes back to a place; the address is the
+    /// `jmp_buf`'s.
+    pub const LONGJMP: u8 = 5;
 }
 
 /// The largest address or probe id an event holds (48 bits).

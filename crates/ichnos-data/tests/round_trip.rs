@@ -270,6 +270,11 @@ fn owned() -> impl Strategy<Value = Owned> {
                     match kind {
                         0 => CallEvent::Enter { ticks, function: x },
                         1 => CallEvent::Exit { ticks, function: x },
+                        3 => CallEvent::Jump {
+                            ticks,
+                            buffer: x >> 1,
+                            long: y & 1 != 0,
+                        },
                         _ => CallEvent::Probe {
                             ticks,
                             id: x,
@@ -289,7 +294,7 @@ fn call_events() -> impl Strategy<Value = Vec<(u64, u8, u64, u64)>> {
     proptest::collection::vec(
         (
             prop_oneof![0u64..300, 0u64..1 << 40],
-            0u8..3,
+            0u8..4,
             any::<u64>(),
             any::<u64>(),
         ),

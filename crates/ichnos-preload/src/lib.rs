@@ -24,6 +24,8 @@
 mod channel;
 mod clock;
 mod config;
+#[cfg(target_arch = "x86_64")]
+mod jump;
 mod ring;
 
 use std::cell::Cell;
@@ -49,6 +51,47 @@ static MAX_DEPTH: AtomicU32 = AtomicU32::new(u32::MAX);
 thread_local! {
     /// The thread's call depth, kept only under a depth limit.
     static DEPTH: Cell<u32> = const { Cell::new(0) };
+    /// The depth at the thread's newest `setjmp`s, by `jmp_buf` address
+    /// (0: a free slot), kept only under a depth limit.
+    static JUMP_DEPTHS: Cell<[(u64, u32); JUMP_PLACES]> = const { Cell::new([(0, 0); JUMP_PLACES]) };
+    /// The slot the next new `setjmp` place takes.
+    static JUMP_NEXT: Cell<usize> = const { Cell::new(0) };
+}
+
+/// `setjmp` places a thread remembers its depth at (the newest, in turn):
+/// a `longjmp` to one older than these leaves the depth as it is.
+const JUMP_PLACES: usize = 16;
+
+/// A `setjmp` filled `buffer`: under a depth limit, the depth is noted
+/// so that a `longjmp` back to it can put the depth back.
+pub(crate) fn note_jump_depth(buffer: u64) {
+    if MAX_DEPTH.load(Ordering::Relaxed) == u32::MAX || buffer == 0 {
+        return;
+    }
+    let depth = DEPTH.with(Cell::get);
+    let mut places = JUMP_DEPTHS.with(Cell::get);
+    let slot = places
+        .iter()
+        .position(|p| p.0 == buffer)
+        .unwrap_or_else(|| {
+            let next = JUMP_NEXT.with(Cell::get);
+            JUMP_NEXT.with(|n| n.set((next + 1) % JUMP_PLACES));
+            next
+        });
+    places[slot] = (buffer, depth);
+    JUMP_DEPTHS.with(|p| p.set(places));
+}
+
+/// A `longjmp` goes back to `buffer`: the calls since its `setjmp` will
+/// never exit, so the depth is what it was then (if that is known).
+pub(crate) fn restore_jump_depth(buffer: u64) {
+    if MAX_DEPTH.load(Ordering::Relaxed) == u32::MAX || buffer == 0 {
+        return;
+    }
+    let places = JUMP_DEPTHS.with(Cell::get);
+    if let Some(&(_, depth)) = places.iter().find(|p| p.0 == buffer) {
+        DEPTH.with(|d| d.set(depth));
+    }
 }
 
 /// Called when the recorder is found gone: the program runs on untraced.
@@ -62,6 +105,13 @@ pub(crate) fn recorder_gone() {
 fn record(kind: u8, address: u64) {
     if let Some(buf) = BUFFER.get() {
         let _ = buf.write(&wire::encode_event(clock::ticks(), kind, address));
+    }
+}
+
+/// Writes a marker event (a `setjmp`, a `longjmp`) when tracing is on.
+pub(crate) fn record_marker(kind: u8, address: u64) {
+    if ACTIVE.load(Ordering::Relaxed) {
+        record(kind, address);
     }
 }
 

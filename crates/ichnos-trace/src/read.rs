@@ -111,6 +111,9 @@ struct Thread {
     /// far: a later ring of the same thread (a snapshot, then the exit)
     /// holds these events again.
     ring_newest: Option<u64>,
+    /// `setjmp` places: the depth (open calls) at each, by `jmp_buf`
+    /// address.
+    jumps: FxHashMap<u64, usize>,
 }
 
 impl Trace {
@@ -255,6 +258,7 @@ impl Trace {
             if let (Some(seen), Some(first)) = (seen, calls.events.iter().next()) {
                 if first.ticks() > seen {
                     thread.stack.clear();
+                    thread.jumps.clear();
                 }
             }
             for event in calls.events.iter() {
@@ -286,25 +290,65 @@ fn step(thread: &mut Thread, pid: u32, tid: u32, event: CallEvent, visitor: &mut
             let Some(at) = thread.stack.iter().rposition(|o| o.function == function) else {
                 return;
             };
-            while thread.stack.len() > at {
-                let open = thread.stack.pop().expect("above at");
-                let depth = thread.stack.len();
-                // Calls whose exits were skipped end when the one below
-                // them returns.
-                let call = Call {
-                    function: open.function,
-                    enter: open.enter,
-                    exit: ticks.max(open.enter),
-                    depth,
-                    children: open.children,
-                    index: open.index,
-                };
-                if let Some(parent) = thread.stack.last_mut() {
-                    parent.children = parent.children.saturating_add(call.exit - call.enter);
-                }
-                visitor.exit(pid, tid, &call);
-            }
+            close_above(thread, pid, tid, at, ticks, visitor);
         }
         CallEvent::Probe { ticks, id, value } => visitor.probe(pid, tid, ticks, id, value),
+        CallEvent::Jump {
+            buffer,
+            long: false,
+            ..
+        } => {
+            // Bounded: a program keeps few jmp_bufs; the oldest go first.
+            if thread.jumps.len() >= MAX_JUMPS && !thread.jumps.contains_key(&buffer) {
+                thread.jumps.clear();
+            }
+            thread.jumps.insert(buffer, thread.stack.len());
+        }
+        CallEvent::Jump {
+            ticks,
+            buffer,
+            long: true,
+        } => {
+            // The calls entered since the setjmp end here; a jmp_buf
+            // never set (or set deeper than the stack now is) changes
+            // nothing.
+            if let Some(&depth) = thread.jumps.get(&buffer) {
+                close_above(thread, pid, tid, depth, ticks, visitor);
+            }
+        }
     }
 }
+
+/// Closes the thread's open calls from the innermost down to depth `at`,
+/// at `ticks` (those whose exits were skipped end when the one below
+/// them returns).
+fn close_above(
+    thread: &mut Thread,
+    pid: u32,
+    tid: u32,
+    at: usize,
+    ticks: u64,
+    visitor: &mut dyn Visitor,
+) {
+    while thread.stack.len() > at {
+        let Some(open) = thread.stack.pop() else {
+            return;
+        };
+        let depth = thread.stack.len();
+        let call = Call {
+            function: open.function,
+            enter: open.enter,
+            exit: ticks.max(open.enter),
+            depth,
+            children: open.children,
+            index: open.index,
+        };
+        if let Some(parent) = thread.stack.last_mut() {
+            parent.children = parent.children.saturating_add(call.exit - call.enter);
+        }
+        visitor.exit(pid, tid, &call);
+    }
+}
+
+/// `setjmp` places kept per thread at most.
+const MAX_JUMPS: usize = 1024;

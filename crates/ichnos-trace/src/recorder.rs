@@ -674,6 +674,11 @@ fn frame(conn: &mut Conn, out: &mut Out, h: &FrameHeader, body: &[u8]) -> Result
                 });
             }
             event::PROBE => probe = Some((ticks, address)),
+            event::SETJMP | event::LONGJMP => events.push(CallEvent::Jump {
+                ticks,
+                buffer: address,
+                long: kind == event::LONGJMP,
+            }),
             _ => {}
         }
     }

@@ -130,11 +130,17 @@ fn replay_and_totals_follow_the_known_call_structure() {
             "    } /* middle */",
         ]);
     }
-    expected.push("  } /* top */");
-    assert_eq!(lines[..expected.len()], expected[..], "{lines:#?}");
-    // longjmp skipped the exits of deep and jumper: main's exit closes
-    // them, and main ends at depth 0.
-    assert_eq!(lines.last().unwrap(), "} /* main */", "{lines:#?}");
+    // longjmp skipped the exits of deep and jumper: both end at the
+    // longjmp, and after_jump runs in main again.
+    expected.extend([
+        "  } /* top */",
+        "  jumper() {",
+        "    deep();",
+        "  } /* jumper */",
+        "  after_jump();",
+        "} /* main */",
+    ]);
+    assert_eq!(lines, expected, "{lines:#?}");
     let counts = calls(dir.path(), "t.data");
     for (name, n) in [
         ("main", 1),
@@ -147,6 +153,41 @@ fn replay_and_totals_follow_the_known_call_structure() {
     ] {
         assert_eq!(counts.get(name), Some(&n), "{name}: {counts:?}");
     }
+}
+
+#[test]
+fn a_depth_limit_keeps_the_shallow_calls_and_survives_a_longjmp() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "calls.c", &[]);
+    let out = trace(
+        dir.path(),
+        "t.data",
+        &["-D", "2"],
+        &[exe.to_str().unwrap(), "2"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<String> = replay(dir.path(), "t.data", &[])
+        .into_iter()
+        .map(|(_, f)| f)
+        .collect();
+    // Depth 1 and 2 only: middle, leaf and deep are deeper. The longjmp
+    // out of deep skipped two exits; were the depth not put back to
+    // main's, after_jump would count as depth 4 and be left out.
+    assert_eq!(
+        lines,
+        [
+            "main() {",
+            "  top();",
+            "  jumper();",
+            "  after_jump();",
+            "} /* main */"
+        ],
+        "{lines:#?}"
+    );
 }
 
 #[test]
@@ -680,16 +721,17 @@ fn folded_stacks_weigh_each_path_by_its_self_time() {
         let (path, ns) = l.rsplit_once(' ').unwrap();
         by_path.insert(path.to_owned(), ns.parse().unwrap());
     }
-    // The paths the source makes, rooted at the thread.
-    // (after_jump runs after a longjmp out of deep: until setjmp and
-    // longjmp are followed, it shows under deep, as in the replay.)
+    // The paths the source makes, rooted at the thread (after_jump runs
+    // in main, after a longjmp out of deep).
     for path in [
         "calls;main;top;middle;leaf",
         "calls;main;top;middle",
         "calls;main;jumper;deep",
+        "calls;main;after_jump",
     ] {
         assert!(by_path.contains_key(path), "{path} in {text}");
     }
+    assert!(!text.contains("deep;after_jump"), "{text}");
     assert!(
         !text.lines().any(|l| l.contains("leaf;")),
         "leaf calls nothing: {text}"

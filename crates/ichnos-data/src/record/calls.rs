@@ -32,6 +32,17 @@ pub enum CallEvent {
         /// Its value.
         value: u64,
     },
+    /// `setjmp` saved the thread's place into `buffer` (`long` false), or
+    /// `longjmp` went back to the place `buffer` holds (`long` true): the
+    /// calls entered since the `setjmp` ended without exits.
+    Jump {
+        /// When.
+        ticks: u64,
+        /// The `jmp_buf`'s address (below 2^63).
+        buffer: u64,
+        /// A `longjmp`, not a `setjmp`.
+        long: bool,
+    },
 }
 
 impl CallEvent {
@@ -41,7 +52,8 @@ impl CallEvent {
         match *self {
             CallEvent::Enter { ticks, .. }
             | CallEvent::Exit { ticks, .. }
-            | CallEvent::Probe { ticks, .. } => ticks,
+            | CallEvent::Probe { ticks, .. }
+            | CallEvent::Jump { ticks, .. } => ticks,
         }
     }
 }
@@ -87,6 +99,11 @@ impl<'a> CallEvents<'a> {
             match head & 3 {
                 0 => CallEvent::Enter { ticks, function: a },
                 1 => CallEvent::Exit { ticks, function: a },
+                3 => CallEvent::Jump {
+                    ticks,
+                    buffer: a >> 1,
+                    long: a & 1 != 0,
+                },
                 _ => CallEvent::Probe {
                     ticks,
                     id: a,
@@ -159,6 +176,7 @@ impl CallsOut<'_> {
                 CallEvent::Enter { function, .. } => (0, function),
                 CallEvent::Exit { function, .. } => (1, function),
                 CallEvent::Probe { id, .. } => (2, id),
+                CallEvent::Jump { buffer, long, .. } => (3, (buffer << 1) | u64::from(long)),
             };
             put_u(b, (delta << 2) | kind);
             put_u(b, a);
@@ -197,13 +215,7 @@ impl<'a> Calls<'a> {
         for _ in 0..count {
             let head = b.u("event")?;
             b.u("event")?;
-            if head & 3 >= 2 {
-                if head & 3 == 3 {
-                    return Err(BodyError::BadValue {
-                        field: "event",
-                        value: 3,
-                    });
-                }
+            if head & 3 == 2 {
                 b.u("probe value")?;
             }
         }
