@@ -52,7 +52,7 @@ fn real(which: usize) -> usize {
 /// the real function.
 extern "C" fn on_setjmp(env: *mut c_void, which: usize) -> usize {
     let buffer = env as u64 & MAX_ADDRESS;
-    crate::note_jump_depth(buffer);
+    crate::scope::note_jump(buffer);
     crate::record_marker(event::SETJMP, buffer);
     real(which)
 }
@@ -100,7 +100,7 @@ macro_rules! longjmp_wrapper {
         #[no_mangle]
         pub unsafe extern "C" fn $name(env: *mut c_void, value: c_int) -> ! {
             let buffer = env as u64 & MAX_ADDRESS;
-            crate::restore_jump_depth(buffer);
+            crate::scope::back_to_jump(buffer);
             crate::record_marker(event::LONGJMP, buffer);
             let address = real($which);
             // SAFETY: the address dlsym gave for this very function of

@@ -27,10 +27,10 @@ mod config;
 #[cfg(target_arch = "x86_64")]
 mod jump;
 mod ring;
+mod scope;
 
-use std::cell::Cell;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 use ichnos_buf::fill::{FillBuffer, Flush, FlushReason};
@@ -45,55 +45,6 @@ static ACTIVE: AtomicBool = AtomicBool::new(false);
 static BUFFER: OnceLock<FillBuffer> = OnceLock::new();
 /// The settings the process started with (for the child of a fork).
 static CONFIG: OnceLock<Config> = OnceLock::new();
-/// Calls deeper than this are not traced (`-D`); `u32::MAX`: no limit.
-static MAX_DEPTH: AtomicU32 = AtomicU32::new(u32::MAX);
-
-thread_local! {
-    /// The thread's call depth, kept only under a depth limit.
-    static DEPTH: Cell<u32> = const { Cell::new(0) };
-    /// The depth at the thread's newest `setjmp`s, by `jmp_buf` address
-    /// (0: a free slot), kept only under a depth limit.
-    static JUMP_DEPTHS: Cell<[(u64, u32); JUMP_PLACES]> = const { Cell::new([(0, 0); JUMP_PLACES]) };
-    /// The slot the next new `setjmp` place takes.
-    static JUMP_NEXT: Cell<usize> = const { Cell::new(0) };
-}
-
-/// `setjmp` places a thread remembers its depth at (the newest, in turn):
-/// a `longjmp` to one older than these leaves the depth as it is.
-const JUMP_PLACES: usize = 16;
-
-/// A `setjmp` filled `buffer`: under a depth limit, the depth is noted
-/// so that a `longjmp` back to it can put the depth back.
-pub(crate) fn note_jump_depth(buffer: u64) {
-    if MAX_DEPTH.load(Ordering::Relaxed) == u32::MAX || buffer == 0 {
-        return;
-    }
-    let depth = DEPTH.with(Cell::get);
-    let mut places = JUMP_DEPTHS.with(Cell::get);
-    let slot = places
-        .iter()
-        .position(|p| p.0 == buffer)
-        .unwrap_or_else(|| {
-            let next = JUMP_NEXT.with(Cell::get);
-            JUMP_NEXT.with(|n| n.set((next + 1) % JUMP_PLACES));
-            next
-        });
-    places[slot] = (buffer, depth);
-    JUMP_DEPTHS.with(|p| p.set(places));
-}
-
-/// A `longjmp` goes back to `buffer`: the calls since its `setjmp` will
-/// never exit, so the depth is what it was then (if that is known).
-pub(crate) fn restore_jump_depth(buffer: u64) {
-    if MAX_DEPTH.load(Ordering::Relaxed) == u32::MAX || buffer == 0 {
-        return;
-    }
-    let places = JUMP_DEPTHS.with(Cell::get);
-    if let Some(&(_, depth)) = places.iter().find(|p| p.0 == buffer) {
-        DEPTH.with(|d| d.set(depth));
-    }
-}
-
 /// Called when the recorder is found gone: the program runs on untraced.
 pub(crate) fn recorder_gone() {
     ACTIVE.store(false, Ordering::Relaxed);
@@ -115,40 +66,10 @@ pub(crate) fn record_marker(kind: u8, address: u64) {
     }
 }
 
-/// Whether an entry at the thread's next depth is traced (and the depth
-/// is counted).
-#[inline(always)]
-#[allow(clippy::inline_always)]
-fn enter_depth() -> bool {
-    let max = MAX_DEPTH.load(Ordering::Relaxed);
-    if max == u32::MAX {
-        return true;
-    }
-    DEPTH.with(|d| {
-        let depth = d.get().saturating_add(1);
-        d.set(depth);
-        depth <= max
-    })
-}
-
-#[inline(always)]
-#[allow(clippy::inline_always)]
-fn exit_depth() -> bool {
-    let max = MAX_DEPTH.load(Ordering::Relaxed);
-    if max == u32::MAX {
-        return true;
-    }
-    DEPTH.with(|d| {
-        let depth = d.get();
-        d.set(depth.saturating_sub(1));
-        depth <= max && depth > 0
-    })
-}
-
 /// The entry hook of `-finstrument-functions`.
 #[no_mangle]
 pub extern "C" fn __cyg_profile_func_enter(this_fn: *mut c_void, _call_site: *mut c_void) {
-    if ACTIVE.load(Ordering::Relaxed) && enter_depth() {
+    if ACTIVE.load(Ordering::Relaxed) && scope::enter(this_fn as u64) {
         record(event::ENTER, this_fn as u64);
     }
 }
@@ -156,7 +77,7 @@ pub extern "C" fn __cyg_profile_func_enter(this_fn: *mut c_void, _call_site: *mu
 /// The exit hook of `-finstrument-functions`.
 #[no_mangle]
 pub extern "C" fn __cyg_profile_func_exit(this_fn: *mut c_void, _call_site: *mut c_void) {
-    if ACTIVE.load(Ordering::Relaxed) && exit_depth() {
+    if ACTIVE.load(Ordering::Relaxed) && scope::exit(this_fn as u64) {
         record(event::EXIT, this_fn as u64);
     }
 }
@@ -300,9 +221,8 @@ fn start() {
             return;
         }
     };
-    if let Some(depth) = config.depth {
-        MAX_DEPTH.store(depth.min(u32::MAX - 1), Ordering::Relaxed);
-    }
+    let (only, not) = config.filters();
+    scope::configure(config.depth, only, not);
     let ring = config.ring.is_some();
     let _ = BUFFER.set(buffer);
     let _ = CONFIG.set(config);

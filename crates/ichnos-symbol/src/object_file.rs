@@ -512,6 +512,17 @@ fn has_dwarf(file: &object::File<'_>) -> bool {
         .is_some_and(|s| s.size() > 0)
 }
 
+/// The function symbols the file at `path` defines (its own symbol
+/// tables, no debug file): [`function_symbols`].
+pub(crate) fn defined_functions(path: &Path) -> Result<Vec<Sym>, SymbolError> {
+    let bytes = map(path)?;
+    let file = object::File::parse(&*bytes).map_err(|e| SymbolError::BadObject {
+        path: path.to_path_buf(),
+        source: e,
+    })?;
+    Ok(function_symbols(&file))
+}
+
 /// Function symbols of `.symtab` and `.dynsym`, sorted, one per address
 /// (the first name seen wins, as `.symtab` is read first).
 fn function_symbols(file: &object::File<'_>) -> Vec<Sym> {

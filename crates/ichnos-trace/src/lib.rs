@@ -17,6 +17,7 @@
 
 mod clock;
 pub mod export;
+mod filter;
 mod read;
 mod recorder;
 pub mod replay;
@@ -25,5 +26,6 @@ mod sys;
 pub mod totals;
 
 pub use clock::tsc_is_invariant;
+pub use filter::FilterError;
 pub use read::{Call, Function, Trace, TraceReadError};
 pub use recorder::{trace, TraceError, TraceOptions, TraceSummary};

@@ -26,6 +26,7 @@ use ichnos_profile::launch::{self, LaunchError};
 use ichnos_profile::ExitStatus;
 use rustc_hash::{FxHashMap, FxHashSet};
 
+use crate::filter::{self, FilterError};
 use crate::{clock, socket, sys};
 
 /// How often the clock is read into the recording while tracing.
@@ -60,6 +61,11 @@ pub struct TraceOptions {
     pub ring: Option<u64>,
     /// Deepest call depth traced (`-D`).
     pub depth: Option<u32>,
+    /// Trace only the calls inside functions these patterns name (`-F`).
+    pub only: Vec<String>,
+    /// Leave out the functions these patterns name, and their calls
+    /// (`-N`).
+    pub not: Vec<String>,
     /// Use `CLOCK_MONOTONIC` even where the TSC is invariant.
     pub monotonic: bool,
 }
@@ -122,6 +128,9 @@ pub enum TraceError {
     /// The recorder's socket could not be set up.
     #[error("cannot set up the recorder's socket: {0}")]
     Socket(io::Error),
+    /// A function filter could not be resolved.
+    #[error(transparent)]
+    Filter(#[from] FilterError),
 }
 
 /// One traced process (one connection: a process between two execs).
@@ -173,6 +182,7 @@ impl Out {
 /// `stop` (set by Ctrl-C) passes SIGINT on to the command.
 pub fn trace(options: &TraceOptions, stop: &AtomicBool) -> Result<TraceSummary, TraceError> {
     let program = launch::resolve(options.command.first().ok_or(LaunchError::Empty)?)?;
+    let filters = filter::resolve(&program, &options.only, &options.not)?;
     if !options.preload.is_file() {
         return Err(TraceError::NoRuntime {
             path: options.preload.clone(),
@@ -183,7 +193,8 @@ pub fn trace(options: &TraceOptions, stop: &AtomicBool) -> Result<TraceSummary, 
     let listener = socket::listen(&sock_path).map_err(TraceError::Socket)?;
     let tsc = !options.monotonic && clock::tsc_is_invariant();
     let mut out = open_output(&options.output, options, tsc)?;
-    let env = runtime_env(options, &sock_path, tsc);
+    let mut env = runtime_env(options, &sock_path, tsc);
+    env.extend(filters.env());
     clock_reading(&mut out)?;
     sys::become_subreaper();
     let started = Instant::now();

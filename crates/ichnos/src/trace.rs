@@ -31,6 +31,14 @@ pub struct TraceArgs {
     /// Trace calls only this many levels deep.
     #[arg(short = 'D', long = "depth", value_name = "DEPTH")]
     depth: Option<u32>,
+    /// Trace only the calls inside FUNC and the calls it makes (repeat for
+    /// more; `*` matches any characters; the executable's functions).
+    #[arg(short = 'F', long = "filter", value_name = "FUNC")]
+    filter: Vec<String>,
+    /// Leave out FUNC and the calls it makes (repeat for more; `*`
+    /// matches any characters; the executable's functions).
+    #[arg(short = 'N', long = "notrace", value_name = "FUNC")]
+    notrace: Vec<String>,
     /// Time with `CLOCK_MONOTONIC` even where the TSC is invariant.
     #[arg(long)]
     monotonic: bool,
@@ -83,6 +91,8 @@ pub fn trace(args: &TraceArgs, quiet: bool) -> Result<u8> {
         buffer: args.buffer,
         ring: args.ring,
         depth: args.depth,
+        only: args.filter.clone(),
+        not: args.notrace.clone(),
         monotonic: args.monotonic,
     };
     let stop = ichnos_profile::catch_stop_signals();

@@ -190,6 +190,81 @@ fn a_depth_limit_keeps_the_shallow_calls_and_survives_a_longjmp() {
     );
 }
 
+/// The replay's lines of calls.c traced with `args`.
+fn calls_traced_with(args: &[&str]) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "calls.c", &[]);
+    let out = trace(dir.path(), "t.data", args, &[exe.to_str().unwrap(), "2"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    replay(dir.path(), "t.data", &[])
+        .into_iter()
+        .map(|(_, f)| f)
+        .collect()
+}
+
+#[test]
+fn function_filters_keep_the_calls_inside_or_leave_them_out() {
+    // -F: middle and what it calls, and nothing around it.
+    let middle = [
+        "middle() {",
+        "  leaf();",
+        "  leaf();",
+        "  leaf();",
+        "} /* middle */",
+    ];
+    let lines = calls_traced_with(&["-F", "middle"]);
+    assert_eq!(lines, [middle, middle].concat(), "{lines:#?}");
+    // -N: top and everything under it gone; `jump*` names jumper (not
+    // after_jump), and deep goes with it. The longjmp out of deep skipped
+    // jumper's exit: after it, the runtime is out of jumper again and
+    // traces after_jump.
+    let lines = calls_traced_with(&["-N", "top", "-N", "jump*"]);
+    assert_eq!(
+        lines,
+        ["main() {", "  after_jump();", "} /* main */"],
+        "{lines:#?}"
+    );
+    // -F jumper: the longjmp out of deep leaves jumper without its exit;
+    // the runtime is back outside jumper after it, so after_jump, called
+    // from main, is not traced.
+    let lines = calls_traced_with(&["-F", "jumper"]);
+    assert_eq!(
+        lines,
+        ["jumper() {", "  deep();", "} /* jumper */"],
+        "{lines:#?}"
+    );
+}
+
+#[test]
+fn a_function_filter_that_names_nothing_is_refused_before_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "calls.c", &[]);
+    let out = trace(
+        dir.path(),
+        "t.data",
+        &["-F", "no_such_function"],
+        &[exe.to_str().unwrap(), "2"],
+    );
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("-F no_such_function")
+            && stderr.contains("defines no function of that name"),
+        "{stderr}"
+    );
+    // Before the run: the program printed nothing, no recording was made.
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(!dir.path().join("t.data").exists());
+}
+
 #[test]
 fn threads_forks_and_signal_handlers_are_each_traced_in_full() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,0 +1,157 @@
+//! Which calls are traced: the depth limit (`-D`) and the function
+//! filters (`-F` traces only the calls inside the functions named, `-N`
+//! leaves out the functions named and the calls they make), kept per
+//! thread as counters, and put back at a `longjmp` (whose skipped exits
+//! would leave them counting calls that are gone).
+//!
+//! Without a limit or a filter the hooks pay one relaxed load each; the
+//! counters are kept only when there is one.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::OnceLock;
+
+/// Calls deeper than this are not traced (`-D`); `u32::MAX`: no limit.
+static MAX_DEPTH: AtomicU32 = AtomicU32::new(u32::MAX);
+/// Function filters are set.
+static FILTERED: AtomicBool = AtomicBool::new(false);
+/// The run-time addresses of the `-F` and `-N` functions, sorted.
+static ONLY: OnceLock<Box<[u64]>> = OnceLock::new();
+static NOT: OnceLock<Box<[u64]>> = OnceLock::new();
+
+/// A thread's place in the scope: its traced depth, the `-F` functions
+/// it is inside, the `-N` functions it is inside.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Place {
+    depth: u32,
+    inside: u32,
+    hidden: u32,
+}
+
+/// `setjmp` places a thread remembers its scope at (the newest, in
+/// turn): a `longjmp` to an older one leaves the counters as they are.
+const JUMP_PLACES: usize = 16;
+
+thread_local! {
+    static PLACE: Cell<Place> = const { Cell::new(Place { depth: 0, inside: 0, hidden: 0 }) };
+    /// By `jmp_buf` address (0: a free slot).
+    static JUMPS: Cell<[(u64, Place); JUMP_PLACES]> =
+        const { Cell::new([(0, Place { depth: 0, inside: 0, hidden: 0 }); JUMP_PLACES]) };
+    /// The slot the next new place takes.
+    static JUMP_NEXT: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Sets the depth limit and the filters (run-time addresses), once, at
+/// the start.
+pub(crate) fn configure(depth: Option<u32>, mut only: Vec<u64>, mut not: Vec<u64>) {
+    if let Some(depth) = depth {
+        MAX_DEPTH.store(depth.min(u32::MAX - 1), Ordering::Relaxed);
+    }
+    if only.is_empty() && not.is_empty() {
+        return;
+    }
+    only.sort_unstable();
+    not.sort_unstable();
+    let _ = ONLY.set(only.into_boxed_slice());
+    let _ = NOT.set(not.into_boxed_slice());
+    FILTERED.store(true, Ordering::Relaxed);
+}
+
+fn has(set: &OnceLock<Box<[u64]>>, function: u64) -> bool {
+    set.get()
+        .is_some_and(|s| !s.is_empty() && s.binary_search(&function).is_ok())
+}
+
+/// Whether the place is traced: inside no `-N` function and, where there
+/// are `-F` functions, inside one.
+fn shown(p: Place) -> bool {
+    p.hidden == 0 && (p.inside > 0 || ONLY.get().is_none_or(|s| s.is_empty()))
+}
+
+/// The entry of `function`: whether it is traced.
+#[inline(always)]
+#[allow(clippy::inline_always)] // on every traced call
+pub(crate) fn enter(function: u64) -> bool {
+    let max = MAX_DEPTH.load(Ordering::Relaxed);
+    let filtered = FILTERED.load(Ordering::Relaxed);
+    if max == u32::MAX && !filtered {
+        return true;
+    }
+    PLACE.with(|cell| {
+        let mut p = cell.get();
+        if filtered {
+            p.hidden = p.hidden.saturating_add(u32::from(has(&NOT, function)));
+            p.inside = p.inside.saturating_add(u32::from(has(&ONLY, function)));
+            if !shown(p) {
+                cell.set(p);
+                return false;
+            }
+        }
+        p.depth = p.depth.saturating_add(1);
+        cell.set(p);
+        p.depth <= max
+    })
+}
+
+/// The exit of `function`: whether it is traced (its entry was).
+#[inline(always)]
+#[allow(clippy::inline_always)]
+pub(crate) fn exit(function: u64) -> bool {
+    let max = MAX_DEPTH.load(Ordering::Relaxed);
+    let filtered = FILTERED.load(Ordering::Relaxed);
+    if max == u32::MAX && !filtered {
+        return true;
+    }
+    PLACE.with(|cell| {
+        let mut p = cell.get();
+        let traced = !filtered || shown(p);
+        if filtered {
+            p.hidden = p.hidden.saturating_sub(u32::from(has(&NOT, function)));
+            p.inside = p.inside.saturating_sub(u32::from(has(&ONLY, function)));
+        }
+        if !traced {
+            cell.set(p);
+            return false;
+        }
+        let depth = p.depth;
+        p.depth = depth.saturating_sub(1);
+        cell.set(p);
+        depth <= max && depth > 0
+    })
+}
+
+fn scoped() -> bool {
+    MAX_DEPTH.load(Ordering::Relaxed) != u32::MAX || FILTERED.load(Ordering::Relaxed)
+}
+
+/// A `setjmp` filled `buffer`: the thread's place is noted, so that a
+/// `longjmp` back to it can put it back.
+pub(crate) fn note_jump(buffer: u64) {
+    if !scoped() || buffer == 0 {
+        return;
+    }
+    let now = PLACE.with(Cell::get);
+    let mut places = JUMPS.with(Cell::get);
+    let slot = places
+        .iter()
+        .position(|p| p.0 == buffer)
+        .unwrap_or_else(|| {
+            let next = JUMP_NEXT.with(Cell::get);
+            JUMP_NEXT.with(|n| n.set((next + 1) % JUMP_PLACES));
+            next
+        });
+    places[slot] = (buffer, now);
+    JUMPS.with(|p| p.set(places));
+}
+
+/// A `longjmp` goes back to `buffer`: the calls since its `setjmp` will
+/// never exit, so the thread's place is what it was then (if known).
+pub(crate) fn back_to_jump(buffer: u64) {
+    if !scoped() || buffer == 0 {
+        return;
+    }
+    let places = JUMPS.with(Cell::get);
+    if let Some(&(_, place)) = places.iter().find(|p| p.0 == buffer) {
+        PLACE.with(|p| p.set(place));
+    }
+}

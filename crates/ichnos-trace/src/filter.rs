@@ -1,0 +1,210 @@
+//! Function filters (`-F` traces only the calls inside the functions
+//! named, `-N` leaves out the functions named and the calls they make),
+//! resolved to addresses of the program's executable before it runs.
+//!
+//! A pattern names a function as the symbol table spells it, as it reads
+//! demangled, or (C++) demangled without its parameters; `*` in a
+//! pattern stands for any run of characters. Only the executable's own
+//! functions are resolved: the runtime applies the addresses to the
+//! program they were resolved for (same device and inode), and a program
+//! it execs into is traced whole.
+
+use std::ffi::OsString;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use ichnos_symbol::{functions_of, FunctionSymbol, SymbolError};
+
+/// Why the filters could not be resolved.
+#[derive(Debug, thiserror::Error)]
+pub enum FilterError {
+    /// The executable's symbols could not be read.
+    #[error("cannot read the functions of {}", path.display())]
+    Symbols {
+        /// The executable.
+        path: PathBuf,
+        /// Why.
+        source: SymbolError,
+    },
+    /// The executable could not be looked at.
+    #[error("cannot read {}: {source}", path.display())]
+    Stat {
+        /// The executable.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A pattern names no function of the executable.
+    #[error("{flag} {pattern}: {} defines no function of that name", path.display())]
+    NoMatch {
+        /// `-F` or `-N`.
+        flag: &'static str,
+        /// The pattern.
+        pattern: String,
+        /// The executable.
+        path: PathBuf,
+    },
+}
+
+/// The filters as the runtime takes them: environment variables.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Resolved {
+    /// Link-time addresses of the `-F` functions, sorted.
+    pub only: Vec<u64>,
+    /// Link-time addresses of the `-N` functions, sorted.
+    pub not: Vec<u64>,
+    /// The executable's device and inode.
+    pub program: (u64, u64),
+}
+
+impl Resolved {
+    /// The variables that hand the filters to the runtime (none without
+    /// filters).
+    pub(crate) fn env(&self) -> Vec<(OsString, OsString)> {
+        if self.only.is_empty() && self.not.is_empty() {
+            return Vec::new();
+        }
+        let list = |a: &[u64]| {
+            OsString::from(
+                a.iter()
+                    .map(|x| format!("{x:x}"))
+                    .collect::<Vec<_>>()
+                    .join(","),
+            )
+        };
+        vec![
+            (OsString::from("ICHNOS_TRACE_ONLY"), list(&self.only)),
+            (OsString::from("ICHNOS_TRACE_NOT"), list(&self.not)),
+            (
+                OsString::from("ICHNOS_TRACE_FILTER_FOR"),
+                OsString::from(format!("{}:{}", self.program.0, self.program.1)),
+            ),
+        ]
+    }
+}
+
+/// Resolves `only` (`-F`) and `not` (`-N`) against the executable at
+/// `path`; every pattern must name at least one function.
+pub(crate) fn resolve(
+    path: &Path,
+    only: &[String],
+    not: &[String],
+) -> Result<Resolved, FilterError> {
+    if only.is_empty() && not.is_empty() {
+        return Ok(Resolved::default());
+    }
+    let meta = std::fs::metadata(path).map_err(|source| FilterError::Stat {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let functions = functions_of(path).map_err(|source| FilterError::Symbols {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let addresses = |flag: &'static str, patterns: &[String]| {
+        let mut out = Vec::new();
+        for pattern in patterns {
+            let before = out.len();
+            out.extend(
+                functions
+                    .iter()
+                    .filter(|f| names(f, pattern))
+                    .map(|f| f.address),
+            );
+            if out.len() == before {
+                return Err(FilterError::NoMatch {
+                    flag,
+                    pattern: pattern.clone(),
+                    path: path.to_path_buf(),
+                });
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        Ok(out)
+    };
+    Ok(Resolved {
+        only: addresses("-F", only)?,
+        not: addresses("-N", not)?,
+        program: (meta.dev(), meta.ino()),
+    })
+}
+
+/// Whether `pattern` names `f`: its symbol, its demangled name, or that
+/// name without its parameters.
+fn names(f: &FunctionSymbol, pattern: &str) -> bool {
+    if glob(pattern, &f.name) {
+        return true;
+    }
+    let Some(demangled) = &f.demangled else {
+        return false;
+    };
+    glob(pattern, demangled)
+        || demangled
+            .find('(')
+            .is_some_and(|open| glob(pattern, &demangled[..open]))
+}
+
+/// `pattern` matches all of `text`, `*` standing for any run of
+/// characters (the classic two-pointer walk: linear with one `*` to go
+/// back to, quadratic at worst, on names of a few hundred bytes).
+fn glob(pattern: &str, text: &str) -> bool {
+    let (p, t) = (pattern.as_bytes(), text.as_bytes());
+    let (mut i, mut j) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while j < t.len() {
+        if i < p.len() && p[i] == b'*' {
+            star = Some((i, j));
+            i += 1;
+        } else if i < p.len() && p[i] == t[j] {
+            i += 1;
+            j += 1;
+        } else if let Some((si, sj)) = star {
+            i = si + 1;
+            j = sj + 1;
+            star = Some((si, sj + 1));
+        } else {
+            return false;
+        }
+    }
+    p[i..].iter().all(|&c| c == b'*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f(name: &str, demangled: Option<&str>) -> FunctionSymbol {
+        FunctionSymbol {
+            address: 0,
+            size: 1,
+            name: name.to_owned(),
+            demangled: demangled.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn a_glob_matches_whole_names_only() {
+        assert!(glob("leaf", "leaf"));
+        assert!(!glob("leaf", "leafy"));
+        assert!(!glob("leaf", "a_leaf"));
+        assert!(glob("*leaf", "a_leaf"));
+        assert!(glob("le*", "leaf"));
+        assert!(glob("l*a*f", "lxxaxxf"));
+        assert!(!glob("l*a*f", "lxxaxxg"));
+        assert!(glob("*", ""));
+        assert!(!glob("a", ""));
+        assert!(glob("a**b", "ab"));
+    }
+
+    #[test]
+    fn a_cxx_function_is_named_with_or_without_its_parameters() {
+        let g = f("_ZN2ns7throwerEi", Some("ns::thrower(int)"));
+        assert!(names(&g, "ns::thrower"));
+        assert!(names(&g, "ns::thrower(int)"));
+        assert!(names(&g, "_ZN2ns7throwerEi"));
+        assert!(names(&g, "ns::*"));
+        assert!(!names(&g, "thrower"));
+        assert!(names(&g, "*thrower"));
+    }
+}
