@@ -21,6 +21,8 @@ pub(crate) mod var {
     pub const ONLY: &str = "ICHNOS_TRACE_ONLY";
     /// `-N`: the executable's functions left out, with their calls.
     pub const NOT: &str = "ICHNOS_TRACE_NOT";
+    /// `-t`: calls shorter than this many ticks are left out.
+    pub const MIN_TICKS: &str = "ICHNOS_TRACE_MIN_TICKS";
     /// `DEV:INODE` of the executable the filters were resolved for.
     pub const FILTER_FOR: &str = "ICHNOS_TRACE_FILTER_FOR";
 }
@@ -38,6 +40,8 @@ pub(crate) struct Config {
     pub shared: usize,
     pub ring: Option<usize>,
     pub depth: Option<u32>,
+    /// Calls shorter than this many ticks are left out (`-t`).
+    pub min_ticks: Option<u64>,
     /// `-F` and `-N` addresses (link-time), and the executable they are of.
     pub only: Vec<u64>,
     pub not: Vec<u64>,
@@ -82,6 +86,7 @@ impl Config {
             shared: shared as usize,
             ring: ring.map(|n| n as usize),
             depth: number(var::DEPTH).map(|d| d.min(u64::from(u32::MAX)) as u32),
+            min_ticks: number(var::MIN_TICKS).filter(|&t| t > 0),
             only: addresses(var::ONLY),
             not: addresses(var::NOT),
             filter_for: std::env::var(var::FILTER_FOR).ok().and_then(|v| {

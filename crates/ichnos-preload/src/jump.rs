@@ -100,8 +100,10 @@ macro_rules! longjmp_wrapper {
         #[no_mangle]
         pub unsafe extern "C" fn $name(env: *mut c_void, value: c_int) -> ! {
             let buffer = env as u64 & MAX_ADDRESS;
-            crate::scope::back_to_jump(buffer);
+            // The event first: the entries the time filter holds are
+            // written before it, and the reader closes them at it.
             crate::record_marker(event::LONGJMP, buffer);
+            crate::scope::back_to_jump(buffer);
             let address = real($which);
             // SAFETY: the address dlsym gave for this very function of
             // the C library, which has this signature.

@@ -28,6 +28,7 @@ mod config;
 mod jump;
 mod ring;
 mod scope;
+mod short;
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -54,14 +55,23 @@ pub(crate) fn recorder_gone() {
 #[inline(always)]
 #[allow(clippy::inline_always)] // the whole cost of a traced call
 fn record(kind: u8, address: u64) {
+    record_at(clock::ticks(), kind, address);
+}
+
+/// Writes one event that happened at `ticks` into the thread's buffer.
+#[inline(always)]
+#[allow(clippy::inline_always)]
+pub(crate) fn record_at(ticks: u64, kind: u8, address: u64) {
     if let Some(buf) = BUFFER.get() {
-        let _ = buf.write(&wire::encode_event(clock::ticks(), kind, address));
+        let _ = buf.write(&wire::encode_event(ticks, kind, address));
     }
 }
 
-/// Writes a marker event (a `setjmp`, a `longjmp`) when tracing is on.
+/// Writes a marker event (a `setjmp`, a `longjmp`) when tracing is on,
+/// after the entries the time filter holds back.
 pub(crate) fn record_marker(kind: u8, address: u64) {
     if ACTIVE.load(Ordering::Relaxed) {
+        short::before_marker();
         record(kind, address);
     }
 }
@@ -70,7 +80,11 @@ pub(crate) fn record_marker(kind: u8, address: u64) {
 #[no_mangle]
 pub extern "C" fn __cyg_profile_func_enter(this_fn: *mut c_void, _call_site: *mut c_void) {
     if ACTIVE.load(Ordering::Relaxed) && scope::enter(this_fn as u64) {
-        record(event::ENTER, this_fn as u64);
+        if short::holding() {
+            short::enter(this_fn as u64);
+        } else {
+            record(event::ENTER, this_fn as u64);
+        }
     }
 }
 
@@ -78,7 +92,11 @@ pub extern "C" fn __cyg_profile_func_enter(this_fn: *mut c_void, _call_site: *mu
 #[no_mangle]
 pub extern "C" fn __cyg_profile_func_exit(this_fn: *mut c_void, _call_site: *mut c_void) {
     if ACTIVE.load(Ordering::Relaxed) && scope::exit(this_fn as u64) {
-        record(event::EXIT, this_fn as u64);
+        if short::holding() {
+            short::exit(this_fn as u64);
+        } else {
+            record(event::EXIT, this_fn as u64);
+        }
     }
 }
 
@@ -89,6 +107,7 @@ pub extern "C" fn ichnos_probe(id: u64, value: u64) {
     if !ACTIVE.load(Ordering::Relaxed) {
         return;
     }
+    short::before_marker();
     if let Some(buf) = BUFFER.get() {
         let ticks = clock::ticks();
         let _ = buf.write(&wire::encode_event(
@@ -107,6 +126,7 @@ pub extern "C" fn ichnos_snapshot() {
     if !ACTIVE.load(Ordering::Relaxed) {
         return;
     }
+    short::before_marker();
     if let Some(buf) = BUFFER.get() {
         if CONFIG.get().is_some_and(|c| c.ring.is_some()) {
             ring::save(buf);
@@ -223,6 +243,7 @@ fn start() {
     };
     let (only, not) = config.filters();
     scope::configure(config.depth, only, not);
+    short::configure(config.min_ticks.unwrap_or(0));
     let ring = config.ring.is_some();
     let _ = BUFFER.set(buffer);
     let _ = CONFIG.set(config);

@@ -34,9 +34,10 @@ const JUMP_PLACES: usize = 16;
 
 thread_local! {
     static PLACE: Cell<Place> = const { Cell::new(Place { depth: 0, inside: 0, hidden: 0 }) };
-    /// By `jmp_buf` address (0: a free slot).
-    static JUMPS: Cell<[(u64, Place); JUMP_PLACES]> =
-        const { Cell::new([(0, Place { depth: 0, inside: 0, hidden: 0 }); JUMP_PLACES]) };
+    /// By `jmp_buf` address (0: a free slot), with the time filter's open
+    /// calls there.
+    static JUMPS: Cell<[(u64, Place, usize); JUMP_PLACES]> =
+        const { Cell::new([(0, Place { depth: 0, inside: 0, hidden: 0 }, 0); JUMP_PLACES]) };
     /// The slot the next new place takes.
     static JUMP_NEXT: Cell<usize> = const { Cell::new(0) };
 }
@@ -120,8 +121,12 @@ pub(crate) fn exit(function: u64) -> bool {
     })
 }
 
+/// Whether anything counts per thread (a limit, a filter, the time
+/// filter's held entries).
 fn scoped() -> bool {
-    MAX_DEPTH.load(Ordering::Relaxed) != u32::MAX || FILTERED.load(Ordering::Relaxed)
+    MAX_DEPTH.load(Ordering::Relaxed) != u32::MAX
+        || FILTERED.load(Ordering::Relaxed)
+        || crate::short::holding()
 }
 
 /// A `setjmp` filled `buffer`: the thread's place is noted, so that a
@@ -140,7 +145,7 @@ pub(crate) fn note_jump(buffer: u64) {
             JUMP_NEXT.with(|n| n.set((next + 1) % JUMP_PLACES));
             next
         });
-    places[slot] = (buffer, now);
+    places[slot] = (buffer, now, crate::short::open());
     JUMPS.with(|p| p.set(places));
 }
 
@@ -151,7 +156,8 @@ pub(crate) fn back_to_jump(buffer: u64) {
         return;
     }
     let places = JUMPS.with(Cell::get);
-    if let Some(&(_, place)) = places.iter().find(|p| p.0 == buffer) {
+    if let Some(&(_, place, open)) = places.iter().find(|p| p.0 == buffer) {
         PLACE.with(|p| p.set(place));
+        crate::short::back_to(open);
     }
 }

@@ -67,3 +67,21 @@ pub fn pair(tsc: bool) -> (u64, u64) {
     }
     (best.1, best.2)
 }
+
+/// `ns` nanoseconds in ticks of the trace clock (at least 1): the TSC's
+/// rate measured over 20 ms against `CLOCK_MONOTONIC` (what the
+/// runtime's time filter compares durations in).
+#[must_use]
+pub fn ns_to_ticks(ns: u64, tsc: bool) -> u64 {
+    if !tsc {
+        return ns.max(1);
+    }
+    let (t0, m0) = pair(true);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let (t1, m1) = pair(true);
+    let rate = t1.saturating_sub(t0) as f64 / m1.saturating_sub(m0).max(1) as f64;
+    // A duration of hours in ticks stays far below 2^64; `as` saturates.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let ticks = (ns as f64 * rate).round() as u64;
+    ticks.max(1)
+}

@@ -61,6 +61,9 @@ pub struct TraceOptions {
     pub ring: Option<u64>,
     /// Deepest call depth traced (`-D`).
     pub depth: Option<u32>,
+    /// Calls shorter than this many nanoseconds are left out as the
+    /// program runs (`-t`), with the calls they made.
+    pub min_duration: Option<u64>,
     /// Trace only the calls inside functions these patterns name (`-F`).
     pub only: Vec<String>,
     /// Leave out the functions these patterns name, and their calls
@@ -346,6 +349,11 @@ fn runtime_env(options: &TraceOptions, socket: &Path, tsc: bool) -> Vec<(OsStrin
     number("ICHNOS_TRACE_BUFFER", options.buffer);
     number("ICHNOS_TRACE_RING", options.ring);
     number("ICHNOS_TRACE_DEPTH", options.depth.map(u64::from));
+    let min_ticks = options
+        .min_duration
+        .filter(|&ns| ns > 0)
+        .map(|ns| clock::ns_to_ticks(ns, tsc));
+    number("ICHNOS_TRACE_MIN_TICKS", min_ticks);
     env
 }
 

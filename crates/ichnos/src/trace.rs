@@ -31,6 +31,11 @@ pub struct TraceArgs {
     /// Trace calls only this many levels deep.
     #[arg(short = 'D', long = "depth", value_name = "DEPTH")]
     depth: Option<u32>,
+    /// Leave out calls shorter than this (10us, 1.5ms; plain
+    /// numbers are nanoseconds) and the calls they made, as the program
+    /// runs.
+    #[arg(short = 't', long = "time-filter", value_name = "MIN_DURATION", value_parser = crate::units::parse_duration)]
+    time_filter: Option<u64>,
     /// Trace only the calls inside FUNC and the calls it makes (repeat for
     /// more; `*` matches any characters; the executable's functions).
     #[arg(short = 'F', long = "filter", value_name = "FUNC")]
@@ -91,6 +96,7 @@ pub fn trace(args: &TraceArgs, quiet: bool) -> Result<u8> {
         buffer: args.buffer,
         ring: args.ring,
         depth: args.depth,
+        min_duration: args.time_filter,
         only: args.filter.clone(),
         not: args.notrace.clone(),
         monotonic: args.monotonic,

@@ -376,6 +376,46 @@ fn short_calls_are_hidden_by_the_time_filter() {
 }
 
 #[test]
+fn short_calls_are_left_out_as_the_program_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "naps.c", &[]);
+    let out = trace(
+        dir.path(),
+        "t.data",
+        &["-t", "5ms"],
+        &[exe.to_str().unwrap()],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<String> = replay(dir.path(), "t.data", &[])
+        .into_iter()
+        .map(|(_, f)| f)
+        .collect();
+    // From the source: only napping (20 ms) and its callers last 5 ms;
+    // the quick calls are gone, napping's own too. brief is short, but
+    // its probe is kept, and with it the call it happened in.
+    // (Probes print at the left margin.)
+    let brief = ["  brief() {", "/* probe 7 = 42 */", "  } /* brief */"];
+    let expected: Vec<&str> = ["main() {"]
+        .into_iter()
+        .chain(brief)
+        .chain(["  outer() {", "    napping();", "  } /* outer */"])
+        .chain(brief)
+        .chain(["} /* main */"])
+        .collect();
+    assert_eq!(lines, expected, "{lines:#?}");
+    // The durations are the calls' own: napping slept its 20 ms.
+    let napping = replay_lines(dir.path(), "t.data")
+        .into_iter()
+        .find(|l| l.name == "napping")
+        .unwrap();
+    assert!(napping.ns >= 20e6, "{napping:?}");
+}
+
+#[test]
 fn a_crash_leaves_the_flight_recorders_newest_calls() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "crash.c", &[]);
@@ -558,12 +598,13 @@ struct Line {
     name: String,
 }
 
-/// `ichnos replay`'s lines, parsed.
+/// `ichnos replay`'s lines of calls (not probes or losses), parsed.
 fn replay_lines(dir: &Path, data: &str) -> Vec<Line> {
     let out = run(ichnos().arg("replay").arg("-i").arg(dir.join(data)));
     let text = String::from_utf8(out.stdout).unwrap();
     text.lines()
         .skip(1)
+        .filter(|l| !l.ends_with(" */") || l.contains("} /* "))
         .map(|l| {
             let (head, text) = l.split_once(" | ").unwrap();
             let (duration, tid) = head.rsplit_once('[').unwrap();
