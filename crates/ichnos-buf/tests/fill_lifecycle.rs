@@ -87,6 +87,26 @@ fn scenario_entry() {
             write(&buf, 20..22);
             std::process::exit(0);
         }
+        // _exit runs no atexit hook: flush_at_exit hands over this
+        // thread's records and a running thread's, and later records are
+        // dropped.
+        "flush-at-exit" => {
+            let b = buf.clone();
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                write(&b, 0..3);
+                tx.send(()).unwrap();
+                loop {
+                    std::thread::park();
+                }
+            });
+            rx.recv().unwrap();
+            write(&buf, 10..12);
+            ichnos_buf::fill::flush_at_exit();
+            let _ = buf.write(&[0u8; 16]);
+            // SAFETY: ends the process at once, as a program's _exit does.
+            unsafe { libc::_exit(0) };
+        }
         // The writing thread is the one that calls exit().
         "exit" => {
             write(&buf, 0..10);
@@ -168,6 +188,21 @@ fn exit_flushes_the_exiting_thread() {
         "{lines:?}"
     );
     assert_eq!(records(&lines[0]), "0,1,2,3,4,5,6,7,8,9");
+}
+
+#[test]
+fn flush_at_exit_hands_over_every_thread_for_a_process_that_skips_its_hooks() {
+    let mut lines = run("flush-at-exit");
+    lines.sort();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(
+        lines.iter().all(|l| l.contains("reason=ProcessExit")),
+        "{lines:?}"
+    );
+    let mut carried: Vec<&str> = lines.iter().map(|l| records(l)).collect();
+    carried.sort_unstable();
+    // The record written after it is not there.
+    assert_eq!(carried, ["0,1,2", "10,11"], "{lines:?}");
 }
 
 #[test]

@@ -27,6 +27,40 @@ pub const FRAME_LAST: u32 = 2;
 /// the start, after a fork and at exit, so that the recorder knows the
 /// mappings of a process that is gone before it looks).
 pub const FRAME_MAPS: u32 = 4;
+/// `FrameHeader.flags`: not events but span names, each a 16-byte head
+/// (the name's address, its length in bytes, little-endian) and the name
+/// padded with NUL bytes to a multiple of 16 (sent when the process
+/// first begins a span of that name, before the span's events).
+pub const FRAME_NAMES: u32 = 8;
+/// The longest span name sent (longer ones are cut).
+pub const MAX_SPAN_NAME: usize = 256;
+
+/// The span names of a [`FRAME_NAMES`] body: address and name, as many
+/// whole entries as it holds (a damaged one ends the list).
+pub fn span_names(body: &[u8]) -> impl Iterator<Item = (u64, &[u8])> {
+    let mut at = 0usize;
+    std::iter::from_fn(move || {
+        let head = body.get(at..at.checked_add(16)?)?;
+        let address = u64::from_le_bytes(head[..8].try_into().ok()?);
+        let len = usize::try_from(u64::from_le_bytes(head[8..].try_into().ok()?)).ok()?;
+        if len > MAX_SPAN_NAME {
+            return None;
+        }
+        let start = at + 16;
+        let name = body.get(start..start + len)?;
+        at = start + len.next_multiple_of(16);
+        Some((address, name))
+    })
+}
+
+/// A [`FRAME_NAMES`] entry for `name` at `address`, appended to `out`.
+pub fn push_span_name(out: &mut Vec<u8>, address: u64, name: &[u8]) {
+    let name = &name[..name.len().min(MAX_SPAN_NAME)];
+    out.extend_from_slice(&address.to_le_bytes());
+    out.extend_from_slice(&(name.len() as u64).to_le_bytes());
+    out.extend_from_slice(name);
+    out.resize(out.len().next_multiple_of(16), 0);
+}
 
 /// Event kinds (the low four bits of an event's second word).
 pub mod event {
@@ -45,6 +79,11 @@ pub mod event {
     /// `longjmp`/`siglongjmp` goes back to a place; the address is the
     /// `jmp_buf`'s.
     pub const LONGJMP: u8 = 5;
+    /// A named span began; the address is its name's (a NUL-terminated
+    /// string the process keeps, named by a [`super::FRAME_NAMES`] frame).
+    pub const SPAN_BEGIN: u8 = 6;
+    /// The named span whose name is at the address ended.
+    pub const SPAN_END: u8 = 7;
 }
 
 /// The largest address or probe id an event holds (48 bits).

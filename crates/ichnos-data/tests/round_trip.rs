@@ -180,6 +180,7 @@ fn owned() -> impl Strategy<Value = Owned> {
         Just(JitSource::Registry),
         Just(JitSource::PerfMap),
         Just(JitSource::JitDump),
+        Just(JitSource::Span),
         Just(JitSource::Unknown(1000))
     ];
     let cause = prop_oneof![

@@ -24,11 +24,13 @@
 mod channel;
 mod clock;
 mod config;
+mod ending;
 #[cfg(target_arch = "x86_64")]
 mod jump;
 mod ring;
 mod scope;
 mod short;
+mod span;
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -46,6 +48,11 @@ static ACTIVE: AtomicBool = AtomicBool::new(false);
 static BUFFER: OnceLock<FillBuffer> = OnceLock::new();
 /// The settings the process started with (for the child of a fork).
 static CONFIG: OnceLock<Config> = OnceLock::new();
+/// Whether tracing is on.
+pub(crate) fn tracing() -> bool {
+    ACTIVE.load(Ordering::Relaxed)
+}
+
 /// Called when the recorder is found gone: the program runs on untraced.
 pub(crate) fn recorder_gone() {
     ACTIVE.store(false, Ordering::Relaxed);
@@ -200,6 +207,17 @@ fn send_maps() {
     Channel::send(header, &text);
 }
 
+/// The process ends without its `atexit` hooks (`_exit`): what they
+/// would have sent goes now, the mappings first.
+pub(crate) fn end_of_process() {
+    send_maps();
+    if CONFIG.get().is_some_and(|c| c.ring.is_some()) {
+        ring::save_at_exit();
+    } else {
+        ichnos_buf::fill::flush_at_exit();
+    }
+}
+
 extern "C" fn maps_at_exit() {
     if ACTIVE.load(Ordering::Relaxed) {
         send_maps();
@@ -211,6 +229,8 @@ extern "C" fn maps_at_exit() {
 extern "C" fn after_fork_child() {
     let was = ACTIVE.swap(false, Ordering::Relaxed);
     Channel::forget_after_fork();
+    span::forget_after_fork();
+    ending::own();
     if was {
         if let Some(config) = CONFIG.get() {
             let open = open_channel(config);
@@ -258,6 +278,7 @@ fn start() {
     // SAFETY: registering an exit hook.
     unsafe { libc::atexit(maps_at_exit) };
     send_maps();
+    ending::own();
     ACTIVE.store(true, Ordering::Relaxed);
 }
 

@@ -64,6 +64,12 @@ pub(crate) fn thread_exit(f: &Flush<'_>) {
 }
 
 extern "C" fn at_exit() {
+    save_at_exit();
+}
+
+/// The rings at the process's end (its `atexit` hook, or `_exit`), unless
+/// a crash saved them.
+pub(crate) fn save_at_exit() {
     if let Some(buf) = crate::BUFFER.get() {
         if !SAVED_FOR_CRASH.load(Ordering::Relaxed) {
             save(buf);

@@ -21,7 +21,9 @@ use std::time::{Duration, Instant};
 
 use ichnos_buf::topa::{Consumer, TopaBuffer};
 use ichnos_data::wire::{self, event, FrameHeader, Hello, EVENT_BYTES, FRAME_HEADER_BYTES};
-use ichnos_data::{CallEvent, CallsOut, ClockSource, Meta, Record, StackOut, StackStop, Target};
+use ichnos_data::{
+    CallEvent, CallsOut, ClockSource, JitSource, Meta, Record, StackOut, StackStop, Target,
+};
 use ichnos_profile::launch::{self, LaunchError};
 use ichnos_profile::ExitStatus;
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -160,6 +162,8 @@ struct Out {
     next_stack: u64,
     next_asid: u64,
     threads: FxHashSet<(u32, u32)>,
+    /// Span names written, by address space and address.
+    span_names: FxHashSet<(u64, u64)>,
     kept: u64,
     lost: u64,
     processes: usize,
@@ -385,6 +389,7 @@ fn open_output(path: &Path, options: &TraceOptions, tsc: bool) -> Result<Out, Tr
         next_stack: 0,
         next_asid: 1,
         threads: FxHashSet::default(),
+        span_names: FxHashSet::default(),
         kept: 0,
         lost: 0,
         processes: 0,
@@ -640,6 +645,9 @@ fn frame(conn: &mut Conn, out: &mut Out, h: &FrameHeader, body: &[u8]) -> Result
         let text = String::from_utf8_lossy(&body[..end]).into_owned();
         return add_maps(conn, out, &text);
     }
+    if h.flags & wire::FRAME_NAMES != 0 {
+        return add_span_names(conn, out, body);
+    }
     let tid = h.tid;
     if out.threads.insert((conn.pid, tid)) {
         let name = comm(conn.pid, tid);
@@ -676,17 +684,18 @@ fn frame(conn: &mut Conn, out: &mut Out, h: &FrameHeader, body: &[u8]) -> Result
                     resync(conn, out)?;
                     resynced = true;
                 }
-                let function = match out.functions.entry((conn.asid, address)) {
-                    Entry::Occupied(e) => *e.get(),
-                    Entry::Vacant(v) => {
-                        let id = out.next_stack;
-                        out.next_stack += 1;
-                        v.insert(id);
-                        new_functions.push((id, address));
-                        id
-                    }
-                };
+                let function = out.function(conn.asid, address, &mut new_functions);
                 events.push(if kind == event::ENTER {
+                    CallEvent::Enter { ticks, function }
+                } else {
+                    CallEvent::Exit { ticks, function }
+                });
+            }
+            event::SPAN_BEGIN | event::SPAN_END => {
+                // A span is named by its name's address, interned as a
+                // function is (its name came in a names frame).
+                let function = out.function(conn.asid, address, &mut new_functions);
+                events.push(if kind == event::SPAN_BEGIN {
                     CallEvent::Enter { ticks, function }
                 } else {
                     CallEvent::Exit { ticks, function }
@@ -722,6 +731,49 @@ fn frame(conn: &mut Conn, out: &mut Out, h: &FrameHeader, body: &[u8]) -> Result
     let pushed = push_calls(out, conn.pid, tid, h, flags, &events);
     out.events = events;
     pushed
+}
+
+impl Out {
+    /// The number of the one-frame stack at `address` of `asid`, a new
+    /// one noted in `new` (written before the events that use it).
+    fn function(&mut self, asid: u64, address: u64, new: &mut Vec<(u64, u64)>) -> u64 {
+        match self.functions.entry((asid, address)) {
+            Entry::Occupied(e) => *e.get(),
+            Entry::Vacant(v) => {
+                let id = self.next_stack;
+                self.next_stack += 1;
+                v.insert(id);
+                new.push((id, address));
+                id
+            }
+        }
+    }
+}
+
+/// Span names recorded at most (over all processes); past it, spans go
+/// unnamed.
+const MAX_SPAN_NAMES: usize = 1 << 16;
+
+/// A names frame: each span name new to the address space becomes a
+/// `JitCode` record (source: span) over the one byte at its address.
+fn add_span_names(conn: &Conn, out: &mut Out, body: &[u8]) -> Result<(), TraceError> {
+    for (address, name) in wire::span_names(body) {
+        if out.span_names.len() >= MAX_SPAN_NAMES {
+            break;
+        }
+        let address = address & wire::MAX_ADDRESS;
+        if !out.span_names.insert((conn.asid, address)) {
+            continue;
+        }
+        out.push(&Record::JitCode {
+            asid: conn.asid,
+            start: address,
+            end: address + 1,
+            source: JitSource::Span,
+            name,
+        })?;
+    }
+    Ok(())
 }
 
 /// A frame's events as `Calls` records. A large buffer's frame goes as

@@ -416,6 +416,70 @@ fn short_calls_are_left_out_as_the_program_runs() {
 }
 
 #[test]
+fn named_spans_show_as_calls_of_their_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../include");
+    let include = format!("-I{}", include.display());
+    let exe = build(
+        dir.path(),
+        "spans.c",
+        &["-Wall", "-Wextra", "-Werror", &include],
+    );
+    let out = trace(dir.path(), "t.data", &[], &[exe.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines = replay(dir.path(), "t.data", &[]);
+    // (The child's events may come first: its buffer is sent at its end.)
+    let parent = lines
+        .iter()
+        .find(|(_, f)| f == "main() {")
+        .unwrap_or_else(|| panic!("{lines:#?}"))
+        .0;
+    let of = |tid_is_parent: bool| -> Vec<&str> {
+        lines
+            .iter()
+            .filter(|(t, _)| (*t == parent) == tid_is_parent)
+            .map(|(_, f)| f.as_str())
+            .collect()
+    };
+    // From the source: each span a call of its name, around the calls
+    // made inside it; the child names its own span (and ends with _exit,
+    // which runs no atexit hook: its events arrive all the same).
+    let step = [
+        "  phase() {",
+        "    loop step() {",
+        "      work();",
+        "    } /* loop step */",
+        "  } /* phase */",
+    ];
+    let expected: Vec<&str> = ["main() {", "  setup() {", "    work();", "  } /* setup */"]
+        .into_iter()
+        .chain(step)
+        .chain(step)
+        .chain(step)
+        .chain(["/* probe 1 = 2 */", "} /* main */"])
+        .collect();
+    assert_eq!(of(true), expected, "{lines:#?}");
+    assert_eq!(
+        of(false),
+        [
+            "phase() {",
+            "  in child() {",
+            "    work();",
+            "  } /* in child */",
+            "} /* phase */"
+        ],
+        "{lines:#?}"
+    );
+    let counts = calls(dir.path(), "t.data");
+    assert_eq!(counts.get("loop step"), Some(&3), "{counts:?}");
+    assert_eq!(counts.get("setup"), Some(&1), "{counts:?}");
+}
+
+#[test]
 fn a_crash_leaves_the_flight_recorders_newest_calls() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "crash.c", &[]);

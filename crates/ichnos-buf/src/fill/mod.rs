@@ -57,6 +57,14 @@ mod write_path;
 
 pub use thread::MAX_BUFFERS;
 
+/// Flushes every registered thread's trace buffers for the last time, as
+/// the `atexit` hook does (reason [`FlushReason::ProcessExit`]): for a
+/// process that ends without running its hooks (`_exit`). Records
+/// written after it are dropped.
+pub fn flush_at_exit() {
+    thread::flush_for_the_last_time();
+}
+
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -298,6 +298,11 @@ fn install_hooks() {
 /// time: the calling thread's completely, other threads' up to what they
 /// had committed when we looked.
 extern "C" fn at_exit() {
+    flush_for_the_last_time();
+}
+
+/// [`at_exit`], for a process that ends without its `atexit` hooks.
+pub(crate) fn flush_for_the_last_time() {
     let Some(entries) = with_registry(|r| {
         let handles: Vec<_> = r
             .handles

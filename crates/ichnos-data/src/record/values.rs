@@ -69,6 +69,7 @@ impl Code for JitSource {
         (JitSource::Registry, 1),
         (JitSource::PerfMap, 2),
         (JitSource::JitDump, 3),
+        (JitSource::Span, 4),
     ];
 }
 
@@ -151,6 +152,9 @@ pub enum JitSource {
     PerfMap,
     /// Its jitdump file.
     JitDump,
+    /// Not code: a function trace's named span (`ichnos_span_begin`),
+    /// whose events name the span by the address of its name.
+    Span,
     /// A source this reader does not know (a later version's).
     Unknown(u64),
 }

@@ -168,6 +168,8 @@ pub struct Profile {
     pub lost: HashMap<LostCause, u64>,
     /// Times sampling was throttled.
     pub throttled: u64,
+    /// Some of the names are a function trace's named spans.
+    pub has_span_names: bool,
     /// The recording's end time (nanoseconds since the start), if it has
     /// its end record.
     pub end: Option<u64>,
@@ -373,6 +375,7 @@ impl Profile {
                 source,
                 name,
             } => {
+                self.has_span_names |= *source == JitSource::Span;
                 let name = JitName {
                     start: *start,
                     end: *end,

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use ichnos_data::JitSource;
 use ichnos_symbol::{Symbolizer, SymbolizerOptions};
 
 use super::load::{Place, Profile};
@@ -267,6 +268,10 @@ fn assemble(
 ) -> Vec<Frame> {
     let mut frames = Vec::with_capacity(stack.frames.len());
     for &(pc, place) in &stack.frames {
+        if let Some(span) = span_frame(profile, stack.asid, pc) {
+            frames.push(span);
+            continue;
+        }
         match place {
             Place::Mapped { mapping, offset } => match key_of(mapping) {
                 key @ ObjectKey::File { .. } => {
@@ -376,6 +381,27 @@ fn unknown(object: &Arc<str>, addr: u64) -> Frame {
         inlined: false,
         jit: false,
     }
+}
+
+/// The object a function trace's named spans are shown in.
+pub const SPAN_OBJECT: &str = "[span]";
+
+/// A function trace's named span at `pc` (the address of its name), if
+/// the recording names one there.
+fn span_frame(profile: &Profile, asid: u64, pc: u64) -> Option<Frame> {
+    if !profile.has_span_names {
+        return None;
+    }
+    let name = profile
+        .jit_name(asid, pc)
+        .filter(|j| j.source == JitSource::Span && j.start == pc)?;
+    Some(Frame {
+        function: Arc::clone(&name.name),
+        object: Arc::from(SPAN_OBJECT),
+        source: None,
+        inlined: false,
+        jit: false,
+    })
 }
 
 fn jit_frame(profile: &Profile, asid: u64, pc: u64, options: &SymbolOptions) -> Frame {
