@@ -253,11 +253,14 @@ impl Trace {
             // A ring repeats what an earlier ring of the thread saved and
             // has lost what was overwritten since: the events already read
             // are skipped, and where nothing overlaps, the calls open
-            // before the gap are dropped (their exits are gone).
-            let seen = thread.ring_newest;
+            // before the gap end at the last event seen (their exits are
+            // gone). A block that goes on from the one before is the same
+            // ring: neither.
+            let continued = calls.flags & ichnos_data::CALLS_CONTINUED != 0;
+            let seen = thread.ring_newest.filter(|_| !continued);
             if let (Some(seen), Some(first)) = (seen, calls.events.iter().next()) {
                 if first.ticks() > seen {
-                    thread.stack.clear();
+                    close_above(thread, pid, tid, 0, seen, visitor);
                     thread.jumps.clear();
                 }
             }

@@ -802,6 +802,10 @@ fn push_calls(
                 flags
             } else {
                 flags & !ichnos_data::CALLS_LAST
+            } | if i > 0 {
+                ichnos_data::CALLS_CONTINUED
+            } else {
+                0
             },
             first: piece.first().map_or(h.ticks, CallEvent::ticks),
             events: piece,

@@ -525,6 +525,22 @@ fn buffers_larger_than_the_default_shared_buffer_still_arrive() {
         );
         let counts = calls(dir.path(), "t.data");
         assert_eq!(counts.get("leaf"), Some(&1_200_000), "{args:?}: {counts:?}");
+        // A frame this large goes as several records; the calls open
+        // across their seams (each thread's work) are whole too, and
+        // every leaf after a seam is still inside its work.
+        assert_eq!(counts.get("work"), Some(&4), "{args:?}: {counts:?}");
+        let folded = run(ichnos()
+            .args(["report", "--format", "folded", "-i"])
+            .arg(dir.path().join("t.data")));
+        let folded = String::from_utf8(folded.stdout).unwrap();
+        let outside: Vec<&str> = folded
+            .lines()
+            .filter(|l| l.contains("leaf") && !l.contains(";work;leaf "))
+            .collect();
+        assert!(
+            outside.is_empty(),
+            "{args:?}: leaves outside work: {outside:?}"
+        );
     }
 }
 

@@ -65,6 +65,9 @@ pub const CALLS_RING: u64 = 1;
 /// `Calls.flags` bit: the thread's last block (it exited, or the process
 /// did).
 pub const CALLS_LAST: u64 = 2;
+/// `Calls.flags`: the block goes on from the one before it of the thread
+/// (one buffer or ring, written as several blocks).
+pub const CALLS_CONTINUED: u64 = 4;
 
 /// One thread's events, as read: decoded on demand.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -124,7 +127,7 @@ pub struct Calls<'a> {
     /// Records the thread lost just before this block (the recorder fell
     /// behind, or a signal handler's record could not be kept).
     pub lost: u64,
-    /// [`CALLS_RING`], [`CALLS_LAST`].
+    /// [`CALLS_RING`], [`CALLS_LAST`], [`CALLS_CONTINUED`].
     pub flags: u64,
     /// Ticks the first event counts from (when there is none, when the
     /// loss was noticed).
@@ -142,7 +145,7 @@ pub struct CallsOut<'a> {
     pub tid: u64,
     /// Records lost just before.
     pub lost: u64,
-    /// [`CALLS_RING`], [`CALLS_LAST`].
+    /// [`CALLS_RING`], [`CALLS_LAST`], [`CALLS_CONTINUED`].
     pub flags: u64,
     /// Ticks the first event counts from: at most its ticks.
     pub first: u64,
