@@ -236,6 +236,10 @@ extern "C" fn after_fork_child() {
             let open = open_channel(config);
             if open {
                 send_maps();
+                if config.ring.is_some() {
+                    // The parent's saver thread is not the child's.
+                    ring::start_saver();
+                }
             }
             ACTIVE.store(open, Ordering::Relaxed);
         }

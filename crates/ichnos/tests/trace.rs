@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 fn ichnos() -> Command {
@@ -542,6 +542,41 @@ fn buffers_larger_than_the_default_shared_buffer_still_arrive() {
             "{args:?}: leaves outside work: {outside:?}"
         );
     }
+}
+
+#[test]
+fn sigusr2_snapshots_without_saving_inside_the_handler() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "usr2.c", &["-pthread"]);
+    let mut child = ichnos()
+        .args(["trace", "--ring", "64K", "-o"])
+        .arg(dir.path().join("t.data"))
+        .arg("--")
+        .arg(&exe)
+        .args(["50", "300"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // 300 snapshots asked of a thread inside malloc and free: a handler
+    // that saved in place would hang it (the fixture takes well under a
+    // second otherwise).
+    let deadline = Instant::now() + Duration::from_mins(1);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the traced program hung under SIGUSR2");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // The program killed itself: no exit hook saved anything, so the
+    // steps are there by the last snapshot alone.
+    assert_eq!(status.code(), Some(128 + 9), "{status:?}");
+    let counts = calls(dir.path(), "t.data");
+    assert_eq!(counts.get("step"), Some(&50), "{counts:?}");
 }
 
 #[test]
