@@ -70,8 +70,10 @@ impl Config {
         let socket = std::env::var_os(var::SOCKET).filter(|s| !s.is_empty())?;
         let page = 4096u64;
         let round = |n: u64| n.div_ceil(page).max(1) * page;
-        let buffer = number(var::BUFFER).map_or(128 << 10, |n| round(n.clamp(4096, 1 << 30)));
-        let ring = number(var::RING).map(|n| n.clamp(4096, 1 << 34).next_power_of_two());
+        // A buffer or ring is sent as one frame, at most 1 GiB.
+        let most = ichnos_data::wire::MAX_FRAME_BYTES;
+        let buffer = number(var::BUFFER).map_or(128 << 10, |n| round(n.clamp(4096, most)));
+        let ring = number(var::RING).map(|n| n.clamp(4096, most).next_power_of_two());
         // A frame is a whole thread buffer or ring and its header, written
         // all or nothing: the shared buffer holds two of them at least,
         // or every frame of a large -b or --ring would be refused.

@@ -402,18 +402,19 @@ pub fn report(args: &ReportArgs, quiet: bool, verbose: bool) -> Result<()> {
     if args.trace {
         return trace_report(args, format, input, quiet);
     }
-    if matches!(format, Format::Perfetto | Format::Chrome) {
-        bail!(
-            "--format {} writes a function trace's calls (made by `ichnos trace`; add --trace); a sampling profile opens in Perfetto as --format firefox",
-            format.name()
-        );
-    }
     let loaded = load(input, quiet)?;
     let profile = &loaded.profile;
     if profile.description.event.starts_with("function-trace") {
         // A function trace holds calls, not samples: read as one.
         drop(loaded);
         return trace_report(args, format, input, quiet);
+    }
+    if matches!(format, Format::Perfetto | Format::Chrome) {
+        bail!(
+            "--format {} writes a function trace's calls (made by `ichnos trace`), and {} is a sampling profile: it opens in Perfetto as --format firefox",
+            format.name(),
+            input.display()
+        );
     }
     let symbolized = symbols(profile, args, quiet, verbose);
     let samples = report::weighted(profile, &symbolized, &args.filter());

@@ -89,6 +89,13 @@ pub fn trace(args: &TraceArgs, quiet: bool) -> Result<u8> {
     if args.ring == Some(0) || args.buffer == Some(0) {
         bail!("buffer sizes must be above 0");
     }
+    // A buffer or ring goes to the recorder as one frame, at most 1 GiB.
+    let most = ichnos_data::wire::MAX_FRAME_BYTES;
+    for (flag, size) in [("-b", args.buffer), ("--ring", args.ring)] {
+        if size.is_some_and(|s| s > most) {
+            bail!("{flag}: at most 1G (a thread's buffer or ring is sent whole)");
+        }
+    }
     let options = TraceOptions {
         command: args.command.clone(),
         output: args.output.clone(),

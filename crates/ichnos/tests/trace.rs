@@ -698,6 +698,14 @@ fn bad_input_gets_clear_errors() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
+    // A ring the wire cannot carry as one frame is refused up front.
+    let out = trace(dir.path(), "t.data", &["--ring", "2G"], &["true"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--ring: at most 1G"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// One call as a replay line says it: the thread, the depth, `leaf`,
@@ -893,9 +901,15 @@ fn perfetto_and_chrome_exports_hold_the_replays_calls() {
     );
     let replayed = replay_lines(dir.path(), "t.data");
     assert!(replayed.len() > 1200, "{}", replayed.len());
-    for (format, file) in [("perfetto", "t.pftrace"), ("chrome", "t.json")] {
+    // (The JSON without --trace: a function trace is read as one.)
+    for (format, file, flag) in [
+        ("perfetto", "t.pftrace", &["--trace"][..]),
+        ("chrome", "t.json", &[][..]),
+    ] {
         let out = run(ichnos()
-            .args(["report", "--trace", "--format", format, "-i"])
+            .arg("report")
+            .args(flag)
+            .args(["--format", format, "-i"])
             .arg(dir.path().join("t.data"))
             .arg("-o")
             .arg(dir.path().join(file)));
