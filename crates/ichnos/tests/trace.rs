@@ -951,6 +951,33 @@ fn perfetto_and_chrome_exports_hold_the_replays_calls() {
 }
 
 #[test]
+fn folded_stacks_of_a_deep_recursion_stop_at_a_depth() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "deep.c", &["-O0"]);
+    let out = trace(dir.path(), "t.data", &[], &[exe.to_str().unwrap(), "3000"]);
+    assert!(out.status.success());
+    let out = run(ichnos()
+        .args(["report", "--format", "folded", "-i"])
+        .arg(dir.path().join("t.data")));
+    let text = String::from_utf8(out.stdout).unwrap();
+    // 3001 calls of down under main: one line per depth down to 1024
+    // (main and 1023 of down, under the thread), then one frame for all
+    // the calls deeper, rather than 3001 lines of up to 3002 frames.
+    let frames: Vec<usize> = text
+        .lines()
+        .map(|l| l.rsplit_once(' ').unwrap().0.split(';').count())
+        .collect();
+    assert!(frames.len() <= 1026, "{} lines", frames.len());
+    assert!(frames.iter().all(|&n| n <= 1026), "{frames:?}");
+    let deeper = text
+        .lines()
+        .find(|l| l.contains(";[deeper calls] "))
+        .unwrap_or_else(|| panic!("no [deeper calls] line"));
+    assert_eq!(deeper.split(';').count(), 1026, "{deeper}");
+    assert!(deeper.starts_with("deep;main;down;down;"), "{deeper}");
+}
+
+#[test]
 fn folded_stacks_weigh_each_path_by_its_self_time() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "calls.c", &[]);

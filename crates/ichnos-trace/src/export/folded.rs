@@ -7,6 +7,15 @@
 use rustc_hash::FxHashMap;
 
 use super::{names, whole_ns};
+
+/// Call depth a path shows at most: the calls deeper (a deep recursion)
+/// are one frame, [`DEEPER_NAME`], whose time is theirs. Without it a
+/// recursion N deep would be N lines of up to N frames.
+const MAX_PATH_DEPTH: usize = 1024;
+/// The function number of that frame (no function has it).
+const DEEPER: u64 = u64::MAX;
+/// Its name.
+const DEEPER_NAME: &str = "[deeper calls]";
 use crate::read::{Call, Trace, TraceReadError, Visitor};
 
 /// One call path: a node of the call tree.
@@ -48,7 +57,11 @@ impl Visitor for Paths {
         });
         // The walk's depth is the count of open calls below this one.
         open.truncate(depth + 1);
-        let parent = open[open.len() - 1];
+        let (parent, function) = if open.len() > MAX_PATH_DEPTH {
+            (open[MAX_PATH_DEPTH], DEEPER)
+        } else {
+            (open[open.len() - 1], function)
+        };
         let node = *self.children.entry((parent, function)).or_insert_with(|| {
             nodes.push(Node {
                 parent,
@@ -98,7 +111,12 @@ pub fn folded(trace: &Trace, tids: &[u32]) -> Result<Vec<(String, u64)>, TraceRe
         frames.clear();
         let mut at = i;
         while paths.nodes[at].parent != usize::MAX {
-            frames.push(clean(trace.name(paths.nodes[at].function)));
+            let function = paths.nodes[at].function;
+            frames.push(if function == DEEPER {
+                DEEPER_NAME.to_owned()
+            } else {
+                clean(trace.name(function))
+            });
             at = paths.nodes[at].parent;
         }
         frames.push(roots.get(&at).cloned().unwrap_or_default());
