@@ -111,6 +111,10 @@ struct Thread {
     /// far: a later ring of the same thread (a snapshot, then the exit)
     /// holds these events again.
     ring_newest: Option<u64>,
+    /// How many of the events read carry that newest time (a coarse
+    /// clock gives several events one time: those after the ones read
+    /// are new).
+    at_newest: usize,
     /// `setjmp` places: the depth (open calls) at each, by `jmp_buf`
     /// address.
     jumps: FxHashMap<u64, usize>,
@@ -244,35 +248,63 @@ impl Trace {
             if calls.lost > 0 {
                 visitor.lost(pid, tid, calls.first, calls.lost);
             }
-            if calls.flags & ichnos_data::CALLS_RING == 0 {
-                for event in calls.events.iter() {
-                    step(thread, pid, tid, event, visitor);
-                }
-                return;
-            }
-            // A ring repeats what an earlier ring of the thread saved and
-            // has lost what was overwritten since: the events already read
-            // are skipped, and where nothing overlaps, the calls open
-            // before the gap end at the last event seen (their exits are
-            // gone). A block that goes on from the one before is the same
-            // ring: neither.
-            let continued = calls.flags & ichnos_data::CALLS_CONTINUED != 0;
-            let seen = thread.ring_newest.filter(|_| !continued);
-            if let (Some(seen), Some(first)) = (seen, calls.events.iter().next()) {
-                if first.ticks() > seen {
-                    close_above(thread, pid, tid, 0, seen, visitor);
-                    thread.jumps.clear();
-                }
-            }
-            for event in calls.events.iter() {
-                let ticks = event.ticks();
-                if seen.is_some_and(|s| ticks <= s) {
-                    continue;
-                }
-                thread.ring_newest = Some(thread.ring_newest.map_or(ticks, |n| n.max(ticks)));
-                step(thread, pid, tid, event, visitor);
-            }
+            ring_block(thread, pid, tid, calls.flags, calls.events.iter(), visitor);
         })
+    }
+}
+
+/// One block of a thread's events: in full, or, of a flight recorder's
+/// ring, what earlier rings of the thread did not hold. A ring repeats
+/// what an earlier ring of the thread saved and has lost what was
+/// overwritten since: the events already read are skipped, and where
+/// nothing overlaps, the calls open before the gap end at the last event
+/// seen (their exits are gone). A block that goes on from the one before
+/// is the same ring: neither.
+fn ring_block(
+    thread: &mut Thread,
+    pid: u32,
+    tid: u32,
+    flags: u64,
+    events: impl Iterator<Item = CallEvent>,
+    visitor: &mut dyn Visitor,
+) {
+    if flags & ichnos_data::CALLS_RING == 0 {
+        for event in events {
+            step(thread, pid, tid, event, visitor);
+        }
+        return;
+    }
+    let continued = flags & ichnos_data::CALLS_CONTINUED != 0;
+    let seen = thread.ring_newest.filter(|_| !continued);
+    let mut events = events.peekable();
+    if let (Some(seen), Some(first)) = (seen, events.peek()) {
+        if first.ticks() > seen {
+            close_above(thread, pid, tid, 0, seen, visitor);
+            thread.jumps.clear();
+        }
+    }
+    // Of the events at the newest time read, those read already.
+    let mut repeated_at_seen = if seen.is_some() { thread.at_newest } else { 0 };
+    for event in events {
+        let ticks = event.ticks();
+        if let Some(s) = seen {
+            if ticks < s {
+                continue;
+            }
+            if ticks == s && repeated_at_seen > 0 {
+                repeated_at_seen -= 1;
+                continue;
+            }
+        }
+        match thread.ring_newest {
+            Some(n) if n == ticks => thread.at_newest += 1,
+            Some(n) if n > ticks => {}
+            _ => {
+                thread.ring_newest = Some(ticks);
+                thread.at_newest = 1;
+            }
+        }
+        step(thread, pid, tid, event, visitor);
     }
 }
 
@@ -355,3 +387,85 @@ fn close_above(
 
 /// `setjmp` places kept per thread at most.
 const MAX_JUMPS: usize = 1024;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The calls a walk closes, as (function, enter, exit).
+    #[derive(Default)]
+    struct Closed(Vec<(u64, u64, u64)>);
+
+    impl Visitor for Closed {
+        fn enter(&mut self, _: u32, _: u32, _: u64, _: u64, _: usize, _: u64) {}
+        fn exit(&mut self, _: u32, _: u32, call: &Call) {
+            self.0.push((call.function, call.enter, call.exit));
+        }
+    }
+
+    fn enter(ticks: u64, function: u64) -> CallEvent {
+        CallEvent::Enter { ticks, function }
+    }
+
+    fn exit(ticks: u64, function: u64) -> CallEvent {
+        CallEvent::Exit { ticks, function }
+    }
+
+    const RING: u64 = ichnos_data::CALLS_RING;
+
+    #[test]
+    fn a_ring_saved_again_adds_only_its_new_events_even_at_the_same_time() {
+        let mut thread = Thread::default();
+        let mut closed = Closed::default();
+        // A coarse clock: the snapshot ends with an entry at time 5, and
+        // the exit's ring holds it again and a second entry at time 5.
+        let first = [enter(1, 10), enter(5, 20)];
+        let second = [
+            enter(5, 20),
+            enter(5, 30),
+            exit(6, 30),
+            exit(7, 20),
+            exit(8, 10),
+        ];
+        ring_block(&mut thread, 1, 1, RING, first.into_iter(), &mut closed);
+        ring_block(&mut thread, 1, 1, RING, second.into_iter(), &mut closed);
+        assert_eq!(closed.0, [(30, 5, 6), (20, 5, 7), (10, 1, 8)]);
+    }
+
+    #[test]
+    fn a_ring_that_goes_on_from_the_block_before_skips_and_drops_nothing() {
+        let mut thread = Thread::default();
+        let mut closed = Closed::default();
+        let first = [enter(1, 10), enter(2, 20)];
+        let rest = [exit(3, 20), exit(4, 10)];
+        ring_block(&mut thread, 1, 1, RING, first.into_iter(), &mut closed);
+        let continued = RING | ichnos_data::CALLS_CONTINUED;
+        ring_block(&mut thread, 1, 1, continued, rest.into_iter(), &mut closed);
+        assert_eq!(closed.0, [(20, 2, 3), (10, 1, 4)]);
+    }
+
+    #[test]
+    fn at_a_gap_the_calls_open_before_it_end_at_the_last_event_seen() {
+        let mut thread = Thread::default();
+        let mut closed = Closed::default();
+        ring_block(
+            &mut thread,
+            1,
+            1,
+            RING,
+            [enter(1, 10), enter(2, 20)].into_iter(),
+            &mut closed,
+        );
+        // A later ring whose oldest event is after everything read: the
+        // events between were overwritten.
+        ring_block(
+            &mut thread,
+            1,
+            1,
+            RING,
+            [enter(9, 30), exit(10, 30)].into_iter(),
+            &mut closed,
+        );
+        assert_eq!(closed.0, [(20, 2, 2), (10, 1, 2), (30, 9, 10)]);
+    }
+}
