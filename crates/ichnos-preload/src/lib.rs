@@ -83,14 +83,38 @@ pub(crate) fn record_marker(kind: u8, address: u64) {
     }
 }
 
+/// An entry under a depth limit, a filter or the time filter.
+#[inline(never)]
+fn scoped_enter(function: u64) {
+    if scope::enter(function) {
+        if short::holding() {
+            short::enter(function);
+        } else {
+            record(event::ENTER, function);
+        }
+    }
+}
+
+/// An exit under a depth limit, a filter or the time filter.
+#[inline(never)]
+fn scoped_exit(function: u64) {
+    if scope::exit(function) {
+        if short::holding() {
+            short::exit(function);
+        } else {
+            record(event::EXIT, function);
+        }
+    }
+}
+
 /// The entry hook of `-finstrument-functions`.
 #[no_mangle]
 pub extern "C" fn __cyg_profile_func_enter(this_fn: *mut c_void, _call_site: *mut c_void) {
-    if ACTIVE.load(Ordering::Relaxed) && scope::enter(this_fn as u64) {
-        if short::holding() {
-            short::enter(this_fn as u64);
-        } else {
+    if ACTIVE.load(Ordering::Relaxed) {
+        if scope::plain() {
             record(event::ENTER, this_fn as u64);
+        } else {
+            scoped_enter(this_fn as u64);
         }
     }
 }
@@ -98,11 +122,11 @@ pub extern "C" fn __cyg_profile_func_enter(this_fn: *mut c_void, _call_site: *mu
 /// The exit hook of `-finstrument-functions`.
 #[no_mangle]
 pub extern "C" fn __cyg_profile_func_exit(this_fn: *mut c_void, _call_site: *mut c_void) {
-    if ACTIVE.load(Ordering::Relaxed) && scope::exit(this_fn as u64) {
-        if short::holding() {
-            short::exit(this_fn as u64);
-        } else {
+    if ACTIVE.load(Ordering::Relaxed) {
+        if scope::plain() {
             record(event::EXIT, this_fn as u64);
+        } else {
+            scoped_exit(this_fn as u64);
         }
     }
 }

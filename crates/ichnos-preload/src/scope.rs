@@ -11,6 +11,22 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::OnceLock;
 
+/// Nothing decides per call (no limit, no filter, no time filter): the
+/// hooks write at once, after this one load.
+static PLAIN: AtomicBool = AtomicBool::new(true);
+
+/// Whether every call is written as it comes.
+#[inline(always)]
+#[allow(clippy::inline_always)] // on every traced call
+pub(crate) fn plain() -> bool {
+    PLAIN.load(Ordering::Relaxed)
+}
+
+/// Something decides per call (a limit, a filter, the time filter).
+pub(crate) fn not_plain() {
+    PLAIN.store(false, Ordering::Relaxed);
+}
+
 /// Calls deeper than this are not traced (`-D`); `u32::MAX`: no limit.
 static MAX_DEPTH: AtomicU32 = AtomicU32::new(u32::MAX);
 /// Function filters are set.
@@ -47,6 +63,7 @@ thread_local! {
 pub(crate) fn configure(depth: Option<u32>, mut only: Vec<u64>, mut not: Vec<u64>) {
     if let Some(depth) = depth {
         MAX_DEPTH.store(depth.min(u32::MAX - 1), Ordering::Relaxed);
+        not_plain();
     }
     if only.is_empty() && not.is_empty() {
         return;
@@ -56,6 +73,7 @@ pub(crate) fn configure(depth: Option<u32>, mut only: Vec<u64>, mut not: Vec<u64
     let _ = ONLY.set(only.into_boxed_slice());
     let _ = NOT.set(not.into_boxed_slice());
     FILTERED.store(true, Ordering::Relaxed);
+    not_plain();
 }
 
 fn has(set: &OnceLock<Box<[u64]>>, function: u64) -> bool {

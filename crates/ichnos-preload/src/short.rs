@@ -36,6 +36,9 @@ thread_local! {
 /// Sets the time filter (ticks; 0 for none), once, at the start.
 pub(crate) fn configure(min_ticks: u64) {
     MIN_TICKS.store(min_ticks, Ordering::Relaxed);
+    if min_ticks != 0 {
+        crate::scope::not_plain();
+    }
 }
 
 /// Whether entries are held back.
