@@ -1,15 +1,23 @@
-//! `_exit` and `_Exit`: a process that ends through them runs no `atexit`
-//! hook, so the runtime's own wrappers hand the trace over first (the
-//! mappings, then every thread's buffer or ring), and then call the C
-//! library's. `exit` itself reaches `_exit` inside the C library, past
-//! these wrappers, after its hooks have done the same.
+//! The ends of a program that its `atexit` hooks do not see.
+//!
+//! `_exit` and `_Exit` run no hook, so the runtime's own wrappers hand the
+//! trace over first (the mappings, then every thread's buffer or ring),
+//! and then call the C library's. `exit` itself reaches `_exit` inside the
+//! C library, past these wrappers, after its hooks have done the same.
+//!
+//! `exec` replaces the program: the wrappers of `execve`, `execv`,
+//! `execvp`, `execvpe` and `fexecve` send the mappings and the calling
+//! thread's buffer (every ring, in flight-recorder mode) first. The
+//! variadic `execl`, `execlp` and `execle` cannot be wrapped from Rust:
+//! what their caller's buffer held is lost. Other threads end at an exec
+//! where they are, with what their buffers held.
 //!
 //! A child of `vfork` shares its parent's memory until it execs or
-//! exits: its `_exit` must not flush the parent's buffers, so the
-//! wrappers do their work only in the process the runtime set up (or a
-//! child of `fork`, which the runtime knows).
+//! exits: it must not flush the parent's buffers, so the wrappers do
+//! their work only in the process the runtime set up (or a child of
+//! `fork`, which the runtime knows).
 
-use std::ffi::c_int;
+use std::ffi::{c_char, c_int, CStr};
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 
 /// The process the runtime's buffers are of.
@@ -24,16 +32,84 @@ pub(crate) fn own() {
 
 /// The trace, handed over before the process ends without its hooks.
 fn hand_over() {
-    // SAFETY: getpid has no preconditions (a real system call: a vfork
-    // child sees its own id).
-    if !crate::tracing() || unsafe { libc::getpid() } != OWNER.load(Ordering::Relaxed) {
-        return;
+    if owner() {
+        crate::end_of_process();
     }
-    crate::end_of_process();
 }
 
+/// Whether this is the process the buffers are of (not a `vfork` child)
+/// and tracing is on.
+fn owner() -> bool {
+    // SAFETY: getpid has no preconditions (a real system call: a vfork
+    // child sees its own id).
+    crate::tracing() && unsafe { libc::getpid() } == OWNER.load(Ordering::Relaxed)
+}
+
+/// The address of the C library's function `name`, found on first use
+/// (0 if there is none).
+fn next(cache: &AtomicUsize, name: &CStr) -> usize {
+    let mut found = cache.load(Ordering::Relaxed);
+    if found == 0 {
+        // SAFETY: dlsym with a NUL-terminated name.
+        found = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
+        cache.store(found, Ordering::Relaxed);
+    }
+    found
+}
+
+/// The trace handed over before an exec.
+fn before_exec() {
+    if owner() {
+        crate::before_exec();
+    }
+}
+
+type Execve = extern "C" fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
+type Execv = extern "C" fn(*const c_char, *const *const c_char) -> c_int;
+type Fexecve = extern "C" fn(c_int, *const *const c_char, *const *const c_char) -> c_int;
+
+/// Fails as an exec does when there is nothing to call.
+fn no_exec() -> c_int {
+    // SAFETY: errno is this thread's.
+    unsafe { *libc::__errno_location() = libc::ENOSYS };
+    -1
+}
+
+macro_rules! exec_wrapper {
+    ($name:ident, $ty:ty, ($($arg:ident: $t:ty),*)) => {
+        /// The C library's function of this name, after the trace is
+        /// handed over.
+        ///
+        /// # Safety
+        /// As the C library's.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $t),*) -> c_int {
+            static REAL: AtomicUsize = AtomicUsize::new(0);
+            const NAME: &CStr = match CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) {
+                Ok(name) => name,
+                Err(_) => panic!("a function name"),
+            };
+            before_exec();
+            let address = next(&REAL, NAME);
+            if address == 0 {
+                return no_exec();
+            }
+            // SAFETY: dlsym's address of this very function of the C
+            // library, which has this signature.
+            let real = unsafe { std::mem::transmute::<usize, $ty>(address) };
+            real($($arg),*)
+        }
+    };
+}
+
+exec_wrapper!(execve, Execve, (path: *const c_char, argv: *const *const c_char, envp: *const *const c_char));
+exec_wrapper!(execvpe, Execve, (file: *const c_char, argv: *const *const c_char, envp: *const *const c_char));
+exec_wrapper!(execv, Execv, (path: *const c_char, argv: *const *const c_char));
+exec_wrapper!(execvp, Execv, (file: *const c_char, argv: *const *const c_char));
+exec_wrapper!(fexecve, Fexecve, (fd: c_int, argv: *const *const c_char, envp: *const *const c_char));
+
 /// The C library's function `name`, found on first use.
-fn real(cache: &AtomicUsize, name: &std::ffi::CStr) -> extern "C" fn(c_int) -> ! {
+fn real(cache: &AtomicUsize, name: &CStr) -> extern "C" fn(c_int) -> ! {
     let mut found = cache.load(Ordering::Relaxed);
     if found == 0 {
         // SAFETY: dlsym with a NUL-terminated name.

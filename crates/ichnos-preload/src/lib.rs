@@ -32,6 +32,7 @@ mod scope;
 mod short;
 mod span;
 
+use std::cell::Cell;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
@@ -174,7 +175,8 @@ fn flush(f: &Flush<'_>) {
 
 /// `f` as one frame with `flags` (and [`wire::FRAME_LAST`] at an exit).
 pub(crate) fn send_flush(f: &Flush<'_>, flags: u32) {
-    let last = matches!(f.reason, FlushReason::ThreadExit | FlushReason::ProcessExit);
+    let last = matches!(f.reason, FlushReason::ThreadExit | FlushReason::ProcessExit)
+        || EXECING.with(Cell::get);
     let header = FrameHeader {
         tid: f.tid.cast_unsigned(),
         flags: flags | if last { wire::FRAME_LAST } else { 0 },
@@ -240,6 +242,29 @@ pub(crate) fn end_of_process() {
     } else {
         ichnos_buf::fill::flush_at_exit();
     }
+}
+
+/// The program is about to exec: the mappings, then the calling
+/// thread's buffer (every ring, in flight-recorder mode), go now.
+pub(crate) fn before_exec() {
+    send_maps();
+    if CONFIG.get().is_some_and(|c| c.ring.is_some()) {
+        ring::save_at_exit();
+    } else {
+        short::before_marker();
+        if let Some(buf) = BUFFER.get() {
+            // The thread's last frame of this program: a reader starts
+            // the thread afresh after it.
+            EXECING.with(|e| e.set(true));
+            let _ = buf.flush();
+            EXECING.with(|e| e.set(false));
+        }
+    }
+}
+
+thread_local! {
+    /// This thread is handing its buffer over before an exec.
+    static EXECING: Cell<bool> = const { Cell::new(false) };
 }
 
 extern "C" fn maps_at_exit() {

@@ -249,6 +249,13 @@ impl Trace {
                 visitor.lost(pid, tid, calls.first, calls.lost);
             }
             ring_block(thread, pid, tid, calls.flags, calls.events.iter(), visitor);
+            // The thread's last block of its program (it ended, or
+            // exec'ed): a later block of the id is a new program's, or a
+            // new thread's. A ring's last blocks are each save's.
+            let ended = ichnos_data::CALLS_LAST | ichnos_data::CALLS_RING;
+            if calls.flags & ended == ichnos_data::CALLS_LAST {
+                threads.remove(&(pid, tid));
+            }
         })
     }
 }

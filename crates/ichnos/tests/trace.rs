@@ -266,6 +266,33 @@ fn a_function_filter_that_names_nothing_is_refused_before_the_run() {
 }
 
 #[test]
+fn the_calls_before_an_exec_are_kept_and_the_new_program_starts_afresh() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "exec.c", &[]);
+    let out = trace(dir.path(), "t.data", &[], &[exe.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("0 lost"), "{stderr}");
+    let lines = replay(dir.path(), "t.data", &[]);
+    // One thread, two programs: the first one's main never returns (it
+    // exec'ed), and the new program's main starts at depth 0 again.
+    let tids: std::collections::HashSet<u32> = lines.iter().map(|(t, _)| *t).collect();
+    assert_eq!(tids.len(), 1, "{lines:#?}");
+    let calls: Vec<&str> = lines.iter().map(|(_, f)| f.as_str()).collect();
+    assert_eq!(
+        calls,
+        [
+            "main() {",
+            "  before_exec();",
+            "main() {",
+            "  after_exec();",
+            "} /* main */"
+        ],
+        "{lines:#?}"
+    );
+}
+
+#[test]
 fn threads_forks_and_signal_handlers_are_each_traced_in_full() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "threads.c", &["-pthread"]);
