@@ -24,6 +24,7 @@
 mod channel;
 mod clock;
 mod config;
+mod crash;
 mod ending;
 #[cfg(target_arch = "x86_64")]
 mod jump;
@@ -244,6 +245,17 @@ pub(crate) fn end_of_process() {
     }
 }
 
+/// The save for a crash, on the saver thread: the mappings, then every
+/// thread's ring or buffer.
+pub(crate) fn save_for_crash() {
+    send_maps();
+    match BUFFER.get() {
+        Some(buf) if CONFIG.get().is_some_and(|c| c.ring.is_some()) => ring::save(buf),
+        Some(_) => ichnos_buf::fill::flush_at_exit(),
+        None => {}
+    }
+}
+
 /// The program is about to exec: the mappings, then the calling
 /// thread's buffer (every ring, in flight-recorder mode), go now.
 pub(crate) fn before_exec() {
@@ -285,10 +297,8 @@ extern "C" fn after_fork_child() {
             let open = open_channel(config);
             if open {
                 send_maps();
-                if config.ring.is_some() {
-                    // The parent's saver thread is not the child's.
-                    ring::start_saver();
-                }
+                // The parent's saver thread is not the child's.
+                crash::start_saver();
             }
             ACTIVE.store(open, Ordering::Relaxed);
         }
@@ -322,6 +332,7 @@ fn start() {
     let _ = CONFIG.set(config);
     // SAFETY: registering a handler with no preconditions.
     unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
+    crash::install(ring);
     if ring {
         ring::install();
     }

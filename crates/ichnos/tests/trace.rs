@@ -532,6 +532,25 @@ fn a_crash_leaves_the_flight_recorders_newest_calls() {
 }
 
 #[test]
+fn a_crash_in_a_full_trace_keeps_every_call_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "crash.c", &[]);
+    // 100,000 steps of four events each: about 49 buffers of 128 KiB, the
+    // last one partly full when abort() is called.
+    let out = trace(
+        dir.path(),
+        "t.data",
+        &[],
+        &[exe.to_str().unwrap(), "100000"],
+    );
+    assert_eq!(out.status.code(), Some(128 + 6), "SIGABRT is the status");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("0 lost"), "{stderr}");
+    let counts = calls(dir.path(), "t.data");
+    assert_eq!(counts.get("step"), Some(&100_000), "{counts:?}");
+}
+
+#[test]
 fn buffers_larger_than_the_default_shared_buffer_still_arrive() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "threads.c", &["-pthread"]);

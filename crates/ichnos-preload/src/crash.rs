@@ -1,0 +1,219 @@
+//! Crashes and SIGUSR2: the trace saved by a thread of the runtime's
+//! own, never inside a signal handler.
+//!
+//! Saving copies the rings or flushes the buffers, allocating and taking
+//! the channel's lock, which no signal handler may do (a handler that
+//! interrupted `malloc` would wait for the lock its own thread holds). So
+//! the handlers only ask: a saver thread the runtime starts waits on a
+//! pipe, and a handler writes one byte to it. SIGUSR2 (flight-recorder
+//! mode only) asks for a snapshot and returns. A crash handler (SIGSEGV,
+//! SIGBUS, SIGILL, SIGFPE, SIGABRT; in both modes) asks for the crash save
+//! and waits for it (at most [`CRASH_SAVE_PATIENCE_MS`]; a second thread
+//! that crashes meanwhile waits for the same save), then puts back the
+//! handler that was there before and returns: the faulting instruction
+//! runs again and the signal takes its course (a core dump, the program's
+//! own handler); a signal that was sent rather than raised by a fault
+//! (`kill`, `raise`) is sent again, and `abort` raises SIGABRT again
+//! itself. Both handlers keep the interrupted code's `errno`. A crash may
+//! lose the save (the saver may find the lock held by the thread that
+//! crashed), never the crash.
+
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+
+use ichnos_buf::fill::ErrnoGuard;
+
+/// Signals that end a program with a core: saved first.
+const CRASHES: [libc::c_int; 5] = [
+    libc::SIGSEGV,
+    libc::SIGBUS,
+    libc::SIGILL,
+    libc::SIGFPE,
+    libc::SIGABRT,
+];
+
+/// The handlers before ours, by signal number.
+static mut PREVIOUS: [Option<libc::sigaction>; 32] = [None; 32];
+/// The rings were saved for a crash already (a second fault while saving
+/// must not save again).
+static SAVED_FOR_CRASH: AtomicBool = AtomicBool::new(false);
+
+/// The write end of the saver thread's pipe (-1: no saver).
+static REQUESTS: AtomicI32 = AtomicI32::new(-1);
+/// Its read end (closed in the child of a fork, which starts its own).
+static REQUESTS_READ: AtomicI32 = AtomicI32::new(-1);
+/// The saver's thread id (a crash of its own must not wait for itself).
+static SAVER_TID: AtomicI32 = AtomicI32::new(0);
+/// The crash save is done.
+static CRASH_SAVE_DONE: AtomicBool = AtomicBool::new(false);
+/// What a handler asks the saver for.
+const ASK_SNAPSHOT: u8 = 1;
+const ASK_CRASH_SAVE: u8 = 2;
+/// How long a crashing thread waits for the crash save.
+const CRASH_SAVE_PATIENCE_MS: u64 = 5000;
+
+/// Starts the saver thread (at the start, and in the child of a fork,
+/// which has none).
+pub(crate) fn start_saver() {
+    for end in [&REQUESTS, &REQUESTS_READ] {
+        let fd = end.swap(-1, Ordering::Relaxed);
+        if fd >= 0 {
+            // SAFETY: a pipe end of ours, inherited from the parent.
+            unsafe { libc::close(fd) };
+        }
+    }
+    let mut fds = [0; 2];
+    // SAFETY: a valid array of two descriptors.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return;
+    }
+    let read = fds[0];
+    let spawned = std::thread::Builder::new()
+        .name("ichnos-saver".to_owned())
+        .stack_size(256 << 10)
+        .spawn(move || saver(read));
+    if spawned.is_ok() {
+        REQUESTS_READ.store(read, Ordering::Relaxed);
+        REQUESTS.store(fds[1], Ordering::Release);
+    } else {
+        // SAFETY: our own pipe's ends.
+        unsafe {
+            libc::close(fds[0]);
+            libc::close(fds[1]);
+        }
+    }
+}
+
+/// The saver thread: saves the rings each time a handler asks.
+fn saver(read: libc::c_int) {
+    // SAFETY: gettid has no preconditions.
+    SAVER_TID.store(unsafe { libc::gettid() }, Ordering::Relaxed);
+    loop {
+        let mut ask = 0u8;
+        // SAFETY: a one-byte buffer of ours.
+        let n = unsafe { libc::read(read, (&raw mut ask).cast(), 1) };
+        if n == 0
+            || (n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted)
+        {
+            return;
+        }
+        if n != 1 {
+            continue;
+        }
+        if ask == ASK_CRASH_SAVE {
+            crate::save_for_crash();
+        } else if let Some(buf) = crate::BUFFER.get() {
+            crate::ring::save(buf);
+        }
+        if ask == ASK_CRASH_SAVE {
+            CRASH_SAVE_DONE.store(true, Ordering::Release);
+        }
+    }
+}
+
+/// Asks the saver for `what` (async-signal-safe); false if there is none.
+fn ask(what: u8) -> bool {
+    let fd = REQUESTS.load(Ordering::Acquire);
+    // SAFETY: write is async-signal-safe; a one-byte buffer.
+    fd >= 0 && unsafe { libc::write(fd, (&raw const what).cast(), 1) } == 1
+}
+
+/// Waits (async-signal-safely) for the crash save, at most its patience.
+fn wait_for_crash_save() {
+    // SAFETY: gettid has no preconditions.
+    if unsafe { libc::gettid() } == SAVER_TID.load(Ordering::Relaxed) {
+        return;
+    }
+    let step = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 1_000_000,
+    };
+    for _ in 0..CRASH_SAVE_PATIENCE_MS {
+        if CRASH_SAVE_DONE.load(Ordering::Acquire) {
+            return;
+        }
+        // SAFETY: nanosleep is async-signal-safe; a valid timespec.
+        unsafe { libc::nanosleep(&raw const step, std::ptr::null_mut()) };
+    }
+}
+
+extern "C" fn on_crash(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    let _errno = ErrnoGuard::save();
+    // The first crash asks for the save; every crashing thread waits for
+    // it, so that none ends the process while the rings are sent.
+    let asked = SAVED_FOR_CRASH.swap(true, Ordering::SeqCst) || ask(ASK_CRASH_SAVE);
+    if asked {
+        wait_for_crash_save();
+    }
+    restore(sig);
+    // A fault comes back when its instruction runs again; a signal that
+    // was sent (kill, raise, sigqueue: si_code <= 0) does not, so it is
+    // sent again, to the handler put back. It is blocked until this
+    // handler returns.
+    // SAFETY: the kernel's siginfo for this delivery, read only.
+    if !info.is_null() && unsafe { (*info).si_code } <= 0 {
+        // SAFETY: raise is async-signal-safe.
+        unsafe { libc::raise(sig) };
+    }
+}
+
+extern "C" fn on_usr2(_sig: libc::c_int) {
+    let _errno = ErrnoGuard::save();
+    ask(ASK_SNAPSHOT);
+}
+
+/// Puts back the handler that was there before ours for `sig`.
+fn restore(sig: libc::c_int) {
+    // SAFETY: PREVIOUS is written once, in `install`, before any handler
+    // of ours can run.
+    let previous = unsafe {
+        (*std::ptr::addr_of!(PREVIOUS))
+            .get(sig.unsigned_abs() as usize)
+            .copied()
+            .flatten()
+    };
+    // SAFETY: sigaction with a valid action (the old one, or the default).
+    unsafe {
+        if let Some(old) = previous {
+            libc::sigaction(sig, &raw const old, std::ptr::null_mut());
+        } else {
+            libc::signal(sig, libc::SIG_DFL);
+        }
+    }
+}
+
+/// Installs `handler` (a plain one, or with `SA_SIGINFO` in `flags` one
+/// that takes the siginfo) for `sig`.
+fn handle(sig: libc::c_int, handler: usize, flags: libc::c_int) {
+    // SAFETY: sigaction structs are plain data; the handler has the
+    // signature `flags` says.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = handler;
+        action.sa_flags = libc::SA_RESTART | libc::SA_ONSTACK | flags;
+        libc::sigemptyset(&raw mut action.sa_mask);
+        let mut old: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(sig, &raw const action, &raw mut old) == 0 {
+            (*std::ptr::addr_of_mut!(PREVIOUS))[sig.unsigned_abs() as usize] = Some(old);
+        }
+    }
+}
+
+/// Whether the trace was saved for a crash already (the rings are not
+/// sent again after it).
+pub(crate) fn saved() -> bool {
+    SAVED_FOR_CRASH.load(Ordering::Relaxed)
+}
+
+/// Starts the saver and installs the crash handlers, and with `snapshots`
+/// (flight-recorder mode) SIGUSR2's.
+pub(crate) fn install(snapshots: bool) {
+    type Crash = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
+    type Plain = extern "C" fn(libc::c_int);
+    start_saver();
+    for sig in CRASHES {
+        handle(sig, on_crash as Crash as usize, libc::SA_SIGINFO);
+    }
+    if snapshots {
+        handle(libc::SIGUSR2, on_usr2 as Plain as usize, 0);
+    }
+}
