@@ -663,6 +663,16 @@ fn poke(buf: &TopaBuffer, offset: i64, value: u64) {
     assert_eq!(n, 8);
 }
 
+/// Writes the u32 `value` at `offset`, as `poke` does.
+fn poke32(buf: &TopaBuffer, offset: i64, value: u32) {
+    use std::os::fd::AsRawFd;
+    let bytes = value.to_le_bytes();
+    // SAFETY: pwrite of 4 bytes from a local array to our own memfd.
+    let n = unsafe { libc::pwrite(buf.fd().as_raw_fd(), bytes.as_ptr().cast(), 4, offset) };
+    assert_eq!(n, 4);
+}
+
+const MODE_OFFSET: i64 = 24;
 const HEAD_OFFSET: i64 = 64;
 const AHEAD_OFFSET: i64 = 72;
 
@@ -685,6 +695,25 @@ fn positions_a_peer_corrupted_are_refused_not_trusted() {
     assert_eq!(consumer.available(), 0);
     poke(&buf, HEAD_OFFSET, 100);
     assert_eq!(consumer.available(), 100, "a sane head is read as it is");
+}
+
+#[test]
+fn a_mode_a_peer_changes_after_the_consumer_opened_is_not_taken() {
+    let buf = buffer(&[1, 1], Config::default());
+    let mut consumer = buf.consumer().unwrap();
+    // Snapshot mode lets the head run past a capacity; a peer that says so
+    // now must not make a head 3 pages ahead readable.
+    poke32(&buf, MODE_OFFSET, 1);
+    poke(&buf, HEAD_OFFSET, 3 * PAGE);
+    assert_eq!(consumer.available(), 0);
+    let mut out = Vec::new();
+    assert_eq!(consumer.read_into(&mut out), 0);
+    assert!(out.is_empty());
+    // The consumer still reads as in the mode it opened: a sane head is
+    // read, bytes and all.
+    poke(&buf, HEAD_OFFSET, 100);
+    assert_eq!(consumer.read_into(&mut out), 100);
+    assert_eq!(out.len(), 100);
 }
 
 #[test]

@@ -57,6 +57,10 @@ pub struct SnapshotInfo {
 pub struct Consumer {
     mapped: Arc<Mapped>,
     tail: u64,
+    /// The buffer is in snapshot mode, as its header said when the
+    /// consumer opened it (read once: the header is shared with another
+    /// process, which may change it under us).
+    snapshot: bool,
 }
 
 impl fmt::Debug for Consumer {
@@ -69,8 +73,16 @@ impl fmt::Debug for Consumer {
 
 impl Consumer {
     pub(super) fn new(mapped: Arc<Mapped>) -> Consumer {
-        let tail = mapped.header().tail.0.load(Ordering::Acquire);
-        Consumer { mapped, tail }
+        let h = mapped.header();
+        let tail = h.tail.0.load(Ordering::Acquire);
+        // SAFETY: a u32 of the mapped header, read once; volatile, since
+        // another process may write it (a value it tears is a mode too).
+        let mode = unsafe { std::ptr::read_volatile(&raw const h.mode) };
+        Consumer {
+            mapped,
+            tail,
+            snapshot: mode == 1,
+        }
     }
 
     /// The producer position (Acquire: bytes below it are written). A
@@ -82,9 +94,8 @@ impl Consumer {
     pub fn head(&self) -> u64 {
         let h = self.mapped.header();
         let head = h.producer.0.head.load(Ordering::Acquire);
-        let snapshot = h.mode == 1;
         let sane = head < super::table::MAX_POSITION / 2
-            && (snapshot
+            && (self.snapshot
                 || (head >= self.tail && head - self.tail <= self.mapped.table().capacity()));
         if sane {
             head
@@ -131,10 +142,9 @@ impl Consumer {
             "range {range:?} outside the readable {}..{head}",
             self.tail
         );
-        let snapshot = self.mapped.header().mode == 1;
         Segments {
             mapped: &self.mapped,
-            range: if snapshot {
+            range: if self.snapshot {
                 range.start..range.start
             } else {
                 range
@@ -146,7 +156,7 @@ impl Consumer {
     /// returns how many bytes that was (none in snapshot mode: see
     /// [`Consumer::segments`]).
     pub fn read_into(&mut self, out: &mut Vec<u8>) -> u64 {
-        if self.mapped.header().mode == 1 {
+        if self.snapshot {
             return 0;
         }
         let head = self.head();
