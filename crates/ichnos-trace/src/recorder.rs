@@ -487,7 +487,7 @@ fn welcome(
         out.refused.push(why);
         conn.closed = true;
     };
-    let hello = match Hello::decode(bytes) {
+    let mut hello = match Hello::decode(bytes) {
         Ok(h) => h,
         Err(e) => {
             refuse(
@@ -498,6 +498,10 @@ fn welcome(
             return Ok(());
         }
     };
+    // The process is the one the kernel saw connect, whatever it says.
+    if let Some(pid) = socket::peer_pid(&conn.socket) {
+        hello.pid = pid;
+    }
     let Some(fd) = fd else {
         refuse(out, conn, format!("process {} sent no buffer", hello.pid));
         return Ok(());

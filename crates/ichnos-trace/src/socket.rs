@@ -76,6 +76,28 @@ pub(crate) fn accept(listener: &OwnedFd) -> io::Result<Option<OwnedFd>> {
     Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) }))
 }
 
+/// The process at the other end of `conn`, as the kernel saw it connect
+/// (`SO_PEERCRED`): what a traced process says of itself is not taken.
+pub(crate) fn peer_pid(conn: &OwnedFd) -> Option<u32> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt into a ucred of ours, its size given.
+    let r = unsafe {
+        libc::getsockopt(
+            conn.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&raw mut cred).cast(),
+            &raw mut len,
+        )
+    };
+    (r == 0 && cred.pid > 0).then(|| cred.pid.cast_unsigned())
+}
+
 /// What a connection said: `Ok(None)` when nothing is there yet, an
 /// empty message when the peer has closed.
 pub(crate) struct Message {
