@@ -51,26 +51,52 @@ const ASK_CRASH_SAVE: u8 = 2;
 /// How long a crashing thread waits for the crash save.
 const CRASH_SAVE_PATIENCE_MS: u64 = 5000;
 
-/// Starts the saver thread (at the start, and in the child of a fork,
-/// which has none).
-pub(crate) fn start_saver() {
+/// What the saver was last asked to save for the end of the process:
+/// done.
+static EXIT_SAVE_DONE: AtomicBool = AtomicBool::new(false);
+/// The process ends without its hooks (`_exit`): save as at exit.
+const ASK_EXIT_SAVE: u8 = 3;
+
+/// In the child of a fork: the parent's saver and its pipe are not the
+/// child's; what the parent saved is not either.
+pub(crate) fn forget_after_fork() {
     for end in [&REQUESTS, &REQUESTS_READ] {
         let fd = end.swap(-1, Ordering::Relaxed);
         if fd >= 0 {
-            // SAFETY: a pipe end of ours, inherited from the parent.
+            // SAFETY: a pipe end inherited from the parent, ours to close.
             unsafe { libc::close(fd) };
         }
     }
+    SAVER_TID.store(0, Ordering::Relaxed);
+    SAVED_FOR_CRASH.store(false, Ordering::Relaxed);
+    CRASH_SAVE_DONE.store(false, Ordering::Relaxed);
+    EXIT_SAVE_DONE.store(false, Ordering::Relaxed);
+}
+
+/// Starts the saver thread (at the start, and in the child of a fork,
+/// which has none). It starts with every signal blocked, so that it never
+/// takes a signal the program meant for one of its own threads.
+pub(crate) fn start_saver() {
     let mut fds = [0; 2];
     // SAFETY: a valid array of two descriptors.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         return;
     }
     let read = fds[0];
+    // SAFETY: sigset_t is plain data; sigfillset and pthread_sigmask take
+    // valid pointers to ours.
+    let (mut all, mut was): (libc::sigset_t, libc::sigset_t) = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe {
+        libc::sigfillset(&raw mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &raw const all, &raw mut was);
+    }
     let spawned = std::thread::Builder::new()
         .name("ichnos-saver".to_owned())
         .stack_size(256 << 10)
         .spawn(move || saver(read));
+    // SAFETY: the mask this thread had before.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &raw const was, std::ptr::null_mut()) };
     if spawned.is_ok() {
         REQUESTS_READ.store(read, Ordering::Relaxed);
         REQUESTS.store(fds[1], Ordering::Release);
@@ -83,7 +109,7 @@ pub(crate) fn start_saver() {
     }
 }
 
-/// The saver thread: saves the rings each time a handler asks.
+/// The saver thread: saves each time a handler (or `_exit`) asks.
 fn saver(read: libc::c_int) {
     // SAFETY: gettid has no preconditions.
     SAVER_TID.store(unsafe { libc::gettid() }, Ordering::Relaxed);
@@ -99,15 +125,33 @@ fn saver(read: libc::c_int) {
         if n != 1 {
             continue;
         }
-        if ask == ASK_CRASH_SAVE {
-            crate::save_for_crash();
-        } else if let Some(buf) = crate::BUFFER.get() {
-            crate::ring::save(buf);
-        }
-        if ask == ASK_CRASH_SAVE {
-            CRASH_SAVE_DONE.store(true, Ordering::Release);
+        match ask {
+            ASK_CRASH_SAVE => {
+                crate::save_for_crash();
+                CRASH_SAVE_DONE.store(true, Ordering::Release);
+            }
+            ASK_EXIT_SAVE => {
+                crate::end_of_process();
+                EXIT_SAVE_DONE.store(true, Ordering::Release);
+            }
+            _ => {
+                if let Some(buf) = crate::BUFFER.get() {
+                    crate::ring::save(buf);
+                }
+            }
         }
     }
+}
+
+/// The process ends without its hooks (`_exit`, maybe from a signal
+/// handler): the saver saves as at exit, and this waits for it (at most
+/// the crash save's patience). False if there is no saver to ask.
+pub(crate) fn save_for_exit() -> bool {
+    if !ask(ASK_EXIT_SAVE) {
+        return false;
+    }
+    wait_for(&EXIT_SAVE_DONE);
+    true
 }
 
 /// Asks the saver for `what` (async-signal-safe); false if there is none.
@@ -117,8 +161,9 @@ fn ask(what: u8) -> bool {
     fd >= 0 && unsafe { libc::write(fd, (&raw const what).cast(), 1) } == 1
 }
 
-/// Waits (async-signal-safely) for the crash save, at most its patience.
-fn wait_for_crash_save() {
+/// Waits (async-signal-safely) for `done`, at most the crash save's
+/// patience; not on the saver thread itself.
+fn wait_for(done: &AtomicBool) {
     // SAFETY: gettid has no preconditions.
     if unsafe { libc::gettid() } == SAVER_TID.load(Ordering::Relaxed) {
         return;
@@ -128,7 +173,7 @@ fn wait_for_crash_save() {
         tv_nsec: 1_000_000,
     };
     for _ in 0..CRASH_SAVE_PATIENCE_MS {
-        if CRASH_SAVE_DONE.load(Ordering::Acquire) {
+        if done.load(Ordering::Acquire) {
             return;
         }
         // SAFETY: nanosleep is async-signal-safe; a valid timespec.
@@ -142,7 +187,7 @@ extern "C" fn on_crash(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut lib
     // it, so that none ends the process while the rings are sent.
     let asked = SAVED_FOR_CRASH.swap(true, Ordering::SeqCst) || ask(ASK_CRASH_SAVE);
     if asked {
-        wait_for_crash_save();
+        wait_for(&CRASH_SAVE_DONE);
     }
     restore(sig);
     // A fault comes back when its instruction runs again; a signal that

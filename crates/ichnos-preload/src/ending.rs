@@ -32,7 +32,10 @@ pub(crate) fn own() {
 
 /// The trace, handed over before the process ends without its hooks.
 fn hand_over() {
-    if owner() {
+    // Through the saver thread: `_exit` is async-signal-safe, and is
+    // called from signal handlers, where saving in place could wait
+    // forever for a lock the interrupted code holds.
+    if owner() && !crate::crash::save_for_exit() {
         crate::end_of_process();
     }
 }

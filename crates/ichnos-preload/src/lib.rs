@@ -33,7 +33,6 @@ mod scope;
 mod short;
 mod span;
 
-use std::cell::Cell;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
@@ -176,8 +175,7 @@ fn flush(f: &Flush<'_>) {
 
 /// `f` as one frame with `flags` (and [`wire::FRAME_LAST`] at an exit).
 pub(crate) fn send_flush(f: &Flush<'_>, flags: u32) {
-    let last = matches!(f.reason, FlushReason::ThreadExit | FlushReason::ProcessExit)
-        || EXECING.with(Cell::get);
+    let last = matches!(f.reason, FlushReason::ThreadExit | FlushReason::ProcessExit);
     let header = FrameHeader {
         tid: f.tid.cast_unsigned(),
         flags: flags | if last { wire::FRAME_LAST } else { 0 },
@@ -265,18 +263,28 @@ pub(crate) fn before_exec() {
     } else {
         short::before_marker();
         if let Some(buf) = BUFFER.get() {
-            // The thread's last frame of this program: a reader starts
-            // the thread afresh after it.
-            EXECING.with(|e| e.set(true));
             let _ = buf.flush();
-            EXECING.with(|e| e.set(false));
         }
     }
-}
-
-thread_local! {
-    /// This thread is handing its buffer over before an exec.
-    static EXECING: Cell<bool> = const { Cell::new(false) };
+    // The last frame of this program for the calling thread and for the
+    // main thread (the new program runs as the process's id, whichever
+    // thread exec'ed): empty frames flagged last, after which a reader
+    // starts the thread afresh.
+    // SAFETY: gettid and getpid have no preconditions.
+    let (tid, pid) = unsafe { (libc::gettid(), libc::getpid()) };
+    for thread in [tid, pid] {
+        let header = FrameHeader {
+            tid: thread.cast_unsigned(),
+            flags: wire::FRAME_LAST,
+            lost: 0,
+            len: 0,
+            ticks: clock::ticks(),
+        };
+        Channel::send(header, &[]);
+        if tid == pid {
+            break;
+        }
+    }
 }
 
 extern "C" fn maps_at_exit() {
@@ -291,6 +299,7 @@ extern "C" fn after_fork_child() {
     let was = ACTIVE.swap(false, Ordering::Relaxed);
     Channel::forget_after_fork();
     span::forget_after_fork();
+    crash::forget_after_fork();
     ending::own();
     if was {
         if let Some(config) = CONFIG.get() {

@@ -94,6 +94,11 @@ pub trait Visitor {
     fn probe(&mut self, _pid: u32, _tid: u32, _ticks: u64, _id: u64, _value: u64) {}
     /// Events of the thread were lost just before `ticks`.
     fn lost(&mut self, _pid: u32, _tid: u32, _ticks: u64, _count: u64) {}
+    /// The thread's program ended (it exec'ed, or the thread's last block
+    /// came) with `open` calls still open, its last event at `ticks`:
+    /// they will never return, and the thread's next events, if any,
+    /// start afresh.
+    fn abandon(&mut self, _pid: u32, _tid: u32, _open: usize, _ticks: u64) {}
 }
 
 struct Open {
@@ -107,6 +112,8 @@ struct Open {
 struct Thread {
     stack: Vec<Open>,
     entries: u64,
+    /// The time of the thread's newest event.
+    last_ticks: u64,
     /// The newest event of the thread's flight-recorder rings read so
     /// far: a later ring of the same thread (a snapshot, then the exit)
     /// holds these events again.
@@ -254,7 +261,11 @@ impl Trace {
             // new thread's. A ring's last blocks are each save's.
             let ended = ichnos_data::CALLS_LAST | ichnos_data::CALLS_RING;
             if calls.flags & ended == ichnos_data::CALLS_LAST {
-                threads.remove(&(pid, tid));
+                if let Some(thread) = threads.remove(&(pid, tid)) {
+                    if !thread.stack.is_empty() {
+                        visitor.abandon(pid, tid, thread.stack.len(), thread.last_ticks);
+                    }
+                }
             }
         })
     }
@@ -316,6 +327,7 @@ fn ring_block(
 }
 
 fn step(thread: &mut Thread, pid: u32, tid: u32, event: CallEvent, visitor: &mut dyn Visitor) {
+    thread.last_ticks = thread.last_ticks.max(event.ticks());
     match event {
         CallEvent::Enter { ticks, function } => {
             let index = thread.entries;

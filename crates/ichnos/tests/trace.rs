@@ -290,6 +290,25 @@ fn the_calls_before_an_exec_are_kept_and_the_new_program_starts_afresh() {
         ],
         "{lines:#?}"
     );
+    // In Perfetto too: the first main's slice ends at its last event, and
+    // the second one is a slice of its own at depth 0, not nested.
+    let file = dir.path().join("t.pftrace");
+    run(ichnos()
+        .args(["report", "--format", "perfetto", "-i"])
+        .arg(dir.path().join("t.data"))
+        .arg("-o")
+        .arg(&file));
+    let slices = perfetto_lines(&file);
+    let mains: Vec<(usize, &str)> = slices
+        .iter()
+        .filter(|l| l.name == "main")
+        .map(|l| (l.depth, l.kind.as_str()))
+        .collect();
+    assert_eq!(
+        mains,
+        [(0, "open"), (0, "close"), (0, "open"), (0, "close")],
+        "{slices:#?}"
+    );
 }
 
 #[test]
@@ -831,7 +850,20 @@ fn assert_same_calls(what: &str, exported: &[Line], replayed: &[Line]) {
     );
     for (tid, ours) in &replayed {
         let theirs = &exported[tid];
-        assert_eq!(theirs.len(), ours.len(), "{what}: thread {tid}'s lines");
+        // Calls the replay leaves open (the thread ended inside them:
+        // pthread_exit) end in the exports at the thread's last event.
+        let kind = |k: &str| ours.iter().filter(|l| l.kind == k).count();
+        let open = kind("open") - kind("close");
+        assert_eq!(
+            theirs.len(),
+            ours.len() + open,
+            "{what}: thread {tid}'s lines"
+        );
+        assert!(
+            theirs[ours.len()..].iter().all(|t| t.kind == "close"),
+            "{what}: thread {tid}: {:?}",
+            &theirs[ours.len()..]
+        );
         for (t, o) in theirs.iter().zip(ours) {
             assert_eq!(
                 (t.depth, &t.kind, &t.name),

@@ -86,6 +86,13 @@ impl Visitor for Paths {
         let n = &mut self.nodes[node];
         n.self_ticks = n.self_ticks.saturating_add(own);
     }
+
+    fn abandon(&mut self, pid: u32, tid: u32, _: usize, _: u64) {
+        // The thread's next calls start from its root again.
+        if let Some(open) = self.threads.get_mut(&(pid, tid)) {
+            open.truncate(1);
+        }
+    }
 }
 
 /// `trace`'s calls (only threads `tids`, unless empty) as folded stacks

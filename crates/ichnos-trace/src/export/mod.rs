@@ -190,6 +190,19 @@ impl<T: Timeline> Visitor for Events<'_, T> {
             self.done(r);
         }
     }
+
+    fn abandon(&mut self, pid: u32, tid: u32, open: usize, ticks: u64) {
+        // The slices of calls that will never return end at the thread's
+        // last event, so that what comes after does not nest under them.
+        if self.shown(pid, tid) {
+            let ns = self.ns(ticks);
+            for _ in 0..open {
+                let r = self.timeline.end(pid, tid, ns);
+                self.summary.ended += 1;
+                self.done(r);
+            }
+        }
+    }
 }
 
 /// Walks `trace` (only threads `tids`, unless empty) into `timeline`.
