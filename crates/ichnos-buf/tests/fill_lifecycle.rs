@@ -87,9 +87,9 @@ fn scenario_entry() {
             write(&buf, 20..22);
             std::process::exit(0);
         }
-        // _exit runs no atexit hook: flush_at_exit hands over this
-        // thread's records and a running thread's, and later records are
-        // dropped.
+        // A process that ends without its hooks calls flush_at_exit: it
+        // hands over this thread's records and a running thread's, and
+        // records written later are dropped.
         "flush-at-exit" => {
             let b = buf.clone();
             let (tx, rx) = std::sync::mpsc::channel();
@@ -103,9 +103,10 @@ fn scenario_entry() {
             rx.recv().unwrap();
             write(&buf, 10..12);
             ichnos_buf::fill::flush_at_exit();
-            let _ = buf.write(&[0u8; 16]);
-            // SAFETY: ends the process at once, as a program's _exit does.
-            unsafe { libc::_exit(0) };
+            // Written after the last flush: exit()'s own hooks, which run
+            // next, must not hand it over (nor anything twice).
+            write(&buf, 99..100);
+            std::process::exit(0);
         }
         // The writing thread is the one that calls exit().
         "exit" => {

@@ -29,7 +29,7 @@ pub(crate) mod var {
 
 /// Filter addresses taken at most (a pattern such as `*` names every
 /// function of a large program).
-const MAX_FILTERED: usize = 1 << 20;
+const MAX_FILTERED: usize = 8192;
 
 /// The runtime's settings.
 #[derive(Clone, Debug)]

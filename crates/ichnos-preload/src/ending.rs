@@ -48,14 +48,30 @@ fn owner() -> bool {
     crate::tracing() && unsafe { libc::getpid() } == OWNER.load(Ordering::Relaxed)
 }
 
-/// The address of the C library's function `name`, found on first use
-/// (0 if there is none).
-fn next(cache: &AtomicUsize, name: &CStr) -> usize {
-    let mut found = cache.load(Ordering::Relaxed);
+/// The C library's functions wrapped here, by number.
+const NAMES: [&CStr; 7] = [
+    c"_exit", c"_Exit", c"execve", c"execvpe", c"execv", c"execvp", c"fexecve",
+];
+
+/// Their addresses (0: not looked up yet, or not there).
+static REAL: [AtomicUsize; 7] = [const { AtomicUsize::new(0) }; 7];
+
+/// Looks every one of them up now, at the start (and after a fork): not
+/// at first use, which may be in a signal handler or a `vfork` child,
+/// where `dlsym` (which takes the loader's lock) must not run.
+pub(crate) fn resolve() {
+    for which in 0..NAMES.len() {
+        next(which);
+    }
+}
+
+/// The address of the C library's function `which` (0 if there is none).
+fn next(which: usize) -> usize {
+    let mut found = REAL[which].load(Ordering::Relaxed);
     if found == 0 {
         // SAFETY: dlsym with a NUL-terminated name.
-        found = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
-        cache.store(found, Ordering::Relaxed);
+        found = unsafe { libc::dlsym(libc::RTLD_NEXT, NAMES[which].as_ptr()) } as usize;
+        REAL[which].store(found, Ordering::Relaxed);
     }
     found
 }
@@ -79,7 +95,7 @@ fn no_exec() -> c_int {
 }
 
 macro_rules! exec_wrapper {
-    ($name:ident, $ty:ty, ($($arg:ident: $t:ty),*)) => {
+    ($name:ident, $which:literal, $ty:ty, ($($arg:ident: $t:ty),*)) => {
         /// The C library's function of this name, after the trace is
         /// handed over.
         ///
@@ -87,13 +103,8 @@ macro_rules! exec_wrapper {
         /// As the C library's.
         #[no_mangle]
         pub unsafe extern "C" fn $name($($arg: $t),*) -> c_int {
-            static REAL: AtomicUsize = AtomicUsize::new(0);
-            const NAME: &CStr = match CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) {
-                Ok(name) => name,
-                Err(_) => panic!("a function name"),
-            };
             before_exec();
-            let address = next(&REAL, NAME);
+            let address = next($which);
             if address == 0 {
                 return no_exec();
             }
@@ -105,24 +116,19 @@ macro_rules! exec_wrapper {
     };
 }
 
-exec_wrapper!(execve, Execve, (path: *const c_char, argv: *const *const c_char, envp: *const *const c_char));
-exec_wrapper!(execvpe, Execve, (file: *const c_char, argv: *const *const c_char, envp: *const *const c_char));
-exec_wrapper!(execv, Execv, (path: *const c_char, argv: *const *const c_char));
-exec_wrapper!(execvp, Execv, (file: *const c_char, argv: *const *const c_char));
-exec_wrapper!(fexecve, Fexecve, (fd: c_int, argv: *const *const c_char, envp: *const *const c_char));
+exec_wrapper!(execve, 2, Execve, (path: *const c_char, argv: *const *const c_char, envp: *const *const c_char));
+exec_wrapper!(execvpe, 3, Execve, (file: *const c_char, argv: *const *const c_char, envp: *const *const c_char));
+exec_wrapper!(execv, 4, Execv, (path: *const c_char, argv: *const *const c_char));
+exec_wrapper!(execvp, 5, Execv, (file: *const c_char, argv: *const *const c_char));
+exec_wrapper!(fexecve, 6, Fexecve, (fd: c_int, argv: *const *const c_char, envp: *const *const c_char));
 
-/// The C library's function `name`, found on first use.
-fn real(cache: &AtomicUsize, name: &CStr) -> extern "C" fn(c_int) -> ! {
-    let mut found = cache.load(Ordering::Relaxed);
+/// The C library's `_exit` (0) or `_Exit` (1).
+fn real(which: usize) -> extern "C" fn(c_int) -> ! {
+    let found = next(which);
     if found == 0 {
-        // SAFETY: dlsym with a NUL-terminated name.
-        found = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
-        if found == 0 {
-            // SAFETY: without the C library's own, the system call does
-            // what it would.
-            unsafe { libc::syscall(libc::SYS_exit_group, 1) };
-        }
-        cache.store(found, Ordering::Relaxed);
+        // SAFETY: without the C library's own, the system call does what
+        // it would.
+        unsafe { libc::syscall(libc::SYS_exit_group, 1) };
     }
     // SAFETY: dlsym's address of this very function of the C library,
     // which has this signature.
@@ -132,15 +138,13 @@ fn real(cache: &AtomicUsize, name: &CStr) -> extern "C" fn(c_int) -> ! {
 /// The C library's `_exit`, after the trace is handed over.
 #[no_mangle]
 pub extern "C" fn _exit(status: c_int) -> ! {
-    static REAL: AtomicUsize = AtomicUsize::new(0);
     hand_over();
-    real(&REAL, c"_exit")(status)
+    real(0)(status)
 }
 
 /// The C library's `_Exit`, after the trace is handed over.
 #[no_mangle]
 pub extern "C" fn _Exit(status: c_int) -> ! {
-    static REAL: AtomicUsize = AtomicUsize::new(0);
     hand_over();
-    real(&REAL, c"_Exit")(status)
+    real(1)(status)
 }

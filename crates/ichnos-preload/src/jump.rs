@@ -31,6 +31,15 @@ const NAMES: [&CStr; 7] = [
 /// The real functions' addresses, found on first use.
 static REAL: [AtomicUsize; 7] = [const { AtomicUsize::new(0) }; 7];
 
+/// Looks every real function up now, at the start: not at first use,
+/// which is often a `siglongjmp` inside a signal handler, where `dlsym`
+/// (which takes the loader's lock) must not run.
+pub(crate) fn resolve() {
+    for which in 0..NAMES.len() {
+        real(which);
+    }
+}
+
 /// The real function `which` (the next definition after this library).
 fn real(which: usize) -> usize {
     let found = REAL[which].load(Ordering::Relaxed);

@@ -318,6 +318,11 @@ fn start() {
     let Some(config) = Config::from_env() else {
         return;
     };
+    // The C library's functions the runtime wraps, looked up while it is
+    // safe to.
+    ending::resolve();
+    #[cfg(target_arch = "x86_64")]
+    jump::resolve();
     clock::use_tsc(config.tsc);
     if !open_channel(&config) {
         return;

@@ -44,8 +44,9 @@ struct Place {
     hidden: u32,
 }
 
-/// `setjmp` places a thread remembers its scope at (the newest, in
-/// turn): a `longjmp` to an older one leaves the counters as they are.
+/// `setjmp` places a thread remembers its scope at (those still live,
+/// the outermost kept when there are more): a `longjmp` to one forgotten
+/// leaves the counters as they are.
 const JUMP_PLACES: usize = 16;
 
 thread_local! {
@@ -54,8 +55,6 @@ thread_local! {
     /// calls there.
     static JUMPS: Cell<[(u64, Place, usize); JUMP_PLACES]> =
         const { Cell::new([(0, Place { depth: 0, inside: 0, hidden: 0 }, 0); JUMP_PLACES]) };
-    /// The slot the next new place takes.
-    static JUMP_NEXT: Cell<usize> = const { Cell::new(0) };
 }
 
 /// Sets the depth limit and the filters (run-time addresses), once, at
@@ -154,16 +153,27 @@ pub(crate) fn note_jump(buffer: u64) {
         return;
     }
     let now = PLACE.with(Cell::get);
+    let open = crate::short::open();
     let mut places = JUMPS.with(Cell::get);
+    // Places deeper than this one are of calls that have returned: their
+    // buffers are dead, and their slots free.
+    for place in &mut places {
+        if place.0 != 0 && (place.1.depth > now.depth || place.2 > open) {
+            place.0 = 0;
+        }
+    }
+    // This buffer's slot, else a free one, else the deepest place's (the
+    // outer ones are the ones a longjmp from deep inside goes back to).
     let slot = places
         .iter()
         .position(|p| p.0 == buffer)
+        .or_else(|| places.iter().position(|p| p.0 == 0))
         .unwrap_or_else(|| {
-            let next = JUMP_NEXT.with(Cell::get);
-            JUMP_NEXT.with(|n| n.set((next + 1) % JUMP_PLACES));
-            next
+            (0..JUMP_PLACES)
+                .max_by_key(|&i| (places[i].1.depth, places[i].2))
+                .unwrap_or(0)
         });
-    places[slot] = (buffer, now, crate::short::open());
+    places[slot] = (buffer, now, open);
     JUMPS.with(|p| p.set(places));
 }
 

@@ -45,8 +45,20 @@ pub(crate) fn forget_after_fork() {
     }
 }
 
-/// Sends `name` (at `address`) in a names frame.
-fn send_name(address: u64, name: &CStr) {
+/// Forgets that the name at `address` was sent (its send failed).
+fn unsent(address: u64) {
+    for slot in &SENT {
+        if slot
+            .compare_exchange(address, 0, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+        {
+            return;
+        }
+    }
+}
+
+/// Sends `name` (at `address`) in a names frame; false if it was lost.
+fn send_name(address: u64, name: &CStr) -> bool {
     let bytes = name.to_bytes();
     let mut body = Vec::with_capacity(16 + MAX_SPAN_NAME);
     wire::push_span_name(&mut body, address, bytes);
@@ -58,7 +70,7 @@ fn send_name(address: u64, name: &CStr) {
         len: body.len() as u64,
         ticks: crate::clock::ticks(),
     };
-    Channel::send(header, &body);
+    Channel::send(header, &body)
 }
 
 /// A span event of `kind` for the name at `name`.
@@ -70,7 +82,10 @@ fn span(kind: u8, name: *const c_char) {
     if kind == event::SPAN_BEGIN && first_use(address) {
         // SAFETY: the caller passes a NUL-terminated string (the C ABI's
         // contract, in ichnos.h).
-        send_name(address, unsafe { CStr::from_ptr(name) });
+        if !send_name(address, unsafe { CStr::from_ptr(name) }) {
+            // Sent at the next begin instead.
+            unsent(address);
+        }
     }
     crate::record_marker(kind, address);
 }

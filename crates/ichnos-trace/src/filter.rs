@@ -34,6 +34,16 @@ pub enum FilterError {
         /// Why.
         source: std::io::Error,
     },
+    /// The patterns name more functions than the environment can carry.
+    #[error("{flag}: the patterns name {count} functions of {}, more than the {MAX_FILTERED} the runtime takes", path.display())]
+    TooMany {
+        /// `-F` or `-N`.
+        flag: &'static str,
+        /// How many.
+        count: usize,
+        /// The executable.
+        path: PathBuf,
+    },
     /// A pattern names no function of the executable.
     #[error("{flag} {pattern}: {} defines no function of that name", path.display())]
     NoMatch {
@@ -45,6 +55,11 @@ pub enum FilterError {
         path: PathBuf,
     },
 }
+
+/// Functions one of `-F`, `-N` names at most: their addresses go in an
+/// environment variable, which the kernel takes up to 128 KiB long (at
+/// most 13 hex digits and a comma each).
+pub(crate) const MAX_FILTERED: usize = 8192;
 
 /// The filters as the runtime takes them: environment variables.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -121,6 +136,13 @@ pub(crate) fn resolve(
         }
         out.sort_unstable();
         out.dedup();
+        if out.len() > MAX_FILTERED {
+            return Err(FilterError::TooMany {
+                flag,
+                count: out.len(),
+                path: path.to_path_buf(),
+            });
+        }
         Ok(out)
     };
     Ok(Resolved {

@@ -352,11 +352,15 @@ fn step(thread: &mut Thread, pid: u32, tid: u32, event: CallEvent, visitor: &mut
             long: false,
             ..
         } => {
-            // Bounded: a program keeps few jmp_bufs; the oldest go first.
+            // Places deeper than this one are of calls that have
+            // returned: their buffers are dead. What is left is the live
+            // nesting, bounded all the same (all of it is dropped past it).
+            let depth = thread.stack.len();
+            thread.jumps.retain(|_, d| *d <= depth);
             if thread.jumps.len() >= MAX_JUMPS && !thread.jumps.contains_key(&buffer) {
                 thread.jumps.clear();
             }
-            thread.jumps.insert(buffer, thread.stack.len());
+            thread.jumps.insert(buffer, depth);
         }
         CallEvent::Jump {
             ticks,

@@ -89,6 +89,11 @@ pub fn trace(args: &TraceArgs, quiet: bool) -> Result<u8> {
     if args.ring == Some(0) || args.buffer == Some(0) {
         bail!("buffer sizes must be above 0");
     }
+    if args.ring.is_some() && args.time_filter.is_some_and(|t| t > 0) {
+        // Held entries are written late, with their own older times; a
+        // ring saved again skips events older than the ones it read.
+        bail!("-t is not for the flight recorder (--ring): replay -t hides short calls of a ring's trace");
+    }
     // A buffer or ring goes to the recorder as one frame, at most 1 GiB.
     let most = ichnos_data::wire::MAX_FRAME_BYTES;
     for (flag, size) in [("-b", args.buffer), ("--ring", args.ring)] {

@@ -763,6 +763,20 @@ fn bad_input_gets_clear_errors() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
+    // The time filter holds entries back; a ring saved again would take
+    // them for repeats.
+    let out = trace(
+        dir.path(),
+        "t.data",
+        &["--ring", "64K", "-t", "1ms"],
+        &["true"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("-t is not for the flight recorder"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // A ring the wire cannot carry as one frame is refused up front.
     let out = trace(dir.path(), "t.data", &["--ring", "2G"], &["true"]);
     assert_eq!(out.status.code(), Some(1));

@@ -301,8 +301,15 @@ extern "C" fn at_exit() {
     flush_for_the_last_time();
 }
 
-/// [`at_exit`], for a process that ends without its `atexit` hooks.
+/// [`at_exit`], for a process that ends without its `atexit` hooks. Once:
+/// a second call (the hook after an explicit call) hands nothing over
+/// again, since another thread's buffer is read up to what it had
+/// committed, not emptied.
 pub(crate) fn flush_for_the_last_time() {
+    static DONE: AtomicBool = AtomicBool::new(false);
+    if DONE.swap(true, Ordering::AcqRel) {
+        return;
+    }
     let Some(entries) = with_registry(|r| {
         let handles: Vec<_> = r
             .handles
