@@ -10,7 +10,8 @@
 //! writes the entries held first: it is kept, and so is where it
 //! happened. Calls deeper than the stack holds are written as they come.
 //! Entries still held when a thread ends (calls that never returned) are
-//! not written.
+//! not written, nor the calls of a signal handler that interrupts this
+//! module's few instructions of bookkeeping for a call.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,6 +32,21 @@ thread_local! {
     static OPEN: Cell<usize> = const { Cell::new(0) };
     /// The bottom open calls whose entries are written.
     static WRITTEN: Cell<usize> = const { Cell::new(0) };
+    /// The thread is inside this module's bookkeeping: a signal handler
+    /// that runs traced code in between would find the stack half
+    /// changed, so its calls are left out (the window is a few
+    /// instructions of each call).
+    static BUSY: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` as the thread's only user of the stack; nothing if a call
+/// interrupted by a signal handler is in it already.
+fn exclusively(f: impl FnOnce()) {
+    if BUSY.with(|b| b.replace(true)) {
+        return;
+    }
+    f();
+    BUSY.with(|b| b.set(false));
 }
 
 /// Sets the time filter (ticks; 0 for none), once, at the start.
@@ -66,6 +82,10 @@ fn write_held(upto: usize) {
 
 /// `function` is entered (a traced call).
 pub(crate) fn enter(function: u64) {
+    exclusively(|| held_enter(function));
+}
+
+fn held_enter(function: u64) {
     let open = OPEN.with(Cell::get);
     let ticks = crate::clock::ticks();
     if open < HELD {
@@ -80,6 +100,10 @@ pub(crate) fn enter(function: u64) {
 
 /// `function` returns (a traced call).
 pub(crate) fn exit(function: u64) {
+    exclusively(|| held_exit(function));
+}
+
+fn held_exit(function: u64) {
     let open = OPEN.with(Cell::get);
     let ticks = crate::clock::ticks();
     if open == 0 {
@@ -106,7 +130,7 @@ pub(crate) fn exit(function: u64) {
 /// An explicit event is about to be written: the entries held go first.
 pub(crate) fn before_marker() {
     if holding() {
-        write_held(OPEN.with(Cell::get));
+        exclusively(|| write_held(OPEN.with(Cell::get)));
     }
 }
 
@@ -119,8 +143,10 @@ pub(crate) fn open() -> usize {
 /// above it will never return (their entries were written by the
 /// `longjmp`'s own event; the reader closes them there).
 pub(crate) fn back_to(open: usize) {
-    if OPEN.with(Cell::get) > open {
-        OPEN.with(|o| o.set(open));
-        WRITTEN.with(|w| w.set(w.get().min(open)));
-    }
+    exclusively(|| {
+        if OPEN.with(Cell::get) > open {
+            OPEN.with(|o| o.set(open));
+            WRITTEN.with(|w| w.set(w.get().min(open)));
+        }
+    });
 }
