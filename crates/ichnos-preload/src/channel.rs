@@ -37,6 +37,9 @@ pub(crate) struct Channel {
     /// Records of frames that could not be written, by thread, to be
     /// reported in the thread's next frame.
     lost: [(u32, u64); LOST_SLOTS],
+    /// Records lost by threads beyond the slots, reported as the main
+    /// thread's at the end.
+    lost_elsewhere: u64,
     /// The recorder is gone: nothing more is sent.
     dead: bool,
 }
@@ -81,6 +84,7 @@ impl Channel {
             socket,
             producer,
             lost: [(0, 0); LOST_SLOTS],
+            lost_elsewhere: 0,
             dead: false,
         })
     }
@@ -95,8 +99,51 @@ impl Channel {
     /// Forgets the process's channel without touching it, and unlocks: in
     /// a child after `fork`.
     pub(crate) fn forget_after_fork() {
-        CHANNEL.store(std::ptr::null_mut(), Ordering::Relaxed);
+        let parents = CHANNEL.swap(std::ptr::null_mut(), Ordering::Relaxed);
+        if !parents.is_null() {
+            // The parent's connection is the parent's: the child's copy
+            // of its socket would keep it open, and the recorder would
+            // see the parent end only when the child does. (The channel
+            // itself stays leaked: its buffer is the parent's.)
+            // SAFETY: the channel installed before the fork, never freed;
+            // its socket is closed here once and never used again.
+            unsafe { libc::close((*parents).socket.as_raw_fd()) };
+        }
         LOCK.store(false, Ordering::Release);
+    }
+
+    /// Reports what threads lost and have not reported yet (a thread
+    /// whose last frame was lost has no next one): an empty frame each,
+    /// which carries the count; what threads beyond the slots lost goes
+    /// as the main thread's. At the process's end.
+    pub(crate) fn report_losses() {
+        let pending = with_channel(|c| {
+            let tids: Vec<u32> = c
+                .lost
+                .iter()
+                .filter(|&&(tid, n)| tid != 0 && n > 0)
+                .map(|&(tid, _)| tid)
+                .collect();
+            (tids, std::mem::take(&mut c.lost_elsewhere))
+        });
+        let Some((tids, elsewhere)) = pending else {
+            return;
+        };
+        let empty = |tid: u32, lost: u64| FrameHeader {
+            tid,
+            flags: 0,
+            lost,
+            len: 0,
+            ticks: crate::clock::ticks(),
+        };
+        for tid in tids {
+            Channel::send(empty(tid, 0), &[]);
+        }
+        if elsewhere > 0 {
+            // SAFETY: getpid has no preconditions.
+            let pid = unsafe { libc::getpid() }.cast_unsigned();
+            Channel::send(empty(pid, elsewhere), &[]);
+        }
     }
 
     /// Sends one frame: `header` (its `lost` raised by what this thread
@@ -109,7 +156,7 @@ impl Channel {
             }
             let slot = c.lost.iter().position(|&(tid, _)| tid == header.tid);
             if let Some(i) = slot {
-                header.lost += c.lost[i].1;
+                header.lost = header.lost.saturating_add(c.lost[i].1);
             }
             match c.producer.write_record_parts(&[&header.encode(), events]) {
                 Ok(_) => {
@@ -126,10 +173,12 @@ impl Channel {
                         crate::recorder_gone();
                     }
                     let n = (events.len() / ichnos_data::wire::EVENT_BYTES) as u64;
-                    let i = slot
-                        .or_else(|| c.lost.iter().position(|&(tid, _)| tid == 0))
-                        .unwrap_or(LOST_SLOTS - 1);
-                    c.lost[i] = (header.tid, header.lost + n);
+                    let lost = header.lost.saturating_add(n);
+                    match slot.or_else(|| c.lost.iter().position(|&(tid, _)| tid == 0)) {
+                        Some(i) => c.lost[i] = (header.tid, lost),
+                        // No slot: counted all the same, as nobody's.
+                        None => c.lost_elsewhere = c.lost_elsewhere.saturating_add(lost),
+                    }
                     false
                 }
             }

@@ -241,6 +241,7 @@ pub(crate) fn end_of_process() {
     } else {
         ichnos_buf::fill::flush_at_exit();
     }
+    Channel::report_losses();
 }
 
 /// The save for a crash, on the saver thread: the mappings, then every
@@ -252,6 +253,7 @@ pub(crate) fn save_for_crash() {
         Some(_) => ichnos_buf::fill::flush_at_exit(),
         None => {}
     }
+    Channel::report_losses();
 }
 
 /// The program is about to exec: the mappings, then the calling
@@ -284,6 +286,12 @@ pub(crate) fn before_exec() {
         if tid == pid {
             break;
         }
+    }
+}
+
+extern "C" fn losses_at_exit() {
+    if ACTIVE.load(Ordering::Relaxed) {
+        Channel::report_losses();
     }
 }
 
@@ -327,6 +335,11 @@ fn start() {
     if !open_channel(&config) {
         return;
     }
+    // Registered before the buffers exist, so it runs after their own
+    // exit hook (hooks run last first): the losses of the last frames are
+    // known by then.
+    // SAFETY: registering an exit hook.
+    unsafe { libc::atexit(losses_at_exit) };
     let buffer = match config.ring {
         Some(size) => FillBuffer::circular_with_exit_flush(size, EVENT_BYTES, ring::thread_exit),
         None => FillBuffer::trace(config.buffer, flush),

@@ -312,6 +312,33 @@ fn the_calls_before_an_exec_are_kept_and_the_new_program_starts_afresh() {
 }
 
 #[test]
+fn a_thread_whose_last_frame_is_lost_is_counted_in_the_recording() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "lossy.c", &["-pthread", "-O0"]);
+    // The smallest shared buffer: two frames of the default 128 KiB.
+    let out = ichnos()
+        .args(["trace", "-o"])
+        .arg(dir.path().join("t.data"))
+        .arg("--")
+        .arg(&exe)
+        .arg("600")
+        .env("ICHNOS_TRACE_SHARED", "65536")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    // The late thread's calls (late, fill, 600 of leaf): 1,204 events, given up
+    // while the recorder was stopped, and said where they were lost.
+    assert!(stderr.contains(", 1,204 LOST,"), "{stderr}");
+    let lines = replay(dir.path(), "t.data", &[]);
+    let lost: Vec<&(u32, String)> = lines.iter().filter(|(_, f)| f.contains("LOST")).collect();
+    assert_eq!(lost.len(), 1, "{lost:?}");
+    assert!(lost[0].1.contains("/* LOST 1204 records!! */"), "{lost:?}");
+    let main_tid = lines.iter().find(|(_, f)| f == "main() {").unwrap().0;
+    assert_ne!(lost[0].0, main_tid, "the loss is the late thread's");
+}
+
+#[test]
 fn threads_forks_and_signal_handlers_are_each_traced_in_full() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "threads.c", &["-pthread"]);
