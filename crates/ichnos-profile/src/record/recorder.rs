@@ -457,7 +457,8 @@ impl Recorder {
                     .left(pid, tid, cpu, time, stack, stop == StackStop::Complete);
             }
         } else {
-            self.write_sample(pid, tid, cpu, time, stop, s.period.unwrap_or(1));
+            let weight = self.off_cpu.sample_weight(tid, time, s.period.unwrap_or(1));
+            self.write_sample(pid, tid, cpu, time, stop, weight);
         }
         // What is learnt of the thread's stack serves both kinds; the
         // counts are of samples on CPUs (off them, of intervals written).

@@ -346,8 +346,9 @@ impl Profile {
                 ..
             } => {
                 let key = (*stack, *pid as u32, *tid as u32);
+                let periods = self.samples_in(*weight);
                 if let Some(tally) = self.tally(*stack, |p| p.tallies.entry(key).or_default()) {
-                    tally.samples += 1;
+                    tally.samples += periods;
                     tally.weight = tally.weight.saturating_add(*weight);
                     self.last_time = self.last_time.max(*time);
                 }
@@ -551,6 +552,20 @@ impl Profile {
     #[must_use]
     pub fn lost_total(&self) -> u64 {
         self.lost.values().sum::<u64>().max(self.end_lost)
+    }
+
+    /// The samples a sample of `weight` stands for: of the CPU clock, the
+    /// periods of the recording's frequency in it (the recorder weighs a
+    /// sample that came late, after periods its timer missed, by the
+    /// time its thread ran), at least one; else one.
+    #[must_use]
+    pub fn samples_in(&self, weight: u64) -> u64 {
+        let d = &self.description;
+        if d.event != "cpu-clock" || d.frequency == 0 {
+            return 1;
+        }
+        let period = 1e9 / d.frequency as f64;
+        super::periods(weight, period).max(1)
     }
 
     /// Whether the recording holds off-CPU time (it was asked for).

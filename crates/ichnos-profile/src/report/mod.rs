@@ -82,7 +82,7 @@ pub struct Weighted<'a> {
 // A non-negative f64 below 2^64 (nanoseconds over a period of at least
 // one) converts exactly enough; `as` saturates beyond.
 #[allow(clippy::cast_sign_loss, clippy::cast_possible_truncation)]
-fn periods(ns: u64, period: f64) -> u64 {
+pub(crate) fn periods(ns: u64, period: f64) -> u64 {
     (ns as f64 / period.max(1.0)).round() as u64
 }
 

@@ -356,7 +356,9 @@ impl ReadState {
             state.carry += s.weight as f64 - periods * sampler.period;
             (i32::try_from(periods as i64).unwrap_or(i32::MAX), 0)
         } else if sampler.cpu_time {
-            (1, s.weight / 1000)
+            // A sample that came late stands for the periods it missed.
+            let periods = sampler.profile.samples_in(s.weight);
+            (i32::try_from(periods).unwrap_or(i32::MAX), s.weight / 1000)
         } else {
             (1, 0)
         };
