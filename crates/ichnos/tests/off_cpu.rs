@@ -139,11 +139,13 @@ fn off_cpu_event(data: &Path) -> String {
 
 /// Recordings made for one share check, at most: the truth is the
 /// fixture's wall clock, which a host that stops this machine's CPUs
-/// moves on while the sampling clock may lose the periods it missed (one
-/// CI run had all three checks 5 to 8 points off, our share too high,
-/// where runs here are within 1; why is not known yet). Each recording
-/// that misses is printed with what it measured, the recorder's summary
-/// and the machine's stolen time, and the check fails if every one does.
+/// moves on while the sampling clock's timer skips the periods it missed
+/// (CI runs had all three checks 5 to 8 points off, our share too high,
+/// with 20 to 160 jiffies stolen per recording; the recorder now weighs
+/// a late sample by the periods its thread ran, and the noise that is
+/// left is what the retries are for). Each recording that misses is
+/// printed with what it measured, the recorder's summary and the
+/// machine's stolen time, and the check fails if every one does.
 const ATTEMPTS: usize = 3;
 
 /// A recording by `record` whose main thread's waiting share is its
