@@ -10,7 +10,6 @@
 //! its children when their parent exits: the trace ends when every
 //! process has exited and every connection has been drained.
 
-use std::collections::hash_map::Entry;
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, BufWriter};
@@ -20,13 +19,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use ichnos_buf::topa::{Consumer, TopaBuffer};
-use ichnos_data::wire::{self, event, FrameHeader, Hello, EVENT_BYTES, FRAME_HEADER_BYTES};
-use ichnos_data::{
-    CallEvent, CallsOut, ClockSource, JitSource, Meta, Record, StackOut, StackStop, Target,
-};
+use ichnos_data::wire::Hello;
+use ichnos_data::{CallEvent, ClockSource, Meta, Record, Target};
 use ichnos_profile::launch::{self, LaunchError};
 use ichnos_profile::ExitStatus;
 use rustc_hash::{FxHashMap, FxHashSet};
+
+mod frames;
 
 use crate::filter::{self, FilterError};
 use crate::{clock, socket, sys};
@@ -453,7 +452,7 @@ fn service(conn: &mut Conn, out: &mut Out, read: &mut Vec<u8>) -> Result<bool, T
         if consumer.read_into(read) > 0 {
             busy = true;
             conn.carry.extend_from_slice(read);
-            frames(conn, out)?;
+            frames::frames(conn, out)?;
         }
     }
     if gone {
@@ -542,296 +541,6 @@ fn comm(pid: u32, tid: u32) -> String {
     std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
         .map(|s| s.trim_end().to_owned())
         .unwrap_or_default()
-}
-
-/// Records the executable mappings of the process it does not have yet,
-/// from `/proc/PID/maps` (while the process lives).
-fn resync(conn: &mut Conn, out: &mut Out) -> Result<(), TraceError> {
-    let Ok(text) = std::fs::read_to_string(format!("/proc/{}/maps", conn.pid)) else {
-        return Ok(());
-    };
-    add_maps(conn, out, &text)
-}
-
-/// Records the executable mappings of `text` (as `/proc/PID/maps`
-/// lists them) the process does not have yet.
-fn add_maps(conn: &mut Conn, out: &mut Out, text: &str) -> Result<(), TraceError> {
-    let Ok(entries) = ichnos_image::parse_maps(conn.pid, text) else {
-        out.refused.push(format!(
-            "process {}: its list of mappings could not be read",
-            conn.pid
-        ));
-        return Ok(());
-    };
-    let time = out.time();
-    for m in entries.iter().filter(|m| m.perms.contains('x')) {
-        let range = (m.range.start, m.range.end);
-        if conn.exec.contains(&range) {
-            continue;
-        }
-        conn.exec.push(range);
-        let path: &[u8] = if m.name.is_empty() {
-            b"//anon"
-        } else {
-            m.name.as_bytes()
-        };
-        let build_id = if path.first() == Some(&b'/') {
-            ichnos_code::elf::identity_of_file(Path::new(&m.name))
-                .0
-                .unwrap_or_default()
-        } else {
-            Vec::new()
-        };
-        out.push(&Record::Mapping {
-            asid: conn.asid,
-            start: m.range.start,
-            len: m.range.end - m.range.start,
-            pgoff: m.offset,
-            time,
-            path,
-            build_id: &build_id,
-            flags: ichnos_data::MAPPING_EXECUTABLE,
-        })?;
-    }
-    Ok(())
-}
-
-/// Turns the whole frames at the front of `conn.carry` into records.
-fn frames(conn: &mut Conn, out: &mut Out) -> Result<(), TraceError> {
-    let mut at = 0;
-    let carry = std::mem::take(&mut conn.carry);
-    while carry.len() - at >= FRAME_HEADER_BYTES {
-        let header = match FrameHeader::decode(&carry[at..]) {
-            Ok(h) => h,
-            Err(e) => {
-                // The stream's framing is broken: nothing after this can
-                // be trusted.
-                out.refused.push(format!(
-                    "process {}: a damaged frame ({e}); the rest of its trace is left out",
-                    conn.pid
-                ));
-                // Dropping the connection: the runtime sees the recorder
-                // gone and stops tracing; no second hello is taken.
-                conn.closed = true;
-                return Ok(());
-            }
-        };
-        let whole = (FRAME_HEADER_BYTES as u64).saturating_add(header.len);
-        if conn.consumer.as_ref().is_some_and(|c| whole > c.capacity()) {
-            // The runtime writes frames whole into its shared buffer: one
-            // larger than the buffer is no frame, and waiting for the
-            // rest of it would hold its length in memory for nothing.
-            out.refused.push(format!(
-                "process {}: a frame of {whole} bytes, larger than its shared buffer; the rest of its trace is left out",
-                conn.pid
-            ));
-            conn.closed = true;
-            return Ok(());
-        }
-        let end = at + FRAME_HEADER_BYTES + header.len as usize;
-        if end > carry.len() {
-            break;
-        }
-        frame(conn, out, &header, &carry[at + FRAME_HEADER_BYTES..end])?;
-        at = end;
-    }
-    let mut carry = carry;
-    carry.drain(..at);
-    conn.carry = carry;
-    Ok(())
-}
-
-/// One frame: a thread's events as a `Calls` record.
-fn frame(conn: &mut Conn, out: &mut Out, h: &FrameHeader, body: &[u8]) -> Result<(), TraceError> {
-    if h.flags & wire::FRAME_MAPS != 0 {
-        // The runtime's copy of /proc/self/maps, NUL-padded.
-        let end = body.iter().position(|&b| b == 0).unwrap_or(body.len());
-        let text = String::from_utf8_lossy(&body[..end]).into_owned();
-        return add_maps(conn, out, &text);
-    }
-    if h.flags & wire::FRAME_NAMES != 0 {
-        return add_span_names(conn, out, body);
-    }
-    let tid = h.tid;
-    if out.threads.insert((conn.pid, tid)) {
-        let name = comm(conn.pid, tid);
-        let time = out.time();
-        out.push(&Record::Thread {
-            pid: u64::from(conn.pid),
-            tid: u64::from(tid),
-            time,
-            name: name.as_bytes(),
-        })?;
-    }
-    let mut events = std::mem::take(&mut out.events);
-    events.clear();
-    let mut new_functions = Vec::new();
-    let mut probe: Option<(u64, u64)> = None;
-    let mut resynced = false;
-    for chunk in body.chunks_exact(EVENT_BYTES) {
-        let (ticks, kind, address) = wire::decode_event(chunk.try_into().expect("16 bytes"));
-        if kind == event::VALUE {
-            if let Some((ticks, id)) = probe.take() {
-                events.push(CallEvent::Probe {
-                    ticks,
-                    id,
-                    value: ticks_value(chunk),
-                });
-            }
-            continue;
-        }
-        probe = None;
-        match kind {
-            event::ENTER | event::EXIT => {
-                if !resynced && !conn.exec.iter().any(|&(s, e)| (s..e).contains(&address)) {
-                    // Code mapped since the last look (dlopen).
-                    resync(conn, out)?;
-                    resynced = true;
-                }
-                let function = out.function(conn.asid, address, &mut new_functions);
-                events.push(if kind == event::ENTER {
-                    CallEvent::Enter { ticks, function }
-                } else {
-                    CallEvent::Exit { ticks, function }
-                });
-            }
-            event::SPAN_BEGIN | event::SPAN_END => {
-                // A span is named by its name's address, interned as a
-                // function is (its name came in a names frame).
-                let function = out.function(conn.asid, address, &mut new_functions);
-                events.push(if kind == event::SPAN_BEGIN {
-                    CallEvent::Enter { ticks, function }
-                } else {
-                    CallEvent::Exit { ticks, function }
-                });
-            }
-            event::PROBE => probe = Some((ticks, address)),
-            event::SETJMP | event::LONGJMP => events.push(CallEvent::Jump {
-                ticks,
-                buffer: address,
-                long: kind == event::LONGJMP,
-            }),
-            _ => {}
-        }
-    }
-    for (id, address) in new_functions {
-        out.push(&Record::StackOut(StackOut {
-            id,
-            asid: conn.asid,
-            stop: StackStop::Complete,
-            frames: &[address],
-        }))?;
-    }
-    let mut flags = 0;
-    if h.flags & wire::FRAME_RING != 0 {
-        flags |= ichnos_data::CALLS_RING;
-    }
-    if h.flags & wire::FRAME_LAST != 0 {
-        flags |= ichnos_data::CALLS_LAST;
-    }
-    out.kept += events.len() as u64;
-    // The runtime's count is untrusted: it saturates, never wraps.
-    out.lost = out.lost.saturating_add(h.lost);
-    let pushed = push_calls(out, conn.pid, tid, h, flags, &events);
-    out.events = events;
-    pushed
-}
-
-impl Out {
-    /// The number of the one-frame stack at `address` of `asid`, a new
-    /// one noted in `new` (written before the events that use it).
-    fn function(&mut self, asid: u64, address: u64, new: &mut Vec<(u64, u64)>) -> u64 {
-        match self.functions.entry((asid, address)) {
-            Entry::Occupied(e) => *e.get(),
-            Entry::Vacant(v) => {
-                let id = self.next_stack;
-                self.next_stack += 1;
-                v.insert(id);
-                new.push((id, address));
-                id
-            }
-        }
-    }
-}
-
-/// Span names recorded at most (over all processes); past it, spans go
-/// unnamed.
-const MAX_SPAN_NAMES: usize = 1 << 16;
-
-/// A names frame: each span name new to the address space becomes a
-/// `JitCode` record (source: span) over the one byte at its address.
-fn add_span_names(conn: &Conn, out: &mut Out, body: &[u8]) -> Result<(), TraceError> {
-    for (address, name) in wire::span_names(body) {
-        if out.span_names.len() >= MAX_SPAN_NAMES {
-            break;
-        }
-        let address = address & wire::MAX_ADDRESS;
-        if !out.span_names.insert((conn.asid, address)) {
-            continue;
-        }
-        out.push(&Record::JitCode {
-            asid: conn.asid,
-            start: address,
-            end: address + 1,
-            source: JitSource::Span,
-            name,
-        })?;
-    }
-    Ok(())
-}
-
-/// A frame's events as `Calls` records. A large buffer's frame goes as
-/// several, each well inside a chunk of the recording; the loss and the
-/// thread's end go with the first and the last.
-fn push_calls(
-    out: &mut Out,
-    pid: u32,
-    tid: u32,
-    h: &FrameHeader,
-    flags: u64,
-    events: &[CallEvent],
-) -> Result<(), TraceError> {
-    let pieces = events.len().div_ceil(EVENTS_PER_RECORD).max(1);
-    for (i, piece) in events
-        .chunks(EVENTS_PER_RECORD)
-        .chain((events.is_empty()).then_some(&[][..]))
-        .enumerate()
-    {
-        let last = i + 1 == pieces;
-        let record = Record::CallsOut(CallsOut {
-            pid: u64::from(pid),
-            tid: u64::from(tid),
-            lost: if i == 0 { h.lost } else { 0 },
-            flags: if last {
-                flags
-            } else {
-                flags & !ichnos_data::CALLS_LAST
-            } | if i > 0 {
-                ichnos_data::CALLS_CONTINUED
-            } else {
-                0
-            },
-            first: piece.first().map_or(h.ticks, CallEvent::ticks),
-            events: piece,
-        });
-        out.writer
-            .push(&record)
-            .map_err(|source| TraceError::Write {
-                path: out.path.clone(),
-                source,
-            })?;
-    }
-    Ok(())
-}
-
-/// Events of one `Calls` record at most: 64 Ki events, about 21 bytes
-/// each encoded at worst, fit far inside a chunk of the recording (16
-/// MiB).
-const EVENTS_PER_RECORD: usize = 1 << 16;
-
-/// A probe value event carries the value where a time would be.
-fn ticks_value(chunk: &[u8]) -> u64 {
-    u64::from_le_bytes(chunk[..8].try_into().expect("8 bytes"))
 }
 
 /// A directory only we can enter, removed with what is in it.
