@@ -37,6 +37,19 @@ fn build(dir: &Path, name: &str, extra: &[&str]) -> PathBuf {
     exe
 }
 
+/// `trace`, which must succeed; what it said on stderr.
+fn traced(dir: &Path, data: &str, args: &[&str], command: &[&str]) -> String {
+    let out = trace(dir, data, args, command);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    stderr
+}
+
+/// The replay's lines without their threads.
+fn replayed_calls(dir: &Path, data: &str) -> Vec<String> {
+    replay(dir, data, &[]).into_iter().map(|(_, f)| f).collect()
+}
+
 fn run(cmd: &mut Command) -> Output {
     let out = cmd.output().unwrap();
     assert!(
@@ -107,18 +120,9 @@ fn replay(dir: &Path, data: &str, extra: &[&str]) -> Vec<(u32, String)> {
 fn replay_and_totals_follow_the_known_call_structure() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "calls.c", &[]);
-    let out = trace(dir.path(), "t.data", &[], &[exe.to_str().unwrap(), "2"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = traced(dir.path(), "t.data", &[], &[exe.to_str().unwrap(), "2"]);
     assert!(stderr.contains("0 lost"), "{stderr}");
-    let lines: Vec<String> = replay(dir.path(), "t.data", &[])
-        .into_iter()
-        .map(|(_, f)| f)
-        .collect();
+    let lines: Vec<String> = replayed_calls(dir.path(), "t.data");
     // From the source: main -> top(2) -> middle(3) x2 -> leaf x3 each.
     let mut expected = vec!["main() {", "  top() {"];
     for _ in 0..2 {
@@ -159,21 +163,13 @@ fn replay_and_totals_follow_the_known_call_structure() {
 fn a_depth_limit_keeps_the_shallow_calls_and_survives_a_longjmp() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "calls.c", &[]);
-    let out = trace(
+    traced(
         dir.path(),
         "t.data",
         &["-D", "2"],
         &[exe.to_str().unwrap(), "2"],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lines: Vec<String> = replay(dir.path(), "t.data", &[])
-        .into_iter()
-        .map(|(_, f)| f)
-        .collect();
+    let lines: Vec<String> = replayed_calls(dir.path(), "t.data");
     // Depth 1 and 2 only: middle, leaf and deep are deeper. The longjmp
     // out of deep skipped two exits; were the depth not put back to
     // main's, after_jump would count as depth 4 and be left out.
@@ -194,16 +190,8 @@ fn a_depth_limit_keeps_the_shallow_calls_and_survives_a_longjmp() {
 fn calls_traced_with(args: &[&str]) -> Vec<String> {
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "calls.c", &[]);
-    let out = trace(dir.path(), "t.data", args, &[exe.to_str().unwrap(), "2"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    replay(dir.path(), "t.data", &[])
-        .into_iter()
-        .map(|(_, f)| f)
-        .collect()
+    traced(dir.path(), "t.data", args, &[exe.to_str().unwrap(), "2"]);
+    replayed_calls(dir.path(), "t.data")
 }
 
 #[test]
@@ -342,13 +330,7 @@ fn a_thread_whose_last_frame_is_lost_is_counted_in_the_recording() {
 fn threads_forks_and_signal_handlers_are_each_traced_in_full() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "threads.c", &["-pthread"]);
-    let out = trace(dir.path(), "t.data", &[], &[exe.to_str().unwrap(), "20000"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = traced(dir.path(), "t.data", &[], &[exe.to_str().unwrap(), "20000"]);
     assert!(
         stderr.contains(", 0 lost, 2 processes, 5 threads"),
         "{stderr}"
@@ -393,16 +375,8 @@ fn threads_forks_and_signal_handlers_are_each_traced_in_full() {
 fn exceptions_unwinding_traced_frames_keep_the_depth() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "throw.cc", &[]);
-    let out = trace(dir.path(), "t.data", &[], &[exe.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lines: Vec<String> = replay(dir.path(), "t.data", &[])
-        .into_iter()
-        .map(|(_, f)| f)
-        .collect();
+    traced(dir.path(), "t.data", &[], &[exe.to_str().unwrap()]);
+    let lines: Vec<String> = replayed_calls(dir.path(), "t.data");
     assert_eq!(
         lines.iter().filter(|l| *l == "    thrower(int);").count(),
         3,
@@ -452,21 +426,13 @@ fn short_calls_are_hidden_by_the_time_filter() {
 fn short_calls_are_left_out_as_the_program_runs() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "naps.c", &[]);
-    let out = trace(
+    traced(
         dir.path(),
         "t.data",
         &["-t", "5ms"],
         &[exe.to_str().unwrap()],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lines: Vec<String> = replay(dir.path(), "t.data", &[])
-        .into_iter()
-        .map(|(_, f)| f)
-        .collect();
+    let lines: Vec<String> = replayed_calls(dir.path(), "t.data");
     // From the source: only napping (20 ms) and its callers last 5 ms;
     // the quick calls are gone, napping's own too. brief is short, but
     // its probe is kept, and with it the call it happened in.
@@ -498,12 +464,7 @@ fn named_spans_show_as_calls_of_their_names() {
         "spans.c",
         &["-Wall", "-Wextra", "-Werror", &include],
     );
-    let out = trace(dir.path(), "t.data", &[], &[exe.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    traced(dir.path(), "t.data", &[], &[exe.to_str().unwrap()]);
     let lines = replay(dir.path(), "t.data", &[]);
     // (The child's events may come first: its buffer is sent at its end.)
     let parent = lines
@@ -1012,12 +973,7 @@ fn chrome_lines(trace: &Path) -> Vec<Line> {
 fn perfetto_and_chrome_exports_hold_the_replays_calls() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "threads.c", &["-pthread"]);
-    let out = trace(dir.path(), "t.data", &[], &[exe.to_str().unwrap(), "300"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    traced(dir.path(), "t.data", &[], &[exe.to_str().unwrap(), "300"]);
     let replayed = replay_lines(dir.path(), "t.data");
     assert!(replayed.len() > 1200, "{}", replayed.len());
     // (The JSON without --trace: a function trace is read as one.)
