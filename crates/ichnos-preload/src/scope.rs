@@ -86,15 +86,23 @@ fn shown(p: Place) -> bool {
     p.hidden == 0 && (p.inside > 0 || ONLY.get().is_none_or(|s| s.is_empty()))
 }
 
+/// The depth limit and whether filters are set; `None` when neither is
+/// (only the time filter decides per call).
+#[inline(always)]
+#[allow(clippy::inline_always)] // on every traced call
+fn limits() -> Option<(u32, bool)> {
+    let max = MAX_DEPTH.load(Ordering::Relaxed);
+    let filtered = FILTERED.load(Ordering::Relaxed);
+    (max != u32::MAX || filtered).then_some((max, filtered))
+}
+
 /// The entry of `function`: whether it is traced.
 #[inline(always)]
 #[allow(clippy::inline_always)] // on every traced call
 pub(crate) fn enter(function: u64) -> bool {
-    let max = MAX_DEPTH.load(Ordering::Relaxed);
-    let filtered = FILTERED.load(Ordering::Relaxed);
-    if max == u32::MAX && !filtered {
+    let Some((max, filtered)) = limits() else {
         return true;
-    }
+    };
     PLACE.with(|cell| {
         let mut p = cell.get();
         if filtered {
@@ -115,11 +123,9 @@ pub(crate) fn enter(function: u64) -> bool {
 #[inline(always)]
 #[allow(clippy::inline_always)]
 pub(crate) fn exit(function: u64) -> bool {
-    let max = MAX_DEPTH.load(Ordering::Relaxed);
-    let filtered = FILTERED.load(Ordering::Relaxed);
-    if max == u32::MAX && !filtered {
+    let Some((max, filtered)) = limits() else {
         return true;
-    }
+    };
     PLACE.with(|cell| {
         let mut p = cell.get();
         let traced = !filtered || shown(p);
@@ -138,18 +144,10 @@ pub(crate) fn exit(function: u64) -> bool {
     })
 }
 
-/// Whether anything counts per thread (a limit, a filter, the time
-/// filter's held entries).
-fn scoped() -> bool {
-    MAX_DEPTH.load(Ordering::Relaxed) != u32::MAX
-        || FILTERED.load(Ordering::Relaxed)
-        || crate::short::holding()
-}
-
 /// A `setjmp` filled `buffer`: the thread's place is noted, so that a
 /// `longjmp` back to it can put it back.
 pub(crate) fn note_jump(buffer: u64) {
-    if !scoped() || buffer == 0 {
+    if plain() || buffer == 0 {
         return;
     }
     let now = PLACE.with(Cell::get);
@@ -180,7 +178,7 @@ pub(crate) fn note_jump(buffer: u64) {
 /// A `longjmp` goes back to `buffer`: the calls since its `setjmp` will
 /// never exit, so the thread's place is what it was then (if known).
 pub(crate) fn back_to_jump(buffer: u64) {
-    if !scoped() || buffer == 0 {
+    if plain() || buffer == 0 {
         return;
     }
     let places = JUMPS.with(Cell::get);

@@ -41,6 +41,31 @@ struct Napped {
     stolen: u64,
 }
 
+impl Napped {
+    /// A recording in `data` (under `dir`): what the napper printed (on
+    /// `napper`'s stdout), what the recorder said (on `recorder`'s
+    /// stderr), and the stolen time since `stolen_before`.
+    fn new(
+        dir: tempfile::TempDir,
+        data: PathBuf,
+        napper: &std::process::Output,
+        recorder: &std::process::Output,
+        stolen_before: u64,
+    ) -> Napped {
+        let (pid, cpu, wall, slept) = said(&text(napper));
+        Napped {
+            _dir: dir,
+            data,
+            cpu,
+            wall,
+            slept,
+            pid,
+            recorder: stderr(recorder),
+            stolen: stolen().saturating_sub(stolen_before),
+        }
+    }
+}
+
 /// What the napper printed: "main thread: pid P cpu C s wall W s napped
 /// N s".
 fn said(out: &str) -> (u32, f64, f64, f64) {
@@ -93,17 +118,7 @@ fn nap(env: &[(&str, &str)]) -> Napped {
         .output()
         .unwrap();
     let out = ok(out, "ichnos record --off-cpu");
-    let (pid, cpu, wall, napped) = said(&text(&out));
-    Napped {
-        cpu,
-        wall,
-        slept: napped,
-        pid,
-        recorder: stderr(&out),
-        stolen: stolen().saturating_sub(stolen_before),
-        data,
-        _dir: dir,
-    }
+    Napped::new(dir, data, &out, &out, stolen_before)
 }
 
 fn napped() -> &'static Napped {
@@ -321,17 +336,7 @@ fn whole_machine() -> Napped {
         .unwrap()
         .success());
     let out = ok(recorder.wait_with_output().unwrap(), "ichnos record -a");
-    let (pid, cpu, wall, slept) = said(&text(&napper));
-    Napped {
-        _dir: dir,
-        data,
-        cpu,
-        wall,
-        slept,
-        pid,
-        recorder: stderr(&out),
-        stolen: stolen().saturating_sub(stolen_before),
-    }
+    Napped::new(dir, data, &napper, &out, stolen_before)
 }
 
 #[test]
@@ -392,17 +397,7 @@ fn attached() -> Napped {
         .unwrap();
     let napper = ok(napper.wait_with_output().unwrap(), "napper");
     let out = ok(recorder.wait_with_output().unwrap(), "ichnos record -p");
-    let (pid, cpu, wall, slept) = said(&text(&napper));
-    Napped {
-        _dir: dir,
-        data,
-        cpu,
-        wall,
-        slept,
-        pid,
-        recorder: stderr(&out),
-        stolen: stolen().saturating_sub(stolen_before),
-    }
+    Napped::new(dir, data, &napper, &out, stolen_before)
 }
 
 #[test]
