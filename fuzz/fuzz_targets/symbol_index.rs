@@ -12,12 +12,12 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     // and the lookups are reached.
     let [r, f, s, rest @ ..] = data else { return };
     let (r, f, s) = (u32::from(*r % 64) + 1, u32::from(*f % 64), u32::from(*s % 64));
-    // Frames of 32 bytes (format version 2).
+    // Frames of 32 bytes (format version 3, whose layout is version 2's).
     let tables = ((136 + 12 * r as usize + 7) & !7) - 136 + 32 * f as usize + 8 * s as usize;
     let Some(b) = rest.len().checked_sub(tables) else { return };
     let mut file = Vec::with_capacity(136 + rest.len());
     file.extend_from_slice(b"ICHNSYMI");
-    file.extend_from_slice(&2u32.to_le_bytes());
+    file.extend_from_slice(&3u32.to_le_bytes());
     file.extend_from_slice(&1u32.to_le_bytes());
     file.extend_from_slice(&[0xab; 64]);
     file.extend_from_slice(&0u64.to_le_bytes());

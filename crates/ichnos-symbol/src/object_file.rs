@@ -525,8 +525,16 @@ pub(crate) fn defined_functions(path: &Path) -> Result<Vec<Sym>, SymbolError> {
 
 /// Function symbols of `.symtab` and `.dynsym`, sorted, one per address
 /// (the first name seen wins, as `.symtab` is read first).
+///
+/// Labels count too where no function symbol holds them: an assembler
+/// label in code (`STT_NOTYPE`, no size) names the code from it to the
+/// next symbol, as gdb names it. Hand-written entry code is often only
+/// that (the dynamic loader's `_start`). A label inside a sized function
+/// is a place in it, and the function keeps the name (gdb's choice, where
+/// addr2line would name the label).
 fn function_symbols(file: &object::File<'_>) -> Vec<Sym> {
     let mut out: Vec<Sym> = Vec::new();
+    let mut labels: Vec<Sym> = Vec::new();
     // In `.symtab`, a file symbol precedes the local symbols of that file.
     let mut current_file: Option<String> = None;
     for s in file.symbols().chain(file.dynamic_symbols()) {
@@ -534,18 +542,20 @@ fn function_symbols(file: &object::File<'_>) -> Vec<Sym> {
             current_file = s.name().ok().map(str::to_string);
             continue;
         }
-        if s.kind() != SymbolKind::Text || !s.is_definition() {
+        let label = s.kind() == SymbolKind::Unknown && s.size() == 0 && in_code(file, &s);
+        if !label && (s.kind() != SymbolKind::Text || !s.is_definition()) {
             continue;
         }
         let Ok(name) = s.name() else { continue };
-        if name.is_empty() {
+        // Local labels (`.L`) and mapping symbols (`$x`) name no code.
+        if name.is_empty() || (label && (name.starts_with(".L") || name.starts_with('$'))) {
             continue;
         }
         let section_end = s
             .section_index()
             .and_then(|i| file.section_by_index(i).ok())
             .map_or(u64::MAX, |sec| sec.address().saturating_add(sec.size()));
-        out.push(Sym {
+        let sym = Sym {
             addr: s.address(),
             size: s.size(),
             section_end,
@@ -555,11 +565,37 @@ fn function_symbols(file: &object::File<'_>) -> Vec<Sym> {
             } else {
                 None
             },
-        });
+        };
+        if label {
+            labels.push(sym);
+        } else {
+            out.push(sym);
+        }
     }
     out.sort_by_key(|s| s.addr);
     out.dedup_by_key(|s| s.addr);
+    let held = |label: &Sym| {
+        let i = out.partition_point(|f| f.addr <= label.addr);
+        i.checked_sub(1)
+            .is_some_and(|i| label.addr < out[i].addr.saturating_add(out[i].size))
+    };
+    labels.retain(|l| !held(l));
+    out.append(&mut labels);
+    // Stable: a function and a label at one address keep the function.
+    out.sort_by_key(|s| s.addr);
+    out.dedup_by_key(|s| s.addr);
     out
+}
+
+/// Whether a symbol lies in a section of code (`SHF_EXECINSTR`).
+fn in_code(file: &object::File<'_>, symbol: &object::Symbol<'_, '_>) -> bool {
+    symbol
+        .section_index()
+        .and_then(|i| file.section_by_index(i).ok())
+        .is_some_and(|section| {
+            matches!(section.flags(), object::SectionFlags::Elf { sh_flags }
+                if sh_flags & u64::from(object::elf::SHF_EXECINSTR) != 0)
+        })
 }
 
 /// DWARF sections of `file` (mapped as `bytes`) for gimli, each a slice
