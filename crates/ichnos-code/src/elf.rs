@@ -141,7 +141,7 @@ pub fn object_rows<'d, R: object::ReadRef<'d>>(
     file: &object::File<'d, R>,
     choice: RowChoice,
 ) -> Result<crate::Rows, FileRowsError> {
-    use object::{Object, ObjectSection, ObjectSegment};
+    use object::{Object, ObjectSection};
     let has_sframe = file
         .section_by_name(".sframe")
         .is_some_and(|s| s.size() > 0);
@@ -186,8 +186,7 @@ pub fn object_rows<'d, R: object::ReadRef<'d>>(
             .section_by_name(".eh_frame_hdr")
             .filter(|s| s.size() <= crate::eh_frame::MAX_SECTION)
             .and_then(|s| Some((s.data().ok()?, s.address())));
-        let first = file.segments().map(|s| s.address()).min();
-        let origin = first.unwrap_or(0) & !(ELF_START_ALIGN - 1);
+        let origin = origin_of(file);
         let address_of = |name| file.section_by_name(name).map(|s| s.address());
         Ok(crate::lazy::LazyRows::new(
             data.to_vec(),
@@ -198,9 +197,15 @@ pub fn object_rows<'d, R: object::ReadRef<'d>>(
             origin,
         ))
     };
+    let with_entry = |lazy: crate::lazy::LazyRows| match entry_offset(file, origin_of(file)) {
+        Some(entry) => lazy.with_outermost(entry, entry + MAX_ENTRY_CODE),
+        None => lazy,
+    };
     let rows = match (lazy(), primary) {
-        (Ok(lazy), Some(table)) => crate::Rows::Lazy(std::sync::Arc::new(lazy.with_primary(table))),
-        (Ok(lazy), None) => crate::Rows::Lazy(std::sync::Arc::new(lazy)),
+        (Ok(lazy), Some(table)) => {
+            crate::Rows::Lazy(std::sync::Arc::new(with_entry(lazy.with_primary(table))))
+        }
+        (Ok(lazy), None) => crate::Rows::Lazy(std::sync::Arc::new(with_entry(lazy))),
         (Err(_), Some(table)) => crate::Rows::Fixed(std::sync::Arc::new(table)),
         (Err(e), None) => return Err(e),
     };
@@ -213,9 +218,8 @@ pub fn rows_of_object<'d, R: object::ReadRef<'d>>(
     file: &object::File<'d, R>,
     choice: RowChoice,
 ) -> Result<crate::RowTable, FileRowsError> {
-    use object::{ObjectSection, ObjectSegment};
-    let first = file.segments().map(|s| s.address()).min();
-    let origin = first.unwrap_or(0) & !(ELF_START_ALIGN - 1);
+    use object::ObjectSection;
+    let origin = origin_of(file);
     let sframe = || -> Result<crate::RowTable, FileRowsError> {
         let section = file
             .section_by_name(".sframe")
@@ -249,5 +253,68 @@ pub fn rows_of_object<'d, R: object::ReadRef<'d>>(
         },
     };
     // Counted from the origin, the table serves every load address.
-    Ok(table.rebased(0))
+    let table = table.rebased(0);
+    Ok(match entry_offset(file, origin) {
+        Some(entry) => {
+            let end = table
+                .next_start_after(entry)
+                .map_or(entry + MAX_ENTRY_CODE, |next| {
+                    next.min(entry + MAX_ENTRY_CODE)
+                });
+            table.with_outermost(entry, end)
+        }
+        None => table,
+    })
 }
+
+/// The file's ELF origin: the page of its first `PT_LOAD`.
+fn origin_of<'d, R: object::ReadRef<'d>>(file: &object::File<'d, R>) -> u64 {
+    use object::ObjectSegment;
+    file.segments().map(|s| s.address()).min().unwrap_or(0) & !(ELF_START_ALIGN - 1)
+}
+
+/// Most bytes of code from a program's entry point marked as its
+/// outermost frame, where no unwind row begins sooner.
+const MAX_ENTRY_CODE: u64 = 4096;
+
+/// The entry point, as an offset from `origin`, of an object the kernel
+/// starts by jumping to it: one that names no interpreter (no `.interp`)
+/// and needs no other object (no `DT_NEEDED`) — a static executable or
+/// the dynamic loader itself. Nothing calls the code there, so a frame in
+/// it is a thread's first. glibc's loader has no unwind row for its
+/// `_start`, which calls `_dl_start`: without this mark, every sample
+/// taken while a program is being loaded would end there incomplete.
+/// (Shared libraries often have an entry point too, the start of their
+/// `.text`, but they need libc; a program with an interpreter is entered
+/// through it, and its own `_start` says it is outermost in its CFI.)
+fn entry_offset<'d, R: object::ReadRef<'d>>(
+    file: &object::File<'d, R>,
+    origin: u64,
+) -> Option<u64> {
+    use object::ObjectSection;
+    let entry = file.entry();
+    if entry == 0 || !file.is_64() || !file.is_little_endian() {
+        return None;
+    }
+    if file.section_by_name(".interp").is_some() {
+        return None;
+    }
+    if let Some(dynamic) = file.section_by_name(".dynamic") {
+        let data = dynamic.data().ok()?;
+        // Elf64_Dyn: a tag and a value, eight bytes each; DT_NULL ends.
+        for tag in data
+            .chunks_exact(16)
+            .map(|d| u64::from_le_bytes(d[..8].try_into().unwrap_or_default()))
+        {
+            match tag {
+                DT_NULL => break,
+                DT_NEEDED => return None,
+                _ => {}
+            }
+        }
+    }
+    entry.checked_sub(origin)
+}
+
+const DT_NULL: u64 = 0;
+const DT_NEEDED: u64 = 1;

@@ -120,6 +120,32 @@ impl LazyRows {
         self
     }
 
+    /// The same, with `[addr, end)` (offsets from the origin) marked as
+    /// the outermost frame where neither the primary rows nor an FDE
+    /// covers it; the mark ends where the next of either starts.
+    #[must_use]
+    pub fn with_outermost(mut self, addr: u64, end: u64) -> Self {
+        if self.find(addr).is_some() {
+            return self;
+        }
+        let next_fde = self
+            .fdes
+            .get(self.fdes.partition_point(|f| f.start <= addr))
+            .map(|f| f.start);
+        let next_primary = self.primary.as_ref().and_then(|p| p.next_start_after(addr));
+        let end = [Some(end), next_fde, next_primary]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(end);
+        let primary = self
+            .primary
+            .take()
+            .unwrap_or_else(|| crate::row::RowTable::new(0));
+        self.primary = Some(primary.with_outermost(addr, end));
+        self
+    }
+
     /// How many FDEs there are.
     #[must_use]
     pub fn len(&self) -> usize {

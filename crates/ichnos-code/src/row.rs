@@ -392,6 +392,33 @@ impl RowTable {
         (u64::from(off) < row.end_off()).then_some(row)
     }
 
+    /// Where the first row starting above `addr` starts.
+    #[must_use]
+    pub fn next_start_after(&self, addr: u64) -> Option<u64> {
+        let off = addr.checked_sub(self.base)?;
+        let i = self.rows.partition_point(|r| u64::from(r.ip_off) <= off);
+        self.rows
+            .get(i)
+            .map(|r| self.base.saturating_add(u64::from(r.ip_off)))
+    }
+
+    /// This table with `[addr, end)` marked as the outermost frame where
+    /// no row covers it (the rows it has are kept).
+    #[must_use]
+    pub fn with_outermost(&self, addr: u64, end: u64) -> RowTable {
+        let mut entry = RowTable::new(addr);
+        let size = u32::try_from(end.saturating_sub(addr)).unwrap_or(u32::MAX);
+        let row = UnwindRow {
+            size,
+            info: ROW_OUTERMOST,
+            ..UnwindRow::default()
+        };
+        if entry.push(addr, row).is_err() || entry.is_empty() {
+            return self.clone();
+        }
+        self.with_gaps_filled_from(&entry)
+    }
+
     /// This table's rows, and `other`'s rows where this table has none:
     /// SFrame rows with `.eh_frame` rows filling what SFrame does not cover
     /// (start-up code, hand-written assembly).
