@@ -98,10 +98,21 @@ fn threads_are_named_and_each_keeps_its_own_samples() {
             })
             .sum();
         assert!(mine >= 100, "{thread}: {mine} samples");
-        // The thread filter keeps exactly those.
+        // The thread filter keeps exactly the thread's samples: those in
+        // its work and the few a timer tick may catch before or after it
+        // (the thread's start and exit in libc).
+        let theirs: u64 = stacks
+            .iter()
+            .filter(|(f, _)| f[0] == thread)
+            .map(|(_, n)| n)
+            .sum();
+        assert!(
+            theirs - mine <= 5,
+            "{thread}: {theirs} samples, {mine} in {work}"
+        );
         let only = folded(&data, &["--comm", thread]);
         assert!(only.iter().all(|(f, _)| f[0] == thread), "{only:?}");
-        assert_eq!(only.iter().map(|(_, n)| n).sum::<u64>(), mine);
+        assert_eq!(only.iter().map(|(_, n)| n).sum::<u64>(), theirs);
     }
 }
 
@@ -742,26 +753,34 @@ fn report_options_change_what_is_shown() {
             .collect()
     };
     // By total time: the chain from _start to stage_b holds (nearly)
-    // every sample. A rare one breaks off: the kernel cannot copy a stack
-    // whose pages are out, and a sample in the dynamic loader before main
-    // (relocating, seen in CI) ends in ld.so's entry, which has no row
-    // saying it is the outermost frame. At most two of them.
+    // every sample of the program's own run. The dynamic loader's work
+    // before it (relocating; a few samples, seen in CI) has a chain of its
+    // own, from the loader's entry through _dl_start; of the rest, a rare
+    // sample breaks off where the kernel could not copy a stack whose
+    // pages were out. At most two of those.
     let total = rows(&["--sort", "total", "--limit", "8"]);
     assert_eq!(total.len(), 8, "{total:?}");
-    let whole: u64 = folded(&data, &["--no-inline"]).iter().map(|(_, c)| c).sum();
+    let stacks = folded(&data, &["--no-inline"]);
+    let loading = |s: &[String]| s.get(1..3) == Some(&["_start".into(), "_dl_start".into()]);
+    let whole: u64 = stacks
+        .iter()
+        .filter(|(s, _)| !loading(s))
+        .map(|(_, c)| c)
+        .sum();
     for f in ["_start", "main", "run", "stage_a", "stage_b"] {
         let row = total
             .iter()
             .find(|r| r[4] == f)
             .unwrap_or_else(|| panic!("{f}: {total:?}"));
         let samples: u64 = row[3].parse().unwrap();
-        assert!(samples + 2 >= whole, "{row:?} of {whole}: {:?}", {
-            let stacks = folded(&data, &["--no-inline"]);
+        assert!(
+            samples + 2 >= whole,
+            "{row:?} of {whole}: {:?}",
             stacks
-                .into_iter()
+                .iter()
                 .filter(|(s, _)| !s.iter().any(|x| x == f))
                 .collect::<Vec<_>>()
-        });
+        );
     }
     let out = ichnos(&["report", "-i", d, "--limit", "2"]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("more functions (--limit 0 shows all)"));
