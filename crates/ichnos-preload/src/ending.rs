@@ -8,8 +8,12 @@
 //! `exec` replaces the program: the wrappers of `execve`, `execv`,
 //! `execvp`, `execvpe` and `fexecve` send the mappings and the calling
 //! thread's buffer (every ring, in flight-recorder mode) first. The
-//! variadic `execl`, `execlp` and `execle` cannot be wrapped from Rust:
-//! what their caller's buffer held is lost. Other threads end at an exec
+//! variadic `execl`, `execlp` and `execle` (which reach the system call
+//! inside the C library, past the other wrappers) cannot be defined in
+//! stable Rust: on x86-64 they are naked trampolines that keep the
+//! argument registers, hand the trace over, and jump to the C library's
+//! function with the registers and the stack as the caller left them, so
+//! the variadic arguments go on untouched. Other threads end at an exec
 //! where they are, with what their buffers held.
 //!
 //! A child of `vfork` shares its parent's memory until it execs or
@@ -49,12 +53,13 @@ fn owner() -> bool {
 }
 
 /// The C library's functions wrapped here, by number.
-const NAMES: [&CStr; 7] = [
-    c"_exit", c"_Exit", c"execve", c"execvpe", c"execv", c"execvp", c"fexecve",
+const NAMES: [&CStr; 10] = [
+    c"_exit", c"_Exit", c"execve", c"execvpe", c"execv", c"execvp", c"fexecve", c"execl",
+    c"execlp", c"execle",
 ];
 
 /// Their addresses (0: not looked up yet, or not there).
-static REAL: [AtomicUsize; 7] = [const { AtomicUsize::new(0) }; 7];
+static REAL: [AtomicUsize; 10] = [const { AtomicUsize::new(0) }; 10];
 
 /// Looks every one of them up now, at the start (and after a fork): not
 /// at first use, which may be in a signal handler or a `vfork` child,
@@ -88,11 +93,69 @@ type Execv = extern "C" fn(*const c_char, *const *const c_char) -> c_int;
 type Fexecve = extern "C" fn(c_int, *const *const c_char, *const *const c_char) -> c_int;
 
 /// Fails as an exec does when there is nothing to call.
-fn no_exec() -> c_int {
+extern "C" fn no_exec() -> c_int {
     // SAFETY: errno is this thread's.
     unsafe { *libc::__errno_location() = libc::ENOSYS };
     -1
 }
+
+/// What the variadic exec trampolines call: hands the trace over,
+/// answers with the C library's function `which` (0 if there is none).
+#[cfg(target_arch = "x86_64")]
+extern "C" fn before_variadic_exec(which: usize) -> usize {
+    before_exec();
+    next(which)
+}
+
+#[cfg(target_arch = "x86_64")]
+macro_rules! variadic_exec_trampoline {
+    ($name:ident, $which:literal) => {
+        /// The C library's function of this name, after the trace is
+        /// handed over.
+        #[unsafe(naked)]
+        #[no_mangle]
+        pub extern "C" fn $name() {
+            // Entered as the C library's would be: the first six
+            // arguments in rdi, rsi, rdx, rcx, r8 and r9, the rest on the
+            // stack above the return address, and al the vector register
+            // count of a variadic call. Seven pushes keep the stack
+            // 16-byte aligned at the call; then everything is put back
+            // and the real function is jumped to (or the failure, which
+            // returns to the caller with -1 and errno ENOSYS).
+            core::arch::naked_asm!(
+                "push rdi",
+                "push rsi",
+                "push rdx",
+                "push rcx",
+                "push r8",
+                "push r9",
+                "push rax",
+                concat!("mov edi, ", $which),
+                "call {before}",
+                "mov r11, rax",
+                "pop rax",
+                "pop r9",
+                "pop r8",
+                "pop rcx",
+                "pop rdx",
+                "pop rsi",
+                "pop rdi",
+                "test r11, r11",
+                "jz {fail}",
+                "jmp r11",
+                before = sym before_variadic_exec,
+                fail = sym no_exec,
+            )
+        }
+    };
+}
+
+#[cfg(target_arch = "x86_64")]
+variadic_exec_trampoline!(execl, 7);
+#[cfg(target_arch = "x86_64")]
+variadic_exec_trampoline!(execlp, 8);
+#[cfg(target_arch = "x86_64")]
+variadic_exec_trampoline!(execle, 9);
 
 macro_rules! exec_wrapper {
     ($name:ident, $which:literal, $ty:ty, ($($arg:ident: $t:ty),*)) => {

@@ -254,6 +254,31 @@ fn a_function_filter_that_names_nothing_is_refused_before_the_run() {
 }
 
 #[test]
+fn the_calls_before_a_variadic_exec_are_kept() {
+    // execl, execlp and execle reach the system call inside the C
+    // library, past the execv wrapper: without wrappers of their own the
+    // calling thread's buffer (before_exec) would be lost.
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "exec.c", &[]);
+    for how in ["execl", "execlp", "execle"] {
+        let data = format!("{how}.data");
+        let stderr = traced(dir.path(), &data, &[], &[exe.to_str().unwrap(), how]);
+        assert!(stderr.contains("0 lost"), "{how}: {stderr}");
+        assert_eq!(
+            replayed_calls(dir.path(), &data),
+            [
+                "main() {",
+                "  before_exec();",
+                "main() {",
+                "  after_exec();",
+                "} /* main */"
+            ],
+            "{how}"
+        );
+    }
+}
+
+#[test]
 fn the_calls_before_an_exec_are_kept_and_the_new_program_starts_afresh() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "exec.c", &[]);
