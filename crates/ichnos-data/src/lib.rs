@@ -37,7 +37,7 @@ pub use error::{ChunkProblem, ReadError};
 pub use reader::{Chunk, Reader};
 pub use record::{
     BodyError, CallEvent, CallEvents, Calls, CallsOut, ClockSource, Frames, JitSource, LostCause,
-    Meta, OffCpuState, Record, Stack, StackOut, StackStop, Target, CALLS_CONTINUED, CALLS_LAST,
-    CALLS_RING, MAPPING_EXECUTABLE,
+    Meta, OffCpuState, OwnedCallEvents, Record, Stack, StackOut, StackStop, Target,
+    CALLS_CONTINUED, CALLS_LAST, CALLS_RING, MAPPING_EXECUTABLE,
 };
 pub use writer::{encoded_len, Writer, CHUNK_TARGET};

@@ -1,7 +1,7 @@
 //! Reading a recording chunk by chunk, every check before any record is
 //! handed out.
 
-use std::io::{self, Read};
+use std::io::{self, Read, Seek, SeekFrom};
 
 use crate::error::ReadError;
 use crate::format::{
@@ -229,6 +229,21 @@ impl<R: Read> Reader<R> {
         self.offset += CHUNK_HEADER_LEN as u64 + u64::from(header.stored_len);
         self.done = false;
         Ok(Some(chunk))
+    }
+}
+
+impl<R: Read + Seek> Reader<R> {
+    /// Goes to the chunk at `offset` (one [`Chunk::offset`] gave): the
+    /// next [`Reader::next_chunk`] reads it, and the chunks after it.
+    /// An offset that is not a chunk's start gives that call's error,
+    /// naming the offset.
+    pub fn seek_chunk(&mut self, offset: u64) -> Result<(), ReadError> {
+        self.input
+            .seek(SeekFrom::Start(offset))
+            .map_err(|source| ReadError::Io { source })?;
+        self.offset = offset;
+        self.done = false;
+        Ok(())
     }
 }
 

@@ -149,6 +149,9 @@ fn same(written: &Record<'_>, read: &Record<'_>) -> bool {
         (Record::CallsOut(w), Record::Calls(r)) => {
             (w.pid, w.tid, w.lost, w.flags, w.first) == (r.pid, r.tid, r.lost, r.flags, r.first)
                 && r.events.iter().collect::<Vec<_>>() == w.events
+                // Read a little at a time from bytes of its own, the same.
+                && r.events.to_owned_iter().collect::<Vec<_>>() == w.events
+                && r.events.to_owned_iter().size_hint() == (w.events.len(), Some(w.events.len()))
         }
         (Record::StackOut(w), Record::Stack(r)) => {
             w.id == r.id
@@ -406,6 +409,40 @@ fn a_file_cut_anywhere_reads_back_to_its_last_whole_chunk() {
                 other => panic!("cut at {cut}: {other:?}"),
             }
         }
+    }
+}
+
+#[test]
+fn a_seek_to_a_chunk_reads_it_and_what_follows_and_a_wrong_offset_is_named() {
+    let records = sample_records(40);
+    let bytes = write(&records, 50);
+    let (chunks, _) = read_all(&bytes);
+    assert!(chunks.len() > 5, "{} chunks", chunks.len());
+    // Records before each chunk, from the reading start to end.
+    let mut before = Vec::new();
+    let mut n = 0;
+    for c in &chunks {
+        before.push(n);
+        n += c.1;
+    }
+    let mut reader = Reader::new(std::io::Cursor::new(&bytes)).unwrap();
+    // Backwards, so each seek goes where a plain reading would not.
+    for (i, &(offset, len)) in chunks.iter().enumerate().rev() {
+        reader.seek_chunk(offset).unwrap();
+        let chunk = reader.next_chunk().unwrap().unwrap();
+        assert_eq!((chunk.offset(), chunk.len()), (offset, len));
+        for (k, r) in chunk.records().enumerate() {
+            assert!(same(&records[before[i] + k].record(), &r.unwrap()));
+        }
+        // The one after it follows.
+        let next = reader.next_chunk().unwrap().map(|c| c.offset());
+        assert_eq!(next, chunks.get(i + 1).map(|c| c.0));
+    }
+    let inside = chunks[2].0 + 3;
+    reader.seek_chunk(inside).unwrap();
+    match reader.next_chunk() {
+        Err(ReadError::BadChunk { offset, .. }) => assert_eq!(offset, inside),
+        other => panic!("a seek into a chunk read as {other:?}"),
     }
 }
 

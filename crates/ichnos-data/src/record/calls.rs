@@ -95,25 +95,73 @@ impl<'a> CallEvents<'a> {
     pub fn iter(&self) -> impl Iterator<Item = CallEvent> + 'a {
         let mut c = Cursor::new(self.encoded);
         let mut ticks = self.first;
-        (0..self.count).map(move |_| {
-            let head = c.u().unwrap_or(0);
-            ticks = ticks.wrapping_add(head >> 2);
-            let a = c.u().unwrap_or(0);
-            match head & 3 {
-                0 => CallEvent::Enter { ticks, function: a },
-                1 => CallEvent::Exit { ticks, function: a },
-                3 => CallEvent::Jump {
-                    ticks,
-                    buffer: a >> 1,
-                    long: a & 1 != 0,
-                },
-                _ => CallEvent::Probe {
-                    ticks,
-                    id: a,
-                    value: c.u().unwrap_or(0),
-                },
-            }
-        })
+        (0..self.count).map(move |_| next_event(&mut c, &mut ticks))
+    }
+
+    /// The events as an iterator that owns their encoded bytes (a few
+    /// bytes an event, where decoded ones take 24): for a reader that
+    /// holds many threads' blocks at once, reading each a little at a
+    /// time.
+    #[must_use]
+    pub fn to_owned_iter(&self) -> OwnedCallEvents {
+        OwnedCallEvents {
+            left: self.count,
+            ticks: self.first,
+            at: 0,
+            encoded: self.encoded.into(),
+        }
+    }
+}
+
+/// The next event after `ticks` at `c` (in a record checked whole).
+fn next_event(c: &mut Cursor<'_>, ticks: &mut u64) -> CallEvent {
+    let head = c.u().unwrap_or(0);
+    *ticks = ticks.wrapping_add(head >> 2);
+    let ticks = *ticks;
+    let a = c.u().unwrap_or(0);
+    match head & 3 {
+        0 => CallEvent::Enter { ticks, function: a },
+        1 => CallEvent::Exit { ticks, function: a },
+        3 => CallEvent::Jump {
+            ticks,
+            buffer: a >> 1,
+            long: a & 1 != 0,
+        },
+        _ => CallEvent::Probe {
+            ticks,
+            id: a,
+            value: c.u().unwrap_or(0),
+        },
+    }
+}
+
+/// A thread's events that own their encoded bytes
+/// ([`CallEvents::to_owned_iter`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnedCallEvents {
+    left: u64,
+    ticks: u64,
+    at: usize,
+    encoded: Box<[u8]>,
+}
+
+impl Iterator for OwnedCallEvents {
+    type Item = CallEvent;
+
+    fn next(&mut self) -> Option<CallEvent> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        let mut c = Cursor::new(self.encoded.get(self.at..).unwrap_or_default());
+        let event = next_event(&mut c, &mut self.ticks);
+        self.at += c.pos();
+        Some(event)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = usize::try_from(self.left).unwrap_or(usize::MAX);
+        (left, Some(left))
     }
 }
 
