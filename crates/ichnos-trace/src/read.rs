@@ -3,12 +3,14 @@
 //! and its events walked as calls — each thread's entries matched to
 //! their exits on a shadow stack.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use ichnos_data::{CallEvent, Calls, ClockSource, ReadError, Reader, Record};
+use ichnos_data::{CallEvent, Calls, ClockSource, OwnedCallEvents, ReadError, Reader, Record};
 use ichnos_profile::report::{symbolize, Profile, SymbolOptions};
 use rustc_hash::FxHashMap;
 
@@ -79,7 +81,8 @@ pub struct Call {
     pub depth: usize,
     /// Ticks spent in calls it made.
     pub children: u64,
-    /// Its number among the thread's entries.
+    /// Its number among the thread id's entries (numbered on across the
+    /// programs an exec runs in it).
     pub index: u64,
 }
 
@@ -215,21 +218,43 @@ impl Trace {
 
     /// Reads the trace's `Calls` records, in order.
     pub fn for_each_block(&self, mut f: impl FnMut(&Calls<'_>)) -> Result<(), TraceReadError> {
-        let err = |source| TraceReadError::Read {
+        self.for_each_located_block(|_, calls| f(calls))
+    }
+
+    /// Why reading the file failed.
+    fn read_error(&self, source: ReadError) -> TraceReadError {
+        TraceReadError::Read {
             path: self.path.clone(),
             source,
-        };
+        }
+    }
+
+    /// The file, opened for reading chunk by chunk.
+    fn reader(&self) -> Result<Reader<BufReader<File>>, TraceReadError> {
         let file = File::open(&self.path).map_err(|source| TraceReadError::Open {
             path: self.path.clone(),
             source,
         })?;
-        let mut reader = Reader::new(BufReader::new(file)).map_err(err)?;
+        Reader::new(BufReader::new(file)).map_err(|e| self.read_error(e))
+    }
+
+    /// [`Trace::for_each_block`], with where each record is.
+    fn for_each_located_block(
+        &self,
+        mut f: impl FnMut(BlockPlace, &Calls<'_>),
+    ) -> Result<(), TraceReadError> {
+        let err = |source| self.read_error(source);
+        let mut reader = self.reader()?;
         loop {
             match reader.next_chunk() {
                 Ok(Some(chunk)) => {
-                    for record in chunk.records() {
+                    for (record, index) in chunk.records().zip(0u32..) {
                         if let Record::Calls(c) = record.map_err(err)? {
-                            f(&c);
+                            let place = BlockPlace {
+                                chunk: chunk.offset(),
+                                record: index,
+                            };
+                            f(place, &c);
                         }
                     }
                 }
@@ -248,70 +273,353 @@ impl Trace {
     /// or an exception skipped their exits); an exit no open entry
     /// matches is ignored; calls still open at the end are left open.
     pub fn walk(&self, visitor: &mut dyn Visitor) -> Result<(), TraceReadError> {
+        self.walk_located(visitor, |_, _| {})
+    }
+
+    /// [`Trace::walk`], telling `found` where each block is, before its
+    /// events are walked.
+    fn walk_located(
+        &self,
+        visitor: &mut dyn Visitor,
+        mut found: impl FnMut(BlockPlace, (u32, u32)),
+    ) -> Result<(), TraceReadError> {
         let mut threads: FxHashMap<(u32, u32), Thread> = FxHashMap::default();
-        self.for_each_block(|calls| {
+        self.for_each_located_block(|place, calls| {
             let (pid, tid) = (calls.pid as u32, calls.tid as u32);
+            found(place, (pid, tid));
             let thread = threads.entry((pid, tid)).or_default();
-            if calls.lost > 0 {
-                visitor.lost(pid, tid, calls.first, calls.lost);
-            }
-            ring_block(thread, pid, tid, calls.flags, calls.events.iter(), visitor);
-            // The thread's last block of its program (it ended, or
-            // exec'ed): a later block of the id is a new program's, or a
-            // new thread's. A ring's last blocks are each save's.
-            let ended = ichnos_data::CALLS_LAST | ichnos_data::CALLS_RING;
-            if calls.flags & ended == ichnos_data::CALLS_LAST {
-                if let Some(thread) = threads.remove(&(pid, tid)) {
-                    if !thread.stack.is_empty() {
-                        visitor.abandon(pid, tid, thread.stack.len(), thread.last_ticks);
-                    }
-                }
-            }
+            let head = BlockHead::of(calls);
+            read_block(thread, pid, tid, head, calls.events.iter(), visitor);
         })
+    }
+
+    /// [`Trace::walk`], finding each thread's blocks on the way, for
+    /// [`Trace::walk_by_time`]. Memory: one place per block.
+    pub fn walk_finding_blocks(
+        &self,
+        visitor: &mut dyn Visitor,
+    ) -> Result<ThreadBlocks, TraceReadError> {
+        let mut streams: Vec<Stream> = Vec::new();
+        let mut by_id: FxHashMap<(u32, u32), usize> = FxHashMap::default();
+        self.walk_located(visitor, |place, key| {
+            let n = streams.len();
+            let at = *by_id.entry(key).or_insert(n);
+            if at == n {
+                streams.push(Stream {
+                    pid: key.0,
+                    tid: key.1,
+                    places: std::collections::VecDeque::new(),
+                    thread: Thread::default(),
+                    block: None,
+                });
+            }
+            streams[at].places.push_back(place);
+        })?;
+        Ok(ThreadBlocks { streams })
+    }
+
+    /// [`Trace::walk`] with every thread's events in the order they
+    /// happened, across threads and processes (as `uftrace replay` prints
+    /// them): each thread's blocks (found by
+    /// [`Trace::walk_finding_blocks`]) are read back a block at a time,
+    /// the earliest next event first. Memory: one block per thread,
+    /// encoded (a few bytes an event, at most 65,536 events), and a few
+    /// chunks.
+    pub fn walk_by_time(
+        &self,
+        blocks: ThreadBlocks,
+        visitor: &mut dyn Visitor,
+    ) -> Result<(), TraceReadError> {
+        let mut streams = blocks.streams;
+        let mut chunks = ChunkCache {
+            reader: self.reader()?,
+            kept: Vec::new(),
+        };
+        let mut next = BinaryHeap::new();
+        for (id, stream) in streams.iter_mut().enumerate() {
+            if let Some(at) = stream.load(&mut chunks).map_err(|e| self.read_error(e))? {
+                next.push(Reverse((at, id)));
+            }
+        }
+        while let Some(Reverse((_, id))) = next.pop() {
+            // The thread's events up to the next thread's next one.
+            let until = next.peek().map(|Reverse(key)| *key);
+            let stream = &mut streams[id];
+            let more = stream
+                .advance(id, until, &mut chunks, visitor)
+                .map_err(|e| self.read_error(e))?;
+            if let Some(at) = more {
+                next.push(Reverse((at, id)));
+            }
+        }
+        Ok(())
     }
 }
 
-/// One block of a thread's events: in full, or, of a flight recorder's
-/// ring, what earlier rings of the thread did not hold. A ring repeats
-/// what an earlier ring of the thread saved and has lost what was
-/// overwritten since: the events already read are skipped, and where
-/// nothing overlaps, the calls open before the gap end at the last event
-/// seen (their exits are gone). A block that goes on from the one before
-/// is the same ring: neither.
-fn ring_block(
-    thread: &mut Thread,
+/// Where each thread's blocks are in a trace.
+pub struct ThreadBlocks {
+    streams: Vec<Stream>,
+}
+
+impl std::fmt::Debug for ThreadBlocks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThreadBlocks")
+            .field("threads", &self.streams.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where a `Calls` record lies: its chunk's offset and its number there.
+#[derive(Clone, Copy, Debug)]
+struct BlockPlace {
+    chunk: u64,
+    record: u32,
+}
+
+/// What a block says besides its events.
+#[derive(Clone, Copy, Debug)]
+struct BlockHead {
+    flags: u64,
+    lost: u64,
+    first: u64,
+}
+
+impl BlockHead {
+    fn of(calls: &Calls<'_>) -> BlockHead {
+        BlockHead {
+            flags: calls.flags,
+            lost: calls.lost,
+            first: calls.first,
+        }
+    }
+
+    /// Before the block's first event (at `first`, if it has one): its
+    /// losses, and how a ring's events are read.
+    fn start(
+        self,
+        thread: &mut Thread,
+        pid: u32,
+        tid: u32,
+        first: Option<u64>,
+        visitor: &mut dyn Visitor,
+    ) -> Option<RingRead> {
+        if self.lost > 0 {
+            visitor.lost(pid, tid, self.first, self.lost);
+        }
+        RingRead::start(thread, pid, tid, self.flags, first, visitor)
+    }
+
+    /// After the block's last event. The thread's last block of its
+    /// program (it ended, or exec'ed): a later block of the id is a new
+    /// program's, or a new thread's, which starts afresh (its entries
+    /// numbered on from these). A ring's last blocks are each save's.
+    fn end(self, thread: &mut Thread, pid: u32, tid: u32, visitor: &mut dyn Visitor) {
+        let ended = ichnos_data::CALLS_LAST | ichnos_data::CALLS_RING;
+        if self.flags & ended == ichnos_data::CALLS_LAST {
+            if !thread.stack.is_empty() {
+                visitor.abandon(pid, tid, thread.stack.len(), thread.last_ticks);
+            }
+            *thread = Thread {
+                entries: thread.entries,
+                ..Thread::default()
+            };
+        }
+    }
+}
+
+/// One thread id's blocks, read back in time order.
+struct Stream {
     pid: u32,
     tid: u32,
-    flags: u64,
-    events: impl Iterator<Item = CallEvent>,
-    visitor: &mut dyn Visitor,
-) {
-    if flags & ichnos_data::CALLS_RING == 0 {
-        for event in events {
-            step(thread, pid, tid, event, visitor);
-        }
-        return;
+    /// Its blocks not read yet.
+    places: std::collections::VecDeque<BlockPlace>,
+    thread: Thread,
+    /// The block being read.
+    block: Option<OpenBlock>,
+}
+
+/// A block being read: its events still to read (kept encoded, a few
+/// bytes each), the next one decoded, and (once its first event is read)
+/// how a ring's events are read.
+struct OpenBlock {
+    head: BlockHead,
+    events: OwnedCallEvents,
+    next: Option<CallEvent>,
+    started: bool,
+    ring: Option<RingRead>,
+}
+
+impl Stream {
+    /// Reads the next block; the time of its first event (of the block
+    /// itself, if it has none), or `None` when there are no more.
+    fn load(&mut self, chunks: &mut ChunkCache) -> Result<Option<u64>, ReadError> {
+        let Some(place) = self.places.pop_front() else {
+            self.block = None;
+            return Ok(None);
+        };
+        let (head, mut events) = chunks.block(place)?;
+        let next = events.next();
+        let at = next.as_ref().map_or(head.first, CallEvent::ticks);
+        self.block = Some(OpenBlock {
+            head,
+            events,
+            next,
+            started: false,
+            ring: None,
+        });
+        Ok(Some(at))
     }
-    let continued = flags & ichnos_data::CALLS_CONTINUED != 0;
-    let seen = thread.ring_newest.filter(|_| !continued);
-    let mut events = events.peekable();
-    if let (Some(seen), Some(first)) = (seen, events.peek()) {
-        if first.ticks() > seen {
-            close_above(thread, pid, tid, 0, seen, visitor);
-            thread.jumps.clear();
-        }
-    }
-    // Of the events at the newest time read, those read already.
-    let mut repeated_at_seen = if seen.is_some() { thread.at_newest } else { 0 };
-    for event in events {
-        let ticks = event.ticks();
-        if let Some(s) = seen {
-            if ticks < s {
-                continue;
+
+    /// Walks the stream's events while they come before `until` (the
+    /// time and number of another stream's next event; ties go to the
+    /// lower number), at least one; the time of the next one after them,
+    /// or `None` when the thread has no more.
+    fn advance(
+        &mut self,
+        id: usize,
+        until: Option<(u64, usize)>,
+        chunks: &mut ChunkCache,
+        visitor: &mut dyn Visitor,
+    ) -> Result<Option<u64>, ReadError> {
+        loop {
+            let Some(at) = self.advance_one(chunks, visitor)? else {
+                return Ok(None);
+            };
+            if until.is_some_and(|until| (at, id) > until) {
+                return Ok(Some(at));
             }
-            if ticks == s && repeated_at_seen > 0 {
-                repeated_at_seen -= 1;
-                continue;
+        }
+    }
+
+    /// Walks the next event (starting its block, ending the block after
+    /// its last); the time of the one after it, or `None` when the
+    /// thread has no more.
+    fn advance_one(
+        &mut self,
+        chunks: &mut ChunkCache,
+        visitor: &mut dyn Visitor,
+    ) -> Result<Option<u64>, ReadError> {
+        let (pid, tid) = (self.pid, self.tid);
+        let Some(block) = self.block.as_mut() else {
+            return Ok(None);
+        };
+        if !block.started {
+            block.started = true;
+            let first = block.next.as_ref().map(CallEvent::ticks);
+            block.ring = block.head.start(&mut self.thread, pid, tid, first, visitor);
+        }
+        if let Some(event) = block.next.take() {
+            block.next = block.events.next();
+            let take = block
+                .ring
+                .as_mut()
+                .is_none_or(|r| r.take(&mut self.thread, event.ticks()));
+            if take {
+                step(&mut self.thread, pid, tid, event, visitor);
+            }
+        }
+        if let Some(event) = block.next {
+            return Ok(Some(event.ticks()));
+        }
+        block.head.end(&mut self.thread, pid, tid, visitor);
+        self.load(chunks)
+    }
+}
+
+/// Chunks read back for their blocks, the few newest kept: threads read
+/// at about the same pace read blocks of about the same chunks.
+struct ChunkCache {
+    reader: Reader<BufReader<File>>,
+    kept: Vec<ichnos_data::Chunk>,
+}
+
+/// Chunks [`ChunkCache`] keeps.
+const CHUNKS_KEPT: usize = 4;
+
+impl ChunkCache {
+    /// The block at `place`: its head and events.
+    fn block(&mut self, place: BlockPlace) -> Result<(BlockHead, OwnedCallEvents), ReadError> {
+        let at = if let Some(at) = self.kept.iter().position(|c| c.offset() == place.chunk) {
+            at
+        } else {
+            self.reader.seek_chunk(place.chunk)?;
+            // The first pass read this chunk whole: it is there.
+            let Some(chunk) = self.reader.next_chunk()? else {
+                return Err(ReadError::Truncated {
+                    offset: place.chunk,
+                    needed: 1,
+                });
+            };
+            if self.kept.len() == CHUNKS_KEPT {
+                self.kept.remove(0);
+            }
+            self.kept.push(chunk);
+            self.kept.len() - 1
+        };
+        let chunk = &self.kept[at];
+        match chunk.records().nth(place.record as usize).transpose()? {
+            Some(Record::Calls(calls)) => Ok((BlockHead::of(&calls), calls.events.to_owned_iter())),
+            // The first pass found a `Calls` record here.
+            _ => Err(ReadError::Truncated {
+                offset: place.chunk,
+                needed: 1,
+            }),
+        }
+    }
+}
+
+/// How a block of a flight recorder's ring is read: what earlier rings
+/// of the thread did not hold. A ring repeats what an earlier ring of the
+/// thread saved and has lost what was overwritten since: the events
+/// already read are skipped, and where nothing overlaps, the calls open
+/// before the gap end at the last event seen (their exits are gone). A
+/// block that goes on from the one before is the same ring: neither.
+struct RingRead {
+    /// The newest event time read before this block.
+    seen: Option<u64>,
+    /// Of the events at that time, those still to skip.
+    repeated_at_seen: usize,
+}
+
+impl RingRead {
+    /// At the start of a block with `flags` whose first event is at
+    /// `first`; `None` for a block that is not a ring's (all its events
+    /// are read).
+    fn start(
+        thread: &mut Thread,
+        pid: u32,
+        tid: u32,
+        flags: u64,
+        first: Option<u64>,
+        visitor: &mut dyn Visitor,
+    ) -> Option<RingRead> {
+        if flags & ichnos_data::CALLS_RING == 0 {
+            return None;
+        }
+        let continued = flags & ichnos_data::CALLS_CONTINUED != 0;
+        let seen = thread.ring_newest.filter(|_| !continued);
+        if let (Some(seen), Some(first)) = (seen, first) {
+            if first > seen {
+                close_above(thread, pid, tid, 0, seen, visitor);
+                thread.jumps.clear();
+            }
+        }
+        Some(RingRead {
+            seen,
+            // Of the events at the newest time read, those read already.
+            repeated_at_seen: if seen.is_some() { thread.at_newest } else { 0 },
+        })
+    }
+
+    /// Whether the block's next event, at `ticks`, is new.
+    fn take(&mut self, thread: &mut Thread, ticks: u64) -> bool {
+        if let Some(s) = self.seen {
+            if ticks < s {
+                return false;
+            }
+            if ticks == s && self.repeated_at_seen > 0 {
+                self.repeated_at_seen -= 1;
+                return false;
             }
         }
         match thread.ring_newest {
@@ -322,8 +630,28 @@ fn ring_block(
                 thread.at_newest = 1;
             }
         }
-        step(thread, pid, tid, event, visitor);
+        true
     }
+}
+
+/// One block of a thread's events, whole.
+fn read_block(
+    thread: &mut Thread,
+    pid: u32,
+    tid: u32,
+    head: BlockHead,
+    events: impl Iterator<Item = CallEvent>,
+    visitor: &mut dyn Visitor,
+) {
+    let mut events = events.peekable();
+    let first = events.peek().map(CallEvent::ticks);
+    let mut ring = head.start(thread, pid, tid, first, visitor);
+    for event in events {
+        if ring.as_mut().is_none_or(|r| r.take(thread, event.ticks())) {
+            step(thread, pid, tid, event, visitor);
+        }
+    }
+    head.end(thread, pid, tid, visitor);
 }
 
 fn step(thread: &mut Thread, pid: u32, tid: u32, event: CallEvent, visitor: &mut dyn Visitor) {
@@ -436,6 +764,14 @@ mod tests {
 
     const RING: u64 = ichnos_data::CALLS_RING;
 
+    fn head(flags: u64) -> BlockHead {
+        BlockHead {
+            flags,
+            lost: 0,
+            first: 0,
+        }
+    }
+
     #[test]
     fn a_ring_saved_again_adds_only_its_new_events_even_at_the_same_time() {
         let mut thread = Thread::default();
@@ -450,8 +786,22 @@ mod tests {
             exit(7, 20),
             exit(8, 10),
         ];
-        ring_block(&mut thread, 1, 1, RING, first.into_iter(), &mut closed);
-        ring_block(&mut thread, 1, 1, RING, second.into_iter(), &mut closed);
+        read_block(
+            &mut thread,
+            1,
+            1,
+            head(RING),
+            first.into_iter(),
+            &mut closed,
+        );
+        read_block(
+            &mut thread,
+            1,
+            1,
+            head(RING),
+            second.into_iter(),
+            &mut closed,
+        );
         assert_eq!(closed.0, [(30, 5, 6), (20, 5, 7), (10, 1, 8)]);
     }
 
@@ -461,9 +811,23 @@ mod tests {
         let mut closed = Closed::default();
         let first = [enter(1, 10), enter(2, 20)];
         let rest = [exit(3, 20), exit(4, 10)];
-        ring_block(&mut thread, 1, 1, RING, first.into_iter(), &mut closed);
+        read_block(
+            &mut thread,
+            1,
+            1,
+            head(RING),
+            first.into_iter(),
+            &mut closed,
+        );
         let continued = RING | ichnos_data::CALLS_CONTINUED;
-        ring_block(&mut thread, 1, 1, continued, rest.into_iter(), &mut closed);
+        read_block(
+            &mut thread,
+            1,
+            1,
+            head(continued),
+            rest.into_iter(),
+            &mut closed,
+        );
         assert_eq!(closed.0, [(20, 2, 3), (10, 1, 4)]);
     }
 
@@ -471,21 +835,21 @@ mod tests {
     fn at_a_gap_the_calls_open_before_it_end_at_the_last_event_seen() {
         let mut thread = Thread::default();
         let mut closed = Closed::default();
-        ring_block(
+        read_block(
             &mut thread,
             1,
             1,
-            RING,
+            head(RING),
             [enter(1, 10), enter(2, 20)].into_iter(),
             &mut closed,
         );
         // A later ring whose oldest event is after everything read: the
         // events between were overwritten.
-        ring_block(
+        read_block(
             &mut thread,
             1,
             1,
-            RING,
+            head(RING),
             [enter(9, 30), exit(10, 30)].into_iter(),
             &mut closed,
         );

@@ -24,53 +24,103 @@ pub struct ReplayOptions {
 /// that keeps the number below 1000, right-aligned in 10 columns.
 #[must_use]
 pub fn duration(ns: f64) -> String {
-    let (v, unit) = if ns < 1e6 {
+    let (v, unit) = scaled(ns);
+    format!("{v:7.3} {unit}")
+}
+
+/// Nanoseconds in the largest unit that keeps them below 1000.
+fn scaled(ns: f64) -> (f64, &'static str) {
+    if ns < 1e6 {
         (ns / 1e3, "us")
     } else if ns < 1e9 {
         (ns / 1e6, "ms")
     } else {
         (ns / 1e9, " s")
-    };
-    format!("{v:7.3} {unit}")
-}
-
-/// A function's name as a call: `name()`, or a C++ name as it is (its
-/// parameters are in it already).
-fn call(name: &str) -> std::borrow::Cow<'_, str> {
-    if name.ends_with(')') {
-        name.into()
-    } else {
-        format!("{name}()").into()
     }
 }
 
-/// Calls shorter than the threshold, by thread and entry number.
+/// Per thread and entry number, bit sets of the calls: those shorter
+/// than the threshold (hidden, with the calls they made), and those
+/// that print on one line (`leaf();`: they returned, and no line was
+/// printed inside them). Read in a first walk, so that the replay prints
+/// each line when it happens. One bit per call each.
 #[derive(Default)]
-struct Short {
-    min_ticks: f64,
+struct Shape {
+    min_ticks: Option<f64>,
     hidden: FxHashMap<(u32, u32), Vec<u64>>,
+    leaves: FxHashMap<(u32, u32), Vec<u64>>,
+    /// Per thread, by depth: whether the open call there has a line
+    /// printed inside it.
+    inside: FxHashMap<(u32, u32), Vec<bool>>,
 }
 
-impl Short {
+fn set(bits: &mut Vec<u64>, index: u64) {
+    let word = (index / 64) as usize;
+    if bits.len() <= word {
+        bits.resize(word + 1, 0);
+    }
+    bits[word] |= 1 << (index % 64);
+}
+
+fn is_set(bits: Option<&Vec<u64>>, index: u64) -> bool {
+    bits.is_some_and(|bits| {
+        bits.get((index / 64) as usize)
+            .is_some_and(|w| w & (1 << (index % 64)) != 0)
+    })
+}
+
+impl Shape {
     fn is_hidden(&self, pid: u32, tid: u32, index: u64) -> bool {
-        self.hidden.get(&(pid, tid)).is_some_and(|bits| {
-            bits.get((index / 64) as usize)
-                .is_some_and(|w| w & (1 << (index % 64)) != 0)
-        })
+        is_set(self.hidden.get(&(pid, tid)), index)
+    }
+
+    fn is_leaf(&self, pid: u32, tid: u32, index: u64) -> bool {
+        is_set(self.leaves.get(&(pid, tid)), index)
+    }
+
+    /// A line is printed in the thread's innermost open call.
+    fn line_inside(&mut self, pid: u32, tid: u32) {
+        if let Some(open) = self.inside.get_mut(&(pid, tid)).and_then(|v| v.last_mut()) {
+            *open = true;
+        }
     }
 }
 
-impl Visitor for Short {
-    fn enter(&mut self, _: u32, _: u32, _: u64, _: u64, _: usize, _: u64) {}
+impl Visitor for Shape {
+    fn enter(&mut self, pid: u32, tid: u32, _: u64, _: u64, depth: usize, _: u64) {
+        let open = self.inside.entry((pid, tid)).or_default();
+        open.truncate(depth);
+        open.push(false);
+    }
+
     fn exit(&mut self, pid: u32, tid: u32, call: &Call) {
-        if ((call.exit - call.enter) as f64) < self.min_ticks {
-            let bits = self.hidden.entry((pid, tid)).or_default();
-            let word = (call.index / 64) as usize;
-            if bits.len() <= word {
-                bits.resize(word + 1, 0);
-            }
-            bits[word] |= 1 << (call.index % 64);
+        let open = self.inside.entry((pid, tid)).or_default();
+        let had_lines = open.get(call.depth).copied().unwrap_or(true);
+        open.truncate(call.depth);
+        let short = self
+            .min_ticks
+            .is_some_and(|min| ((call.exit - call.enter) as f64) < min);
+        if short {
+            set(self.hidden.entry((pid, tid)).or_default(), call.index);
+            return;
         }
+        if !had_lines {
+            set(self.leaves.entry((pid, tid)).or_default(), call.index);
+        }
+        // The caller has a line inside it: this call's.
+        self.line_inside(pid, tid);
+    }
+
+    fn probe(&mut self, pid: u32, tid: u32, _: u64, _: u64, _: u64) {
+        self.line_inside(pid, tid);
+    }
+
+    fn lost(&mut self, pid: u32, tid: u32, _: u64, _: u64) {
+        self.line_inside(pid, tid);
+    }
+
+    fn abandon(&mut self, pid: u32, tid: u32, _: usize, _: u64) {
+        self.inside.remove(&(pid, tid));
     }
 }
 
@@ -78,10 +128,7 @@ struct Printer<'a, W: Write> {
     trace: &'a Trace,
     out: W,
     options: &'a ReplayOptions,
-    short: Option<Short>,
-    /// Per thread: an entry not printed yet, waiting to see whether its
-    /// exit comes next (then it prints as `leaf();`).
-    pending: FxHashMap<(u32, u32), (u64, usize)>,
+    shape: Shape,
     error: Option<io::Error>,
 }
 
@@ -90,110 +137,92 @@ impl<W: Write> Printer<'_, W> {
         self.options.tids.is_empty() || self.options.tids.contains(&tid)
     }
 
-    fn line(&mut self, duration: &str, tid: u32, depth: usize, text: &str) {
+    /// One line: `text` at `depth`, after the duration (`None`: blank).
+    fn line(&mut self, took: Option<f64>, tid: u32, depth: usize, text: std::fmt::Arguments<'_>) {
         if self.error.is_some() {
             return;
         }
         let indent = depth * 2;
-        if let Err(e) = writeln!(self.out, "{duration:>10} [{tid:>6}] | {:indent$}{text}", "") {
+        let written = match took {
+            Some(ns) => {
+                let (v, unit) = scaled(ns);
+                writeln!(self.out, "{v:7.3} {unit} [{tid:>6}] | {:indent$}{text}", "")
+            }
+            None => writeln!(self.out, "{:>10} [{tid:>6}] | {:indent$}{text}", "", ""),
+        };
+        if let Err(e) = written {
             self.error = Some(e);
-        }
-    }
-
-    /// Prints a thread's pending entry as an opened call.
-    fn open_pending(&mut self, pid: u32, tid: u32) {
-        if let Some((function, depth)) = self.pending.remove(&(pid, tid)) {
-            let text = format!("{} {{", call(self.trace.name(function)));
-            self.line("", tid, depth, &text);
         }
     }
 }
 
 impl<W: Write> Visitor for Printer<'_, W> {
     fn enter(&mut self, pid: u32, tid: u32, function: u64, _: u64, depth: usize, index: u64) {
-        if !self.shown(tid) {
-            return;
-        }
-        if self
-            .short
-            .as_ref()
-            .is_some_and(|s| s.is_hidden(pid, tid, index))
+        // A hidden call prints nothing (and so does not open its caller:
+        // a caller whose calls are all hidden prints as one line); a
+        // leaf prints when it returns, with its duration.
+        if !self.shown(tid)
+            || self.shape.is_hidden(pid, tid, index)
+            || self.shape.is_leaf(pid, tid, index)
         {
-            // A hidden call does not open its caller: a caller whose
-            // calls are all hidden prints as one line.
             return;
         }
-        self.open_pending(pid, tid);
-        self.pending.insert((pid, tid), (function, depth));
+        let name = self.trace.name(function);
+        // C++ names keep their parameters: `thrower(int)`.
+        let parens = if name.ends_with(')') { "" } else { "()" };
+        self.line(None, tid, depth, format_args!("{name}{parens} {{"));
     }
 
     fn exit(&mut self, pid: u32, tid: u32, call: &Call) {
-        if !self.shown(tid) {
+        if !self.shown(tid) || self.shape.is_hidden(pid, tid, call.index) {
             return;
         }
-        if self
-            .short
-            .as_ref()
-            .is_some_and(|s| s.is_hidden(pid, tid, call.index))
-        {
-            return;
-        }
-        let took = duration(self.trace.ns(call.exit - call.enter));
-        let name = self.trace.name(call.function).to_owned();
-        if self.pending.get(&(pid, tid)) == Some(&(call.function, call.depth)) {
-            self.pending.remove(&(pid, tid));
-            self.line(&took, tid, call.depth, &format!("{};", self::call(&name)));
+        let took = Some(self.trace.ns(call.exit - call.enter));
+        let name = self.trace.name(call.function);
+        if self.shape.is_leaf(pid, tid, call.index) {
+            let parens = if name.ends_with(')') { "" } else { "()" };
+            self.line(took, tid, call.depth, format_args!("{name}{parens};"));
         } else {
-            self.open_pending(pid, tid);
-            self.line(&took, tid, call.depth, &format!("}} /* {name} */"));
+            self.line(took, tid, call.depth, format_args!("}} /* {name} */"));
         }
     }
 
-    fn probe(&mut self, pid: u32, tid: u32, _: u64, id: u64, value: u64) {
+    fn probe(&mut self, _: u32, tid: u32, _: u64, id: u64, value: u64) {
         if self.shown(tid) {
-            self.open_pending(pid, tid);
-            self.line("", tid, 0, &format!("/* probe {id} = {value} */"));
+            self.line(None, tid, 0, format_args!("/* probe {id} = {value} */"));
         }
     }
 
-    fn lost(&mut self, pid: u32, tid: u32, _: u64, count: u64) {
+    fn lost(&mut self, _: u32, tid: u32, _: u64, count: u64) {
         if self.shown(tid) {
-            self.open_pending(pid, tid);
-            self.line("", tid, 0, &format!("/* LOST {count} records!! */"));
+            self.line(None, tid, 0, format_args!("/* LOST {count} records!! */"));
         }
     }
 }
 
-/// Prints `trace`'s calls to `out`.
+/// Prints `trace`'s calls to `out`, every thread's lines in the order
+/// they happened.
 pub fn replay(trace: &Trace, options: &ReplayOptions, out: impl Write) -> Result<(), ReplayError> {
-    let short = match options.min_ns {
-        Some(min) if min > 0.0 => {
-            let mut short = Short {
-                min_ticks: min / trace.ns(1).max(f64::MIN_POSITIVE),
-                ..Short::default()
-            };
-            trace.walk(&mut short)?;
-            Some(short)
-        }
-        _ => None,
+    let mut shape = Shape {
+        min_ticks: options
+            .min_ns
+            .filter(|&min| min > 0.0)
+            .map(|min| min / trace.ns(1).max(f64::MIN_POSITIVE)),
+        ..Shape::default()
     };
+    let blocks = trace.walk_finding_blocks(&mut shape)?;
+    shape.inside = FxHashMap::default();
     let mut printer = Printer {
         trace,
         out,
         options,
-        short,
-        pending: FxHashMap::default(),
+        shape,
         error: None,
     };
     if let Err(e) = writeln!(printer.out, "# DURATION     TID     FUNCTION") {
         return Err(ReplayError::Write(e));
     }
-    trace.walk(&mut printer)?;
-    // Entries whose exits never came: opened, never closed.
-    let pending: Vec<(u32, u32)> = printer.pending.keys().copied().collect();
-    for (pid, tid) in pending {
-        printer.open_pending(pid, tid);
-    }
+    trace.walk_by_time(blocks, &mut printer)?;
     match printer.error.take() {
         Some(e) => Err(ReplayError::Write(e)),
         None => printer.out.flush().map_err(ReplayError::Write),

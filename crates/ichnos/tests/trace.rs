@@ -352,6 +352,57 @@ fn a_thread_whose_last_frame_is_lost_is_counted_in_the_recording() {
 }
 
 #[test]
+fn replay_prints_the_calls_of_threads_in_the_order_they_happened() {
+    // Two threads take turns: ping() on the main thread, then pong() on
+    // the other, N times. Each thread's buffer holds only its own calls
+    // (one block each at 3 rounds; with 4 KiB buffers and 3000 rounds,
+    // some twenty blocks each, written as the buffers fill), so the
+    // alternation is seen only when the replay merges them by time.
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "turns.c", &["-pthread"]);
+    for (rounds, args) in [(3, &[][..]), (3000, &["-b", "4K"][..])] {
+        let n = rounds.to_string();
+        let stderr = traced(dir.path(), "t.data", args, &[exe.to_str().unwrap(), &n]);
+        assert!(stderr.contains("0 lost"), "{stderr}");
+        let lines = replay(dir.path(), "t.data", &[]);
+        let turns: Vec<(u32, &str)> = lines
+            .iter()
+            .map(|(tid, f)| (*tid, f.trim()))
+            .filter(|(_, f)| *f == "ping();" || *f == "pong();")
+            .collect();
+        assert_eq!(turns.len(), 2 * rounds, "{lines:#?}");
+        let (main, other) = (turns[0].0, turns[1].0);
+        assert_ne!(main, other);
+        for (i, turn) in turns.iter().enumerate() {
+            let expected = if i % 2 == 0 {
+                (main, "ping();")
+            } else {
+                (other, "pong();")
+            };
+            assert_eq!(*turn, expected, "turn {i} of {rounds}");
+        }
+        // Each thread's own lines still nest: main() opens before the
+        // first ping and closes after the last.
+        let mains: Vec<usize> = lines
+            .iter()
+            .enumerate()
+            .filter(|(_, (t, f))| *t == main && (f == "main() {" || f == "} /* main */"))
+            .map(|(i, _)| i)
+            .collect();
+        let first_ping = lines
+            .iter()
+            .position(|(_, f)| f.trim() == "ping();")
+            .unwrap();
+        let last_pong = lines
+            .iter()
+            .rposition(|(_, f)| f.trim() == "pong();")
+            .unwrap();
+        assert_eq!(mains.len(), 2, "{lines:#?}");
+        assert!(mains[0] < first_ping && mains[1] > last_pong, "{mains:?}");
+    }
+}
+
+#[test]
 fn threads_forks_and_signal_handlers_are_each_traced_in_full() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "threads.c", &["-pthread"]);
