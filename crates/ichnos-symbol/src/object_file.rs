@@ -29,6 +29,9 @@ pub(crate) struct Sym {
     /// For a local symbol, the source file its `STT_FILE` symbol names (as
     /// binutils reports it when there is no line information).
     pub file: Option<String>,
+    /// An assembler label in code, not a function symbol: it names only
+    /// code no function holds ([`named_code`]).
+    pub label: bool,
 }
 
 /// A parsed object.
@@ -335,8 +338,7 @@ impl LoadedObject {
                 source = DebugSource::MiniDebugInfo;
             }
         }
-        symbols.sort_by_key(|s| s.addr);
-        symbols.dedup_by_key(|s| s.addr);
+        let symbols = named_code(symbols);
         Ok(Self {
             symbols,
             alloc_ranges,
@@ -520,21 +522,18 @@ pub(crate) fn defined_functions(path: &Path) -> Result<Vec<Sym>, SymbolError> {
         path: path.to_path_buf(),
         source: e,
     })?;
-    Ok(function_symbols(&file))
+    let functions = function_symbols(&file)
+        .into_iter()
+        .filter(|s| !s.label)
+        .collect();
+    Ok(named_code(functions))
 }
 
-/// Function symbols of `.symtab` and `.dynsym`, sorted, one per address
-/// (the first name seen wins, as `.symtab` is read first).
-///
-/// Labels count too where no function symbol holds them: an assembler
-/// label in code (`STT_NOTYPE`, no size) names the code from it to the
-/// next symbol, as gdb names it. Hand-written entry code is often only
-/// that (the dynamic loader's `_start`). A label inside a sized function
-/// is a place in it, and the function keeps the name (gdb's choice, where
-/// addr2line would name the label).
+/// Function symbols and code labels of `.symtab` and `.dynsym`, in the
+/// tables' order (`.symtab` first); [`named_code`] makes them one name
+/// per address.
 fn function_symbols(file: &object::File<'_>) -> Vec<Sym> {
     let mut out: Vec<Sym> = Vec::new();
-    let mut labels: Vec<Sym> = Vec::new();
     // In `.symtab`, a file symbol precedes the local symbols of that file.
     let mut current_file: Option<String> = None;
     for s in file.symbols().chain(file.dynamic_symbols()) {
@@ -542,7 +541,7 @@ fn function_symbols(file: &object::File<'_>) -> Vec<Sym> {
             current_file = s.name().ok().map(str::to_string);
             continue;
         }
-        let label = s.kind() == SymbolKind::Unknown && s.size() == 0 && in_code(file, &s);
+        let label = is_notype(&s) && s.size() == 0 && in_code(file, &s);
         if !label && (s.kind() != SymbolKind::Text || !s.is_definition()) {
             continue;
         }
@@ -555,7 +554,7 @@ fn function_symbols(file: &object::File<'_>) -> Vec<Sym> {
             .section_index()
             .and_then(|i| file.section_by_index(i).ok())
             .map_or(u64::MAX, |sec| sec.address().saturating_add(sec.size()));
-        let sym = Sym {
+        out.push(Sym {
             addr: s.address(),
             size: s.size(),
             section_end,
@@ -565,26 +564,47 @@ fn function_symbols(file: &object::File<'_>) -> Vec<Sym> {
             } else {
                 None
             },
-        };
-        if label {
-            labels.push(sym);
-        } else {
-            out.push(sym);
-        }
+            label,
+        });
     }
-    out.sort_by_key(|s| s.addr);
-    out.dedup_by_key(|s| s.addr);
-    let held = |label: &Sym| {
-        let i = out.partition_point(|f| f.addr <= label.addr);
-        i.checked_sub(1)
-            .is_some_and(|i| label.addr < out[i].addr.saturating_add(out[i].size))
-    };
-    labels.retain(|l| !held(l));
-    out.append(&mut labels);
-    // Stable: a function and a label at one address keep the function.
-    out.sort_by_key(|s| s.addr);
-    out.dedup_by_key(|s| s.addr);
     out
+}
+
+/// One name per address from the symbols of every table read (the
+/// object's own, a debug file's, MiniDebugInfo's), sorted: at one
+/// address a function wins over a label, a sized function over one
+/// without a size, and otherwise the first read.
+///
+/// Labels count where no function symbol holds them: an assembler label
+/// in code (`STT_NOTYPE`, no size) names the code from it to the next
+/// symbol, as gdb names it. Hand-written entry code is often only that
+/// (the dynamic loader's `_start`). A label inside a sized function is a
+/// place in it, and the function keeps the name (gdb's choice, where
+/// addr2line would name the label). Whether a function holds a label is
+/// judged over all the tables at once: MiniDebugInfo keeps the labels of
+/// functions whose symbols are only in `.dynsym`.
+fn named_code(mut symbols: Vec<Sym>) -> Vec<Sym> {
+    // Stable: among equals the first read stays first.
+    symbols.sort_by_key(|s| (s.addr, s.label, s.size == 0));
+    symbols.dedup_by_key(|s| s.addr);
+    // The end of the code the functions so far hold (they may nest or
+    // overlap: the furthest end counts).
+    let mut held_to = 0u64;
+    symbols.retain(|s| {
+        if s.label {
+            return s.addr >= held_to;
+        }
+        held_to = held_to.max(s.addr.saturating_add(s.size));
+        true
+    });
+    symbols
+}
+
+/// Whether a symbol's ELF type is `STT_NOTYPE` (object's
+/// `SymbolKind::Unknown` also covers OS- and processor-specific types).
+fn is_notype(symbol: &object::Symbol<'_, '_>) -> bool {
+    matches!(symbol.flags(), object::SymbolFlags::Elf { st_info, .. }
+        if st_info & 0xf == object::elf::STT_NOTYPE)
 }
 
 /// Whether a symbol lies in a section of code (`SHF_EXECINSTR`).
@@ -733,6 +753,69 @@ fn find_alt_file(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn sym(name: &str, addr: u64, size: u64, label: bool) -> Sym {
+        Sym {
+            addr,
+            size,
+            section_end: u64::MAX,
+            name: name.to_owned(),
+            file: None,
+            label,
+        }
+    }
+
+    fn names(symbols: &[Sym]) -> Vec<(&str, u64)> {
+        symbols.iter().map(|s| (s.name.as_str(), s.addr)).collect()
+    }
+
+    #[test]
+    fn a_label_names_only_code_no_function_of_any_table_holds() {
+        let symbols = vec![
+            // The object's own table: a label that lies inside `outer`,
+            // whose symbol comes later, from another table (MiniDebugInfo
+            // keeps labels of functions that are only in `.dynsym`).
+            sym("inside_outer", 0x1010, 0, true),
+            // A label after a function without a size: its own code.
+            sym("no_size", 0x2000, 0, false),
+            sym("after_no_size", 0x2008, 0, true),
+            // A label at a function's address: the function's name.
+            sym("at_f", 0x3000, 0, true),
+            // Another table's symbols, read after.
+            sym("outer", 0x1000, 0x100, false),
+            // A small function nested in `outer`; past it, still `outer`.
+            sym("nested", 0x1020, 0x10, false),
+            sym("past_nested", 0x1040, 0, true),
+            sym("f", 0x3000, 0x20, false),
+            // At `outer`'s end: no function holds it.
+            sym("at_outer_end", 0x1100, 0, true),
+        ];
+        assert_eq!(
+            names(&named_code(symbols)),
+            [
+                ("outer", 0x1000),
+                ("nested", 0x1020),
+                ("at_outer_end", 0x1100),
+                ("no_size", 0x2000),
+                ("after_no_size", 0x2008),
+                ("f", 0x3000),
+            ]
+        );
+    }
+
+    #[test]
+    fn at_one_address_a_sized_function_wins_over_one_without_a_size() {
+        let symbols = vec![
+            sym("alias_without_size", 0x1000, 0, false),
+            sym("sized", 0x1000, 0x40, false),
+            sym("first_read", 0x2000, 0x10, false),
+            sym("second_read", 0x2000, 0x10, false),
+        ];
+        assert_eq!(
+            names(&named_code(symbols)),
+            [("sized", 0x1000), ("first_read", 0x2000)]
+        );
+    }
 
     #[test]
     fn an_object_cut_short_under_its_mapping_reads_zeros_and_says_so() {
