@@ -155,8 +155,9 @@ pub fn object_rows<'d, R: object::ReadRef<'d>>(
     // An SFrame section that cannot be read leaves .eh_frame to answer
     // alone, and .eh_frame that cannot be read leaves SFrame, as the
     // whole conversion does.
+    // Unmarked: the entry's mark goes on last, capped by the FDEs too.
     let primary = if choice == RowChoice::SframeThenEhFrame && has_sframe {
-        rows_of_object(file, RowChoice::Sframe).ok()
+        unmarked_rows_of_object(file, RowChoice::Sframe).ok()
     } else {
         None
     };
@@ -197,8 +198,9 @@ pub fn object_rows<'d, R: object::ReadRef<'d>>(
             origin,
         ))
     };
-    let with_entry = |lazy: crate::lazy::LazyRows| match entry_offset(file, origin_of(file)) {
-        Some(entry) => lazy.with_outermost(entry, entry + MAX_ENTRY_CODE),
+    let entry = entry_offset(file, origin_of(file));
+    let with_entry = |lazy: crate::lazy::LazyRows| match entry {
+        Some(entry) => lazy.with_outermost(entry, entry.saturating_add(MAX_ENTRY_CODE)),
         None => lazy,
     };
     let rows = match (lazy(), primary) {
@@ -206,7 +208,9 @@ pub fn object_rows<'d, R: object::ReadRef<'d>>(
             crate::Rows::Lazy(std::sync::Arc::new(with_entry(lazy.with_primary(table))))
         }
         (Ok(lazy), None) => crate::Rows::Lazy(std::sync::Arc::new(with_entry(lazy))),
-        (Err(_), Some(table)) => crate::Rows::Fixed(std::sync::Arc::new(table)),
+        (Err(_), Some(table)) => {
+            crate::Rows::Fixed(std::sync::Arc::new(with_entry_marked(table, entry)))
+        }
         (Err(e), None) => return Err(e),
     };
     Ok(rows)
@@ -215,6 +219,32 @@ pub fn object_rows<'d, R: object::ReadRef<'d>>(
 /// As [`file_rows`], for an ELF file already parsed: over a `ReadCache`,
 /// only the headers and the unwind sections are read from the file.
 pub fn rows_of_object<'d, R: object::ReadRef<'d>>(
+    file: &object::File<'d, R>,
+    choice: RowChoice,
+) -> Result<crate::RowTable, FileRowsError> {
+    let table = unmarked_rows_of_object(file, choice)?;
+    Ok(with_entry_marked(
+        table,
+        entry_offset(file, origin_of(file)),
+    ))
+}
+
+/// `table` with the code at a program's entry point (an offset from the
+/// origin, see [`entry_offset`]) marked outermost up to the next row, at
+/// most [`MAX_ENTRY_CODE`] bytes, where no row covers the entry.
+fn with_entry_marked(table: crate::RowTable, entry: Option<u64>) -> crate::RowTable {
+    let Some(entry) = entry else {
+        return table;
+    };
+    let most = entry.saturating_add(MAX_ENTRY_CODE);
+    let end = table
+        .next_start_after(entry)
+        .map_or(most, |next| next.min(most));
+    table.with_outermost(entry, end)
+}
+
+/// [`rows_of_object`] without the entry point's mark.
+fn unmarked_rows_of_object<'d, R: object::ReadRef<'d>>(
     file: &object::File<'d, R>,
     choice: RowChoice,
 ) -> Result<crate::RowTable, FileRowsError> {
@@ -253,18 +283,7 @@ pub fn rows_of_object<'d, R: object::ReadRef<'d>>(
         },
     };
     // Counted from the origin, the table serves every load address.
-    let table = table.rebased(0);
-    Ok(match entry_offset(file, origin) {
-        Some(entry) => {
-            let end = table
-                .next_start_after(entry)
-                .map_or(entry + MAX_ENTRY_CODE, |next| {
-                    next.min(entry + MAX_ENTRY_CODE)
-                });
-            table.with_outermost(entry, end)
-        }
-        None => table,
-    })
+    Ok(table.rebased(0))
 }
 
 /// The file's ELF origin: the page of its first `PT_LOAD`.
@@ -278,8 +297,9 @@ fn origin_of<'d, R: object::ReadRef<'d>>(file: &object::File<'d, R>) -> u64 {
 const MAX_ENTRY_CODE: u64 = 4096;
 
 /// The entry point, as an offset from `origin`, of an object the kernel
-/// starts by jumping to it: one that names no interpreter (no `.interp`)
-/// and needs no other object (no `DT_NEEDED`) — a static executable or
+/// starts by jumping to it: one that names no interpreter (no
+/// `PT_INTERP`) and needs no other object (no `DT_NEEDED` in its
+/// `PT_DYNAMIC`) — a static executable or
 /// the dynamic loader itself. Nothing calls the code there, so a frame in
 /// it is a thread's first. glibc's loader has no unwind row for its
 /// `_start`, which calls `_dl_start`: without this mark, every sample
@@ -291,30 +311,45 @@ fn entry_offset<'d, R: object::ReadRef<'d>>(
     file: &object::File<'d, R>,
     origin: u64,
 ) -> Option<u64> {
-    use object::ObjectSection;
+    use object::read::elf::ProgramHeader;
+    use object::Object;
+    // By the program headers, which the kernel and the loader go by (a
+    // stripped file may have no section headers).
+    let object::File::Elf64(elf) = file else {
+        return None;
+    };
     let entry = file.entry();
-    if entry == 0 || !file.is_64() || !file.is_little_endian() {
+    if entry == 0 || !file.is_little_endian() {
         return None;
     }
-    if file.section_by_name(".interp").is_some() {
-        return None;
-    }
-    if let Some(dynamic) = file.section_by_name(".dynamic") {
-        let data = dynamic.data().ok()?;
-        // Elf64_Dyn: a tag and a value, eight bytes each; DT_NULL ends.
-        for tag in data
-            .chunks_exact(16)
-            .map(|d| u64::from_le_bytes(d[..8].try_into().unwrap_or_default()))
-        {
-            match tag {
-                DT_NULL => break,
-                DT_NEEDED => return None,
-                _ => {}
+    let endian = elf.endian();
+    for header in elf.elf_program_headers() {
+        match header.p_type(endian) {
+            object::elf::PT_INTERP => return None,
+            object::elf::PT_DYNAMIC => {
+                let data = header.data(endian, elf.data()).ok()?;
+                // Elf64_Dyn: a tag and a value, eight bytes each; DT_NULL
+                // ends, and a loader's table is a few dozen entries.
+                let tags = data
+                    .chunks_exact(16)
+                    .take(MAX_DYNAMIC_ENTRIES)
+                    .map(|d| u64::from_le_bytes(d[..8].try_into().unwrap_or_default()));
+                for tag in tags {
+                    match tag {
+                        DT_NULL => break,
+                        DT_NEEDED => return None,
+                        _ => {}
+                    }
+                }
             }
+            _ => {}
         }
     }
     entry.checked_sub(origin)
 }
+
+/// Dynamic-section entries read looking for `DT_NEEDED`.
+const MAX_DYNAMIC_ENTRIES: usize = 4096;
 
 const DT_NULL: u64 = 0;
 const DT_NEEDED: u64 = 1;

@@ -395,17 +395,24 @@ impl RowTable {
     /// Where the first row starting above `addr` starts.
     #[must_use]
     pub fn next_start_after(&self, addr: u64) -> Option<u64> {
-        let off = addr.checked_sub(self.base)?;
-        let i = self.rows.partition_point(|r| u64::from(r.ip_off) <= off);
+        let i = match addr.checked_sub(self.base) {
+            Some(off) => self.rows.partition_point(|r| u64::from(r.ip_off) <= off),
+            // Below the table: its first row is the next.
+            None => 0,
+        };
         self.rows
             .get(i)
             .map(|r| self.base.saturating_add(u64::from(r.ip_off)))
     }
 
     /// This table with `[addr, end)` marked as the outermost frame where
-    /// no row covers it (the rows it has are kept).
+    /// no row covers it (the rows it has are kept); unchanged where a row
+    /// covers `addr` itself (its rows say what the code there is).
     #[must_use]
     pub fn with_outermost(&self, addr: u64, end: u64) -> RowTable {
+        if self.find(addr).is_some() {
+            return self.clone();
+        }
         let mut entry = RowTable::new(addr);
         let size = u32::try_from(end.saturating_sub(addr)).unwrap_or(u32::MAX);
         let row = UnwindRow {
@@ -523,6 +530,32 @@ mod tests {
         assert_eq!(t.find(0x1013).unwrap().cfa_off, 16);
         assert!(t.find(0x1014).is_none());
         assert!(t.push(0x1012, row(0, 1, 1)).is_err());
+    }
+
+    #[test]
+    fn the_next_row_after_an_address_below_and_inside_the_table() {
+        let mut t = RowTable::new(0x1000);
+        t.push(0x1000, row(0, 4, 8)).unwrap();
+        t.push(0x1010, row(0, 4, 16)).unwrap();
+        assert_eq!(t.next_start_after(0x800), Some(0x1000));
+        assert_eq!(t.next_start_after(0x1000), Some(0x1010));
+        assert_eq!(t.next_start_after(0x1010), None);
+    }
+
+    #[test]
+    fn the_outermost_mark_fills_a_gap_only_where_no_row_covers_its_start() {
+        let mut t = RowTable::new(0x1000);
+        t.push(0x1000, row(0, 4, 8)).unwrap();
+        t.push(0x1010, row(0, 4, 16)).unwrap();
+        // Inside a row: the table stays as it is, its gap included.
+        let covered = t.with_outermost(0x1002, 0x1010);
+        assert!(covered.find(0x1004).is_none());
+        assert!(!covered.find(0x1002).unwrap().is_outermost());
+        // In the gap: marked up to the end given.
+        let marked = t.with_outermost(0x1004, 0x1010);
+        assert!(marked.find(0x1004).unwrap().is_outermost());
+        assert!(marked.find(0x100f).unwrap().is_outermost());
+        assert!(!marked.find(0x1010).unwrap().is_outermost());
     }
 
     #[test]

@@ -55,10 +55,22 @@ fn fde_ranges(path: &Path) -> Vec<(u64, u64)> {
         .collect()
 }
 
+/// The file's ELF origin, as readelf reads its program headers: the
+/// page of its first `PT_LOAD` (rows count from it).
+fn origin(path: &Path) -> u64 {
+    let headers = tool("readelf", &["-lW"], path);
+    let first_load = headers
+        .lines()
+        .map(str::trim_start)
+        .find(|l| l.starts_with("LOAD "))
+        .unwrap();
+    hex(first_load.split_whitespace().nth(2).unwrap()) & !0xfff
+}
+
 /// What the eager and the lazy rows of the file say at `addr` (a link-time
-/// address of a file whose first `PT_LOAD` is at 0): outermost, or not,
-/// or no row.
+/// address): outermost, or not, or no row.
 fn outermost_at(path: &Path, addr: u64) -> [Option<bool>; 2] {
+    let addr = addr - origin(path);
     let bytes = std::fs::read(path).unwrap();
     let eager = file_rows(&bytes, RowChoice::SframeThenEhFrame).unwrap();
     let file = object::File::parse(&bytes[..]).unwrap();
@@ -151,4 +163,109 @@ fn only_an_object_that_needs_nothing_is_started_at_its_entry() {
     let (library, begin) = entry_fixture(dir.path(), "library.so", &["-Wl,--no-as-needed", "-lc"]);
     assert!(tool("readelf", &["-dW"], &library).contains("(NEEDED)"));
     assert_eq!(outermost_at(&library, begin), [None; 2]);
+}
+
+/// A static executable in `dir` (linked at 0x400000, no libc) entered at
+/// `begin`, with `asm` for its entry code around two C functions, and
+/// SFrame if `sframe`; its path and the addresses of its symbols, by nm.
+fn static_fixture(
+    dir: &Path,
+    name: &str,
+    asm: &str,
+    sframe: bool,
+) -> (std::path::PathBuf, Vec<(String, u64)>) {
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(
+        &src,
+        format!(
+            "void work(void) {{ __asm__ volatile(\"\" ::: \"memory\"); }}\n\
+             __asm__({asm:?});\n\
+             void after(void) {{ __asm__ volatile(\"\" ::: \"memory\"); }}\n"
+        ),
+    )
+    .unwrap();
+    let out = dir.join(name);
+    let status = Command::new("gcc")
+        .args(["-O2", "-static", "-nostdlib", "-no-pie", "-fno-pie"])
+        .args(sframe.then_some("-Wa,--gsframe"))
+        .args(["-Wl,-e,begin", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let symbols = tool("nm", &["--defined-only"], &out)
+        .lines()
+        .filter_map(|l| {
+            let mut parts = l.split_whitespace();
+            let addr = hex(parts.next()?);
+            Some((parts.nth(1)?.to_owned(), addr))
+        })
+        .collect();
+    (out, symbols)
+}
+
+fn address(symbols: &[(String, u64)], name: &str) -> u64 {
+    symbols.iter().find(|(n, _)| n == name).unwrap().1
+}
+
+#[test]
+fn at_a_static_executables_entry_the_mark_ends_at_the_next_fde_even_behind_sframe() {
+    let dir = tempfile::tempdir().unwrap();
+    // `odd` has an FDE that SFrame cannot express (gas leaves it out of
+    // .sframe): the next SFrame row is `work`'s, further on.
+    let (exe, symbols) = static_fixture(
+        dir.path(),
+        "odd",
+        ".text\n.globl begin\nbegin:\n\tcall odd\n\tcall work\n\thlt\n\
+         .globl odd\n.type odd,@function\nodd:\n\t.cfi_startproc\n\
+         \t.cfi_escape 0x2e,0x0\n\tnop\n\tret\n\t.cfi_endproc\n.size odd,.-odd\n",
+        true,
+    );
+    assert_eq!(origin(&exe), 0x40_0000);
+    let (begin, odd, work) = (
+        address(&symbols, "begin"),
+        address(&symbols, "odd"),
+        address(&symbols, "work"),
+    );
+    assert_eq!(entry_point(&exe), begin);
+    let fdes = fde_ranges(&exe);
+    assert!(fdes.iter().any(|&(s, _)| s == odd), "{fdes:?}");
+    let sframe = tool("readelf", &["--sframe"], &exe);
+    assert!(!sframe.contains(&format!("pc = {odd:#x}")), "{sframe}");
+    assert!(sframe.contains(&format!("pc = {work:#x}")), "{sframe}");
+    assert_eq!(outermost_at(&exe, begin), [Some(true); 2]);
+    assert_eq!(outermost_at(&exe, odd - 1), [Some(true); 2]);
+    // `odd` is a function of its own, whose rows say it is called.
+    assert_eq!(outermost_at(&exe, odd), [Some(false); 2]);
+    assert_eq!(outermost_at(&exe, odd + 1), [Some(false); 2]);
+}
+
+#[test]
+fn an_entry_with_rows_of_its_own_is_left_as_they_say() {
+    let dir = tempfile::tempdir().unwrap();
+    // CFI for the entry's first instruction only (it says outermost: the
+    // return address is undefined), then code without any. Without
+    // SFrame: version 1 has no word for an undefined return address, and
+    // gas 2.40 writes a plain frame's row for it.
+    let (exe, symbols) = static_fixture(
+        dir.path(),
+        "covered",
+        ".text\n.globl begin\nbegin:\n\t.cfi_startproc\n\t.cfi_undefined rip\n\
+         \tcall work\n\t.cfi_endproc\n.globl bare\nbare:\n\tcall work\n\thlt\n",
+        false,
+    );
+    let (begin, bare) = (address(&symbols, "begin"), address(&symbols, "bare"));
+    let fdes = fde_ranges(&exe);
+    assert!(
+        fdes.iter().any(|&(s, e)| (s..e).contains(&begin)),
+        "{fdes:?}"
+    );
+    assert!(
+        !fdes.iter().any(|&(s, e)| (s..e).contains(&bare)),
+        "{fdes:?}"
+    );
+    assert_eq!(outermost_at(&exe, begin), [Some(true); 2]);
+    // The code past the entry's FDE has no row: it is not the entry's.
+    assert_eq!(outermost_at(&exe, bare), [None; 2]);
 }
