@@ -21,6 +21,7 @@
 //! Without `ICHNOS_TRACE_SOCKET` in its environment the library does
 //! nothing: the hooks return at once.
 
+mod altstack;
 mod channel;
 mod clock;
 mod config;
@@ -360,6 +361,7 @@ fn start() {
     // SAFETY: registering a handler with no preconditions.
     unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
     crash::install(ring);
+    altstack::install();
     if ring {
         ring::install();
     }

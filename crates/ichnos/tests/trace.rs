@@ -615,6 +615,42 @@ fn a_crash_leaves_the_flight_recorders_newest_calls() {
 }
 
 #[test]
+fn a_stack_overflow_leaves_the_flight_recorders_newest_calls() {
+    // The fault is on the guard page below the stack, where no handler
+    // can run: the runtime's alternate stacks (the main thread's, and one
+    // for each thread pthread_create starts) are where the save is asked.
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "overflow.c", &["-pthread"]);
+    for thread in [false, true] {
+        let mut command = vec![exe.to_str().unwrap()];
+        if thread {
+            command.push("thread");
+        }
+        let out = trace(dir.path(), "t.data", &["--ring", "4K"], &command);
+        assert_eq!(out.status.code(), Some(128 + 11), "SIGSEGV is the status");
+        // 4 KiB of ring: the newest 256 events of the thread that
+        // overflowed, each an entry of the recursion one level deeper
+        // than the one before (the main thread's ring, with its main(),
+        // is saved too).
+        let all = replay(dir.path(), "t.data", &[]);
+        let tid = all.last().map(|(t, _)| *t);
+        let lines: Vec<_> = all.iter().filter(|(t, _)| Some(*t) == tid).collect();
+        assert!(lines.len() >= 250, "thread {thread}: {} lines", lines.len());
+        let depths: Vec<usize> = lines
+            .iter()
+            .map(|(_, f)| {
+                assert_eq!(f.trim_start(), "down() {", "thread {thread}");
+                f.len() - f.trim_start().len()
+            })
+            .collect();
+        assert!(
+            depths.windows(2).all(|w| w[1] == w[0] + 2),
+            "thread {thread}: {depths:?}"
+        );
+    }
+}
+
+#[test]
 fn a_crash_in_a_full_trace_keeps_every_call_before_it() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "crash.c", &[]);
