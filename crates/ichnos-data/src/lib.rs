@@ -38,6 +38,6 @@ pub use reader::{Chunk, Reader};
 pub use record::{
     BodyError, CallEvent, CallEvents, Calls, CallsOut, ClockSource, Frames, JitSource, LostCause,
     Meta, OffCpuState, OwnedCallEvents, Record, Stack, StackOut, StackStop, Target,
-    CALLS_CONTINUED, CALLS_LAST, CALLS_RING, MAPPING_EXECUTABLE,
+    CALLS_CONTINUED, CALLS_EXEC, CALLS_LAST, CALLS_RESUMED, CALLS_RING, MAPPING_EXECUTABLE,
 };
 pub use writer::{encoded_len, Writer, CHUNK_TARGET};

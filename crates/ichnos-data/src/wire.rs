@@ -32,6 +32,12 @@ pub const FRAME_MAPS: u32 = 4;
 /// padded with NUL bytes to a multiple of 16 (sent when the process
 /// first begins a span of that name, before the span's events).
 pub const FRAME_NAMES: u32 = 8;
+/// `FrameHeader.flags`: the thread's program goes on after its last
+/// frame: the exec that frame was sent before failed (an empty frame).
+pub const FRAME_RESUMED: u32 = 16;
+/// `FrameHeader.flags`, with [`FRAME_LAST`]: the program is about to
+/// exec (an empty frame; a [`FRAME_RESUMED`] one follows if it fails).
+pub const FRAME_EXEC: u32 = 32;
 /// The longest span name sent (longer ones are cut).
 pub const MAX_SPAN_NAME: usize = 256;
 

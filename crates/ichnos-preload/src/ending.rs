@@ -8,13 +8,14 @@
 //! `exec` replaces the program: the wrappers of `execve`, `execv`,
 //! `execvp`, `execvpe` and `fexecve` send the mappings and the calling
 //! thread's buffer (every ring, in flight-recorder mode) first. The
-//! variadic `execl`, `execlp` and `execle` (which reach the system call
-//! inside the C library, past the other wrappers) cannot be defined in
-//! stable Rust: on x86-64 they are naked trampolines that keep the
-//! argument registers, hand the trace over, and jump to the C library's
-//! function with the registers and the stack as the caller left them, so
-//! the variadic arguments go on untouched. Other threads end at an exec
-//! where they are, with what their buffers held.
+//! variadic `execl`, `execlp` and `execle` (the C library's reach the
+//! system call inside it, past the other wrappers) cannot be defined in
+//! stable Rust: on x86-64 they are naked trampolines that hand their
+//! arguments (in registers and on the stack) to a function that builds
+//! the argument vector, as the C library's do, and calls the `execv`,
+//! `execvp` or `execve` wrapper. When an exec fails, the wrappers tell
+//! the recorder the program goes on. Other threads end at an exec where
+//! they are, with what their buffers held.
 //!
 //! A child of `vfork` shares its parent's memory until it execs or
 //! exits: it must not flush the parent's buffers, so the wrappers do
@@ -53,13 +54,12 @@ fn owner() -> bool {
 }
 
 /// The C library's functions wrapped here, by number.
-const NAMES: [&CStr; 10] = [
-    c"_exit", c"_Exit", c"execve", c"execvpe", c"execv", c"execvp", c"fexecve", c"execl",
-    c"execlp", c"execle",
+const NAMES: [&CStr; 7] = [
+    c"_exit", c"_Exit", c"execve", c"execvpe", c"execv", c"execvp", c"fexecve",
 ];
 
 /// Their addresses (0: not looked up yet, or not there).
-static REAL: [AtomicUsize; 10] = [const { AtomicUsize::new(0) }; 10];
+static REAL: [AtomicUsize; 7] = [const { AtomicUsize::new(0) }; 7];
 
 /// Looks every one of them up now, at the start (and after a fork): not
 /// at first use, which may be in a signal handler or a `vfork` child,
@@ -88,74 +88,154 @@ fn before_exec() {
     }
 }
 
+/// An exec failed: the trace goes on (`errno` kept, the exec's answer).
+fn after_failed_exec() {
+    if owner() {
+        let _errno = ichnos_buf::fill::ErrnoGuard::save();
+        crate::after_failed_exec();
+    }
+}
+
 type Execve = extern "C" fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
 type Execv = extern "C" fn(*const c_char, *const *const c_char) -> c_int;
 type Fexecve = extern "C" fn(c_int, *const *const c_char, *const *const c_char) -> c_int;
 
 /// Fails as an exec does when there is nothing to call.
-extern "C" fn no_exec() -> c_int {
+fn no_exec() -> c_int {
     // SAFETY: errno is this thread's.
     unsafe { *libc::__errno_location() = libc::ENOSYS };
     -1
 }
 
-/// What the variadic exec trampolines call: hands the trace over,
-/// answers with the C library's function `which` (0 if there is none).
+/// Arguments of a variadic exec at most (a caller that left out the
+/// closing null would have the C library read on as far).
 #[cfg(target_arch = "x86_64")]
-extern "C" fn before_variadic_exec(which: usize) -> usize {
-    before_exec();
-    next(which)
+const MAX_VARIADIC_ARGS: usize = 1 << 20;
+/// Arguments a variadic exec's argument vector holds on the stack; more
+/// are put in a mapping of their own (`mmap`, which is
+/// async-signal-safe, as `execl` is).
+#[cfg(target_arch = "x86_64")]
+const ARGS_ON_STACK: usize = 256;
+
+/// What the variadic exec trampolines call: `execl` (`which` 0),
+/// `execlp` (1) or `execle` (2) of `path`, whose variadic arguments (the
+/// argument strings, a null, and for `execle` the environment) are
+/// `registers` (the five passed in registers, in order) and then
+/// `stack` (the caller's, above its return address). The strings go
+/// into an argument vector and through the `execv`, `execvp` or `execve`
+/// wrapper: the trace is handed over, and taken up again if the exec
+/// fails.
+///
+/// # Safety
+/// As the C library's `execl`: the arguments end with a null pointer
+/// (then, for `execle`, the environment), which the caller passed.
+#[cfg(target_arch = "x86_64")]
+unsafe extern "C" fn variadic_exec(
+    path: *const c_char,
+    registers: *const usize,
+    stack: *const usize,
+    which: usize,
+) -> c_int {
+    // SAFETY: the caller passed the arguments up to the null (and the
+    // environment after it for execle): registers first, then its stack.
+    let arg = |i: usize| unsafe {
+        if i < 5 {
+            *registers.add(i)
+        } else {
+            *stack.add(i - 5)
+        }
+    };
+    let Some(count) = (0..MAX_VARIADIC_ARGS).find(|&i| arg(i) == 0) else {
+        // SAFETY: errno is this thread's.
+        unsafe { *libc::__errno_location() = libc::E2BIG };
+        return -1;
+    };
+    let mut on_stack = [std::ptr::null::<c_char>(); ARGS_ON_STACK];
+    let bytes = (count + 1) * std::mem::size_of::<usize>();
+    let mapped = if count < ARGS_ON_STACK {
+        None
+    } else {
+        // SAFETY: a new private anonymous mapping.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return -1;
+        }
+        Some(p)
+    };
+    let argv: &mut [*const c_char] = match mapped {
+        // SAFETY: our mapping of `count + 1` pointers, zeroed.
+        Some(p) => unsafe { std::slice::from_raw_parts_mut(p.cast(), count + 1) },
+        None => &mut on_stack[..=count],
+    };
+    for (i, slot) in argv.iter_mut().take(count).enumerate() {
+        *slot = arg(i) as *const c_char;
+    }
+    let argv_ptr = argv.as_ptr();
+    // SAFETY: the caller's path and strings, in a vector ending with a
+    // null, and (execle) its environment: as the C library's would pass.
+    let result = unsafe {
+        match which {
+            0 => execv(path, argv_ptr),
+            1 => execvp(path, argv_ptr),
+            _ => execve(path, argv_ptr, arg(count + 1) as *const *const c_char),
+        }
+    };
+    if let Some(p) = mapped {
+        let _errno = ichnos_buf::fill::ErrnoGuard::save();
+        // SAFETY: our own mapping, no longer used.
+        unsafe { libc::munmap(p, bytes) };
+    }
+    result
 }
 
 #[cfg(target_arch = "x86_64")]
 macro_rules! variadic_exec_trampoline {
     ($name:ident, $which:literal) => {
-        /// The C library's function of this name, after the trace is
-        /// handed over.
+        /// The C library's function of this name, through the `execv`,
+        /// `execvp` or `execve` wrapper.
         #[unsafe(naked)]
         #[no_mangle]
         pub extern "C" fn $name() {
-            // Entered as the C library's would be: the first six
-            // arguments in rdi, rsi, rdx, rcx, r8 and r9, the rest on the
-            // stack above the return address, and al the vector register
-            // count of a variadic call. Seven pushes keep the stack
-            // 16-byte aligned at the call; then everything is put back
-            // and the real function is jumped to (or the failure, which
-            // returns to the caller with -1 and errno ENOSYS).
+            // Entered as the C library's would be: the path in rdi, the
+            // first five variadic arguments in rsi, rdx, rcx, r8 and r9,
+            // the rest on the stack above the return address. Pushed in
+            // reverse, the five lie in order at rsp; the caller's stack
+            // arguments start 48 bytes up (past them and the return
+            // address). Five pushes keep the stack 16-byte aligned at
+            // the call.
             core::arch::naked_asm!(
-                "push rdi",
-                "push rsi",
-                "push rdx",
-                "push rcx",
-                "push r8",
                 "push r9",
-                "push rax",
-                concat!("mov edi, ", $which),
-                "call {before}",
-                "mov r11, rax",
-                "pop rax",
-                "pop r9",
-                "pop r8",
-                "pop rcx",
-                "pop rdx",
-                "pop rsi",
-                "pop rdi",
-                "test r11, r11",
-                "jz {fail}",
-                "jmp r11",
-                before = sym before_variadic_exec,
-                fail = sym no_exec,
+                "push r8",
+                "push rcx",
+                "push rdx",
+                "push rsi",
+                "mov rsi, rsp",
+                "lea rdx, [rsp + 48]",
+                concat!("mov ecx, ", $which),
+                "call {exec}",
+                "add rsp, 40",
+                "ret",
+                exec = sym variadic_exec,
             )
         }
     };
 }
 
 #[cfg(target_arch = "x86_64")]
-variadic_exec_trampoline!(execl, 7);
+variadic_exec_trampoline!(execl, 0);
 #[cfg(target_arch = "x86_64")]
-variadic_exec_trampoline!(execlp, 8);
+variadic_exec_trampoline!(execlp, 1);
 #[cfg(target_arch = "x86_64")]
-variadic_exec_trampoline!(execle, 9);
+variadic_exec_trampoline!(execle, 2);
 
 macro_rules! exec_wrapper {
     ($name:ident, $which:literal, $ty:ty, ($($arg:ident: $t:ty),*)) => {
@@ -174,7 +254,10 @@ macro_rules! exec_wrapper {
             // SAFETY: dlsym's address of this very function of the C
             // library, which has this signature.
             let real = unsafe { std::mem::transmute::<usize, $ty>(address) };
-            real($($arg),*)
+            let failed = real($($arg),*);
+            // Back here, the exec failed: the program goes on.
+            after_failed_exec();
+            failed
         }
     };
 }

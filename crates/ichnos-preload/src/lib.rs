@@ -273,12 +273,25 @@ pub(crate) fn before_exec() {
     // main thread (the new program runs as the process's id, whichever
     // thread exec'ed): empty frames flagged last, after which a reader
     // starts the thread afresh.
+    mark_program_end(wire::FRAME_LAST | wire::FRAME_EXEC);
+}
+
+/// The exec failed, and the program goes on: the frames flagged last
+/// before it are taken back (empty frames flagged resumed).
+pub(crate) fn after_failed_exec() {
+    mark_program_end(wire::FRAME_RESUMED);
+}
+
+/// An empty frame flagged `flag` for the calling thread and the main
+/// thread (the new program runs as the process's id, whichever thread
+/// exec'ed).
+fn mark_program_end(flag: u32) {
     // SAFETY: gettid and getpid have no preconditions.
     let (tid, pid) = unsafe { (libc::gettid(), libc::getpid()) };
     for thread in [tid, pid] {
         let header = FrameHeader {
             tid: thread.cast_unsigned(),
-            flags: wire::FRAME_LAST,
+            flags: flag,
             lost: 0,
             len: 0,
             ticks: clock::ticks(),

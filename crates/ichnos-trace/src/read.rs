@@ -128,6 +128,25 @@ struct Thread {
     /// `setjmp` places: the depth (open calls) at each, by `jmp_buf`
     /// address.
     jumps: FxHashMap<u64, usize>,
+    /// Its last block was written before an exec: its next block says
+    /// whether the program ended there (a new program's block) or goes
+    /// on (one flagged resumed: the exec failed).
+    at_exec: bool,
+}
+
+impl Thread {
+    /// The thread's program ended: its calls still open never return,
+    /// and a later block of the id starts afresh (its entries numbered on
+    /// from these).
+    fn end_program(&mut self, pid: u32, tid: u32, visitor: &mut dyn Visitor) {
+        if !self.stack.is_empty() {
+            visitor.abandon(pid, tid, self.stack.len(), self.last_ticks);
+        }
+        *self = Thread {
+            entries: self.entries,
+            ..Thread::default()
+        };
+    }
 }
 
 impl Trace {
@@ -290,7 +309,21 @@ impl Trace {
             let thread = threads.entry((pid, tid)).or_default();
             let head = BlockHead::of(calls);
             read_block(thread, pid, tid, head, calls.events.iter(), visitor);
-        })
+        })?;
+        // Programs that exec'ed with no block after: the exec went
+        // through (to a program not traced, or not yet).
+        let mut at_exec: Vec<_> = threads
+            .iter()
+            .filter(|(_, t)| t.at_exec)
+            .map(|(k, _)| *k)
+            .collect();
+        at_exec.sort_unstable();
+        for (pid, tid) in at_exec {
+            if let Some(thread) = threads.get_mut(&(pid, tid)) {
+                thread.end_program(pid, tid, visitor);
+            }
+        }
+        Ok(())
     }
 
     /// [`Trace::walk`], finding each thread's blocks on the way, for
@@ -403,6 +436,10 @@ impl BlockHead {
         first: Option<u64>,
         visitor: &mut dyn Visitor,
     ) -> Option<RingRead> {
+        if std::mem::take(&mut thread.at_exec) && self.flags & ichnos_data::CALLS_RESUMED == 0 {
+            // The exec went through: this block is the new program's.
+            thread.end_program(pid, tid, visitor);
+        }
         if self.lost > 0 {
             visitor.lost(pid, tid, self.first, self.lost);
         }
@@ -410,19 +447,17 @@ impl BlockHead {
     }
 
     /// After the block's last event. The thread's last block of its
-    /// program (it ended, or exec'ed): a later block of the id is a new
-    /// program's, or a new thread's, which starts afresh (its entries
-    /// numbered on from these). A ring's last blocks are each save's.
+    /// program (it ended): a later block of the id is a new thread's. A
+    /// ring's last blocks are each save's. Before an exec, the program's
+    /// end waits for the thread's next block.
     fn end(self, thread: &mut Thread, pid: u32, tid: u32, visitor: &mut dyn Visitor) {
         let ended = ichnos_data::CALLS_LAST | ichnos_data::CALLS_RING;
         if self.flags & ended == ichnos_data::CALLS_LAST {
-            if !thread.stack.is_empty() {
-                visitor.abandon(pid, tid, thread.stack.len(), thread.last_ticks);
+            if self.flags & ichnos_data::CALLS_EXEC != 0 {
+                thread.at_exec = true;
+            } else {
+                thread.end_program(pid, tid, visitor);
             }
-            *thread = Thread {
-                entries: thread.entries,
-                ..Thread::default()
-            };
         }
     }
 }
@@ -522,7 +557,12 @@ impl Stream {
             return Ok(Some(event.ticks()));
         }
         block.head.end(&mut self.thread, pid, tid, visitor);
-        self.load(chunks)
+        let next = self.load(chunks)?;
+        if next.is_none() && std::mem::take(&mut self.thread.at_exec) {
+            // As at the end of a walk in the file's order.
+            self.thread.end_program(pid, tid, visitor);
+        }
+        Ok(next)
     }
 }
 

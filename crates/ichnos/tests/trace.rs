@@ -260,10 +260,23 @@ fn the_calls_before_a_variadic_exec_are_kept() {
     // calling thread's buffer (before_exec) would be lost.
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "exec.c", &[]);
-    for how in ["execl", "execlp", "execle"] {
+    // What the new program says it was given: its argument count and
+    // last argument (registers alone, the stack too, and more arguments
+    // than the runtime's vector holds on its own stack).
+    for (how, given) in [
+        ("execl", "2 again"),
+        ("execlp", "2 again"),
+        ("execle", "2 again"),
+        ("execl-9", "9 end"),
+        ("execle-9", "9 end"),
+        ("execl-303", "303 end"),
+    ] {
         let data = format!("{how}.data");
-        let stderr = traced(dir.path(), &data, &[], &[exe.to_str().unwrap(), how]);
+        let out = trace(dir.path(), &data, &[], &[exe.to_str().unwrap(), how]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{how}: {stderr}");
         assert!(stderr.contains("0 lost"), "{how}: {stderr}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), given, "{how}");
         assert_eq!(
             replayed_calls(dir.path(), &data),
             [
@@ -275,6 +288,33 @@ fn the_calls_before_a_variadic_exec_are_kept() {
             ],
             "{how}"
         );
+    }
+}
+
+#[test]
+fn after_an_exec_that_fails_the_program_goes_on_where_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "exec.c", &[]);
+    for how in ["fail-execv", "fail-execl"] {
+        for ring in [false, true] {
+            let data = format!("{how}-{ring}.data");
+            let args: &[&str] = if ring { &["--ring", "64K"] } else { &[] };
+            traced(dir.path(), &data, args, &[exe.to_str().unwrap(), how]);
+            // One program throughout: the calls after the failed exec
+            // nest in the same main, which returns.
+            assert_eq!(
+                replayed_calls(dir.path(), &data),
+                [
+                    "main() {",
+                    "  fail() {",
+                    "    before_exec();",
+                    "    after_failed_exec();",
+                    "  } /* fail */",
+                    "} /* main */"
+                ],
+                "{how}, ring {ring}"
+            );
+        }
     }
 }
 

@@ -68,6 +68,14 @@ pub const CALLS_LAST: u64 = 2;
 /// `Calls.flags`: the block goes on from the one before it of the thread
 /// (one buffer or ring, written as several blocks).
 pub const CALLS_CONTINUED: u64 = 4;
+/// `Calls.flags`: the thread's program goes on after its last block (the
+/// exec it was written before failed): a reader does not start the
+/// thread afresh.
+pub const CALLS_RESUMED: u64 = 8;
+/// `Calls.flags`, with [`CALLS_LAST`]: the last block was written before
+/// an exec; whether the program ended there says the thread's next block
+/// ([`CALLS_RESUMED`]: it did not).
+pub const CALLS_EXEC: u64 = 16;
 
 /// One thread's events, as read: decoded on demand.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -175,7 +183,8 @@ pub struct Calls<'a> {
     /// Records the thread lost just before this block (the recorder fell
     /// behind, or a signal handler's record could not be kept).
     pub lost: u64,
-    /// [`CALLS_RING`], [`CALLS_LAST`], [`CALLS_CONTINUED`].
+    /// [`CALLS_RING`], [`CALLS_LAST`], [`CALLS_CONTINUED`],
+    /// [`CALLS_RESUMED`], [`CALLS_EXEC`].
     pub flags: u64,
     /// Ticks the first event counts from (when there is none, when the
     /// loss was noticed).
@@ -193,7 +202,8 @@ pub struct CallsOut<'a> {
     pub tid: u64,
     /// Records lost just before.
     pub lost: u64,
-    /// [`CALLS_RING`], [`CALLS_LAST`], [`CALLS_CONTINUED`].
+    /// [`CALLS_RING`], [`CALLS_LAST`], [`CALLS_CONTINUED`],
+    /// [`CALLS_RESUMED`], [`CALLS_EXEC`].
     pub flags: u64,
     /// Ticks the first event counts from: at most its ticks.
     pub first: u64,

@@ -197,6 +197,12 @@ fn frame(conn: &mut Conn, out: &mut Out, h: &FrameHeader, body: &[u8]) -> Result
     if h.flags & wire::FRAME_LAST != 0 {
         flags |= ichnos_data::CALLS_LAST;
     }
+    if h.flags & wire::FRAME_RESUMED != 0 {
+        flags |= ichnos_data::CALLS_RESUMED;
+    }
+    if h.flags & wire::FRAME_EXEC != 0 {
+        flags |= ichnos_data::CALLS_EXEC;
+    }
     out.kept += events.len() as u64;
     // The runtime's count is untrusted: it saturates, never wraps.
     out.lost = out.lost.saturating_add(h.lost);
