@@ -90,6 +90,9 @@ pub mod event {
     pub const SPAN_BEGIN: u8 = 6;
     /// The named span whose name is at the address ended.
     pub const SPAN_END: u8 = 7;
+    /// A C++ exception was caught; the address is the catching
+    /// function's (the calls above its innermost open one were unwound).
+    pub const CATCH: u8 = 8;
 }
 
 /// The largest address or probe id an event holds (48 bits).

@@ -274,10 +274,15 @@ fn owned() -> impl Strategy<Value = Owned> {
                     match kind {
                         0 => CallEvent::Enter { ticks, function: x },
                         1 => CallEvent::Exit { ticks, function: x },
+                        // jmp_bufs are aligned: an even buffer.
                         3 => CallEvent::Jump {
                             ticks,
-                            buffer: x >> 1,
+                            buffer: (x >> 1) & !1,
                             long: y & 1 != 0,
+                        },
+                        4 => CallEvent::Catch {
+                            ticks,
+                            function: (y & 1 != 0).then_some(x >> 3),
                         },
                         _ => CallEvent::Probe {
                             ticks,
@@ -298,7 +303,7 @@ fn call_events() -> impl Strategy<Value = Vec<(u64, u8, u64, u64)>> {
     proptest::collection::vec(
         (
             prop_oneof![0u64..300, 0u64..1 << 40],
-            0u8..4,
+            0u8..5,
             any::<u64>(),
             any::<u64>(),
         ),

@@ -22,6 +22,8 @@
 //! nothing: the hooks return at once.
 
 mod altstack;
+#[cfg(target_arch = "x86_64")]
+mod catch;
 mod channel;
 mod clock;
 mod config;
@@ -76,7 +78,7 @@ pub(crate) fn record_at(ticks: u64, kind: u8, address: u64) {
     }
 }
 
-/// Writes a marker event (a `setjmp`, a `longjmp`) when tracing is on,
+/// Writes a marker event (a `setjmp`, a `longjmp`, a catch) when tracing is on,
 /// after the entries the time filter holds back.
 pub(crate) fn record_marker(kind: u8, address: u64) {
     if ACTIVE.load(Ordering::Relaxed) {
@@ -345,6 +347,8 @@ fn start() {
     ending::resolve();
     #[cfg(target_arch = "x86_64")]
     jump::resolve();
+    #[cfg(target_arch = "x86_64")]
+    catch::resolve();
     clock::use_tsc(config.tsc);
     if !open_channel(&config) {
         return;

@@ -742,6 +742,19 @@ fn step(thread: &mut Thread, pid: u32, tid: u32, event: CallEvent, visitor: &mut
                 close_above(thread, pid, tid, depth, ticks, visitor);
             }
         }
+        CallEvent::Catch { ticks, function } => {
+            // The calls above the innermost open one of the function end
+            // here (an exception unwound them); a function not open (a
+            // catch in code not traced) changes nothing.
+            let depth = match function {
+                Some(f) => match thread.stack.iter().rposition(|o| o.function == f) {
+                    Some(at) => at + 1,
+                    None => return,
+                },
+                None => 0,
+            };
+            close_above(thread, pid, tid, depth, ticks, visitor);
+        }
     }
 }
 

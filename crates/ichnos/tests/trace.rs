@@ -16,15 +16,20 @@ fn ichnos() -> Command {
 /// Builds `fixtures/trace/NAME` with gcc (g++ for `.cc`) and
 /// `-finstrument-functions`.
 fn build(dir: &Path, name: &str, extra: &[&str]) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/trace")
-        .join(name);
-    let exe = dir.join(src.file_stem().unwrap());
-    let compiler = if src.extension().is_some_and(|e| e == "cc") {
+    let compiler = if Path::new(name).extension().is_some_and(|e| e == "cc") {
         "g++"
     } else {
         "gcc"
     };
+    build_by(compiler, dir, name, extra)
+}
+
+/// A fixture built by `compiler` (gcc, g++, clang, clang++).
+fn build_by(compiler: &str, dir: &Path, name: &str, extra: &[&str]) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/trace")
+        .join(name);
+    let exe = dir.join(src.file_stem().unwrap());
     let status = Command::new(compiler)
         .args(["-O2", "-g", "-finstrument-functions"])
         .args(extra)
@@ -32,7 +37,7 @@ fn build(dir: &Path, name: &str, extra: &[&str]) -> PathBuf {
         .arg(&exe)
         .arg(&src)
         .status()
-        .unwrap();
+        .unwrap_or_else(|e| panic!("{compiler} (Debian's {compiler} package): {e}"));
     assert!(status.success(), "{compiler} failed on {}", src.display());
     exe
 }
@@ -500,6 +505,45 @@ fn exceptions_unwinding_traced_frames_keep_the_depth() {
     );
     assert!(lines.contains(&"  after_catch();".to_owned()), "{lines:#?}");
     assert_eq!(lines.last().unwrap(), "} /* main */");
+}
+
+/// clang's instrumentation calls no exit hook as an exception unwinds
+/// (its exits are put before returns only): the catch puts the depth
+/// back, with no filter and under each one, which keep their own count.
+#[test]
+fn exceptions_that_skip_clangs_exits_keep_the_depth() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_by("clang++", dir.path(), "throw.cc", &[]);
+    let exe = exe.to_str().unwrap();
+    let thrown = [
+        "  through(int) {",
+        "    thrower(int);",
+        "  } /* through(int) */",
+    ];
+    let mut whole = vec!["main() {"];
+    for _ in 0..3 {
+        whole.extend(thrown);
+    }
+    whole.extend(["  after_catch();", "} /* main */"]);
+    let mut two_deep = vec!["main() {"];
+    two_deep.extend(["  through(int);"; 3]);
+    two_deep.extend(["  after_catch();", "} /* main */"]);
+    let cases: [(&[&str], Vec<&str>); 5] = [
+        (&[], whole.clone()),
+        (&["-t", "1ns"], whole),
+        (&["-D", "2"], two_deep),
+        // Only calls inside thrower: main, which catches, is not traced.
+        (&["-F", "thrower"], vec!["thrower(int);"; 3]),
+        (
+            &["-N", "through"],
+            vec!["main() {", "  after_catch();", "} /* main */"],
+        ),
+    ];
+    for (options, expected) in cases {
+        traced(dir.path(), "t.data", options, &[exe]);
+        let lines = replayed_calls(dir.path(), "t.data");
+        assert_eq!(lines, expected, "ichnos trace {options:?}");
+    }
 }
 
 #[test]

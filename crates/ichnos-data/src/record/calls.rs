@@ -43,6 +43,17 @@ pub enum CallEvent {
         /// A `longjmp`, not a `setjmp`.
         long: bool,
     },
+    /// A C++ exception was caught: the calls above the innermost open
+    /// call of `function` were unwound without exits (clang's
+    /// instrumentation does not call the exit hook as an exception
+    /// unwinds).
+    Catch {
+        /// When.
+        ticks: u64,
+        /// The function of the innermost call left open, as in `Enter`
+        /// (below 2^62 - 1); `None`: no call is.
+        function: Option<u64>,
+    },
 }
 
 impl CallEvent {
@@ -53,7 +64,8 @@ impl CallEvent {
             CallEvent::Enter { ticks, .. }
             | CallEvent::Exit { ticks, .. }
             | CallEvent::Probe { ticks, .. }
-            | CallEvent::Jump { ticks, .. } => ticks,
+            | CallEvent::Jump { ticks, .. }
+            | CallEvent::Catch { ticks, .. } => ticks,
         }
     }
 }
@@ -130,6 +142,10 @@ fn next_event(c: &mut Cursor<'_>, ticks: &mut u64) -> CallEvent {
     match head & 3 {
         0 => CallEvent::Enter { ticks, function: a },
         1 => CallEvent::Exit { ticks, function: a },
+        3 if a & 3 == 2 => CallEvent::Catch {
+            ticks,
+            function: (a >> 2).checked_sub(1),
+        },
         3 => CallEvent::Jump {
             ticks,
             buffer: a >> 1,
@@ -237,7 +253,12 @@ impl CallsOut<'_> {
                 CallEvent::Enter { function, .. } => (0, function),
                 CallEvent::Exit { function, .. } => (1, function),
                 CallEvent::Probe { id, .. } => (2, id),
-                CallEvent::Jump { buffer, long, .. } => (3, (buffer << 1) | u64::from(long)),
+                // A jump's buffer is even (bit 1 of `a` clear where
+                // `long` is), so that a catch's `a & 3` is 2.
+                CallEvent::Jump { buffer, long, .. } => (3, ((buffer & !1) << 1) | u64::from(long)),
+                CallEvent::Catch { function, .. } => {
+                    (3, (function.map_or(0, |f| f.saturating_add(1)) << 2) | 2)
+                }
             };
             put_u(b, (delta << 2) | kind);
             put_u(b, a);
@@ -292,5 +313,73 @@ impl<'a> Calls<'a> {
                 encoded: &body[start..b.c.pos()],
             },
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Jumps and catches share type 3, told apart by `a`'s low two bits
+    /// as the recording format's page gives them.
+    #[test]
+    fn jumps_and_catches_are_written_as_the_format_page_says() {
+        let events = [
+            CallEvent::Jump {
+                ticks: 10,
+                buffer: 0x1000,
+                long: false,
+            },
+            CallEvent::Jump {
+                ticks: 11,
+                buffer: 0x1000,
+                long: true,
+            },
+            CallEvent::Catch {
+                ticks: 12,
+                function: Some(7),
+            },
+            CallEvent::Catch {
+                ticks: 12,
+                function: None,
+            },
+        ];
+        let out = CallsOut {
+            pid: 1,
+            tid: 2,
+            lost: 0,
+            flags: 0,
+            first: 10,
+            events: &events,
+        };
+        let mut body = Vec::new();
+        out.encode(&mut body);
+        // pid, tid, lost, flags, first, count; then (delta << 2 | 3, a):
+        // setjmp 0x1000 << 1 (two bytes of varint), longjmp that | 1,
+        // catch of stack 7: (7 + 1) << 2 | 2, catch of none: 2.
+        let expected = [
+            1,
+            2,
+            0,
+            0,
+            10,
+            4, //
+            3,
+            0x80,
+            0x40, //
+            (1 << 2) | 3,
+            0x81,
+            0x40, //
+            (1 << 2) | 3,
+            34, //
+            3,
+            2,
+        ];
+        assert_eq!(body, expected);
+        let mut b = Body {
+            c: Cursor::new(&body),
+        };
+        let calls = Calls::decode(&body, &mut b).unwrap();
+        assert_eq!(calls.events.iter().collect::<Vec<_>>(), events);
     }
 }

@@ -179,6 +179,13 @@ fn frame(conn: &mut Conn, out: &mut Out, h: &FrameHeader, body: &[u8]) -> Result
                 buffer: address,
                 long: kind == event::LONGJMP,
             }),
+            event::CATCH => {
+                // The function left open is one that was entered, so its
+                // address needs no look at the mappings.
+                let function =
+                    (address != 0).then(|| out.function(conn.asid, address, &mut new_functions));
+                events.push(CallEvent::Catch { ticks, function });
+            }
             _ => {}
         }
     }
