@@ -97,10 +97,12 @@ impl Visitor for Shape {
         let open = self.inside.entry((pid, tid)).or_default();
         let had_lines = open.get(call.depth).copied().unwrap_or(true);
         open.truncate(call.depth);
+        // A probe or a loss inside a short call keeps it, as the
+        // record-time filter keeps the calls an explicit event happened in.
         let short = self
             .min_ticks
             .is_some_and(|min| ((call.exit - call.enter) as f64) < min);
-        if short {
+        if short && !had_lines {
             set(self.hidden.entry((pid, tid)).or_default(), call.index);
             return;
         }

@@ -595,16 +595,23 @@ fn short_calls_are_left_out_as_the_program_runs() {
     let lines: Vec<String> = replayed_calls(dir.path(), "t.data");
     // From the source: only napping (20 ms) and its callers last 5 ms;
     // the quick calls are gone, napping's own too. brief is short, but
-    // its probe is kept, and with it the call it happened in.
-    // (Probes print at the left margin.)
-    let brief = ["  brief() {", "/* probe 7 = 42 */", "  } /* brief */"];
-    let expected: Vec<&str> = ["main() {"]
-        .into_iter()
-        .chain(brief)
-        .chain(["  outer() {", "    napping();", "  } /* outer */"])
-        .chain(brief)
-        .chain(["} /* main */"])
-        .collect();
+    // its probe is kept, and with it the call it happened in and their
+    // callers. (Probes print at the left margin.)
+    let expected = [
+        "main() {",
+        "  brief() {",
+        "/* probe 7 = 42 */",
+        "  } /* brief */",
+        "  outer() {",
+        "    napping();",
+        "  } /* outer */",
+        "  wrapped() {",
+        "    brief() {",
+        "/* probe 7 = 42 */",
+        "    } /* brief */",
+        "  } /* wrapped */",
+        "} /* main */",
+    ];
     assert_eq!(lines, expected, "{lines:#?}");
     // The durations are the calls' own: napping slept its 20 ms.
     let napping = replay_lines(dir.path(), "t.data")
@@ -612,6 +619,36 @@ fn short_calls_are_left_out_as_the_program_runs() {
         .find(|l| l.name == "napping")
         .unwrap();
     assert!(napping.ns >= 20e6, "{napping:?}");
+}
+
+/// The replay's own `-t` keeps a short call a probe happened in, and
+/// its callers, as the record-time filter does (`wrapped`, whose only
+/// call is short, was printed as a call without lines inside it).
+#[test]
+fn a_probe_keeps_the_short_calls_it_happened_in_at_replay_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "naps.c", &[]);
+    traced(dir.path(), "t.data", &[], &[exe.to_str().unwrap()]);
+    let lines: Vec<String> = replay(dir.path(), "t.data", &["-t", "5ms"])
+        .into_iter()
+        .map(|(_, f)| f)
+        .collect();
+    let expected = [
+        "main() {",
+        "  brief() {",
+        "/* probe 7 = 42 */",
+        "  } /* brief */",
+        "  outer() {",
+        "    napping();",
+        "  } /* outer */",
+        "  wrapped() {",
+        "    brief() {",
+        "/* probe 7 = 42 */",
+        "    } /* brief */",
+        "  } /* wrapped */",
+        "} /* main */",
+    ];
+    assert_eq!(lines, expected, "{lines:#?}");
 }
 
 #[test]
