@@ -2,6 +2,8 @@
 //! binary runs itself with a scenario name, and the scenario's flush
 //! function prints one line per flush, which the parent checks.
 
+use std::sync::OnceLock;
+
 use ichnos_buf::fill::{FillBuffer, Flush};
 
 const SCENARIO: &str = "ICHNOS_BUF_SCENARIO";
@@ -66,6 +68,16 @@ fn write(buf: &FillBuffer, range: std::ops::Range<u64>) {
     }
 }
 
+/// The buffer an `atexit` hook of a scenario writes to.
+static AT_EXIT: OnceLock<FillBuffer> = OnceLock::new();
+
+/// An `atexit` hook that writes records 10 and 11.
+extern "C" fn write_at_exit() {
+    if let Some(buf) = AT_EXIT.get() {
+        write(buf, 10..12);
+    }
+}
+
 /// The child half of the scenarios, which `support::run_self` runs in a
 /// fresh process: not a test of its own, so ignored by a plain run.
 #[test]
@@ -106,6 +118,26 @@ fn scenario_entry() {
             // Written after the last flush: exit()'s own hooks, which run
             // next, must not hand it over (nor anything twice).
             write(&buf, 99..100);
+            std::process::exit(0);
+        }
+        // The main thread's records, and those an atexit hook writes
+        // after exit() has run the main thread's TLS destructors. (The
+        // harness runs the scenario on a thread of its own: the child of
+        // a fork has the forking thread as its main thread.)
+        "main-exit-hooks" => {
+            // SAFETY: the child writes records and exits.
+            let child = unsafe { libc::fork() };
+            if child == 0 {
+                write(&buf, 0..3);
+                let _ = AT_EXIT.set(buf.clone());
+                // SAFETY: registering a hook without arguments.
+                unsafe { libc::atexit(write_at_exit) };
+                std::process::exit(0);
+            }
+            let mut status = 0;
+            // SAFETY: waiting for our own child.
+            unsafe { libc::waitpid(child, &raw mut status, 0) };
+            assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
             std::process::exit(0);
         }
         // The writing thread is the one that calls exit().
@@ -189,6 +221,17 @@ fn exit_flushes_the_exiting_thread() {
         "{lines:?}"
     );
     assert_eq!(records(&lines[0]), "0,1,2,3,4,5,6,7,8,9");
+}
+
+#[test]
+fn the_main_thread_keeps_its_buffer_for_the_exit_hooks() {
+    let lines = run("main-exit-hooks");
+    assert_eq!(lines.len(), 1, "flushed exactly once: {lines:?}");
+    assert!(
+        lines[0].contains("writer=main reason=ProcessExit"),
+        "{lines:?}"
+    );
+    assert_eq!(records(&lines[0]), "0,1,2,10,11", "{lines:?}");
 }
 
 #[test]

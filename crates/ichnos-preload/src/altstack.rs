@@ -12,8 +12,10 @@
 //! every thread `pthread_create` starts: its wrapper starts the thread in
 //! [`begin`], which sets the stack up before calling the program's start
 //! routine. A thread that has an alternate stack of its own already keeps
-//! it. The stack is unmapped when the thread exits (a TLS destructor,
-//! which `pthread_exit` runs too).
+//! it. A thread's stack is unmapped when the thread exits (a TLS
+//! destructor, which `pthread_exit` runs too); the main thread's stays
+//! for the life of the process, since `exit` runs TLS destructors before
+//! the `atexit` handlers and static destructors, which may overflow too.
 
 use std::cell::Cell;
 use std::ffi::{c_int, c_void};
@@ -137,14 +139,17 @@ fn ensure() {
 }
 
 /// From now on, threads get alternate stacks; the calling thread (the
-/// main thread, at the start) one now.
+/// main thread, at the start) one now, for good.
 pub(crate) fn install() {
     real_create();
     WANTED.store(true, Ordering::Relaxed);
-    ensure();
+    // Never unmapped: the process's exit ends it.
+    std::mem::forget(AltStack::install());
 }
 
-type Start = extern "C" fn(*mut c_void) -> *mut c_void;
+/// A thread's start routine. `pthread_exit` and cancellation unwind
+/// through it (a forced unwind), hence "C-unwind".
+type Start = extern "C-unwind" fn(*mut c_void) -> *mut c_void;
 type Create = unsafe extern "C" fn(
     *mut libc::pthread_t,
     *const libc::pthread_attr_t,
@@ -170,8 +175,8 @@ struct Routine {
 }
 
 /// Where a thread the program creates starts: its alternate stack, then
-/// the program's start routine.
-extern "C" fn begin(routine: *mut c_void) -> *mut c_void {
+/// the program's start routine (through which `pthread_exit` unwinds).
+extern "C-unwind" fn begin(routine: *mut c_void) -> *mut c_void {
     // SAFETY: the box `pthread_create` made for this thread, handed to
     // this thread alone.
     let Routine { start, arg } = *unsafe { Box::from_raw(routine.cast::<Routine>()) };

@@ -31,8 +31,8 @@ pub(crate) fn save(buf: &FillBuffer) {
     }
 }
 
-/// A thread's ring when the thread exits (the main thread's when `exit`
-/// runs its destructors, before the exit hooks).
+/// A thread's ring when the thread exits (not the main thread's, which
+/// the exit hook saves with the threads still running).
 pub(crate) fn thread_exit(f: &Flush<'_>) {
     if !crate::crash::saved() {
         crate::send_flush(f, wire::FRAME_RING);

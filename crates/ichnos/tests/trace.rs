@@ -740,13 +740,12 @@ fn a_stack_overflow_leaves_the_flight_recorders_newest_calls() {
     // The fault is on the guard page below the stack, where no handler
     // can run: the runtime's alternate stacks (the main thread's, and one
     // for each thread pthread_create starts) are where the save is asked.
+    // The main thread's is there still in an exit handler, which exit
+    // runs after the TLS destructors.
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "overflow.c", &["-pthread"]);
-    for thread in [false, true] {
-        let mut command = vec![exe.to_str().unwrap()];
-        if thread {
-            command.push("thread");
-        }
+    for thread in ["main", "thread", "atexit"] {
+        let command = [exe.to_str().unwrap(), thread];
         let out = trace(dir.path(), "t.data", &["--ring", "4K"], &command);
         assert_eq!(out.status.code(), Some(128 + 11), "SIGSEGV is the status");
         // 4 KiB of ring: the newest 256 events of the thread that
@@ -768,6 +767,32 @@ fn a_stack_overflow_leaves_the_flight_recorders_newest_calls() {
             depths.windows(2).all(|w| w[1] == w[0] + 2),
             "thread {thread}: {depths:?}"
         );
+    }
+}
+
+/// `exit` runs the main thread's TLS destructors before the `atexit`
+/// handlers and the destructors: the calls those make are traced too,
+/// in both modes (they were lost with the main thread's buffer).
+#[test]
+fn calls_after_main_returns_are_traced() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "exit_hooks.c", &[]);
+    let expected = [
+        "main() {",
+        "  leaf();",
+        "} /* main */",
+        "at_exit() {",
+        "  leaf();",
+        "  leaf();",
+        "} /* at_exit */",
+        "unloading() {",
+        "  leaf();",
+        "} /* unloading */",
+    ];
+    for options in [&[][..], &["--ring", "4K"]] {
+        traced(dir.path(), "t.data", options, &[exe.to_str().unwrap()]);
+        let lines = replayed_calls(dir.path(), "t.data");
+        assert_eq!(lines, expected, "ichnos trace {options:?}");
     }
 }
 

@@ -234,8 +234,10 @@ impl FillBuffer {
     /// A circular buffer whose ring is handed to `flush` when its thread
     /// exits — its records oldest first, with [`FlushReason::ThreadExit`]
     /// — so that a flight recorder keeps the newest records of threads
-    /// that are gone. (A process's main thread "exits" so when `exit`
-    /// runs its thread-local destructors, before the `atexit` hooks.)
+    /// that are gone. (A process's main thread does not: its ring stays
+    /// through `exit`'s thread-local destructors, and is there for
+    /// [`FillBuffer::snapshot_threads`] in the `atexit` hooks, with the
+    /// records the hooks before them and static destructors wrote.)
     pub fn circular_with_exit_flush<F>(
         capacity: usize,
         stride: usize,

@@ -5,9 +5,11 @@
 //! buffer handle, so the fast path is one TLS-relative access as with
 //! drx_buf's raw TLS slot. The table has no destructor (so reaching it
 //! costs nothing); a second TLS value, [`ThreadState`], owns the memory
-//! and flushes at thread exit. The main thread never runs TLS destructors
-//! (rust-lang/rust#28129), so an `atexit` hook flushes it, and every other
-//! thread still running, from the registry.
+//! and flushes at thread exit. A process's main thread keeps its buffers
+//! through its TLS destructors: `exit` runs those before the `atexit`
+//! hooks and static destructors, whose records would be lost. An `atexit`
+//! hook flushes it, and every other thread still running, from the
+//! registry.
 
 use super::mem::Mapping;
 use super::slot::Slot;
@@ -66,6 +68,20 @@ impl Drop for ThreadState {
             return;
         }
         let tid = current_tid();
+        // SAFETY: getpid has no preconditions.
+        if tid == unsafe { libc::getpid() } {
+            // The main thread: `exit` (returning from `main` included)
+            // runs its TLS destructors first, then the `atexit` hooks and
+            // static destructors, which write records too. Its slots stay
+            // attached and registered, their memory mapped for the rest of
+            // the process (its TLS block lives as long), and the exit
+            // hook flushes them. (After a `pthread_exit` of the main
+            // thread its last records wait for the process's end.)
+            for memory in &self.memory {
+                std::mem::forget(memory.borrow_mut().take());
+            }
+            return;
+        }
         SLOTS.with(|slots| {
             for (index, slot) in slots.iter().enumerate() {
                 let owner = slot.owner.load(Ordering::Relaxed);
