@@ -566,8 +566,8 @@ impl Stream {
     }
 }
 
-/// Chunks read back for their blocks, the few newest kept: threads read
-/// at about the same pace read blocks of about the same chunks.
+/// Chunks read back for their blocks, the few used last kept: threads
+/// read at about the same pace read blocks of about the same chunks.
 struct ChunkCache {
     reader: Reader<BufReader<File>>,
     kept: Vec<ichnos_data::Chunk>,
@@ -580,7 +580,10 @@ impl ChunkCache {
     /// The block at `place`: its head and events.
     fn block(&mut self, place: BlockPlace) -> Result<(BlockHead, OwnedCallEvents), ReadError> {
         let at = if let Some(at) = self.kept.iter().position(|c| c.offset() == place.chunk) {
-            at
+            // The least recently used goes first: this one is the newest.
+            let chunk = self.kept.remove(at);
+            self.kept.push(chunk);
+            self.kept.len() - 1
         } else {
             self.reader.seek_chunk(place.chunk)?;
             // The first pass read this chunk whole: it is there.
