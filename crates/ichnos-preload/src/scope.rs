@@ -6,8 +6,9 @@
 //! (whose unwound calls never exit under clang: the functions of the
 //! innermost open calls are kept to find the catching one by).
 //!
-//! Without a limit or a filter the hooks pay one relaxed load each; the
-//! counters are kept only when there is one.
+//! Without a limit, a filter or the time filter the hooks pay one relaxed
+//! load each; the counters are kept only when there is one (the time
+//! filter too needs the open calls at a catch).
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
