@@ -582,6 +582,24 @@ fn short_calls_are_hidden_by_the_time_filter() {
     );
 }
 
+/// What naps.c's trace keeps under a 5 ms time filter, at record time
+/// and at replay alike. (Probes print at the left margin.)
+const NAPS_KEPT: [&str; 13] = [
+    "main() {",
+    "  brief() {",
+    "/* probe 7 = 42 */",
+    "  } /* brief */",
+    "  outer() {",
+    "    napping();",
+    "  } /* outer */",
+    "  wrapped() {",
+    "    brief() {",
+    "/* probe 7 = 42 */",
+    "    } /* brief */",
+    "  } /* wrapped */",
+    "} /* main */",
+];
+
 #[test]
 fn short_calls_are_left_out_as_the_program_runs() {
     let dir = tempfile::tempdir().unwrap();
@@ -597,22 +615,7 @@ fn short_calls_are_left_out_as_the_program_runs() {
     // the quick calls are gone, napping's own too. brief is short, but
     // its probe is kept, and with it the call it happened in and their
     // callers. (Probes print at the left margin.)
-    let expected = [
-        "main() {",
-        "  brief() {",
-        "/* probe 7 = 42 */",
-        "  } /* brief */",
-        "  outer() {",
-        "    napping();",
-        "  } /* outer */",
-        "  wrapped() {",
-        "    brief() {",
-        "/* probe 7 = 42 */",
-        "    } /* brief */",
-        "  } /* wrapped */",
-        "} /* main */",
-    ];
-    assert_eq!(lines, expected, "{lines:#?}");
+    assert_eq!(lines, NAPS_KEPT, "{lines:#?}");
     // The durations are the calls' own: napping slept its 20 ms.
     let napping = replay_lines(dir.path(), "t.data")
         .into_iter()
@@ -633,22 +636,7 @@ fn a_probe_keeps_the_short_calls_it_happened_in_at_replay_too() {
         .into_iter()
         .map(|(_, f)| f)
         .collect();
-    let expected = [
-        "main() {",
-        "  brief() {",
-        "/* probe 7 = 42 */",
-        "  } /* brief */",
-        "  outer() {",
-        "    napping();",
-        "  } /* outer */",
-        "  wrapped() {",
-        "    brief() {",
-        "/* probe 7 = 42 */",
-        "    } /* brief */",
-        "  } /* wrapped */",
-        "} /* main */",
-    ];
-    assert_eq!(lines, expected, "{lines:#?}");
+    assert_eq!(lines, NAPS_KEPT, "{lines:#?}");
 }
 
 #[test]
