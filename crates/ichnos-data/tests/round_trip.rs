@@ -177,6 +177,7 @@ fn owned() -> impl Strategy<Value = Owned> {
         Just(StackStop::Loop),
         Just(StackStop::DepthLimit),
         Just(StackStop::BadAddress),
+        Just(StackStop::SampleLost),
         Just(StackStop::Unknown(77)),
     ];
     let source = prop_oneof![

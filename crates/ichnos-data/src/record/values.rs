@@ -98,6 +98,7 @@ impl Code for StackStop {
         (StackStop::Loop, 3),
         (StackStop::DepthLimit, 4),
         (StackStop::BadAddress, 5),
+        (StackStop::SampleLost, 6),
     ];
 }
 
@@ -116,6 +117,10 @@ pub enum StackStop {
     DepthLimit,
     /// Corrupt registers.
     BadAddress,
+    /// No walk: the sample was lost (an interval off the CPU whose
+    /// switch record came through and whose switch sample did not). The
+    /// stack has no frames.
+    SampleLost,
     /// A reason this reader does not know (a later version's): not
     /// complete.
     Unknown(u64),
@@ -138,6 +143,7 @@ impl StackStop {
             Self::Loop => "the stack pointer did not move up",
             Self::DepthLimit => "the frame limit",
             Self::BadAddress => "corrupt registers",
+            Self::SampleLost => "the sample was lost",
             Self::Unknown(_) => "an unknown reason",
         }
     }

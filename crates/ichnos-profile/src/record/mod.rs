@@ -629,6 +629,20 @@ fn off_cpu_notes(off: &off_cpu::OffCpu) -> Vec<String> {
             off.unended
         ));
     }
+    if off.unsampled > 0 {
+        notes.push(format!(
+            "{} intervals off CPU lost their switch samples: their time is counted, \
+             where their threads waited is not known",
+            off.unsampled
+        ));
+    }
+    if off.unseen_leavings > 0 {
+        notes.push(format!(
+            "{} times a thread came back onto a CPU it was not seen leaving (its switch \
+             was lost): that time off the CPU is not counted",
+            off.unseen_leavings
+        ));
+    }
     if off.kernel_threads > 0 {
         notes.push(format!(
             "{} samples of kernel threads (no user stack) were left out",

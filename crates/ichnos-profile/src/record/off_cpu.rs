@@ -38,9 +38,6 @@ struct Running {
     since: Option<u64>,
     /// Nanoseconds on it before that, since its last sample.
     ran: u64,
-    /// What its samples' whole periods left over (signed: a sample counts
-    /// one period at least).
-    carry: i64,
 }
 
 /// A thread that left its CPU and has not come back.
@@ -76,8 +73,20 @@ pub(super) struct OffCpu {
     /// Intervals left out because their end was never seen (the thread
     /// left again first): a switch record was lost.
     pub unended: u64,
+    /// Intervals whose switch samples were lost (the kernel's ring had
+    /// no room for one, or the recorder was behind) while their switch
+    /// records came through: written with a stack without frames.
+    pub unsampled: u64,
+    /// Times a thread came back onto a CPU that it was not known to have
+    /// left (its switch sample and record were both lost): its time since
+    /// its last sample is not counted as running.
+    pub unseen_leavings: u64,
     /// Threads' time on their CPUs since their last samples.
     running: HashMap<u32, Running>,
+    /// Threads with user registers in their samples: the threads of
+    /// programs, not of the kernel, whose leavings are worth an interval
+    /// even when their switch samples are lost.
+    user_threads: HashSet<u32>,
 }
 
 impl OffCpu {
@@ -132,6 +141,32 @@ impl OffCpu {
         }
     }
 
+    /// Thread `tid`'s samples have user registers: it is a program's.
+    pub(super) fn user_thread(&mut self, tid: u32) {
+        if !self.enabled() || self.user_threads.contains(&tid) {
+            return;
+        }
+        if self.user_threads.len() >= MAX_RUNNING {
+            self.user_threads.clear();
+        }
+        self.user_threads.insert(tid);
+    }
+
+    /// Whether the switch record of `tid` leaving at `time` is of a
+    /// leaving whose switch sample was lost: a program's thread that is
+    /// not away since moments before (its sample comes first, in the same
+    /// pass through the scheduler). Its interval is then to be started
+    /// with a stack without frames, before the record is told.
+    pub(super) fn sample_lost(&self, tid: u32, time: u64) -> bool {
+        self.enabled()
+            && self.user_threads.contains(&tid)
+            && !self.exited.contains(&tid)
+            && !self.away.get(&tid).is_some_and(|a| {
+                time.checked_sub(a.since)
+                    .is_some_and(|after| after <= SWITCH_RECORD_WITHIN_NS)
+            })
+    }
+
     /// The switch record of `tid` leaving at `time`: whether it was
     /// preempted. It follows the thread's switch sample within moments;
     /// one long after is of a leaving whose sample was not kept.
@@ -145,17 +180,29 @@ impl OffCpu {
         }
     }
 
-    /// Thread `tid` is on a CPU at `time` (its switch record back, or a
-    /// sample of it running): its interval away, if any, ends and is
-    /// written. A time before it left (records out of order beyond the
-    /// sort's margin) says nothing of this interval.
-    pub(super) fn back(&mut self, tid: u32, time: u64, output: &mut Output) {
+    /// Thread `tid` is on a CPU at `time` (`switched_in`: its switch
+    /// record back; else a sample of it running): its interval away, if
+    /// any, ends and is written. A time before it left (records out of
+    /// order beyond the sort's margin) says nothing of this interval. A
+    /// thread switched back in that was on a CPU, as far as is known,
+    /// left it unseen: its time since is not time on the CPU.
+    pub(super) fn back(&mut self, tid: u32, time: u64, switched_in: bool, output: &mut Output) {
         if self.enabled() {
             if self.running.len() >= MAX_RUNNING && !self.running.contains_key(&tid) {
                 self.running.clear();
             }
+            // (Of a program's thread: the idle tasks of all CPUs are
+            // thread 0, each on its CPU at once.)
+            let unseen =
+                switched_in && !self.away.contains_key(&tid) && self.user_threads.contains(&tid);
             let r = self.running.entry(tid).or_default();
-            r.since = Some(r.since.unwrap_or(time).min(time));
+            r.since = match r.since {
+                Some(since) if unseen && since < time => {
+                    self.unseen_leavings += 1;
+                    Some(time)
+                }
+                since => Some(since.unwrap_or(time).min(time)),
+            };
         }
         if self.away.is_empty() {
             return;
@@ -173,6 +220,7 @@ impl OffCpu {
     pub(super) fn ended(&mut self, tid: u32) {
         self.away.remove(&tid);
         self.running.remove(&tid);
+        self.user_threads.remove(&tid);
         if self.ids.is_empty() {
             return;
         }
@@ -193,12 +241,18 @@ impl OffCpu {
     }
 
     /// The weight of a sample of the CPU clock (`period` nanoseconds) of
-    /// thread `tid` on its CPU at `time`: the periods the thread ran since
-    /// its last sample, in nanoseconds. The clock's timer fires late when
-    /// the machine's CPU was taken away (a hypervisor that steals time
-    /// from a virtual machine): it skips the periods it missed, and the
-    /// thread's time would be short by them beside its time off the CPU,
-    /// which is measured. Without off-CPU time, or where the thread's
+    /// thread `tid` on its CPU at `time`: the nanoseconds the thread ran
+    /// since its last sample, as its switches measure them. The clock's
+    /// timer fires late when the machine's CPU was taken away (a
+    /// hypervisor that steals time from a virtual machine): it skips the
+    /// periods it missed, and the thread's time would be short by them
+    /// beside its time off the CPU, which is measured. Not rounded to
+    /// periods: a whole CPU's clock samples a thread at the CPU's ticks,
+    /// not from when the thread came on, and a sample after a part of a
+    /// period stands for that part (counted as a whole period, and the
+    /// carry left after it repaid by nothing while the samples after it
+    /// count a period each, a thread preempted often was counted 7% over
+    /// its CPU time). Without off-CPU time, or where the thread's
     /// switches are not known, a sample is its period.
     pub(super) fn sample_weight(&mut self, tid: u32, time: u64, period: u64) -> u64 {
         if !self.enabled() || period == 0 {
@@ -213,19 +267,10 @@ impl OffCpu {
         r.ran = 0;
         r.since = Some(time);
         if ran / period > MAX_PERIODS {
-            r.carry = 0;
             return period;
         }
-        // To the nearest period, at least one, what is left over carried
-        // to the thread's next sample: a CPU's clock samples a thread at
-        // its own ticks, not from when the thread came on (events of
-        // whole CPUs), and rounding each sample alone would count the
-        // partial periods at each switch up.
-        let exact = i128::from(ran) + i128::from(r.carry);
-        let period_i = i128::from(period);
-        let periods = ((exact + period_i / 2) / period_i).max(1);
-        r.carry = i64::try_from(exact - periods * period_i).unwrap_or(0);
-        u64::try_from(periods).unwrap_or(1) * period
+        // A weight of nothing would be no sample.
+        ran.max(1)
     }
 
     /// Thread `tid` was created (a thread id can be used again).
@@ -284,28 +329,28 @@ mod tests {
         off.left(1, 2, 0, 1_000, 5, true);
         off.left_preempted(2, 1_100, true);
         // A time before it left is no return.
-        off.back(2, 900, &mut out);
+        off.back(2, 900, true, &mut out);
         assert_eq!(out.off_cpu, 0);
-        off.back(2, 4_000, &mut out);
+        off.back(2, 4_000, true, &mut out);
         assert_eq!((out.off_cpu, off.complete), (1, 1));
         assert!(off.away.is_empty());
     }
 
     #[test]
-    fn a_sample_weighs_the_periods_its_thread_ran_since_the_last_one() {
+    fn a_sample_weighs_the_time_its_thread_ran_since_the_last_one() {
         const MS: u64 = 1_000_000;
         let (_dir, mut out, _writer) = output();
         let mut off = OffCpu::new(vec![7]);
         // On its CPU from 0; samples a period apart weigh one period.
-        off.back(2, 0, &mut out);
+        off.back(2, 0, true, &mut out);
         assert_eq!(off.sample_weight(2, MS, MS), MS);
         // The timer came three periods late (the machine's CPU was taken
         // away): the sample stands for the four periods the thread ran.
         assert_eq!(off.sample_weight(2, 5 * MS, MS), 4 * MS);
-        // Half a period, off the CPU for 10 ms, half a period more: one.
+        // Half a period, off the CPU for 10 ms, a quarter period more.
         off.left_preempted(2, 5 * MS + MS / 2, false);
-        off.back(2, 15 * MS, &mut out);
-        assert_eq!(off.sample_weight(2, 15 * MS + MS / 2, MS), MS);
+        off.back(2, 15 * MS, true, &mut out);
+        assert_eq!(off.sample_weight(2, 15 * MS + MS / 4, MS), 3 * MS / 4);
         // Running for an hour between samples is a lost switch record,
         // not a late clock: one period.
         assert_eq!(off.sample_weight(2, 3_600_000 * MS, MS), MS);
@@ -313,36 +358,94 @@ mod tests {
         // off-CPU time: one period.
         assert_eq!(off.sample_weight(3, 20 * MS, MS), MS);
         let mut plain = OffCpu::default();
-        plain.back(2, 0, &mut out);
+        plain.back(2, 0, true, &mut out);
         assert_eq!(plain.sample_weight(2, 5 * MS, MS), MS);
     }
 
     #[test]
-    fn partial_periods_carry_to_the_next_sample_instead_of_rounding_up() {
+    fn samples_after_parts_of_periods_weigh_those_parts() {
         const MS: u64 = 1_000_000;
         let (_dir, mut out, _writer) = output();
         // A whole CPU's clock samples a thread at the CPU's ticks: runs of
         // 1.5 periods before each of ten samples are 15 periods in all,
-        // not the 20 that rounding each would make.
+        // and runs of 0.3 periods three, not ten.
+        for (run, all) in [(3 * MS / 2, 15 * MS), (3 * MS / 10, 3 * MS)] {
+            let mut off = OffCpu::new(vec![7]);
+            let mut weight = 0;
+            for i in 0..10 {
+                let tick = (i * 10 + 2) * MS;
+                off.back(2, tick - run, true, &mut out);
+                weight += off.sample_weight(2, tick, MS);
+                off.left_preempted(2, tick, false);
+            }
+            assert_eq!(weight, all);
+        }
+        // A thread preempted after each part period and then sampled at
+        // whole periods: the parts count as they are.
         let mut off = OffCpu::new(vec![7]);
         let mut weight = 0;
         for i in 0..10 {
-            let tick = (i * 10 + 2) * MS;
-            off.back(2, tick - 3 * MS / 2, &mut out);
-            weight += off.sample_weight(2, tick, MS);
-            off.left_preempted(2, tick, false);
+            let on = i * 10 * MS;
+            off.back(2, on, true, &mut out);
+            weight += off.sample_weight(2, on + MS / 5, MS);
+            for k in 1..=3 {
+                weight += off.sample_weight(2, on + MS / 5 + k * MS, MS);
+            }
+            off.left_preempted(2, on + MS / 5 + 3 * MS, true);
         }
-        assert_eq!(weight, 15 * MS);
-        // Each sample counts one at least: runs of 0.3 periods make ten.
+        assert_eq!(weight, 10 * (3 * MS + MS / 5));
+    }
+
+    #[test]
+    fn a_switch_back_unseen_leaving_does_not_count_the_time_away_as_running() {
+        const MS: u64 = 1_000_000;
+        let (_dir, mut out, _writer) = output();
         let mut off = OffCpu::new(vec![7]);
-        let mut weight = 0;
-        for i in 0..10 {
-            let tick = (i * 10 + 1) * MS;
-            off.back(2, tick - 3 * MS / 10, &mut out);
-            weight += off.sample_weight(2, tick, MS);
-            off.left_preempted(2, tick, false);
-        }
-        assert_eq!(weight, 10 * MS);
+        // The idle tasks of all CPUs are thread 0, and a kernel thread's
+        // samples have no user registers: neither is a program's thread,
+        // whose switches tell when it left.
+        off.back(0, 0, true, &mut out);
+        off.back(0, 10 * MS, true, &mut out);
+        assert_eq!(off.unseen_leavings, 0);
+        off.user_thread(2);
+        off.back(2, 0, true, &mut out);
+        assert_eq!(off.sample_weight(2, MS, MS), MS);
+        // Half a period more on the CPU, then it left unseen (sample and
+        // switch record lost) and came back at 50 ms: the sample at
+        // 50.5 ms stands for the half period it ran, not the 49.5 ms.
+        off.back(2, 50 * MS, true, &mut out);
+        assert_eq!(off.unseen_leavings, 1);
+        assert_eq!(off.sample_weight(2, 50 * MS + MS / 2, MS), MS / 2);
+        // A sample is no switch back: it says nothing of a leaving.
+        off.back(2, 51 * MS, false, &mut out);
+        off.back(2, 60 * MS, false, &mut out);
+        assert_eq!(off.unseen_leavings, 1);
+        assert_eq!(off.sample_weight(2, 60 * MS, MS), 19 * MS / 2);
+    }
+
+    #[test]
+    fn a_leaving_without_its_sample_is_a_programs_thread_not_just_away() {
+        let (_dir, _out, _writer) = output();
+        let mut off = OffCpu::new(vec![7]);
+        // Not known to be a program's thread (a kernel thread's samples
+        // have no user registers): no interval.
+        assert!(!off.sample_lost(2, 1_000));
+        off.user_thread(2);
+        assert!(off.sample_lost(2, 1_000));
+        // Its sample came first, moments before: not lost.
+        off.left(1, 2, 0, 1_000, 5, true);
+        assert!(!off.sample_lost(2, 1_000 + SWITCH_RECORD_WITHIN_NS));
+        // Away since long before: that leaving's return was lost, and
+        // this one's sample too.
+        assert!(off.sample_lost(2, 1_000 + 2 * SWITCH_RECORD_WITHIN_NS));
+        // A thread that exited is not waiting; nor is anything without
+        // off-CPU time.
+        off.ended(2);
+        off.user_thread(2);
+        assert!(!off.sample_lost(2, 10 * SWITCH_RECORD_WITHIN_NS));
+        let mut plain = OffCpu::default();
+        plain.user_thread(3);
+        assert!(!plain.sample_lost(3, 1_000));
     }
 
     #[test]

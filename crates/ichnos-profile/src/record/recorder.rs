@@ -341,9 +341,12 @@ impl Recorder {
             PerfRecord::Switch(sw) => {
                 if let (Some(tid), Some(time)) = (sw.sample_id.tid, sw.sample_id.time) {
                     if sw.out {
+                        if self.off_cpu.sample_lost(tid, time) {
+                            self.left_unsampled(sw.sample_id.pid, tid, sw.sample_id.cpu, time);
+                        }
                         self.off_cpu.left_preempted(tid, time, sw.preempted);
                     } else {
-                        self.off_cpu.back(tid, time, &mut self.output);
+                        self.off_cpu.back(tid, time, true, &mut self.output);
                     }
                 }
             }
@@ -381,7 +384,7 @@ impl Recorder {
         if !leaving {
             // Running: whatever wait it was in is over (its switch record
             // back was lost, or is in a ring not read yet).
-            self.off_cpu.back(tid, time, &mut self.output);
+            self.off_cpu.back(tid, time, false, &mut self.output);
         }
         // A writer that is behind would be handed the sample's new stack
         // to keep back, and the sample itself dropped: drop it whole.
@@ -413,6 +416,7 @@ impl Recorder {
             self.output.lost(time, cpu, 1, LostCause::NoUserRegisters);
             return;
         };
+        self.off_cpu.user_thread(tid);
         let stack = s.stack_user.unwrap_or_default();
         self.spaces.get_or_synthesize(pid, time, &mut self.output);
         self.spaces.know_thread(pid, tid, time, &mut self.output);
@@ -513,6 +517,18 @@ impl Recorder {
     /// The number of the stack in `self.stack` (of `pid`'s address space,
     /// walked at `time`), written first if it is new and its JIT frames
     /// noted for naming.
+    /// Thread `tid` of `pid` left `cpu` at `time` and its switch sample
+    /// was lost: its interval starts with a stack without frames.
+    fn left_unsampled(&mut self, pid: Option<u32>, tid: u32, cpu: Option<u32>, time: u64) {
+        let Some(pid) = pid else { return };
+        self.stack.clear();
+        if let Some(stack) = self.intern_stack(pid, time, StackStop::SampleLost) {
+            self.off_cpu
+                .left(pid, tid, cpu.unwrap_or(0), time, stack, false);
+            self.off_cpu.unsampled += 1;
+        }
+    }
+
     fn intern_stack(&mut self, pid: u32, time: u64, stop: StackStop) -> Option<u32> {
         let space = self.spaces.by_pid.get_mut(&pid)?;
         let (id, new) = self.interner.intern(space.asid, stop, &self.stack);

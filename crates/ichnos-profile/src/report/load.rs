@@ -346,10 +346,16 @@ impl Profile {
                 ..
             } => {
                 let key = (*stack, *pid as u32, *tid as u32);
-                let periods = self.samples_in(*weight);
+                let period = self.clock_period();
                 if let Some(tally) = self.tally(*stack, |p| p.tallies.entry(key).or_default()) {
-                    tally.samples += periods;
                     tally.weight = tally.weight.saturating_add(*weight);
+                    // The CPU clock's samples weigh the time their threads
+                    // ran: a stack's count is its time in periods, not a
+                    // period for each sample of a part of one.
+                    tally.samples = match period {
+                        Some(period) => super::periods(tally.weight, period).max(1),
+                        None => tally.samples + 1,
+                    };
                     self.last_time = self.last_time.max(*time);
                 }
             }
@@ -554,18 +560,16 @@ impl Profile {
         self.lost.values().sum::<u64>().max(self.end_lost)
     }
 
-    /// The samples a sample of `weight` stands for: of the CPU clock, the
-    /// periods of the recording's frequency in it (the recorder weighs a
-    /// sample that came late, after periods its timer missed, by the
-    /// time its thread ran), at least one; else one.
+    /// The period of the CPU clock in nanoseconds, if the recording's
+    /// samples are of it: their weights are then the time their threads
+    /// ran (with off-CPU time, the recorder weighs a sample by its
+    /// thread's time since the one before: more than a period where the
+    /// clock's timer came late, less after a part of one), and samples
+    /// are counted as that time in periods.
     #[must_use]
-    pub fn samples_in(&self, weight: u64) -> u64 {
+    pub fn clock_period(&self) -> Option<f64> {
         let d = &self.description;
-        if d.event != "cpu-clock" || d.frequency == 0 {
-            return 1;
-        }
-        let period = 1e9 / d.frequency as f64;
-        super::periods(weight, period).max(1)
+        (d.event == "cpu-clock" && d.frequency > 0).then(|| 1e9 / d.frequency as f64)
     }
 
     /// Whether the recording holds off-CPU time (it was asked for).

@@ -325,6 +325,9 @@ struct ThreadState {
     last: u64,
     /// The nanoseconds off the CPU not yet counted in a weight.
     carry: f64,
+    /// The periods on the CPU counted over (negative) or not yet counted
+    /// in a weight.
+    carry_on: f64,
 }
 
 impl ReadState {
@@ -356,9 +359,18 @@ impl ReadState {
             state.carry += s.weight as f64 - periods * sampler.period;
             (i32::try_from(periods as i64).unwrap_or(i32::MAX), 0)
         } else if sampler.cpu_time {
-            // A sample that came late stands for the periods it missed.
-            let periods = sampler.profile.samples_in(s.weight);
-            (i32::try_from(periods).unwrap_or(i32::MAX), s.weight / 1000)
+            // A sample weighs the time its thread ran: the periods a late
+            // one stands for, or a part of one. To the nearest, the
+            // remainder carried to the thread's next sample, so that a
+            // thread's samples add up to its time (each part counted as
+            // a whole would not).
+            let exact = state.carry_on + s.weight as f64 / sampler.period;
+            let periods = exact.round().max(0.0);
+            state.carry_on = exact - periods;
+            (
+                i32::try_from(periods as i64).unwrap_or(i32::MAX),
+                s.weight / 1000,
+            )
         } else {
             (1, 0)
         };
