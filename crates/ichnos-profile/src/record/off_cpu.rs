@@ -38,6 +38,10 @@ struct Running {
     since: Option<u64>,
     /// Nanoseconds on it before that, since its last sample.
     ran: u64,
+    /// Whether a switch record brought it on a CPU: only then are its
+    /// times on them known (a thread running when the recording began
+    /// is first seen by a sample).
+    known: bool,
 }
 
 /// A thread that left its CPU and has not come back.
@@ -143,7 +147,9 @@ impl OffCpu {
 
     /// Thread `tid`'s samples have user registers: it is a program's.
     pub(super) fn user_thread(&mut self, tid: u32) {
-        if !self.enabled() || self.user_threads.contains(&tid) {
+        // (An event of a whole CPU samples a thread's last switch after
+        // its exit record: that is no program's thread any more.)
+        if !self.enabled() || self.user_threads.contains(&tid) || self.exited.contains(&tid) {
             return;
         }
         if self.user_threads.len() >= MAX_RUNNING {
@@ -196,6 +202,7 @@ impl OffCpu {
             let unseen =
                 switched_in && !self.away.contains_key(&tid) && self.user_threads.contains(&tid);
             let r = self.running.entry(tid).or_default();
+            r.known |= switched_in;
             r.since = match r.since {
                 Some(since) if unseen && since < time => {
                     self.unseen_leavings += 1;
@@ -266,7 +273,7 @@ impl OffCpu {
             .saturating_add(r.since.map_or(0, |s| time.saturating_sub(s)));
         r.ran = 0;
         r.since = Some(time);
-        if ran / period > MAX_PERIODS {
+        if !r.known || ran / period > MAX_PERIODS {
             return period;
         }
         // A weight of nothing would be no sample.
@@ -276,6 +283,8 @@ impl OffCpu {
     /// Thread `tid` was created (a thread id can be used again).
     pub(super) fn born(&mut self, tid: u32) {
         self.exited.remove(&tid);
+        // Whose it is now, its samples will say.
+        self.user_threads.remove(&tid);
     }
 
     /// The recording ends at `time`: threads still away were off their
@@ -354,9 +363,14 @@ mod tests {
         // Running for an hour between samples is a lost switch record,
         // not a late clock: one period.
         assert_eq!(off.sample_weight(2, 3_600_000 * MS, MS), MS);
-        // A thread whose switches are not known, and a recording without
-        // off-CPU time: one period.
+        // A thread whose switches are not known (running when the
+        // recording began: first seen by its samples), and a recording
+        // without off-CPU time: one period.
         assert_eq!(off.sample_weight(3, 20 * MS, MS), MS);
+        off.back(3, 20 * MS, false, &mut out);
+        assert_eq!(off.sample_weight(3, 20 * MS, MS), MS);
+        off.back(3, 21 * MS, false, &mut out);
+        assert_eq!(off.sample_weight(3, 21 * MS, MS), MS);
         let mut plain = OffCpu::default();
         plain.back(2, 0, true, &mut out);
         assert_eq!(plain.sample_weight(2, 5 * MS, MS), MS);
@@ -443,6 +457,10 @@ mod tests {
         off.ended(2);
         off.user_thread(2);
         assert!(!off.sample_lost(2, 10 * SWITCH_RECORD_WITHIN_NS));
+        // Its id used again, by a kernel thread: not a program's until its
+        // samples say so.
+        off.born(2);
+        assert!(!off.sample_lost(2, 20 * SWITCH_RECORD_WITHIN_NS));
         let mut plain = OffCpu::default();
         plain.user_thread(3);
         assert!(!plain.sample_lost(3, 1_000));

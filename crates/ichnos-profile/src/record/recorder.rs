@@ -514,9 +514,6 @@ impl Recorder {
 }
 
 impl Recorder {
-    /// The number of the stack in `self.stack` (of `pid`'s address space,
-    /// walked at `time`), written first if it is new and its JIT frames
-    /// noted for naming.
     /// Thread `tid` of `pid` left `cpu` at `time` and its switch sample
     /// was lost: its interval starts with a stack without frames.
     fn left_unsampled(&mut self, pid: Option<u32>, tid: u32, cpu: Option<u32>, time: u64) {
@@ -529,6 +526,9 @@ impl Recorder {
         }
     }
 
+    /// The number of the stack in `self.stack` (of `pid`'s address space,
+    /// walked at `time`), written first if it is new and its JIT frames
+    /// noted for naming.
     fn intern_stack(&mut self, pid: u32, time: u64, stop: StackStop) -> Option<u32> {
         let space = self.spaces.by_pid.get_mut(&pid)?;
         let (id, new) = self.interner.intern(space.asid, stop, &self.stack);

@@ -175,9 +175,7 @@ pub fn weighted<'a>(
             frames: Cow::Owned(with_leaf),
             stop,
             tally: Tally {
-                // At least one, as a stack of samples on the CPU: a stack
-                // off it for less than half a period is still there.
-                samples: periods(tally.weight, period).max(1),
+                samples: periods(tally.weight, period),
                 weight: tally.weight,
             },
             off_cpu: Some(state),

@@ -154,7 +154,8 @@ fn root_first<'a>(w: &'a Weighted<'a>) -> impl Iterator<Item = (&'a str, &'a str
 }
 
 /// Folded stacks: `thread;frame;...;leaf COUNT` lines, root first, one
-/// per distinct stack, sorted.
+/// per distinct stack, sorted; none of count 0 (a stack off the CPU for
+/// less than half a sampling period).
 #[must_use]
 pub fn folded(samples: &[Weighted<'_>]) -> Vec<(String, u64)> {
     let mut lines: HashMap<String, u64> = HashMap::new();
@@ -175,7 +176,8 @@ pub fn folded(samples: &[Weighted<'_>]) -> Vec<(String, u64)> {
         let count = lines.entry(line.clone()).or_default();
         *count = count.saturating_add(w.tally.samples);
     }
-    let mut lines: Vec<(String, u64)> = lines.into_iter().collect();
+    // A stack off the CPU for less than half a period is no sample.
+    let mut lines: Vec<(String, u64)> = lines.into_iter().filter(|(_, n)| *n > 0).collect();
     lines.sort_unstable();
     lines
 }

@@ -277,6 +277,9 @@ struct Sampler<'a> {
     period: f64,
     /// Whether a sample's weight is CPU time (cpu-clock).
     cpu_time: bool,
+    /// The CPU clock's period, if samples are of it (their weights are
+    /// then counted in periods).
+    clock: Option<f64>,
 }
 
 impl<'a> Sampler<'a> {
@@ -288,6 +291,7 @@ impl<'a> Sampler<'a> {
             filter,
             period: profile.sample_period_ns(),
             cpu_time: matches!(event, "cpu-clock" | ""),
+            clock: profile.clock_period(),
         }
     }
 
@@ -317,6 +321,11 @@ struct Placement {
 #[derive(Default)]
 struct ReadState {
     threads: Vec<ThreadState>,
+    /// Per stack of a thread on the CPU: the periods its samples' weights
+    /// add up to that their weights in the profile have not counted
+    /// (negative where they counted more), and whether one was counted.
+    /// Bounded by the distinct stacks, as the export is.
+    on_cpu: FxHashMap<(u64, u32, u32), (f64, bool)>,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -325,9 +334,6 @@ struct ThreadState {
     last: u64,
     /// The nanoseconds off the CPU not yet counted in a weight.
     carry: f64,
-    /// The periods on the CPU counted over (negative) or not yet counted
-    /// in a weight.
-    carry_on: f64,
 }
 
 impl ReadState {
@@ -360,17 +366,28 @@ impl ReadState {
             (i32::try_from(periods as i64).unwrap_or(i32::MAX), 0)
         } else if sampler.cpu_time {
             // A sample weighs the time its thread ran: the periods a late
-            // one stands for, or a part of one. To the nearest, the
-            // remainder carried to the thread's next sample, so that a
-            // thread's samples add up to its time (each part counted as
-            // a whole would not).
-            let exact = state.carry_on + s.weight as f64 / sampler.period;
-            let periods = exact.round().max(0.0);
-            state.carry_on = exact - periods;
-            (
-                i32::try_from(periods as i64).unwrap_or(i32::MAX),
-                s.weight / 1000,
-            )
+            // one stands for, or a part of one. Counted as the report
+            // counts a stack's samples (its time in periods, to the
+            // nearest, one at least): the remainder carried to the
+            // stack's next sample, the first counting one at least.
+            let weight = match sampler.clock {
+                Some(period) => {
+                    let (carry, counted) = self
+                        .on_cpu
+                        .entry((s.stack, s.pid, s.tid))
+                        .or_insert((0.0, false));
+                    let exact = *carry + s.weight as f64 / period;
+                    let mut periods = exact.round().max(0.0);
+                    if !*counted {
+                        periods = periods.max(1.0);
+                        *counted = true;
+                    }
+                    *carry = exact - periods;
+                    i32::try_from(periods as i64).unwrap_or(i32::MAX)
+                }
+                None => 1,
+            };
+            (weight, s.weight / 1000)
         } else {
             (1, 0)
         };
