@@ -6,11 +6,45 @@
 use ichnos_perf::event::tracepoint_id;
 use ichnos_perf::{EventConfig, EventKind, OpenError, PerfEvent, Ring, RingError};
 
-/// The data pages of each ring asked for first (1 MiB); halved while
-/// the kernel refuses to lock that much, down to [`MIN_RING_PAGES`].
-pub const RING_PAGES: usize = 256;
+/// The smallest ring planned (1 MiB of data pages): what is asked for
+/// first is [`planned_pages`], halved while the kernel refuses to lock
+/// that much, down to [`MIN_RING_PAGES`].
+const SMALLEST_PLANNED_PAGES: usize = 256;
+/// The largest ring planned (16 MiB).
+const LARGEST_PLANNED_PAGES: usize = 4096;
+/// What all rings together are planned to lock at most (256 MiB): on a
+/// machine with many CPUs each ring gets less, never under the smallest.
+const PLANNED_PAGES_IN_ALL: usize = 65536;
+/// Samples the recorder is woken for (a quarter of a ring, the
+/// watermark, holds at least this many). Each wakeup is a context switch
+/// for the recorder and a cache refill, and on a virtual machine they
+/// were most of what it cost: with 1 MiB rings and 32 KiB stack copies
+/// (8 samples a wakeup) the recorder took 5.0 µs of CPU a sample while
+/// the target ran, with 4 MiB rings (31 a wakeup) 2.8 µs.
+const SAMPLES_PER_WAKEUP: usize = 24;
+/// A sample's bytes besides its stack copy: header, ids, time, period,
+/// user registers and the two sizes, rounded up.
+const SAMPLE_BYTES_BESIDE_STACK: usize = 512;
 /// The smallest ring tried.
 pub const MIN_RING_PAGES: usize = 16;
+
+/// The data pages planned for each of `rings` rings whose samples copy
+/// `stack_user` bytes of stack: a power of two whose quarter holds
+/// [`SAMPLES_PER_WAKEUP`] samples, within the bounds above.
+#[must_use]
+pub(crate) fn planned_pages(stack_user: u32, rings: usize) -> usize {
+    let sample = stack_user as usize + SAMPLE_BYTES_BESIDE_STACK;
+    let wanted = (4 * SAMPLES_PER_WAKEUP * sample)
+        .div_ceil(4096)
+        .next_power_of_two();
+    let share = (PLANNED_PAGES_IN_ALL / rings.max(1)).max(1);
+    // The largest power of two within the share.
+    let share = 1 << share.ilog2();
+    wanted
+        .min(LARGEST_PLANNED_PAGES)
+        .min(share)
+        .max(SMALLEST_PLANNED_PAGES)
+}
 
 /// Who is sampled.
 #[derive(Clone, Copy, Debug)]
@@ -34,6 +68,9 @@ pub(crate) struct Events {
     pub kind: EventKind,
     /// Data pages of each ring.
     pub pages: usize,
+    /// Data pages planned for each ring, before the kernel's limit on
+    /// locked memory.
+    pub planned_pages: usize,
     /// The event that samples threads leaving their CPUs, if off-CPU time
     /// is recorded.
     pub off_cpu_kind: Option<EventKind>,
@@ -87,8 +124,13 @@ pub(crate) fn open(
     fall_back: bool,
     off_cpu: bool,
 ) -> Result<Events, EventsError> {
-    let mut events = open_with(scope, config, fall_back, RING_PAGES)?;
-    if events.pages != RING_PAGES {
+    let planned = planned_pages(config.stack_user, ichnos_perf::online_cpus().len());
+    let config = EventConfig {
+        wakeup_watermark: watermark(planned),
+        ..config
+    };
+    let mut events = open_with(scope, config, fall_back, planned)?;
+    if events.pages != planned {
         // Smaller rings than planned: open again with a wakeup watermark
         // that fits them (one larger than a ring would only wake the
         // recorder once the ring is full).
@@ -100,6 +142,7 @@ pub(crate) fn open(
         };
         events = open_with(scope, config, fall_back, pages)?;
     }
+    events.planned_pages = planned;
     if off_cpu {
         open_switches(&mut events, config)?;
     }
@@ -302,7 +345,50 @@ fn open_with(
         rings,
         kind: config.kind,
         pages,
+        planned_pages: pages,
         off_cpu_kind: None,
         off_cpu_ids: Vec::new(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rings_are_planned_so_a_wakeup_gathers_enough_samples_within_the_bounds() {
+        // The default 32 KiB stack copy: 4 MiB rings, woken every 1 MiB,
+        // which is 31 samples of 33 KiB.
+        assert_eq!(planned_pages(32 << 10, 2), 1024);
+        for stack in (0..=65528u32).step_by(1000) {
+            for rings in [1, 2, 8, 64, 65, 256, 4096] {
+                let pages = planned_pages(stack, rings);
+                // The kernel maps only a power of two of data pages.
+                assert!(pages.is_power_of_two(), "{stack} {rings}: {pages}");
+                assert!(
+                    (SMALLEST_PLANNED_PAGES..=LARGEST_PLANNED_PAGES).contains(&pages),
+                    "{stack} {rings}: {pages}"
+                );
+                let per_wakeup =
+                    watermark(pages) as usize / (stack as usize + SAMPLE_BYTES_BESIDE_STACK);
+                let in_all = pages * rings;
+                // Either a wakeup gathers enough samples, or a bound
+                // stopped the ring short of that.
+                assert!(
+                    per_wakeup >= SAMPLES_PER_WAKEUP
+                        || pages == LARGEST_PLANNED_PAGES
+                        || in_all * 2 > PLANNED_PAGES_IN_ALL,
+                    "{stack} {rings}: {pages} pages, {per_wakeup} a wakeup"
+                );
+                // Many CPUs share the budget, down to the smallest ring.
+                assert!(
+                    in_all <= PLANNED_PAGES_IN_ALL || pages == SMALLEST_PLANNED_PAGES,
+                    "{stack} {rings}: {pages} pages"
+                );
+            }
+        }
+        // No larger than needed: small copies keep today's 1 MiB.
+        assert_eq!(planned_pages(8 << 10, 2), SMALLEST_PLANNED_PAGES);
+        assert_eq!(planned_pages(32 << 10, 256), SMALLEST_PLANNED_PAGES);
+    }
 }

@@ -386,8 +386,9 @@ fn event_config(options: &RecordOptions, scope: events::Scope<'_>) -> EventConfi
         inherit: !matches!(scope, events::Scope::System),
         enable_on_exec: matches!(scope, events::Scope::Command(_)),
         disabled: true,
-        // A quarter of the ring: the recorder is woken well before it fills.
-        wakeup_watermark: events::watermark(events::RING_PAGES),
+        // Set by events::open to a quarter of the rings it maps: the
+        // recorder is woken well before one fills.
+        wakeup_watermark: 0,
         side_band: true,
         build_ids: true,
         context_switches: options.off_cpu,
@@ -417,11 +418,11 @@ fn notes(options: &RecordOptions, events: &events::Events) -> Vec<String> {
                 .to_owned(),
         );
     }
-    if events.pages < events::RING_PAGES {
+    if events.pages < events.planned_pages {
         notes.push(format!(
             "the kernel limits locked memory: rings of {} KiB instead of {} KiB (see kernel.perf_event_mlock_kb)",
             events.pages * 4,
-            events::RING_PAGES * 4
+            events.planned_pages * 4
         ));
     }
     notes
