@@ -7,7 +7,11 @@
 # the same round (by its own clock; with the quartiles of those paired
 # slowdowns, the spread a difference between tools must beat), the
 # workload's own CPU time against the same (what sampling costs it in the
-# kernel), the recorder's own CPU time per sample (the recorder's and
+# kernel), the recorder's CPU time while the work ran (the workload reads
+# its parent's) against the work's, the two together (all the CPU the tool
+# takes while the target runs: on a workload that keeps every CPU busy,
+# the slowdown without the wall clock's noise), the recorder's own CPU
+# time per sample over the whole run (the recorder's and
 # its child's CPU time, less the workload's own), the recording's size,
 # the report's time (ichnos report; perf report --stdio, which unwinds a
 # dwarf recording then), and the share of the workload's samples whose
@@ -51,7 +55,7 @@ run() {
 	local tool=$1 data t0
 	case $tool in
 	none) ./workload "$rounds"
-		cat self.txt >> none.txt
+		cut -d' ' -f1,2 self.txt >> none.txt
 		return ;;
 	ichnos) data=run.data
 		cputime time.txt "$ichnos" record -q -F 1000 -o "$data" -- ./workload "$rounds"
@@ -77,13 +81,13 @@ run() {
 		read -r samples complete < <(python3 "$here/stacks.py" samply "$data")
 		report=- ;;
 	esac
-	read -r elapsed self_cpu < self.txt
+	read -r elapsed self_cpu during < self.txt
 	read -r user sys _ < time.txt
 	local bytes
 	bytes=$(stat -c %s "$data")
 	awk -v e="$elapsed" -v u="$user" -v s="$sys" -v c="$self_cpu" -v n="$samples" \
-		-v k="$complete" -v z="$bytes" -v r="$report" \
-		'BEGIN { printf "%.0f %.2f %.0f %d %d %s %.0f\n", e, ((u + s) * 1e9 - c) / 1e3 / (n > 0 ? n : 1), z, n, k, r, c }' >> "$tool.txt"
+		-v k="$complete" -v z="$bytes" -v r="$report" -v d="$during" \
+		'BEGIN { printf "%.0f %.2f %.0f %d %d %s %.0f %.0f\n", e, ((u + s) * 1e9 - c) / 1e3 / (n > 0 ? n : 1), z, n, k, r, c, d }' >> "$tool.txt"
 	rm -f "$data" "$data.old"
 }
 
@@ -107,7 +111,7 @@ paired() { paste -d' ' none.txt "$2.txt" | awk -v f="$1" '{ print $(2 + f) / $f 
 # quartile Q: the Q-th quartile (1 or 3) of the numbers on stdin.
 quartile() { sort -g | awk -v q="$1" '{ v[NR] = $1 } END { i = int((NR - 1) * q / 4 + 0.5) + 1; print v[i] }'; }
 
-printf '\n| tool | slowdown (quartiles) | workload CPU | recorder CPU per sample | file | bytes per sample | report | complete stacks |\n|---|---:|---:|---:|---:|---:|---:|---:|\n'
+printf '\n| tool | slowdown (quartiles) | workload CPU | recorder CPU while it runs | CPU taken in all (quartiles) | recorder CPU per sample | file | bytes per sample | report | complete stacks |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n'
 for tool in $tools; do
 	f=$tool.txt
 	slow=$(paired 1 "$tool" | median)
@@ -115,13 +119,24 @@ for tool in $tools; do
 	q3=$(paired 1 "$tool" | quartile 3)
 	# The workload's own CPU time: what sampling costs it in the kernel.
 	self=$(paste -d' ' none.txt "$f" | awk '{ print $9 / $2 - 1 }' | median)  # field 7 of TOOL's
+	# The recorder's CPU time while the work ran (field 8, read by the
+	# workload from its parent's schedstat), against the work's own CPU
+	# time: what the recorder takes from a workload that keeps every CPU
+	# busy. With the workload's own growth it is all the CPU the tool
+	# takes while the target runs, a measure of the slowdown without the
+	# wall clock's noise.
+	during=$(paste -d' ' none.txt "$f" | awk '{ print $10 / $2 }' | median)
+	taken() { paste -d' ' none.txt "$f" | awk '{ print ($9 - $2 + $10) / $2 }'; }
+	all=$(taken | median)
+	a1=$(taken | quartile 1)
+	a3=$(taken | quartile 3)
 	cpu=$(cut -d' ' -f2 "$f" | median)
 	bytes=$(cut -d' ' -f3 "$f" | median)
 	samples=$(cut -d' ' -f4 "$f" | median)
 	complete=$(awk '{ print $5 / ($4 > 0 ? $4 : 1) }' "$f" | median)
 	report=-
 	if ! grep -q ' - ' "$f"; then report=$(cut -d' ' -f6 "$f" | median); fi
-	awk -v t="$tool" -v s="$slow" -v q1="$q1" -v q3="$q3" -v w="$self" -v c="$cpu" -v b="$bytes" -v n="$samples" -v k="$complete" -v r="${report:--}" \
-		'BEGIN { printf "| %s | %+.1f%% (%+.1f%% .. %+.1f%%) | %+.1f%% | %.1f µs | %.0f KiB | %.0f | %s | %.2f%% of %d |\n", t, s * 100, q1 * 100, q3 * 100, w * 100, c, b / 1024, b / (n > 0 ? n : 1), (r == "-" || r == "") ? "-" : sprintf("%.4f s", r), k * 100, n }'
+	awk -v t="$tool" -v s="$slow" -v q1="$q1" -v q3="$q3" -v w="$self" -v d="$during" -v a="$all" -v a1="$a1" -v a3="$a3" -v c="$cpu" -v b="$bytes" -v n="$samples" -v k="$complete" -v r="${report:--}" \
+		'BEGIN { printf "| %s | %+.1f%% (%+.1f%% .. %+.1f%%) | %+.1f%% | %.2f%% | %+.2f%% (%+.2f%% .. %+.2f%%) | %.1f µs | %.0f KiB | %.0f | %s | %.2f%% of %d |\n", t, s * 100, q1 * 100, q3 * 100, w * 100, d * 100, a * 100, a1 * 100, a3 * 100, c, b / 1024, b / (n > 0 ? n : 1), (r == "-" || r == "") ? "-" : sprintf("%.4f s", r), k * 100, n }'
 done
 printf '\nichnos report, the first on a fresh index cache (indexing what has megabytes of DWARF): %s s\n' "$(cat first_report.txt)"
