@@ -418,7 +418,7 @@ fn notes(options: &RecordOptions, events: &events::Events) -> Vec<String> {
                 .to_owned(),
         );
     }
-    if events.pages < events.planned_pages {
+    if events.rings_limited() {
         notes.push(format!(
             "the kernel limits locked memory: rings of {} KiB instead of {} KiB (see kernel.perf_event_mlock_kb)",
             events.pages * 4,
