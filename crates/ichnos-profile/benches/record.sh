@@ -50,7 +50,8 @@ median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] 
 since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.4f", b - a }'; }
 
 # run TOOL: one run; appends "elapsed_ns cpu_per_sample_us bytes samples
-# complete report_s" to TOOL.txt (tool "none": the workload alone).
+# complete report_s workload_cpu_ns recorder_cpu_during_ns" to TOOL.txt
+# (tool "none": "elapsed_ns workload_cpu_ns", the workload alone).
 run() {
 	local tool=$1 data t0
 	case $tool in

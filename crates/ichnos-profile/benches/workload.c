@@ -108,7 +108,10 @@ int main(int argc, char **argv)
 	for (int i = 0; i < 2; i++)
 		pthread_join(t[i], 0);
 	uint64_t elapsed = ns(CLOCK_MONOTONIC) - start;
-	uint64_t parent = parent_cpu_ns() - parent_start;
+	uint64_t parent_end = parent_cpu_ns();
+	/* A read that failed (0), or a parent thread that exited in between,
+	 * gives no figure rather than a wrapped one. */
+	uint64_t parent = parent_start && parent_end >= parent_start ? parent_end - parent_start : 0;
 	struct rusage ru;
 	getrusage(RUSAGE_SELF, &ru);
 	uint64_t cpu = ((uint64_t)ru.ru_utime.tv_sec + (uint64_t)ru.ru_stime.tv_sec) * 1000000000u +
