@@ -106,13 +106,20 @@ fn build_napper(dir: &Path) -> PathBuf {
 /// Records the napper (60 rounds of 5 ms of work and 5 ms of sleep) with
 /// `env` set for the recorder.
 fn nap(env: &[(&str, &str)]) -> Napped {
+    nap_with(&[], env)
+}
+
+/// Records the napper as [`nap`] does, with `first` before its arguments.
+fn nap_with(first: &[&str], env: &[(&str, &str)]) -> Napped {
     let dir = tempfile::tempdir().unwrap();
     let exe = build_napper(dir.path());
     let data = dir.path().join("nap.data");
     let stolen_before = stolen();
     let out = Command::new(common::ICHNOS)
         .args(["record", "--off-cpu", "-o", data.to_str().unwrap(), "--"])
-        .args([exe.to_str().unwrap(), "60", "5", "5"])
+        .arg(&exe)
+        .args(first)
+        .args(["60", "5", "5"])
         .envs(env.iter().copied())
         .stdin(Stdio::null())
         .output()
@@ -300,6 +307,16 @@ fn off_cpu_share_of_a_napping_thread_is_its_own_clocks_within_two_points() {
         "context-switches"
     };
     assert_eq!(off_cpu_event(&n.data), expected);
+}
+
+/// A thread other than the main one that executes a program takes its
+/// process's id, which the old main thread has just left by exiting:
+/// the new program's waits are its own, not the last switch of a
+/// thread that exited.
+#[test]
+fn a_program_executed_by_a_second_thread_is_seen_waiting() {
+    let _serial = serial();
+    within(2.0, || nap_with(&["thread-exec"], &[]));
 }
 
 #[test]

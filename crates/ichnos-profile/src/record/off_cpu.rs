@@ -280,7 +280,8 @@ impl OffCpu {
         ran.max(1)
     }
 
-    /// Thread `tid` was created (a thread id can be used again).
+    /// Thread `tid` was created (a thread id can be used again), or took
+    /// the id of its process's main thread by executing a program.
     pub(super) fn born(&mut self, tid: u32) {
         self.exited.remove(&tid);
         // Whose it is now, its samples will say.

@@ -313,6 +313,10 @@ impl Recorder {
                 if c.exec {
                     // A new program: a new stack.
                     self.stack_tops.ended(c.tid);
+                    // A thread other than the main one that executes a
+                    // program takes the id of the main thread, whose exit
+                    // was just recorded: its waits are this thread's.
+                    self.off_cpu.born(c.tid);
                 }
                 if c.exec && c.pid == c.tid {
                     self.spaces.begin(c.pid, c.name, time, &mut self.output);
