@@ -45,6 +45,13 @@ pub enum ChunkProblem {
         /// Found.
         got: u64,
     },
+    /// Read again, the chunk does not hold the record an earlier reading
+    /// found in it: the file changed while it was read.
+    #[error("record {record} is not what an earlier reading found there (the file changed while it was read)")]
+    Changed {
+        /// The record's number in the chunk.
+        record: u32,
+    },
 }
 
 /// Why a recording could not be read.

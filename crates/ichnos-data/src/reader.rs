@@ -21,6 +21,8 @@ pub struct Reader<R: Read> {
     offset: u64,
     stored: Vec<u8>,
     done: bool,
+    /// A seek named the next chunk's offset: a chunk must be there.
+    sought: bool,
 }
 
 /// One chunk's records, decompressed and checked.
@@ -130,6 +132,7 @@ impl<R: Read> Reader<R> {
             offset: u64::from(header_len),
             stored: Vec::new(),
             done: false,
+            sought: false,
         })
     }
 
@@ -147,9 +150,10 @@ impl<R: Read> Reader<R> {
             return Ok(None);
         }
         let offset = self.offset;
+        let sought = std::mem::take(&mut self.sought);
         let mut h = [0u8; CHUNK_HEADER_LEN];
         let n = read_full(&mut self.input, &mut h)?;
-        if n == 0 {
+        if n == 0 && !sought {
             self.done = true;
             return Ok(None);
         }
@@ -236,13 +240,15 @@ impl<R: Read + Seek> Reader<R> {
     /// Goes to the chunk at `offset` (one [`Chunk::offset`] gave): the
     /// next [`Reader::next_chunk`] reads it, and the chunks after it.
     /// An offset that is not a chunk's start gives that call's error,
-    /// naming the offset.
+    /// naming the offset; one at or past the end of the file gives
+    /// [`ReadError::Truncated`], not the end.
     pub fn seek_chunk(&mut self, offset: u64) -> Result<(), ReadError> {
         self.input
             .seek(SeekFrom::Start(offset))
             .map_err(|source| ReadError::Io { source })?;
         self.offset = offset;
         self.done = false;
+        self.sought = true;
         Ok(())
     }
 }

@@ -450,6 +450,21 @@ fn a_seek_to_a_chunk_reads_it_and_what_follows_and_a_wrong_offset_is_named() {
         Err(ReadError::BadChunk { offset, .. }) => assert_eq!(offset, inside),
         other => panic!("a seek into a chunk read as {other:?}"),
     }
+    // A seek names a chunk: none at the end of the file, or past it, is
+    // an error, not the end of the reading.
+    let end = bytes.len() as u64;
+    for offset in [end, end + 100] {
+        reader.seek_chunk(offset).unwrap();
+        match reader.next_chunk() {
+            Err(ReadError::Truncated { offset: at, .. }) => assert_eq!(at, offset),
+            other => panic!("a seek to {offset} of {end} bytes read as {other:?}"),
+        }
+        assert!(reader.next_chunk().unwrap().is_none(), "once, then the end");
+    }
+    // A plain reading to the end still ends without an error.
+    reader.seek_chunk(chunks.last().unwrap().0).unwrap();
+    assert!(reader.next_chunk().unwrap().is_some());
+    assert!(reader.next_chunk().unwrap().is_none());
 }
 
 #[test]

@@ -3,16 +3,19 @@
 //! and its events walked as calls — each thread's entries matched to
 //! their exits on a shadow stack.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+mod by_time;
+
 use std::fs::File;
-use std::io::BufReader;
+use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use ichnos_data::{CallEvent, Calls, ClockSource, OwnedCallEvents, ReadError, Reader, Record};
+use ichnos_data::{CallEvent, Calls, ClockSource, ReadError, Reader, Record};
 use ichnos_profile::report::{symbolize, Profile, SymbolOptions};
 use rustc_hash::FxHashMap;
+
+use by_time::ChunkCache;
+pub use by_time::ThreadBlocks;
 
 /// A traced function.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -260,30 +263,9 @@ impl Trace {
     /// [`Trace::for_each_block`], with where each record is.
     fn for_each_located_block(
         &self,
-        mut f: impl FnMut(BlockPlace, &Calls<'_>),
+        f: impl FnMut(BlockPlace, &Calls<'_>),
     ) -> Result<(), TraceReadError> {
-        let err = |source| self.read_error(source);
-        let mut reader = self.reader()?;
-        loop {
-            match reader.next_chunk() {
-                Ok(Some(chunk)) => {
-                    for (record, index) in chunk.records().zip(0u32..) {
-                        if let Record::Calls(c) = record.map_err(err)? {
-                            let place = BlockPlace {
-                                chunk: chunk.offset(),
-                                record: index,
-                            };
-                            f(place, &c);
-                        }
-                    }
-                }
-                Ok(None) => return Ok(()),
-                // What was read before the cut stands (the profile says
-                // the file was cut).
-                Err(e) if e.is_truncation() => return Ok(()),
-                Err(e) => return Err(err(e)),
-            }
-        }
+        located_blocks(&mut self.reader()?, f).map_err(|e| self.read_error(e))
     }
 
     /// Walks every thread's events as calls; a flight recorder's rings
@@ -332,81 +314,63 @@ impl Trace {
         &self,
         visitor: &mut dyn Visitor,
     ) -> Result<ThreadBlocks, TraceReadError> {
-        let mut streams: Vec<Stream> = Vec::new();
-        let mut by_id: FxHashMap<(u32, u32), usize> = FxHashMap::default();
-        self.walk_located(visitor, |place, key| {
-            let n = streams.len();
-            let at = *by_id.entry(key).or_insert(n);
-            if at == n {
-                streams.push(Stream {
-                    pid: key.0,
-                    tid: key.1,
-                    places: std::collections::VecDeque::new(),
-                    thread: Thread::default(),
-                    block: None,
-                });
-            }
-            streams[at].places.push_back(place);
-        })?;
-        Ok(ThreadBlocks { streams })
+        let mut blocks = ThreadBlocks::default();
+        self.walk_located(visitor, |place, (pid, tid)| blocks.add(pid, tid, place))?;
+        Ok(blocks)
     }
 
     /// [`Trace::walk`] with every thread's events in the order they
     /// happened, across threads and processes (as `uftrace replay` prints
     /// them): each thread's blocks (found by
     /// [`Trace::walk_finding_blocks`]) are read back a block at a time,
-    /// the earliest next event first. Memory: one block per thread,
-    /// encoded (a few bytes an event, at most 65,536 events), and a few
-    /// chunks.
+    /// the earliest next event first. Memory: a block for each thread
+    /// whose events are being read (encoded: a few bytes an event, at
+    /// most 65,536 events), and a few chunks.
     pub fn walk_by_time(
         &self,
         blocks: ThreadBlocks,
         visitor: &mut dyn Visitor,
     ) -> Result<(), TraceReadError> {
-        let mut streams = blocks.streams;
-        let mut chunks = ChunkCache {
-            reader: self.reader()?,
-            kept: Vec::new(),
-        };
-        let mut next = BinaryHeap::new();
-        for (id, stream) in streams.iter_mut().enumerate() {
-            if let Some(at) = stream.load(&mut chunks).map_err(|e| self.read_error(e))? {
-                next.push(Reverse((at, id)));
-            }
-        }
-        while let Some(Reverse((_, id))) = next.pop() {
-            // The thread's events up to the next thread's next one.
-            let until = next.peek().map(|Reverse(key)| *key);
-            let stream = &mut streams[id];
-            let more = stream
-                .advance(id, until, &mut chunks, visitor)
-                .map_err(|e| self.read_error(e))?;
-            if let Some(at) = more {
-                next.push(Reverse((at, id)));
-            }
-        }
-        Ok(())
+        let mut chunks = ChunkCache::new(self.reader()?);
+        by_time::walk(blocks, &mut chunks, visitor).map_err(|e| self.read_error(e))
     }
 }
 
-/// Where each thread's blocks are in a trace.
-pub struct ThreadBlocks {
-    streams: Vec<Stream>,
-}
-
-impl std::fmt::Debug for ThreadBlocks {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ThreadBlocks")
-            .field("threads", &self.streams.len())
-            .finish_non_exhaustive()
+/// Reads every `Calls` record after the reader's place, in order, with
+/// where each is. What was read before a cut stands (the profile says the
+/// file was cut).
+fn located_blocks<R: Read>(
+    reader: &mut Reader<R>,
+    mut f: impl FnMut(BlockPlace, &Calls<'_>),
+) -> Result<(), ReadError> {
+    loop {
+        match reader.next_chunk() {
+            Ok(Some(chunk)) => {
+                for (record, index) in chunk.records().zip(0u32..) {
+                    if let Record::Calls(c) = record? {
+                        let place = BlockPlace {
+                            chunk: chunk.offset(),
+                            record: index,
+                            first: c.first,
+                        };
+                        f(place, &c);
+                    }
+                }
+            }
+            Ok(None) => return Ok(()),
+            Err(e) if e.is_truncation() => return Ok(()),
+            Err(e) => return Err(e),
+        }
     }
 }
 
 /// Where a `Calls` record lies: its chunk's offset and its number there.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct BlockPlace {
     chunk: u64,
     record: u32,
+    /// Ticks its first event counts from: at most that event's time.
+    first: u64,
 }
 
 /// What a block says besides its events.
@@ -458,155 +422,6 @@ impl BlockHead {
             } else {
                 thread.end_program(pid, tid, visitor);
             }
-        }
-    }
-}
-
-/// One thread id's blocks, read back in time order.
-struct Stream {
-    pid: u32,
-    tid: u32,
-    /// Its blocks not read yet.
-    places: std::collections::VecDeque<BlockPlace>,
-    thread: Thread,
-    /// The block being read.
-    block: Option<OpenBlock>,
-}
-
-/// A block being read: its events still to read (kept encoded, a few
-/// bytes each), the next one decoded, and (once its first event is read)
-/// how a ring's events are read.
-struct OpenBlock {
-    head: BlockHead,
-    events: OwnedCallEvents,
-    next: Option<CallEvent>,
-    started: bool,
-    ring: Option<RingRead>,
-}
-
-impl Stream {
-    /// Reads the next block; the time of its first event (of the block
-    /// itself, if it has none), or `None` when there are no more.
-    fn load(&mut self, chunks: &mut ChunkCache) -> Result<Option<u64>, ReadError> {
-        let Some(place) = self.places.pop_front() else {
-            self.block = None;
-            return Ok(None);
-        };
-        let (head, mut events) = chunks.block(place)?;
-        let next = events.next();
-        let at = next.as_ref().map_or(head.first, CallEvent::ticks);
-        self.block = Some(OpenBlock {
-            head,
-            events,
-            next,
-            started: false,
-            ring: None,
-        });
-        Ok(Some(at))
-    }
-
-    /// Walks the stream's events while they come before `until` (the
-    /// time and number of another stream's next event; ties go to the
-    /// lower number), at least one; the time of the next one after them,
-    /// or `None` when the thread has no more.
-    fn advance(
-        &mut self,
-        id: usize,
-        until: Option<(u64, usize)>,
-        chunks: &mut ChunkCache,
-        visitor: &mut dyn Visitor,
-    ) -> Result<Option<u64>, ReadError> {
-        loop {
-            let Some(at) = self.advance_one(chunks, visitor)? else {
-                return Ok(None);
-            };
-            if until.is_some_and(|until| (at, id) > until) {
-                return Ok(Some(at));
-            }
-        }
-    }
-
-    /// Walks the next event (starting its block, ending the block after
-    /// its last); the time of the one after it, or `None` when the
-    /// thread has no more.
-    fn advance_one(
-        &mut self,
-        chunks: &mut ChunkCache,
-        visitor: &mut dyn Visitor,
-    ) -> Result<Option<u64>, ReadError> {
-        let (pid, tid) = (self.pid, self.tid);
-        let Some(block) = self.block.as_mut() else {
-            return Ok(None);
-        };
-        if !block.started {
-            block.started = true;
-            let first = block.next.as_ref().map(CallEvent::ticks);
-            block.ring = block.head.start(&mut self.thread, pid, tid, first, visitor);
-        }
-        if let Some(event) = block.next.take() {
-            block.next = block.events.next();
-            let take = block
-                .ring
-                .as_mut()
-                .is_none_or(|r| r.take(&mut self.thread, event.ticks()));
-            if take {
-                step(&mut self.thread, pid, tid, event, visitor);
-            }
-        }
-        if let Some(event) = block.next {
-            return Ok(Some(event.ticks()));
-        }
-        block.head.end(&mut self.thread, pid, tid, visitor);
-        let next = self.load(chunks)?;
-        if next.is_none() && std::mem::take(&mut self.thread.at_exec) {
-            // As at the end of a walk in the file's order.
-            self.thread.end_program(pid, tid, visitor);
-        }
-        Ok(next)
-    }
-}
-
-/// Chunks read back for their blocks, the few used last kept: threads
-/// read at about the same pace read blocks of about the same chunks.
-struct ChunkCache {
-    reader: Reader<BufReader<File>>,
-    kept: Vec<ichnos_data::Chunk>,
-}
-
-/// Chunks [`ChunkCache`] keeps.
-const CHUNKS_KEPT: usize = 4;
-
-impl ChunkCache {
-    /// The block at `place`: its head and events.
-    fn block(&mut self, place: BlockPlace) -> Result<(BlockHead, OwnedCallEvents), ReadError> {
-        let at = if let Some(at) = self.kept.iter().position(|c| c.offset() == place.chunk) {
-            // The least recently used goes first: this one is the newest.
-            let chunk = self.kept.remove(at);
-            self.kept.push(chunk);
-            self.kept.len() - 1
-        } else {
-            self.reader.seek_chunk(place.chunk)?;
-            // The first pass read this chunk whole: it is there.
-            let Some(chunk) = self.reader.next_chunk()? else {
-                return Err(ReadError::Truncated {
-                    offset: place.chunk,
-                    needed: 1,
-                });
-            };
-            if self.kept.len() == CHUNKS_KEPT {
-                self.kept.remove(0);
-            }
-            self.kept.push(chunk);
-            self.kept.len() - 1
-        };
-        let chunk = &self.kept[at];
-        match chunk.records().nth(place.record as usize).transpose()? {
-            Some(Record::Calls(calls)) => Ok((BlockHead::of(&calls), calls.events.to_owned_iter())),
-            // The first pass found a `Calls` record here.
-            _ => Err(ReadError::Truncated {
-                offset: place.chunk,
-                needed: 1,
-            }),
         }
     }
 }
