@@ -120,26 +120,8 @@ fn scenario_entry() {
             write(&buf, 99..100);
             std::process::exit(0);
         }
-        // The main thread's records, and those an atexit hook writes
-        // after exit() has run the main thread's TLS destructors. (The
-        // harness runs the scenario on a thread of its own: the child of
-        // a fork has the forking thread as its main thread.)
-        "main-exit-hooks" => {
-            // SAFETY: the child writes records and exits.
-            let child = unsafe { libc::fork() };
-            if child == 0 {
-                write(&buf, 0..3);
-                let _ = AT_EXIT.set(buf.clone());
-                // SAFETY: registering a hook without arguments.
-                unsafe { libc::atexit(write_at_exit) };
-                std::process::exit(0);
-            }
-            let mut status = 0;
-            // SAFETY: waiting for our own child.
-            unsafe { libc::waitpid(child, &raw mut status, 0) };
-            assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
-            std::process::exit(0);
-        }
+        "main-exit-hooks" => exit_hooks_in_a_forked_main_thread(&buf),
+        "other-thread-exit-hooks" => exit_hooks_on_another_thread(&buf),
         // The writing thread is the one that calls exit().
         "exit" => {
             write(&buf, 0..10);
@@ -206,6 +188,39 @@ fn scenario_entry() {
     }
 }
 
+/// The main thread's records, and those an `atexit` hook writes after
+/// `exit()` has run the main thread's TLS destructors. (The harness runs the
+/// scenario on a thread of its own: the child of a fork has the forking
+/// thread as its main thread.)
+fn exit_hooks_in_a_forked_main_thread(buf: &FillBuffer) -> ! {
+    // SAFETY: the child writes records and exits.
+    let child = unsafe { libc::fork() };
+    if child == 0 {
+        write(buf, 0..3);
+        let _ = AT_EXIT.set(buf.clone());
+        // SAFETY: registering a hook without arguments.
+        unsafe { libc::atexit(write_at_exit) };
+        std::process::exit(0);
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    unsafe { libc::waitpid(child, &raw mut status, 0) };
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+    std::process::exit(0);
+}
+
+/// A thread other than the main one calls `exit()` (the harness runs the
+/// scenario on a thread of its own), saying so first: what an `atexit`
+/// hook writes on it after `exit()` has run its TLS destructors still arrives.
+fn exit_hooks_on_another_thread(buf: &FillBuffer) -> ! {
+    write(buf, 0..3);
+    let _ = AT_EXIT.set(buf.clone());
+    // SAFETY: registering a hook without arguments.
+    unsafe { libc::atexit(write_at_exit) };
+    ichnos_buf::fill::before_exit();
+    std::process::exit(0);
+}
+
 fn records(line: &str) -> &str {
     line.rsplit("records=").next().unwrap()
 }
@@ -229,6 +244,17 @@ fn the_main_thread_keeps_its_buffer_for_the_exit_hooks() {
     assert_eq!(lines.len(), 1, "flushed exactly once: {lines:?}");
     assert!(
         lines[0].contains("writer=main reason=ProcessExit"),
+        "{lines:?}"
+    );
+    assert_eq!(records(&lines[0]), "0,1,2,10,11", "{lines:?}");
+}
+
+#[test]
+fn a_thread_about_to_exit_keeps_its_buffer_for_the_exit_hooks() {
+    let lines = run("other-thread-exit-hooks");
+    assert_eq!(lines.len(), 1, "flushed exactly once: {lines:?}");
+    assert!(
+        lines[0].contains("writer=other reason=ProcessExit"),
         "{lines:?}"
     );
     assert_eq!(records(&lines[0]), "0,1,2,10,11", "{lines:?}");

@@ -4,6 +4,11 @@
 //! trace over first (the mappings, then every thread's buffer or ring),
 //! and then call the C library's. `exit` itself reaches `_exit` inside the
 //! C library, past these wrappers, after its hooks have done the same.
+//! Its wrapper only says which thread calls it: `exit` runs that
+//! thread's TLS destructors before its `atexit` hooks and static
+//! destructors, and the calls those make on it must find its buffer
+//! still there (a thread other than the main one would hand it over and
+//! unmap it as a thread that ends does).
 //!
 //! `exec` replaces the program: the wrappers of `execve`, `execv`,
 //! `execvp`, `execvpe` and `fexecve` send the mappings and the calling
@@ -54,12 +59,12 @@ fn owner() -> bool {
 }
 
 /// The C library's functions wrapped here, by number.
-const NAMES: [&CStr; 7] = [
-    c"_exit", c"_Exit", c"execve", c"execvpe", c"execv", c"execvp", c"fexecve",
+const NAMES: [&CStr; 8] = [
+    c"_exit", c"_Exit", c"execve", c"execvpe", c"execv", c"execvp", c"fexecve", c"exit",
 ];
 
 /// Their addresses (0: not looked up yet, or not there).
-static REAL: [AtomicUsize; 7] = [const { AtomicUsize::new(0) }; 7];
+static REAL: [AtomicUsize; 8] = [const { AtomicUsize::new(0) }; 8];
 
 /// Looks every one of them up now, at the start (and after a fork): not
 /// at first use, which may be in a signal handler or a `vfork` child,
@@ -268,29 +273,41 @@ exec_wrapper!(execv, 4, Execv, (path: *const c_char, argv: *const *const c_char)
 exec_wrapper!(execvp, 5, Execv, (file: *const c_char, argv: *const *const c_char));
 exec_wrapper!(fexecve, 6, Fexecve, (fd: c_int, argv: *const *const c_char, envp: *const *const c_char));
 
-/// The C library's `_exit` (0) or `_Exit` (1).
-fn real(which: usize) -> extern "C" fn(c_int) -> ! {
+/// Ends the process through the C library's `_exit` (0), `_Exit` (1)
+/// or `exit` (7).
+fn end_with(which: usize, status: c_int) -> ! {
     let found = next(which);
     if found == 0 {
-        // SAFETY: without the C library's own, the system call does what
-        // it would.
-        unsafe { libc::syscall(libc::SYS_exit_group, 1) };
+        // SAFETY: without the C library's own, the system call ends the
+        // process as `_exit` would.
+        unsafe { libc::syscall(libc::SYS_exit_group, status) };
     }
     // SAFETY: dlsym's address of this very function of the C library,
     // which has this signature.
-    unsafe { std::mem::transmute::<usize, extern "C" fn(c_int) -> !>(found) }
+    let real = unsafe { std::mem::transmute::<usize, extern "C" fn(c_int) -> !>(found) };
+    real(status)
 }
 
 /// The C library's `_exit`, after the trace is handed over.
 #[no_mangle]
 pub extern "C" fn _exit(status: c_int) -> ! {
     hand_over();
-    real(0)(status)
+    end_with(0, status)
 }
 
 /// The C library's `_Exit`, after the trace is handed over.
 #[no_mangle]
 pub extern "C" fn _Exit(status: c_int) -> ! {
     hand_over();
-    real(1)(status)
+    end_with(1, status)
+}
+
+/// The C library's `exit`, with the calling thread's buffer kept for
+/// the `atexit` hooks and static destructors it runs.
+#[no_mangle]
+pub extern "C" fn exit(status: c_int) -> ! {
+    if owner() {
+        ichnos_buf::fill::before_exit();
+    }
+    end_with(7, status)
 }

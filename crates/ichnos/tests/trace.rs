@@ -785,6 +785,45 @@ fn calls_after_main_returns_are_traced() {
 }
 
 #[test]
+fn calls_after_a_second_thread_calls_exit_are_traced_on_that_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "exit_hooks.c", &["-pthread"]);
+    // The main thread waits in pthread_join, its call of main open; the
+    // worker's exit() runs the handlers and destructors on the worker.
+    let main = ["main() {", "  leaf();"];
+    let worker = [
+        "worker() {",
+        "  leaf();",
+        "  at_exit() {",
+        "    leaf();",
+        "    leaf();",
+        "  } /* at_exit */",
+        "  unloading() {",
+        "    leaf();",
+        "  } /* unloading */",
+    ];
+    for options in [&[][..], &["--ring", "4K"]] {
+        traced(
+            dir.path(),
+            "t.data",
+            options,
+            &[exe.to_str().unwrap(), "thread"],
+        );
+        let lines = replay(dir.path(), "t.data", &[]);
+        let main_tid = lines[0].0;
+        let of = |main_thread: bool| -> Vec<&str> {
+            lines
+                .iter()
+                .filter(|(tid, _)| (*tid == main_tid) == main_thread)
+                .map(|(_, f)| f.as_str())
+                .collect()
+        };
+        assert_eq!(of(true), main, "ichnos trace {options:?}: {lines:?}");
+        assert_eq!(of(false), worker, "ichnos trace {options:?}: {lines:?}");
+    }
+}
+
+#[test]
 fn a_crash_in_a_full_trace_keeps_every_call_before_it() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "crash.c", &[]);

@@ -57,6 +57,18 @@ mod write_path;
 
 pub use thread::MAX_BUFFERS;
 
+/// The calling thread is about to call `exit`: keep its buffers through
+/// its TLS destructors, which `exit` runs before the `atexit` hooks and
+/// static destructors, so that the records those write on this thread
+/// reach the `atexit` hook's last flush, as the main thread's do
+/// (otherwise a thread other than the main one hands its buffers over
+/// and unmaps them as if it were ending, and what the hooks write is
+/// dropped). For a runtime that wraps `exit`; a thread that goes on
+/// instead keeps its buffers mapped until the process ends.
+pub fn before_exit() {
+    thread::before_exit();
+}
+
 /// Flushes every registered thread's trace buffers for the last time, as
 /// the `atexit` hook does (reason [`FlushReason::ProcessExit`]): for a
 /// process that ends without running its hooks (`_exit`). Records

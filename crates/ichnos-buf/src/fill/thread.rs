@@ -7,15 +7,16 @@
 //! costs nothing); a second TLS value, [`ThreadState`], owns the memory
 //! and flushes at thread exit. A process's main thread keeps its buffers
 //! through its TLS destructors: `exit` runs those before the `atexit`
-//! hooks and static destructors, whose records would be lost. An `atexit`
-//! hook flushes it, and every other thread still running, from the
-//! registry.
+//! hooks and static destructors, whose records would be lost. So does a
+//! thread that says it is about to call `exit` ([`before_exit`]). An
+//! `atexit` hook flushes them, and every other thread still running, from
+//! the registry.
 
 use super::mem::Mapping;
 use super::slot::Slot;
 use super::Shared;
 use std::cell::{Cell, RefCell};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Once, Weak};
 
 /// How many buffer handles can exist at once (drx_buf is limited by raw
@@ -69,10 +70,11 @@ impl Drop for ThreadState {
         }
         let tid = current_tid();
         // SAFETY: getpid has no preconditions.
-        if tid == unsafe { libc::getpid() } {
-            // The main thread: `exit` (returning from `main` included)
-            // runs its TLS destructors first, then the `atexit` hooks and
-            // static destructors, which write records too. Its slots stay
+        if tid == unsafe { libc::getpid() } || tid == EXIT_CALLER.load(Ordering::Acquire) {
+            // The main thread, or the thread that called `exit`: `exit`
+            // (returning from `main` included) runs the calling thread's
+            // TLS destructors first, then the `atexit` hooks and static
+            // destructors, which write records too. Its slots stay
             // attached and registered, their memory mapped for the rest of
             // the process (its TLS block lives as long), and the exit
             // hook flushes them. (After a `pthread_exit` of the main
@@ -213,6 +215,16 @@ static mut REGISTRY: Registry = Registry {
 };
 /// Set by the `atexit` hook: buffers have been flushed for the last time.
 pub(crate) static EXITING: AtomicBool = AtomicBool::new(false);
+
+/// The thread that is about to call `exit` (0: none has said so).
+static EXIT_CALLER: AtomicI32 = AtomicI32::new(0);
+
+/// The calling thread is about to call `exit`: its TLS destructors, which
+/// `exit` runs before the `atexit` hooks, keep its buffers for the exit
+/// hook, as the main thread's do.
+pub(crate) fn before_exit() {
+    EXIT_CALLER.store(current_tid(), Ordering::Release);
+}
 
 fn lock() -> bool {
     // The flag is raised before trying and lowered after releasing, so a
