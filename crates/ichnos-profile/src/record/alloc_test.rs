@@ -49,6 +49,19 @@ fn allocations() -> u64 {
 /// as a sample record of `format` (what the kernel writes).
 #[inline(never)]
 fn sample_here(format: &SampleFormat, time: u64) -> Vec<u8> {
+    sample_here_copying(format, time, 16 << 10, 16 << 10)
+}
+
+/// As [`sample_here`], with a copy of `size` bytes asked for, of which
+/// at most `most` are copied (the kernel copies less where the stack's
+/// mapping ends).
+#[inline(never)]
+pub(super) fn sample_here_copying(
+    format: &SampleFormat,
+    time: u64,
+    size: usize,
+    most: usize,
+) -> Vec<u8> {
     let (ip, sp, bp): (u64, u64, u64);
     // SAFETY: reads three registers into locals; no memory is touched.
     unsafe {
@@ -61,12 +74,12 @@ fn sample_here(format: &SampleFormat, time: u64) -> Vec<u8> {
             bp = out(reg) bp,
         );
     }
-    let mut stack = vec![0u8; 16 << 10];
+    let mut stack = vec![0u8; size];
     let n = {
         use ichnos_code::memory::Memory as _;
         let mut m = ichnos_code::memory::ProcessMemory::current();
         // Up to the end of the stack mapping: halve until it reads.
-        let mut n = stack.len();
+        let mut n = most.min(size);
         while n >= 64 && m.read(sp, &mut stack[..n]).is_err() {
             n /= 2;
         }
@@ -98,8 +111,8 @@ fn sample_here(format: &SampleFormat, time: u64) -> Vec<u8> {
     r
 }
 
-#[test]
-fn a_sample_seen_before_costs_no_allocation() {
+/// The format of the samples [`sample_here`] makes.
+pub(super) fn format() -> SampleFormat {
     let config = EventConfig {
         kind: EventKind::CpuClock,
         frequency: 1000,
@@ -115,12 +128,19 @@ fn a_sample_seen_before_costs_no_allocation() {
         kernel: false,
         identify: false,
     };
-    let format = SampleFormat::of(&config.attr());
-    let dir = tempfile::tempdir().unwrap();
-    let file = std::fs::File::create(dir.path().join("x.data")).unwrap();
-    let start = ichnos_perf::monotonic_ns();
+    SampleFormat::of(&config.attr())
+}
+
+/// A recorder of samples of `format` from `start` on, writing to a file
+/// in `dir`.
+pub(super) fn recorder(
+    format: SampleFormat,
+    dir: &std::path::Path,
+    start: u64,
+) -> (Recorder, std::thread::JoinHandle<output::WriterResult>) {
+    let file = std::fs::File::create(dir.join("x.data")).unwrap();
     let (output, writer) = output::start(file, start).unwrap();
-    let mut recorder = Recorder {
+    let recorder = Recorder {
         spaces: Spaces::new(ichnos_code::elf::RowChoice::SframeThenEhFrame),
         interner: Interner::default(),
         output,
@@ -137,6 +157,15 @@ fn a_sample_seen_before_costs_no_allocation() {
         stack_tops: super::stack_tops::StackTops::default(),
         off_cpu: super::off_cpu::OffCpu::default(),
     };
+    (recorder, writer)
+}
+
+#[test]
+fn a_sample_seen_before_costs_no_allocation() {
+    let format = format();
+    let dir = tempfile::tempdir().unwrap();
+    let start = ichnos_perf::monotonic_ns();
+    let (mut recorder, writer) = recorder(format, dir.path(), start);
     let record = sample_here(&format, start);
     let round = |recorder: &mut Recorder, records: usize| {
         for _ in 0..records {

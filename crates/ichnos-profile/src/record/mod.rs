@@ -20,6 +20,8 @@ mod model;
 mod off_cpu;
 mod order;
 mod output;
+#[cfg(test)]
+mod past_copy_test;
 mod perf_data;
 mod recorder;
 mod stack_tops;

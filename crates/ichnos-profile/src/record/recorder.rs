@@ -102,7 +102,8 @@ pub(super) struct Recorder {
     pub(super) stack: Vec<u64>,
     pub(super) samples: u64,
     pub(super) complete: u64,
-    /// Samples whose stack went on past the bytes the kernel copied.
+    /// Samples whose stack went on past the bytes the kernel copied,
+    /// where it copied all it was asked for.
     pub(super) past_copy: u64,
     /// Samples whose stack was cut short by the recorder (its thread's
     /// frames reached higher than its complete stacks had).
@@ -482,6 +483,11 @@ impl Recorder {
                 self.cut_short += u64::from(!leaving);
                 self.stack_tops.never_cut(tid);
             }
+            // The kernel copied less than asked for where the stack's
+            // mapping ended: a walk that ran off that copy ran off the
+            // stack itself (through code it could not follow), and a
+            // larger copy would not take it further.
+            StackStop::StackEnd if (stack.len() as u64) < s.stack_user_size => {}
             StackStop::StackEnd => self.past_copy += u64::from(!leaving),
             _ => {}
         }
