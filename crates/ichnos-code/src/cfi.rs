@@ -319,6 +319,13 @@ pub(crate) fn evaluate_fde(
     // keeping the old value is what the frame-pointer fallback would do.
     let fp = match row.register(X86_64::RBP) {
         None => regs.fp,
+        // A slot below the stack pointer was popped: the register holds
+        // the caller's value again.
+        Some(RegisterRule::Offset(n))
+            if crate::unwind::saved_below_sp(cfa.wrapping_add_signed(n), regs.sp) =>
+        {
+            regs.fp
+        }
         Some(rule) => recover(&rule, regs.fp, &mut inputs, RuleOf::Register(X86_64::RBP.0))?
             .unwrap_or(regs.fp),
     };

@@ -430,10 +430,11 @@ fn fast_run(
         let Some(ra) = stack.u64_at(cfa.wrapping_add_signed(i64::from(X86_64_RA_OFFSET))) else {
             break;
         };
-        let caller_fp = if e.fp_off == 0 {
+        let fp_slot = cfa.wrapping_add_signed(i64::from(e.fp_off));
+        let caller_fp = if e.fp_off == 0 || saved_below_sp(fp_slot, walk.frame.sp) {
             walk.fp
         } else {
-            match stack.u64_at(cfa.wrapping_add_signed(i64::from(e.fp_off))) {
+            match stack.u64_at(fp_slot) {
                 Some(value) => value,
                 None => break,
             }
@@ -579,6 +580,18 @@ impl<M: Memory + ?Sized> Reader<'_, M> {
     }
 }
 
+/// Whether a register's save slot at `slot` lies below the frame's stack
+/// pointer `sp`: the epilogue has popped it, so the register holds the
+/// caller's value again. Unwind rows say where a register was saved from
+/// the prologue to the end of the function (gcc notes no restore as an
+/// epilogue pops), and a sample between the pop and the return would
+/// read a slot the kernel's stack copy, which starts at `sp`, does not
+/// hold.
+#[inline]
+pub(crate) fn saved_below_sp(slot: u64, sp: u64) -> bool {
+    slot < sp
+}
+
 fn offset(base: u64, off: i32) -> Result<u64, StopReason> {
     base.checked_add_signed(i64::from(off))
         .ok_or(StopReason::BadAddress)
@@ -607,10 +620,11 @@ fn step_by_row<M: Memory + ?Sized>(
         row.ra_off
     };
     let ra = reader.u64_at(cfa.wrapping_add_signed(i64::from(ra_off)))?;
-    let caller_fp = if row.fp_off == 0 {
+    let fp_slot = cfa.wrapping_add_signed(i64::from(row.fp_off));
+    let caller_fp = if row.fp_off == 0 || saved_below_sp(fp_slot, sp) {
         fp
     } else {
-        reader.u64_at(cfa.wrapping_add_signed(i64::from(row.fp_off)))?
+        reader.u64_at(fp_slot)?
     };
     Ok(Caller {
         ra,

@@ -54,10 +54,44 @@ fn stops() -> (tempfile::TempDir, Vec<Stop>) {
     stops_built_with(&[])
 }
 
+/// A gdb breakpoint at the instruction after `with_alloca`'s `leave`
+/// in `prog` (found by objdump): there `rbp` has been popped, and the
+/// unwind rows still say it is saved at CFA-16, below the stack pointer,
+/// outside the stack copy.
+fn after_leave(prog: &std::path::Path) -> String {
+    let out = std::process::Command::new("objdump")
+        .args(["-d", "--no-show-raw-insn"])
+        .arg(prog)
+        .output()
+        .expect("objdump (binutils)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let body: Vec<&str> = text
+        .split("\n\n")
+        .find(|block| block.contains("<with_alloca>:"))
+        .expect("with_alloca in the disassembly")
+        .lines()
+        .collect();
+    let address = |line: &str| -> u64 {
+        let hex = line.trim().split(':').next().unwrap();
+        u64::from_str_radix(hex.trim(), 16).unwrap()
+    };
+    let start = body
+        .iter()
+        .find(|l| l.contains("<with_alloca>:"))
+        .map(|l| u64::from_str_radix(l.split_whitespace().next().unwrap(), 16).unwrap())
+        .unwrap();
+    let leave = body
+        .iter()
+        .position(|l| l.split_whitespace().nth(1) == Some("leave"))
+        .expect("with_alloca ends its rbp-based frame with leave");
+    format!("*with_alloca+{}", address(body[leave + 1]) - start)
+}
+
 /// `stops`, of the fixtures built with `extra` gcc flags.
 fn stops_built_with(extra: &[&str]) -> (tempfile::TempDir, Vec<Stop>) {
     let dir = tempfile::tempdir().unwrap();
     let prog = build_prog_with(dir.path(), extra);
+    let epilogue = after_leave(&prog);
     let stops = capture(
         &prog,
         &[
@@ -65,6 +99,7 @@ fn stops_built_with(extra: &[&str]) -> (tempfile::TempDir, Vec<Stop>) {
             "*'lib_call@plt'",
             "*'lib_call@plt'+11",
             "*'lib_inner@plt'",
+            &epilogue,
         ],
     );
     // Not vacuous: every planned stop happened.
@@ -75,6 +110,7 @@ fn stops_built_with(extra: &[&str]) -> (tempfile::TempDir, Vec<Stop>) {
         ":lib_inner@plt",
         ":lib_inner",
         ":leaf",
+        ":with_alloca",
     ] {
         assert!(
             labels.iter().any(|l| l.ends_with(want)),
@@ -245,7 +281,19 @@ fn a_signal_frame_unwinds_through_the_trampolines_cfi_as_gdb_does() {
 #[test]
 fn the_cached_walk_agrees_through_signal_frames() {
     let (_dir, stops) = signal_stops();
-    for stop in &stops {
+    cached_walk_agrees_with_gdb(&stops);
+}
+
+#[test]
+fn the_cached_walk_agrees_with_gdb_everywhere() {
+    let (_dir, stops) = stops();
+    cached_walk_agrees_with_gdb(&stops);
+}
+
+/// The cached walk (the recorder's) of each stop, twice, gives gdb's
+/// frames.
+fn cached_walk_agrees_with_gdb(stops: &[Stop]) {
+    for stop in stops {
         let map = code_map(&stop.maps, Rules::Preferred);
         let regs = Regs {
             ip: stop.rip,
