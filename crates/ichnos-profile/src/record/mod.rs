@@ -20,10 +20,10 @@ mod model;
 mod off_cpu;
 mod order;
 mod output;
-#[cfg(test)]
-mod past_copy_test;
 mod perf_data;
 mod recorder;
+#[cfg(test)]
+mod recorder_test;
 mod stack_tops;
 
 use std::ffi::OsString;
