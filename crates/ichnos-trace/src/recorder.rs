@@ -147,6 +147,9 @@ struct Conn {
     carry: Vec<u8>,
     /// Executable ranges known of the address space.
     exec: Vec<(u64, u64)>,
+    /// The program's ends the runtime marked before an exec, written
+    /// when the connection ends ([`frames::end_of_connection`]).
+    exec_marks: Vec<ichnos_data::wire::FrameHeader>,
     closed: bool,
 }
 
@@ -318,6 +321,7 @@ fn accept_all(listener: &OwnedFd, conns: &mut Vec<Conn>) -> Result<usize, TraceE
             asid: 0,
             carry: Vec::new(),
             exec: Vec::new(),
+            exec_marks: Vec::new(),
             closed: false,
         });
         n += 1;
@@ -456,6 +460,7 @@ fn service(conn: &mut Conn, out: &mut Out, read: &mut Vec<u8>) -> Result<bool, T
         }
     }
     if gone {
+        frames::end_of_connection(conn, out)?;
         let time = out.time();
         out.push(&Record::Exit {
             pid: u64::from(conn.pid),

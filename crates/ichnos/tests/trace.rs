@@ -370,6 +370,51 @@ fn the_calls_before_an_exec_are_kept_and_the_new_program_starts_afresh() {
 }
 
 #[test]
+fn a_program_executed_by_a_second_thread_starts_after_the_main_threads_last_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "exec.c", &["-pthread"]);
+    // The main thread calls spin_leaf without end and hands a 4 KiB
+    // buffer over every 256 events: one is often in flight as the
+    // second thread marks the program's end before its exec. Several
+    // runs, for the race to show.
+    for run in 0..5 {
+        traced(
+            dir.path(),
+            "t.data",
+            &["-b", "4K"],
+            &[exe.to_str().unwrap(), "thread"],
+        );
+        let lines = replay(dir.path(), "t.data", &[]);
+        let (execs, main): (Vec<_>, Vec<_>) = lines
+            .iter()
+            .partition(|(_, f)| f.contains("exec_thread") || f.contains("before_exec"));
+        let execs: Vec<&str> = execs.iter().map(|(_, f)| f.as_str()).collect();
+        assert_eq!(execs, ["exec_thread() {", "  before_exec();"], "run {run}");
+        // The main thread: the old program's main and its spin_leaf calls
+        // (none, if its buffer never filled before the exec ended it),
+        // then the new program's main at depth 0.
+        let main: Vec<&str> = main.iter().map(|(_, f)| f.as_str()).collect();
+        let (old, new) = main.split_at(main.len().saturating_sub(3));
+        assert_eq!(
+            new,
+            ["main() {", "  after_exec();", "} /* main */"],
+            "run {run}"
+        );
+        if let Some((first, calls)) = old.split_first() {
+            assert_eq!(*first, "main() {", "run {run}");
+            let stray: Vec<&&str> = calls
+                .iter()
+                .filter(|f| **f != "  spin_leaf();" && **f != "  spin_leaf() {")
+                .collect();
+            assert!(
+                stray.is_empty(),
+                "run {run}: the old program's calls, read as the new one's: {stray:?}"
+            );
+        }
+    }
+}
+
+#[test]
 fn a_thread_whose_last_frame_is_lost_is_counted_in_the_recording() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "lossy.c", &["-pthread", "-O0"]);

@@ -120,6 +120,52 @@ fn frame(conn: &mut Conn, out: &mut Out, h: &FrameHeader, body: &[u8]) -> Result
     if h.flags & wire::FRAME_NAMES != 0 {
         return add_span_names(conn, out, body);
     }
+    if body.is_empty() && h.flags & EXEC_MARK == EXEC_MARK && conn.exec_marks.len() < MAX_EXEC_MARKS
+    {
+        // The program's end at an exec, held until the connection ends.
+        conn.exec_marks.retain(|m| m.tid != h.tid);
+        conn.exec_marks.push(*h);
+        return Ok(());
+    }
+    if body.is_empty() && h.flags & wire::FRAME_RESUMED != 0 {
+        if let Some(at) = conn.exec_marks.iter().position(|m| m.tid == h.tid) {
+            // The exec failed: the program goes on, and neither is said.
+            conn.exec_marks.swap_remove(at);
+            return Ok(());
+        }
+    }
+    calls(conn, out, h, body)
+}
+
+/// The flags of the empty frame the runtime sends for the calling thread
+/// and the main thread before an exec.
+const EXEC_MARK: u32 = wire::FRAME_LAST | wire::FRAME_EXEC;
+
+/// Ends of programs at an exec held at most per connection (two are
+/// sent per exec); past it they are written as they come.
+const MAX_EXEC_MARKS: usize = 64;
+
+/// The connection ended (the process exec'ed, or exited): the ends of
+/// its program held since the runtime marked them before an exec are
+/// written now, after everything else the program sent.
+///
+/// The runtime marks the end of the program for the thread that calls
+/// exec and for the main thread, whose id the new program takes. The
+/// main thread, when it is another, runs on until the exec ends it, and
+/// may hand over a full buffer after the mark: written as it came, the
+/// mark would end the program before the old program's last events, and
+/// a reader would take those for the new program's and nest its calls
+/// under them. The connection ends when the exec has gone through, before
+/// the new program (which connects anew) sends anything.
+pub(super) fn end_of_connection(conn: &mut Conn, out: &mut Out) -> Result<(), TraceError> {
+    for h in std::mem::take(&mut conn.exec_marks) {
+        calls(conn, out, &h, &[])?;
+    }
+    Ok(())
+}
+
+/// A frame of a thread's events: a `Calls` record.
+fn calls(conn: &mut Conn, out: &mut Out, h: &FrameHeader, body: &[u8]) -> Result<(), TraceError> {
     let tid = h.tid;
     if out.threads.insert((conn.pid, tid)) {
         let name = comm(conn.pid, tid);
