@@ -361,21 +361,32 @@ pub(crate) fn check(bytes: &[u8]) -> Result<Header, FormatError> {
 
 /// Range starts increase; answers name a frame of the table or none.
 fn check_ranges(bytes: &[u8], layout: &Layout) -> Result<(), FormatError> {
+    let n = layout.range_count;
+    // The tables lie inside the file (the layout was checked against its
+    // length): whole words, read without a bounds check each.
+    let table = |at: usize, len: usize| {
+        bytes
+            .get(at..at + len)
+            .ok_or_else(|| bad(at, "a table past the end of the file"))
+    };
+    let starts = table(layout.starts, 8 * n)?.chunks_exact(8);
+    let answers = table(layout.answers, 4 * n)?.chunks_exact(4);
     let mut previous = None;
-    for i in 0..layout.range_count {
-        let at = layout.starts + 8 * i;
-        let start = u64_at(bytes, at);
+    for (i, (start, answer)) in starts.zip(answers).enumerate() {
+        let start = u64::from_le_bytes(start.try_into().expect("8 bytes"));
         if previous.is_some_and(|p| start <= p) {
             return Err(bad(
-                at,
+                layout.starts + 8 * i,
                 format!("range {i} starts at {start:#x}, not above the one before"),
             ));
         }
         previous = Some(start);
-        let answer_at = layout.answers + 4 * i;
-        let answer = u32_at(bytes, answer_at);
+        let answer = u32::from_le_bytes(answer.try_into().expect("4 bytes"));
         if !is_unknown(answer) && answer as usize >= layout.frame_count {
-            return Err(bad(answer_at, format!("range {i}'s frame {answer}")));
+            return Err(bad(
+                layout.answers + 4 * i,
+                format!("range {i}'s frame {answer}"),
+            ));
         }
     }
     Ok(())
@@ -386,18 +397,23 @@ fn check_ranges(bytes: &[u8], layout: &Layout) -> Result<(), FormatError> {
 /// table.
 fn check_frames(bytes: &[u8], layout: &Layout) -> Result<(), FormatError> {
     let string_ok = |id: u32| id == NONE || (id as usize) < layout.string_count;
+    let table = bytes
+        .get(layout.frames..layout.frames + FRAME_SIZE * layout.frame_count)
+        .ok_or_else(|| bad(layout.frames, "the frame table past the end of the file"))?;
     // Frames since the last one that ended an answer.
     let mut run = 0;
-    for i in 0..layout.frame_count {
+    for (i, frame) in table.chunks_exact(FRAME_SIZE).enumerate() {
         let at = layout.frames + FRAME_SIZE * i;
-        let flags = u32_at(bytes, at + 20);
+        let word =
+            |n: usize| u32::from_le_bytes(frame[4 * n..4 * n + 4].try_into().expect("4 bytes"));
+        let flags = word(5);
         if flags & !KNOWN_FLAGS != 0 {
             return Err(bad(at + 20, format!("frame {i}: unknown flags {flags:#x}")));
         }
-        for (field, name) in [(0, "function"), (4, "raw function"), (8, "file")] {
-            let id = u32_at(bytes, at + field);
+        for (n, name) in [(0, "function"), (1, "raw function"), (2, "file")] {
+            let id = word(n);
             if !string_ok(id) {
-                return Err(bad(at + field, format!("frame {i}: {name} string {id}")));
+                return Err(bad(at + 4 * n, format!("frame {i}: {name} string {id}")));
             }
         }
         run += 1;
