@@ -15,9 +15,12 @@
 //! place in the mapped file, each framed and checked as it is reached
 //! and parsed by our own bounded parser ([`records`]); compressed records
 //! (whose decompressed size nothing bounds) are refused. What is kept
-//! while records wait for their turn is a few words each ([`rounds`]).
+//! while records wait for their turn is a few words each ([`rounds`]). A
+//! second thread reads the records a little ahead of the walk, to take
+//! the page faults and memory misses out of its way ([`read_ahead`]).
 
 mod checks;
+mod read_ahead;
 mod records;
 mod rounds;
 
@@ -167,19 +170,29 @@ pub fn import_perf_data(
     let mut recorder = Recorder::offline(ichnos_code::UnwindOptions::default().max_frames, out);
     let mut converted = Converted::default();
     let mut released = 0;
-    let walked = records::walk(
-        data,
-        data_offset,
-        &attrs,
-        |below| {
-            if below >= released + RELEASE_EVERY {
-                let from = usize::try_from(data_offset).unwrap_or(0);
-                map.release(from + released..from + below);
-                released = below;
-            }
-        },
-        |found| converted.record(&formats, found, &mut recorder),
-    );
+    let place = read_ahead::Place::new();
+    let walked = std::thread::scope(|scope| {
+        // Without the thread (none could be made), the walk is slower.
+        let _reader = std::thread::Builder::new()
+            .name("ichnos-read-ahead".into())
+            .spawn_scoped(scope, || read_ahead::run(data, &place));
+        let walked = records::walk(
+            data,
+            data_offset,
+            &attrs,
+            |below| {
+                place.done_below(below);
+                if below >= released + RELEASE_EVERY {
+                    let from = usize::try_from(data_offset).unwrap_or(0);
+                    map.release(from + released..from + below);
+                    released = below;
+                }
+            },
+            |found| converted.record(&formats, found, &mut recorder),
+        );
+        place.ended();
+        walked
+    });
     let walked = if map.faulted() {
         Err(PerfDataError::Changed {
             path: input.to_path_buf(),
