@@ -14,7 +14,7 @@
 //! row says otherwise, and the frame-pointer chain is `[rbp] = caller's rbp,
 //! [rbp+8] = return address`.
 
-use crate::cfi::CfiStep;
+use crate::cfi::{CfiError, CfiStep};
 use crate::code_map::{FindRow, Lookup, RowSource};
 use crate::memory::{Bytes, Memory};
 use crate::row::{CfaBase, ROW_CFA_BASE_SP, ROW_OUTERMOST, ROW_UNEXPRESSIBLE};
@@ -650,8 +650,18 @@ fn step_by_cfi<R: FindRow + ?Sized, M: Memory + ?Sized>(
         sp: frame.sp,
         fp,
     };
+    let copy_end = reader
+        .stack
+        .addr
+        .saturating_add(reader.stack.data.len() as u64);
     let mut read = |addr| reader.u64_at(addr).ok();
     match rules.evaluate_cfi(pc, regs, &mut read)? {
+        // A read past the stack copy's end is the walk running off the
+        // copy, as a row's would be: not a reason to guess by frame
+        // pointers (a copy cut short is then known to be too short).
+        Err(CfiError::Unreadable { addr, .. }) if addr >= copy_end && copy_end > frame.sp => {
+            Some(Err(StopReason::StackEnd { addr }))
+        }
         Ok(CfiStep::Outermost) => Some(Err(StopReason::Outermost)),
         Ok(CfiStep::Caller { regs, interrupted }) => Some(Ok(Caller {
             ra: regs.ip,

@@ -6,32 +6,19 @@
 //! it, by rows and by the CFI the unwinder evaluates itself. (The stop
 //! after `leave` in `gdb_unwind.rs` checks the same against gdb.)
 
-use std::process::Command;
-use std::sync::Arc;
+mod support;
 
 use ichnos_code::eh_frame::rows_from_elf;
 use ichnos_code::memory::NoMemory;
 use ichnos_code::row::{RowTable, UnwindRow, ROW_CFA_BASE_SP, ROW_OUTERMOST};
-use ichnos_code::{
-    unwind, CodeMap, CodeObject, FrameKind, Regs, RowSource, Rows, StopReason, UnwindOptions,
-};
+use ichnos_code::{unwind, CodeMap, FrameKind, Regs, RowSource, StopReason, UnwindOptions};
 
 const SP: u64 = 0x7fff_0000;
 /// The caller's frame pointer, back in `rbp` after the pop.
 const CALLERS_FP: u64 = 0x7fff_8000;
 
 fn one_object(start: u64, end: u64, table: RowTable) -> CodeMap {
-    let mut map = CodeMap::new();
-    map.insert(Arc::new(CodeObject {
-        start,
-        end,
-        bias: 0,
-        rows: Rows::Fixed(Arc::new(table)),
-        source: RowSource::EhFrame,
-        name: "test".into(),
-    }))
-    .unwrap();
-    map
+    support::one_object(start, end, table, RowSource::EhFrame)
 }
 
 fn options() -> UnwindOptions {
@@ -122,29 +109,8 @@ back_in_g:
 #[test]
 fn a_frame_pointer_popped_before_the_return_is_the_callers_by_cfi() {
     let dir = tempfile::tempdir().unwrap();
-    let source = dir.path().join("epilogue.s");
-    let object = dir.path().join("epilogue.so");
-    std::fs::write(&source, SOURCE).unwrap();
-    let built = Command::new("gcc")
-        .args(["-nostdlib", "-shared", "-o"])
-        .arg(&object)
-        .arg(&source)
-        .status()
-        .expect("gcc");
-    assert!(built.success());
-    let nm = Command::new("nm")
-        .arg("--defined-only")
-        .arg(&object)
-        .output()
-        .expect("nm (binutils)");
-    let symbols = String::from_utf8_lossy(&nm.stdout).into_owned();
-    let address = |name: &str| -> u64 {
-        let line = symbols
-            .lines()
-            .find(|l| l.split_whitespace().nth(2) == Some(name))
-            .unwrap_or_else(|| panic!("{name} in {symbols}"));
-        u64::from_str_radix(line.split_whitespace().next().unwrap(), 16).unwrap()
-    };
+    let (object, symbols) = support::assemble(dir.path(), "epilogue", SOURCE);
+    let address = |name: &str| support::symbol(&symbols, name);
     let conversion = rows_from_elf(&std::fs::read(&object).unwrap(), Some(0)).unwrap();
     assert!(
         conversion.unexpressible_rows >= 2,

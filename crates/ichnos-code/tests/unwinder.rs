@@ -1,14 +1,14 @@
 //! The unwinder's stop reasons, frame-pointer fallback and rule cache, on
 //! hand-built stacks whose every word is known.
 
-use std::sync::Arc;
+mod support;
 
 use ichnos_code::memory::{Bytes, NoMemory};
 use ichnos_code::row::{RowTable, UnwindRow, ROW_CFA_BASE_SP, ROW_OUTERMOST, ROW_UNEXPRESSIBLE};
 use ichnos_code::unwind::unwind_into;
 use ichnos_code::{
-    unwind, unwind_cached, CodeMap, CodeObject, FrameKind, Regs, RowSource, Rows, StopReason,
-    UnwindCache, UnwindOptions,
+    unwind, unwind_cached, CodeMap, FrameKind, Regs, RowSource, StopReason, UnwindCache,
+    UnwindOptions,
 };
 
 const SP: u64 = 0x7fff_0000;
@@ -55,22 +55,7 @@ fn map() -> CodeMap {
     for (addr, row) in rows {
         table.push(addr, UnwindRow { size: 0x100, ..row }).unwrap();
     }
-    one_object(0x1000, 0x2000, table, RowSource::EhFrame)
-}
-
-/// A map holding one code object, `[start, end)` with `table`'s rows.
-fn one_object(start: u64, end: u64, table: RowTable, source: RowSource) -> CodeMap {
-    let mut map = CodeMap::new();
-    map.insert(Arc::new(CodeObject {
-        start,
-        end,
-        bias: 0,
-        rows: Rows::Fixed(Arc::new(table)),
-        source,
-        name: "test".into(),
-    }))
-    .unwrap();
-    map
+    support::one_object(0x1000, 0x2000, table, RowSource::EhFrame)
 }
 
 fn stack(words: &[u64]) -> Vec<u8> {
@@ -213,7 +198,7 @@ fn a_frame_that_does_not_move_up_is_a_loop() {
             },
         )
         .unwrap();
-    let m = one_object(0x1000, 0x1100, table, RowSource::Jit);
+    let m = support::one_object(0x1000, 0x1100, table, RowSource::Jit);
     let mut mem = Bytes {
         addr: SP - 8,
         data: &stack(&[0x1010])[..],
@@ -332,7 +317,7 @@ fn the_cache_gives_the_same_walks_and_forgets_a_changed_map() {
             },
         )
         .unwrap();
-    let other = one_object(0x1000, 0x2000, table, RowSource::Sframe);
+    let other = support::one_object(0x1000, 0x2000, table, RowSource::Sframe);
     let s2 = stack(&[0, 0, 0, 0]);
     unwind_cached(
         &other,
@@ -406,7 +391,7 @@ mod cache_model {
             for (i, row) in rows.into_iter().enumerate() {
                 table.push(0x1000 + 0x100 * i as u64, UnwindRow { size: 0x100, ..row }).unwrap();
             }
-            let m = one_object(0x1000, 0x2000, table, RowSource::Sframe);
+            let m = support::one_object(0x1000, 0x2000, table, RowSource::Sframe);
             let options = UnwindOptions { max_frames, frame_pointer_fallback: fp_fallback };
             // One cache across several walks, interleaved, so that slots
             // are shared, overwritten and guessed wrong.

@@ -236,3 +236,61 @@ pub fn objdump_sframe_rows(objdump: &str, path: &Path) -> Vec<(u64, u64, bool, S
     }
     rows
 }
+
+/// Assembles `source` (x86-64 assembly with CFI directives) into a shared
+/// object `NAME.so` in `dir` (`gcc -nostdlib -shared`); the object, and
+/// the address of each of its symbols by `nm`.
+pub fn assemble(dir: &Path, name: &str, source: &str) -> (PathBuf, Vec<(String, u64)>) {
+    let asm = dir.join(format!("{name}.s"));
+    let object = dir.join(format!("{name}.so"));
+    std::fs::write(&asm, source).unwrap();
+    run(Command::new("gcc")
+        .args(["-nostdlib", "-shared", "-o"])
+        .arg(&object)
+        .arg(&asm));
+    let nm = Command::new("nm")
+        .arg("--defined-only")
+        .arg(&object)
+        .output()
+        .expect("nm (binutils)");
+    let symbols = String::from_utf8_lossy(&nm.stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            let address = u64::from_str_radix(words.next()?, 16).ok()?;
+            let name = words.nth(1)?;
+            Some((name.to_owned(), address))
+        })
+        .collect();
+    (object, symbols)
+}
+
+/// The address of `name` among `symbols`.
+pub fn symbol(symbols: &[(String, u64)], name: &str) -> u64 {
+    symbols
+        .iter()
+        .find(|(n, _)| n == name)
+        .unwrap_or_else(|| panic!("{name} in {symbols:?}"))
+        .1
+}
+
+/// A map holding one code object, `[start, end)` at bias 0, with
+/// `table`'s rows from `source`.
+pub fn one_object(
+    start: u64,
+    end: u64,
+    table: ichnos_code::row::RowTable,
+    source: ichnos_code::RowSource,
+) -> CodeMap {
+    let mut map = CodeMap::new();
+    map.insert(std::sync::Arc::new(ichnos_code::CodeObject {
+        start,
+        end,
+        bias: 0,
+        rows: ichnos_code::Rows::Fixed(std::sync::Arc::new(table)),
+        source,
+        name: "test".into(),
+    }))
+    .unwrap();
+    map
+}
