@@ -182,7 +182,12 @@ fn capture_here() -> Stack {
     let mut bytes = vec![0u8; (top - sp).min(64 * 1024) as usize];
     ProcessMemory::current().read(sp, &mut bytes).unwrap();
     Stack {
-        regs: Regs { ip, sp, fp },
+        regs: Regs {
+            ip,
+            sp,
+            fp,
+            bx: None,
+        },
         bytes,
         maps,
     }
@@ -248,6 +253,7 @@ fn fixture_stack(dir: &Path) -> Option<Stack> {
             ip: stop.rip,
             sp: stop.rsp,
             fp: stop.rbp,
+            bx: None,
         },
         bytes: stop.stack,
         maps: stop.maps,

@@ -159,6 +159,10 @@ impl Inputs<'_> {
             X86_64::RSP => Ok(self.regs.sp),
             X86_64::RBP => Ok(self.regs.fp),
             X86_64::RA => Ok(self.regs.ip),
+            X86_64::RBX => self.regs.bx.ok_or(CfiError::UnknownRegister {
+                fde_offset: self.fde_offset,
+                register: X86_64::RBX.0,
+            }),
             other => Err(CfiError::UnknownRegister {
                 fde_offset: self.fde_offset,
                 register: other.0,
@@ -329,6 +333,24 @@ pub(crate) fn evaluate_fde(
         Some(rule) => recover(&rule, regs.fp, &mut inputs, RuleOf::Register(X86_64::RBP.0))?
             .unwrap_or(regs.fp),
     };
+    // rbx where it can be known; a rule that cannot be followed leaves it
+    // unknown, never the step undone.
+    let bx = match row.register(X86_64::RBX) {
+        None | Some(RegisterRule::SameValue) => regs.bx,
+        Some(RegisterRule::Offset(n))
+            if crate::unwind::saved_below_sp(cfa.wrapping_add_signed(n), regs.sp) =>
+        {
+            regs.bx
+        }
+        Some(rule) => recover(
+            &rule,
+            regs.bx.unwrap_or(0),
+            &mut inputs,
+            RuleOf::Register(X86_64::RBX.0),
+        )
+        .ok()
+        .flatten(),
+    };
     let sp = match row.register(X86_64::RSP) {
         None => cfa,
         Some(rule) => {
@@ -336,7 +358,7 @@ pub(crate) fn evaluate_fde(
         }
     };
     Ok(CfiStep::Caller {
-        regs: Regs { ip, sp, fp },
+        regs: Regs { ip, sp, fp, bx },
         interrupted: fde.is_signal_trampoline(),
     })
 }

@@ -29,7 +29,7 @@
 //!
 //! // The stack at SP = 0x7000: 8 bytes of locals, then the return address 0.
 //! let stack = [0u8; 16];
-//! let walk = unwind(&map, Regs { ip: 0x1010, sp: 0x7000, fp: 0 }, &stack, &mut NoMemory,
+//! let walk = unwind(&map, Regs { ip: 0x1010, sp: 0x7000, fp: 0, bx: None }, &stack, &mut NoMemory,
 //!                   &UnwindOptions::default());
 //! assert_eq!(walk.frames.len(), 1);
 //! assert_eq!(walk.stop, StopReason::Outermost);

@@ -407,6 +407,7 @@ pub fn take_stack(tid: u32, max_stack: usize) -> std::io::Result<ThreadStack> {
                 ip: r.ip,
                 sp: r.sp,
                 fp: r.fp,
+                bx: Some(r.bx),
             },
             stack,
         }

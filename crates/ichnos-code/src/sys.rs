@@ -87,6 +87,7 @@ pub(crate) struct ThreadRegs {
     pub ip: u64,
     pub sp: u64,
     pub fp: u64,
+    pub bx: u64,
 }
 
 /// Stops thread `tid` with `PTRACE_SEIZE` + `PTRACE_INTERRUPT`, calls `f`
@@ -142,6 +143,7 @@ pub(crate) fn with_stopped_thread<T>(
             ip: regs.rip,
             sp: regs.rsp,
             fp: regs.rbp,
+            bx: regs.rbx,
         }))
     } else {
         Err(last())

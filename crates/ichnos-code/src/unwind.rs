@@ -31,6 +31,11 @@ pub struct Regs {
     pub sp: u64,
     /// Frame pointer (`rbp`).
     pub fp: u64,
+    /// `rbx`, where known: the innermost frame's, from the sample. No row
+    /// says where a frame saved it; a frame whose CFA lies at an offset
+    /// from it (the dynamic loader's lazy-binding trampoline) has it
+    /// found by evaluating the CFI of each frame below.
+    pub bx: Option<u64>,
 }
 
 /// How a frame's address was found.
@@ -174,14 +179,18 @@ pub fn unwind_into<R: FindRow + ?Sized, M: Memory + ?Sized>(
         }
         frames.push(frame);
         let pc = frame.lookup_address();
+        let history = History {
+            start: regs,
+            frames,
+        };
         match general_step(
             rules,
             rules.find_row(pc),
-            pc,
             frame,
             fp,
             &mut reader,
             options,
+            &history,
         ) {
             Ok((caller, caller_fp)) => {
                 frame = caller;
@@ -358,7 +367,11 @@ pub fn unwind_cached<R: FindRow + ?Sized, M: Memory + ?Sized>(
             }
             found
         };
-        match general_step(rules, found, pc, frame, fp, &mut reader, options) {
+        let history = History {
+            start: regs,
+            frames,
+        };
+        match general_step(rules, found, frame, fp, &mut reader, options, &history) {
             Ok((caller, caller_fp)) => {
                 walk = Walk {
                     frame: caller,
@@ -503,18 +516,19 @@ impl CacheEntry {
     }
 }
 
-/// One step from `frame` given what is known at `pc`: the caller's frame
-/// and frame pointer, or why the walk ends.
+/// One step from `frame` given what is known at its lookup address
+/// (`found`): the caller's frame and frame pointer, or why the walk ends.
 #[inline]
 fn general_step<R: FindRow + ?Sized, M: Memory + ?Sized>(
     rules: &R,
     found: Lookup,
-    pc: u64,
     frame: Frame,
     fp: u64,
     reader: &mut Reader<'_, M>,
     options: &UnwindOptions,
+    history: &History<'_>,
 ) -> Result<(Frame, u64), StopReason> {
+    let pc = frame.lookup_address();
     let caller = match found {
         Lookup::Row(row, source) if !row.is_unexpressible() => {
             if row.is_outermost() {
@@ -522,7 +536,7 @@ fn general_step<R: FindRow + ?Sized, M: Memory + ?Sized>(
             }
             step_by_row(&row, source, frame.sp, fp, reader)?
         }
-        Lookup::Row(..) => match step_by_cfi(rules, pc, frame, fp, reader) {
+        Lookup::Row(..) => match step_by_cfi(rules, pc, frame, fp, reader, history) {
             Some(step) => step?,
             None if options.frame_pointer_fallback => {
                 step_by_frame_pointer(pc, frame.sp, fp, reader)?
@@ -644,18 +658,38 @@ fn step_by_cfi<R: FindRow + ?Sized, M: Memory + ?Sized>(
     frame: Frame,
     fp: u64,
     reader: &mut Reader<'_, M>,
+    history: &History<'_>,
 ) -> Option<Result<Caller, StopReason>> {
-    let regs = Regs {
+    let mut regs = Regs {
         ip: frame.ip,
         sp: frame.sp,
         fp,
+        // The innermost frame's is the sample's; a caller's is found
+        // below if its rules need it.
+        bx: if history.frames.len() <= 1 {
+            history.start.bx
+        } else {
+            None
+        },
     };
     let copy_end = reader
         .stack
         .addr
         .saturating_add(reader.stack.data.len() as u64);
-    let mut read = |addr| reader.u64_at(addr).ok();
-    match rules.evaluate_cfi(pc, regs, &mut read)? {
+    let mut evaluated = {
+        let mut read = |addr| reader.u64_at(addr).ok();
+        rules.evaluate_cfi(pc, regs, &mut read)?
+    };
+    if let Err(CfiError::UnknownRegister { register, .. }) = evaluated {
+        if register == gimli::X86_64::RBX.0 && regs.bx.is_none() {
+            regs.bx = bx_by_cfi(rules, history, reader);
+            if regs.bx.is_some() {
+                let mut read = |addr| reader.u64_at(addr).ok();
+                evaluated = rules.evaluate_cfi(pc, regs, &mut read)?;
+            }
+        }
+    }
+    match evaluated {
         // A read past the stack copy's end is the walk running off the
         // copy, as a row's would be: not a reason to guess by frame
         // pointers (a copy cut short is then known to be too short).
@@ -675,6 +709,47 @@ fn step_by_cfi<R: FindRow + ?Sized, M: Memory + ?Sized>(
         })),
         Err(_) => None,
     }
+}
+
+/// The walk so far, for a step whose rules need more than it carries: the
+/// sample's registers and the frames found (the last is the one being
+/// stepped from).
+struct History<'a> {
+    start: Regs,
+    frames: &'a [Frame],
+}
+
+/// `rbx` in the last of the walk's frames, found by evaluating the CFI of
+/// each frame below it from the sample's registers (rows say nothing of
+/// `rbx`): `None` where a frame has no CFI (SFrame, JIT code), its CFI
+/// does not lead to the frame the walk found next, or it loses `rbx`.
+#[cold]
+fn bx_by_cfi<R: FindRow + ?Sized, M: Memory + ?Sized>(
+    rules: &R,
+    history: &History<'_>,
+    reader: &mut Reader<'_, M>,
+) -> Option<u64> {
+    let mut regs = history.start;
+    for pair in history.frames.windows(2) {
+        let (frame, next) = (pair[0], pair[1]);
+        regs.bx?;
+        let here = Regs {
+            ip: frame.ip,
+            sp: frame.sp,
+            ..regs
+        };
+        let mut read = |addr| reader.u64_at(addr).ok();
+        let Ok(CfiStep::Caller { regs: caller, .. }) =
+            rules.evaluate_cfi(frame.lookup_address(), here, &mut read)?
+        else {
+            return None;
+        };
+        if (caller.ip, caller.sp) != (next.ip, next.sp) {
+            return None;
+        }
+        regs = caller;
+    }
+    regs.bx
 }
 
 /// The frame-pointer chain: `[fp]` is the caller's FP, `[fp + 8]` the

@@ -40,6 +40,7 @@ fn a_cfi_read_past_the_copy_ends_the_walk_at_the_copys_end() {
         ip: support::symbol(&symbols, "inside"),
         sp: SP,
         fp: 0x7fff_8000,
+        bx: None,
     };
     let options = |fp| UnwindOptions {
         max_frames: 16,

@@ -73,6 +73,7 @@ fn a_frame_pointer_popped_before_the_return_is_the_callers_by_rows() {
         ip: 0x1010,
         sp: SP,
         fp: CALLERS_FP,
+        bx: None,
     };
     let w = unwind(&map, regs, &bytes, &mut NoMemory, &options());
     let ips: Vec<u64> = w.frames.iter().map(|f| f.ip).collect();
@@ -122,6 +123,7 @@ fn a_frame_pointer_popped_before_the_return_is_the_callers_by_cfi() {
         ip: address("after_pop"),
         sp: SP,
         fp: CALLERS_FP,
+        bx: None,
     };
     // All the copy holds: the return address at SP.
     let w = unwind(&map, regs, &back.to_le_bytes(), &mut NoMemory, &options());

@@ -30,6 +30,7 @@ fn walk_frames(
         ip: stop.rip,
         sp: stop.rsp,
         fp: stop.rbp,
+        bx: Some(stop.rbx),
     };
     let options = UnwindOptions {
         max_frames: 128,
@@ -100,6 +101,11 @@ fn stops_built_with(extra: &[&str]) -> (tempfile::TempDir, Vec<Stop>) {
             "*'lib_call@plt'+11",
             "*'lib_inner@plt'",
             &epilogue,
+            // Lazy binding, the first call through each PLT entry: the
+            // dynamic loader's trampoline keeps its CFA in rbx, which
+            // `_dl_fixup` saves before it calls the symbol lookup.
+            "_dl_fixup",
+            "_dl_lookup_symbol_x",
         ],
     );
     // Not vacuous: every planned stop happened.
@@ -111,6 +117,8 @@ fn stops_built_with(extra: &[&str]) -> (tempfile::TempDir, Vec<Stop>) {
         ":lib_inner",
         ":leaf",
         ":with_alloca",
+        ":_dl_fixup",
+        ":_dl_lookup_symbol_x",
     ] {
         assert!(
             labels.iter().any(|l| l.ends_with(want)),
@@ -299,6 +307,7 @@ fn cached_walk_agrees_with_gdb(stops: &[Stop]) {
             ip: stop.rip,
             sp: stop.rsp,
             fp: stop.rbp,
+            bx: Some(stop.rbx),
         };
         let options = UnwindOptions {
             max_frames: 128,

@@ -116,7 +116,12 @@ extern "C" fn native_callback() -> i64 {
     };
     let walk = unwind(
         registry,
-        ichnos_code::Regs { ip, sp, fp },
+        ichnos_code::Regs {
+            ip,
+            sp,
+            fp,
+            bx: None,
+        },
         &[],
         &mut ProcessMemory::current(),
         &options,

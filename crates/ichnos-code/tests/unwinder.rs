@@ -84,6 +84,7 @@ fn rows_then_outermost() {
             ip: 0x1010,
             sp: SP,
             fp: 0,
+            bx: None,
         },
         &s,
         &mut NoMemory,
@@ -104,6 +105,7 @@ fn a_return_address_of_zero_is_the_outermost_frame() {
             ip: 0x1100,
             sp: SP,
             fp: 0,
+            bx: None,
         },
         &s,
         &mut NoMemory,
@@ -124,6 +126,7 @@ fn an_fp_based_cfa_restores_the_callers_fp() {
             ip: 0x1410,
             sp: SP,
             fp: SP + 8,
+            bx: None,
         },
         &s,
         &mut NoMemory,
@@ -144,6 +147,7 @@ fn the_frame_pointer_chain_serves_where_no_row_does() {
         ip: 0x5000,
         sp: SP,
         fp: SP + 16,
+        bx: None,
     };
     let w = unwind(&map(), regs, &s, &mut NoMemory, &opts(true));
     assert_eq!(ips(&w), [0x5000, 0x1106]);
@@ -161,6 +165,7 @@ fn the_frame_pointer_chain_serves_where_no_row_does() {
         ip: 0x5000,
         sp: SP,
         fp: SP - 64,
+        bx: None,
     };
     let w = unwind(&map(), regs, &s, &mut NoMemory, &opts(true));
     assert_eq!(w.stop, StopReason::NoUnwindInfo { pc: 0x5000 });
@@ -177,6 +182,7 @@ fn a_frame_that_does_not_move_up_is_a_loop() {
             ip: 0x5000,
             sp: SP,
             fp: SP + 16,
+            bx: None,
         },
         &s,
         &mut NoMemory,
@@ -209,6 +215,7 @@ fn a_frame_that_does_not_move_up_is_a_loop() {
             ip: 0x1010,
             sp: SP,
             fp: 0,
+            bx: None,
         },
         &[],
         &mut mem,
@@ -226,6 +233,7 @@ fn the_depth_limit_and_the_end_of_the_copy_stop_the_walk() {
         ip: 0x1105,
         sp: SP,
         fp: 0,
+        bx: None,
     };
     let w = unwind(
         &map(),
@@ -280,6 +288,7 @@ fn the_cache_gives_the_same_walks_and_forgets_a_changed_map() {
         ip: 0x1010,
         sp: SP,
         fp: 0,
+        bx: None,
     };
     let m = map();
     let mut cache = UnwindCache::new();
@@ -399,7 +408,7 @@ mod cache_model {
             let mut cached = Vec::new();
             for _ in 0..3 {
                 for (ip, fp_word, words) in &walks {
-                    let regs = Regs { ip: *ip, sp: SP, fp: SP + fp_word * 8 };
+                    let regs = Regs { ip: *ip, sp: SP, fp: SP + fp_word * 8, bx: None };
                     let bytes = stack(words);
                     // The stack copy may stop short of the stack: the rest
                     // is memory the walk can still read through the slow
@@ -441,6 +450,7 @@ fn the_cache_does_not_take_an_empty_slot_for_a_row() {
             ip: u64::MAX,
             sp: SP,
             fp: SP + 8,
+            bx: None,
         };
         let plain = unwind(&map(), regs, &s, &mut NoMemory, &opts(fp_fallback));
         let mut cache = UnwindCache::new();

@@ -171,6 +171,8 @@ const _: () = assert!(std::mem::size_of::<PerfEventAttr>() == ATTR_SIZE as usize
 
 /// x86-64 `PERF_REG_X86_*` numbers of the registers the unwinder needs.
 pub mod regs {
+    /// `rbx`.
+    pub const BX: u32 = 1;
     /// `rbp`.
     pub const BP: u32 = 6;
     /// `rsp`.

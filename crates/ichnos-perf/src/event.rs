@@ -120,9 +120,13 @@ pub struct EventConfig {
 }
 
 impl EventConfig {
-    /// The registers the unwinder starts from: `rbp`, `rsp`, `rip`.
-    pub const UNWIND_REGS: u64 =
-        (1 << attr::regs::BP) | (1 << attr::regs::SP) | (1 << attr::regs::IP);
+    /// The registers the unwinder starts from: `rip`, `rsp`, `rbp`, and
+    /// `rbx` (the CFA of the dynamic loader's lazy-binding trampoline is
+    /// an offset from it).
+    pub const UNWIND_REGS: u64 = (1 << attr::regs::BX)
+        | (1 << attr::regs::BP)
+        | (1 << attr::regs::SP)
+        | (1 << attr::regs::IP);
 
     /// The attribute struct for this configuration: user space only,
     /// timestamps on `CLOCK_MONOTONIC`, every record with its

@@ -96,6 +96,7 @@ pub struct Stop {
     pub rip: u64,
     pub rsp: u64,
     pub rbp: u64,
+    pub rbx: u64,
     pub stack: Vec<u8>,
     pub maps: String,
     /// gdb's backtrace: pc and function name, innermost first, without
@@ -153,6 +154,7 @@ pub fn capture_passing(program: &Path, breaks: &[&str], pass: &[&str]) -> Vec<St
                 rip: v["rip"].as_u64().unwrap(),
                 rsp: v["rsp"].as_u64().unwrap(),
                 rbp: v["rbp"].as_u64().unwrap(),
+                rbx: v["rbx"].as_u64().unwrap(),
                 stack,
                 maps: v["maps"].as_str().unwrap().to_string(),
                 tailcall_frames: v["frames"]

@@ -62,16 +62,18 @@ pub(super) fn sample_here_copying(
     size: usize,
     most: usize,
 ) -> Vec<u8> {
-    let (ip, sp, bp): (u64, u64, u64);
-    // SAFETY: reads three registers into locals; no memory is touched.
+    let (ip, sp, bp, bx): (u64, u64, u64, u64);
+    // SAFETY: reads four registers into locals; no memory is touched.
     unsafe {
         std::arch::asm!(
             "lea {ip}, [rip]",
             "mov {sp}, rsp",
             "mov {bp}, rbp",
+            "mov {bx}, rbx",
             ip = out(reg) ip,
             sp = out(reg) sp,
             bp = out(reg) bp,
+            bx = out(reg) bx,
         );
     }
     let mut stack = vec![0u8; size];
@@ -98,6 +100,7 @@ pub(super) fn sample_here_copying(
     push(&mut r, 0); // cpu, res
     push(&mut r, 1_000_000); // period
     push(&mut r, 2); // regs ABI 64
+    push(&mut r, bx);
     push(&mut r, bp);
     push(&mut r, sp);
     push(&mut r, ip);
@@ -107,7 +110,7 @@ pub(super) fn sample_here_copying(
     let size = u16::try_from(r.len()).unwrap();
     r[..4].copy_from_slice(&RECORD_SAMPLE.to_le_bytes());
     r[6..8].copy_from_slice(&size.to_le_bytes());
-    assert_eq!(format.regs_user.count_ones(), 3);
+    assert_eq!(format.regs_user.count_ones(), 4);
     r
 }
 

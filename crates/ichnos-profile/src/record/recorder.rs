@@ -404,6 +404,7 @@ impl Recorder {
                 ip: r.get(regs::IP)?,
                 sp: r.get(regs::SP)?,
                 fp: r.get(regs::BP)?,
+                bx: r.get(regs::BX),
             })
         }) else {
             if leaving || self.off_cpu.enabled() {
