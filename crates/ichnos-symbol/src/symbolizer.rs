@@ -245,12 +245,31 @@ impl Symbolizer {
 
     /// The index kept for the object at `path`: one in the index directory
     /// made from this build, with its debug file unchanged (it answers
-    /// unless inlined frames are turned off).
+    /// unless inlined frames are turned off). Where it answers, it is kept
+    /// as the object's answers: the symbolization that follows is not
+    /// made to open and check the file again.
     #[must_use]
-    pub fn usable_index(&self, path: &Path) -> Option<SymbolIndex> {
-        let size = FileStamp::of(path)?.size;
+    pub fn usable_index(&self, path: &Path) -> Option<Arc<SymbolIndex>> {
+        let stamp = FileStamp::of(path)?;
         let build_id = crate::object_file::build_id_of(path)?;
-        self.find_index(&Key::BuildId(build_id, size))
+        let key = Key::BuildId(build_id, stamp.size);
+        if let Some(Answers::Indexed(index)) = self.lock().get(&key) {
+            return Some(index);
+        }
+        let index = Arc::new(self.find_index(&key)?);
+        if self.options.inlines {
+            let mut cache = self.lock();
+            cache
+                .paths
+                .insert(path.to_path_buf(), (key.clone(), Some(stamp)));
+            cache.insert(
+                &key,
+                Answers::Indexed(Arc::clone(&index)),
+                index.len_bytes(),
+                self.options.max_cached_bytes,
+            );
+        }
+        Some(index)
     }
 
     /// The index answering for the object at `path`, if an index answers

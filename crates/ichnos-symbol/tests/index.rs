@@ -62,9 +62,13 @@ fn assert_same_answers(dir: &Path, exe: &Path, addrs: &[u64]) -> Vec<Symbolized>
             ..SymbolizerOptions::default()
         };
         let index = indexed(dir, &options);
+        // The index found by asking whether there is one is the one that
+        // answers: opened and checked once.
+        let found = index.usable_index(exe).expect("an index");
+        let answering = index.index_of(exe).unwrap();
         assert!(
-            index.index_of(exe).unwrap().is_some(),
-            "no index answers for {}",
+            answering.is_some_and(|a| std::sync::Arc::ptr_eq(&a, &found)),
+            "no index answers for {}, or not the one found",
             exe.display()
         );
         let want = live(&options).symbolize_file(exe, addrs).unwrap();
