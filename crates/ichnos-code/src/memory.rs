@@ -105,6 +105,12 @@ impl ProcessMemory {
     pub fn current() -> Self {
         Self::new(std::process::id())
     }
+
+    /// Reads as much of `buf.len()` bytes at `addr` as lies in readable
+    /// memory, up to the first page that does not: the bytes read.
+    pub fn read_up_to(&self, addr: u64, buf: &mut [u8]) -> usize {
+        crate::sys::process_vm_read_pages(self.pid, addr, buf)
+    }
 }
 
 impl Memory for ProcessMemory {

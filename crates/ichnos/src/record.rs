@@ -21,6 +21,11 @@ pub struct RecordArgs {
     /// 8, at most 65528).
     #[arg(long, value_name = "BYTES", value_parser = parse_stack_size)]
     stack_size: Option<u32>,
+    /// Keep stacks to what the kernel copied: do not read on from a
+    /// thread's memory where its stack goes on past the copy (by default
+    /// it is read, and kept where the memory still holds the copy's end).
+    #[arg(long)]
+    no_stack_reads: bool,
     /// The event that triggers samples: `cycles` (hardware; falls back to
     /// `cpu-clock` where the machine has no PMU) or `cpu-clock`.
     #[arg(short, long, value_name = "EVENT", value_parser = parse_event)]
@@ -131,6 +136,7 @@ fn options(args: &RecordArgs) -> Result<RecordOptions> {
     options.output.clone_from(&args.output);
     options.max_frames = args.max_frames.max(1);
     options.off_cpu = args.off_cpu;
+    options.stack_reads = !args.no_stack_reads;
     options.command_line = match &options.target {
         RecordTarget::Command(c) => c.clone(),
         _ => Vec::new(),

@@ -16,6 +16,7 @@
 mod alloc_test;
 mod events;
 mod intern;
+mod live_stack;
 mod model;
 mod off_cpu;
 mod order;
@@ -87,6 +88,10 @@ pub struct RecordOptions {
     /// stack, and the time until the thread runs again. Samples the CPU
     /// clock, so that time on and off CPUs add up.
     pub off_cpu: bool,
+    /// Where a stack goes on past the bytes the kernel copied, read the
+    /// rest from the thread's memory, and keep it if the memory still
+    /// holds the end of the copy ([`recorder`]'s `live_stack`).
+    pub stack_reads: bool,
 }
 
 impl RecordOptions {
@@ -103,6 +108,7 @@ impl RecordOptions {
             max_frames: 256,
             command_line: Vec::new(),
             off_cpu: false,
+            stack_reads: true,
         }
     }
 }
@@ -531,6 +537,10 @@ pub fn record(
     let overflowed = recorder.output.overflowed;
     let (output, complete, lost) = (recorder.output, recorder.complete, recorder.lost);
     let (past_copy, cut_short) = (recorder.past_copy, recorder.cut_short);
+    let read_on = recorder
+        .live_stack
+        .as_ref()
+        .map(|l| (l.completed, l.changed + l.unreadable));
     let off_cpu = events.off_cpu_kind.map(|event| OffCpuSummary {
         event,
         intervals: output.off_cpu,
@@ -569,6 +579,7 @@ pub fn record(
         samples,
         [past_copy, cut_short, oversized],
     ));
+    notes.extend(read_on.and_then(read_on_note));
     notes.extend(off_cpu_notes(&recorder.off_cpu));
     Ok(Summary {
         duration: Duration::from_nanos(monotonic_ns() - start),
@@ -581,6 +592,25 @@ pub fn record(
         exit,
         notes,
         off_cpu,
+    })
+}
+
+/// The note on stacks read on from their threads' memory past the copy,
+/// from (read on, left at the copy).
+fn read_on_note((completed, changed): (u64, u64)) -> Option<String> {
+    (completed > 0).then(|| {
+        format!(
+            "{completed} stacks went on past the copy and were read on from their threads' \
+             memory{} (--no-stack-reads keeps only the copy)",
+            if changed > 0 {
+                format!(
+                    "; {changed} others had changed, or their process had exited, by then \
+                     and end at the copy"
+                )
+            } else {
+                String::new()
+            }
+        )
     })
 }
 

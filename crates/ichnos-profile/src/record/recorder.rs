@@ -108,6 +108,9 @@ pub(super) struct Recorder {
     /// Samples whose stack was cut short by the recorder (its thread's
     /// frames reached higher than its complete stacks had).
     pub(super) cut_short: u64,
+    /// Stacks past the copy read from the threads' memory ([`None`]:
+    /// not read, offline or asked not to).
+    pub(super) live_stack: Option<super::live_stack::LiveStack>,
     pub(super) lost: u64,
     /// Threads off their CPUs.
     pub(super) off_cpu: OffCpu,
@@ -149,6 +152,9 @@ impl Recorder {
             complete: 0,
             past_copy: 0,
             cut_short: 0,
+            live_stack: options
+                .stack_reads
+                .then(super::live_stack::LiveStack::default),
             lost: 0,
             off_cpu: OffCpu::new(events.off_cpu_ids.clone()),
         }
@@ -185,6 +191,7 @@ impl Recorder {
             complete: 0,
             past_copy: 0,
             cut_short: 0,
+            live_stack: None,
             lost: 0,
             off_cpu: OffCpu::default(),
         }
@@ -443,6 +450,22 @@ impl Recorder {
             }
         }
         let space = self.spaces.by_pid.get_mut(&pid).expect("still there");
+        // A walk that ran off a whole copy (not one the kernel cut at the
+        // stack's end, nor one cut in staging) goes on in the thread's
+        // memory, if that still holds what the copy did.
+        if let (StopReason::StackEnd { .. }, Some(live)) = (stop, self.live_stack.as_mut()) {
+            if !stack_cut && stack.len() as u64 >= s.stack_user_size {
+                let taken = super::live_stack::Taken {
+                    pid,
+                    time,
+                    regs,
+                    copy: stack,
+                };
+                stop = live.walk_on(taken, stop, self.frames.last().copied(), &mut |stack| {
+                    walk(space, regs, stack, &self.options, &mut self.frames)
+                });
+            }
+        }
         // A frame-pointer chain through code that does not keep one reads
         // whatever rbp holds: a "return address" in no mapping is not one,
         // and the stack ends before it rather than with made-up frames.
@@ -470,6 +493,22 @@ impl Recorder {
             let weight = self.off_cpu.sample_weight(tid, time, s.period.unwrap_or(1));
             self.write_sample(pid, tid, cpu, time, stop, weight);
         }
+        let copy_short = (stack.len() as u64) < s.stack_user_size;
+        self.learn(tid, stop, stack_cut, copy_short, leaving);
+    }
+
+    /// What the walk of a sample of thread `tid` that ended with `stop`
+    /// says of its thread's stacks (`stack_cut`: staged cut short;
+    /// `copy_short`: the kernel copied less than asked for; `leaving`: a
+    /// switch sample), and counts.
+    fn learn(
+        &mut self,
+        tid: u32,
+        stop: StackStop,
+        stack_cut: bool,
+        copy_short: bool,
+        leaving: bool,
+    ) {
         // What is learnt of the thread's stack serves both kinds; the
         // counts are of samples on CPUs (off them, of intervals written).
         match stop {
@@ -488,7 +527,7 @@ impl Recorder {
             // mapping ended: a walk that ran off that copy ran off the
             // stack itself (through code it could not follow), and a
             // larger copy would not take it further.
-            StackStop::StackEnd if (stack.len() as u64) < s.stack_user_size => {}
+            StackStop::StackEnd if copy_short => {}
             StackStop::StackEnd => self.past_copy += u64::from(!leaving),
             _ => {}
         }

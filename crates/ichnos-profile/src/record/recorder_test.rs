@@ -100,3 +100,85 @@ fn a_leaving_whose_switch_sample_was_lost_is_an_interval_without_frames() {
         "the interval, on that stack"
     );
 }
+
+/// Takes a sample of this thread with a copy of `copy` bytes and hands
+/// it to `recorder` from here, while the frames the copy ends in are
+/// still live (as a sampled thread's outer frames are).
+#[inline(never)]
+fn sample_and_handle(recorder: &mut super::Recorder, copy: usize, time: u64) {
+    let format = format();
+    let record = sample_here_copying(&format, time, copy, copy);
+    let Ok(sample @ Record::Sample(_)) = parse(&format, &record) else {
+        panic!("not a sample");
+    };
+    recorder.handle(&sample, false);
+}
+
+#[test]
+fn a_stack_past_its_copy_is_read_on_from_the_threads_memory_where_it_still_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let start = ichnos_perf::monotonic_ns();
+    for read_on in [false, true] {
+        let (mut recorder, writer) = recorder(format(), dir.path(), start);
+        recorder.live_stack = read_on.then(super::live_stack::LiveStack::default);
+        // 4 KiB of this thread's stack, asked for and given: its frames
+        // go on beyond, in this test and the harness, and are still there
+        // when the sample is handled: the walk reaches the thread's start
+        // through what is read of them.
+        sample_and_handle(&mut recorder, 4 << 10, start);
+        assert_eq!(
+            (recorder.complete, recorder.past_copy),
+            if read_on { (1, 0) } else { (0, 1) },
+            "read on: {read_on}"
+        );
+        if let Some(live) = &recorder.live_stack {
+            assert_eq!((live.completed, live.changed), (1, 0));
+        }
+        super::close(recorder.output, writer, 0).unwrap();
+    }
+}
+
+#[test]
+fn memory_that_no_longer_holds_the_copys_end_is_not_read_on() {
+    use ichnos_code::{Regs, StopReason};
+    // This thread's stack as it is, and the same with one byte of its
+    // last 512 changed (as if the thread had returned past it since).
+    let (sp, copy) = super::alloc_test::this_stack(4 << 10);
+    let mut altered = copy.clone();
+    let last = altered.len() - 100;
+    altered[last] ^= 0xff;
+    let regs = Regs {
+        ip: 0,
+        sp,
+        fp: 0,
+        bx: None,
+    };
+    let end = sp + copy.len() as u64;
+    let past = StopReason::StackEnd { addr: end + 8 };
+    let mut live = super::live_stack::LiveStack::default();
+    let mut walked = Vec::new();
+    let time = ichnos_perf::monotonic_ns();
+    for (stack, want) in [(&copy, 1), (&altered, 0)] {
+        let taken = super::live_stack::Taken {
+            pid: std::process::id(),
+            time,
+            regs,
+            copy: stack,
+        };
+        let stop = live.walk_on(taken, past, None, &mut |s: &[u8]| {
+            walked.push(s.len());
+            StopReason::Outermost
+        });
+        assert_eq!(walked.len(), want, "walked again on {} bytes", stack.len());
+        assert_eq!(
+            stop,
+            if want == 1 {
+                StopReason::Outermost
+            } else {
+                past
+            }
+        );
+        walked.clear();
+    }
+    assert_eq!((live.completed, live.changed), (1, 1));
+}
