@@ -176,7 +176,9 @@ pub fn import_perf_data(
         let _reader = std::thread::Builder::new()
             .name("ichnos-read-ahead".into())
             .spawn_scoped(scope, || read_ahead::run(data, &place));
-        let walked = records::walk(
+        // The reader ends with the walk, also a walk that panics.
+        let _end = read_ahead::EndOnDrop(&place);
+        records::walk(
             data,
             data_offset,
             &attrs,
@@ -189,9 +191,7 @@ pub fn import_perf_data(
                 }
             },
             |found| converted.record(&formats, found, &mut recorder),
-        );
-        place.ended();
-        walked
+        )
     });
     let walked = if map.faulted() {
         Err(PerfDataError::Changed {
