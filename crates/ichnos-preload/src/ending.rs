@@ -278,8 +278,13 @@ exec_wrapper!(fexecve, 6, Fexecve, (fd: c_int, argv: *const *const c_char, envp:
 fn end_with(which: usize, status: c_int) -> ! {
     let found = next(which);
     if found == 0 {
-        // SAFETY: without the C library's own, the system call ends the
-        // process as `_exit` would.
+        // Without the C library's own, the system call ends the process
+        // as `_exit` would, with no hook run: `exit`'s hand the trace over
+        // first.
+        if which == 7 {
+            hand_over();
+        }
+        // SAFETY: the system call that ends the process.
         unsafe { libc::syscall(libc::SYS_exit_group, status) };
     }
     // SAFETY: dlsym's address of this very function of the C library,

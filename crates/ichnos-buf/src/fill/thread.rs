@@ -16,7 +16,7 @@ use super::mem::Mapping;
 use super::slot::Slot;
 use super::Shared;
 use std::cell::{Cell, RefCell};
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Once, Weak};
 
 /// How many buffer handles can exist at once (drx_buf is limited by raw
@@ -29,6 +29,8 @@ thread_local! {
     /// Set while this thread holds the registry lock, so that a signal
     /// handler interrupting it does not spin on it forever.
     static HOLDS_LOCK: Cell<bool> = const { Cell::new(false) };
+    /// Set when this thread is about to call `exit` ([`before_exit`]).
+    static CALLS_EXIT: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Runs `f` on this thread's slot `index`.
@@ -70,7 +72,7 @@ impl Drop for ThreadState {
         }
         let tid = current_tid();
         // SAFETY: getpid has no preconditions.
-        if tid == unsafe { libc::getpid() } || tid == EXIT_CALLER.load(Ordering::Acquire) {
+        if tid == unsafe { libc::getpid() } || CALLS_EXIT.try_with(Cell::get).unwrap_or(false) {
             // The main thread, or the thread that called `exit`: `exit`
             // (returning from `main` included) runs the calling thread's
             // TLS destructors first, then the `atexit` hooks and static
@@ -216,14 +218,11 @@ static mut REGISTRY: Registry = Registry {
 /// Set by the `atexit` hook: buffers have been flushed for the last time.
 pub(crate) static EXITING: AtomicBool = AtomicBool::new(false);
 
-/// The thread that is about to call `exit` (0: none has said so).
-static EXIT_CALLER: AtomicI32 = AtomicI32::new(0);
-
 /// The calling thread is about to call `exit`: its TLS destructors, which
 /// `exit` runs before the `atexit` hooks, keep its buffers for the exit
 /// hook, as the main thread's do.
 pub(crate) fn before_exit() {
-    EXIT_CALLER.store(current_tid(), Ordering::Release);
+    let _ = CALLS_EXIT.try_with(|c| c.set(true));
 }
 
 fn lock() -> bool {
