@@ -166,6 +166,7 @@ pub fn unwind_into<R: FindRow + ?Sized, M: Memory + ?Sized>(
             data: stack,
         },
         memory,
+        cfi_regs: None,
     };
     let mut frame = Frame {
         ip: regs.ip,
@@ -322,7 +323,11 @@ pub fn unwind_cached<R: FindRow + ?Sized, M: Memory + ?Sized>(
         addr: regs.sp,
         data: stack,
     };
-    let mut reader = Reader { stack, memory };
+    let mut reader = Reader {
+        stack,
+        memory,
+        cfi_regs: None,
+    };
     // The first frame is looked up at its own address, so its key is
     // IP + 1; a caller's is its return address.
     let key = regs.ip.wrapping_add(1);
@@ -575,6 +580,10 @@ struct Caller {
 struct Reader<'a, M: ?Sized> {
     stack: Bytes<'a>,
     memory: &'a mut M,
+    /// The registers [`bx_by_cfi`] last found, and the frame (by its
+    /// place in the walk) they are of: the next search goes on from
+    /// there, not from the sample.
+    cfi_regs: Option<(usize, Regs)>,
 }
 
 impl<M: Memory + ?Sized> Reader<'_, M> {
@@ -690,10 +699,14 @@ fn step_by_cfi<R: FindRow + ?Sized, M: Memory + ?Sized>(
         }
     }
     match evaluated {
-        // A read past the stack copy's end is the walk running off the
-        // copy, as a row's would be: not a reason to guess by frame
-        // pointers (a copy cut short is then known to be too short).
-        Err(CfiError::Unreadable { addr, .. }) if addr >= copy_end && copy_end > frame.sp => {
+        // A read just past the stack copy's end is the walk running off
+        // the copy, as a row's would be: not a reason to guess by frame
+        // pointers (a copy cut short is then known to be too short). One
+        // far beyond is a bad pointer, not the stack.
+        Err(CfiError::Unreadable { addr, .. })
+            if copy_end > frame.sp
+                && (copy_end..copy_end.saturating_add(PAST_COPY)).contains(&addr) =>
+        {
             Some(Err(StopReason::StackEnd { addr }))
         }
         Ok(CfiStep::Outermost) => Some(Err(StopReason::Outermost)),
@@ -710,6 +723,11 @@ fn step_by_cfi<R: FindRow + ?Sized, M: Memory + ?Sized>(
         Err(_) => None,
     }
 }
+
+/// How far past the stack copy a read the CFI asks for is still taken
+/// for the stack's (the kernel copies at most 64 KiB; stacks are read on
+/// up to 1 MiB past it).
+const PAST_COPY: u64 = 2 << 20;
 
 /// The walk so far, for a step whose rules need more than it carries: the
 /// sample's registers and the frames found (the last is the one being
@@ -729,8 +747,12 @@ fn bx_by_cfi<R: FindRow + ?Sized, M: Memory + ?Sized>(
     history: &History<'_>,
     reader: &mut Reader<'_, M>,
 ) -> Option<u64> {
-    let mut regs = history.start;
-    for pair in history.frames.windows(2) {
+    // From the last frame found before, in this walk.
+    let (first, mut regs) = match reader.cfi_regs {
+        Some((at, regs)) if at < history.frames.len() => (at, regs),
+        _ => (0, history.start),
+    };
+    for pair in history.frames[first..].windows(2) {
         let (frame, next) = (pair[0], pair[1]);
         regs.bx?;
         let here = Regs {
@@ -749,6 +771,7 @@ fn bx_by_cfi<R: FindRow + ?Sized, M: Memory + ?Sized>(
         }
         regs = caller;
     }
+    reader.cfi_regs = Some((history.frames.len().saturating_sub(1), regs));
     regs.bx
 }
 

@@ -281,6 +281,11 @@ fn serve(
         for conn in &mut conns {
             busy |= service(conn, out, &mut read)?;
         }
+        // However a connection ends (the process gone, or refused), the
+        // ends of its program held for it are written.
+        for conn in conns.iter_mut().filter(|c| c.closed) {
+            frames::end_of_connection(conn, out)?;
+        }
         conns.retain(|c| !c.closed);
         for (pid, s) in sys::reap_children() {
             if pid == main_pid {

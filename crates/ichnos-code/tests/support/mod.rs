@@ -52,6 +52,10 @@ pub fn build_prog_with(dir: &Path, extra: &[&str]) -> PathBuf {
         .arg(src.join("prog.c"))
         .arg(format!("-L{}", dir.display()))
         .arg("-lfix")
+        // Lazy binding, whatever the toolchain's default: the first call
+        // through each PLT entry goes through the dynamic loader's
+        // resolver, where the unwinder is tested too.
+        .arg("-Wl,-z,lazy")
         .arg(format!("-Wl,-rpath,{}", dir.display())));
     dir.join("prog")
 }
@@ -131,6 +135,8 @@ pub fn capture_passing(program: &Path, breaks: &[&str], pass: &[&str]) -> Vec<St
         .arg(fixtures_dir().join("gdb_capture.py"))
         .arg(program)
         .env("CAPTURE_OUT", &out_path)
+        // (Binding at start-up would take the lazy-binding stops away.)
+        .env_remove("LD_BIND_NOW")
         .env("CAPTURE_BREAKS", breaks.join(";"))
         .env("CAPTURE_PASS", pass.join(";"))
         .output()

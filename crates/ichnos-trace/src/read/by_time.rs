@@ -109,7 +109,7 @@ impl Stream {
         let Some(place) = self.places.pop_front() else {
             return Ok(None);
         };
-        let (head, mut events) = chunks.block(place)?;
+        let (head, mut events) = chunks.block(place, (self.pid, self.tid))?;
         let next = events.next();
         let at = next.as_ref().map_or(head.first, CallEvent::ticks);
         self.block = Some(OpenBlock {
@@ -219,9 +219,13 @@ impl<R: Read + Seek> ChunkCache<R> {
         }
     }
 
-    /// The block at `place`: its head and events (open until
-    /// [`ChunkCache::closed`]).
-    fn block(&mut self, place: BlockPlace) -> Result<(BlockHead, OwnedCallEvents), ReadError> {
+    /// The block at `place`, of thread `(pid, tid)`: its head and events
+    /// (open until [`ChunkCache::closed`]).
+    fn block(
+        &mut self,
+        place: BlockPlace,
+        (pid, tid): (u32, u32),
+    ) -> Result<(BlockHead, OwnedCallEvents), ReadError> {
         let at = if let Some(at) = self.kept.iter().position(|c| c.offset() == place.chunk) {
             // The least recently used goes first: this one is the newest.
             let chunk = self.kept.remove(at);
@@ -243,12 +247,17 @@ impl<R: Read + Seek> ChunkCache<R> {
         };
         let chunk = &self.kept[at];
         match chunk.records().nth(place.record as usize).transpose()? {
-            Some(Record::Calls(calls)) => {
+            // The first pass's block, of its thread: the file is as it
+            // was read.
+            Some(Record::Calls(calls))
+                if calls.first == place.first
+                    && (calls.pid, calls.tid) == (u64::from(pid), u64::from(tid)) =>
+            {
                 self.open += 1;
                 self.most_open = self.most_open.max(self.open);
                 Ok((BlockHead::of(&calls), calls.events.to_owned_iter()))
             }
-            // The first pass found a `Calls` record here.
+            // The first pass found another record here.
             _ => Err(changed(place)),
         }
     }
@@ -407,7 +416,7 @@ mod tests {
         assert_eq!(places.len(), 6, "a chunk a block");
         let mut cache = ChunkCache::new(reader(&bytes));
         let read = |cache: &mut ChunkCache<_>, i: usize| {
-            let (head, _) = cache.block(places[i]).unwrap();
+            let (head, _) = cache.block(places[i], (1, 1)).unwrap();
             cache.closed();
             assert_eq!(head.first, i as u64, "block {i}");
             cache.reads
@@ -445,12 +454,24 @@ mod tests {
             record: 5,
             ..second
         };
-        match chunks.block(nowhere) {
+        match chunks.block(nowhere, (1, 1)) {
             Err(ReadError::BadChunk {
                 offset,
                 problem: ChunkProblem::Changed { record: 5 },
             }) => assert_eq!(offset, second.chunk),
             other => panic!("{:?}", other.map(|(h, _)| h)),
+        }
+        // Another thread's block, or one that starts elsewhere, where the
+        // first pass found this one: the file was written over since.
+        let elsewhere = BlockPlace { first: 7, ..second };
+        for (place, thread) in [(second, (1, 2)), (elsewhere, (1, 1))] {
+            match chunks.block(place, thread) {
+                Err(ReadError::BadChunk {
+                    problem: ChunkProblem::Changed { record: 0 },
+                    ..
+                }) => {}
+                other => panic!("{:?}", other.map(|(h, _)| h)),
+            }
         }
     }
 }
