@@ -67,7 +67,14 @@ pub(crate) fn process_vm_read_pages(pid: libc::pid_t, addr: u64, buf: &mut [u8])
         // ranges against the target's mappings and never dereferences them
         // in our address space.
         let n = unsafe {
-            libc::process_vm_readv(pid, &raw const local, 1, remote.as_ptr(), count as u64, 0)
+            libc::process_vm_readv(
+                pid,
+                &raw const local,
+                1,
+                remote.as_ptr(),
+                count as libc::c_ulong,
+                0,
+            )
         };
         let Ok(n) = usize::try_from(n) else {
             break;

@@ -329,9 +329,10 @@ fn stacks_deeper_than_the_copy_are_noted_and_a_larger_copy_completes_them() {
     // By default the rest of each stack is read from the thread's memory,
     // which still holds it: the return address into big_frame, which the
     // copy holds, is still there, and the frames beyond never change.
-    // The samples handled after the process exited (those of its last
-    // tens of milliseconds, a few percent of this short run) end at the
-    // copy.
+    // (Samples in big_frame itself, whose frame spans the copy's end and
+    // whose buffer changes, cannot be told unchanged, and end at the copy;
+    // the fixture waits at the end with its frames as they were, so that
+    // the samples handled after the work find them.)
     let out = record(&data, 1000, &[exe.to_str().unwrap()]);
     let err = stderr(&out);
     assert!(
@@ -340,7 +341,7 @@ fn stacks_deeper_than_the_copy_are_noted_and_a_larger_copy_completes_them() {
     );
     let (total, complete) = leaf_stacks(&data);
     assert!(
-        total >= 300 && complete * 10 >= total * 9,
+        total >= 300 && complete * 100 >= total * 98,
         "{complete} of {total}: {err}"
     );
     // The most the kernel copies reaches main, and nothing is noted.
@@ -354,7 +355,11 @@ fn stacks_deeper_than_the_copy_are_noted_and_a_larger_copy_completes_them() {
         exe.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(!stderr(&out).contains("went on past"), "{}", stderr(&out));
+    assert!(
+        !stderr(&out).contains("stacks went on past"),
+        "{}",
+        stderr(&out)
+    );
     let (total, complete) = leaf_stacks(&data);
     assert!(
         total >= 300 && complete * 1000 >= total * 999,

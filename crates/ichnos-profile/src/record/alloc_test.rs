@@ -114,21 +114,6 @@ pub(super) fn sample_here_copying(
     r
 }
 
-/// The address of this thread's stack here, and `len` bytes of it from
-/// there (fewer where its mapping ends first).
-#[inline(never)]
-pub(super) fn this_stack(len: usize) -> (u64, Vec<u8>) {
-    let sp: u64;
-    // SAFETY: reads the stack pointer into a local; no memory is touched.
-    unsafe {
-        std::arch::asm!("mov {sp}, rsp", sp = out(reg) sp);
-    }
-    let mut stack = vec![0u8; len];
-    let n = ichnos_code::memory::ProcessMemory::current().read_up_to(sp, &mut stack);
-    stack.truncate(n);
-    (sp, stack)
-}
-
 /// The format of the samples [`sample_here`] makes.
 pub(super) fn format() -> SampleFormat {
     let config = EventConfig {

@@ -17,8 +17,17 @@
 //! samples of a process's last tens of milliseconds are handled after it
 //! has exited: their stacks end at the copy.
 //!
-//! Reads are bounded: at most [`MAX_READ`] bytes past a copy, and at most
-//! [`BYTES_PER_SECOND`] in all for each second recorded.
+//! This is a check, not a proof: a thread that returned past that frame
+//! and came back to the same depth through the same call site would pass
+//! it. The word is read again after the rest, so a thread that moves
+//! while its stack is read is seen to.
+//!
+//! Reads are bounded: at most [`MAX_READ`] bytes past a copy, and
+//! [`BYTES_PER_SECOND`], refilled as time goes and never saved up beyond
+//! a second's worth. A process whose memory cannot be read (it exited, or
+//! does not let the recorder read it) is not tried again.
+
+use std::collections::HashSet;
 
 use ichnos_code::memory::ProcessMemory;
 use ichnos_code::{Frame, FrameKind, Regs, StopReason};
@@ -54,18 +63,24 @@ pub(super) struct LiveStack {
     stack: Vec<u8>,
     /// What was read.
     read: Vec<u8>,
-    /// When the first read was made, and the bytes read since.
-    since: Option<u64>,
-    bytes: u64,
+    /// The bytes that may still be read, and when that was worked out.
+    allowance: u64,
+    as_of: Option<u64>,
+    /// Processes whose memory could not be read (gone, or not readable by
+    /// the recorder): not tried again.
+    unreadable_pids: HashSet<u32>,
     /// Stacks completed from the threads' memory.
     pub completed: u64,
     /// Stacks whose memory no longer held what the copy did.
     pub changed: u64,
     /// Stacks whose memory could not be read: the process had exited by
     /// the time the sample was handled (the last tens of milliseconds of
-    /// its samples), or does not let itself be read.
+    /// its samples), or does not let the recorder read it.
     pub unreadable: u64,
 }
+
+/// Processes remembered as unreadable at most (past it, forgotten).
+const MAX_UNREADABLE: usize = 4096;
 
 impl LiveStack {
     /// The walk of sample `taken` ended with `stop`, past the copy, at its
@@ -90,7 +105,12 @@ impl LiveStack {
         let StopReason::StackEnd { addr } = stop else {
             return stop;
         };
-        if addr < end {
+        // Past the copy, and not so far past it that no read would reach
+        // it (a bad address, not the stack).
+        let Some(needed) = addr.checked_sub(end).and_then(|d| usize::try_from(d).ok()) else {
+            return stop;
+        };
+        if needed >= MAX_READ || self.unreadable_pids.contains(&pid) {
             return stop;
         }
         let Some((from, expect)) = anchor(regs.sp, copy, outermost) else {
@@ -102,22 +122,38 @@ impl LiveStack {
         };
         let memory = ProcessMemory::new(pid);
         let mut stop = stop;
+        let mut first = true;
         for more in READS {
-            if !self.allowed(time, more) {
+            if more <= needed {
+                continue;
+            }
+            if !self.allowed(time, again + more) {
                 return stop;
             }
             self.read.clear();
             self.read.resize(again + more, 0);
             let n = memory.read_up_to(from, &mut self.read);
-            self.bytes += n as u64;
-            if n <= again {
-                self.unreadable += 1;
+            // The anchor read again after the rest: a thread that moved
+            // while its stack was read is seen to.
+            let mut word = [0u8; 8];
+            let still =
+                expect.len() != 8 || (memory.read_up_to(from, &mut word) == 8 && word == *expect);
+            if n <= again || !self.read.starts_with(expect) || !still {
+                // (A later read that fails leaves the longer walk made.)
+                if first {
+                    if n == 0 {
+                        self.unreadable += 1;
+                        if self.unreadable_pids.len() >= MAX_UNREADABLE {
+                            self.unreadable_pids.clear();
+                        }
+                        self.unreadable_pids.insert(pid);
+                    } else {
+                        self.changed += 1;
+                    }
+                }
                 return stop;
             }
-            if !self.read.starts_with(expect) {
-                self.changed += 1;
-                return stop;
-            }
+            first = false;
             self.stack.clear();
             self.stack.extend_from_slice(copy);
             self.stack.extend_from_slice(&self.read[again..n]);
@@ -136,11 +172,27 @@ impl LiveStack {
         stop
     }
 
-    /// Whether `more` bytes may be read at `time` within the budget.
-    fn allowed(&mut self, time: u64, more: usize) -> bool {
-        let since = *self.since.get_or_insert(time);
-        let seconds = time.saturating_sub(since) / 1_000_000_000 + 1;
-        self.bytes + more as u64 <= seconds.saturating_mul(BYTES_PER_SECOND)
+    /// Whether `bytes` may be read at `time`: an allowance of
+    /// [`BYTES_PER_SECOND`] that refills as time goes and holds at most a
+    /// second's worth (a quiet spell does not save up for a burst).
+    fn allowed(&mut self, time: u64, bytes: usize) -> bool {
+        let as_of = *self.as_of.get_or_insert_with(|| {
+            self.allowance = BYTES_PER_SECOND;
+            time
+        });
+        if time > as_of {
+            let refill = u128::from(time - as_of) * u128::from(BYTES_PER_SECOND) / 1_000_000_000;
+            self.allowance = u64::try_from(u128::from(self.allowance) + refill)
+                .unwrap_or(u64::MAX)
+                .min(BYTES_PER_SECOND);
+            self.as_of = Some(time);
+        }
+        let bytes = bytes as u64;
+        if bytes > self.allowance {
+            return false;
+        }
+        self.allowance -= bytes;
+        true
     }
 }
 

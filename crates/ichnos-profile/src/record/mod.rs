@@ -540,7 +540,7 @@ pub fn record(
     let read_on = recorder
         .live_stack
         .as_ref()
-        .map(|l| (l.completed, l.changed + l.unreadable));
+        .map(|l| (l.completed, l.changed, l.unreadable));
     let off_cpu = events.off_cpu_kind.map(|event| OffCpuSummary {
         event,
         intervals: output.off_cpu,
@@ -595,23 +595,29 @@ pub fn record(
     })
 }
 
-/// The note on stacks read on from their threads' memory past the copy,
-/// from (read on, left at the copy).
-fn read_on_note((completed, changed): (u64, u64)) -> Option<String> {
-    (completed > 0).then(|| {
+/// The note on stacks that went on past the copy and were read on from
+/// their threads' memory, from (read on, changed, unreadable).
+fn read_on_note((completed, changed, unreadable): (u64, u64, u64)) -> Option<String> {
+    if completed + changed + unreadable == 0 {
+        return None;
+    }
+    let changed = if changed > 0 {
+        format!("; {changed} others had changed by then and end at the copy")
+    } else {
+        String::new()
+    };
+    let unreadable = if unreadable > 0 {
         format!(
-            "{completed} stacks went on past the copy and were read on from their threads' \
-             memory{} (--no-stack-reads keeps only the copy)",
-            if changed > 0 {
-                format!(
-                    "; {changed} others had changed, or their process had exited, by then \
-                     and end at the copy"
-                )
-            } else {
-                String::new()
-            }
+            "; {unreadable} could not be read (their process had exited, or does not let \
+             ichnos read its memory: ptrace access, see kernel.yama.ptrace_scope)"
         )
-    })
+    } else {
+        String::new()
+    };
+    Some(format!(
+        "{completed} stacks went on past the copy and were read on from their threads' \
+         memory{changed}{unreadable} (--no-stack-reads keeps only the copy)"
+    ))
 }
 
 /// The notes a recording ends with: stacks that went past the copy, or

@@ -251,7 +251,7 @@ impl<R: Read + Seek> ChunkCache<R> {
             // was read.
             Some(Record::Calls(calls))
                 if calls.first == place.first
-                    && (calls.pid, calls.tid) == (u64::from(pid), u64::from(tid)) =>
+                    && (calls.pid as u32, calls.tid as u32) == (pid, tid) =>
             {
                 self.open += 1;
                 self.most_open = self.most_open.max(self.open);
