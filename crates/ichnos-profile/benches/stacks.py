@@ -4,10 +4,12 @@ for every tool: a stack is complete when its outermost frame is where a
 thread starts (_start, or clone3 for threads). Samples in the workload's
 own functions only (run, stage_a, stage_b, leaf_heavy, leaf_light).
 
-usage: stacks.py perf-script FILE    (the text `perf script` prints)
-       stacks.py folded FILE         (`ichnos report --format folded`)
-       stacks.py samply FILE         (samply's profile.json(.gz), symbolized
-                                      with its .syms.json beside it)
+usage: stacks.py perf-script FILE [--all]  (the text `perf script` prints)
+       stacks.py folded FILE [--all]       (`ichnos report --format folded`)
+       stacks.py samply FILE [--all]       (samply's profile.json(.gz),
+                                            symbolized with its .syms.json
+                                            beside it)
+--all: every sample, not only the workload's.
 prints: SAMPLES COMPLETE
 """
 import gzip
@@ -15,6 +17,12 @@ import json
 import sys
 
 OWN = {"run", "stage_a", "stage_b", "leaf_heavy", "leaf_light"}
+ALL = "--all" in sys.argv[3:]
+
+
+def own(name):
+    """Whether a sample whose innermost frame is `name` is counted."""
+    return ALL or name in OWN
 STARTS = {"_start", "clone3", "__clone3"}
 
 
@@ -28,7 +36,7 @@ def perf_script(path):
 
     def flush():
         nonlocal samples, complete
-        if frames and base(frames[0]) in OWN:
+        if frames and own(base(frames[0])):
             samples += 1
             complete += base(frames[-1]) in STARTS
         frames.clear()
@@ -50,7 +58,7 @@ def folded(path):
     for line in open(path, errors="replace"):
         stack, _, count = line.rstrip("\n").rpartition(" ")
         frames = stack.split(";")[1:]
-        if not frames or base(frames[-1]) not in OWN:
+        if not frames or not own(base(frames[-1])):
             continue
         n = int(count)
         samples += n
@@ -102,7 +110,7 @@ def samply(path):
             root = stack
             while stacks["prefix"][root] is not None:
                 root = stacks["prefix"][root]
-            if base(name_of(stacks["frame"][stack])) not in OWN:
+            if not own(base(name_of(stacks["frame"][stack]))):
                 continue
             samples += 1
             complete += base(name_of(stacks["frame"][root])) in STARTS
