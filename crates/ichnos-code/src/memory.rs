@@ -109,7 +109,7 @@ impl ProcessMemory {
     /// Reads as much of `buf.len()` bytes at `addr` as lies in readable
     /// memory, up to the first page that does not: the bytes read.
     pub fn read_up_to(&self, addr: u64, buf: &mut [u8]) -> usize {
-        crate::sys::process_vm_read_pages(self.pid, addr, buf)
+        crate::sys::process_vm_read(self.pid, addr, buf).unwrap_or(0)
     }
 }
 

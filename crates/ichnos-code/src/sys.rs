@@ -30,63 +30,6 @@ pub(crate) fn process_vm_read(pid: libc::pid_t, addr: u64, buf: &mut [u8]) -> io
     }
 }
 
-/// Reads up to `buf.len()` bytes at `addr` in process `pid`, page by page:
-/// the bytes before the first page that cannot be read. (A single range
-/// that runs into unmapped memory may fail whole; the kernel stops at the
-/// first range of several it cannot read.)
-pub(crate) fn process_vm_read_pages(pid: libc::pid_t, addr: u64, buf: &mut [u8]) -> usize {
-    const PAGE: u64 = 4096;
-    // At most this many ranges in one call (the kernel's UIO_MAXIOV).
-    const RANGES: usize = 1024;
-    let mut done = 0usize;
-    while done < buf.len() {
-        let mut remote = [libc::iovec {
-            iov_base: std::ptr::null_mut(),
-            iov_len: 0,
-        }; RANGES];
-        let mut count = 0;
-        let mut at = addr.wrapping_add(done as u64);
-        let mut planned = 0usize;
-        while count < RANGES && done + planned < buf.len() {
-            let to_page = usize::try_from(PAGE - at % PAGE).unwrap_or(4096);
-            let len = to_page.min(buf.len() - done - planned);
-            remote[count] = libc::iovec {
-                iov_base: at as usize as *mut libc::c_void,
-                iov_len: len,
-            };
-            count += 1;
-            planned += len;
-            at = at.wrapping_add(len as u64);
-        }
-        let local = libc::iovec {
-            iov_base: buf[done..].as_mut_ptr().cast(),
-            iov_len: planned,
-        };
-        // SAFETY: `local` describes the part of `buf` still to fill, which
-        // we own mutably for the call; the kernel checks the `remote`
-        // ranges against the target's mappings and never dereferences them
-        // in our address space.
-        let n = unsafe {
-            libc::process_vm_readv(
-                pid,
-                &raw const local,
-                1,
-                remote.as_ptr(),
-                count as libc::c_ulong,
-                0,
-            )
-        };
-        let Ok(n) = usize::try_from(n) else {
-            break;
-        };
-        done += n;
-        if n < planned {
-            break;
-        }
-    }
-    done
-}
-
 /// One loaded object as `dl_iterate_phdr` reports it.
 #[derive(Clone, Debug)]
 pub(crate) struct LoadedObject {
