@@ -110,7 +110,11 @@ impl LiveStack {
         let Some(needed) = addr.checked_sub(end).and_then(|d| usize::try_from(d).ok()) else {
             return stop;
         };
-        if needed >= MAX_READ || self.unreadable_pids.contains(&pid) {
+        if needed >= MAX_READ {
+            return stop;
+        }
+        if self.unreadable_pids.contains(&pid) {
+            self.unreadable += 1;
             return stop;
         }
         let Some((from, expect)) = anchor(regs.sp, copy, outermost) else {
