@@ -13,10 +13,10 @@
 //! slower: the pages in between are mapped with the header's, and the
 //! extra faults contend with the walk's.
 //!
-//! It checks nothing: a size the walk would refuse only sends it to the
-//! walk's place again. It skips an aux trace's data as the walk does, and
-//! stays at most [`WINDOW`] bytes past the part of the section the walk
-//! has finished with, which the walk hands back to the kernel: resident
+//! It frames records as the walk does (`records::framed`, an aux trace's
+//! data skipped); where the walk will refuse one, it waits for the walk
+//! there. It stays at most [`WINDOW`] bytes past the part of the section
+//! the walk has finished with, which the walk hands back to the kernel: resident
 //! memory stays bounded as before, a window's worth more.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -97,22 +97,9 @@ pub(super) fn run(data: &[u8], place: &Place) {
 }
 
 /// Reads the header of the record at `at`: the offset of the next one;
-/// `None` where it is not a record.
+/// `None` where the walk will refuse it.
 fn next(data: &[u8], at: usize) -> Option<usize> {
-    let header = data.get(at..at + 8)?;
-    let kind = u32::from_le_bytes(header[..4].try_into().ok()?);
-    let len = usize::from(u16::from_le_bytes([header[6], header[7]]));
-    if len < 8 {
-        return None;
-    }
-    let mut next = at.checked_add(len)?;
-    if kind == super::checks::RECORD_AUXTRACE {
-        // Its trace data follows it, outside its size.
-        let size = data.get(at + 8..at + 16)?;
-        let size = usize::try_from(u64::from_le_bytes(size.try_into().ok()?)).ok()?;
-        next = next.checked_add(size)?;
-    }
-    Some(next)
+    super::records::framed(data, at, 0).ok().map(|f| f.next)
 }
 
 #[cfg(test)]
@@ -178,16 +165,20 @@ mod tests {
         aux[..4].copy_from_slice(&super::super::checks::RECORD_AUXTRACE.to_le_bytes());
         aux[8..16].copy_from_slice(&128u64.to_le_bytes());
         assert_eq!(next(&aux, 0), Some(64 + 128));
-        // A size past the end: no next record there.
-        let mut past = records(4, 64);
+        // A size past the end: no next record there. The reader waits
+        // before it until the walk has passed it.
+        let mut past = records(8, 64);
         past[64 * 3 + 6..64 * 3 + 8].copy_from_slice(&1000u16.to_le_bytes());
-        assert_eq!(next(&past, 64 * 3), Some(64 * 3 + 1000));
+        assert_eq!(next(&past, 64 * 3), None);
         let place = Place::new();
-        place.done_below(64 * 3);
         std::thread::scope(|s| {
             let reader = s.spawn(|| run(&past, &place));
+            wait_for(&place, 64 * 3);
+            std::thread::sleep(Duration::from_millis(20));
+            assert_eq!(place.reached(), 64 * 3);
+            place.done_below(64 * 4);
             wait_for(&place, past.len());
-            assert!(place.reached() >= past.len());
+            assert_eq!(place.reached(), past.len());
             place.ended();
             reader.join().unwrap();
         });

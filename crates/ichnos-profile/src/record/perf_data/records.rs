@@ -130,50 +130,8 @@ pub(super) fn walk(
     };
     let mut at = 0usize;
     while at < data.len() {
-        let byte = base + at as u64;
-        let left = data.len() - at;
-        let Some(header) = data.get(at..at + HEADER) else {
-            return Err(format!(
-                "the record at byte {byte} has {left} bytes left in the data section, less than a header"
-            ));
-        };
-        let kind = u32::from_le_bytes(header[..4].try_into().expect("4 bytes"));
-        let len = usize::from(u16::from_le_bytes([header[6], header[7]]));
-        if matches!(kind, RECORD_COMPRESSED | RECORD_COMPRESSED2) {
-            return Err(format!(
-                "the record at byte {byte} is compressed (perf record -z): such files are not read; \
-                 perf inject -i FILE -o OUT writes it uncompressed"
-            ));
-        }
-        if len < HEADER {
-            return Err(format!(
-                "the record at byte {byte} claims {len} bytes, less than its 8-byte header"
-            ));
-        }
-        if len > left {
-            return Err(format!(
-                "the record at byte {byte} claims {len} bytes, past the data section's end at byte {}",
-                base + data.len() as u64
-            ));
-        }
+        let Framed { kind, len, next } = framed(data, at, base)?;
         let body = &data[at + HEADER..at + len];
-        let mut next = at + len;
-        if kind == RECORD_AUXTRACE {
-            // Its trace data follows it: `size` bytes, within the section.
-            if len < AUXTRACE_LEN {
-                return Err(format!(
-                    "the aux trace record at byte {byte} is {len} bytes, shorter than its {AUXTRACE_LEN}"
-                ));
-            }
-            let size = u64::from_le_bytes(body[..8].try_into().expect("8 bytes"));
-            if size > (data.len() - next) as u64 {
-                return Err(format!(
-                    "the aux trace at byte {byte} claims {size} bytes, past the data section's end at byte {}",
-                    base + data.len() as u64
-                ));
-            }
-            next += usize::try_from(size).unwrap_or(usize::MAX);
-        }
         if kind == RECORD_FINISHED_ROUND {
             rounds.finish_round(&mut hand_on);
             done_below(rounds.first_waiting().map_or(next, |o| o as usize));
@@ -189,6 +147,69 @@ pub(super) fn walk(
     }
     rounds.finish(&mut hand_on);
     Ok(())
+}
+
+/// A record's framing: its type, its size, and where the next one starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Framed {
+    pub kind: u32,
+    pub len: usize,
+    pub next: usize,
+}
+
+/// The framing of the record at `at` of `data`, the data section (which
+/// starts at byte `base` of the file), checked: its size at least its
+/// header and within the section, an aux trace's data too; compressed
+/// records refused. The error names the file byte.
+pub(super) fn framed(data: &[u8], at: usize, base: u64) -> Result<Framed, String> {
+    let byte = base + at as u64;
+    let left = data.len().saturating_sub(at);
+    let Some(header) = data.get(at..at.saturating_add(HEADER)) else {
+        return Err(format!(
+            "the record at byte {byte} has {left} bytes left in the data section, less than a header"
+        ));
+    };
+    let kind = u32::from_le_bytes(header[..4].try_into().expect("4 bytes"));
+    let len = usize::from(u16::from_le_bytes([header[6], header[7]]));
+    if matches!(kind, RECORD_COMPRESSED | RECORD_COMPRESSED2) {
+        return Err(format!(
+            "the record at byte {byte} is compressed (perf record -z): such files are not read; \
+             perf inject -i FILE -o OUT writes it uncompressed"
+        ));
+    }
+    if len < HEADER {
+        return Err(format!(
+            "the record at byte {byte} claims {len} bytes, less than its 8-byte header"
+        ));
+    }
+    if len > left {
+        return Err(format!(
+            "the record at byte {byte} claims {len} bytes, past the data section's end at byte {}",
+            base + data.len() as u64
+        ));
+    }
+    let mut next = at + len;
+    if kind == RECORD_AUXTRACE {
+        // Its trace data follows it: `size` bytes, within the section.
+        if len < AUXTRACE_LEN {
+            return Err(format!(
+                "the aux trace record at byte {byte} is {len} bytes, shorter than its {AUXTRACE_LEN}"
+            ));
+        }
+        let size = u64::from_le_bytes(
+            data[at + HEADER..at + HEADER + 8]
+                .try_into()
+                .expect("8 bytes"),
+        );
+        if size > (data.len() - next) as u64 {
+            return Err(format!(
+                "the aux trace at byte {byte} claims {size} bytes, past the data section's end at byte {}",
+                base + data.len() as u64
+            ));
+        }
+        next += usize::try_from(size).unwrap_or(usize::MAX);
+    }
+    Ok(Framed { kind, len, next })
 }
 
 /// The sample format of a perf.data event, as our parser takes it.
