@@ -450,11 +450,13 @@ impl Recorder {
             }
         }
         let space = self.spaces.by_pid.get_mut(&pid).expect("still there");
+        // The kernel copied less than asked for: the stack's mapping ended.
+        let copy_short = (stack.len() as u64) < s.stack_user_size;
         // A walk that ran off a whole copy (not one the kernel cut at the
         // stack's end, nor one cut in staging) goes on in the thread's
         // memory, if that still holds what the copy did.
         if let (StopReason::StackEnd { .. }, Some(live)) = (stop, self.live_stack.as_mut()) {
-            if !stack_cut && stack.len() as u64 >= s.stack_user_size {
+            if !stack_cut && !copy_short {
                 let taken = super::live_stack::Taken {
                     pid,
                     time,
@@ -493,7 +495,6 @@ impl Recorder {
             let weight = self.off_cpu.sample_weight(tid, time, s.period.unwrap_or(1));
             self.write_sample(pid, tid, cpu, time, stop, weight);
         }
-        let copy_short = (stack.len() as u64) < s.stack_user_size;
         self.learn(tid, stop, stack_cut, copy_short, leaving);
     }
 
