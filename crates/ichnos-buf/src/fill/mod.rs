@@ -516,9 +516,9 @@ impl FillBuffer {
         })
     }
 
-    /// Circular buffers: this thread's records, newest first. `None` for
-    /// a trace buffer, or inside a signal handler that interrupted a
-    /// write to this buffer.
+    /// Circular buffers: this thread's records, newest first (inside a
+    /// signal handler that interrupted a write to this buffer, those
+    /// below the open one). `None` for a trace buffer.
     #[must_use]
     pub fn newest_first(&self) -> Option<RingRecords> {
         let shared = &*self.shared;
@@ -530,7 +530,7 @@ impl FillBuffer {
                 return Some(RingRecords::empty(stride));
             }
             let mut bytes = Vec::new();
-            let position = slot.ring_snapshot(capacity, stride, &mut bytes)?;
+            let position = slot.ring_snapshot(capacity, stride, &mut bytes);
             Some(RingRecords {
                 bytes,
                 stride,
@@ -541,8 +541,8 @@ impl FillBuffer {
 
     /// Circular buffers: every live thread's records, newest first, read
     /// while the threads go on writing (records overwritten during the
-    /// copy, and one being written, are left out). Threads stopped inside
-    /// a write are skipped.
+    /// copy, and one being written, are left out, also when its thread is
+    /// stopped inside the write for good).
     #[must_use]
     pub fn snapshot_threads(&self) -> Vec<(i32, RingRecords)> {
         let shared = &*self.shared;
@@ -555,16 +555,15 @@ impl FillBuffer {
                 return;
             }
             let mut bytes = Vec::new();
-            if let Some(position) = slot.ring_snapshot(capacity, stride, &mut bytes) {
-                out.push((
-                    tid,
-                    RingRecords {
-                        bytes,
-                        stride,
-                        position,
-                    },
-                ));
-            }
+            let position = slot.ring_snapshot(capacity, stride, &mut bytes);
+            out.push((
+                tid,
+                RingRecords {
+                    bytes,
+                    stride,
+                    position,
+                },
+            ));
         });
         out
     }

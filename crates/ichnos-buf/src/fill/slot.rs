@@ -252,32 +252,35 @@ impl Slot {
     /// after the newest one (position / capacity = times wrapped). Safe
     /// to call from any thread while the owner keeps writing: records that
     /// the owner overwrote during the copy are left out, and so is a
-    /// record that was still being written. `None` if no stable moment
-    /// was found (the owner is stopped inside a write).
-    pub(crate) fn ring_snapshot(
-        &self,
-        capacity: usize,
-        stride: usize,
-        out: &mut Vec<u8>,
-    ) -> Option<u64> {
+    /// record that was still being written.
+    ///
+    /// An owner stopped for good inside a write (it crashed there, and
+    /// this is the crash's save) never lets the two counters meet: after
+    /// a while the records below `committed` are taken, which leaves out
+    /// the open one. (Were a signal handler's record committed inside the
+    /// open write, the open record would be taken and the handler's left
+    /// out; only a crash inside a write that a handler interrupted and
+    /// wrote in does that.)
+    pub(crate) fn ring_snapshot(&self, capacity: usize, stride: usize, out: &mut Vec<u8>) -> u64 {
         let base = self.base.load(Ordering::Acquire);
         if base.is_null() {
-            return Some(0);
+            return 0;
         }
-        let mut newest = None;
+        let mut newest = 0;
         for _ in 0..10_000 {
             // Committed first: committed <= reserved at every instant and
             // the ring's reserved only grows, so equal values read in this
             // order mean that no write was open when `committed` was read.
+            // Unequal, the records below `committed` are whole: a write
+            // commits before the next one reserves.
             let committed = self.committed.load(Ordering::Acquire);
             let reserved = self.reserved.load(Ordering::Acquire);
+            newest = committed;
             if reserved == committed {
-                newest = Some(reserved);
                 break;
             }
             std::hint::spin_loop();
         }
-        let newest = newest?;
         let oldest = newest.saturating_sub(capacity);
         let mut copy = vec![0u8; newest - oldest];
         for (i, chunk) in copy.chunks_mut(stride).enumerate() {
@@ -300,6 +303,68 @@ impl Slot {
         for record in copy[skip..].chunks(stride).rev() {
             out.extend_from_slice(record);
         }
-        Some(newest as u64)
+        newest as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A ring of `RECORDS` 8-byte records over `memory`.
+    const RECORDS: usize = 4;
+    const STRIDE: usize = 8;
+    const CAPACITY: usize = RECORDS * STRIDE;
+
+    fn ring(memory: &mut [u64; RECORDS]) -> Slot {
+        let slot = Slot::new();
+        slot.install(1, memory.as_mut_ptr().cast(), CAPACITY - 1);
+        slot
+    }
+
+    fn write(slot: &Slot, value: u64) {
+        let at = slot.ring_reserve(STRIDE);
+        // SAFETY: a reservation of STRIDE bytes in the ring's memory.
+        unsafe { at.copy_from_nonoverlapping(value.to_le_bytes().as_ptr(), STRIDE) };
+        slot.commit(STRIDE);
+    }
+
+    fn values(bytes: &[u8]) -> Vec<u64> {
+        bytes
+            .chunks(STRIDE)
+            .map(|r| u64::from_le_bytes(r.try_into().unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn a_snapshot_takes_the_newest_records_of_a_wrapped_ring() {
+        let mut memory = [0u64; RECORDS];
+        let slot = ring(&mut memory);
+        for v in 1..=6 {
+            write(&slot, v);
+        }
+        let mut out = Vec::new();
+        assert_eq!(slot.ring_snapshot(CAPACITY, STRIDE, &mut out), 48);
+        assert_eq!(values(&out), [6, 5, 4, 3]);
+    }
+
+    /// The owner stopped inside a write for good (a crash there): the
+    /// records below the open one, not nothing.
+    #[test]
+    fn a_write_left_open_for_good_leaves_it_out_of_the_snapshot() {
+        let mut memory = [0u64; RECORDS];
+        let slot = ring(&mut memory);
+        for v in 1..=5 {
+            write(&slot, v);
+        }
+        // Reserved and half written, never committed.
+        let open = slot.ring_reserve(STRIDE);
+        // SAFETY: as in `write`.
+        unsafe { open.copy_from_nonoverlapping([0xde, 0xad].as_ptr(), 2) };
+        let mut out = Vec::new();
+        assert_eq!(slot.ring_snapshot(CAPACITY, STRIDE, &mut out), 40);
+        // Record 2 shares the open record's place and is overwritten by
+        // it: the newest three whole records.
+        assert_eq!(values(&out), [5, 4, 3]);
     }
 }

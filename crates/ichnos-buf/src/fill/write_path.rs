@@ -187,12 +187,7 @@ impl Shared {
     /// function (at its thread's exit).
     fn deliver_ring(&self, slot: &Slot, capacity: usize, stride: usize, tid: i32) -> bool {
         let mut newest_first = Vec::new();
-        if slot
-            .ring_snapshot(capacity, stride, &mut newest_first)
-            .is_none()
-        {
-            return false;
-        }
+        slot.ring_snapshot(capacity, stride, &mut newest_first);
         let mut oldest_first = Vec::with_capacity(newest_first.len());
         for record in newest_first.chunks(stride).rev() {
             oldest_first.extend_from_slice(record);
