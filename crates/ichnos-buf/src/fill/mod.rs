@@ -47,6 +47,7 @@
 // the instrumented code; `inline(always)` is deliberate there.
 #![allow(clippy::inline_always)]
 
+mod fast_tls;
 #[cfg(target_arch = "x86_64")]
 mod guard;
 mod mem;
@@ -77,6 +78,7 @@ pub fn flush_at_exit() {
     thread::flush_for_the_last_time();
 }
 
+use slot::Slot;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -207,6 +209,24 @@ type FlushFn = dyn Fn(&Flush<'_>) + Send + Sync;
 #[derive(Clone)]
 pub struct FillBuffer {
     shared: Arc<Shared>,
+    /// What the write path needs of `shared`, copied into the handle.
+    key: WriteKey,
+}
+
+/// What the write path reads of a buffer, kept in the handle rather than
+/// behind its pointer: each of these is then a load the processor issues
+/// at once, not one that waits for the pointer's, and the record's stores
+/// wait for the slot's address made from them.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct WriteKey {
+    /// `Shared::index`: which of a thread's slots is the buffer's.
+    pub(crate) index: usize,
+    /// `Shared::id`: the owner a slot of this buffer names.
+    pub(crate) id: u64,
+    /// `Shared::kind`.
+    pub(crate) kind: Kind,
+    /// `Shared::guarded`.
+    pub(crate) guarded: bool,
 }
 
 impl fmt::Debug for FillBuffer {
@@ -348,7 +368,13 @@ impl FillBuffer {
             std::mem::forget(shared);
             return Err(FillError::TooManyBuffers);
         }
-        Ok(FillBuffer { shared })
+        let key = WriteKey {
+            index: shared.index,
+            id: shared.id,
+            kind: shared.kind,
+            guarded: shared.guarded,
+        };
+        Ok(FillBuffer { shared, key })
     }
 
     /// The buffer's kind and sizes.
@@ -362,7 +388,7 @@ impl FillBuffer {
     #[inline(always)]
     pub fn write(&self, record: &[u8]) -> Result<(), WriteError> {
         #[cfg(target_arch = "x86_64")]
-        if self.shared.guarded {
+        if self.key.guarded {
             return self.shared.write_guarded(record);
         }
         self.write_with(record.len(), |dst| dst.copy_from_slice(record))
@@ -373,9 +399,85 @@ impl FillBuffer {
     /// (a circular buffer's oldest record, or zeros): it should write them all.
     #[inline(always)]
     pub fn write_with(&self, len: usize, fill: impl FnOnce(&mut [u8])) -> Result<(), WriteError> {
+        match self.reserve_fast(len) {
+            FastReservation::Open(open) => {
+                // SAFETY: `open` holds `len` bytes of this thread's buffer,
+                // reserved for this writer alone until it is committed.
+                fill(unsafe { std::slice::from_raw_parts_mut(open.ptr, len) });
+                open.commit();
+                Ok(())
+            }
+            FastReservation::Full { old } => self.write_after_full(old, len, fill),
+            FastReservation::Slow => self.write_with_slow(len, fill),
+        }
+    }
+
+    /// The fast path of a reservation: no call on it, so that the code it
+    /// is inlined into saves no registers for one. What it cannot finish
+    /// it leaves to [`FillBuffer::write_after_full`] or
+    /// [`FillBuffer::write_with_slow`], out of line.
+    #[inline(always)]
+    fn reserve_fast(&self, len: usize) -> FastReservation {
+        let slot_ptr = thread::slot_without_call(self.key.index);
+        if slot_ptr.is_null() {
+            return FastReservation::Slow;
+        }
+        // SAFETY: this thread's slot, which lives as long as the thread.
+        let slot = unsafe { &*slot_ptr };
+        if slot.owner.load(Ordering::Relaxed) != self.key.id {
+            return FastReservation::Slow;
+        }
+        let ptr = match self.key.kind {
+            Kind::Circular { stride, .. } if len == stride => slot.ring_reserve(stride),
+            Kind::Trace { .. } => match slot.trace_reserve(len) {
+                Ok(ptr) => ptr,
+                Err(old) => return FastReservation::Full { old },
+            },
+            Kind::Circular { .. } => return FastReservation::Slow,
+        };
+        FastReservation::Open(OpenRecord {
+            slot: slot_ptr,
+            ptr,
+            len,
+        })
+    }
+
+    /// [`FillBuffer::write_with`] when the record did not fit in this
+    /// thread's trace buffer: its reservation at `old` is still held.
+    #[cold]
+    #[inline(never)]
+    fn write_after_full(
+        &self,
+        old: usize,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<(), WriteError> {
+        let Kind::Trace { capacity } = self.key.kind else {
+            unreachable!("only a trace buffer is full");
+        };
+        let slot_ptr = thread::Table::mine().slot(self.key.index);
+        // SAFETY: this thread's slot, which lives as long as the thread.
+        let ptr = self
+            .shared
+            .overflow(unsafe { &*slot_ptr }, old, len, capacity)?;
+        let open = OpenRecord {
+            slot: slot_ptr,
+            ptr,
+            len,
+        };
+        // SAFETY: as in `write_with`.
+        fill(unsafe { std::slice::from_raw_parts_mut(open.ptr, len) });
+        open.commit();
+        Ok(())
+    }
+
+    /// [`FillBuffer::write_with`] before this thread's slot serves the
+    /// buffer (its first write), or with a record of the wrong size.
+    #[cold]
+    #[inline(never)]
+    fn write_with_slow(&self, len: usize, fill: impl FnOnce(&mut [u8])) -> Result<(), WriteError> {
         let open = self.reserve(len)?;
-        // SAFETY: `open` holds `len` bytes of this thread's buffer,
-        // reserved for this writer alone until it is committed.
+        // SAFETY: as in `write_with`.
         fill(unsafe { std::slice::from_raw_parts_mut(open.ptr, len) });
         open.commit();
         Ok(())
@@ -385,13 +487,11 @@ impl FillBuffer {
     /// zeros if the code filling them unwinds: an open reservation would
     /// otherwise keep every later flush from happening.
     #[inline(always)]
-    fn reserve(&self, len: usize) -> Result<OpenRecord<'_>, WriteError> {
-        let ptr = self.reserve_raw(len)?;
-        Ok(OpenRecord {
-            buf: self,
-            ptr,
-            len,
-        })
+    fn reserve(&self, len: usize) -> Result<OpenRecord, WriteError> {
+        let slot = thread::Table::mine().slot(self.key.index);
+        // SAFETY: this thread's slot, which lives as long as the thread.
+        let ptr = self.shared.reserve_in(&self.key, unsafe { &*slot }, len)?;
+        Ok(OpenRecord { slot, ptr, len })
     }
 
     /// Writes `count` records of `N` bytes with one reservation and one
@@ -471,13 +571,15 @@ impl FillBuffer {
     #[inline(always)]
     pub fn reserve_raw(&self, len: usize) -> Result<*mut u8, WriteError> {
         let shared = &*self.shared;
-        thread::with_slot(shared.index, |slot| shared.reserve_in(slot, len))
+        thread::with_slot(self.key.index, |slot| {
+            shared.reserve_in(&self.key, slot, len)
+        })
     }
 
     /// Commits `len` bytes reserved by [`FillBuffer::reserve_raw`].
     #[inline(always)]
     pub fn commit_raw(&self, len: usize) {
-        thread::with_slot(self.shared.index, |slot| slot.commit(len));
+        thread::with_slot(self.key.index, |slot| slot.commit(len));
     }
 
     /// Hands this thread's committed records to the flush function now
@@ -618,26 +720,44 @@ impl Drop for ErrnoGuard {
 /// A reservation being filled. Committed by [`OpenRecord::commit`]; if it
 /// is dropped instead (the code filling it unwound), its bytes are
 /// committed as zeros.
-struct OpenRecord<'a> {
-    buf: &'a FillBuffer,
+///
+/// It keeps the slot the bytes were reserved in, so that the commit does
+/// not look the slot up again; its raw pointers keep it on the thread
+/// (the slot is that thread's).
+struct OpenRecord {
+    slot: *const Slot,
     ptr: *mut u8,
     len: usize,
 }
 
-impl OpenRecord<'_> {
+impl OpenRecord {
     #[inline(always)]
     fn commit(self) {
-        self.buf.commit_raw(self.len);
+        // SAFETY: this thread's slot (an `OpenRecord` is not `Send`),
+        // which lives as long as the thread.
+        unsafe { &*self.slot }.commit(self.len);
         std::mem::forget(self);
     }
 }
 
-impl Drop for OpenRecord<'_> {
+impl Drop for OpenRecord {
     fn drop(&mut self) {
         // SAFETY: the reservation this record was made for.
         unsafe { std::ptr::write_bytes(self.ptr, 0, self.len) };
-        self.buf.commit_raw(self.len);
+        // SAFETY: as in `commit`.
+        unsafe { &*self.slot }.commit(self.len);
     }
+}
+
+/// What the fast path of a reservation came to.
+enum FastReservation {
+    /// The bytes are reserved.
+    Open(OpenRecord),
+    /// A trace buffer is full; the reservation at `old` is held.
+    Full { old: usize },
+    /// The slot does not serve this buffer yet, or the size is wrong;
+    /// nothing is reserved.
+    Slow,
 }
 
 /// A circular buffer's records, newest first.

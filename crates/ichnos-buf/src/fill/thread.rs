@@ -1,10 +1,12 @@
 //! Per-thread slots, the registry of live threads, and the lifecycle
 //! hooks: thread exit, process exit (`atexit`) and `fork`.
 //!
-//! Each thread has a fixed table of [`Slot`]s in TLS, one per possible
-//! buffer handle, so the fast path is one TLS-relative access as with
-//! drx_buf's raw TLS slot. The table has no destructor (so reaching it
-//! costs nothing); a second TLS value, [`ThreadState`], owns the memory
+//! Each thread has a fixed [`Table`] of [`Slot`]s in TLS, one per possible
+//! buffer handle, so the fast path is a TLS-relative access as with
+//! drx_buf's raw TLS slot: buffer 0's slot at a fixed offset from the
+//! thread pointer ([`fast_tls`]), the others in a `thread_local!` table
+//! whose address that block keeps. The slots have no destructor (so
+//! reaching them costs nothing); a second TLS value, [`ThreadState`], owns the memory
 //! and flushes at thread exit. A process's main thread keeps its buffers
 //! through its TLS destructors: `exit` runs those before the `atexit`
 //! hooks and static destructors, whose records would be lost. So does a
@@ -12,6 +14,7 @@
 //! `atexit` hook flushes them, and every other thread still running, from
 //! the registry.
 
+use super::fast_tls;
 use super::mem::Mapping;
 use super::slot::Slot;
 use super::Shared;
@@ -24,7 +27,8 @@ use std::sync::{Once, Weak};
 pub const MAX_BUFFERS: usize = 16;
 
 thread_local! {
-    static SLOTS: [Slot; MAX_BUFFERS] = const { [const { Slot::new() }; MAX_BUFFERS] };
+    /// The slots of buffers 1 and up (buffer 0's is in [`fast_tls`]).
+    static REST: [Slot; MAX_BUFFERS - 1] = const { [const { Slot::new() }; MAX_BUFFERS - 1] };
     static STATE: ThreadState = const { ThreadState::new() };
     /// Set while this thread holds the registry lock, so that a signal
     /// handler interrupting it does not spin on it forever.
@@ -38,15 +42,88 @@ thread_local! {
 pub(crate) fn with_slot<R>(index: usize, f: impl FnOnce(&Slot) -> R) -> R {
     // SAFETY: the pointer is to this thread's TLS, which lives as long as
     // the thread, and we are on that thread for the duration of `f`.
-    f(unsafe { &*slot_ptr(index) })
+    f(unsafe { &*Table::mine().slot(index) })
 }
 
-/// This thread's slot `index`. Getting a pointer is a tiny closure that
-/// inlines (an offset from the thread pointer); doing the work inside
-/// `LocalKey::with` made the whole write path one out-of-line call.
+/// This thread's slot `index` if it can be had without a call (the write
+/// path's fast path): null for a slot of the `thread_local!` table before
+/// this thread has looked that table up.
 #[inline(always)]
-fn slot_ptr(index: usize) -> *const Slot {
-    SLOTS.with(|slots| std::ptr::from_ref(&slots[index & (MAX_BUFFERS - 1)]))
+pub(crate) fn slot_without_call(index: usize) -> *const Slot {
+    let block = fast_tls::block();
+    let index = index & (MAX_BUFFERS - 1);
+    if index == 0 {
+        // SAFETY: this thread's block, which lives as long as the thread.
+        return unsafe { &raw const (*block).first };
+    }
+    // SAFETY: as above.
+    let rest = unsafe { (*block).rest.get() };
+    if rest.is_null() {
+        return std::ptr::null();
+    }
+    // SAFETY: `rest` is this thread's table of MAX_BUFFERS - 1 slots, and
+    // 1 <= index < MAX_BUFFERS.
+    unsafe { rest.cast::<Slot>().add(index - 1) }
+}
+
+/// A thread's slots: where each of them is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Table {
+    /// Buffer 0's, in the thread's [`fast_tls`] block.
+    first: *const Slot,
+    /// The others', in the thread's `thread_local!` table.
+    rest: *const [Slot; MAX_BUFFERS - 1],
+}
+
+impl Table {
+    /// The calling thread's slots. The first call on a thread looks its
+    /// table up through `thread_local!` (a call to `__tls_get_addr` in a
+    /// shared object) and keeps the address in the thread's block.
+    #[inline(always)]
+    pub(crate) fn mine() -> Table {
+        let block = fast_tls::block();
+        // SAFETY: this thread's block, which lives as long as the thread.
+        let mut rest = unsafe { (*block).rest.get() };
+        if rest.is_null() {
+            rest = rest_now(block);
+        }
+        Table {
+            // SAFETY: as above.
+            first: unsafe { &raw const (*block).first },
+            rest,
+        }
+    }
+
+    /// Slot `index` (masked into the table).
+    #[inline(always)]
+    pub(crate) fn slot(self, index: usize) -> *const Slot {
+        match index & (MAX_BUFFERS - 1) {
+            0 => self.first,
+            // SAFETY: 1 <= i < MAX_BUFFERS, inside `rest`.
+            i => unsafe { self.rest.cast::<Slot>().add(i - 1) },
+        }
+    }
+
+    /// Each slot with its index. The thread must be alive (its TLS).
+    fn each(self) -> impl Iterator<Item = (usize, *const Slot)> {
+        (0..MAX_BUFFERS).map(move |i| (i, self.slot(i)))
+    }
+
+    /// Whether `ptr` is the address of one of these slots.
+    fn contains(self, ptr: usize) -> bool {
+        self.each().any(|(_, slot)| slot as usize == ptr)
+    }
+}
+
+/// Looks the thread's table up and keeps its address in `block`.
+#[cold]
+#[inline(never)]
+fn rest_now(block: *const fast_tls::FastTls) -> *const [Slot; MAX_BUFFERS - 1] {
+    let rest = REST.with(std::ptr::from_ref);
+    // SAFETY: this thread's block. A signal handler that interrupts this
+    // stores the same address.
+    unsafe { (*block).rest.set(rest) };
+    rest
 }
 
 /// The memory this thread owns for each slot; dropping it (at thread
@@ -86,8 +163,12 @@ impl Drop for ThreadState {
             }
             return;
         }
-        SLOTS.with(|slots| {
-            for (index, slot) in slots.iter().enumerate() {
+        let table = Table::mine();
+        {
+            for (index, slot) in table.each() {
+                // SAFETY: this thread's slot; its TLS lives until this
+                // destructor returns.
+                let slot = unsafe { &*slot };
                 let owner = slot.owner.load(Ordering::Relaxed);
                 if owner == 0 {
                     continue;
@@ -105,22 +186,21 @@ impl Drop for ThreadState {
                 slot.retire();
                 slot.release();
             }
-        });
-        let mine: *const [Slot; MAX_BUFFERS] = SLOTS.with(std::ptr::from_ref);
-        while with_registry(|r| r.threads.retain(|t| !std::ptr::eq(t.slots, mine))).is_none() {
+        }
+        while with_registry(|r| r.threads.retain(|t| t.table != table)).is_none() {
             std::thread::yield_now();
         }
         // The exit hook of another thread may have claimed any slot while
         // we were still registered; once we are not, no one can claim one
         // anew, so waiting for each to be free makes the TLS ours to drop.
-        SLOTS.with(|slots| {
-            for slot in slots {
-                while !slot.try_claim() {
-                    std::thread::yield_now();
-                }
-                slot.release();
+        for (_, slot) in table.each() {
+            // SAFETY: as above.
+            let slot = unsafe { &*slot };
+            while !slot.try_claim() {
+                std::thread::yield_now();
             }
-        });
+            slot.release();
+        }
         for memory in &self.memory {
             memory.borrow_mut().take();
         }
@@ -145,8 +225,8 @@ pub(crate) fn attach(
     let attached = STATE.try_with(|state| {
         if !state.registered.get() {
             let tid = current_tid();
-            let slots: *const [Slot; MAX_BUFFERS] = SLOTS.with(std::ptr::from_ref);
-            if with_registry(|r| r.threads.push(ThreadEntry { tid, slots })).is_none() {
+            let table = Table::mine();
+            if with_registry(|r| r.threads.push(ThreadEntry { tid, table })).is_none() {
                 return false;
             }
             state.registered.set(true);
@@ -182,9 +262,7 @@ pub(crate) fn attach(
 
 /// Whether `ptr` is the address of one of this thread's slots.
 pub(crate) fn is_own_slot(ptr: usize) -> bool {
-    let start = SLOTS.with(|slots| slots.as_ptr() as usize);
-    let size = std::mem::size_of::<Slot>();
-    ptr >= start && ptr < start + MAX_BUFFERS * size && (ptr - start).is_multiple_of(size)
+    Table::mine().contains(ptr)
 }
 
 /// This thread's id (what `gettid` returns).
@@ -196,9 +274,9 @@ pub(crate) fn current_tid() -> i32 {
 /// A live thread with buffers, as the registry knows it.
 struct ThreadEntry {
     tid: i32,
-    /// The thread's slot table. Valid while the entry is registered: the
+    /// The thread's slots. Valid while the entry is registered: the
     /// thread removes it (under the registry lock) before its TLS dies.
-    slots: *const [Slot; MAX_BUFFERS],
+    table: Table,
 }
 
 /// Live threads and buffer handles.
@@ -299,8 +377,7 @@ pub(crate) fn for_each_thread_slot(index: usize, mut f: impl FnMut(i32, &Slot)) 
         for thread in &r.threads {
             // SAFETY: the entry is registered, so its thread has not yet
             // torn down its TLS (it unregisters under this lock first).
-            let slots = unsafe { &*thread.slots };
-            f(thread.tid, &slots[index]);
+            f(thread.tid, unsafe { &*thread.table.slot(index) });
         }
     });
 }
@@ -343,7 +420,7 @@ pub(crate) fn flush_for_the_last_time() {
             .iter()
             .map(|h| h.as_ref().and_then(Weak::upgrade))
             .collect();
-        let threads: Vec<_> = r.threads.iter().map(|t| (t.tid, t.slots)).collect();
+        let threads: Vec<_> = r.threads.iter().map(|t| (t.tid, t.table)).collect();
         (handles, threads)
     }) else {
         return;
@@ -355,22 +432,22 @@ pub(crate) fn flush_for_the_last_time() {
     // other buffers; each thread is checked to be still registered just
     // before its slot is read, and an exiting thread waits for `busy`.
     let me = current_tid();
-    for (tid, slots) in threads {
+    for (tid, table) in threads {
         for (index, shared) in handles.iter().enumerate() {
             let Some(shared) = shared else { continue };
             // Claim the slot while the thread is known to be registered:
             // an exiting thread waits for `busy` before it unregisters
             // and frees its TLS.
             let claimed = with_registry(|r| {
-                r.threads.iter().any(|t| std::ptr::eq(t.slots, slots))
+                r.threads.iter().any(|t| t.table == table)
                     // SAFETY: the thread is registered (checked under the lock).
-                    && unsafe { (*slots)[index].try_claim() }
+                    && unsafe { (*table.slot(index)).try_claim() }
             });
             if claimed != Some(true) {
                 continue;
             }
             // SAFETY: claimed above; the thread cannot free it meanwhile.
-            let slot = unsafe { &(*slots)[index] };
+            let slot = unsafe { &*table.slot(index) };
             if slot.owner.load(Ordering::Acquire) == shared.id {
                 shared.flush_claimed(slot, super::FlushReason::ProcessExit, tid, tid == me);
             }
@@ -399,14 +476,16 @@ extern "C" fn after_fork_child() {
     // SAFETY: the lock is held (taken in `before_fork`) and the child has
     // only this thread.
     let registry = unsafe { &mut *std::ptr::addr_of_mut!(REGISTRY) };
-    let mine: *const [Slot; MAX_BUFFERS] = SLOTS.with(std::ptr::from_ref);
+    let mine = Table::mine();
     let tid = current_tid();
-    registry.threads.retain(|t| std::ptr::eq(t.slots, mine));
+    registry.threads.retain(|t| t.table == mine);
     for thread in &mut registry.threads {
         thread.tid = tid;
     }
-    SLOTS.with(|slots| {
-        for slot in slots {
+    for (_, slot) in mine.each() {
+        // SAFETY: this thread's slot.
+        let slot = unsafe { &*slot };
+        {
             slot.reserved.store(0, Ordering::Relaxed);
             slot.committed.store(0, Ordering::Relaxed);
             slot.lost_records.store(0, Ordering::Relaxed);
@@ -414,6 +493,6 @@ extern "C" fn after_fork_child() {
             slot.flushes.store(0, Ordering::Relaxed);
             slot.busy.store(false, Ordering::Relaxed);
         }
-    });
+    }
     unlock();
 }

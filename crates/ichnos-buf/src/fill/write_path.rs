@@ -8,15 +8,21 @@
 use super::guard;
 use super::slot::Slot;
 use super::{sigatomic, thread, ErrnoGuard};
-use super::{Flush, FlushReason, Kind, Shared, WriteError};
+use super::{Flush, FlushReason, Kind, Shared, WriteError, WriteKey};
 use std::sync::atomic::Ordering;
 
 impl Shared {
     /// The write path proper: reserve `len` bytes in this thread's `slot`.
+    /// `key` is this buffer's, from its handle.
     #[inline(always)]
-    pub(super) fn reserve_in(&self, slot: &Slot, len: usize) -> Result<*mut u8, WriteError> {
-        if slot.owner.load(Ordering::Relaxed) == self.id {
-            match self.kind {
+    pub(super) fn reserve_in(
+        &self,
+        key: &WriteKey,
+        slot: &Slot,
+        len: usize,
+    ) -> Result<*mut u8, WriteError> {
+        if slot.owner.load(Ordering::Relaxed) == key.id {
+            match key.kind {
                 Kind::Trace { capacity } => match slot.trace_reserve(len) {
                     Ok(ptr) => return Ok(ptr),
                     Err(old) => return self.overflow(slot, old, len, capacity),
@@ -81,8 +87,14 @@ impl Shared {
             return Err(self.size_error(len));
         }
         self.attach(slot, len)?;
-        // The slot is ours now, so this takes the fast path.
-        self.reserve_in(slot, len)
+        // The slot is ours now: reserve as the fast path does.
+        match self.kind {
+            Kind::Trace { capacity } => match slot.trace_reserve(len) {
+                Ok(ptr) => Ok(ptr),
+                Err(old) => self.overflow(slot, old, len, capacity),
+            },
+            Kind::Circular { stride, .. } => Ok(slot.ring_reserve(stride)),
+        }
     }
 
     /// Maps this thread's memory for the slot; a record of `len` bytes is
