@@ -183,9 +183,31 @@ impl FrameHeader {
 #[allow(clippy::inline_always)] // on the traced program's every call
 pub fn encode_event(ticks: u64, kind: u8, address: u64) -> [u8; EVENT_BYTES] {
     let mut b = [0u8; EVENT_BYTES];
-    b[..8].copy_from_slice(&ticks.to_le_bytes());
-    b[8..].copy_from_slice(&(u64::from(kind) | (address << 16)).to_le_bytes());
+    store_event(&mut b, ticks, event_word(kind, address));
     b
+}
+
+/// An event's second word: `kind | address << 16`.
+#[inline(always)]
+#[must_use]
+#[allow(clippy::inline_always)] // on every traced call
+pub fn event_word(kind: u8, address: u64) -> u64 {
+    u64::from(kind) | (address << 16)
+}
+
+/// Stores an event, its ticks and its [`event_word`], into `dst` (its
+/// first [`EVENT_BYTES`] bytes) where it lies: two 8-byte stores. A
+/// writer that builds the event apart and copies it makes the copy read
+/// 16 bytes that two stores just wrote, which the processor cannot
+/// forward from its store buffer.
+///
+/// # Panics
+/// If `dst` is shorter than [`EVENT_BYTES`].
+#[inline(always)]
+#[allow(clippy::inline_always)] // on every traced call
+pub fn store_event(dst: &mut [u8], ticks: u64, word: u64) {
+    dst[..8].copy_from_slice(&ticks.to_le_bytes());
+    dst[8..EVENT_BYTES].copy_from_slice(&word.to_le_bytes());
 }
 
 /// An event read back: (ticks, kind, address).

@@ -74,7 +74,13 @@ fn record(kind: u8, address: u64) {
 #[allow(clippy::inline_always)]
 pub(crate) fn record_at(ticks: u64, kind: u8, address: u64) {
     if let Some(buf) = BUFFER.get() {
-        let _ = buf.write(&wire::encode_event(ticks, kind, address));
+        // Stored where the record lies, not built apart and copied (see
+        // `wire::store_event`); the closure holds two words, which the
+        // buffer's slow path takes in registers.
+        let word = wire::event_word(kind, address);
+        let _ = buf.write_with(EVENT_BYTES, move |dst| {
+            wire::store_event(dst, ticks, word);
+        });
     }
 }
 
