@@ -30,6 +30,18 @@ pub(crate) fn ticks() -> u64 {
     monotonic_ns()
 }
 
+/// The TSC now, where the caller knows ticks are the TSC ([`is_tsc`]).
+#[inline(always)]
+#[allow(clippy::inline_always)] // twice on every traced call
+pub(crate) fn tsc() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: rdtsc has no preconditions; the recorder checked that the
+    // CPU has an invariant TSC before asking for it.
+    return unsafe { core::arch::x86_64::_rdtsc() };
+    #[cfg(not(target_arch = "x86_64"))]
+    monotonic_ns()
+}
+
 /// `CLOCK_MONOTONIC` in nanoseconds.
 pub(crate) fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
