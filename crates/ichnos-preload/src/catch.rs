@@ -14,6 +14,13 @@
 //! (gcc's `.cold` parts) no open call matches it, and nothing changes:
 //! gcc's exits have closed those calls already.
 //!
+//! Under a depth limit, a filter or the time filter the runtime keeps
+//! its own count of open calls, and there the landing pad's stack
+//! pointer decides instead (`scope::caught`): the calls unwound are those
+//! whose frames lay below the catching frame's, which is right also where
+//! the catching function is not traced or is open more than once
+//! (recursion).
+//!
 //! The wrapper is a naked trampoline: it needs its caller's return
 //! address (the landing pad), and it goes on to the real function with
 //! the stack as the caller left it.
@@ -91,13 +98,11 @@ fn function_at(code: usize) -> Option<u64> {
     (!fde.is_null() && !bases.function.is_null()).then_some(bases.function as u64 & MAX_ADDRESS)
 }
 
-/// What the trampoline calls with the landing pad's address: records
-/// the catch, answers with the real function.
-extern "C" fn on_catch(landing: usize) -> usize {
+/// What the trampoline calls with the landing pad's address and stack
+/// pointer: records the catch, answers with the real function.
+extern "C" fn on_catch(landing: usize, sp: u64) -> usize {
     if crate::tracing() {
-        if let Some(function) = function_at(landing) {
-            crate::scope::caught(function);
-        }
+        crate::scope::caught(function_at(landing), sp);
     }
     real()
 }
@@ -107,12 +112,14 @@ extern "C" fn on_catch(landing: usize) -> usize {
 #[no_mangle]
 pub extern "C" fn __cxa_begin_catch() {
     // Entered as the C++ library's would be: the exception in rdi, the
-    // landing pad's return address at rsp. One push keeps the stack
-    // 16-byte aligned at the call; the real function is jumped to with
+    // landing pad's return address at rsp, so the catching frame's stack
+    // pointer is rsp + 8 on entry. One push keeps the stack 16-byte
+    // aligned at the call; the real function is jumped to with
     // everything as it was on entry.
     core::arch::naked_asm!(
         "push rdi",
         "mov rdi, [rsp + 8]",
+        "lea rsi, [rsp + 16]",
         "call {on_catch}",
         "pop rdi",
         "jmp rax",

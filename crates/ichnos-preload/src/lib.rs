@@ -29,6 +29,7 @@ mod clock;
 mod config;
 mod crash;
 mod ending;
+mod hooks;
 #[cfg(target_arch = "x86_64")]
 mod jump;
 mod ring;
@@ -127,12 +128,13 @@ pub(crate) fn record_marker(kind: u8, address: u64) {
     }
 }
 
-/// An entry on [`PATH_SCOPED`].
+/// An entry on [`PATH_SCOPED`]; `sp` is the traced function's stack
+/// pointer at its call of the hook (0: not known).
 #[inline(never)]
-fn scoped_enter(function: u64) {
+fn scoped_enter(function: u64, sp: u64) {
     if scope::plain() {
         record(event::ENTER, function);
-    } else if scope::enter(function) {
+    } else if scope::enter(function, sp) {
         if short::holding() {
             short::enter(function);
         } else {
@@ -147,25 +149,34 @@ fn scoped_exit(function: u64) {
     if scope::plain() {
         record(event::EXIT, function);
     } else if scope::exit(function) {
-        if short::holding() {
-            short::exit(function);
-        } else {
-            record(event::EXIT, function);
-        }
+        write_exit(function);
     }
 }
 
-/// The entry hook of `-finstrument-functions`.
-#[no_mangle]
-pub extern "C" fn __cyg_profile_func_enter(this_fn: *mut c_void, _call_site: *mut c_void) {
+/// Writes the exit of a call whose entry the depth limit and the filters
+/// let through, past the time filter.
+pub(crate) fn write_exit(function: u64) {
+    if short::holding() {
+        short::exit(function);
+    } else {
+        record(event::EXIT, function);
+    }
+}
+
+/// The entry hook of `-finstrument-functions`, from its trampoline
+/// ([`hooks`]), with the traced function's stack pointer `sp` (0: not
+/// known).
+extern "C" fn enter_hook(this_fn: *mut c_void, _call_site: *mut c_void, sp: u64) {
     match PATH.load(Ordering::Acquire) {
         PATH_DIRECT => record_direct(event::ENTER, this_fn as u64),
         PATH_OFF => {}
-        _ => scoped_enter(this_fn as u64),
+        _ => scoped_enter(this_fn as u64, sp),
     }
 }
 
-/// The exit hook of `-finstrument-functions`.
+/// The exit hook of `-finstrument-functions`. (It needs no stack pointer,
+/// and gcc jumps to it after its epilogue, where the stack pointer is the
+/// caller's.)
 #[no_mangle]
 pub extern "C" fn __cyg_profile_func_exit(this_fn: *mut c_void, _call_site: *mut c_void) {
     match PATH.load(Ordering::Acquire) {

@@ -63,6 +63,30 @@ const OUTSIDE: Place = Place {
 /// (a catch deeper than this leaves the counters as they are).
 const KEPT_CALLS: usize = 256;
 
+/// An open call a thread keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Kept {
+    /// The function.
+    function: u64,
+    /// The place inside the call.
+    place: Place,
+    /// Whether its entry was written.
+    written: bool,
+    /// The function's stack pointer when it called the entry hook (0:
+    /// not known). The calls an exception unwound are those whose stack
+    /// pointer lies below the catching frame's: the stack grows down.
+    sp: u64,
+}
+
+impl Kept {
+    const NONE: Kept = Kept {
+        function: 0,
+        place: OUTSIDE,
+        written: false,
+        sp: 0,
+    };
+}
+
 /// `setjmp` places a thread remembers its scope at (those still live,
 /// the outermost kept when there are more): a `longjmp` to one forgotten
 /// leaves the counters as they are.
@@ -74,10 +98,8 @@ thread_local! {
     /// calls there.
     static JUMPS: Cell<[(u64, Place, usize); JUMP_PLACES]> =
         const { Cell::new([(0, OUTSIDE, 0); JUMP_PLACES]) };
-    /// The outermost open calls: the function, the place inside it, and
-    /// whether its entry was written.
-    static CALLS: [Cell<(u64, Place, bool)>; KEPT_CALLS] =
-        const { [const { Cell::new((0, OUTSIDE, false)) }; KEPT_CALLS] };
+    /// The outermost open calls.
+    static CALLS: [Cell<Kept>; KEPT_CALLS] = const { [const { Cell::new(Kept::NONE) }; KEPT_CALLS] };
 }
 
 /// Sets the depth limit and the filters (run-time addresses), once, at
@@ -119,10 +141,11 @@ fn limits() -> (u32, bool) {
     )
 }
 
-/// The entry of `function`: whether it is traced.
+/// The entry of `function`, whose stack pointer is `sp` (0: not known):
+/// whether it is traced.
 #[inline(always)]
 #[allow(clippy::inline_always)] // on every traced call
-pub(crate) fn enter(function: u64) -> bool {
+pub(crate) fn enter(function: u64, sp: u64) -> bool {
     let (max, filtered) = limits();
     PLACE.with(|cell| {
         let mut p = cell.get();
@@ -141,13 +164,23 @@ pub(crate) fn enter(function: u64) -> bool {
             .checked_sub(1)
             .filter(|&at| at < KEPT_CALLS)
         {
-            CALLS.with(|calls| calls[kept].set((function, p, written)));
+            CALLS.with(|calls| {
+                calls[kept].set(Kept {
+                    function,
+                    place: p,
+                    written,
+                    sp,
+                });
+            });
         }
         written
     })
 }
 
 /// The exit of `function`: whether it is traced (its entry was).
+///
+/// (The stack pointer at an exit says nothing: gcc jumps to the exit
+/// hook after its epilogue, where it is the caller's.)
 #[inline(always)]
 #[allow(clippy::inline_always)]
 pub(crate) fn exit(function: u64) -> bool {
@@ -202,35 +235,69 @@ pub(crate) fn note_jump(buffer: u64) {
     JUMPS.with(|p| p.set(places));
 }
 
-/// A C++ exception was caught in `function`: the calls above its
-/// innermost open call were unwound, so the thread's place is the one
-/// inside that call, if it is among the calls kept (else nothing is
-/// known and nothing changes). The catch is recorded with the innermost
-/// call still open that was written (the catching one, or under a limit
-/// or a filter one around it; address 0: none is), so that a reader
-/// closes the written calls above it.
-pub(crate) fn caught(function: u64) {
+/// A C++ exception was caught in `function` (if its unwind entry was
+/// found), whose landing pad runs with the stack pointer `sp` (0: not
+/// known). The calls whose stack pointer lies below `sp` were unwound;
+/// without a stack pointer, those inside the catching function's
+/// innermost open call. Either way only the calls kept are known: a catch
+/// deeper than those changes nothing.
+///
+/// The unwound calls whose entries were written get their exits now,
+/// innermost first, as gcc's instrumentation gives them while the
+/// exception unwinds (clang's does not), and the thread's place becomes
+/// the one inside the innermost call left. Without a limit or a filter
+/// nothing is kept, and the catch is recorded for a reader to close the
+/// calls above the catching function's.
+pub(crate) fn caught(function: Option<u64>, sp: u64) {
     if plain() {
-        crate::record_marker(event::CATCH, function);
+        if let Some(function) = function {
+            crate::record_marker(event::CATCH, function);
+        }
         return;
     }
     let now = PLACE.with(Cell::get);
     let open = (now.calls as usize).min(KEPT_CALLS);
-    let Some(at) = CALLS.with(|calls| calls[..open].iter().rposition(|c| c.get().0 == function))
-    else {
-        return;
+    let left = if sp != 0 {
+        // The calls kept whose stack pointer lies below the catching
+        // frame's: the stack grows down.
+        CALLS.with(|calls| {
+            let mut left = open;
+            while left > 0 {
+                let call = calls[left - 1].get();
+                if call.sp == 0 || call.sp >= sp {
+                    break;
+                }
+                left -= 1;
+            }
+            left
+        })
+    } else {
+        let Some(function) = function else { return };
+        let Some(at) = CALLS.with(|calls| {
+            calls[..open]
+                .iter()
+                .rposition(|c| c.get().function == function)
+        }) else {
+            return;
+        };
+        at + 1
     };
-    let (place, left) = CALLS.with(|calls| {
-        let left = calls[..=at]
-            .iter()
-            .rev()
-            .map(Cell::get)
-            .find(|c| c.2)
-            .map_or(0, |c| c.0);
-        (calls[at].get().1, left)
-    });
-    crate::record_marker(event::CATCH, left);
+    if left == open {
+        return;
+    }
+    let place = if left == 0 {
+        OUTSIDE
+    } else {
+        CALLS.with(|calls| calls[left - 1].get().place)
+    };
     PLACE.with(|p| p.set(place));
+    for at in (left..open).rev() {
+        let call = CALLS.with(|calls| calls[at].get());
+        if call.written {
+            crate::write_exit(call.function);
+        }
+    }
+    // Calls deeper than those kept, whose entries the time filter holds.
     crate::short::back_to(place.depth.min(MAX_DEPTH.load(Ordering::Relaxed)) as usize);
 }
 

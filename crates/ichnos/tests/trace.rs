@@ -591,6 +591,61 @@ fn exceptions_that_skip_clangs_exits_keep_the_depth() {
     }
 }
 
+/// Catches the runtime cannot place by the catching function alone: in a
+/// function it does not trace, and in the outer of two open calls of the
+/// same function (the exception left the inner one). Under a limit or a
+/// filter the runtime keeps its own count of open calls, and the landing
+/// pad's stack pointer says which were unwound; with clang (no exits as
+/// an exception unwinds) the count used to drift, and with it which
+/// calls were written. gcc, whose exits run as the exception unwinds,
+/// must give the same.
+#[test]
+fn catches_in_untraced_and_recursive_functions_keep_the_depth() {
+    let dir = tempfile::tempdir().unwrap();
+    let through_thrice: Vec<&str> = [
+        "  through(int) {",
+        "    thrower(int);",
+        "  } /* through(int) */",
+    ]
+    .repeat(3);
+    let nested_thrice: Vec<&str> = [
+        "  nested(int) {",
+        "    nested(int) {",
+        "      thrower(int);",
+        "    } /* nested(int) */",
+        "  } /* nested(int) */",
+    ]
+    .repeat(3);
+    let whole = |calls: &[&'static str]| {
+        let mut lines = vec!["main() {"];
+        lines.extend(calls);
+        lines.extend(["  after_catch();", "} /* main */"]);
+        lines
+    };
+    let cases: [(&str, &[&str], Vec<&str>); 8] = [
+        ("untraced", &["-D", "2"], whole(&["  through(int);"; 3])),
+        ("untraced", &["-t", "1ns"], whole(&through_thrice)),
+        ("untraced", &["-N", "through"], whole(&[])),
+        ("untraced", &["-F", "thrower"], vec!["thrower(int);"; 3]),
+        ("recursive", &["-D", "2"], whole(&["  nested(int);"; 3])),
+        ("recursive", &["-t", "1ns"], whole(&nested_thrice)),
+        ("recursive", &["-N", "through"], whole(&nested_thrice)),
+        ("recursive", &["-F", "thrower"], vec!["thrower(int);"; 3]),
+    ];
+    for compiler in ["g++", "clang++"] {
+        let exe = build_by(compiler, dir.path(), "throw.cc", &[]);
+        let exe = exe.to_str().unwrap();
+        for (mode, options, expected) in &cases {
+            traced(dir.path(), "t.data", options, &[exe, mode]);
+            let lines = replayed_calls(dir.path(), "t.data");
+            assert_eq!(
+                &lines, expected,
+                "{compiler}, {mode}: ichnos trace {options:?}"
+            );
+        }
+    }
+}
+
 #[test]
 fn short_calls_are_hidden_by_the_time_filter() {
     let dir = tempfile::tempdir().unwrap();
