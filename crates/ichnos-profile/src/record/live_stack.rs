@@ -83,6 +83,20 @@ pub(super) struct LiveStack {
 const MAX_UNREADABLE: usize = 4096;
 
 impl LiveStack {
+    /// A new process has the id `pid` (a fork, or an exec, after which
+    /// the program may be readable where the one before was not): one
+    /// found unreadable under that id before is forgotten.
+    pub(super) fn new_process(&mut self, pid: u32) {
+        self.unreadable_pids.remove(&pid);
+    }
+
+    /// Whether samples of `pid` are not read on (its memory could not
+    /// be read before).
+    #[cfg(test)]
+    pub(super) fn skips(&self, pid: u32) -> bool {
+        self.unreadable_pids.contains(&pid)
+    }
+
     /// The walk of sample `taken` ended with `stop`, past the copy, at its
     /// frame `outermost`: reads on from the thread's memory and walks
     /// again (`walk` over the longer stack) while the walk runs off what

@@ -328,6 +328,9 @@ impl Recorder {
                 }
                 if c.exec && c.pid == c.tid {
                     self.spaces.begin(c.pid, c.name, time, &mut self.output);
+                    if let Some(live) = self.live_stack.as_mut() {
+                        live.new_process(c.pid);
+                    }
                 }
                 self.spaces
                     .name_thread(c.pid, c.tid, c.name, time, &mut self.output);
@@ -337,6 +340,9 @@ impl Recorder {
                 if f.pid == f.tid && f.pid != f.ppid {
                     self.spaces
                         .fork(f.pid, f.ppid, f.tid, f.time, &mut self.output);
+                    if let Some(live) = self.live_stack.as_mut() {
+                        live.new_process(f.pid);
+                    }
                 } else if let Some((_, name)) = self.spaces.threads.get(&f.ptid).cloned() {
                     self.spaces
                         .name_thread(f.pid, f.tid, &name, f.time, &mut self.output);

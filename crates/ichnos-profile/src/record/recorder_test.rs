@@ -226,3 +226,51 @@ fn memory_that_no_longer_holds_what_the_copy_does_is_not_read_on() {
     assert!(matches!(stop, StopReason::StackEnd { .. }) && walked.is_none());
     assert_eq!((live.completed, live.changed, live.unreadable), (2, 2, 0));
 }
+
+/// A process whose memory could not be read is not tried again, until a
+/// new process has its id (pid reuse under `-a`).
+#[test]
+fn a_process_found_unreadable_is_tried_again_once_its_pid_is_a_new_one() {
+    use ichnos_code::{Regs, StopReason};
+    // A process that is gone: its id reads nothing.
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    let memory = vec![0u8; 8192];
+    let sp = memory.as_ptr() as u64;
+    let taken = super::live_stack::Taken {
+        pid,
+        time: ichnos_perf::monotonic_ns(),
+        regs: Regs {
+            ip: 0,
+            sp,
+            fp: 0,
+            bx: None,
+        },
+        copy: &memory[..4096],
+    };
+    let past = StopReason::StackEnd {
+        addr: sp + 4096 + 8,
+    };
+    let mut live = super::live_stack::LiveStack::default();
+    let stop = live.walk_on(taken, past, None, &mut |_: &[u8]| StopReason::Outermost);
+    assert_eq!(stop, past, "nothing read, no walk");
+    assert_eq!(live.unreadable, 1);
+    assert!(live.skips(pid));
+    // The recorder learns of a new process by its fork record.
+    let dir = tempfile::tempdir().unwrap();
+    let start = ichnos_perf::monotonic_ns();
+    let (mut recorder, writer) = recorder(format(), dir.path(), start);
+    recorder.live_stack = Some(live);
+    let fork = ichnos_perf::record::TaskEvent {
+        pid,
+        ppid: std::process::id(),
+        tid: pid,
+        ptid: std::process::id(),
+        time: start,
+        sample_id: SampleId::default(),
+    };
+    recorder.handle(&Record::Fork(fork), false);
+    assert!(!recorder.live_stack.as_ref().unwrap().skips(pid));
+    super::close(recorder.output, writer, 0).unwrap();
+}
