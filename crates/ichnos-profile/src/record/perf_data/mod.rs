@@ -169,27 +169,27 @@ pub fn import_perf_data(
     describe(&mut out, &perf_file, mtime);
     let mut recorder = Recorder::offline(ichnos_code::UnwindOptions::default().max_frames, out);
     let mut converted = Converted::default();
-    let mut released = 0;
     let place = read_ahead::Place::new();
+    let section = usize::try_from(data_offset).unwrap_or(0);
+    let release = |range: std::ops::Range<usize>| {
+        map.release(section + range.start..section + range.end);
+    };
     let walked = std::thread::scope(|scope| {
-        // Without the thread (none could be made), the walk is slower.
+        // The reader also hands the pages the walk is done with back to
+        // the kernel, every RELEASE_EVERY bytes. Without the thread (none
+        // could be made) the walk is slower, and they stay mapped.
         let _reader = std::thread::Builder::new()
             .name("ichnos-read-ahead".into())
-            .spawn_scoped(scope, || read_ahead::run(data, &place));
+            .spawn_scoped(scope, || {
+                read_ahead::run(data, &place, RELEASE_EVERY, &release);
+            });
         // The reader ends with the walk, also a walk that panics.
         let _end = read_ahead::EndOnDrop(&place);
         records::walk(
             data,
             data_offset,
             &attrs,
-            |below| {
-                place.done_below(below);
-                if below >= released + RELEASE_EVERY {
-                    let from = usize::try_from(data_offset).unwrap_or(0);
-                    map.release(from + released..from + below);
-                    released = below;
-                }
-            },
+            |below| place.done_below(below),
             |found| converted.record(&formats, found, &mut recorder),
         )
     });
