@@ -119,7 +119,10 @@ pub(super) fn walk(
     mut f: impl FnMut(Found<'_>),
 ) -> Result<(), String> {
     let mut rounds = Rounds::default();
-    let mut hand_on = |p: &Pending| {
+    let mut hand_on = |p: &Pending, after: &[Pending]| {
+        if let Some(ahead) = after.get(FETCH_AHEAD - 1) {
+            fetch_ahead(data, ahead);
+        }
         let start = usize::try_from(p.offset()).unwrap_or(usize::MAX);
         if let Some(bytes) = data.get(start..start + p.len as usize) {
             f(Found {
@@ -147,6 +150,37 @@ pub(super) fn walk(
     }
     rounds.finish(&mut hand_on);
     Ok(())
+}
+
+/// How many records ahead of the one handed on the next is fetched.
+const FETCH_AHEAD: usize = 2;
+
+/// Bytes at the start of a record fetched ahead: its fields, the user
+/// registers and the start of a stack copy, which the parser and the
+/// unwinder read first.
+const FETCHED: usize = 1024;
+
+/// Asks the processor to fetch the start of record `p` into its caches
+/// while the records before it are handled: each record lies a page or
+/// more past the one before, so that each was a wait for memory.
+fn fetch_ahead(data: &[u8], p: &Pending) {
+    let start = usize::try_from(p.offset()).unwrap_or(usize::MAX);
+    let end = start.saturating_add((p.len as usize).min(FETCHED));
+    let Some(bytes) = data.get(start..end) else {
+        return;
+    };
+    #[cfg(target_arch = "x86_64")]
+    for line in bytes.chunks(64) {
+        // SAFETY: a prefetch reads nothing the program sees and cannot
+        // fault; the address lies in `data` anyway.
+        unsafe {
+            core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
+                line.as_ptr().cast(),
+            );
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = bytes;
 }
 
 /// A record's framing: its type, its size, and where the next one starts.

@@ -58,24 +58,26 @@ impl Rounds {
     }
 
     /// Ends a round: hands `f` every record no later round can come
-    /// before, oldest first.
-    pub fn finish_round(&mut self, mut f: impl FnMut(&Pending)) {
+    /// before, oldest first, each with those handed on after it in this
+    /// batch (which a reader may fetch ahead).
+    pub fn finish_round(&mut self, mut f: impl FnMut(&Pending, &[Pending])) {
         let ready = self.at_or_below_prev;
         if ready > 0 {
             self.incoming
                 .select_nth_unstable_by_key(ready - 1, |p| p.key);
             self.incoming[..ready].sort_unstable_by_key(|p| p.key);
-            self.incoming[..ready].iter().for_each(&mut f);
+            each_with_rest(&self.incoming[..ready], &mut f);
             self.incoming.drain(..ready);
         }
         self.prev_max = self.cur_max;
         self.at_or_below_prev = self.incoming.len();
     }
 
-    /// Ends the file: hands `f` every record left, oldest first.
-    pub fn finish(&mut self, f: impl FnMut(&Pending)) {
+    /// Ends the file: hands `f` every record left, oldest first, as
+    /// [`Rounds::finish_round`] does.
+    pub fn finish(&mut self, mut f: impl FnMut(&Pending, &[Pending])) {
         self.incoming.sort_unstable_by_key(|p| p.key);
-        self.incoming.iter().for_each(f);
+        each_with_rest(&self.incoming, &mut f);
         self.incoming.clear();
         self.prev_max = self.cur_max;
         self.at_or_below_prev = 0;
@@ -85,6 +87,13 @@ impl Rounds {
     /// before it will not be read again.
     pub fn first_waiting(&self) -> Option<u64> {
         self.incoming.iter().map(Pending::offset).min()
+    }
+}
+
+/// Calls `f` on each record of `batch` with those after it.
+fn each_with_rest(batch: &[Pending], f: &mut impl FnMut(&Pending, &[Pending])) {
+    for (i, p) in batch.iter().enumerate() {
+        f(p, &batch[i + 1..]);
     }
 }
 
@@ -114,19 +123,27 @@ mod tests {
             }
         };
         pass(&mut rounds, &[1, 2, 3, 2, 4]);
-        rounds.finish_round(|p| out.push(p.key.0.unwrap()));
+        rounds.finish_round(|p, _| out.push(p.key.0.unwrap()));
         assert!(out.is_empty());
         pass(&mut rounds, &[3, 5, 6, 7, 4, 5]);
-        rounds.finish_round(|p| out.push(p.key.0.unwrap()));
+        // Each record comes with those after it in its batch.
+        let mut rests = Vec::new();
+        rounds.finish_round(|p, rest| {
+            out.push(p.key.0.unwrap());
+            rests.push(rest.iter().map(|r| r.key.0.unwrap()).collect::<Vec<_>>());
+        });
         // Up to the first pass's newest record, the 4 at its end: the
         // second pass's 4 lies later in the file, and equal times keep
         // file order, so it waits.
         assert_eq!(out, [1, 2, 2, 3, 3, 4]);
+        assert_eq!(rests[0], [2, 2, 3, 3, 4]);
+        assert_eq!(rests[4], [4]);
+        assert!(rests[5].is_empty());
         assert_eq!(rounds.first_waiting(), Some(8 * 7));
         pass(&mut rounds, &[6, 8, 9, 7, 10]);
-        rounds.finish_round(|p| out.push(p.key.0.unwrap()));
+        rounds.finish_round(|p, _| out.push(p.key.0.unwrap()));
         assert_eq!(out[6..], [4, 5, 5, 6, 6, 7]);
-        rounds.finish(|p| out.push(p.key.0.unwrap()));
+        rounds.finish(|p, _| out.push(p.key.0.unwrap()));
         assert_eq!(out[12..], [7, 8, 9, 10]);
         assert_eq!(rounds.first_waiting(), None);
     }
@@ -154,11 +171,11 @@ mod tests {
                     rounds.insert(at(base + t, offset));
                     all.push((base + t, offset));
                 }
-                rounds.finish_round(|p| out.push((p.key.0.unwrap(), p.key.1)));
+                rounds.finish_round(|p, _| out.push((p.key.0.unwrap(), p.key.1)));
                 let so_far = newest.last().copied().unwrap_or(0);
                 newest.push(times.iter().map(|t| base + t).fold(so_far, u64::max));
             }
-            rounds.finish(|p| out.push((p.key.0.unwrap(), p.key.1)));
+            rounds.finish(|p, _| out.push((p.key.0.unwrap(), p.key.1)));
             all.sort_unstable();
             proptest::prop_assert_eq!(out, all);
         }
