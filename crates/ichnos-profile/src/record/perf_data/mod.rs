@@ -163,9 +163,8 @@ pub fn import_perf_data(
         path: output_name.to_path_buf(),
         source,
     };
-    let (mut out, writer) =
-        output::start(output, 0).map_err(|e| write(std::io::Error::other(e.to_string())))?;
-    out.wait_for_room();
+    let (mut out, writer) = output::start_converting(output)
+        .map_err(|e| write(std::io::Error::other(e.to_string())))?;
     describe(&mut out, &perf_file, mtime);
     let mut recorder = Recorder::offline(ichnos_code::UnwindOptions::default().max_frames, out);
     let mut converted = Converted::default();
