@@ -175,7 +175,7 @@ pub fn load(path: &Path, quiet: bool) -> Result<Loaded> {
     // Not waiting on a FIFO for a writer, nor reading a device.
     let file = ichnos_image::open_regular(path)
         .with_context(|| format!("cannot open {}", path.display()))?;
-    let read_from = if is_perf_data(&file) {
+    if is_perf_data(&file) {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
@@ -197,7 +197,8 @@ pub fn load(path: &Path, quiet: bool) -> Result<Loaded> {
         let _ = std::fs::remove_file(&temp);
         let reader = reader.with_context(|| format!("cannot open {}", temp.display()))?;
         let started = Instant::now();
-        let summary = ichnos_profile::record::import_perf_data(path, file, &temp)?;
+        let ichnos_profile::record::PerfDataImport { profile, summary } =
+            ichnos_profile::record::import_perf_data(path, file, &temp)?;
         if !quiet && summary.unreadable > 0 {
             eprintln!(
                 "warning: {}: {} records could not be read (left out)",
@@ -213,19 +214,19 @@ pub fn load(path: &Path, quiet: bool) -> Result<Loaded> {
                 started.elapsed().as_secs_f64()
             );
         }
-        reader
-    } else {
-        file
-    };
+        // The recording is kept open for the exports that read it again;
+        // the profile was made as it was written.
+        return Ok(Loaded {
+            profile,
+            file: reader,
+        });
+    }
     let profile = Profile::read(std::io::BufReader::with_capacity(
         1 << 20,
-        read_from.try_clone()?,
+        file.try_clone()?,
     ))
     .with_context(|| format!("cannot read {}", path.display()))?;
-    Ok(Loaded {
-        profile,
-        file: read_from,
-    })
+    Ok(Loaded { profile, file })
 }
 
 /// Symbolizes `profile`, with a progress bar on a terminal once it takes

@@ -439,3 +439,66 @@ fn perf_inject_jit_names_the_demos_jit_code_from_the_jitdump_the_registry_writes
         .unwrap();
     assert!(share > 10.0, "{line}");
 }
+
+/// The profile a conversion makes as it writes the recording is the one
+/// a reader makes of the recording written (the report uses the first;
+/// the exports that read the recording again, the second).
+#[test]
+fn the_profile_made_while_converting_is_the_recording_read_back() {
+    use ichnos_profile::report::Profile;
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_chains(dir.path(), Build::Sframe);
+    let data = dir.path().join("perf.data");
+    perf_record(&data, 4000, "dwarf", &[exe.to_str().unwrap(), "4000"]);
+    let recording = dir.path().join("converted.data");
+    let file = std::fs::File::create(&recording).unwrap();
+    let made = ichnos_profile::record::import_perf_data(&data, file, &recording).unwrap();
+    let read = Profile::read(std::fs::File::open(&recording).unwrap()).unwrap();
+    let made = made.profile;
+    assert!(read.tallies.values().map(|t| t.samples).sum::<u64>() > 1000);
+    assert_eq!(made.description, read.description);
+    assert_eq!(made.mappings, read.mappings);
+    assert_eq!(format!("{:?}", made.stacks), format!("{:?}", read.stacks));
+    assert_eq!(made.tallies, read.tallies);
+    assert_eq!(made.off_cpu, read.off_cpu);
+    assert_eq!(made.threads, read.threads);
+    assert_eq!(made.processes, read.processes);
+    assert_eq!(made.lost, read.lost);
+    let spaces = |p: &Profile| {
+        let mut s: Vec<_> = p.spaces.iter().map(|(k, v)| format!("{k} {v:?}")).collect();
+        s.sort();
+        s
+    };
+    assert_eq!(spaces(&made), spaces(&read));
+    assert_eq!(
+        (
+            made.throttled,
+            made.end,
+            made.end_lost,
+            made.last_time,
+            made.orphans
+        ),
+        (
+            read.throttled,
+            read.end,
+            read.end_lost,
+            read.last_time,
+            read.orphans
+        )
+    );
+    assert_eq!(
+        (
+            made.misnumbered_stacks,
+            made.uncopied_spaces,
+            made.has_span_names,
+            made.trace_clock
+        ),
+        (
+            read.misnumbered_stacks,
+            read.uncopied_spaces,
+            read.has_span_names,
+            read.trace_clock
+        )
+    );
+    assert!(made.truncated.is_none() && read.truncated.is_none());
+}

@@ -39,7 +39,7 @@ use recorder::Recorder;
 
 pub use events::EventsError;
 pub use intern::Interner;
-pub use perf_data::{import_perf_data, PerfDataError, PerfDataSummary};
+pub use perf_data::{import_perf_data, PerfDataError, PerfDataImport, PerfDataSummary};
 
 use crate::launch::{self, Child, LaunchError};
 use crate::sys::ExitStatus;

@@ -56,6 +56,10 @@ pub(crate) struct Output {
     /// Wait for the writer rather than drop a sample or keep a record
     /// back (a file converted, where nothing is lost by waiting).
     wait_for_room: bool,
+    /// The recording as a report reads it, made from the records as they
+    /// are written ([`start_converting`]): a report of a converted file
+    /// need not read back the recording it has just written.
+    profile: Option<Box<crate::report::Profile>>,
 }
 
 impl std::fmt::Debug for Output {
@@ -84,12 +88,15 @@ pub(crate) fn start(
 /// [`start`] for a conversion (a perf.data file), which waits for room
 /// rather than dropping records and whose recording is often a few
 /// KiB: the buffer's pages are mapped in as they are first written
-/// (populating all 4 MiB took 1.2 ms of a 26 ms report).
+/// (populating all 4 MiB took 1.2 ms of a 26 ms report). The records
+/// written also make a [`crate::report::Profile`], which
+/// [`Output::end_with_profile`] hands back.
 pub(crate) fn start_converting(
     file: File,
 ) -> Result<(Output, std::thread::JoinHandle<WriterResult>), ichnos_buf::topa::AllocError> {
     let (mut output, writer) = start_with(file, 0, false)?;
     output.wait_for_room();
+    output.profile = Some(Box::default());
     Ok((output, writer))
 }
 
@@ -145,6 +152,7 @@ fn start_with(
             oversized: 0,
             failed,
             wait_for_room: false,
+            profile: None,
         },
         thread,
     ))
@@ -233,7 +241,9 @@ impl Output {
             return;
         }
         if self.wait_for_room {
-            self.write_waiting();
+            if self.write_waiting() {
+                self.also_to_profile(record);
+            }
             return;
         }
         if self.flush_backlog() && self.producer.write_record(&self.record).is_ok() {
@@ -275,6 +285,18 @@ impl Output {
             (false, _) => self.dropped += 1,
             (true, Record::OffCpu { .. }) => self.off_cpu += 1,
             (true, _) => self.samples += 1,
+        }
+        if written {
+            self.also_to_profile(record);
+        }
+    }
+
+    /// A record written: into the profile too, where one is made (only
+    /// while waiting for room, where records are written in order, none
+    /// kept back).
+    fn also_to_profile(&mut self, record: &Record<'_>) {
+        if let Some(profile) = self.profile.as_mut() {
+            profile.add(record);
         }
     }
 
@@ -323,20 +345,33 @@ impl Output {
     /// the samples written and `lost` samples lost), then closes the
     /// buffer and waits for `writer`, whose outcome is returned.
     pub fn end(
-        mut self,
+        self,
         writer: std::thread::JoinHandle<WriterResult>,
         time: u64,
         lost: u64,
     ) -> WriterResult {
+        self.end_with_profile(writer, time, lost).0
+    }
+
+    /// [`Output::end`], handing back the profile made of the records
+    /// written, where one was made ([`start_converting`]).
+    pub fn end_with_profile(
+        mut self,
+        writer: std::thread::JoinHandle<WriterResult>,
+        time: u64,
+        lost: u64,
+    ) -> (WriterResult, Option<crate::report::Profile>) {
         let samples = self.samples;
         self.meta(&Record::End {
             time: self.rel(time),
             samples,
             lost,
         });
+        let profile = self.profile.take().map(|p| *p);
         self.close(&writer);
-        writer
+        let written = writer
             .join()
-            .unwrap_or_else(|_| Err(io::Error::other("the writer thread panicked")))
+            .unwrap_or_else(|_| Err(io::Error::other("the writer thread panicked")));
+        (written, profile)
     }
 }

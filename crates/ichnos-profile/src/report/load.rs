@@ -318,7 +318,8 @@ impl Profile {
         Ok(profile)
     }
 
-    fn add(&mut self, record: &Record<'_>) {
+    /// Takes one record of a recording, in the recording's order.
+    pub(crate) fn add(&mut self, record: &Record<'_>) {
         match record {
             Record::Meta(m) => self.describe(m),
             Record::Process {
@@ -336,7 +337,10 @@ impl Profile {
                 self.threads.insert((*pid as u32, *tid as u32), name);
             }
             Record::Mapping { .. } => self.add_mapping(record),
-            Record::Stack(s) => self.add_stack(s),
+            Record::Stack(s) => self.add_stack(s.id, s.asid, s.stop, s.frames.iter()),
+            // As written (a conversion's profile is made from the records
+            // it writes).
+            Record::StackOut(s) => self.add_stack(s.id, s.asid, s.stop, s.frames.iter().copied()),
             Record::Sample {
                 time,
                 pid,
@@ -413,7 +417,6 @@ impl Profile {
                 source,
             } => self.clock_reading(*ticks, *time, *source),
             Record::Exit { .. }
-            | Record::StackOut(_)
             | Record::Calls(_)
             | Record::CallsOut(_)
             | Record::Unknown { .. } => {}
@@ -516,29 +519,30 @@ impl Profile {
         };
     }
 
-    /// A stack, resolved against the mappings its address space has now.
-    fn add_stack(&mut self, s: &ichnos_data::Stack<'_>) {
-        if s.id != self.stacks.len() as u64 || s.id >= MAX_STACKS {
+    /// Stack `id` of address space `asid`, innermost frame first, resolved
+    /// against the mappings its address space has now.
+    fn add_stack(
+        &mut self,
+        id: u64,
+        asid: u64,
+        stop: ichnos_data::StackStop,
+        frames: impl Iterator<Item = u64>,
+    ) {
+        if id != self.stacks.len() as u64 || id >= MAX_STACKS {
             self.misnumbered_stacks += 1;
             return;
         }
-        let frames: Vec<(u64, Place)> = s
-            .frames
-            .iter()
+        let frames: Vec<(u64, Place)> = frames
             .take(MAX_FRAMES)
             .enumerate()
             .map(|(i, f)| {
                 // Callers are looked up at their return address minus one,
                 // so the call is what is named.
                 let pc = if i == 0 { f } else { f.wrapping_sub(1) };
-                (pc, self.place(s.asid, pc))
+                (pc, self.place(asid, pc))
             })
             .collect();
-        self.stacks.push(Some(Stack {
-            asid: s.asid,
-            stop: s.stop,
-            frames,
-        }));
+        self.stacks.push(Some(Stack { asid, stop, frames }));
     }
 
     /// Where `pc` lies in address space `asid` now.

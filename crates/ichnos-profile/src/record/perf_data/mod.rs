@@ -84,6 +84,16 @@ pub enum PerfDataError {
     },
 }
 
+/// What a conversion made: the recording's profile as a report reads it
+/// (the same as reading the recording written), and what was found.
+#[derive(Debug)]
+pub struct PerfDataImport {
+    /// The recording written, read.
+    pub profile: crate::report::Profile,
+    /// What the conversion found.
+    pub summary: PerfDataSummary,
+}
+
 /// What a conversion found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PerfDataSummary {
@@ -102,12 +112,13 @@ const RELEASE_EVERY: usize = 4 << 20;
 
 /// Converts the perf.data file `input` into an ichnos recording written to
 /// `output` (opened by the caller, who chooses how safely: a temporary
-/// file is best created new), named `output_name` in errors.
+/// file is best created new), named `output_name` in errors; hands back
+/// the recording read, as [`crate::report::Profile::read`] would read it.
 pub fn import_perf_data(
     input: &Path,
     output: File,
     output_name: &Path,
-) -> Result<PerfDataSummary, PerfDataError> {
+) -> Result<PerfDataImport, PerfDataError> {
     let io = |source| PerfDataError::Io {
         path: input.to_path_buf(),
         source,
@@ -202,10 +213,13 @@ pub fn import_perf_data(
             what,
         })
     };
-    let (summary, written) = finish(recorder, &converted, writer);
+    let (summary, written, profile) = finish(recorder, &converted, writer);
     walked?;
     written.map_err(write)?;
-    Ok(summary)
+    Ok(PerfDataImport {
+        profile: profile.unwrap_or_default(),
+        summary,
+    })
 }
 
 /// Ends the recording: the last JIT names, the records refused counted
@@ -215,7 +229,11 @@ fn finish(
     mut recorder: Recorder,
     converted: &Converted,
     writer: std::thread::JoinHandle<output::WriterResult>,
-) -> (PerfDataSummary, output::WriterResult) {
+) -> (
+    PerfDataSummary,
+    output::WriterResult,
+    Option<crate::report::Profile>,
+) {
     let Converted {
         unreadable,
         last_time,
@@ -232,10 +250,11 @@ fn finish(
         complete: recorder.complete,
         unreadable,
     };
-    let written = recorder
-        .output
-        .end(writer, last_time, recorder.lost + unreadable);
-    (summary, written)
+    let (written, profile) =
+        recorder
+            .output
+            .end_with_profile(writer, last_time, recorder.lost + unreadable);
+    (summary, written, profile)
 }
 
 /// What handing the records to the recorder has found so far.
