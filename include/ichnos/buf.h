@@ -93,8 +93,8 @@ int ichnos_fill_buf_stats(const struct ichnos_fill_buf *buf, struct ichnos_fill_
 
 /* Circular buffers: copies the calling thread's records, newest first, into
  * out (out_len bytes) and returns how many records it copied (at most
- * out_len / stride), or -EINVAL (not circular, NULL). From a signal handler
- * that interrupted a write to the buffer: the records below the open one. */
+ * out_len / stride), or a negative errno: -EINVAL (not circular, NULL), or
+ * -EBUSY (called from a signal handler that interrupted a write). */
 int64_t ichnos_fill_buf_newest_first(const struct ichnos_fill_buf *buf, void *out, size_t out_len);
 
 #ifdef __cplusplus

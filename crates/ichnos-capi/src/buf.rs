@@ -252,7 +252,7 @@ pub unsafe extern "C" fn ichnos_fill_buf_newest_first(
         return (-libc::EINVAL).into();
     }
     let Some(records) = buf.buf.newest_first() else {
-        return (-libc::EINVAL).into();
+        return (-libc::EBUSY).into();
     };
     let n = records.len().min(out_len / stride);
     for (i, record) in records.iter().take(n).enumerate() {

@@ -78,7 +78,7 @@ pub fn flush_at_exit() {
     thread::flush_for_the_last_time();
 }
 
-use slot::Slot;
+use slot::{Slot, SnapshotBy};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -618,9 +618,9 @@ impl FillBuffer {
         })
     }
 
-    /// Circular buffers: this thread's records, newest first (inside a
-    /// signal handler that interrupted a write to this buffer, those
-    /// below the open one). `None` for a trace buffer.
+    /// Circular buffers: this thread's records, newest first. `None` for
+    /// a trace buffer, or inside a signal handler that interrupted a
+    /// write to this buffer.
     #[must_use]
     pub fn newest_first(&self) -> Option<RingRecords> {
         let shared = &*self.shared;
@@ -632,7 +632,7 @@ impl FillBuffer {
                 return Some(RingRecords::empty(stride));
             }
             let mut bytes = Vec::new();
-            let position = slot.ring_snapshot(capacity, stride, &mut bytes);
+            let position = slot.ring_snapshot(capacity, stride, &mut bytes, SnapshotBy::Owner)?;
             Some(RingRecords {
                 bytes,
                 stride,
@@ -643,8 +643,10 @@ impl FillBuffer {
 
     /// Circular buffers: every live thread's records, newest first, read
     /// while the threads go on writing (records overwritten during the
-    /// copy, and one being written, are left out, also when its thread is
-    /// stopped inside the write for good).
+    /// copy, and one being written, are left out). A thread stopped
+    /// inside a write for good (it crashed there) gives the records below
+    /// the open one; the calling thread, when this runs in a signal
+    /// handler that interrupted one of its writes, is skipped.
     #[must_use]
     pub fn snapshot_threads(&self) -> Vec<(i32, RingRecords)> {
         let shared = &*self.shared;
@@ -652,20 +654,27 @@ impl FillBuffer {
             return Vec::new();
         };
         let mut out = Vec::new();
+        let me = thread::current_tid();
         thread::for_each_thread_slot(shared.index, |tid, slot| {
             if slot.owner.load(Ordering::Acquire) != shared.id {
                 return;
             }
             let mut bytes = Vec::new();
-            let position = slot.ring_snapshot(capacity, stride, &mut bytes);
-            out.push((
-                tid,
-                RingRecords {
-                    bytes,
-                    stride,
-                    position,
-                },
-            ));
+            let by = if tid == me {
+                SnapshotBy::Owner
+            } else {
+                SnapshotBy::OtherThread
+            };
+            if let Some(position) = slot.ring_snapshot(capacity, stride, &mut bytes, by) {
+                out.push((
+                    tid,
+                    RingRecords {
+                        bytes,
+                        stride,
+                        position,
+                    },
+                ));
+            }
         });
         out
     }

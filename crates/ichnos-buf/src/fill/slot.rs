@@ -254,20 +254,34 @@ impl Slot {
     /// the owner overwrote during the copy are left out, and so is a
     /// record that was still being written.
     ///
-    /// An owner stopped for good inside a write (it crashed there, and
-    /// this is the crash's save) never lets the two counters meet: after
-    /// a while the records below `committed` are taken, which leaves out
-    /// the open one. (Were a signal handler's record committed inside the
-    /// open write, the open record would be taken and the handler's left
-    /// out; only a crash inside a write that a handler interrupted and
-    /// wrote in does that.)
-    pub(crate) fn ring_snapshot(&self, capacity: usize, stride: usize, out: &mut Vec<u8>) -> u64 {
+    /// `by` says who reads. The owner itself (a signal handler that
+    /// interrupted one of its writes) finds the counters apart for as
+    /// long as it runs: `None` at once. Another thread waits a while for
+    /// them to meet; an owner stopped for good inside a write (it crashed
+    /// there, and this is the crash's save) never lets them, and then the
+    /// records below `committed` are taken, which leaves the open one out
+    /// when nothing was written inside it. Where a signal handler did
+    /// write inside the open write before the crash, that bound takes the
+    /// open record (stale or half written) and leaves the handler's out:
+    /// telling them apart would need the open reservation's place kept
+    /// on every write.
+    pub(crate) fn ring_snapshot(
+        &self,
+        capacity: usize,
+        stride: usize,
+        out: &mut Vec<u8>,
+        by: SnapshotBy,
+    ) -> Option<u64> {
         let base = self.base.load(Ordering::Acquire);
         if base.is_null() {
-            return 0;
+            return Some(0);
         }
-        let mut newest = 0;
-        for _ in 0..10_000 {
+        let tries = match by {
+            SnapshotBy::Owner => 1,
+            SnapshotBy::OtherThread => 10_000,
+        };
+        let mut newest = None;
+        for _ in 0..tries {
             // Committed first: committed <= reserved at every instant and
             // the ring's reserved only grows, so equal values read in this
             // order mean that no write was open when `committed` was read.
@@ -275,12 +289,16 @@ impl Slot {
             // commits before the next one reserves.
             let committed = self.committed.load(Ordering::Acquire);
             let reserved = self.reserved.load(Ordering::Acquire);
-            newest = committed;
             if reserved == committed {
+                newest = Some(committed);
                 break;
+            }
+            if by == SnapshotBy::OtherThread {
+                newest = Some(committed);
             }
             std::hint::spin_loop();
         }
+        let newest = newest?;
         let oldest = newest.saturating_sub(capacity);
         let mut copy = vec![0u8; newest - oldest];
         for (i, chunk) in copy.chunks_mut(stride).enumerate() {
@@ -303,8 +321,17 @@ impl Slot {
         for record in copy[skip..].chunks(stride).rev() {
             out.extend_from_slice(record);
         }
-        newest as u64
+        Some(newest as u64)
     }
+}
+
+/// Who reads a ring ([`Slot::ring_snapshot`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SnapshotBy {
+    /// The thread whose ring it is.
+    Owner,
+    /// Another thread, while the owner goes on (or has stopped for good).
+    OtherThread,
 }
 
 #[cfg(test)]
@@ -344,7 +371,10 @@ mod tests {
             write(&slot, v);
         }
         let mut out = Vec::new();
-        assert_eq!(slot.ring_snapshot(CAPACITY, STRIDE, &mut out), 48);
+        assert_eq!(
+            slot.ring_snapshot(CAPACITY, STRIDE, &mut out, SnapshotBy::Owner),
+            Some(48)
+        );
         assert_eq!(values(&out), [6, 5, 4, 3]);
     }
 
@@ -362,9 +392,18 @@ mod tests {
         // SAFETY: as in `write`.
         unsafe { open.copy_from_nonoverlapping([0xde, 0xad].as_ptr(), 2) };
         let mut out = Vec::new();
-        assert_eq!(slot.ring_snapshot(CAPACITY, STRIDE, &mut out), 40);
+        assert_eq!(
+            slot.ring_snapshot(CAPACITY, STRIDE, &mut out, SnapshotBy::OtherThread),
+            Some(40)
+        );
         // Record 2 shares the open record's place and is overwritten by
         // it: the newest three whole records.
         assert_eq!(values(&out), [5, 4, 3]);
+        // The owner itself, in a handler that interrupted the write: no
+        // snapshot (the counters cannot meet while it runs), at once.
+        assert_eq!(
+            slot.ring_snapshot(CAPACITY, STRIDE, &mut out, SnapshotBy::Owner),
+            None
+        );
     }
 }

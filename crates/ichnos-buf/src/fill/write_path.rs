@@ -6,7 +6,7 @@
 
 #[cfg(target_arch = "x86_64")]
 use super::guard;
-use super::slot::Slot;
+use super::slot::{Slot, SnapshotBy};
 use super::{sigatomic, thread, ErrnoGuard};
 use super::{Flush, FlushReason, Kind, Shared, WriteError, WriteKey};
 use std::sync::atomic::Ordering;
@@ -199,7 +199,12 @@ impl Shared {
     /// function (at its thread's exit).
     fn deliver_ring(&self, slot: &Slot, capacity: usize, stride: usize, tid: i32) -> bool {
         let mut newest_first = Vec::new();
-        slot.ring_snapshot(capacity, stride, &mut newest_first);
+        if slot
+            .ring_snapshot(capacity, stride, &mut newest_first, SnapshotBy::Owner)
+            .is_none()
+        {
+            return false;
+        }
         let mut oldest_first = Vec::with_capacity(newest_first.len());
         for record in newest_first.chunks(stride).rev() {
             oldest_first.extend_from_slice(record);
