@@ -13,8 +13,8 @@
 //! also took the direct path itself cost 0.8 ns a call. The exit hook
 //! needs no stack pointer (and gcc jumps to it after its epilogue, where
 //! the stack pointer is the caller's), so it has no trampoline.
-//! Elsewhere than on x86-64 the hook passes 0 (not known), and only the
-//! catching function's address is used.
+//! Elsewhere than on x86-64 the hook passes 0 (not known); catches are
+//! not followed there (`catch.rs` is x86-64's).
 
 #[cfg(target_arch = "x86_64")]
 mod imp {

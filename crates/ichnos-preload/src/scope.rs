@@ -236,18 +236,20 @@ pub(crate) fn note_jump(buffer: u64) {
 }
 
 /// A C++ exception was caught in `function` (if its unwind entry was
-/// found), whose landing pad runs with the stack pointer `sp` (0: not
-/// known). The calls whose stack pointer lies below `sp` were unwound;
-/// without a stack pointer, those inside the catching function's
-/// innermost open call. Either way only the calls kept are known: a catch
-/// deeper than those changes nothing.
+/// found), whose landing pad runs with the stack pointer `sp` (x86-64,
+/// where the catch is followed at all).
 ///
-/// The unwound calls whose entries were written get their exits now,
-/// innermost first, as gcc's instrumentation gives them while the
-/// exception unwinds (clang's does not), and the thread's place becomes
-/// the one inside the innermost call left. Without a limit or a filter
-/// nothing is kept, and the catch is recorded for a reader to close the
-/// calls above the catching function's.
+/// Without a limit or a filter nothing is kept: the catch is recorded
+/// for a reader to close the calls above the catching function's.
+/// Otherwise the calls kept whose stack pointer lies below `sp` were
+/// unwound, and the thread's place becomes the one inside the innermost
+/// call left. Their exits are written (those whose entries were, innermost
+/// first), as gcc's instrumentation gives them while the exception
+/// unwinds and clang's does not. Where more calls are open than are kept,
+/// the ones past them are unwound too, unknown: then, as before stack
+/// pointers were kept, no exits are written and the catch is recorded
+/// with the innermost written call left, for a reader to close the calls
+/// above it. A catch deeper than the calls kept changes nothing.
 pub(crate) fn caught(function: Option<u64>, sp: u64) {
     if plain() {
         if let Some(function) = function {
@@ -255,33 +257,12 @@ pub(crate) fn caught(function: Option<u64>, sp: u64) {
         }
         return;
     }
+    if sp == 0 {
+        return;
+    }
     let now = PLACE.with(Cell::get);
     let open = (now.calls as usize).min(KEPT_CALLS);
-    let left = if sp != 0 {
-        // The calls kept whose stack pointer lies below the catching
-        // frame's: the stack grows down.
-        CALLS.with(|calls| {
-            let mut left = open;
-            while left > 0 {
-                let call = calls[left - 1].get();
-                if call.sp == 0 || call.sp >= sp {
-                    break;
-                }
-                left -= 1;
-            }
-            left
-        })
-    } else {
-        let Some(function) = function else { return };
-        let Some(at) = CALLS.with(|calls| {
-            calls[..open]
-                .iter()
-                .rposition(|c| c.get().function == function)
-        }) else {
-            return;
-        };
-        at + 1
-    };
+    let left = CALLS.with(|calls| unwound_from(calls, open, sp));
     if left == open {
         return;
     }
@@ -290,15 +271,54 @@ pub(crate) fn caught(function: Option<u64>, sp: u64) {
     } else {
         CALLS.with(|calls| calls[left - 1].get().place)
     };
-    PLACE.with(|p| p.set(place));
-    for at in (left..open).rev() {
-        let call = CALLS.with(|calls| calls[at].get());
-        if call.written {
-            crate::write_exit(call.function);
+    if now.calls as usize > KEPT_CALLS {
+        record_catch(left);
+    } else {
+        for at in (left..open).rev() {
+            let call = CALLS.with(|calls| calls[at].get());
+            if call.written {
+                crate::write_exit(call.function);
+            }
         }
     }
-    // Calls deeper than those kept, whose entries the time filter holds.
+    PLACE.with(|p| p.set(place));
+    // Entries of unwound calls the time filter still holds (and, past the
+    // calls kept, those not closed above).
     crate::short::back_to(place.depth.min(MAX_DEPTH.load(Ordering::Relaxed)) as usize);
+}
+
+/// The first of the `open` calls kept that a catch in the frame whose
+/// stack pointer is `sp` unwound (`open`: none). Those are the innermost
+/// calls whose stack pointers lie below `sp` (the stack grows down), each
+/// above the one inside it: where an outer call's lies lower, the thread
+/// changed stacks between them (a signal's alternate stack, a fiber), and
+/// nothing outside that is compared.
+fn unwound_from(calls: &[Cell<Kept>], open: usize, sp: u64) -> usize {
+    let mut left = open;
+    let mut inner = None;
+    while left > 0 {
+        let call = calls[left - 1].get();
+        if call.sp == 0 || call.sp >= sp || inner.is_some_and(|inner| call.sp <= inner) {
+            break;
+        }
+        inner = Some(call.sp);
+        left -= 1;
+    }
+    left
+}
+
+/// Records a catch with the innermost written call among the first
+/// `open` calls kept (0: none).
+fn record_catch(open: usize) {
+    let left = CALLS.with(|calls| {
+        calls[..open]
+            .iter()
+            .rev()
+            .map(Cell::get)
+            .find(|c| c.written)
+            .map_or(0, |c| c.function)
+    });
+    crate::record_marker(event::CATCH, left);
 }
 
 /// A `longjmp` goes back to `buffer`: the calls since its `setjmp` will
@@ -311,5 +331,45 @@ pub(crate) fn back_to_jump(buffer: u64) {
     if let Some(&(_, place, open)) = places.iter().find(|p| p.0 == buffer) {
         PLACE.with(|p| p.set(place));
         crate::short::back_to(open);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn calls(sps: &[u64]) -> Vec<Cell<Kept>> {
+        sps.iter()
+            .map(|&sp| Cell::new(Kept { sp, ..Kept::NONE }))
+            .collect()
+    }
+
+    #[test]
+    fn a_catch_unwinds_the_calls_below_its_frame_on_its_stack() {
+        // One stack, growing down: the outermost call highest.
+        let one = calls(&[1000, 900, 800, 700]);
+        assert_eq!(unwound_from(&one, 4, 850), 2);
+        assert_eq!(unwound_from(&one, 4, 2000), 0);
+        assert_eq!(
+            unwound_from(&one, 4, 600),
+            4,
+            "a catch deeper than every call"
+        );
+        // Only the calls open count.
+        assert_eq!(unwound_from(&one, 3, 850), 2);
+        // A call whose stack pointer is not known stops the walk.
+        let unknown = calls(&[1000, 0, 800, 700]);
+        assert_eq!(unwound_from(&unknown, 4, 2000), 2);
+    }
+
+    #[test]
+    fn a_change_of_stack_between_two_calls_stops_the_walk() {
+        // The two inner calls run on another stack (a fiber's, or a
+        // signal's alternate one) above the thread's: a catch there must
+        // not reach the outer calls, whose stack pointers also lie below
+        // the catching frame's.
+        let switched = calls(&[500, 400, 2000, 1900]);
+        assert_eq!(unwound_from(&switched, 4, 1950), 3);
+        assert_eq!(unwound_from(&switched, 4, 2500), 2);
     }
 }

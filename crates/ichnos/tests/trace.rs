@@ -643,6 +643,24 @@ fn catches_in_untraced_and_recursive_functions_keep_the_depth() {
                 "{compiler}, {mode}: ichnos trace {options:?}"
             );
         }
+        // 300 calls deep, more than the runtime keeps: each catch still
+        // leaves main the only open call.
+        for options in [&["-t", "1ns"][..], &["-D", "1000"], &["-N", "through"]] {
+            traced(dir.path(), "t.data", options, &[exe, "deep"]);
+            let lines = replayed_calls(dir.path(), "t.data");
+            let tail: Vec<&str> = lines.iter().rev().take(2).map(String::as_str).collect();
+            assert_eq!(
+                tail,
+                ["} /* main */", "  after_catch();"],
+                "{compiler}, deep: ichnos trace {options:?}"
+            );
+            let deepest = lines.iter().map(|l| l.len() - l.trim_start().len()).max();
+            assert_eq!(
+                deepest,
+                Some(2 * 301),
+                "{compiler}, deep: {options:?}: main, 300 deep(), thrower"
+            );
+        }
     }
 }
 
