@@ -22,7 +22,10 @@
 //! (an unused slot, no table yet). A forked child's thread has the same
 //! TLS at the same addresses.
 //!
-//! Elsewhere (another architecture, Miri) the block is a `thread_local!`.
+//! Elsewhere (another architecture, a C library other than glibc, Miri)
+//! the block is a `thread_local!`. musl's `dlopen` refuses a library
+//! with initial-exec TLS outright, so the C ABI library could not be
+//! loaded there.
 
 use super::slot::Slot;
 use super::MAX_BUFFERS;
@@ -41,7 +44,12 @@ pub(crate) struct FastTls {
 impl FastTls {
     /// A block as it starts: all zero bytes, as the assembly declares it.
     #[cfg_attr(
-        all(target_arch = "x86_64", target_os = "linux", not(miri)),
+        all(
+            target_arch = "x86_64",
+            target_os = "linux",
+            target_env = "gnu",
+            not(miri)
+        ),
         allow(dead_code)
     )]
     pub(crate) const fn new() -> FastTls {
@@ -52,7 +60,12 @@ impl FastTls {
     }
 }
 
-#[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri)))]
+#[cfg(all(
+    target_arch = "x86_64",
+    target_os = "linux",
+    target_env = "gnu",
+    not(miri)
+))]
 mod imp {
     use super::FastTls;
 
@@ -95,7 +108,12 @@ mod imp {
     }
 }
 
-#[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(miri))))]
+#[cfg(not(all(
+    target_arch = "x86_64",
+    target_os = "linux",
+    target_env = "gnu",
+    not(miri)
+)))]
 mod imp {
     use super::FastTls;
 

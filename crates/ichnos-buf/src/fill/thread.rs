@@ -108,11 +108,6 @@ impl Table {
     fn each(self) -> impl Iterator<Item = (usize, *const Slot)> {
         (0..MAX_BUFFERS).map(move |i| (i, self.slot(i)))
     }
-
-    /// Whether `ptr` is the address of one of these slots.
-    fn contains(self, ptr: usize) -> bool {
-        self.each().any(|(_, slot)| slot as usize == ptr)
-    }
 }
 
 /// Looks the thread's table up and keeps its address in `block`.
@@ -260,9 +255,23 @@ pub(crate) fn attach(
     attached.unwrap_or(false)
 }
 
-/// Whether `ptr` is the address of one of this thread's slots.
+/// Whether `ptr` is the address of one of this thread's slots. Called
+/// from the guard-page SIGSEGV handler: it looks nothing up (a first
+/// `thread_local!` access in a `dlopen`ed object may allocate). A thread
+/// whose table was never looked up has had no slot attached but buffer
+/// 0's, which is in its block.
 pub(crate) fn is_own_slot(ptr: usize) -> bool {
-    Table::mine().contains(ptr)
+    let block = fast_tls::block();
+    // SAFETY: this thread's block, which lives as long as the thread.
+    let (first, rest) = unsafe { (&raw const (*block).first, (*block).rest.get()) };
+    if ptr == first as usize {
+        return true;
+    }
+    if rest.is_null() {
+        return false;
+    }
+    let (start, size) = (rest as usize, std::mem::size_of::<Slot>());
+    ptr >= start && ptr < start + (MAX_BUFFERS - 1) * size && (ptr - start).is_multiple_of(size)
 }
 
 /// This thread's id (what `gettid` returns).
@@ -495,4 +504,32 @@ extern "C" fn after_fork_child() {
         }
     }
     unlock();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_slots_are_told_from_other_addresses_without_a_lookup() {
+        // A fresh thread: its table not looked up yet, buffer 0's slot
+        // is known all the same.
+        std::thread::spawn(|| {
+            let first = fast_tls::block() as usize;
+            assert!(is_own_slot(first));
+            let table = Table::mine();
+            for index in 0..MAX_BUFFERS {
+                assert!(is_own_slot(table.slot(index) as usize), "slot {index}");
+            }
+            let third = table.slot(3) as usize;
+            assert!(!is_own_slot(third + 8), "inside a slot");
+            assert!(!is_own_slot(first + 8), "inside buffer 0's slot");
+            let other = std::thread::spawn(|| Table::mine().slot(2) as usize)
+                .join()
+                .unwrap();
+            assert!(!is_own_slot(other), "another thread's");
+        })
+        .join()
+        .unwrap();
+    }
 }
