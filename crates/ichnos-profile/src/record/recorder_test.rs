@@ -272,5 +272,24 @@ fn a_process_found_unreadable_is_tried_again_once_its_pid_is_a_new_one() {
     };
     recorder.handle(&Record::Fork(fork), false);
     assert!(!recorder.live_stack.as_ref().unwrap().skips(pid));
+    // And of a new program by an exec: found unreadable again, then the
+    // exec's name record.
+    let stop =
+        recorder
+            .live_stack
+            .as_mut()
+            .unwrap()
+            .walk_on(taken, past, None, &mut |_: &[u8]| StopReason::Outermost);
+    assert_eq!(stop, past);
+    assert!(recorder.live_stack.as_ref().unwrap().skips(pid));
+    let exec = ichnos_perf::record::Comm {
+        pid,
+        tid: pid,
+        name: b"new",
+        exec: true,
+        sample_id: SampleId::default(),
+    };
+    recorder.handle(&Record::Comm(exec), false);
+    assert!(!recorder.live_stack.as_ref().unwrap().skips(pid));
     super::close(recorder.output, writer, 0).unwrap();
 }
