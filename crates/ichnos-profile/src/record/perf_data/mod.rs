@@ -187,19 +187,26 @@ pub fn import_perf_data(
     let walked = std::thread::scope(|scope| {
         // The reader also hands the pages the walk is done with back to
         // the kernel, every RELEASE_EVERY bytes. Without the thread (none
-        // could be made) the walk is slower, and they stay mapped.
-        let _reader = std::thread::Builder::new()
+        // could be made) the walk is slower, and hands them back itself.
+        let reader = std::thread::Builder::new()
             .name("ichnos-read-ahead".into())
             .spawn_scoped(scope, || {
                 read_ahead::run(data, &place, RELEASE_EVERY, &release);
             });
+        let mut released = reader.is_err().then_some(0);
         // The reader ends with the walk, also a walk that panics.
         let _end = read_ahead::EndOnDrop(&place);
         records::walk(
             data,
             data_offset,
             &attrs,
-            |below| place.done_below(below),
+            |below| {
+                place.done_below(below);
+                if let Some(from) = released.filter(|&from| below >= from + RELEASE_EVERY) {
+                    release(from..below);
+                    released = Some(below);
+                }
+            },
             |found| converted.record(&formats, found, &mut recorder),
         )
     });
