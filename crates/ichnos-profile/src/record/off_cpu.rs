@@ -16,8 +16,12 @@ use ichnos_data::{OffCpuState, Record};
 use super::output::Output;
 
 /// How long after its switch sample a thread's switch record leaving
-/// may come: the kernel writes both in one pass through the scheduler.
-const SWITCH_RECORD_WITHIN_NS: u64 = 1_000_000;
+/// may come and still be that leaving's. The kernel writes both in one
+/// pass through the scheduler, microseconds apart, but a virtual
+/// machine's CPU stopped between them by its host stretches that; the
+/// bound is there only for a leaving whose record was lost, followed by
+/// another whose sample was.
+const SWITCH_RECORD_WITHIN_NS: u64 = 1_000_000_000;
 
 /// Most exited threads remembered (their last switch, after their exit
 /// record, is not a wait); past it the oldest knowledge is dropped.
@@ -56,6 +60,19 @@ struct Away {
     /// Whether that stack is complete.
     complete: bool,
     state: OffCpuState,
+    /// Whether the switch record of this leaving came (after its sample).
+    recorded: bool,
+}
+
+impl Away {
+    /// Whether a switch record at `time` is this leaving's: it has had
+    /// none yet, and its sample is not long past.
+    fn awaits_record(&self, time: u64) -> bool {
+        !self.recorded
+            && time
+                .checked_sub(self.since)
+                .is_some_and(|after| after <= SWITCH_RECORD_WITHIN_NS)
+    }
 }
 
 /// The threads off their CPUs, and the events whose samples say so.
@@ -139,6 +156,7 @@ impl OffCpu {
             stack,
             complete,
             state: OffCpuState::Waiting,
+            recorded: false,
         };
         if self.away.insert(tid, away).is_some() {
             self.unended += 1;
@@ -159,29 +177,29 @@ impl OffCpu {
     }
 
     /// Whether the switch record of `tid` leaving at `time` is of a
-    /// leaving whose switch sample was lost: a program's thread that is
-    /// not away since moments before (its sample comes first, in the same
-    /// pass through the scheduler). Its interval is then to be started
-    /// with a stack without frames, before the record is told.
+    /// leaving whose switch sample was lost: a program's thread whose
+    /// last leaving's sample (which comes first, in the same pass through
+    /// the scheduler) has had its record already, or none. Its interval
+    /// is then to be started with a stack without frames, before the
+    /// record is told.
     pub(super) fn sample_lost(&self, tid: u32, time: u64) -> bool {
         self.enabled()
             && self.user_threads.contains(&tid)
             && !self.exited.contains(&tid)
-            && !self.away.get(&tid).is_some_and(|a| {
-                time.checked_sub(a.since)
-                    .is_some_and(|after| after <= SWITCH_RECORD_WITHIN_NS)
-            })
+            && !self.away.get(&tid).is_some_and(|a| a.awaits_record(time))
     }
 
     /// The switch record of `tid` leaving at `time`: whether it was
-    /// preempted. It follows the thread's switch sample within moments;
-    /// one long after is of a leaving whose sample was not kept.
+    /// preempted. It follows the thread's switch sample; where that
+    /// leaving had its record already, this one's sample was not kept.
     pub(super) fn left_preempted(&mut self, tid: u32, time: u64, preempted: bool) {
         self.stopped_running(tid, time);
         if let Some(away) = self.away.get_mut(&tid) {
-            let after = time.checked_sub(away.since);
-            if preempted && after.is_some_and(|a| a <= SWITCH_RECORD_WITHIN_NS) {
-                away.state = OffCpuState::Preempted;
+            if away.awaits_record(time) {
+                away.recorded = true;
+                if preempted {
+                    away.state = OffCpuState::Preempted;
+                }
             }
         }
     }
@@ -447,12 +465,18 @@ mod tests {
         assert!(!off.sample_lost(2, 1_000));
         off.user_thread(2);
         assert!(off.sample_lost(2, 1_000));
-        // Its sample came first, moments before: not lost.
+        // Its sample came first: not lost, moments after or 5 ms after
+        // (a virtual CPU stopped in between).
         off.left(1, 2, 0, 1_000, 5, true);
-        assert!(!off.sample_lost(2, 1_000 + SWITCH_RECORD_WITHIN_NS));
-        // Away since long before: that leaving's return was lost, and
+        assert!(!off.sample_lost(2, 1_000 + 10_000));
+        assert!(!off.sample_lost(2, 1_000 + 5_000_000));
+        // Away since long before: that leaving's record was lost, and
         // this one's sample too.
         assert!(off.sample_lost(2, 1_000 + 2 * SWITCH_RECORD_WITHIN_NS));
+        // The record of that leaving came (5 ms late): the next record,
+        // moments later, is of a leaving whose sample was lost.
+        off.left_preempted(2, 1_000 + 5_000_000, true);
+        assert!(off.sample_lost(2, 1_000 + 5_010_000));
         // A thread that exited is not waiting; nor is anything without
         // off-CPU time.
         off.ended(2);
