@@ -4,7 +4,7 @@
 # -fomit-frame-pointer -Wa,--gsframe) made by `perf record -e cpu-clock
 # -F 1000 --call-graph dwarf` (perf's default 8 KiB stack copies). For
 # each tool, over RUNS runs (median): the wall time of a text report of
-# the file (`ichnos report FILE` with its symbol index cache warm, the
+# the file, from the tool's start to its end (`ichnos report FILE` with its symbol index cache warm, the
 # first on a fresh cache shown apart; `perf report -i FILE --stdio`,
 # which unwinds the stack copies then), its peak memory (maximum resident
 # set, from wait4's rusage), and the share of the workload's samples with
@@ -30,14 +30,15 @@ cd "$work"
 perf record -q -e cpu-clock -F 1000 --call-graph dwarf -o perf.data -- ./workload "$rounds" > /dev/null 2>&1
 
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-# timed OUT CMD...: appends "seconds max_rss_kib" of one run of CMD to OUT.
+# timed OUT CMD...: appends "seconds max_rss_kib" of one run of CMD to
+# OUT: the wall time cputime measures from just before it starts CMD to
+# CMD's end (the shell's own start of cputime, about a millisecond here,
+# is no tool's time: it would weigh on the faster tool's figure alone).
 timed() {
-	local out=$1 t0 t1
+	local out=$1
 	shift
-	t0=$EPOCHREALTIME
 	./cputime rusage.txt "$@" > /dev/null 2>&1
-	t1=$EPOCHREALTIME
-	awk -v a="$t0" -v b="$t1" -v r="$(cut -d' ' -f3 rusage.txt)" 'BEGIN { printf "%.4f %s\n", b - a, r }' >> "$out"
+	awk '{ printf "%.4f %s\n", $4, $3 }' rusage.txt >> "$out"
 }
 
 first=$( { t0=$EPOCHREALTIME; "$ichnos" report -q perf.data > /dev/null; awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.3f", b - a }'; } )
