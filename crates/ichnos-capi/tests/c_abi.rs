@@ -188,6 +188,39 @@ fn fill_buffers_from_c_shared_and_static() {
     }
 }
 
+/// libichnos.so loaded with `dlopen` (the first fill buffer's slot is in
+/// initial-exec TLS, which such a library takes from the C library's
+/// static TLS reserve): two buffers written by three threads, every
+/// record flushed back.
+#[test]
+fn fill_buffers_from_a_dlopened_libichnos() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("buf_dlopen");
+    let include = repo_root().join("include");
+    compile_source(
+        "buf_dlopen.c",
+        &exe,
+        &["-I", include.to_str().unwrap(), "-pthread", "-ldl"],
+    );
+    let out = Command::new(&exe)
+        .arg(lib_dir().join("libichnos.so"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // 3 threads x 1000 records 1..=1000 in each buffer.
+    for b in 0..2 {
+        assert!(
+            stdout.contains(&format!("buffer {b}: 3000 records, sum 1501500")),
+            "{stdout}"
+        );
+    }
+}
+
 /// Records of a main thread that returns from `main` without flushing,
 /// and of a thread still running then, are flushed once at exit.
 #[test]

@@ -36,6 +36,7 @@ mod ring;
 mod scope;
 mod short;
 mod span;
+mod thread_block;
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -113,7 +114,7 @@ pub(crate) fn record_at(ticks: u64, kind: u8, address: u64) {
         // `wire::store_event`); the closure holds two words, which the
         // buffer's slow path takes in registers.
         let word = wire::event_word(kind, address);
-        let _ = buf.write_with(EVENT_BYTES, move |dst| {
+        let _ = buf.write_with_provided(EVENT_BYTES, move |dst| {
             wire::store_event(dst, ticks, word);
         });
     }
@@ -410,6 +411,8 @@ fn start() {
     // known by then.
     // SAFETY: registering an exit hook.
     unsafe { libc::atexit(losses_at_exit) };
+    // Before the buffers exist, as the fill buffers ask.
+    thread_block::provide();
     let buffer = match config.ring {
         Some(size) => FillBuffer::circular_with_exit_flush(size, EVENT_BYTES, ring::thread_exit),
         None => FillBuffer::trace(config.buffer, flush),

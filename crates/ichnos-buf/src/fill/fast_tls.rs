@@ -1,35 +1,28 @@
-//! The part of a thread's TLS that the write path reaches at a fixed
-//! offset from the thread pointer: the slot of buffer 0, and the address
-//! of the thread's table of the other slots.
+//! The part of a thread's TLS the write path starts from: the slot of
+//! buffer 0, and the address of the thread's table of the other slots.
 //!
-//! Rust's `thread_local!` in a shared object (the trace runtime
-//! `libichnos_preload.so`, the C ABI library) takes the general-dynamic
-//! model: every access calls `__tls_get_addr`, and reaching a slot
-//! through a pointer kept in TLS is one more load that the record's
-//! stores wait for. Stable Rust cannot ask for another model, so this
-//! block is declared in assembly and its address taken with the
-//! initial-exec sequence: the thread pointer plus the block's offset from
-//! it, which the dynamic linker writes into a GOT entry. On a traced call
-//! the difference measured 2.5 ns (BENCHMARKS.md, issue 16).
+//! By default the block is a `thread_local!`. In an executable the linker
+//! turns its accesses into one load relative to the thread pointer; in a
+//! shared object (the C ABI library, the trace runtime) each is a call to
+//! `__tls_get_addr`, which a record's stores wait for, and which makes
+//! the code the write path is inlined into save registers for the call.
 //!
-//! The block is small (one slot and a pointer, under 100 bytes): a
-//! shared object loaded by `dlopen` takes it from the C library's reserve
-//! of static TLS, which is there for such blocks but is not large
-//! (glibc's optional part is 512 bytes). That is why only buffer 0's slot
-//! lives here and not the whole table.
+//! A program that is loaded with the process (the trace runtime, which
+//! is preloaded) can instead provide the block in its own initial-exec
+//! TLS ([`provide_thread_block`]): the write path then reaches it as the
+//! thread pointer plus a fixed offset, and [`FillBuffer::write_with_provided`]
+//! calls nothing at all (on a traced call the difference measured 2.5 ns,
+//! BENCHMARKS.md, issue 16). This crate declares no initial-exec TLS of
+//! its own: a shared object that has any must have all its TLS in the
+//! C library's small static reserve when it is loaded with `dlopen`, and
+//! the C ABI library's (2 KiB) does not fit there.
 //!
-//! The block starts zeroed in every thread, which is a valid [`FastTls`]
-//! (an unused slot, no table yet). A forked child's thread has the same
-//! TLS at the same addresses.
-//!
-//! Elsewhere (another architecture, a C library other than glibc, Miri)
-//! the block is a `thread_local!`. musl's `dlopen` refuses a library
-//! with initial-exec TLS outright, so the C ABI library could not be
-//! loaded there.
+//! [`FillBuffer::write_with_provided`]: super::FillBuffer::write_with_provided
 
 use super::slot::Slot;
 use super::MAX_BUFFERS;
 use std::cell::Cell;
+use std::sync::atomic::{AtomicIsize, Ordering};
 
 /// The block.
 #[repr(C)]
@@ -42,16 +35,7 @@ pub(crate) struct FastTls {
 }
 
 impl FastTls {
-    /// A block as it starts: all zero bytes, as the assembly declares it.
-    #[cfg_attr(
-        all(
-            target_arch = "x86_64",
-            target_os = "linux",
-            target_env = "gnu",
-            not(miri)
-        ),
-        allow(dead_code)
-    )]
+    /// A block as it starts: all zero bytes, as a provided block starts.
     pub(crate) const fn new() -> FastTls {
         FastTls {
             first: Slot::new(),
@@ -60,83 +44,131 @@ impl FastTls {
     }
 }
 
-#[cfg(all(
-    target_arch = "x86_64",
-    target_os = "linux",
-    target_env = "gnu",
-    not(miri)
-))]
-mod imp {
-    use super::FastTls;
+/// Bytes of the per-thread block a program may provide.
+pub const THREAD_BLOCK_SIZE: usize = std::mem::size_of::<FastTls>();
 
-    // The block, in this object's TLS: global so that the code of every
-    // codegen unit links to it, hidden so that a shared object does not
-    // export it. The name carries a version: two copies of this crate
-    // linked into one object clash on it at link time rather than share
-    // it. `.tbss` is zero-filled, which is `FastTls::new()`.
-    core::arch::global_asm!(
-        ".pushsection .tbss.ichnos_buf_fill_fast_tls,\"awT\",@nobits",
-        ".p2align {align}",
-        ".globl ichnos_buf_fill_fast_tls_v1",
-        ".hidden ichnos_buf_fill_fast_tls_v1",
-        ".type ichnos_buf_fill_fast_tls_v1,@object",
-        ".size ichnos_buf_fill_fast_tls_v1,{size}",
-        "ichnos_buf_fill_fast_tls_v1:",
-        ".zero {size}",
-        ".popsection",
-        size = const std::mem::size_of::<FastTls>(),
-        align = const std::mem::align_of::<FastTls>().trailing_zeros(),
-    );
+/// Alignment of the per-thread block a program may provide.
+pub const THREAD_BLOCK_ALIGN: usize = std::mem::align_of::<FastTls>();
 
-    /// The calling thread's block.
-    #[inline(always)]
-    pub(crate) fn block() -> *const FastTls {
-        let block: *const FastTls;
-        // SAFETY: the initial-exec address of the TLS block declared
-        // above: the thread pointer (the word at %fs:0 is its own
-        // address, per the x86-64 TLS ABI) plus the block's offset from
-        // it, from the GOT. Reads two words, writes none.
-        unsafe {
-            core::arch::asm!(
-                "mov {b}, qword ptr [rip + ichnos_buf_fill_fast_tls_v1@GOTTPOFF]",
-                "add {b}, qword ptr fs:[0]",
-                b = out(reg) block,
-                options(nostack, readonly, pure),
-            );
-        }
-        block
+thread_local! {
+    /// The block, where no program provides one.
+    static OWN: FastTls = const { FastTls::new() };
+}
+
+/// The provided block's offset from the thread pointer (0: none).
+static PROVIDED: AtomicIsize = AtomicIsize::new(0);
+
+/// Why a thread block was not taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProvideError {
+    /// A fill buffer exists, or existed: its threads' slots are in the
+    /// blocks of `thread_local!`.
+    #[error("a fill buffer was made before the thread block was provided")]
+    TooLate,
+    /// The offset is 0, or not a multiple of [`THREAD_BLOCK_ALIGN`].
+    #[error("a thread block at offset {0} from the thread pointer cannot be one")]
+    BadOffset(isize),
+    /// Only x86-64 with glibc takes one.
+    #[error("thread blocks are taken on x86-64 Linux with glibc only")]
+    Unsupported,
+}
+
+/// Makes the fill buffers keep buffer 0's slot, and the address of each
+/// thread's table, in a block the program provides: [`THREAD_BLOCK_SIZE`]
+/// bytes of initial-exec TLS, aligned to [`THREAD_BLOCK_ALIGN`], found
+/// `offset` bytes from the thread pointer (what the `@gottpoff` GOT entry
+/// of its symbol holds). Before any fill buffer is made.
+///
+/// # Safety
+/// For the life of the process, in every thread (those running now and
+/// those to come), the `THREAD_BLOCK_SIZE` bytes at the thread pointer
+/// plus `offset` must be that thread's own, zeroed when the thread
+/// started, and used by nothing else: the `.tbss` of a module loaded with
+/// the program (not by `dlopen`).
+pub unsafe fn provide_thread_block(offset: isize) -> Result<(), ProvideError> {
+    if !cfg!(all(
+        target_arch = "x86_64",
+        target_os = "linux",
+        target_env = "gnu",
+        not(miri)
+    )) {
+        return Err(ProvideError::Unsupported);
+    }
+    if offset == 0 || offset.rem_euclid(THREAD_BLOCK_ALIGN.cast_signed()) != 0 {
+        return Err(ProvideError::BadOffset(offset));
+    }
+    if super::any_buffer_made() {
+        return Err(ProvideError::TooLate);
+    }
+    PROVIDED.store(offset, Ordering::Release);
+    Ok(())
+}
+
+/// The calling thread's block: the provided one, else its `thread_local!`.
+#[inline(always)]
+pub(crate) fn block() -> *const FastTls {
+    match provided() {
+        Some(block) => block,
+        None => OWN.with(std::ptr::from_ref),
     }
 }
 
-#[cfg(not(all(
-    target_arch = "x86_64",
-    target_os = "linux",
-    target_env = "gnu",
-    not(miri)
-)))]
-mod imp {
-    use super::FastTls;
-
-    thread_local! {
-        static BLOCK: FastTls = const { FastTls::new() };
-    }
-
-    /// The calling thread's block.
-    #[inline(always)]
-    pub(crate) fn block() -> *const FastTls {
-        BLOCK.with(std::ptr::from_ref)
-    }
+/// The calling thread's provided block, if a program provided one: the
+/// thread pointer plus its offset, with no call.
+#[inline(always)]
+pub(crate) fn provided() -> Option<*const FastTls> {
+    provided_at(provided_offset())
 }
 
-pub(crate) use imp::block;
+/// The provided block's offset from the thread pointer (0: none), which
+/// a buffer keeps in its handle when it is made.
+pub(crate) fn provided_offset() -> isize {
+    PROVIDED.load(Ordering::Acquire)
+}
+
+/// The calling thread's block at `offset` from the thread pointer (what
+/// [`provided_offset`] gave), if there is one.
+#[inline(always)]
+pub(crate) fn provided_at(offset: isize) -> Option<*const FastTls> {
+    if offset == 0 {
+        return None;
+    }
+    Some(thread_pointer().wrapping_add_signed(offset) as *const FastTls)
+}
+
+/// The thread pointer (x86-64: the word at `%fs:0` is its own address,
+/// per the TLS ABI).
+#[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri)))]
+#[inline(always)]
+fn thread_pointer() -> usize {
+    let tp: usize;
+    // SAFETY: reads the first word of the thread control block, which
+    // every thread has; touches nothing else.
+    unsafe {
+        core::arch::asm!(
+            "mov {tp}, qword ptr fs:[0]",
+            tp = out(reg) tp,
+            options(nostack, preserves_flags, readonly, pure),
+        );
+    }
+    tp
+}
+
+/// No thread block is ever provided here.
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(miri))))]
+#[inline(always)]
+fn thread_pointer() -> usize {
+    0
+}
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::atomic::Ordering;
 
-    /// The assembly declares the block as zero bytes: a zeroed block must
-    /// be what `FastTls::new()` makes.
+    /// A provided block starts as zero bytes: that must be what
+    /// `FastTls::new()` is.
     #[test]
     fn a_zeroed_block_is_a_new_one() {
         // SAFETY: every field of FastTls (atomics, pointers, a bool, a
@@ -168,5 +200,15 @@ mod tests {
         assert_eq!(reserved, 0);
         // SAFETY: this thread's block.
         unsafe { (*mine).first.reserved.store(0, Ordering::Relaxed) };
+    }
+
+    #[test]
+    fn a_block_is_refused_at_offset_0_or_misaligned() {
+        // SAFETY: refused before anything is taken.
+        unsafe {
+            assert_eq!(provide_thread_block(0), Err(ProvideError::BadOffset(0)));
+            assert_eq!(provide_thread_block(-3), Err(ProvideError::BadOffset(-3)));
+        }
+        assert!(provided().is_none());
     }
 }

@@ -57,6 +57,7 @@ mod slot;
 mod thread;
 mod write_path;
 
+pub use fast_tls::{provide_thread_block, ProvideError, THREAD_BLOCK_ALIGN, THREAD_BLOCK_SIZE};
 pub use rings::RingRecords;
 pub use thread::MAX_BUFFERS;
 
@@ -229,6 +230,9 @@ pub(crate) struct WriteKey {
     pub(crate) kind: Kind,
     /// `Shared::guarded`.
     pub(crate) guarded: bool,
+    /// The offset of the thread block a program provided when the buffer
+    /// was made (0: none), read here with the rest, not through a global.
+    pub(crate) block_offset: isize,
 }
 
 impl fmt::Debug for FillBuffer {
@@ -256,6 +260,11 @@ impl Drop for Shared {
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Whether a fill buffer was ever made in this process.
+pub(crate) fn any_buffer_made() -> bool {
+    NEXT_ID.load(Ordering::Acquire) > 1
+}
 
 impl FillBuffer {
     /// A circular buffer of `capacity` bytes per thread holding records of
@@ -375,6 +384,7 @@ impl FillBuffer {
             id: shared.id,
             kind: shared.kind,
             guarded: shared.guarded,
+            block_offset: fast_tls::provided_offset(),
         };
         Ok(FillBuffer { shared, key })
     }
@@ -401,7 +411,7 @@ impl FillBuffer {
     /// (a circular buffer's oldest record, or zeros): it should write them all.
     #[inline(always)]
     pub fn write_with(&self, len: usize, fill: impl FnOnce(&mut [u8])) -> Result<(), WriteError> {
-        match self.reserve_fast(len) {
+        match self.reserve_fast::<false>(len) {
             FastReservation::Open(open) => {
                 // SAFETY: `open` holds `len` bytes of this thread's buffer,
                 // reserved for this writer alone until it is committed.
@@ -414,13 +424,41 @@ impl FillBuffer {
         }
     }
 
-    /// The fast path of a reservation: no call on it, so that the code it
-    /// is inlined into saves no registers for one. What it cannot finish
-    /// it leaves to [`FillBuffer::write_after_full`] or
-    /// [`FillBuffer::write_with_slow`], out of line.
+    /// [`FillBuffer::write_with`] for a program that provided the thread
+    /// block ([`provide_thread_block`]): its fast path starts from that
+    /// block alone and calls nothing at all, not even for TLS (a thread's
+    /// write before the block was provided takes the slow path).
     #[inline(always)]
-    fn reserve_fast(&self, len: usize) -> FastReservation {
-        let slot_ptr = thread::slot_without_call(self.key.index);
+    pub fn write_with_provided(
+        &self,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<(), WriteError> {
+        match self.reserve_fast::<true>(len) {
+            FastReservation::Open(open) => {
+                // SAFETY: as in `write_with`.
+                fill(unsafe { std::slice::from_raw_parts_mut(open.ptr, len) });
+                open.commit();
+                Ok(())
+            }
+            FastReservation::Full { old } => self.write_after_full(old, len, fill),
+            FastReservation::Slow => self.write_with_slow(len, fill),
+        }
+    }
+
+    /// The fast path of a reservation: no call on it but the TLS access
+    /// of a thread block not provided (none at all with `PROVIDED_ONLY`),
+    /// so that the code it is inlined into saves no registers for one.
+    /// What it cannot finish it leaves to [`FillBuffer::write_after_full`]
+    /// or [`FillBuffer::write_with_slow`], out of line.
+    #[inline(always)]
+    fn reserve_fast<const PROVIDED_ONLY: bool>(&self, len: usize) -> FastReservation {
+        let block = match fast_tls::provided_at(self.key.block_offset) {
+            Some(block) => block,
+            None if PROVIDED_ONLY => return FastReservation::Slow,
+            None => fast_tls::block(),
+        };
+        let slot_ptr = thread::slot_in_block(block, self.key.index);
         if slot_ptr.is_null() {
             return FastReservation::Slow;
         }

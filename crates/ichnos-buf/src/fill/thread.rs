@@ -45,12 +45,11 @@ pub(crate) fn with_slot<R>(index: usize, f: impl FnOnce(&Slot) -> R) -> R {
     f(unsafe { &*Table::mine().slot(index) })
 }
 
-/// This thread's slot `index` if it can be had without a call (the write
-/// path's fast path): null for a slot of the `thread_local!` table before
-/// this thread has looked that table up.
+/// This thread's slot `index`, from its `block` (the write path's fast
+/// path, with no call): null for a slot of the `thread_local!` table
+/// before this thread has looked that table up.
 #[inline(always)]
-pub(crate) fn slot_without_call(index: usize) -> *const Slot {
-    let block = fast_tls::block();
+pub(crate) fn slot_in_block(block: *const fast_tls::FastTls, index: usize) -> *const Slot {
     let index = index & (MAX_BUFFERS - 1);
     if index == 0 {
         // SAFETY: this thread's block, which lives as long as the thread.
@@ -256,10 +255,10 @@ pub(crate) fn attach(
 }
 
 /// Whether `ptr` is the address of one of this thread's slots. Called
-/// from the guard-page SIGSEGV handler: it looks nothing up (a first
-/// `thread_local!` access in a `dlopen`ed object may allocate). A thread
-/// whose table was never looked up has had no slot attached but buffer
-/// 0's, which is in its block.
+/// from the guard-page SIGSEGV handler: it reads only the thread's block
+/// (and does not look the table up: a first `thread_local!` access in a
+/// `dlopen`ed object may allocate). A thread whose table was never looked
+/// up has had no slot attached but buffer 0's, which is in its block.
 pub(crate) fn is_own_slot(ptr: usize) -> bool {
     let block = fast_tls::block();
     // SAFETY: this thread's block, which lives as long as the thread.
