@@ -114,9 +114,13 @@ pub(crate) fn record_at(ticks: u64, kind: u8, address: u64) {
         // `wire::store_event`); the closure holds two words, which the
         // buffer's slow path takes in registers.
         let word = wire::event_word(kind, address);
-        let _ = buf.write_with_provided(EVENT_BYTES, move |dst| {
-            wire::store_event(dst, ticks, word);
-        });
+        let fill = move |dst: &mut [u8]| wire::store_event(dst, ticks, word);
+        // Where this library provides the buffers' thread block (x86-64
+        // glibc, `thread_block.rs`), from it alone, with no call.
+        #[cfg(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu"))]
+        let _ = buf.write_with_provided(EVENT_BYTES, fill);
+        #[cfg(not(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu")))]
+        let _ = buf.write_with(EVENT_BYTES, fill);
     }
 }
 
@@ -411,8 +415,11 @@ fn start() {
     // known by then.
     // SAFETY: registering an exit hook.
     unsafe { libc::atexit(losses_at_exit) };
-    // Before the buffers exist, as the fill buffers ask.
-    thread_block::provide();
+    // Before the buffers exist, as the fill buffers ask. Where it is
+    // refused, every record would take the buffers' slow path: say so.
+    if !thread_block::provide() {
+        eprintln!("ichnos: the trace runtime's thread block was refused; tracing is slower");
+    }
     let buffer = match config.ring {
         Some(size) => FillBuffer::circular_with_exit_flush(size, EVENT_BYTES, ring::thread_exit),
         None => FillBuffer::trace(config.buffer, flush),

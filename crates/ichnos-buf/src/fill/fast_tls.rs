@@ -55,8 +55,16 @@ thread_local! {
     static OWN: FastTls = const { FastTls::new() };
 }
 
-/// The provided block's offset from the thread pointer (0: none).
-static PROVIDED: AtomicIsize = AtomicIsize::new(0);
+/// The provided block's offset from the thread pointer; [`NONE`] once
+/// the first buffer was made without one; [`UNDECIDED`] before either.
+/// One word, so that providing a block and making the first buffer
+/// cannot interleave: whichever comes first decides for the process.
+static PROVIDED: AtomicIsize = AtomicIsize::new(UNDECIDED);
+/// No block is provided (nor will be).
+const NONE: isize = 0;
+/// Neither a block was provided nor a buffer made yet (odd, so never an
+/// aligned offset).
+const UNDECIDED: isize = 1;
 
 /// Why a thread block was not taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -78,7 +86,8 @@ pub enum ProvideError {
 /// thread's table, in a block the program provides: [`THREAD_BLOCK_SIZE`]
 /// bytes of initial-exec TLS, aligned to [`THREAD_BLOCK_ALIGN`], found
 /// `offset` bytes from the thread pointer (what the `@gottpoff` GOT entry
-/// of its symbol holds). Before any fill buffer is made.
+/// of its symbol holds). Refused once a fill buffer was made (or while
+/// the first one is being made), and after a block was provided.
 ///
 /// # Safety
 /// For the life of the process, in every thread (those running now and
@@ -95,14 +104,22 @@ pub unsafe fn provide_thread_block(offset: isize) -> Result<(), ProvideError> {
     )) {
         return Err(ProvideError::Unsupported);
     }
-    if offset == 0 || offset.rem_euclid(THREAD_BLOCK_ALIGN.cast_signed()) != 0 {
+    if offset == NONE || offset.rem_euclid(THREAD_BLOCK_ALIGN.cast_signed()) != 0 {
         return Err(ProvideError::BadOffset(offset));
     }
-    if super::any_buffer_made() {
-        return Err(ProvideError::TooLate);
+    PROVIDED
+        .compare_exchange(UNDECIDED, offset, Ordering::AcqRel, Ordering::Acquire)
+        .map(|_| ())
+        .map_err(|_| ProvideError::TooLate)
+}
+
+/// A buffer is being made: from now on no block can be provided. The
+/// offset of the provided block, or 0, which the buffer keeps.
+pub(crate) fn decide() -> isize {
+    match PROVIDED.compare_exchange(UNDECIDED, NONE, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => NONE,
+        Err(decided) => decided,
     }
-    PROVIDED.store(offset, Ordering::Release);
-    Ok(())
 }
 
 /// The calling thread's block: the provided one, else its `thread_local!`.
@@ -121,10 +138,12 @@ pub(crate) fn provided() -> Option<*const FastTls> {
     provided_at(provided_offset())
 }
 
-/// The provided block's offset from the thread pointer (0: none), which
-/// a buffer keeps in its handle when it is made.
+/// The provided block's offset from the thread pointer (0: none).
 pub(crate) fn provided_offset() -> isize {
-    PROVIDED.load(Ordering::Acquire)
+    match PROVIDED.load(Ordering::Acquire) {
+        UNDECIDED => NONE,
+        offset => offset,
+    }
 }
 
 /// The calling thread's block at `offset` from the thread pointer (what
@@ -209,6 +228,17 @@ mod tests {
             assert_eq!(provide_thread_block(0), Err(ProvideError::BadOffset(0)));
             assert_eq!(provide_thread_block(-3), Err(ProvideError::BadOffset(-3)));
         }
+        assert!(provided().is_none());
+    }
+
+    /// Once a buffer was made (its threads' slots are in their
+    /// `thread_local!` blocks), no block is taken.
+    #[test]
+    fn a_block_is_refused_once_a_buffer_was_made() {
+        let _buffer = super::super::FillBuffer::circular(4096, 16).unwrap();
+        // SAFETY: refused (a buffer was made), so nothing is taken.
+        let refused = unsafe { provide_thread_block(-64) };
+        assert_eq!(refused, Err(ProvideError::TooLate));
         assert!(provided().is_none());
     }
 }

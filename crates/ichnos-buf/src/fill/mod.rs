@@ -261,11 +261,6 @@ impl Drop for Shared {
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
-/// Whether a fill buffer was ever made in this process.
-pub(crate) fn any_buffer_made() -> bool {
-    NEXT_ID.load(Ordering::Acquire) > 1
-}
-
 impl FillBuffer {
     /// A circular buffer of `capacity` bytes per thread holding records of
     /// `stride` bytes (drx_buf's fast circular buffer is 65536 bytes).
@@ -384,7 +379,7 @@ impl FillBuffer {
             id: shared.id,
             kind: shared.kind,
             guarded: shared.guarded,
-            block_offset: fast_tls::provided_offset(),
+            block_offset: fast_tls::decide(),
         };
         Ok(FillBuffer { shared, key })
     }
@@ -425,9 +420,10 @@ impl FillBuffer {
     }
 
     /// [`FillBuffer::write_with`] for a program that provided the thread
-    /// block ([`provide_thread_block`]): its fast path starts from that
-    /// block alone and calls nothing at all, not even for TLS (a thread's
-    /// write before the block was provided takes the slow path).
+    /// block ([`provide_thread_block`]) before making the buffer: its fast
+    /// path starts from that block alone and calls nothing at all, not
+    /// even for TLS. Without a provided block every write takes the slow
+    /// path (use `write_with` then).
     #[inline(always)]
     pub fn write_with_provided(
         &self,

@@ -3,9 +3,10 @@
 //!
 //! Each thread has a fixed [`Table`] of [`Slot`]s in TLS, one per possible
 //! buffer handle, so the fast path is a TLS-relative access as with
-//! drx_buf's raw TLS slot: buffer 0's slot at a fixed offset from the
-//! thread pointer ([`fast_tls`]), the others in a `thread_local!` table
-//! whose address that block keeps. The slots have no destructor (so
+//! drx_buf's raw TLS slot: buffer 0's slot in the thread's block
+//! ([`fast_tls`]: a `thread_local!`, or a program's initial-exec TLS at a
+//! fixed offset from the thread pointer), the others in a `thread_local!`
+//! table whose address that block keeps. The slots have no destructor (so
 //! reaching them costs nothing); a second TLS value, [`ThreadState`], owns the memory
 //! and flushes at thread exit. A process's main thread keeps its buffers
 //! through its TLS destructors: `exit` runs those before the `atexit`
@@ -256,9 +257,11 @@ pub(crate) fn attach(
 
 /// Whether `ptr` is the address of one of this thread's slots. Called
 /// from the guard-page SIGSEGV handler: it reads only the thread's block
-/// (and does not look the table up: a first `thread_local!` access in a
-/// `dlopen`ed object may allocate). A thread whose table was never looked
-/// up has had no slot attached but buffer 0's, which is in its block.
+/// and does not look the table up. (A first `thread_local!` access in a
+/// `dlopen`ed object may allocate; the block itself, where it is a
+/// `thread_local!`, was reached on this thread already by the write the
+/// handler is called for.) A thread whose table was never looked up has
+/// had no slot attached but buffer 0's, which is in its block.
 pub(crate) fn is_own_slot(ptr: usize) -> bool {
     let block = fast_tls::block();
     // SAFETY: this thread's block, which lives as long as the thread.

@@ -1,11 +1,10 @@
 /*
  * The fill-buffer C ABI from a libichnos.so loaded with dlopen, as a
- * plugin or a language binding would load it: the library keeps the slot
- * of a process's first fill buffer in initial-exec TLS, which a library
- * loaded at run time takes from the C library's static TLS reserve.
- * Two buffers (the first one's slot lives there, the second's in the
- * ordinary TLS table), written by the main thread and by two threads
- * started after the load, each record counted back by the flush.
+ * plugin or a language binding would load it (a library with initial-exec
+ * TLS could fail to load so: "cannot allocate memory in static TLS
+ * block"). Two buffers (buffer 0's slot lives in each thread's block, the
+ * other's in the table of the rest), written by the main thread and by two
+ * threads started after the load, each record counted back by the flush.
  * Usage: buf_dlopen PATH_TO_LIBICHNOS_SO
  */
 #include <dlfcn.h>
@@ -77,8 +76,12 @@ int main(int argc, char **argv)
 		}
 	}
 	pthread_t threads[2];
-	for (int t = 0; t < 2; t++)
-		pthread_create(&threads[t], 0, writer, 0);
+	for (int t = 0; t < 2; t++) {
+		if (pthread_create(&threads[t], 0, writer, 0) != 0) {
+			printf("FAIL pthread_create\n");
+			return 1;
+		}
+	}
 	int failed = writer(0) != 0;
 	for (int t = 0; t < 2; t++) {
 		void *result;
