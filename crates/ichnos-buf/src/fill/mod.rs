@@ -406,17 +406,7 @@ impl FillBuffer {
     /// (a circular buffer's oldest record, or zeros): it should write them all.
     #[inline(always)]
     pub fn write_with(&self, len: usize, fill: impl FnOnce(&mut [u8])) -> Result<(), WriteError> {
-        match self.reserve_fast::<false>(len) {
-            FastReservation::Open(open) => {
-                // SAFETY: `open` holds `len` bytes of this thread's buffer,
-                // reserved for this writer alone until it is committed.
-                fill(unsafe { std::slice::from_raw_parts_mut(open.ptr, len) });
-                open.commit();
-                Ok(())
-            }
-            FastReservation::Full { old } => self.write_after_full(old, len, fill),
-            FastReservation::Slow => self.write_with_slow(len, fill),
-        }
+        self.write_from::<false>(len, fill)
     }
 
     /// [`FillBuffer::write_with`] for a program that provided the thread
@@ -430,9 +420,22 @@ impl FillBuffer {
         len: usize,
         fill: impl FnOnce(&mut [u8]),
     ) -> Result<(), WriteError> {
-        match self.reserve_fast::<true>(len) {
+        self.write_from::<true>(len, fill)
+    }
+
+    /// [`FillBuffer::write_with`] and [`FillBuffer::write_with_provided`]:
+    /// the fast path ([`FillBuffer::reserve_fast`]), fill, commit; what it
+    /// leaves, out of line.
+    #[inline(always)]
+    fn write_from<const PROVIDED_ONLY: bool>(
+        &self,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<(), WriteError> {
+        match self.reserve_fast::<PROVIDED_ONLY>(len) {
             FastReservation::Open(open) => {
-                // SAFETY: as in `write_with`.
+                // SAFETY: `open` holds `len` bytes of this thread's buffer,
+                // reserved for this writer alone until it is committed.
                 fill(unsafe { std::slice::from_raw_parts_mut(open.ptr, len) });
                 open.commit();
                 Ok(())
@@ -501,7 +504,7 @@ impl FillBuffer {
             ptr,
             len,
         };
-        // SAFETY: as in `write_with`.
+        // SAFETY: as in `write_from`.
         fill(unsafe { std::slice::from_raw_parts_mut(open.ptr, len) });
         open.commit();
         Ok(())
@@ -513,7 +516,7 @@ impl FillBuffer {
     #[inline(never)]
     fn write_with_slow(&self, len: usize, fill: impl FnOnce(&mut [u8])) -> Result<(), WriteError> {
         let open = self.reserve(len)?;
-        // SAFETY: as in `write_with`.
+        // SAFETY: as in `write_from`.
         fill(unsafe { std::slice::from_raw_parts_mut(open.ptr, len) });
         open.commit();
         Ok(())
@@ -576,7 +579,7 @@ impl FillBuffer {
         fill: impl FnOnce(&mut [u8]) -> bool,
     ) -> Result<bool, WriteError> {
         let open = self.reserve(len)?;
-        // SAFETY: as in `write_with`.
+        // SAFETY: as in `write_from`.
         if fill(unsafe { std::slice::from_raw_parts_mut(open.ptr, len) }) {
             open.commit();
             return Ok(true);
@@ -592,7 +595,7 @@ impl FillBuffer {
             Kind::Circular { .. } => {
                 // A ring slot cannot be given back once later records may
                 // follow it; zero it so readers see an empty record.
-                // SAFETY: as in `write_with`.
+                // SAFETY: as in `write_from`.
                 unsafe { std::ptr::write_bytes(ptr, 0, len) };
                 slot.commit(len);
             }
