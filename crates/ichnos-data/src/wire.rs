@@ -93,6 +93,11 @@ pub mod event {
     /// A C++ exception was caught; the address is the catching
     /// function's (the calls above its innermost open one were unwound).
     pub const CATCH: u8 = 8;
+    /// A frame on the stack a catch leaves, written just before the
+    /// [`CATCH`], outermost first, when the runtime walked the stack
+    /// there: the address is the start of the frame's function (by its
+    /// unwind entry).
+    pub const LIVE: u8 = 9;
 }
 
 /// The largest address or probe id an event holds (48 bits).

@@ -285,6 +285,10 @@ fn owned() -> impl Strategy<Value = Owned> {
                             ticks,
                             function: (y & 1 != 0).then_some(x >> 3),
                         },
+                        5 => CallEvent::Live {
+                            ticks,
+                            function: x >> 2,
+                        },
                         _ => CallEvent::Probe {
                             ticks,
                             id: x,
@@ -304,7 +308,7 @@ fn call_events() -> impl Strategy<Value = Vec<(u64, u8, u64, u64)>> {
     proptest::collection::vec(
         (
             prop_oneof![0u64..300, 0u64..1 << 40],
-            0u8..5,
+            0u8..6,
             any::<u64>(),
             any::<u64>(),
         ),

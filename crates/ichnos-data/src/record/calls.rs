@@ -54,6 +54,19 @@ pub enum CallEvent {
         /// (below 2^62 - 1); `None`: no call is.
         function: Option<u64>,
     },
+    /// A call of `function` whose frame is on the stack the next `Catch`
+    /// leaves: the runtime walked that stack, and these events, outermost
+    /// first, name the traced functions of its frames. A reader that has
+    /// them before a catch keeps the open calls they account for (each
+    /// matched in order to the next frame of its function) and ends the
+    /// rest, which is right where the catching function is not traced or
+    /// is open more than once.
+    Live {
+        /// When (the catch's time).
+        ticks: u64,
+        /// The function, as in `Enter` (below 2^62).
+        function: u64,
+    },
 }
 
 impl CallEvent {
@@ -65,7 +78,8 @@ impl CallEvent {
             | CallEvent::Exit { ticks, .. }
             | CallEvent::Probe { ticks, .. }
             | CallEvent::Jump { ticks, .. }
-            | CallEvent::Catch { ticks, .. } => ticks,
+            | CallEvent::Catch { ticks, .. }
+            | CallEvent::Live { ticks, .. } => ticks,
         }
     }
 }
@@ -145,6 +159,10 @@ fn next_event(c: &mut Cursor<'_>, ticks: &mut u64) -> CallEvent {
         3 if a & 3 == 2 => CallEvent::Catch {
             ticks,
             function: (a >> 2).checked_sub(1),
+        },
+        3 if a & 3 == 3 => CallEvent::Live {
+            ticks,
+            function: a >> 2,
         },
         3 => CallEvent::Jump {
             ticks,
@@ -259,6 +277,9 @@ impl CallsOut<'_> {
                 CallEvent::Catch { function, .. } => {
                     (3, (function.map_or(0, |f| f.saturating_add(1)) << 2) | 2)
                 }
+                // A longjmp's `a & 3` is 1 (its buffer is even), so 3 is
+                // free for these.
+                CallEvent::Live { function, .. } => (3, (function << 2) | 3),
             };
             put_u(b, (delta << 2) | kind);
             put_u(b, a);
@@ -343,6 +364,10 @@ mod tests {
                 ticks: 12,
                 function: None,
             },
+            CallEvent::Live {
+                ticks: 13,
+                function: 5,
+            },
         ];
         let out = CallsOut {
             pid: 1,
@@ -356,14 +381,15 @@ mod tests {
         out.encode(&mut body);
         // pid, tid, lost, flags, first, count; then (delta << 2 | 3, a):
         // setjmp 0x1000 << 1 (two bytes of varint), longjmp that | 1,
-        // catch of stack 7: (7 + 1) << 2 | 2, catch of none: 2.
+        // catch of stack 7: (7 + 1) << 2 | 2, catch of none: 2, stack 5
+        // live: 5 << 2 | 3.
         let expected = [
             1,
             2,
             0,
             0,
             10,
-            4, //
+            5, //
             3,
             0x80,
             0x40, //
@@ -373,7 +399,9 @@ mod tests {
             (1 << 2) | 3,
             34, //
             3,
-            2,
+            2, //
+            (1 << 2) | 3,
+            (5 << 2) | 3,
         ];
         assert_eq!(body, expected);
         let mut b = Body {

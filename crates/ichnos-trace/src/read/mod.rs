@@ -131,6 +131,11 @@ struct Thread {
     /// `setjmp` places: the depth (open calls) at each, by `jmp_buf`
     /// address.
     jumps: FxHashMap<u64, usize>,
+    /// The functions of the frames the next catch leaves on the stack,
+    /// outermost first, as far as they came (`CallEvent::Live`).
+    live: Vec<u64>,
+    /// More came than [`MAX_LIVE`]: the catch falls back on its function.
+    live_cut: bool,
     /// Its last block was written before an exec: its next block says
     /// whether the program ended there (a new program's block) or goes
     /// on (one flagged resumed: the exec failed).
@@ -561,19 +566,55 @@ fn step(thread: &mut Thread, pid: u32, tid: u32, event: CallEvent, visitor: &mut
             }
         }
         CallEvent::Catch { ticks, function } => {
-            // The calls above the innermost open one of the function end
-            // here (an exception unwound them); a function not open (a
-            // catch in code not traced) changes nothing.
-            let depth = match function {
-                Some(f) => match thread.stack.iter().rposition(|o| o.function == f) {
-                    Some(at) => at + 1,
-                    None => return,
-                },
-                None => 0,
+            let depth = if !thread.live.is_empty() && !thread.live_cut {
+                // The frames left say which calls are: the rest were
+                // unwound.
+                Some(calls_left(&thread.stack, &thread.live))
+            } else {
+                // The calls above the innermost open one of the function
+                // end here (an exception unwound them); a function not
+                // open (a catch in code not traced) changes nothing.
+                match function {
+                    Some(f) => thread
+                        .stack
+                        .iter()
+                        .rposition(|o| o.function == f)
+                        .map(|at| at + 1),
+                    None => Some(0),
+                }
             };
-            close_above(thread, pid, tid, depth, ticks, visitor);
+            thread.live.clear();
+            thread.live_cut = false;
+            if let Some(depth) = depth {
+                close_above(thread, pid, tid, depth, ticks, visitor);
+            }
+        }
+        CallEvent::Live { function, .. } => {
+            if thread.live.len() < MAX_LIVE {
+                thread.live.push(function);
+            } else {
+                thread.live_cut = true;
+            }
         }
     }
+}
+
+/// Frames of a catch's stack a reader keeps (the runtime sends at most
+/// 512).
+const MAX_LIVE: usize = 4096;
+
+/// How many of the open calls `stack` (outermost first) a catch leaves,
+/// given the functions of the frames it leaves on the stack (`live`,
+/// outermost first): the open calls, from the outermost, each matched
+/// to the next live frame of its function, up to the first that has
+/// none. Frames of functions not traced match nothing and are passed
+/// over.
+fn calls_left(stack: &[Open], live: &[u64]) -> usize {
+    let mut frames = live.iter();
+    stack
+        .iter()
+        .take_while(|open| frames.any(|&f| f == open.function))
+        .count()
 }
 
 /// Closes the thread's open calls from the innermost down to depth `at`,
@@ -725,5 +766,85 @@ mod tests {
             &mut closed,
         );
         assert_eq!(closed.0, [(20, 2, 2), (10, 1, 2), (30, 9, 10)]);
+    }
+
+    fn live(ticks: u64, function: u64) -> CallEvent {
+        CallEvent::Live { ticks, function }
+    }
+
+    fn catch(ticks: u64, function: Option<u64>) -> CallEvent {
+        CallEvent::Catch { ticks, function }
+    }
+
+    /// The frames a catch leaves decide which open calls end, where the
+    /// catching function alone cannot: recursion (the catch is in the
+    /// outer of two open calls of 20), and a catcher not traced (99,
+    /// whose frame matches no call).
+    #[test]
+    fn a_catch_with_its_live_frames_ends_the_calls_they_do_not_hold() {
+        let mut thread = Thread::default();
+        let mut closed = Closed::default();
+        let events = [
+            enter(1, 10),
+            enter(2, 20),
+            enter(3, 20),
+            enter(4, 30),
+            // Caught in the outer 20: the catching function alone (20)
+            // would close only 30.
+            live(5, 10),
+            live(5, 20),
+            catch(5, Some(20)),
+            enter(6, 40),
+            enter(7, 50),
+            // Caught in 99, not traced, called by 40: 99's frame matches
+            // nothing, and the old rule (function 99 not open) would
+            // close nothing.
+            live(8, 10),
+            live(8, 20),
+            live(8, 99),
+            live(8, 40),
+            live(8, 99),
+            catch(8, Some(99)),
+            exit(9, 40),
+            exit(10, 20),
+            exit(11, 10),
+        ];
+        read_block(&mut thread, 1, 1, head(0), events.into_iter(), &mut closed);
+        assert_eq!(
+            closed.0,
+            [
+                (30, 4, 5),
+                (20, 3, 5),
+                (50, 7, 8),
+                (40, 6, 9),
+                (20, 2, 10),
+                (10, 1, 11)
+            ]
+        );
+        assert!(thread.live.is_empty());
+    }
+
+    /// Without live frames, or with more than a reader keeps, a catch
+    /// goes by its function; live frames serve one catch only.
+    #[test]
+    fn a_catch_without_live_frames_goes_by_its_function() {
+        let mut thread = Thread::default();
+        let mut closed = Closed::default();
+        let mut events = vec![enter(1, 10), enter(2, 20), enter(3, 30)];
+        events.extend((0..=MAX_LIVE as u64).map(|_| live(4, 10)));
+        events.extend([
+            // Past MAX_LIVE: by the function, 20 (the live frames would
+            // have closed all but 10).
+            catch(4, Some(20)),
+            enter(5, 30),
+            live(6, 10),
+            catch(6, Some(10)),
+            enter(7, 20),
+            // No live frames: by the function again.
+            catch(8, Some(20)),
+        ]);
+        read_block(&mut thread, 1, 1, head(0), events.into_iter(), &mut closed);
+        assert_eq!(closed.0, [(30, 3, 4), (30, 5, 6), (20, 2, 6)]);
+        assert_eq!(thread.stack.len(), 2);
     }
 }
