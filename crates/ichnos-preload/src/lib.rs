@@ -26,6 +26,8 @@ mod altstack;
 mod catch;
 mod channel;
 mod clock;
+#[cfg(target_arch = "x86_64")]
+mod compiler;
 mod config;
 mod crash;
 mod ending;
@@ -93,7 +95,7 @@ fn set_active(on: bool) {
 /// Writes one event into the thread's buffer.
 #[inline(always)]
 #[allow(clippy::inline_always)] // the whole cost of a traced call
-fn record(kind: u8, address: u64) {
+pub(crate) fn record(kind: u8, address: u64) {
     record_at(clock::ticks(), kind, address);
 }
 
@@ -405,7 +407,10 @@ fn start() {
     #[cfg(target_arch = "x86_64")]
     jump::resolve();
     #[cfg(target_arch = "x86_64")]
-    catch::resolve();
+    {
+        catch::resolve();
+        catch::decide_walk();
+    }
     clock::use_tsc(config.tsc);
     if !open_channel(&config) {
         return;

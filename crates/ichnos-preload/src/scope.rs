@@ -240,7 +240,9 @@ pub(crate) fn note_jump(buffer: u64) {
 /// where the catch is followed at all).
 ///
 /// Without a limit or a filter nothing is kept: the catch is recorded
-/// for a reader to close the calls above the catching function's.
+/// for a reader to close the calls above the catching function's, after
+/// the frames it leaves where catches walk the stack (`landing` is the
+/// landing pad's address).
 /// Otherwise the calls kept whose stack pointer lies below `sp` were
 /// unwound, and the thread's place becomes the one inside the innermost
 /// call left. Their exits are written (those whose entries were, innermost
@@ -250,9 +252,10 @@ pub(crate) fn note_jump(buffer: u64) {
 /// pointers were kept, no exits are written and the catch is recorded
 /// with the innermost written call left, for a reader to close the calls
 /// above it. A catch deeper than the calls kept changes nothing.
-pub(crate) fn caught(function: Option<u64>, sp: u64) {
+pub(crate) fn caught(function: Option<u64>, sp: u64, landing: usize) {
     if plain() {
-        if let Some(function) = function {
+        let walked = record_live_frames(landing);
+        if let Some(function) = function.or(walked.then_some(0)) {
             crate::record_marker(event::CATCH, function);
         }
         return;
@@ -272,6 +275,7 @@ pub(crate) fn caught(function: Option<u64>, sp: u64) {
         CALLS.with(|calls| calls[left - 1].get().place)
     };
     if now.calls as usize > KEPT_CALLS {
+        record_live_frames(landing);
         record_catch(left);
     } else {
         for at in (left..open).rev() {
@@ -305,6 +309,30 @@ fn unwound_from(calls: &[Cell<Kept>], open: usize, sp: u64) -> usize {
         left -= 1;
     }
     left
+}
+
+/// Where catches walk the stack (`catch.rs`), records the functions of
+/// the frames the catch at `landing` leaves, outermost first, ahead of
+/// its catch event: whether it did.
+#[cfg(target_arch = "x86_64")]
+fn record_live_frames(landing: usize) -> bool {
+    if !crate::catch::walks() || !crate::tracing() {
+        return false;
+    }
+    let mut frames = [0; crate::catch::MAX_LIVE];
+    let Some(count) = crate::catch::live_frames(landing, &mut frames) else {
+        return false;
+    };
+    crate::short::before_marker();
+    for &function in frames[..count].iter().rev() {
+        crate::record(event::LIVE, function);
+    }
+    true
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn record_live_frames(_landing: usize) -> bool {
+    false
 }
 
 /// Records a catch with the innermost written call among the first

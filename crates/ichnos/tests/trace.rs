@@ -597,8 +597,11 @@ fn exceptions_that_skip_clangs_exits_keep_the_depth() {
 /// filter the runtime keeps its own count of open calls, and the landing
 /// pad's stack pointer says which were unwound; with clang (no exits as
 /// an exception unwinds) the count used to drift, and with it which
-/// calls were written. gcc, whose exits run as the exception unwinds,
-/// must give the same.
+/// calls were written. With every call traced, a program clang built has
+/// the runtime walk the stack each catch leaves, for the reader to keep
+/// the calls whose frames are left (the reader used to end the calls
+/// above the catching function's innermost one). gcc, whose exits run as
+/// the exception unwinds, must give the same.
 #[test]
 fn catches_in_untraced_and_recursive_functions_keep_the_depth() {
     let dir = tempfile::tempdir().unwrap();
@@ -622,7 +625,12 @@ fn catches_in_untraced_and_recursive_functions_keep_the_depth() {
         lines.extend(["  after_catch();", "} /* main */"]);
         lines
     };
-    let cases: [(&str, &[&str], Vec<&str>); 8] = [
+    let cases: [(&str, &[&str], Vec<&str>); 11] = [
+        // Every call traced: with clang the runtime walks the stack the
+        // catch leaves.
+        ("untraced", &[], whole(&through_thrice)),
+        ("recursive", &[], whole(&nested_thrice)),
+        ("recursive", &["--ring", "64K"], whole(&nested_thrice)),
         ("untraced", &["-D", "2"], whole(&["  through(int);"; 3])),
         ("untraced", &["-t", "1ns"], whole(&through_thrice)),
         ("untraced", &["-N", "through"], whole(&[])),
@@ -645,7 +653,7 @@ fn catches_in_untraced_and_recursive_functions_keep_the_depth() {
         }
         // 300 calls deep, more than the runtime keeps: each catch still
         // leaves main the only open call.
-        for options in [&["-t", "1ns"][..], &["-D", "1000"], &["-N", "through"]] {
+        for options in [&[][..], &["-t", "1ns"], &["-D", "1000"], &["-N", "through"]] {
             traced(dir.path(), "t.data", options, &[exe, "deep"]);
             let lines = replayed_calls(dir.path(), "t.data");
             let tail: Vec<&str> = lines.iter().rev().take(2).map(String::as_str).collect();

@@ -180,61 +180,7 @@ fn calls(conn: &mut Conn, out: &mut Out, h: &FrameHeader, body: &[u8]) -> Result
     let mut events = std::mem::take(&mut out.events);
     events.clear();
     let mut new_functions = Vec::new();
-    let mut probe: Option<(u64, u64)> = None;
-    let mut resynced = false;
-    for chunk in body.chunks_exact(EVENT_BYTES) {
-        let (ticks, kind, address) = wire::decode_event(chunk.try_into().expect("16 bytes"));
-        if kind == event::VALUE {
-            if let Some((ticks, id)) = probe.take() {
-                events.push(CallEvent::Probe {
-                    ticks,
-                    id,
-                    value: ticks_value(chunk),
-                });
-            }
-            continue;
-        }
-        probe = None;
-        match kind {
-            event::ENTER | event::EXIT => {
-                if !resynced && !conn.exec.iter().any(|&(s, e)| (s..e).contains(&address)) {
-                    // Code mapped since the last look (dlopen).
-                    resync(conn, out)?;
-                    resynced = true;
-                }
-                let function = out.function(conn.asid, address, &mut new_functions);
-                events.push(if kind == event::ENTER {
-                    CallEvent::Enter { ticks, function }
-                } else {
-                    CallEvent::Exit { ticks, function }
-                });
-            }
-            event::SPAN_BEGIN | event::SPAN_END => {
-                // A span is named by its name's address, interned as a
-                // function is (its name came in a names frame).
-                let function = out.function(conn.asid, address, &mut new_functions);
-                events.push(if kind == event::SPAN_BEGIN {
-                    CallEvent::Enter { ticks, function }
-                } else {
-                    CallEvent::Exit { ticks, function }
-                });
-            }
-            event::PROBE => probe = Some((ticks, address)),
-            event::SETJMP | event::LONGJMP => events.push(CallEvent::Jump {
-                ticks,
-                buffer: address,
-                long: kind == event::LONGJMP,
-            }),
-            event::CATCH => {
-                // The function left open is one that was entered, so its
-                // address needs no look at the mappings.
-                let function =
-                    (address != 0).then(|| out.function(conn.asid, address, &mut new_functions));
-                events.push(CallEvent::Catch { ticks, function });
-            }
-            _ => {}
-        }
-    }
+    convert(conn, out, body, &mut events, &mut new_functions)?;
     for (id, address) in new_functions {
         out.push(&Record::StackOut(StackOut {
             id,
@@ -262,6 +208,95 @@ fn calls(conn: &mut Conn, out: &mut Out, h: &FrameHeader, body: &[u8]) -> Result
     let pushed = push_calls(out, conn.pid, tid, h, flags, &events);
     out.events = events;
     pushed
+}
+
+/// A frame's events as `CallEvent`s into `events`; the functions seen for
+/// the first time go into `new_functions` (numbered, their stacks not
+/// yet written).
+fn convert(
+    conn: &mut Conn,
+    out: &mut Out,
+    body: &[u8],
+    events: &mut Vec<CallEvent>,
+    new_functions: &mut Vec<(u64, u64)>,
+) -> Result<(), TraceError> {
+    let mut probe: Option<(u64, u64)> = None;
+    let mut resynced = false;
+    // Live frames since the last catch, and the innermost traced one.
+    let mut live_frames = 0u32;
+    let mut innermost_live = None;
+    for chunk in body.chunks_exact(EVENT_BYTES) {
+        let (ticks, kind, address) = wire::decode_event(chunk.try_into().expect("16 bytes"));
+        if kind == event::VALUE {
+            if let Some((ticks, id)) = probe.take() {
+                events.push(CallEvent::Probe {
+                    ticks,
+                    id,
+                    value: ticks_value(chunk),
+                });
+            }
+            continue;
+        }
+        probe = None;
+        match kind {
+            event::ENTER | event::EXIT => {
+                if !resynced && !conn.exec.iter().any(|&(s, e)| (s..e).contains(&address)) {
+                    // Code mapped since the last look (dlopen).
+                    resync(conn, out)?;
+                    resynced = true;
+                }
+                let function = out.function(conn.asid, address, new_functions);
+                events.push(if kind == event::ENTER {
+                    CallEvent::Enter { ticks, function }
+                } else {
+                    CallEvent::Exit { ticks, function }
+                });
+            }
+            event::SPAN_BEGIN | event::SPAN_END => {
+                // A span is named by its name's address, interned as a
+                // function is (its name came in a names frame).
+                let function = out.function(conn.asid, address, new_functions);
+                events.push(if kind == event::SPAN_BEGIN {
+                    CallEvent::Enter { ticks, function }
+                } else {
+                    CallEvent::Exit { ticks, function }
+                });
+            }
+            event::PROBE => probe = Some((ticks, address)),
+            event::SETJMP | event::LONGJMP => events.push(CallEvent::Jump {
+                ticks,
+                buffer: address,
+                long: kind == event::LONGJMP,
+            }),
+            event::LIVE => {
+                // A frame the catch after these leaves: only the frames of
+                // functions traced (entered before, so numbered) can hold
+                // an open call; the others are left out.
+                live_frames += 1;
+                if let Some(&function) = out.functions.get(&(conn.asid, address)) {
+                    events.push(CallEvent::Live { ticks, function });
+                    innermost_live = Some(function);
+                }
+            }
+            event::CATCH => {
+                let function = if live_frames > 0 {
+                    // The stack was walked: the innermost traced frame
+                    // left is the innermost call left open (which a
+                    // reader that passes over the live frames goes by).
+                    innermost_live
+                } else {
+                    // The function left open is one that was entered, so
+                    // its address needs no look at the mappings.
+                    (address != 0).then(|| out.function(conn.asid, address, new_functions))
+                };
+                live_frames = 0;
+                innermost_live = None;
+                events.push(CallEvent::Catch { ticks, function });
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 impl Out {
