@@ -439,41 +439,51 @@ impl Recorder {
         let stack = s.stack_user.unwrap_or_default();
         self.spaces.get_or_synthesize(pid, time, &mut self.output);
         self.spaces.know_thread(pid, tid, time, &mut self.output);
-        let space = self.spaces.by_pid.get_mut(&pid).expect("made above");
-        let mut stop = walk(space, regs, stack, &self.options, &mut self.frames);
-        if stop != StopReason::Outermost
-            && self
-                .frames
-                .iter()
-                .any(|f| space.may_be_jit(f.lookup_address()))
-            && space.take_refresh(time)
-        {
+        // The copy walked, and on in the thread's memory; then, once,
+        // again after a look for code no record told of (JIT code), if
+        // the walk ran into memory a JIT may fill, in the copy or past it.
+        let mut refreshed = false;
+        let stop = loop {
+            let space = self.spaces.by_pid.get_mut(&pid).expect("made above");
+            let mut stop = walk(space, regs, stack, &self.options, &mut self.frames);
+            // The kernel copied less than asked for: the stack's mapping
+            // ended.
+            let copy_short = (stack.len() as u64) < s.stack_user_size;
+            // A walk that ran off a whole copy (not one the kernel cut at
+            // the stack's end, nor one cut in staging) goes on in the
+            // thread's memory, if that still holds what the copy did.
+            if let (StopReason::StackEnd { .. }, Some(live)) = (stop, self.live_stack.as_mut()) {
+                if !stack_cut && !copy_short {
+                    let taken = super::live_stack::Taken {
+                        pid,
+                        time,
+                        regs,
+                        copy: stack,
+                    };
+                    stop = live.walk_on(taken, stop, self.frames.last().copied(), &mut |stack| {
+                        walk(space, regs, stack, &self.options, &mut self.frames)
+                    });
+                }
+            }
+            if refreshed
+                || stop == StopReason::Outermost
+                || !self
+                    .frames
+                    .iter()
+                    .any(|f| space.may_be_jit(f.lookup_address()))
+                || !space.take_refresh(time)
+            {
+                break stop;
+            }
+            refreshed = true;
             let jit = space.refresh_jit();
             let mapped = self.spaces.resync(pid, time, &mut self.output);
-            if jit || mapped {
-                let space = self.spaces.by_pid.get_mut(&pid).expect("still there");
-                stop = walk(space, regs, stack, &self.options, &mut self.frames);
+            if !jit && !mapped {
+                break stop;
             }
-        }
+        };
         let space = self.spaces.by_pid.get_mut(&pid).expect("still there");
-        // The kernel copied less than asked for: the stack's mapping ended.
         let copy_short = (stack.len() as u64) < s.stack_user_size;
-        // A walk that ran off a whole copy (not one the kernel cut at the
-        // stack's end, nor one cut in staging) goes on in the thread's
-        // memory, if that still holds what the copy did.
-        if let (StopReason::StackEnd { .. }, Some(live)) = (stop, self.live_stack.as_mut()) {
-            if !stack_cut && !copy_short {
-                let taken = super::live_stack::Taken {
-                    pid,
-                    time,
-                    regs,
-                    copy: stack,
-                };
-                stop = live.walk_on(taken, stop, self.frames.last().copied(), &mut |stack| {
-                    walk(space, regs, stack, &self.options, &mut self.frames)
-                });
-            }
-        }
         // A frame-pointer chain through code that does not keep one reads
         // whatever rbp holds: a "return address" in no mapping is not one,
         // and the stack ends before it rather than with made-up frames.

@@ -293,3 +293,146 @@ fn a_process_found_unreadable_is_tried_again_once_its_pid_is_a_new_one() {
     assert!(!recorder.live_stack.as_ref().unwrap().skips(pid));
     super::close(recorder.output, writer, 0).unwrap();
 }
+
+thread_local! {
+    /// The recorder and sample time `called_from_jit` hands its sample to.
+    static FROM_JIT: std::cell::Cell<(*mut super::Recorder, u64)> =
+        const { std::cell::Cell::new((std::ptr::null_mut(), 0)) };
+}
+
+/// Recurses `n` times, each frame holding 1 KiB, then samples this thread
+/// with a 4 KiB copy: the frames below (the JIT's among them) lie past
+/// the copy.
+#[inline(never)]
+fn deep_then_sample(n: u32) {
+    let mut pad = [0u8; 1024];
+    std::hint::black_box(&mut pad);
+    if n == 0 {
+        let (recorder, time) = FROM_JIT.with(std::cell::Cell::get);
+        // SAFETY: the recorder the test set, which outlives the call and
+        // is not otherwise borrowed while the JIT code runs.
+        sample_and_handle(unsafe { &mut *recorder }, 4 << 10, time);
+    } else {
+        deep_then_sample(n - 1);
+    }
+    std::hint::black_box(&mut pad);
+}
+
+extern "C" fn called_from_jit() {
+    deep_then_sample(24);
+}
+
+/// `void read_on_jit(void (*callback)(void))`: calls its argument with the
+/// stack aligned (sub rsp, 8; call rdi; add rsp, 8; ret).
+const JIT_CODE: &[u8] = &[
+    0x48, 0x83, 0xec, 0x08, 0xff, 0xd7, 0x48, 0x83, 0xc4, 0x08, 0xc3,
+];
+
+/// Executable memory holding [`JIT_CODE`], registered with this process's
+/// code registry; unregistered and unmapped on drop.
+struct TestJit {
+    start: *mut libc::c_void,
+    _table: std::sync::Arc<ichnos_code::JitUnwindTable>,
+}
+
+impl TestJit {
+    fn emit() -> TestJit {
+        use ichnos_code::row::{UnwindRow, ROW_CFA_BASE_SP};
+        // SAFETY: a new private anonymous mapping; nothing else is touched.
+        let start = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(start, libc::MAP_FAILED);
+        // SAFETY: the page mapped above is writable and 4096 bytes long.
+        unsafe {
+            std::ptr::copy_nonoverlapping(JIT_CODE.as_ptr(), start.cast(), JIT_CODE.len());
+            assert_eq!(
+                libc::mprotect(start, 4096, libc::PROT_READ | libc::PROT_EXEC),
+                0
+            );
+        }
+        // The CFA (SP + offset) over each range; the return address at
+        // CFA - 8 throughout.
+        let table = std::sync::Arc::new(ichnos_code::JitUnwindTable::with_capacity(3));
+        for (ip_off, size, cfa_off) in [(0, 4, 8), (4, 6, 16), (10, 1, 8)] {
+            table
+                .push(UnwindRow {
+                    ip_off,
+                    size,
+                    cfa_off,
+                    ra_off: -8,
+                    fp_off: 0,
+                    info: ROW_CFA_BASE_SP,
+                })
+                .unwrap();
+        }
+        let text = start as u64..start as u64 + JIT_CODE.len() as u64;
+        ichnos_code::Registry::global()
+            .register_jit(ichnos_code::JitCode::with_table(text, &table).with_name("read_on_jit"))
+            .unwrap();
+        TestJit {
+            start,
+            _table: table,
+        }
+    }
+
+    fn range(&self) -> std::ops::Range<u64> {
+        self.start as u64..self.start as u64 + JIT_CODE.len() as u64
+    }
+
+    fn call(&self, callback: extern "C" fn()) {
+        // SAFETY: the page holds JIT_CODE, a complete System V function
+        // of this signature, executable while `self` lives.
+        let f: extern "C" fn(extern "C" fn()) = unsafe {
+            std::mem::transmute::<*mut libc::c_void, extern "C" fn(extern "C" fn())>(self.start)
+        };
+        f(callback);
+    }
+}
+
+impl Drop for TestJit {
+    fn drop(&mut self) {
+        let _ = ichnos_code::Registry::global().unregister(self.start as u64);
+        // SAFETY: the mapping made in `emit`, no longer run.
+        unsafe { libc::munmap(self.start, 4096) };
+    }
+}
+
+/// JIT code registered after the process's first sample, whose frame a
+/// sample reaches only past its stack copy, in the thread's memory: the
+/// look for JIT code comes after that read too, and the stack is walked
+/// through the JIT frame to the thread's start.
+#[test]
+fn jit_code_reached_past_the_copy_is_looked_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let start = ichnos_perf::monotonic_ns();
+    let (mut recorder, writer) = recorder(format(), dir.path(), start);
+    recorder.live_stack = Some(super::live_stack::LiveStack::default());
+    // The process's first sample, before the JIT code exists: complete
+    // through what is read on.
+    sample_and_handle(&mut recorder, 4 << 10, start);
+    assert_eq!(recorder.complete, 1);
+    let jit = TestJit::emit();
+    FROM_JIT.with(|f| f.set((&raw mut recorder, start + 1_000_000_000)));
+    jit.call(called_from_jit);
+    FROM_JIT.with(|f| f.set((std::ptr::null_mut(), 0)));
+    let through_jit = recorder
+        .frames
+        .iter()
+        .any(|f| jit.range().contains(&f.lookup_address()));
+    assert!(
+        through_jit,
+        "the JIT frame is in the stack: {:x?}",
+        recorder.frames
+    );
+    assert_eq!(recorder.complete, 2, "the second sample is complete");
+    drop(jit);
+    super::close(recorder.output, writer, 0).unwrap();
+}
