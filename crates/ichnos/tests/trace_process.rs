@@ -1,0 +1,331 @@
+//! `ichnos trace` as a traced process ends or changes: the flight
+//! recorder after a crash or a stack overflow, calls after `main` returns
+//! or a thread calls `exit`, SIGUSR2 snapshots, rings saved twice, the
+//! recorder killed under the program.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+mod trace_support;
+
+use trace_support::*;
+
+#[test]
+fn a_crash_leaves_the_flight_recorders_newest_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "crash.c", &[]);
+    // 4 KiB of ring: 256 events; each step is an entry, a probe (two
+    // events) and an exit.
+    let out = trace(
+        dir.path(),
+        "t.data",
+        &["--ring", "4K"],
+        &[exe.to_str().unwrap(), "100000"],
+    );
+    assert_eq!(out.status.code(), Some(128 + 6), "SIGABRT is the status");
+    let lines = replay(dir.path(), "t.data", &[]);
+    let values: Vec<u64> = lines
+        .iter()
+        .filter_map(|(_, f)| f.trim().strip_prefix("/* probe 7 = "))
+        .map(|v| v.trim_end_matches(" */").parse().unwrap())
+        .collect();
+    assert!(values.len() >= 60, "{} probes", values.len());
+    let n = values.len() as u64;
+    let expected: Vec<u64> = (100_000 - n..100_000).collect();
+    assert_eq!(values, expected);
+}
+
+#[test]
+fn a_stack_overflow_leaves_the_flight_recorders_newest_calls() {
+    // The fault is on the guard page below the stack, where no handler
+    // can run: the runtime's alternate stacks (the main thread's, and one
+    // for each thread pthread_create starts) are where the save is asked.
+    // The main thread's is there still in an exit handler, which exit
+    // runs after the TLS destructors.
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "overflow.c", &["-pthread"]);
+    for thread in ["main", "thread", "atexit"] {
+        let command = [exe.to_str().unwrap(), thread];
+        let out = trace(dir.path(), "t.data", &["--ring", "4K"], &command);
+        assert_eq!(out.status.code(), Some(128 + 11), "SIGSEGV is the status");
+        // 4 KiB of ring: the newest 256 events of the thread that
+        // overflowed, each an entry of the recursion one level deeper
+        // than the one before (the main thread's ring, with its main(),
+        // is saved too).
+        let all = replay(dir.path(), "t.data", &[]);
+        let tid = all.last().map(|(t, _)| *t);
+        let lines: Vec<_> = all.iter().filter(|(t, _)| Some(*t) == tid).collect();
+        assert!(lines.len() >= 250, "thread {thread}: {} lines", lines.len());
+        let depths: Vec<usize> = lines
+            .iter()
+            .map(|(_, f)| {
+                assert_eq!(f.trim_start(), "down() {", "thread {thread}");
+                f.len() - f.trim_start().len()
+            })
+            .collect();
+        assert!(
+            depths.windows(2).all(|w| w[1] == w[0] + 2),
+            "thread {thread}: {depths:?}"
+        );
+    }
+}
+
+/// `exit` runs the main thread's TLS destructors before the `atexit`
+/// handlers and the destructors: the calls those make are traced too,
+/// in both modes (they were lost with the main thread's buffer).
+#[test]
+fn calls_after_main_returns_are_traced() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "exit_hooks.c", &[]);
+    let expected = [
+        "main() {",
+        "  leaf();",
+        "} /* main */",
+        "at_exit() {",
+        "  leaf();",
+        "  leaf();",
+        "} /* at_exit */",
+        "unloading() {",
+        "  leaf();",
+        "} /* unloading */",
+    ];
+    for options in [&[][..], &["--ring", "4K"]] {
+        traced(dir.path(), "t.data", options, &[exe.to_str().unwrap()]);
+        let lines = replayed_calls(dir.path(), "t.data");
+        assert_eq!(lines, expected, "ichnos trace {options:?}");
+    }
+}
+
+#[test]
+fn calls_after_a_second_thread_calls_exit_are_traced_on_that_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "exit_hooks.c", &["-pthread"]);
+    // The main thread waits in pthread_join, its call of main open; the
+    // worker's exit() runs the handlers and destructors on the worker.
+    let main = ["main() {", "  leaf();"];
+    let worker = [
+        "worker() {",
+        "  leaf();",
+        "  at_exit() {",
+        "    leaf();",
+        "    leaf();",
+        "  } /* at_exit */",
+        "  unloading() {",
+        "    leaf();",
+        "  } /* unloading */",
+    ];
+    for options in [&[][..], &["--ring", "4K"]] {
+        traced(
+            dir.path(),
+            "t.data",
+            options,
+            &[exe.to_str().unwrap(), "thread"],
+        );
+        let lines = replay(dir.path(), "t.data", &[]);
+        let main_tid = lines[0].0;
+        let of = |main_thread: bool| -> Vec<&str> {
+            lines
+                .iter()
+                .filter(|(tid, _)| (*tid == main_tid) == main_thread)
+                .map(|(_, f)| f.as_str())
+                .collect()
+        };
+        assert_eq!(of(true), main, "ichnos trace {options:?}: {lines:?}");
+        assert_eq!(of(false), worker, "ichnos trace {options:?}: {lines:?}");
+    }
+}
+
+#[test]
+fn a_crash_in_a_full_trace_keeps_every_call_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "crash.c", &[]);
+    // 100,000 steps of four events each: about 49 buffers of 128 KiB, the
+    // last one partly full when abort() is called.
+    let out = trace(
+        dir.path(),
+        "t.data",
+        &[],
+        &[exe.to_str().unwrap(), "100000"],
+    );
+    assert_eq!(out.status.code(), Some(128 + 6), "SIGABRT is the status");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("0 lost"), "{stderr}");
+    let counts = calls(dir.path(), "t.data");
+    assert_eq!(counts.get("step"), Some(&100_000), "{counts:?}");
+}
+
+#[test]
+fn buffers_larger_than_the_default_shared_buffer_still_arrive() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "threads.c", &["-pthread"]);
+    // The shared buffer is 8 MiB by default; each thread's 300,000 leaves
+    // are 9.6 MB of events, which a 16 MiB buffer or ring sends as one
+    // frame.
+    for args in [&["-b", "16M"][..], &["--ring", "16M"][..]] {
+        let out = trace(
+            dir.path(),
+            "t.data",
+            args,
+            &[exe.to_str().unwrap(), "300000"],
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && stderr.contains("0 lost"),
+            "{args:?}: {stderr}"
+        );
+        let counts = calls(dir.path(), "t.data");
+        assert_eq!(counts.get("leaf"), Some(&1_200_000), "{args:?}: {counts:?}");
+        // A frame this large goes as several records; the calls open
+        // across their seams (each thread's work) are whole too, and
+        // every leaf after a seam is still inside its work.
+        assert_eq!(counts.get("work"), Some(&4), "{args:?}: {counts:?}");
+        let folded = run(ichnos()
+            .args(["report", "--format", "folded", "-i"])
+            .arg(dir.path().join("t.data")));
+        let folded = String::from_utf8(folded.stdout).unwrap();
+        let outside: Vec<&str> = folded
+            .lines()
+            .filter(|l| l.contains("leaf") && !l.contains(";work;leaf "))
+            .collect();
+        assert!(
+            outside.is_empty(),
+            "{args:?}: leaves outside work: {outside:?}"
+        );
+    }
+}
+
+#[test]
+fn sigusr2_snapshots_without_saving_inside_the_handler() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "usr2.c", &["-pthread"]);
+    let mut child = ichnos()
+        .args(["trace", "--ring", "64K", "-o"])
+        .arg(dir.path().join("t.data"))
+        .arg("--")
+        .arg(&exe)
+        .args(["50", "300"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // 300 snapshots asked of a thread inside malloc and free: a handler
+    // that saved in place would hang it (the fixture takes well under a
+    // second otherwise).
+    let deadline = Instant::now() + Duration::from_mins(1);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the traced program hung under SIGUSR2");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // The program killed itself: no exit hook saved anything, so the
+    // steps are there by the last snapshot alone.
+    assert_eq!(status.code(), Some(128 + 9), "{status:?}");
+    let counts = calls(dir.path(), "t.data");
+    assert_eq!(counts.get("step"), Some(&50), "{counts:?}");
+}
+
+#[test]
+fn a_crash_signal_sent_by_the_program_still_ends_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "raise.c", &[]);
+    let out = trace(
+        dir.path(),
+        "t.data",
+        &["--ring", "4K"],
+        &[exe.to_str().unwrap()],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(128 + 11),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(calls(dir.path(), "t.data").get("step"), Some(&10));
+}
+
+#[test]
+fn a_ring_saved_twice_is_read_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "snapshot.c", &[]);
+    let exe = exe.to_str().unwrap();
+    // 4 KiB of ring: 64 steps of four events. A snapshot 10 steps before
+    // the end overlaps the exit's save; one 500 steps before it does not.
+    for (k, overlapping) in [("989", true), ("499", false)] {
+        let out = trace(dir.path(), "t.data", &["--ring", "4K"], &[exe, "1000", k]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let values: Vec<u64> = replay(dir.path(), "t.data", &[])
+            .iter()
+            .filter_map(|(_, f)| f.trim().strip_prefix("/* probe 7 = "))
+            .map(|v| v.trim_end_matches(" */").parse().unwrap())
+            .collect();
+        assert_eq!(values.last(), Some(&999), "{values:?}");
+        assert!(
+            values.windows(2).all(|w| w[0] < w[1]),
+            "each step once: {values:?}"
+        );
+        let k: u64 = k.parse().unwrap();
+        if overlapping {
+            // The two saves together: the newest steps, without a gap.
+            assert!(values.windows(2).all(|w| w[1] == w[0] + 1), "{values:?}");
+        } else {
+            // The snapshot's steps up to k, then the exit's newest.
+            assert!(
+                values.contains(&k) && values.contains(&(k - 50)),
+                "{values:?}"
+            );
+            assert!(!values.contains(&(k + 100)), "{values:?}");
+        }
+        // Each step once too (a ring's oldest step may have lost its
+        // entry to the ring's wrap: it does not count as a call).
+        let steps = calls(dir.path(), "t.data")["step"];
+        let n = values.len() as u64;
+        assert!(steps <= n && steps + 2 >= n, "{steps} steps, {n} probes");
+    }
+}
+
+#[test]
+fn the_program_runs_on_when_the_recorder_is_killed() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "slow.c", &[]);
+    let done = dir.path().join("done");
+    let mut recorder = ichnos()
+        .arg("trace")
+        .arg("-o")
+        .arg(dir.path().join("t.data"))
+        .arg("--")
+        .arg(&exe)
+        .arg("1.5")
+        .arg(&done)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    recorder.kill().unwrap();
+    recorder.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let text = std::fs::read_to_string(&done).expect("the program finished");
+    assert!(text.starts_with("done "), "{text}");
+    // The recording stands up to its last whole chunk, and says it is cut.
+    let out = ichnos()
+        .args(["report", "--trace", "-i"])
+        .arg(dir.path().join("t.data"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() || stderr.contains("incomplete"),
+        "{stderr}"
+    );
+}

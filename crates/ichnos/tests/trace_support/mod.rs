@@ -1,0 +1,201 @@
+//! What the function tracer's end-to-end tests share: running ichnos
+//! on the fixtures built with `-finstrument-functions`, and reading its
+//! replays and reports back.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub fn ichnos() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ichnos"))
+}
+
+/// Builds `fixtures/trace/NAME` with gcc (g++ for `.cc`) and
+/// `-finstrument-functions`.
+pub fn build(dir: &Path, name: &str, extra: &[&str]) -> PathBuf {
+    let compiler = if Path::new(name).extension().is_some_and(|e| e == "cc") {
+        "g++"
+    } else {
+        "gcc"
+    };
+    build_by(compiler, dir, name, extra)
+}
+
+/// A fixture built by `compiler` (gcc, g++, clang, clang++).
+pub fn build_by(compiler: &str, dir: &Path, name: &str, extra: &[&str]) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/trace")
+        .join(name);
+    let exe = dir.join(src.file_stem().unwrap());
+    let status = Command::new(compiler)
+        .args(["-O2", "-g", "-finstrument-functions"])
+        .args(extra)
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .unwrap_or_else(|e| panic!("{compiler} (Debian's {compiler} package): {e}"));
+    assert!(status.success(), "{compiler} failed on {}", src.display());
+    exe
+}
+
+/// `trace`, which must succeed; what it said on stderr.
+pub fn traced(dir: &Path, data: &str, args: &[&str], command: &[&str]) -> String {
+    let out = trace(dir, data, args, command);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    stderr
+}
+
+/// The replay's lines without their threads.
+pub fn replayed_calls(dir: &Path, data: &str) -> Vec<String> {
+    replay(dir, data, &[]).into_iter().map(|(_, f)| f).collect()
+}
+
+pub fn run(cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+pub fn trace(dir: &Path, data: &str, args: &[&str], command: &[&str]) -> Output {
+    ichnos()
+        .arg("trace")
+        .arg("-o")
+        .arg(dir.join(data))
+        .args(args)
+        .arg("--")
+        .args(command)
+        .output()
+        .unwrap()
+}
+
+/// Calls per function, from `report --trace`.
+pub fn calls(dir: &Path, data: &str) -> HashMap<String, u64> {
+    let out = run(ichnos()
+        .args(["report", "--trace", "--limit", "0", "-i"])
+        .arg(dir.join(data)));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut calls = HashMap::new();
+    for line in text.lines().skip(2) {
+        // total self calls avg max name: durations are "N.NNN us".
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        assert!(fields.len() >= 10, "{line}");
+        let name = fields[9..].join(" ");
+        calls.insert(name, fields[4].parse().unwrap());
+    }
+    calls
+}
+
+/// The replay's function column for each line, with the thread id.
+pub fn replay(dir: &Path, data: &str, extra: &[&str]) -> Vec<(u32, String)> {
+    let out = run(ichnos()
+        .arg("replay")
+        .args(extra)
+        .arg("-i")
+        .arg(dir.join(data)));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("# DURATION     TID     FUNCTION"));
+    lines
+        .map(|l| {
+            let (head, function) = l.split_once(" | ").unwrap_or_else(|| panic!("{l}"));
+            let tid = head
+                .rsplit('[')
+                .next()
+                .unwrap()
+                .trim_end_matches(']')
+                .trim()
+                .parse()
+                .unwrap();
+            (tid, function.to_owned())
+        })
+        .collect()
+}
+
+/// One call as a replay line says it: the thread, the depth, `leaf`,
+/// `open` or `close`, the duration in nanoseconds and the precision the
+/// line gives it to (0 where the line has none), the name.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Line {
+    pub tid: u32,
+    pub depth: usize,
+    pub kind: String,
+    pub ns: f64,
+    pub precision: f64,
+    pub name: String,
+}
+
+/// `ichnos replay`'s lines of calls (not probes or losses), parsed.
+pub fn replay_lines(dir: &Path, data: &str) -> Vec<Line> {
+    let out = run(ichnos().arg("replay").arg("-i").arg(dir.join(data)));
+    let text = String::from_utf8(out.stdout).unwrap();
+    text.lines()
+        .skip(1)
+        .filter(|l| !l.ends_with(" */") || l.contains("} /* "))
+        .map(|l| {
+            let (head, text) = l.split_once(" | ").unwrap();
+            let (duration, tid) = head.rsplit_once('[').unwrap();
+            let tid = tid.trim_end_matches(']').trim().parse().unwrap();
+            let (ns, precision) = match duration.split_whitespace().collect::<Vec<_>>()[..] {
+                [v, unit] => {
+                    let scale = match unit {
+                        "us" => 1e3,
+                        "ms" => 1e6,
+                        "s" => 1e9,
+                        other => panic!("unit {other}"),
+                    };
+                    (v.parse::<f64>().unwrap() * scale, scale / 1e3)
+                }
+                _ => (0.0, 0.0),
+            };
+            let depth = (text.len() - text.trim_start().len()) / 2;
+            let text = text.trim_start();
+            let (kind, name) = if let Some(name) = text.strip_suffix("();") {
+                ("leaf", name)
+            } else if let Some(name) = text.strip_suffix("() {") {
+                ("open", name)
+            } else {
+                let name = text.strip_prefix("} /* ").unwrap().strip_suffix(" */");
+                ("close", name.unwrap())
+            };
+            Line {
+                tid,
+                depth,
+                kind: kind.to_owned(),
+                ns,
+                precision,
+                name: name.to_owned(),
+            }
+        })
+        .collect()
+}
+
+/// The Perfetto export read back by Perfetto's own protos (the `PyPI`
+/// package `perfetto`; `.ci/run` installs it).
+pub fn perfetto_lines(trace: &Path) -> Vec<Line> {
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/trace/perfetto_slices.py");
+    let out = run(Command::new("python3").arg(script).arg(trace));
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.splitn(5, ' ').collect();
+            Line {
+                tid: f[0].parse().unwrap(),
+                depth: f[1].parse().unwrap(),
+                kind: f[2].to_owned(),
+                ns: f[3].parse().unwrap(),
+                precision: 0.0,
+                name: f[4].to_owned(),
+            }
+        })
+        .collect()
+}
