@@ -18,7 +18,8 @@
 //! lose the save (the saver may find the lock held by the thread that
 //! crashed), never the crash.
 
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::os::unix::thread::JoinHandleExt;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 
 use ichnos_buf::fill::ErrnoGuard;
 
@@ -56,11 +57,20 @@ const CRASH_SAVE_PATIENCE_MS: u64 = 5000;
 static EXIT_SAVE_DONE: AtomicBool = AtomicBool::new(false);
 /// The process ends without its hooks (`_exit`): save as at exit.
 const ASK_EXIT_SAVE: u8 = 3;
+/// The saver ends (it is paused: `pause_saver`).
+const ASK_STOP: u8 = 4;
+
+/// The saver thread, to join when it is paused (0: none).
+static SAVER: AtomicUsize = AtomicUsize::new(0);
+/// The write end of the pipe while the saver is paused (-1: it is not).
+static PAUSED_REQUESTS: AtomicI32 = AtomicI32::new(-1);
 
 /// In the child of a fork: the parent's saver and its pipe are not the
 /// child's; what the parent saved is not either.
 pub(crate) fn forget_after_fork() {
-    for end in [&REQUESTS, &REQUESTS_READ] {
+    // The parent's saver thread does not exist here: nothing to join.
+    SAVER.store(0, Ordering::Relaxed);
+    for end in [&REQUESTS, &REQUESTS_READ, &PAUSED_REQUESTS] {
         let fd = end.swap(-1, Ordering::Relaxed);
         if fd >= 0 {
             // SAFETY: a pipe end inherited from the parent, ours to close.
@@ -82,7 +92,21 @@ pub(crate) fn start_saver() {
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         return;
     }
-    let read = fds[0];
+    if spawn_saver(fds[0]) {
+        REQUESTS_READ.store(fds[0], Ordering::Relaxed);
+        REQUESTS.store(fds[1], Ordering::Release);
+    } else {
+        // SAFETY: our own pipe's ends.
+        unsafe {
+            libc::close(fds[0]);
+            libc::close(fds[1]);
+        }
+    }
+}
+
+/// Starts a saver thread reading the pipe's end `read`, with every signal
+/// blocked: whether it started.
+fn spawn_saver(read: libc::c_int) -> bool {
     // SAFETY: sigset_t is plain data; sigfillset and pthread_sigmask take
     // valid pointers to ours.
     let (mut all, mut was): (libc::sigset_t, libc::sigset_t) = unsafe { std::mem::zeroed() };
@@ -97,15 +121,53 @@ pub(crate) fn start_saver() {
         .spawn(move || saver(read));
     // SAFETY: the mask this thread had before.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &raw const was, std::ptr::null_mut()) };
-    if spawned.is_ok() {
-        REQUESTS_READ.store(read, Ordering::Relaxed);
-        REQUESTS.store(fds[1], Ordering::Release);
-    } else {
-        // SAFETY: our own pipe's ends.
-        unsafe {
-            libc::close(fds[0]);
-            libc::close(fds[1]);
+    match spawned {
+        Ok(handle) => {
+            SAVER.store(handle.into_pthread_t() as usize, Ordering::Relaxed);
+            true
         }
+        Err(_) => false,
+    }
+}
+
+/// Ends the saver thread for a while, so that the process has one thread
+/// fewer (`unshare` and `setns` refuse some changes to a process with
+/// more than one): whether there was one to end. Until
+/// [`resume_saver`], crashes and SIGUSR2 find no saver and save nothing.
+/// Not from a signal handler.
+pub(crate) fn pause_saver() -> bool {
+    let thread = SAVER.swap(0, Ordering::Relaxed);
+    if thread == 0 {
+        return false;
+    }
+    // Handlers see no saver from here on; the descriptor stays open (a
+    // handler that read it just before still writes to the pipe).
+    let fd = REQUESTS.swap(-1, Ordering::AcqRel);
+    let stop = ASK_STOP;
+    // SAFETY: the pipe's write end; a one-byte buffer.
+    if fd < 0 || unsafe { libc::write(fd, (&raw const stop).cast(), 1) } != 1 {
+        // No saver to end after all: leave things as they were.
+        SAVER.store(thread, Ordering::Relaxed);
+        REQUESTS.store(fd, Ordering::Release);
+        return false;
+    }
+    // SAFETY: the saver's thread, joined once (its id was taken out of
+    // SAVER above); it returns at the stop asked for.
+    unsafe { libc::pthread_join(thread as libc::pthread_t, std::ptr::null_mut()) };
+    PAUSED_REQUESTS.store(fd, Ordering::Relaxed);
+    true
+}
+
+/// Starts the saver again after [`pause_saver`], on the same pipe.
+pub(crate) fn resume_saver() {
+    let fd = PAUSED_REQUESTS.swap(-1, Ordering::Relaxed);
+    if fd < 0 {
+        return;
+    }
+    if spawn_saver(REQUESTS_READ.load(Ordering::Relaxed)) {
+        REQUESTS.store(fd, Ordering::Release);
+    } else {
+        PAUSED_REQUESTS.store(fd, Ordering::Relaxed);
     }
 }
 
@@ -126,6 +188,7 @@ fn saver(read: libc::c_int) {
             continue;
         }
         match ask {
+            ASK_STOP => return,
             ASK_CRASH_SAVE => {
                 crate::save_for_crash();
                 CRASH_SAVE_DONE.store(true, Ordering::Release);

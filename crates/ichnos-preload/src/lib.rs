@@ -34,6 +34,7 @@ mod ending;
 mod hooks;
 #[cfg(target_arch = "x86_64")]
 mod jump;
+mod namespaces;
 mod ring;
 mod scope;
 mod short;
@@ -404,6 +405,7 @@ fn start() {
     // The C library's functions the runtime wraps, looked up while it is
     // safe to.
     ending::resolve();
+    namespaces::resolve();
     #[cfg(target_arch = "x86_64")]
     jump::resolve();
     #[cfg(target_arch = "x86_64")]

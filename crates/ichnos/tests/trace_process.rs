@@ -1,9 +1,10 @@
 //! `ichnos trace` as a traced process ends or changes: the flight
 //! recorder after a crash or a stack overflow, calls after `main` returns
 //! or a thread calls `exit`, SIGUSR2 snapshots, rings saved twice, the
-//! recorder killed under the program.
+//! recorder killed under the program, and namespace changes that the
+//! kernel grants a process of one thread only.
 
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod trace_support;
@@ -328,4 +329,37 @@ fn the_program_runs_on_when_the_recorder_is_killed() {
         !out.status.success() || stderr.contains("incomplete"),
         "{stderr}"
     );
+}
+
+/// `setns` into a mount namespace and `unshare` of a user namespace,
+/// which the kernel refuses to a process of more than one thread: the
+/// runtime's saver thread ends for the call and starts again after it,
+/// so the program runs as it does untraced, and a crash after the calls
+/// is still saved (by the saver started again).
+#[test]
+fn namespace_changes_for_one_thread_only_work_under_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "namespaces.c", &[]);
+    let exe = exe.to_str().unwrap();
+    let untraced = Command::new(exe).output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&untraced.stdout),
+        "ok\n",
+        "untraced: this machine grants both calls to one thread"
+    );
+    let expected = ["main() {", "  before();", "  after();", "} /* main */"];
+    for options in [&[][..], &["--ring", "64K"]] {
+        let out = trace(dir.path(), "t.data", options, &[exe]);
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "ok\n", "{options:?}");
+        assert!(out.status.success(), "{options:?}: {}", out.status);
+        assert_eq!(
+            replayed_calls(dir.path(), "t.data"),
+            expected,
+            "{options:?}"
+        );
+    }
+    let out = trace(dir.path(), "t.data", &["--ring", "64K"], &[exe, "crash"]);
+    assert_eq!(out.status.code(), Some(128 + 6), "SIGABRT is the status");
+    let lines = replayed_calls(dir.path(), "t.data");
+    assert_eq!(lines[..3], expected[..3], "saved at the crash: {lines:?}");
 }
