@@ -16,7 +16,7 @@
 //!
 //! That alone is wrong where the catching function is not traced (no
 //! open call matches it) or is open more than once (recursion). Where
-//! clang built the executable, the catch therefore also walks the stack
+//! clang built the code that catches, the catch therefore also walks the stack
 //! it leaves (the unwinder's `_Unwind_Backtrace`, from the landing pad
 //! out) and records the function of each frame, outermost first, before
 //! the catch: a reader keeps the open calls those frames account for and
@@ -46,7 +46,8 @@ use ichnos_data::wire::MAX_ADDRESS;
 static REAL: AtomicUsize = AtomicUsize::new(0);
 /// The unwinder's `_Unwind_Find_FDE`, found at the start (0: none).
 static FIND_FDE: AtomicUsize = AtomicUsize::new(0);
-/// Whether catches walk the stack they leave (clang built the program).
+/// Whether any catch may walk the stack it leaves (clang built some of
+/// the program's objects).
 static WALK: AtomicBool = AtomicBool::new(false);
 
 /// Frames of a catch's stack recorded at most: past it, the catch is
@@ -79,19 +80,17 @@ pub(crate) fn resolve() {
 }
 
 /// At the start, for a C++ program (its C++ library is loaded by then):
-/// whether its catches walk the stack, by the compiler that built it.
+/// which of the loaded objects clang built, whose catches walk the stack.
 pub(crate) fn decide_walk() {
     if REAL.load(Ordering::Relaxed) != 0 {
-        WALK.store(
-            crate::compiler::built_by_clang(c"/proc/self/exe"),
-            Ordering::Relaxed,
-        );
+        WALK.store(crate::compiler::note_loaded_objects(), Ordering::Relaxed);
     }
 }
 
-/// Whether catches walk the stack they leave.
-pub(crate) fn walks() -> bool {
-    WALK.load(Ordering::Relaxed)
+/// Whether a catch whose landing pad is at `landing` walks the stack it
+/// leaves: clang built the code that catches.
+pub(crate) fn walks(landing: usize) -> bool {
+    WALK.load(Ordering::Relaxed) && crate::compiler::clang_built(landing)
 }
 
 /// The real `__cxa_begin_catch`: looked up now if the C++ library came
@@ -156,9 +155,10 @@ struct UnwindContext {
 
 /// `_URC_NO_REASON`: go on with the walk.
 const URC_NO_REASON: i32 = 0;
-/// `_URC_NORMAL_STOP`: the callback stopped the walk.
+/// `_URC_NORMAL_STOP`: what the callback answers to stop the walk.
 const URC_NORMAL_STOP: i32 = 4;
-/// `_URC_END_OF_STACK`: the walk reached the outermost frame.
+/// `_URC_END_OF_STACK`: the walk reached the outermost frame (or a frame
+/// without an unwind entry, which `each_frame` tells apart).
 const URC_END_OF_STACK: i32 = 5;
 
 type TraceFn = extern "C" fn(*mut UnwindContext, *mut c_void) -> i32;
@@ -175,9 +175,9 @@ struct Walk<'a> {
     /// The landing pad: the frames before its are the runtime's own.
     landing: usize,
     found_landing: bool,
-    frames: &'a mut [u64; MAX_LIVE],
-    count: usize,
-    too_deep: bool,
+    frames: &'a mut Vec<u64>,
+    /// The walk ended before the outermost frame.
+    cut: bool,
 }
 
 extern "C" fn each_frame(context: *mut UnwindContext, arg: *mut c_void) -> i32 {
@@ -193,9 +193,11 @@ extern "C" fn each_frame(context: *mut UnwindContext, arg: *mut c_void) -> i32 {
             return URC_NO_REASON;
         }
     }
-    if walk.count == MAX_LIVE {
-        walk.too_deep = true;
-        return URC_NORMAL_STOP;
+    if ip == 0 {
+        // Past the outermost frame, whose unwind entry leaves the return
+        // address undefined (`_start`'s, `clone3`'s): the unwinder ends
+        // the walk here itself.
+        return URC_NO_REASON;
     }
     // A signal frame's address is the instruction's own; a call's
     // return address may lie past its function.
@@ -204,27 +206,37 @@ extern "C" fn each_frame(context: *mut UnwindContext, arg: *mut c_void) -> i32 {
     } else {
         function_at(ip)
     };
-    walk.frames[walk.count] = function.unwrap_or(0);
-    walk.count += 1;
-    URC_NO_REASON
+    // A frame without an unwind entry is where the unwinder stops too,
+    // answering as past the outermost frame: the walk is cut there.
+    match function {
+        Some(function) if walk.frames.len() < MAX_LIVE => {
+            walk.frames.push(function);
+            URC_NO_REASON
+        }
+        _ => {
+            walk.cut = true;
+            // Any answer but "go on" ends the walk.
+            URC_NORMAL_STOP
+        }
+    }
 }
 
 /// The functions of the frames a catch at `landing` (its landing pad's
-/// address) leaves, innermost first, into `frames`: how many, or `None`
-/// where the walk did not reach the outermost frame (a frame without an
-/// unwind entry, more than [`MAX_LIVE`]).
-pub(crate) fn live_frames(landing: usize, frames: &mut [u64; MAX_LIVE]) -> Option<usize> {
+/// address) leaves, innermost first, into `frames` (cleared first):
+/// whether the walk reached the outermost frame (not where a frame has no
+/// unwind entry or more than [`MAX_LIVE`] are on the stack).
+pub(crate) fn live_frames(landing: usize, frames: &mut Vec<u64>) -> bool {
+    frames.clear();
     let mut walk = Walk {
         landing,
         found_landing: false,
         frames,
-        count: 0,
-        too_deep: false,
+        cut: false,
     };
     // SAFETY: the callback reads only the context and the `Walk`, which
     // lives across the call.
     let end = unsafe { _Unwind_Backtrace(each_frame, (&raw mut walk).cast()) };
-    (end == URC_END_OF_STACK && walk.found_landing && !walk.too_deep).then_some(walk.count)
+    end == URC_END_OF_STACK && walk.found_landing && !walk.cut
 }
 
 /// The C++ library's `__cxa_begin_catch`, after the catch is recorded.

@@ -1,88 +1,149 @@
-//! Which compiler built the program: clang's `-finstrument-functions`
-//! gives the calls an exception unwinds no exits, gcc's does (`catch.rs`).
+//! Which compiler built the code: clang's `-finstrument-functions` gives
+//! the calls an exception unwinds no exits, gcc's does (`catch.rs`).
 //!
 //! Both write their name and version into the `.comment` section of
 //! every object they build ("clang version 14.0.6", "GCC: (Debian
-//! 12.2.0-14) 12.2.0"); the linker merges them, so an executable linked
-//! from clang's objects names clang (and GCC, for the C library's start
-//! files). A `.comment` stripped away reads as not clang.
+//! 12.2.0-14) 12.2.0"); the linker merges them, so an executable or
+//! library linked from clang's objects names clang (and GCC, for the C
+//! library's start files). A `.comment` stripped away reads as not clang.
+//! The runtime notes each loaded object's at the start and any loaded
+//! later at the first catch in it, by address range.
 
-use std::ffi::CStr;
+use std::ffi::{CStr, CString};
+use std::sync::Mutex;
 
 use object::{Object, ObjectSection};
 
-/// Bytes of an executable looked at, at most (its section headers and
-/// `.comment` are read from a mapping, so this bounds only the mapping).
-const MAX_EXECUTABLE: u64 = 1 << 36;
+/// A loaded object's code addresses, and whether clang built it.
+struct Built {
+    start: usize,
+    end: usize,
+    clang: bool,
+}
+
+/// Objects noted at most (past it, code in others reads as not clang's).
+const MAX_OBJECTS: usize = 256;
+
+/// The objects noted. Only tried at a catch (never waited for: a catch in
+/// a signal handler may have interrupted its holder).
+static OBJECTS: Mutex<Vec<Built>> = Mutex::new(Vec::new());
+
+/// Notes the loaded objects not noted yet: whether clang built any of
+/// those noted.
+pub(crate) fn note_loaded_objects() -> bool {
+    let Ok(mut objects) = OBJECTS.lock() else {
+        return false;
+    };
+    note_new(&mut objects);
+    objects.iter().any(|o| o.clang)
+}
+
+/// Whether clang built the loaded object whose code holds `address`
+/// (false where that is not known, or the table is busy).
+pub(crate) fn clang_built(address: usize) -> bool {
+    let Ok(mut objects) = OBJECTS.try_lock() else {
+        return false;
+    };
+    let find = |objects: &[Built]| {
+        objects
+            .iter()
+            .find(|o| (o.start..o.end).contains(&address))
+            .map(|o| o.clang)
+    };
+    if let Some(clang) = find(&objects) {
+        return clang;
+    }
+    // Loaded since (dlopen).
+    note_new(&mut objects);
+    find(&objects).unwrap_or(false)
+}
+
+/// Adds the loaded objects that `objects` does not hold.
+fn note_new(objects: &mut Vec<Built>) {
+    for (name, start, end) in loaded_objects() {
+        if objects.len() >= MAX_OBJECTS {
+            break;
+        }
+        if objects.iter().any(|o| o.start == start) {
+            continue;
+        }
+        // The program itself has no name here.
+        let path = if name.is_empty() {
+            c"/proc/self/exe"
+        } else {
+            name.as_c_str()
+        };
+        objects.push(Built {
+            start,
+            end,
+            clang: built_by_clang(path),
+        });
+    }
+}
+
+/// The loaded objects: each one's name (empty for the program) and the
+/// range its loaded segments span.
+fn loaded_objects() -> Vec<(CString, usize, usize)> {
+    extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        found: *mut libc::c_void,
+    ) -> libc::c_int {
+        // SAFETY: `found` is the vector passed below; `info` the loader's
+        // description of one object, whose program headers it points to.
+        let (found, info) = unsafe { (&mut *found.cast::<Vec<(CString, usize, usize)>>(), &*info) };
+        let headers: &[libc::Elf64_Phdr] = if info.dlpi_phdr.is_null() {
+            &[]
+        } else {
+            // SAFETY: the loader's `dlpi_phnum` headers at `dlpi_phdr`.
+            unsafe { std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)) }
+        };
+        let base = info.dlpi_addr as usize;
+        let loads = headers.iter().filter(|h| h.p_type == libc::PT_LOAD);
+        let start = loads
+            .clone()
+            .map(|h| base.wrapping_add(h.p_vaddr as usize))
+            .min();
+        let end = loads
+            .map(|h| base.wrapping_add((h.p_vaddr + h.p_memsz) as usize))
+            .max();
+        let name = if info.dlpi_name.is_null() {
+            CString::default()
+        } else {
+            // SAFETY: the loader's NUL-terminated name of the object.
+            unsafe { CStr::from_ptr(info.dlpi_name) }.to_owned()
+        };
+        if let (Some(start), Some(end)) = (start, end) {
+            found.push((name, start, end));
+        }
+        0
+    }
+    let mut found: Vec<(CString, usize, usize)> = Vec::new();
+    // SAFETY: the callback touches only `found` and what the loader gives.
+    unsafe { libc::dl_iterate_phdr(Some(each), (&raw mut found).cast()) };
+    found
+}
 
 /// Whether the object at `path` names clang in its `.comment` (false when
-/// it cannot be read or parsed).
+/// it cannot be read or parsed). Only its headers and that section are
+/// read.
 pub(crate) fn built_by_clang(path: &CStr) -> bool {
-    let Some(map) = Mapping::open(path) else {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::path::Path::new(std::ffi::OsStr::from_bytes(path.to_bytes()));
+    let Ok(file) = std::fs::File::open(path) else {
         return false;
     };
-    let Ok(file) = object::File::parse(map.bytes()) else {
+    if !file.metadata().is_ok_and(|m| m.is_file()) {
+        return false;
+    }
+    let cache = object::ReadCache::new(file);
+    let Ok(object) = object::File::parse(&cache) else {
         return false;
     };
-    file.section_by_name(".comment")
+    object
+        .section_by_name(".comment")
         .and_then(|s| s.data().ok())
         .is_some_and(|comment| comment.windows(14).any(|w| w == b"clang version "))
-}
-
-/// A file mapped read-only, whole.
-struct Mapping {
-    start: *mut libc::c_void,
-    len: usize,
-}
-
-impl Mapping {
-    fn open(path: &CStr) -> Option<Mapping> {
-        // SAFETY: a NUL-terminated path; the descriptor is closed below.
-        let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
-        if fd < 0 {
-            return None;
-        }
-        // SAFETY: `stat` is plain data, filled by fstat.
-        let mut status: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: an open descriptor and a stat buffer.
-        let ok = unsafe { libc::fstat(fd, &raw mut status) } == 0;
-        let size = u64::try_from(status.st_size).unwrap_or(0);
-        let mapping = if ok && size > 0 && size <= MAX_EXECUTABLE {
-            let len = size as usize;
-            // SAFETY: a new private read-only mapping of the open file;
-            // nothing else is touched.
-            let start = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    libc::PROT_READ,
-                    libc::MAP_PRIVATE,
-                    fd,
-                    0,
-                )
-            };
-            (start != libc::MAP_FAILED).then_some(Mapping { start, len })
-        } else {
-            None
-        };
-        // SAFETY: closes the descriptor opened above (the mapping stays).
-        unsafe { libc::close(fd) };
-        mapping
-    }
-
-    fn bytes(&self) -> &[u8] {
-        // SAFETY: `len` readable bytes mapped at `start` until drop. (An
-        // executable that runs cannot be written to, ETXTBSY, so the file
-        // does not shrink under the mapping.)
-        unsafe { std::slice::from_raw_parts(self.start.cast::<u8>(), self.len) }
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `open`, no longer borrowed.
-        unsafe { libc::munmap(self.start, self.len) };
-    }
 }
 
 #[cfg(test)]

@@ -311,23 +311,37 @@ fn unwound_from(calls: &[Cell<Kept>], open: usize, sp: u64) -> usize {
     left
 }
 
-/// Where catches walk the stack (`catch.rs`), records the functions of
-/// the frames the catch at `landing` leaves, outermost first, ahead of
-/// its catch event: whether it did.
+/// Where the catch at `landing` walks the stack (`catch.rs`), records the
+/// functions of the frames it leaves, outermost first, ahead of its catch
+/// event: whether it did.
 #[cfg(target_arch = "x86_64")]
 fn record_live_frames(landing: usize) -> bool {
-    if !crate::catch::walks() || !crate::tracing() {
+    thread_local! {
+        /// The frames of a walk, kept from catch to catch (a walk's
+        /// frames are not kept on the stack of a catch, which may be a
+        /// small one).
+        static FRAMES: std::cell::RefCell<Vec<u64>> =
+            const { std::cell::RefCell::new(Vec::new()) };
+    }
+    if !crate::tracing() || !crate::catch::walks(landing) {
         return false;
     }
-    let mut frames = [0; crate::catch::MAX_LIVE];
-    let Some(count) = crate::catch::live_frames(landing, &mut frames) else {
-        return false;
-    };
-    crate::short::before_marker();
-    for &function in frames[..count].iter().rev() {
-        crate::record(event::LIVE, function);
-    }
-    true
+    FRAMES
+        .try_with(|frames| {
+            // A catch in a signal handler that interrupted a walk: no walk.
+            let Ok(mut frames) = frames.try_borrow_mut() else {
+                return false;
+            };
+            if !crate::catch::live_frames(landing, &mut frames) {
+                return false;
+            }
+            crate::short::before_marker();
+            for &function in frames.iter().rev() {
+                crate::record(event::LIVE, function);
+            }
+            true
+        })
+        .unwrap_or(false)
 }
 
 #[cfg(not(target_arch = "x86_64"))]

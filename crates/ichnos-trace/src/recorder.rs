@@ -150,6 +150,9 @@ struct Conn {
     /// The program's ends the runtime marked before an exec, written
     /// when the connection ends ([`frames::end_of_connection`]).
     exec_marks: Vec<ichnos_data::wire::FrameHeader>,
+    /// Frames of a catch to come, by thread, where a frame of events
+    /// ended amid them.
+    walks: FxHashMap<u32, frames::Walked>,
     closed: bool,
 }
 
@@ -327,6 +330,7 @@ fn accept_all(listener: &OwnedFd, conns: &mut Vec<Conn>) -> Result<usize, TraceE
             carry: Vec::new(),
             exec: Vec::new(),
             exec_marks: Vec::new(),
+            walks: FxHashMap::default(),
             closed: false,
         });
         n += 1;

@@ -542,23 +542,58 @@ fn catches_in_untraced_and_recursive_functions_keep_the_depth() {
                 "{compiler}, {mode}: ichnos trace {options:?}"
             );
         }
-        // 300 calls deep, more than the runtime keeps: each catch still
-        // leaves main the only open call.
-        for options in [&[][..], &["-t", "1ns"], &["-D", "1000"], &["-N", "through"]] {
-            traced(dir.path(), "t.data", options, &[exe, "deep"]);
+        // The catcher is called by a function inlined into its caller
+        // (traced all the same, with no frame of its own). gcc's DWARF
+        // names the static function's copy without its parameters.
+        let (open_inlined, close_inlined) = if compiler == "g++" {
+            ("    inlined() {", "    } /* inlined */")
+        } else {
+            ("    inlined(int) {", "    } /* inlined(int) */")
+        };
+        let mut inlined = vec!["main() {"];
+        for _ in 0..3 {
+            inlined.extend([
+                "  host(int) {",
+                open_inlined,
+                "      catcher(int) {",
+                "        through(int) {",
+                "          thrower(int);",
+                "        } /* through(int) */",
+                "        caught();",
+                "      } /* catcher(int) */",
+                close_inlined,
+                "  } /* host(int) */",
+            ]);
+        }
+        inlined.extend(["  after_catch();", "} /* main */"]);
+        for options in [&[][..], &["-t", "1ns"]] {
+            traced(dir.path(), "t.data", options, &[exe, "inlined"]);
             let lines = replayed_calls(dir.path(), "t.data");
-            let tail: Vec<&str> = lines.iter().rev().take(2).map(String::as_str).collect();
             assert_eq!(
-                tail,
-                ["} /* main */", "  after_catch();"],
-                "{compiler}, deep: ichnos trace {options:?}"
+                lines, inlined,
+                "{compiler}, inlined: ichnos trace {options:?}"
             );
-            let deepest = lines.iter().map(|l| l.len() - l.trim_start().len()).max();
-            assert_eq!(
-                deepest,
-                Some(2 * 301),
-                "{compiler}, deep: {options:?}: main, 300 deep(), thrower"
-            );
+        }
+        // 300 calls deep, more than the runtime keeps: each catch still
+        // leaves main the only open call. With "deep_recursive", the
+        // catch is in the 151st of 301 open calls of one function.
+        for (mode, deepest) in [("deep", 301), ("deep_recursive", 302)] {
+            for options in [&[][..], &["-t", "1ns"], &["-D", "1000"], &["-N", "through"]] {
+                traced(dir.path(), "t.data", options, &[exe, mode]);
+                let lines = replayed_calls(dir.path(), "t.data");
+                let tail: Vec<&str> = lines.iter().rev().take(2).map(String::as_str).collect();
+                assert_eq!(
+                    tail,
+                    ["} /* main */", "  after_catch();"],
+                    "{compiler}, {mode}: ichnos trace {options:?}"
+                );
+                let indent = lines.iter().map(|l| l.len() - l.trim_start().len()).max();
+                assert_eq!(
+                    indent,
+                    Some(2 * deepest),
+                    "{compiler}, {mode}: {options:?}: main, 300 deep calls, thrower"
+                );
+            }
         }
     }
 }

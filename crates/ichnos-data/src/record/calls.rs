@@ -279,7 +279,7 @@ impl CallsOut<'_> {
                 }
                 // A longjmp's `a & 3` is 1 (its buffer is even), so 3 is
                 // free for these.
-                CallEvent::Live { function, .. } => (3, (function << 2) | 3),
+                CallEvent::Live { function, .. } => (3, (function.min((1 << 62) - 1) << 2) | 3),
             };
             put_u(b, (delta << 2) | kind);
             put_u(b, a);

@@ -143,6 +143,22 @@ struct Thread {
 }
 
 impl Thread {
+    /// Forgets the frames of a catch to come.
+    fn drop_live(&mut self) {
+        self.live.clear();
+        self.live_cut = false;
+    }
+
+    /// Events were lost here: frames of a catch to come, if some came,
+    /// may have lost their innermost ones, so that catch goes by its
+    /// function. (Those before the first that came are the outermost,
+    /// which the match does without.)
+    fn lose_live(&mut self) {
+        if !self.live.is_empty() {
+            self.live_cut = true;
+        }
+    }
+
     /// The thread's program ended: its calls still open never return,
     /// and a later block of the id starts afresh (its entries numbered on
     /// from these).
@@ -411,6 +427,7 @@ impl BlockHead {
         }
         if self.lost > 0 {
             visitor.lost(pid, tid, self.first, self.lost);
+            thread.lose_live();
         }
         RingRead::start(thread, pid, tid, self.flags, first, visitor)
     }
@@ -465,6 +482,7 @@ impl RingRead {
             if first > seen {
                 close_above(thread, pid, tid, 0, seen, visitor);
                 thread.jumps.clear();
+                thread.lose_live();
             }
         }
         Some(RingRead {
@@ -519,6 +537,11 @@ fn read_block(
 
 fn step(thread: &mut Thread, pid: u32, tid: u32, event: CallEvent, visitor: &mut dyn Visitor) {
     thread.last_ticks = thread.last_ticks.max(event.ticks());
+    if !matches!(event, CallEvent::Live { .. } | CallEvent::Catch { .. }) {
+        // A catch's frames come right before it: a run that something
+        // else interrupted (a signal handler's calls) is of no catch.
+        thread.drop_live();
+    }
     match event {
         CallEvent::Enter { ticks, function } => {
             let index = thread.entries;
@@ -583,8 +606,7 @@ fn step(thread: &mut Thread, pid: u32, tid: u32, event: CallEvent, visitor: &mut
                     None => Some(0),
                 }
             };
-            thread.live.clear();
-            thread.live_cut = false;
+            thread.drop_live();
             if let Some(depth) = depth {
                 close_above(thread, pid, tid, depth, ticks, visitor);
             }
@@ -605,16 +627,23 @@ const MAX_LIVE: usize = 4096;
 
 /// How many of the open calls `stack` (outermost first) a catch leaves,
 /// given the functions of the frames it leaves on the stack (`live`,
-/// outermost first): the open calls, from the outermost, each matched
-/// to the next live frame of its function, up to the first that has
-/// none. Frames of functions not traced match nothing and are passed
-/// over.
+/// outermost first): up to the innermost open call matched to a frame,
+/// each open call matched, from the outermost, to the next frame of its
+/// function. An open call with no frame of its own left is passed over
+/// (not matched, no frame used): one inlined into its caller, which
+/// clang's instrumentation traces all the same, or one outside a walk
+/// that stopped early (a fiber's stack). Frames of functions not traced
+/// match nothing.
 fn calls_left(stack: &[Open], live: &[u64]) -> usize {
-    let mut frames = live.iter();
-    stack
-        .iter()
-        .take_while(|open| frames.any(|&f| f == open.function))
-        .count()
+    let mut next = 0;
+    let mut left = 0;
+    for (depth, open) in stack.iter().enumerate() {
+        if let Some(at) = live[next..].iter().position(|&f| f == open.function) {
+            next += at + 1;
+            left = depth + 1;
+        }
+    }
+    left
 }
 
 /// Closes the thread's open calls from the innermost down to depth `at`,
@@ -846,5 +875,56 @@ mod tests {
         read_block(&mut thread, 1, 1, head(0), events.into_iter(), &mut closed);
         assert_eq!(closed.0, [(30, 3, 4), (30, 5, 6), (20, 2, 6)]);
         assert_eq!(thread.stack.len(), 2);
+    }
+
+    fn open(function: u64) -> Open {
+        Open {
+            function,
+            enter: 0,
+            children: 0,
+            index: 0,
+        }
+    }
+
+    /// Open calls without a frame of their own are passed over, not
+    /// taken as unwound: a call inlined into its caller (25, inlined into
+    /// 20, called the catcher 30), and the calls outside a walk that
+    /// stopped early (a fiber's stack, where only 20 and 30 are seen).
+    #[test]
+    fn open_calls_without_frames_are_passed_over() {
+        let stack = [10, 20, 25, 30, 40].map(open);
+        assert_eq!(calls_left(&stack, &[10, 20, 30]), 4, "inlined 25 is left");
+        assert_eq!(calls_left(&stack, &[20, 30]), 4, "the fiber's outer calls");
+        assert_eq!(calls_left(&stack, &[10, 99, 20]), 2, "99 not traced");
+        assert_eq!(calls_left(&stack, &[99]), 0, "no traced frame left");
+        let recursive = [10, 20, 20, 30].map(open);
+        assert_eq!(calls_left(&recursive, &[10, 20]), 2, "the outer 20 only");
+        assert_eq!(calls_left(&recursive, &[10, 20, 20]), 3);
+    }
+
+    /// Events lost in the middle of a catch's frames may have taken the
+    /// innermost ones: that catch goes by its function. Frames that
+    /// something else interrupted are of no catch.
+    #[test]
+    fn catch_frames_cut_by_a_loss_or_other_events_are_not_used() {
+        let mut thread = Thread::default();
+        let mut closed = Closed::default();
+        let first = [enter(1, 10), enter(2, 20), enter(3, 20), live(4, 10)];
+        read_block(&mut thread, 1, 1, head(0), first.into_iter(), &mut closed);
+        let lossy = BlockHead {
+            flags: 0,
+            lost: 3,
+            first: 4,
+        };
+        // By the function: above the innermost 20, nothing (the frame
+        // 10 alone would have closed both 20s).
+        let second = [catch(5, Some(20))];
+        read_block(&mut thread, 1, 1, lossy, second.into_iter(), &mut closed);
+        assert!(closed.0.is_empty(), "{:?}", closed.0);
+        // Frames, then an entry (a signal handler's call), then a catch
+        // without frames of its own: by its function.
+        let third = [live(6, 10), enter(6, 30), catch(7, Some(20))];
+        read_block(&mut thread, 1, 1, head(0), third.into_iter(), &mut closed);
+        assert_eq!(closed.0, [(30, 6, 7)]);
     }
 }

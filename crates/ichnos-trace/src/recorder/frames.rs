@@ -180,7 +180,7 @@ fn calls(conn: &mut Conn, out: &mut Out, h: &FrameHeader, body: &[u8]) -> Result
     let mut events = std::mem::take(&mut out.events);
     events.clear();
     let mut new_functions = Vec::new();
-    convert(conn, out, body, &mut events, &mut new_functions)?;
+    convert(conn, out, h, body, &mut events, &mut new_functions)?;
     for (id, address) in new_functions {
         out.push(&Record::StackOut(StackOut {
             id,
@@ -216,15 +216,16 @@ fn calls(conn: &mut Conn, out: &mut Out, h: &FrameHeader, body: &[u8]) -> Result
 fn convert(
     conn: &mut Conn,
     out: &mut Out,
+    h: &FrameHeader,
     body: &[u8],
     events: &mut Vec<CallEvent>,
     new_functions: &mut Vec<(u64, u64)>,
 ) -> Result<(), TraceError> {
     let mut probe: Option<(u64, u64)> = None;
     let mut resynced = false;
-    // Live frames since the last catch, and the innermost traced one.
-    let mut live_frames = 0u32;
-    let mut innermost_live = None;
+    // The thread's frames of a catch to come, from the frame before
+    // this one if it ended amid them.
+    let mut walked = conn.walks.remove(&h.tid).unwrap_or_default();
     for chunk in body.chunks_exact(EVENT_BYTES) {
         let (ticks, kind, address) = wire::decode_event(chunk.try_into().expect("16 bytes"));
         if kind == event::VALUE {
@@ -272,31 +273,49 @@ fn convert(
                 // A frame the catch after these leaves: only the frames of
                 // functions traced (entered before, so numbered) can hold
                 // an open call; the others are left out.
-                live_frames += 1;
+                walked.frames = walked.frames.saturating_add(1);
                 if let Some(&function) = out.functions.get(&(conn.asid, address)) {
                     events.push(CallEvent::Live { ticks, function });
-                    innermost_live = Some(function);
+                    walked.innermost = Some(function);
                 }
             }
             event::CATCH => {
-                let function = if live_frames > 0 {
+                let function = if walked.frames > 0 {
                     // The stack was walked: the innermost traced frame
                     // left is the innermost call left open (which a
                     // reader that passes over the live frames goes by).
-                    innermost_live
+                    walked.innermost
                 } else {
                     // The function left open is one that was entered, so
                     // its address needs no look at the mappings.
                     (address != 0).then(|| out.function(conn.asid, address, new_functions))
                 };
-                live_frames = 0;
-                innermost_live = None;
+                walked = Walked::default();
                 events.push(CallEvent::Catch { ticks, function });
             }
             _ => {}
         }
     }
+    // Kept for the thread's next frame (bounded: a runtime that sends
+    // frames of catches that never come for ever more threads is not
+    // followed past it).
+    if walked.frames > 0 && h.flags & wire::FRAME_LAST == 0 && conn.walks.len() < MAX_WALKS {
+        conn.walks.insert(h.tid, walked);
+    }
     Ok(())
+}
+
+/// Threads of a connection whose frames of a catch to come are kept
+/// across frames, at most.
+const MAX_WALKS: usize = 4096;
+
+/// A thread's frames of a catch to come, as far as they came.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Walked {
+    /// How many came.
+    frames: u32,
+    /// The innermost of a traced function's, as its number.
+    innermost: Option<u64>,
 }
 
 impl Out {
