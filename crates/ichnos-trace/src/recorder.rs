@@ -26,6 +26,8 @@ use ichnos_profile::ExitStatus;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 mod frames;
+#[cfg(test)]
+mod frames_test;
 
 use crate::filter::{self, FilterError};
 use crate::{clock, socket, sys};

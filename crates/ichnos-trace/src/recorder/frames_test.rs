@@ -1,0 +1,214 @@
+//! The recorder's reading of what a traced process sends (its runtime's
+//! frames, out of shared memory the process can write at will): any
+//! frames give records a reader reads back, or a refusal, never a panic
+//! or unbounded memory.
+
+use std::fs::File;
+use std::os::fd::OwnedFd;
+
+use ichnos_data::wire::{self, event, FrameHeader};
+use ichnos_data::{CallEvent, Reader};
+use proptest::prelude::*;
+use rustc_hash::FxHashMap;
+
+use super::{frames, open_output, Conn, TraceOptions};
+
+/// A frame as a process could send it: its header's thread, flags and
+/// losses, and its events (ticks, kind, address), or raw bytes.
+#[derive(Clone, Debug)]
+enum Sent {
+    Frame {
+        tid: u32,
+        flags: u32,
+        lost: u64,
+        events: Vec<(u64, u8, u64)>,
+    },
+    Raw(Vec<u8>),
+}
+
+fn sent() -> impl Strategy<Value = Sent> {
+    // A few addresses, so that entries, exits, live frames and catches
+    // name the same functions; every kind, known or not.
+    let address = prop_oneof![Just(0u64), 0x1000u64..0x1004, any::<u64>()];
+    let events = proptest::collection::vec((any::<u64>(), 0u8..16, address), 0..40);
+    prop_oneof![
+        8 => (1u32..4, 0u32..64, prop_oneof![Just(0u64), any::<u64>()], events)
+            .prop_map(|(tid, flags, lost, events)| Sent::Frame { tid, flags, lost, events }),
+        1 => proptest::collection::vec(any::<u8>(), 0..80).prop_map(Sent::Raw),
+    ]
+}
+
+fn bytes_of(sent: &[Sent]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for s in sent {
+        match s {
+            Sent::Frame {
+                tid,
+                flags,
+                lost,
+                events,
+            } => {
+                let header = FrameHeader {
+                    tid: *tid,
+                    flags: *flags,
+                    lost: *lost,
+                    len: (events.len() * wire::EVENT_BYTES) as u64,
+                    ticks: 0,
+                };
+                out.extend_from_slice(&header.encode());
+                for &(ticks, kind, address) in events {
+                    out.extend_from_slice(&wire::encode_event(ticks, kind, address));
+                }
+            }
+            Sent::Raw(bytes) => out.extend_from_slice(bytes),
+        }
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn any_frames_give_a_recording_that_reads_back(sent in proptest::collection::vec(sent(), 0..12)) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.data");
+        let options = TraceOptions {
+            command: vec!["fuzzed".into()],
+            output: path.clone(),
+            preload: dir.path().join("none.so"),
+            buffer: None,
+            ring: None,
+            depth: None,
+            min_duration: None,
+            only: Vec::new(),
+            not: Vec::new(),
+            monotonic: true,
+        };
+        let mut out = open_output(&path, &options, false).unwrap();
+        let mut conn = Conn {
+            socket: OwnedFd::from(File::open("/dev/null").unwrap()),
+            consumer: None,
+            // No such process: its names and maps are not read.
+            pid: u32::MAX - 1,
+            asid: 1,
+            carry: bytes_of(&sent),
+            exec: Vec::new(),
+            exec_marks: Vec::new(),
+            walks: FxHashMap::default(),
+            closed: false,
+        };
+        let carried = conn.carry.len();
+        frames::frames(&mut conn, &mut out).unwrap();
+        // What is left is at most one frame's worth not yet whole.
+        prop_assert!(conn.carry.len() <= carried);
+        frames::end_of_connection(&mut conn, &mut out).unwrap();
+        prop_assert!(conn.walks.len() <= 3, "one per thread at most");
+        let kept = out.kept;
+        let file = out.writer.finish().unwrap().into_inner().unwrap();
+        drop(file);
+        let mut reader = Reader::new(std::io::BufReader::new(File::open(&path).unwrap())).unwrap();
+        let mut events = 0u64;
+        while let Some(chunk) = reader.next_chunk().unwrap() {
+            for record in chunk.records() {
+                if let ichnos_data::Record::Calls(calls) = record.unwrap() {
+                    events += calls.events.len() as u64;
+                }
+            }
+        }
+        prop_assert_eq!(events, kept, "every event kept is in the recording");
+    }
+}
+
+/// A live frame of a function entered before is kept, one of a function
+/// never entered is left out, and the catch names the innermost kept;
+/// with live frames of no traced function the catch leaves no call open.
+#[test]
+fn live_frames_are_kept_for_functions_entered_and_name_the_catch() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.data");
+    let options = TraceOptions {
+        command: vec!["t".into()],
+        output: path.clone(),
+        preload: dir.path().join("none.so"),
+        buffer: None,
+        ring: None,
+        depth: None,
+        min_duration: None,
+        only: Vec::new(),
+        not: Vec::new(),
+        monotonic: true,
+    };
+    let mut out = open_output(&path, &options, false).unwrap();
+    let frame = |events: &[(u64, u8, u64)]| Sent::Frame {
+        tid: 7,
+        flags: 0,
+        lost: 0,
+        events: events.to_vec(),
+    };
+    let sent = [
+        frame(&[
+            (1, event::ENTER, 0x1000),
+            (2, event::ENTER, 0x2000),
+            (3, event::ENTER, 0x3000),
+            (4, event::LIVE, 0x1000),
+            (4, event::LIVE, 0x9000),
+        ]),
+        // The buffer filled amid the frames: the run goes on in the next.
+        frame(&[
+            (4, event::LIVE, 0x2000),
+            (4, event::LIVE, 0x9000),
+            (4, event::CATCH, 0x9000),
+            (5, event::LIVE, 0x9000),
+            (5, event::CATCH, 0x9000),
+        ]),
+    ];
+    let mut conn = Conn {
+        socket: OwnedFd::from(File::open("/dev/null").unwrap()),
+        consumer: None,
+        pid: u32::MAX - 1,
+        asid: 1,
+        carry: bytes_of(&sent),
+        exec: vec![(0x1000, 0x10000)],
+        exec_marks: Vec::new(),
+        walks: FxHashMap::default(),
+        closed: false,
+    };
+    frames::frames(&mut conn, &mut out).unwrap();
+    out.writer.finish().unwrap();
+    let mut reader = Reader::new(std::io::BufReader::new(File::open(&path).unwrap())).unwrap();
+    let mut stacks = FxHashMap::default();
+    let mut events = Vec::new();
+    while let Some(chunk) = reader.next_chunk().unwrap() {
+        for record in chunk.records() {
+            match record.unwrap() {
+                ichnos_data::Record::Stack(s) => {
+                    stacks.insert(s.id, s.frames.iter().next().unwrap());
+                }
+                ichnos_data::Record::Calls(calls) => events.extend(calls.events.iter()),
+                _ => {}
+            }
+        }
+    }
+    let named: Vec<(char, u64)> = events
+        .iter()
+        .map(|e| match *e {
+            CallEvent::Enter { function, .. } => ('E', stacks[&function]),
+            CallEvent::Live { function, .. } => ('L', stacks[&function]),
+            CallEvent::Catch { function, .. } => ('C', function.map_or(0, |f| stacks[&f])),
+            _ => ('?', 0),
+        })
+        .collect();
+    assert_eq!(
+        named,
+        [
+            ('E', 0x1000),
+            ('E', 0x2000),
+            ('E', 0x3000),
+            ('L', 0x1000),
+            ('L', 0x2000),
+            ('C', 0x2000),
+            ('C', 0),
+        ]
+    );
+}
