@@ -16,15 +16,15 @@
 //!
 //! That alone is wrong where the catching function is not traced (no
 //! open call matches it) or is open more than once (recursion). Where
-//! clang built the code that catches, the catch therefore also walks the stack
-//! it leaves (the unwinder's `_Unwind_Backtrace`, from the landing pad
-//! out) and records the function of each frame, outermost first, before
-//! the catch: a reader keeps the open calls those frames account for and
-//! ends the rest. The walk costs about 0.1 µs a frame, so it is made only
-//! where it is needed: gcc's exits have closed the unwound calls, and
-//! gcc puts landing pads in `.cold` parts whose frames would match no
-//! call. Which compiler built the executable its `.comment` says
-//! (`compiler.rs`).
+//! clang built the code that catches, the catch therefore also walks the
+//! stack it leaves (the unwinder's `_Unwind_Backtrace`, from the landing
+//! pad out) and records the function of each frame, outermost first,
+//! before the catch: a reader keeps the open calls those frames account
+//! for and ends the rest. The walk costs about 0.1 µs a frame, so it is
+//! made only where it is needed: gcc's exits have closed the unwound
+//! calls, and gcc puts landing pads in `.cold` parts whose frames would
+//! match no call. Which compiler built the object holding the landing
+//! pad its `.comment` says (`compiler.rs`).
 //!
 //! Under a depth limit, a filter or the time filter the runtime keeps
 //! its own count of open calls, and there the landing pad's stack
@@ -38,7 +38,7 @@
 //! the stack as the caller left it.
 
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ichnos_data::wire::MAX_ADDRESS;
 
@@ -46,9 +46,6 @@ use ichnos_data::wire::MAX_ADDRESS;
 static REAL: AtomicUsize = AtomicUsize::new(0);
 /// The unwinder's `_Unwind_Find_FDE`, found at the start (0: none).
 static FIND_FDE: AtomicUsize = AtomicUsize::new(0);
-/// Whether any catch may walk the stack it leaves (clang built some of
-/// the program's objects).
-static WALK: AtomicBool = AtomicBool::new(false);
 
 /// Frames of a catch's stack recorded at most: past it, the catch is
 /// recorded by its function alone.
@@ -80,17 +77,18 @@ pub(crate) fn resolve() {
 }
 
 /// At the start, for a C++ program (its C++ library is loaded by then):
-/// which of the loaded objects clang built, whose catches walk the stack.
-pub(crate) fn decide_walk() {
+/// notes which of the loaded objects clang built, so that the first
+/// catches do not read their `.comment`s.
+pub(crate) fn note_objects() {
     if REAL.load(Ordering::Relaxed) != 0 {
-        WALK.store(crate::compiler::note_loaded_objects(), Ordering::Relaxed);
+        crate::compiler::note_loaded_objects();
     }
 }
 
 /// Whether a catch whose landing pad is at `landing` walks the stack it
 /// leaves: clang built the code that catches.
 pub(crate) fn walks(landing: usize) -> bool {
-    WALK.load(Ordering::Relaxed) && crate::compiler::clang_built(landing)
+    crate::compiler::clang_built(landing)
 }
 
 /// The real `__cxa_begin_catch`: looked up now if the C++ library came
@@ -141,6 +139,9 @@ fn function_holding(pc: usize) -> Option<u64> {
 /// What the trampoline calls with the landing pad's address and stack
 /// pointer: records the catch, answers with the real function.
 extern "C" fn on_catch(landing: usize, sp: u64) -> usize {
+    // Noting an object loaded since (a file read) must not change what
+    // the program sees.
+    let _errno = ichnos_buf::fill::ErrnoGuard::save();
     if crate::tracing() {
         crate::scope::caught(function_at(landing), sp, landing);
     }

@@ -10,61 +10,63 @@
 //! later at the first catch in it, by address range.
 
 use std::ffi::{CStr, CString};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use object::{Object, ObjectSection};
 
-/// A loaded object's code addresses, and whether clang built it.
-struct Built {
-    start: usize,
-    end: usize,
-    clang: bool,
-}
-
 /// Objects noted at most (past it, code in others reads as not clang's).
 const MAX_OBJECTS: usize = 256;
 
-/// The objects noted. Only tried at a catch (never waited for: a catch in
-/// a signal handler may have interrupted its holder).
-static OBJECTS: Mutex<Vec<Built>> = Mutex::new(Vec::new());
+/// The objects noted: each one's address range and whether clang built
+/// it, written once before [`NOTED`] counts it, so that a catch reads
+/// them without a lock.
+static STARTS: [AtomicUsize; MAX_OBJECTS] = [const { AtomicUsize::new(0) }; MAX_OBJECTS];
+static ENDS: [AtomicUsize; MAX_OBJECTS] = [const { AtomicUsize::new(0) }; MAX_OBJECTS];
+static CLANG: [AtomicBool; MAX_OBJECTS] = [const { AtomicBool::new(false) }; MAX_OBJECTS];
+static NOTED: AtomicUsize = AtomicUsize::new(0);
+/// Held while objects are noted (tried at a catch, never waited for: a
+/// catch in a signal handler may have interrupted its holder).
+static NOTING: Mutex<()> = Mutex::new(());
 
-/// Notes the loaded objects not noted yet: whether clang built any of
-/// those noted.
-pub(crate) fn note_loaded_objects() -> bool {
-    let Ok(mut objects) = OBJECTS.lock() else {
-        return false;
-    };
-    note_new(&mut objects);
-    objects.iter().any(|o| o.clang)
+/// Notes the loaded objects not noted yet (at the start).
+pub(crate) fn note_loaded_objects() {
+    let _noting = NOTING.lock();
+    note_new();
 }
 
 /// Whether clang built the loaded object whose code holds `address`
-/// (false where that is not known, or the table is busy).
+/// (false where that is not known). An object loaded since the last look
+/// is noted now (its `.comment` read once); one unloaded keeps its entry,
+/// which code loaded later at the same addresses would be taken for.
 pub(crate) fn clang_built(address: usize) -> bool {
-    let Ok(mut objects) = OBJECTS.try_lock() else {
-        return false;
-    };
-    let find = |objects: &[Built]| {
-        objects
-            .iter()
-            .find(|o| (o.start..o.end).contains(&address))
-            .map(|o| o.clang)
-    };
-    if let Some(clang) = find(&objects) {
+    if let Some(clang) = find(address) {
         return clang;
     }
-    // Loaded since (dlopen).
-    note_new(&mut objects);
-    find(&objects).unwrap_or(false)
+    if let Ok(_noting) = NOTING.try_lock() {
+        note_new();
+    }
+    find(address).unwrap_or(false)
 }
 
-/// Adds the loaded objects that `objects` does not hold.
-fn note_new(objects: &mut Vec<Built>) {
+/// The noted object that holds `address`: whether clang built it.
+fn find(address: usize) -> Option<bool> {
+    let noted = NOTED.load(Ordering::Acquire);
+    (0..noted)
+        .find(|&i| {
+            (STARTS[i].load(Ordering::Relaxed)..ENDS[i].load(Ordering::Relaxed)).contains(&address)
+        })
+        .map(|i| CLANG[i].load(Ordering::Relaxed))
+}
+
+/// Notes the loaded objects not noted yet (with [`NOTING`] held).
+fn note_new() {
     for (name, start, end) in loaded_objects() {
-        if objects.len() >= MAX_OBJECTS {
+        let noted = NOTED.load(Ordering::Relaxed);
+        if noted >= MAX_OBJECTS {
             break;
         }
-        if objects.iter().any(|o| o.start == start) {
+        if (0..noted).any(|i| STARTS[i].load(Ordering::Relaxed) == start) {
             continue;
         }
         // The program itself has no name here.
@@ -73,11 +75,10 @@ fn note_new(objects: &mut Vec<Built>) {
         } else {
             name.as_c_str()
         };
-        objects.push(Built {
-            start,
-            end,
-            clang: built_by_clang(path),
-        });
+        STARTS[noted].store(start, Ordering::Relaxed);
+        ENDS[noted].store(end, Ordering::Relaxed);
+        CLANG[noted].store(built_by_clang(path), Ordering::Relaxed);
+        NOTED.store(noted + 1, Ordering::Release);
     }
 }
 
@@ -105,7 +106,7 @@ fn loaded_objects() -> Vec<(CString, usize, usize)> {
             .map(|h| base.wrapping_add(h.p_vaddr as usize))
             .min();
         let end = loads
-            .map(|h| base.wrapping_add((h.p_vaddr + h.p_memsz) as usize))
+            .map(|h| base.wrapping_add(h.p_vaddr.wrapping_add(h.p_memsz) as usize))
             .max();
         let name = if info.dlpi_name.is_null() {
             CString::default()

@@ -20,6 +20,7 @@
 
 use std::os::unix::thread::JoinHandleExt;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, TryLockError};
 
 use ichnos_buf::fill::ErrnoGuard;
 
@@ -64,12 +65,18 @@ const ASK_STOP: u8 = 4;
 static SAVER: AtomicUsize = AtomicUsize::new(0);
 /// The write end of the pipe while the saver is paused (-1: it is not).
 static PAUSED_REQUESTS: AtomicI32 = AtomicI32::new(-1);
+/// The process that started the saver.
+static SAVER_PID: AtomicI32 = AtomicI32::new(0);
 
 /// In the child of a fork: the parent's saver and its pipe are not the
 /// child's; what the parent saved is not either.
 pub(crate) fn forget_after_fork() {
-    // The parent's saver thread does not exist here: nothing to join.
+    // The parent's saver thread does not exist here: nothing to join,
+    // nothing paused.
     SAVER.store(0, Ordering::Relaxed);
+    if let Some(mut pauses) = lock_pauses() {
+        *pauses = 0;
+    }
     for end in [&REQUESTS, &REQUESTS_READ, &PAUSED_REQUESTS] {
         let fd = end.swap(-1, Ordering::Relaxed);
         if fd >= 0 {
@@ -124,6 +131,8 @@ fn spawn_saver(read: libc::c_int) -> bool {
     match spawned {
         Ok(handle) => {
             SAVER.store(handle.into_pthread_t() as usize, Ordering::Relaxed);
+            // SAFETY: getpid has no preconditions.
+            SAVER_PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
             true
         }
         Err(_) => false,
@@ -132,10 +141,75 @@ fn spawn_saver(read: libc::c_int) -> bool {
 
 /// Ends the saver thread for a while, so that the process has one thread
 /// fewer (`unshare` and `setns` refuse some changes to a process with
-/// more than one): whether there was one to end. Until
-/// [`resume_saver`], crashes and SIGUSR2 find no saver and save nothing.
-/// Not from a signal handler.
+/// more than one): whether it is ended (or was, by a pause still going
+/// on). Each pause that answers true is ended by one [`resume_saver`];
+/// the saver starts again when the last one ends. Until then, crashes
+/// and SIGUSR2 find no saver and save nothing. Not from a signal handler.
 pub(crate) fn pause_saver() -> bool {
+    let Some(mut pauses) = lock_pauses() else {
+        return false;
+    };
+    if *pauses > 0 {
+        *pauses += 1;
+        return true;
+    }
+    // A vfork or CLONE_VM child shares the saver's memory but is not the
+    // process that has it.
+    // SAFETY: getpid has no preconditions.
+    if unsafe { libc::getpid() } != SAVER_PID.load(Ordering::Relaxed) {
+        return false;
+    }
+    // Ended already where starting it again failed: this pause tries
+    // again at its end.
+    if PAUSED_REQUESTS.load(Ordering::Relaxed) < 0 && !end_saver() {
+        return false;
+    }
+    *pauses = 1;
+    true
+}
+
+/// Ends one [`pause_saver`] that answered true; after the last, starts
+/// the saver again on the same pipe.
+pub(crate) fn resume_saver() {
+    let Some(mut pauses) = lock_pauses() else {
+        return;
+    };
+    if *pauses == 0 {
+        return;
+    }
+    *pauses -= 1;
+    if *pauses > 0 {
+        return;
+    }
+    let fd = PAUSED_REQUESTS.load(Ordering::Relaxed);
+    if fd >= 0 && spawn_saver(REQUESTS_READ.load(Ordering::Relaxed)) {
+        PAUSED_REQUESTS.store(-1, Ordering::Relaxed);
+        REQUESTS.store(fd, Ordering::Release);
+    }
+}
+
+/// Pauses going on (the saver is ended while above 0).
+static PAUSES: Mutex<usize> = Mutex::new(0);
+
+/// The pauses' count, if it can be had in a moment (a fork may have left
+/// it held by a thread the child does not have).
+fn lock_pauses() -> Option<MutexGuard<'static, usize>> {
+    for _ in 0..10_000 {
+        match PAUSES.try_lock() {
+            Ok(guard) => return Some(guard),
+            Err(TryLockError::Poisoned(p)) => return Some(p.into_inner()),
+            // SAFETY: sched_yield has no preconditions.
+            Err(TryLockError::WouldBlock) => unsafe {
+                libc::sched_yield();
+            },
+        }
+    }
+    None
+}
+
+/// Ends the saver thread and waits until the kernel no longer counts it
+/// among the process's threads: whether it did.
+fn end_saver() -> bool {
     let thread = SAVER.swap(0, Ordering::Relaxed);
     if thread == 0 {
         return false;
@@ -155,20 +229,27 @@ pub(crate) fn pause_saver() -> bool {
     // SAVER above); it returns at the stop asked for.
     unsafe { libc::pthread_join(thread as libc::pthread_t, std::ptr::null_mut()) };
     PAUSED_REQUESTS.store(fd, Ordering::Relaxed);
+    // The join returns when the thread's id is cleared, which the kernel
+    // does before it lets go of the thread's filesystem information and
+    // takes it out of the thread group (what `setns` and `unshare`
+    // look at): wait, at most 100 ms, until the thread is gone.
+    let tid = SAVER_TID.load(Ordering::Relaxed);
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    let pause = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 100_000,
+    };
+    for _ in 0..1000 {
+        // SAFETY: signal 0 only checks that the thread exists.
+        let alive = unsafe { libc::syscall(libc::SYS_tgkill, pid, tid, 0) } == 0;
+        if !alive && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+            break;
+        }
+        // SAFETY: a valid timespec.
+        unsafe { libc::nanosleep(&raw const pause, std::ptr::null_mut()) };
+    }
     true
-}
-
-/// Starts the saver again after [`pause_saver`], on the same pipe.
-pub(crate) fn resume_saver() {
-    let fd = PAUSED_REQUESTS.swap(-1, Ordering::Relaxed);
-    if fd < 0 {
-        return;
-    }
-    if spawn_saver(REQUESTS_READ.load(Ordering::Relaxed)) {
-        REQUESTS.store(fd, Ordering::Release);
-    } else {
-        PAUSED_REQUESTS.store(fd, Ordering::Relaxed);
-    }
 }
 
 /// The saver thread: saves each time a handler (or `_exit`) asks.

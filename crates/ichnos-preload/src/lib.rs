@@ -411,7 +411,7 @@ fn start() {
     #[cfg(target_arch = "x86_64")]
     {
         catch::resolve();
-        catch::decide_walk();
+        catch::note_objects();
     }
     clock::use_tsc(config.tsc);
     if !open_channel(&config) {

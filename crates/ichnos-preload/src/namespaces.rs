@@ -1,16 +1,17 @@
 //! `unshare` and `setns`, wrapped: the kernel refuses some namespace
 //! changes to a process with more than one thread, and the runtime's
 //! saver thread (`crash.rs`) would make every traced program one. The
-//! saver ends for the call and starts again after it.
+//! saver ends for such a call and starts again after it.
 //!
 //! `unshare` of a user namespace (`CLONE_NEWUSER`) and the flags that
 //! stop sharing what threads share (`CLONE_VM`, `CLONE_SIGHAND`,
 //! `CLONE_THREAD`) need a single thread; `setns` into a user namespace
 //! does, and into a mount namespace needs the caller's filesystem
-//! information not to be shared, which every thread shares. So `setns`
-//! always pauses the saver (its `nstype` may be 0, any kind). A crash or
-//! SIGUSR2 in that moment saves nothing. A program that makes the system
-//! call itself (`syscall(SYS_unshare, ...)`) is not followed.
+//! information not to be shared, which every thread shares. A `setns`
+//! that does not say which kind (`nstype` 0) is asked its descriptor's
+//! (`NS_GET_NSTYPE`); one that cannot say pauses the saver too. A crash
+//! or SIGUSR2 in that moment saves nothing. A program that makes the
+//! system call itself (`syscall(SYS_unshare, ...)`) is not followed.
 
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -39,6 +40,26 @@ pub(crate) fn resolve() {
 /// `unshare` flags that the kernel grants a process of one thread only.
 const ONE_THREAD_FLAGS: c_int =
     libc::CLONE_NEWUSER | libc::CLONE_VM | libc::CLONE_SIGHAND | libc::CLONE_THREAD;
+
+/// `setns` kinds that need one thread (a user namespace) or a filesystem
+/// information of the caller's own (a mount namespace).
+const ONE_THREAD_KINDS: c_int = libc::CLONE_NEWUSER | libc::CLONE_NEWNS;
+
+/// `NS_GET_NSTYPE` (`_IO(0xb7, 3)`): the kind of namespace a descriptor
+/// of `/proc/PID/ns` refers to.
+const NS_GET_NSTYPE: libc::c_ulong = 0xb703;
+
+/// Whether `setns(fd, nstype)` needs the saver paused.
+fn setns_needs_one_thread(fd: c_int, nstype: c_int) -> bool {
+    if nstype != 0 {
+        // A kind, or a pidfd's set of kinds.
+        return nstype & ONE_THREAD_KINDS != 0;
+    }
+    // SAFETY: an ioctl that only reads what the descriptor refers to; it
+    // fails on a descriptor of anything else.
+    let kind = unsafe { libc::ioctl(fd, NS_GET_NSTYPE) };
+    kind < 0 || kind & ONE_THREAD_KINDS != 0
+}
 
 /// Runs `call` with the saver paused if `pause`, keeping the call's
 /// `errno`.
@@ -73,10 +94,15 @@ pub extern "C" fn unshare(flags: c_int) -> c_int {
     })
 }
 
-/// The C library's `setns`, after the saver paused.
+/// The C library's `setns`, after the saver paused where the namespace
+/// needs a single thread.
 #[no_mangle]
 pub extern "C" fn setns(fd: c_int, nstype: c_int) -> c_int {
-    without_saver(true, || match REAL_SETNS.load(Ordering::Relaxed) {
+    let pause = {
+        let _errno = ErrnoGuard::save();
+        setns_needs_one_thread(fd, nstype)
+    };
+    without_saver(pause, || match REAL_SETNS.load(Ordering::Relaxed) {
         // SAFETY: the system call with its two arguments.
         0 => unsafe { libc::syscall(libc::SYS_setns, fd, nstype) as c_int },
         real => {

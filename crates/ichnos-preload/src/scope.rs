@@ -332,6 +332,9 @@ fn record_live_frames(landing: usize) -> bool {
             let Ok(mut frames) = frames.try_borrow_mut() else {
                 return false;
             };
+            // Room for every frame kept, so that the walk allocates
+            // nothing inside the unwinder's callback.
+            frames.reserve_exact(crate::catch::MAX_LIVE);
             if !crate::catch::live_frames(landing, &mut frames) {
                 return false;
             }

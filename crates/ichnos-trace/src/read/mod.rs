@@ -627,23 +627,21 @@ const MAX_LIVE: usize = 4096;
 
 /// How many of the open calls `stack` (outermost first) a catch leaves,
 /// given the functions of the frames it leaves on the stack (`live`,
-/// outermost first): up to the innermost open call matched to a frame,
-/// each open call matched, from the outermost, to the next frame of its
-/// function. An open call with no frame of its own left is passed over
-/// (not matched, no frame used): one inlined into its caller, which
-/// clang's instrumentation traces all the same, or one outside a walk
-/// that stopped early (a fiber's stack). Frames of functions not traced
-/// match nothing.
+/// outermost first): up to the innermost open call a frame accounts for.
+/// Each frame, from the outermost, takes the next open call of its
+/// function after the one the frame before took. Open calls no frame
+/// takes are passed over: a call inlined into its caller (which clang's
+/// instrumentation traces all the same, with no frame of its own), or
+/// the calls outside a walk that stopped early (a fiber's stack). Frames
+/// of functions not traced take nothing.
 fn calls_left(stack: &[Open], live: &[u64]) -> usize {
     let mut next = 0;
-    let mut left = 0;
-    for (depth, open) in stack.iter().enumerate() {
-        if let Some(at) = live[next..].iter().position(|&f| f == open.function) {
+    for &function in live {
+        if let Some(at) = stack[next..].iter().position(|o| o.function == function) {
             next += at + 1;
-            left = depth + 1;
         }
     }
-    left
+    next
 }
 
 /// Closes the thread's open calls from the innermost down to depth `at`,
@@ -900,6 +898,10 @@ mod tests {
         let recursive = [10, 20, 20, 30].map(open);
         assert_eq!(calls_left(&recursive, &[10, 20]), 2, "the outer 20 only");
         assert_eq!(calls_left(&recursive, &[10, 20, 20]), 3);
+        // An inlined call of 30 before the out-of-line one that catches:
+        // the frame of 30 is the catcher's, not the inlined call's.
+        let inlined_twice = [10, 20, 30, 40, 30, 50].map(open);
+        assert_eq!(calls_left(&inlined_twice, &[10, 20, 40, 30]), 5);
     }
 
     /// Events lost in the middle of a catch's frames may have taken the

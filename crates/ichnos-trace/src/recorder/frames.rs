@@ -224,10 +224,16 @@ fn convert(
     let mut probe: Option<(u64, u64)> = None;
     let mut resynced = false;
     // The thread's frames of a catch to come, from the frame before
-    // this one if it ended amid them.
+    // this one if it ended amid them: broken if events were lost since.
     let mut walked = conn.walks.remove(&h.tid).unwrap_or_default();
+    walked.broken |= h.lost > 0 && walked.frames > 0;
     for chunk in body.chunks_exact(EVENT_BYTES) {
         let (ticks, kind, address) = wire::decode_event(chunk.try_into().expect("16 bytes"));
+        if kind != event::LIVE && kind != event::CATCH {
+            // A catch's frames come right before it: a run that anything
+            // else interrupted is of no catch (as a reader takes it).
+            walked = Walked::default();
+        }
         if kind == event::VALUE {
             if let Some((ticks, id)) = probe.take() {
                 events.push(CallEvent::Probe {
@@ -280,7 +286,7 @@ fn convert(
                 }
             }
             event::CATCH => {
-                let function = if walked.frames > 0 {
+                let function = if walked.frames > 0 && !walked.broken {
                     // The stack was walked: the innermost traced frame
                     // left is the innermost call left open (which a
                     // reader that passes over the live frames goes by).
@@ -316,6 +322,9 @@ pub(super) struct Walked {
     frames: u32,
     /// The innermost of a traced function's, as its number.
     innermost: Option<u64>,
+    /// Events were lost amid them (the innermost may be gone): the catch
+    /// is named by its own function.
+    broken: bool,
 }
 
 impl Out {

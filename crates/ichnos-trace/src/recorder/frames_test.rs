@@ -66,71 +66,12 @@ fn bytes_of(sent: &[Sent]) -> Vec<u8> {
     out
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
-
-    #[test]
-    fn any_frames_give_a_recording_that_reads_back(sent in proptest::collection::vec(sent(), 0..12)) {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("t.data");
-        let options = TraceOptions {
-            command: vec!["fuzzed".into()],
-            output: path.clone(),
-            preload: dir.path().join("none.so"),
-            buffer: None,
-            ring: None,
-            depth: None,
-            min_duration: None,
-            only: Vec::new(),
-            not: Vec::new(),
-            monotonic: true,
-        };
-        let mut out = open_output(&path, &options, false).unwrap();
-        let mut conn = Conn {
-            socket: OwnedFd::from(File::open("/dev/null").unwrap()),
-            consumer: None,
-            // No such process: its names and maps are not read.
-            pid: u32::MAX - 1,
-            asid: 1,
-            carry: bytes_of(&sent),
-            exec: Vec::new(),
-            exec_marks: Vec::new(),
-            walks: FxHashMap::default(),
-            closed: false,
-        };
-        let carried = conn.carry.len();
-        frames::frames(&mut conn, &mut out).unwrap();
-        // What is left is at most one frame's worth not yet whole.
-        prop_assert!(conn.carry.len() <= carried);
-        frames::end_of_connection(&mut conn, &mut out).unwrap();
-        prop_assert!(conn.walks.len() <= 3, "one per thread at most");
-        let kept = out.kept;
-        let file = out.writer.finish().unwrap().into_inner().unwrap();
-        drop(file);
-        let mut reader = Reader::new(std::io::BufReader::new(File::open(&path).unwrap())).unwrap();
-        let mut events = 0u64;
-        while let Some(chunk) = reader.next_chunk().unwrap() {
-            for record in chunk.records() {
-                if let ichnos_data::Record::Calls(calls) = record.unwrap() {
-                    events += calls.events.len() as u64;
-                }
-            }
-        }
-        prop_assert_eq!(events, kept, "every event kept is in the recording");
-    }
-}
-
-/// A live frame of a function entered before is kept, one of a function
-/// never entered is left out, and the catch names the innermost kept;
-/// with live frames of no traced function the catch leaves no call open.
-#[test]
-fn live_frames_are_kept_for_functions_entered_and_name_the_catch() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("t.data");
-    let options = TraceOptions {
+/// A recording's options for these tests.
+fn options(path: &std::path::Path) -> TraceOptions {
+    TraceOptions {
         command: vec!["t".into()],
-        output: path.clone(),
-        preload: dir.path().join("none.so"),
+        output: path.to_path_buf(),
+        preload: path.with_extension("so"),
         buffer: None,
         ring: None,
         depth: None,
@@ -138,8 +79,77 @@ fn live_frames_are_kept_for_functions_entered_and_name_the_catch() {
         only: Vec::new(),
         not: Vec::new(),
         monotonic: true,
-    };
-    let mut out = open_output(&path, &options, false).unwrap();
+    }
+}
+
+/// A connection of a process that is not there (its names and maps are
+/// not read) whose runtime sent `carry`, its code at `exec`.
+fn conn(carry: Vec<u8>, exec: Vec<(u64, u64)>) -> Conn {
+    Conn {
+        socket: OwnedFd::from(File::open("/dev/null").unwrap()),
+        consumer: None,
+        pid: u32::MAX - 1,
+        asid: 1,
+        carry,
+        exec,
+        exec_marks: Vec::new(),
+        walks: FxHashMap::default(),
+        closed: false,
+    }
+}
+
+/// The recording at `path`: its one-frame stacks (number to address)
+/// and its events.
+fn read_back(path: &std::path::Path) -> (FxHashMap<u64, u64>, Vec<CallEvent>) {
+    let mut reader = Reader::new(std::io::BufReader::new(File::open(path).unwrap())).unwrap();
+    let mut stacks = FxHashMap::default();
+    let mut events = Vec::new();
+    while let Some(chunk) = reader.next_chunk().unwrap() {
+        for record in chunk.records() {
+            match record.unwrap() {
+                ichnos_data::Record::Stack(s) => {
+                    stacks.insert(s.id, s.frames.iter().next().unwrap_or(0));
+                }
+                ichnos_data::Record::Calls(calls) => events.extend(calls.events.iter()),
+                _ => {}
+            }
+        }
+    }
+    (stacks, events)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn any_frames_give_a_recording_that_reads_back(sent in proptest::collection::vec(sent(), 0..12)) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.data");
+        let mut out = open_output(&path, &options(&path), false).unwrap();
+        let mut conn = conn(bytes_of(&sent), Vec::new());
+        let carried = conn.carry.len();
+        frames::frames(&mut conn, &mut out).unwrap();
+        // What is left is at most one frame's worth not yet whole.
+        prop_assert!(conn.carry.len() <= carried);
+        frames::end_of_connection(&mut conn, &mut out).unwrap();
+        prop_assert!(conn.walks.len() <= 3, "one per thread at most");
+        let kept = out.kept;
+        out.writer.finish().unwrap();
+        let events = read_back(&path).1.len() as u64;
+        prop_assert_eq!(events, kept, "every event kept is in the recording");
+    }
+}
+
+/// A live frame of a function entered before is kept, one of a function
+/// never entered is left out, and the catch names the innermost kept;
+/// with live frames of no traced function the catch leaves no call open.
+/// Where events were lost amid the frames, or another event came between
+/// them and the catch, the catch is named by its own function.
+#[test]
+fn live_frames_are_kept_for_functions_entered_and_name_the_catch() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.data");
+    let mut out = open_output(&path, &options(&path), false).unwrap();
     let frame = |events: &[(u64, u8, u64)]| Sent::Frame {
         tid: 7,
         flags: 0,
@@ -161,35 +171,26 @@ fn live_frames_are_kept_for_functions_entered_and_name_the_catch() {
             (4, event::CATCH, 0x9000),
             (5, event::LIVE, 0x9000),
             (5, event::CATCH, 0x9000),
+            (6, event::LIVE, 0x1000),
+        ]),
+        // Events lost amid a run: the catch goes by its own function.
+        Sent::Frame {
+            tid: 7,
+            flags: 0,
+            lost: 2,
+            events: vec![(7, event::LIVE, 0x2000), (7, event::CATCH, 0x3000)],
+        },
+        // A run that another event interrupts is of no catch.
+        frame(&[
+            (8, event::LIVE, 0x1000),
+            (8, event::ENTER, 0x2000),
+            (8, event::CATCH, 0x3000),
         ]),
     ];
-    let mut conn = Conn {
-        socket: OwnedFd::from(File::open("/dev/null").unwrap()),
-        consumer: None,
-        pid: u32::MAX - 1,
-        asid: 1,
-        carry: bytes_of(&sent),
-        exec: vec![(0x1000, 0x10000)],
-        exec_marks: Vec::new(),
-        walks: FxHashMap::default(),
-        closed: false,
-    };
+    let mut conn = conn(bytes_of(&sent), vec![(0x1000, 0x10000)]);
     frames::frames(&mut conn, &mut out).unwrap();
     out.writer.finish().unwrap();
-    let mut reader = Reader::new(std::io::BufReader::new(File::open(&path).unwrap())).unwrap();
-    let mut stacks = FxHashMap::default();
-    let mut events = Vec::new();
-    while let Some(chunk) = reader.next_chunk().unwrap() {
-        for record in chunk.records() {
-            match record.unwrap() {
-                ichnos_data::Record::Stack(s) => {
-                    stacks.insert(s.id, s.frames.iter().next().unwrap());
-                }
-                ichnos_data::Record::Calls(calls) => events.extend(calls.events.iter()),
-                _ => {}
-            }
-        }
-    }
+    let (stacks, events) = read_back(&path);
     let named: Vec<(char, u64)> = events
         .iter()
         .map(|e| match *e {
@@ -209,6 +210,12 @@ fn live_frames_are_kept_for_functions_entered_and_name_the_catch() {
             ('L', 0x2000),
             ('C', 0x2000),
             ('C', 0),
+            ('L', 0x1000),
+            ('L', 0x2000),
+            ('C', 0x3000),
+            ('L', 0x1000),
+            ('E', 0x2000),
+            ('C', 0x3000),
         ]
     );
 }
