@@ -139,6 +139,19 @@ pub(crate) fn frames(
     // The outermost frame is the function itself, not inlined.
     if let Some(last) = frames.last_mut() {
         last.inlined = false;
+        // gcc gives a C++ function of internal linkage (in an anonymous
+        // namespace, or static) only its short name in DWARF (`helper`):
+        // as binutils does, the symbol that holds the code names it
+        // (`(anonymous namespace)::helper(int)`), if it is that function's.
+        if let Some(s) = object.symbol(addr).filter(|s| {
+            last.raw_function
+                .as_deref()
+                .is_some_and(|short| names_short(&s.name, short))
+        }) {
+            let (function, raw) = name(s.name.as_bytes());
+            last.function = Some(function);
+            last.raw_function = Some(raw);
+        }
     }
     if !inlines && frames.len() > 1 {
         let location = frames[0].clone();
@@ -185,4 +198,21 @@ pub(crate) fn frames(
         last.function_start = holder.map(|s| s.addr);
     }
     frames
+}
+
+/// Whether `symbol`, a mangled name, is the function whose DWARF name is
+/// the unmangled `short`: demangled, it names `short` with its
+/// parameters, alone or after a scope (`ns::short(int)`).
+fn names_short(symbol: &str, short: &str) -> bool {
+    let mangled = |n: &str| n.starts_with("_Z") || n.starts_with("_R");
+    if short.is_empty() || mangled(short) || !mangled(symbol) {
+        return false;
+    }
+    let Some(demangled) = crate::demangle::demangle(symbol) else {
+        return false;
+    };
+    let call = format!("{short}(");
+    demangled
+        .match_indices(&call)
+        .any(|(at, _)| at == 0 || demangled[..at].ends_with("::"))
 }

@@ -81,6 +81,59 @@ fn every_instruction_agrees_with_binutils_addr2line() {
     assert!(padding < compared / 4, "{padding} padding addresses");
 }
 
+/// The same on a C++ program, whose functions of internal linkage have
+/// only a short name in gcc's DWARF (`helper`): binutils names the
+/// function from the symbol table (`(anonymous namespace)::helper(int)`),
+/// as perf does, and so does ichnos.
+///
+/// Deliberate difference: at code inlined into such a function, binutils
+/// gives the symbol's name to the innermost (inlined) frame and the short
+/// name to the function; ichnos names the inlined function by its DWARF
+/// name and the function by its symbol.
+#[test]
+fn a_cpp_program_agrees_with_binutils_addr2line() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("names");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/names.cc");
+    run(Command::new("g++")
+        .args(["-O2", "-g", "-o"])
+        .arg(&exe)
+        .arg(src));
+    let addrs = instruction_addresses(&exe);
+    let want = binutils(&exe, &addrs);
+    let symbolizer = Symbolizer::new(SymbolizerOptions::default());
+    let got = symbolizer.symbolize_file(&exe, &addrs).unwrap();
+    let mut compared = 0;
+    let mut qualified = std::collections::BTreeSet::new();
+    for ((addr, want), got) in addrs.iter().zip(&want).zip(&got) {
+        let got = ours(&got.frames);
+        if want.len() == 1 && want[0].1 == "??" && got == [("??".into(), "??".into(), 0)] {
+            continue;
+        }
+        let swapped = want.len() > 1
+            && want.len() == got.len()
+            && want[0].0 != got[0].0
+            && want[0].0 == got[got.len() - 1].0;
+        if swapped {
+            // binutils' names moved in: the locations must still agree.
+            let places = |f: &[(String, String, u32)]| -> Vec<(String, u32)> {
+                f.iter()
+                    .map(|(_, file, line)| (file.clone(), *line))
+                    .collect()
+            };
+            assert_eq!(places(&got), places(want), "at {addr:#x}");
+        } else {
+            assert_eq!(&got, want, "at {addr:#x}");
+        }
+        compared += 1;
+        qualified.extend(got.iter().map(|f| f.0.clone()));
+    }
+    assert!(compared > 50, "{compared} compared");
+    for name in ["(anonymous namespace)::helper(int)", "file_static(int)"] {
+        assert!(qualified.contains(name), "{name} in {qualified:?}");
+    }
+}
+
 /// The code symbols `nm -S` lists in `exe`: (start, size, name).
 fn nm_functions(exe: &Path) -> Vec<(u64, u64, String)> {
     let nm = Command::new("nm")

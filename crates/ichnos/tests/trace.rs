@@ -543,25 +543,19 @@ fn catches_in_untraced_and_recursive_functions_keep_the_depth() {
             );
         }
         // The catcher is called by a function inlined into its caller
-        // (traced all the same, with no frame of its own). gcc's DWARF
-        // names the static function's copy without its parameters.
-        let (open_inlined, close_inlined) = if compiler == "g++" {
-            ("    inlined() {", "    } /* inlined */")
-        } else {
-            ("    inlined(int) {", "    } /* inlined(int) */")
-        };
+        // (traced all the same, with no frame of its own).
         let mut inlined = vec!["main() {"];
         for _ in 0..3 {
             inlined.extend([
                 "  host(int) {",
-                open_inlined,
+                "    inlined(int) {",
                 "      catcher(int) {",
                 "        through(int) {",
                 "          thrower(int);",
                 "        } /* through(int) */",
                 "        caught();",
                 "      } /* catcher(int) */",
-                close_inlined,
+                "    } /* inlined(int) */",
                 "  } /* host(int) */",
             ]);
         }
