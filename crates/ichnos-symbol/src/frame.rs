@@ -136,6 +136,8 @@ pub(crate) fn frames(
             }
         }
     }
+    // The symbol that holds the code, if one does.
+    let holding = object.symbol(addr);
     // The outermost frame is the function itself, not inlined.
     if let Some(last) = frames.last_mut() {
         last.inlined = false;
@@ -143,7 +145,7 @@ pub(crate) fn frames(
         // namespace, or static) only its short name in DWARF (`helper`):
         // as binutils does, the symbol that holds the code names it
         // (`(anonymous namespace)::helper(int)`), if it is that function's.
-        if let Some(s) = object.symbol(addr).filter(|s| {
+        if let Some(s) = holding.filter(|s| {
             last.raw_function
                 .as_deref()
                 .is_some_and(|short| names_short(&s.name, short))
@@ -169,7 +171,7 @@ pub(crate) fn frames(
     let symbol = if frames.first().is_some_and(|f| f.line.is_some()) {
         object.symbol_before(addr)
     } else {
-        object.symbol(addr)
+        holding
     };
     if frames.is_empty() {
         frames.push(Frame::default());
@@ -192,7 +194,7 @@ pub(crate) fn frames(
     // `foo.constprop.0`, or an alias the table kept), else, for padding
     // named after the symbol before it, that symbol.
     if let Some(last) = frames.last_mut().filter(|f| f.raw_function.is_some()) {
-        let holder = object.symbol(addr).or_else(|| {
+        let holder = holding.or_else(|| {
             symbol.filter(|s| last.raw_function.as_deref() == Some(&*name(s.name.as_bytes()).1))
         });
         last.function_start = holder.map(|s| s.addr);
