@@ -785,3 +785,25 @@ fn bad_input_gets_clear_errors() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Functions of a library loaded with `dlopen` as the program runs, called
+/// from threads: every call counted, each function named from the
+/// library (whose mapping the recorder may learn only from the runtime's
+/// last list, after the process is gone).
+#[test]
+fn functions_of_a_library_loaded_as_the_program_runs_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = build(dir.path(), "plugin.c", &["-shared", "-fPIC"]);
+    let exe = build(dir.path(), "plugin_main.c", &["-pthread", "-ldl"]);
+    for _ in 0..3 {
+        traced(
+            dir.path(),
+            "t.data",
+            &[],
+            &[exe.to_str().unwrap(), plugin.to_str().unwrap()],
+        );
+        let counts = calls(dir.path(), "t.data");
+        assert_eq!(counts.get("plugin_work"), Some(&100), "{counts:?}");
+        assert_eq!(counts.get("plugin_step"), Some(&1000), "{counts:?}");
+    }
+}

@@ -545,6 +545,26 @@ impl Profile {
         self.stacks.push(Some(Stack { asid, stop, frames }));
     }
 
+    /// Places the frames that lay in no mapping when their stacks were
+    /// read in the mappings their address spaces have now (at the end of
+    /// the recording). For a function trace, whose recorder writes a
+    /// function when its first call arrives: code loaded while the
+    /// program ran (`dlopen`) may have its mappings written later, when
+    /// the process was gone before the recorder could look (they come in
+    /// the runtime's last list of mappings). A profile's unmapped frames
+    /// were in no mapping when sampled, and are left so.
+    pub fn place_unmapped_in_final_mappings(&mut self) {
+        let mut stacks = std::mem::take(&mut self.stacks);
+        for stack in stacks.iter_mut().flatten() {
+            for (pc, place) in &mut stack.frames {
+                if *place == Place::Unmapped {
+                    *place = self.place(stack.asid, *pc);
+                }
+            }
+        }
+        self.stacks = stacks;
+    }
+
     /// Where `pc` lies in address space `asid` now.
     fn place(&self, asid: u64, pc: u64) -> Place {
         let Some(m) = self.spaces.get(&asid).and_then(|s| s.mapping_at(pc)) else {
@@ -615,5 +635,61 @@ impl Profile {
     pub fn jit_name(&self, asid: u64, pc: u64) -> Option<&JitName> {
         let (_, name) = self.spaces.get(&asid)?.jit.range(..=pc).next_back()?;
         (pc < name.end).then_some(name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ichnos_data::{StackOut, StackStop};
+
+    fn mapping(start: u64, pgoff: u64, path: &[u8]) -> Record<'_> {
+        Record::Mapping {
+            asid: 1,
+            start,
+            len: 0x1000,
+            pgoff,
+            time: 0,
+            path,
+            build_id: &[],
+            flags: ichnos_data::MAPPING_EXECUTABLE,
+        }
+    }
+
+    fn stack(id: u64, frames: &[u64]) -> Record<'_> {
+        Record::StackOut(StackOut {
+            id,
+            asid: 1,
+            stop: StackStop::Complete,
+            frames,
+        })
+    }
+
+    /// A frame in no mapping when its stack came is placed in the mapping
+    /// written after it; a frame placed when its stack came keeps its
+    /// mapping, though a later one covers its address.
+    #[test]
+    fn unmapped_frames_are_placed_in_the_final_mappings_and_placed_ones_kept() {
+        let mut profile = Profile::default();
+        profile.add(&mapping(0x5000, 0, b"/old.so"));
+        profile.add(&stack(0, &[0x5010]));
+        profile.add(&stack(1, &[0x7010]));
+        profile.add(&mapping(0x7000, 0x3000, b"/lib.so"));
+        profile.add(&mapping(0x5000, 0, b"/new.so"));
+        let place = |p: &Profile, id: usize| p.stacks[id].as_ref().unwrap().frames[0].1;
+        assert_eq!(place(&profile, 1), Place::Unmapped, "as read");
+        profile.place_unmapped_in_final_mappings();
+        let name = |p: &Profile, place: Place| match place {
+            Place::Mapped { mapping, offset } => (
+                String::from_utf8_lossy(&p.mappings[mapping].path).into_owned(),
+                offset,
+            ),
+            Place::Unmapped => (String::new(), 0),
+        };
+        assert_eq!(
+            name(&profile, place(&profile, 1)),
+            ("/lib.so".into(), 0x3010)
+        );
+        assert_eq!(name(&profile, place(&profile, 0)), ("/old.so".into(), 0x10));
     }
 }

@@ -184,7 +184,7 @@ impl Trace {
             path: path.to_path_buf(),
             source,
         })?;
-        let profile =
+        let mut profile =
             Profile::read(BufReader::new(file)).map_err(|source| TraceReadError::Read {
                 path: path.to_path_buf(),
                 source,
@@ -194,6 +194,9 @@ impl Trace {
                 path: path.to_path_buf(),
             });
         }
+        // A library loaded as the program ran may have its mapping written
+        // after its functions.
+        profile.place_unmapped_in_final_mappings();
         let symbolized = symbolize(&profile, options, progress);
         let functions = symbolized
             .stacks
