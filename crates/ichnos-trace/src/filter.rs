@@ -3,8 +3,9 @@
 //! resolved to addresses of the program's executable before it runs.
 //!
 //! A pattern names a function as the symbol table spells it, as it reads
-//! demangled, or (C++) demangled without its parameters; `*` in a
-//! pattern stands for any run of characters. Only the executable's own
+//! demangled, or (C++) demangled without its parameters, whole or from
+//! any of its scopes on (`helper` names `(anonymous namespace)::helper`,
+//! as gdb takes it); `*` in a pattern stands for any run of characters. Only the executable's own
 //! functions are resolved: the runtime applies the addresses to the
 //! program they were resolved for (same device and inode), and a program
 //! it execs into is traced whole.
@@ -153,7 +154,9 @@ pub(crate) fn resolve(
 }
 
 /// Whether `pattern` names `f`: its symbol, its demangled name, or that
-/// name without its parameters.
+/// name without its parameters, whole or from a scope on (as gdb takes a
+/// name: `helper` names `(anonymous namespace)::helper(int)`, `S::area`
+/// names `shapes::S::area(int) const`).
 fn names(f: &FunctionSymbol, pattern: &str) -> bool {
     if glob(pattern, &f.name) {
         return true;
@@ -161,10 +164,73 @@ fn names(f: &FunctionSymbol, pattern: &str) -> bool {
     let Some(demangled) = &f.demangled else {
         return false;
     };
-    glob(pattern, demangled)
-        || demangled
-            .find('(')
-            .is_some_and(|open| glob(pattern, &demangled[..open]))
+    if glob(pattern, demangled) {
+        return true;
+    }
+    let bare = without_parameters(demangled);
+    scopes(bare).any(|from| glob(pattern, &bare[from..]))
+}
+
+/// A demangled C++ name without its parameters and what follows them
+/// (`const`, `&`, a clone's ` [clone .cold]`): `ns::f<int>` of
+/// `ns::f<int>(std::function<void (int)>) const`. A name without
+/// parameters is itself.
+fn without_parameters(demangled: &str) -> &str {
+    let mut end = demangled.len();
+    // A clone's note, then the qualifiers after the parameters.
+    while let Some(at) = demangled[..end].rfind(" [clone ") {
+        if !demangled[..end].ends_with(']') {
+            break;
+        }
+        end = at;
+    }
+    let mut name = demangled[..end].trim_end();
+    for qualifier in [" &&", " &", " volatile", " const"] {
+        name = name.strip_suffix(qualifier).unwrap_or(name);
+    }
+    if !name.ends_with(')') {
+        return demangled;
+    }
+    // The `(` that opens the last parameter list.
+    let mut depth = 0usize;
+    for (at, c) in name.char_indices().rev() {
+        match c {
+            ')' => depth += 1,
+            '(' => {
+                depth -= 1;
+                if depth == 0 {
+                    return &name[..at];
+                }
+            }
+            _ => {}
+        }
+    }
+    demangled
+}
+
+/// Where each way of naming `name` starts: at its start, and after each
+/// `::` or space (a template's return type) outside template arguments
+/// and parentheses.
+fn scopes(name: &str) -> impl Iterator<Item = usize> + '_ {
+    let bytes = name.as_bytes();
+    let mut depth = 0i32;
+    let mut starts = vec![0];
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'<' | b'(' => depth += 1,
+            b'>' | b')' => depth -= 1,
+            b':' if depth == 0 && bytes.get(i + 1) == Some(&b':') => {
+                starts.push(i + 2);
+                i += 1;
+            }
+            // After a template's return type (`void run<int>`).
+            b' ' if depth == 0 => starts.push(i + 1),
+            _ => {}
+        }
+        i += 1;
+    }
+    starts.into_iter()
 }
 
 /// `pattern` matches all of `text`, `*` standing for any run of
@@ -226,7 +292,44 @@ mod tests {
         assert!(names(&g, "ns::thrower(int)"));
         assert!(names(&g, "_ZN2ns7throwerEi"));
         assert!(names(&g, "ns::*"));
-        assert!(!names(&g, "thrower"));
         assert!(names(&g, "*thrower"));
+        // From a scope on, as gdb takes names; not a part of one.
+        assert!(names(&g, "thrower"));
+        assert!(!names(&g, "hrower"));
+        assert!(!names(&g, "s::thrower"));
+    }
+
+    /// Names that open with a parenthesis (an anonymous namespace),
+    /// methods with qualifiers, templates with parentheses inside, clones.
+    #[test]
+    fn names_are_taken_apart_at_their_own_parameters_and_scopes() {
+        let anon = f(
+            "_ZN12_GLOBAL__N_16helperEi",
+            Some("(anonymous namespace)::helper(int)"),
+        );
+        assert!(names(&anon, "helper"));
+        assert!(names(&anon, "(anonymous namespace)::helper"));
+        assert!(names(&anon, "helper(int)") || names(&anon, "*helper(int)"));
+        let method = f("_ZNK6shapes1S4areaEi", Some("shapes::S::area(int) const"));
+        assert!(names(&method, "S::area"));
+        assert!(names(&method, "area"));
+        assert!(!names(&method, "shapes::area"));
+        let template = f(
+            "_Z3runIiEvSt8functionIFviEE",
+            Some("void run<int>(std::function<void (int)>)"),
+        );
+        assert_eq!(
+            without_parameters("void run<int>(std::function<void (int)>)"),
+            "void run<int>"
+        );
+        assert!(names(&template, "void run<int>"));
+        assert!(names(&template, "run<int>"));
+        assert!(names(&template, "run*"));
+        let inner = f("_Z1gv", Some("ns::Outer<a::B>::g() [clone .cold]"));
+        assert!(names(&inner, "g"));
+        assert!(names(&inner, "Outer<a::B>::g"));
+        assert!(!names(&inner, "B>::g"));
+        assert_eq!(without_parameters("plain"), "plain");
+        assert_eq!(without_parameters("f() &&"), "f");
     }
 }
