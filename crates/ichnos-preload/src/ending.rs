@@ -53,9 +53,17 @@ fn hand_over() {
 /// Whether this is the process the buffers are of (not a `vfork` child)
 /// and tracing is on.
 fn owner() -> bool {
+    crate::tracing() && owning_process()
+}
+
+/// Whether this is the process the buffers and the channel are of: not a
+/// child of `vfork`, nor one made without `fork`'s handlers (`_Fork`, a
+/// raw `clone`), whose copies of them are its parent's.
+pub(crate) fn owning_process() -> bool {
     // SAFETY: getpid has no preconditions (a real system call: a vfork
     // child sees its own id).
-    crate::tracing() && unsafe { libc::getpid() } == OWNER.load(Ordering::Relaxed)
+    let pid = unsafe { libc::getpid() };
+    pid == OWNER.load(Ordering::Relaxed)
 }
 
 /// The C library's functions wrapped here, by number.

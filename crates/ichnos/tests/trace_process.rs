@@ -363,3 +363,31 @@ fn namespace_changes_for_one_thread_only_work_under_trace() {
     let lines = replayed_calls(dir.path(), "t.data");
     assert_eq!(lines[..3], expected[..3], "saved at the crash: {lines:?}");
 }
+
+/// A child made with `_Fork` runs no fork handlers: its copies of the
+/// runtime's buffers and channel are its parent's. It is not traced (and
+/// says so), and the parent's trace is exact: the child's events used to
+/// land in the parent's shared buffer as a thread of the parent.
+#[test]
+fn a_child_made_without_fork_handlers_leaves_the_parents_trace_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "fork_unhandled.c", &[]);
+    for _ in 0..3 {
+        // Small buffers: the child fills and hands over several.
+        let stderr = traced(
+            dir.path(),
+            "t.data",
+            &["-b", "4K"],
+            &[exe.to_str().unwrap()],
+        );
+        assert!(
+            stderr.contains("was made without fork's handlers"),
+            "{stderr}"
+        );
+        assert!(stderr.contains("1 processes, 1 threads"), "{stderr}");
+        let counts = calls(dir.path(), "t.data");
+        assert_eq!(counts.get("parent_work"), Some(&2), "{counts:?}");
+        assert_eq!(counts.get("step"), Some(&10_000), "{counts:?}");
+        assert_eq!(counts.get("child_work"), None, "{counts:?}");
+    }
+}
