@@ -300,6 +300,11 @@ pub(crate) fn save_for_exit() -> bool {
 
 /// Asks the saver for `what` (async-signal-safe); false if there is none.
 fn ask(what: u8) -> bool {
+    // A child made without fork's handlers holds its parent's pipe, whose
+    // saver would save the parent (getpid is async-signal-safe).
+    if !crate::ending::owning_process() {
+        return false;
+    }
     let fd = REQUESTS.load(Ordering::Acquire);
     // SAFETY: write is async-signal-safe; a one-byte buffer.
     fd >= 0 && unsafe { libc::write(fd, (&raw const what).cast(), 1) } == 1

@@ -390,4 +390,24 @@ fn a_child_made_without_fork_handlers_leaves_the_parents_trace_whole() {
         assert_eq!(counts.get("step"), Some(&10_000), "{counts:?}");
         assert_eq!(counts.get("child_work"), None, "{counts:?}");
     }
+    // The child crashes: its crash handler (a copy of the parent's) must
+    // not ask the parent's saver (which would save the parent's rings
+    // for a crash) and then wait for a save that never comes: the crash
+    // handler's patience is 5 s, where the run takes milliseconds.
+    let started = Instant::now();
+    let stderr = traced(
+        dir.path(),
+        "t.data",
+        // A ring that holds all 20,006 of the parent's events.
+        &["--ring", "1M"],
+        &[exe.to_str().unwrap(), "abort"],
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "the child's crash waited {:?}",
+        started.elapsed()
+    );
+    let counts = calls(dir.path(), "t.data");
+    assert_eq!(counts.get("parent_work"), Some(&2), "{counts:?} {stderr}");
+    assert_eq!(counts.get("step"), Some(&10_000), "{counts:?}");
 }
