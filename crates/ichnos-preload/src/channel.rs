@@ -193,9 +193,17 @@ impl Channel {
 /// the same thread interrupted) makes anyone wait this long.
 const LOCK_PATIENCE_NS: u64 = 3 * BLOCK_TIMEOUT.as_nanos() as u64;
 
-/// Runs `f` on the channel under the lock; `None` when there is none, or
-/// the lock could not be had.
+/// Runs `f` on the channel under the lock; `None` when there is none, the
+/// lock could not be had, or this process has a copy of its parent's
+/// (a child of vfork or of `clone(CLONE_VM)` shares its parent's, and
+/// writes through it as a thread of its parent would).
 fn with_channel<T>(f: impl FnOnce(&mut Channel) -> T) -> Option<T> {
+    if !crate::ending::owning_process() && !crate::ending::shares_owners_memory() {
+        // A copy of the parent's channel, made without fork's handlers:
+        // the parent's shared buffer is not this process's to write.
+        crate::untraced_copy();
+        return None;
+    }
     let mut deadline = None;
     while LOCK
         .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)

@@ -300,8 +300,8 @@ pub(crate) fn save_for_exit() -> bool {
 
 /// Asks the saver for `what` (async-signal-safe); false if there is none.
 fn ask(what: u8) -> bool {
-    // A child made without fork's handlers holds its parent's pipe, whose
-    // saver would save the parent (getpid is async-signal-safe).
+    // A child made without fork's handlers, or of vfork, holds its
+    // parent's pipe, whose saver would save the parent.
     if !crate::ending::owning_process() {
         return false;
     }
@@ -333,8 +333,12 @@ fn wait_for(done: &AtomicBool) {
 extern "C" fn on_crash(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
     let _errno = ErrnoGuard::save();
     // The first crash asks for the save; every crashing thread waits for
-    // it, so that none ends the process while the rings are sent.
-    let asked = SAVED_FOR_CRASH.swap(true, Ordering::SeqCst) || ask(ASK_CRASH_SAVE);
+    // it, so that none ends the process while the rings are sent. A
+    // process that is not the buffers' owner (a child of vfork, whose
+    // memory is its parent's, or one made without fork's handlers) asks
+    // nothing and marks nothing.
+    let asked = crate::ending::owning_process()
+        && (SAVED_FOR_CRASH.swap(true, Ordering::SeqCst) || ask(ASK_CRASH_SAVE));
     if asked {
         wait_for(&CRASH_SAVE_DONE);
     }

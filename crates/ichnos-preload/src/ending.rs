@@ -59,12 +59,37 @@ fn owner() -> bool {
 /// Whether this is the process the buffers and the channel are of: not a
 /// child of `vfork`, nor one made without `fork`'s handlers (`_Fork`, a
 /// raw `clone`), whose copies of them are its parent's.
+/// Async-signal-safe.
 pub(crate) fn owning_process() -> bool {
     // SAFETY: getpid has no preconditions (a real system call: a vfork
     // child sees its own id).
     let pid = unsafe { libc::getpid() };
     pid == OWNER.load(Ordering::Relaxed)
 }
+
+/// In a process that is not the buffers' owner: whether it shares the
+/// owner's memory (a child of `vfork` or of `clone(CLONE_VM)`, which
+/// writes into the owner's buffers and takes the owner's locks), as the
+/// kernel's `kcmp` says; where it cannot say, as if it did (nothing is
+/// then written to memory that may be the owner's). Async-signal-safe.
+pub(crate) fn shares_owners_memory() -> bool {
+    // SAFETY: getpid has no preconditions; kcmp only compares the two
+    // processes' memory.
+    let same = unsafe {
+        libc::syscall(
+            libc::SYS_kcmp,
+            libc::getpid(),
+            OWNER.load(Ordering::Relaxed),
+            KCMP_VM,
+            0,
+            0,
+        )
+    };
+    same != 1 && same != 2
+}
+
+/// `kcmp`'s type for comparing address spaces.
+const KCMP_VM: libc::c_long = 1;
 
 /// The C library's functions wrapped here, by number.
 const NAMES: [&CStr; 8] = [

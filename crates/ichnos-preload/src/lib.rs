@@ -67,8 +67,23 @@ const PATH_DIRECT: u8 = 1;
 const PATH_SCOPED: u8 = 2;
 /// The per-thread buffers.
 static BUFFER: OnceLock<FillBuffer> = OnceLock::new();
-/// A child made without fork's handlers was told it is not traced.
-static UNOWNED_SAID: AtomicBool = AtomicBool::new(false);
+
+/// In a child made without `fork`'s handlers (`_Fork`, a raw `clone`),
+/// which has its own copy of the runtime's memory: tracing off, and one
+/// line on stderr (written with `write`: the child may be in a signal
+/// handler, or hold a copy of a lock). Its buffers and channel are its
+/// parent's (a second writer would corrupt the parent's shared buffer,
+/// and its buffers hold the parent's events from before it was made). It
+/// runs on untraced; what it execs is traced afresh.
+pub(crate) fn untraced_copy() {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    set_active(false);
+    if !SAID.swap(true, Ordering::Relaxed) {
+        let line = b"ichnos: a process made without fork's handlers (_Fork, clone) is not traced\n";
+        // SAFETY: write is async-signal-safe; a valid buffer.
+        unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
+    }
+}
 /// The settings the process started with (for the child of a fork).
 static CONFIG: OnceLock<Config> = OnceLock::new();
 /// Whether tracing is on.
@@ -239,19 +254,6 @@ fn flush(f: &Flush<'_>) {
 
 /// `f` as one frame with `flags` (and [`wire::FRAME_LAST`] at an exit).
 pub(crate) fn send_flush(f: &Flush<'_>, flags: u32) {
-    if !ending::owning_process() {
-        // A child made without fork's handlers (`_Fork`, a raw clone):
-        // its buffers and channel are copies of its parent's, whose
-        // shared buffer a second writer would corrupt, and its buffer
-        // holds the parent's events from before the child was made. It
-        // runs on untraced; what it execs is traced afresh.
-        set_active(false);
-        if !UNOWNED_SAID.swap(true, Ordering::Relaxed) {
-            let pid = std::process::id();
-            eprintln!("ichnos: process {pid} was made without fork's handlers (_Fork, clone): it is not traced");
-        }
-        return;
-    }
     let last = matches!(f.reason, FlushReason::ThreadExit | FlushReason::ProcessExit);
     let header = FrameHeader {
         tid: f.tid.cast_unsigned(),

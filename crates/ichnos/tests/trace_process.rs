@@ -372,23 +372,28 @@ fn namespace_changes_for_one_thread_only_work_under_trace() {
 fn a_child_made_without_fork_handlers_leaves_the_parents_trace_whole() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "fork_unhandled.c", &[]);
-    for _ in 0..3 {
-        // Small buffers: the child fills and hands over several.
-        let stderr = traced(
-            dir.path(),
-            "t.data",
-            &["-b", "4K"],
-            &[exe.to_str().unwrap()],
-        );
-        assert!(
-            stderr.contains("was made without fork's handlers"),
-            "{stderr}"
-        );
-        assert!(stderr.contains("1 processes, 1 threads"), "{stderr}");
-        let counts = calls(dir.path(), "t.data");
-        assert_eq!(counts.get("parent_work"), Some(&2), "{counts:?}");
-        assert_eq!(counts.get("step"), Some(&10_000), "{counts:?}");
-        assert_eq!(counts.get("child_work"), None, "{counts:?}");
+    // Small buffers: the child fills and hands over several; a ring that
+    // holds all 20,006 of the parent's events. The child ends with
+    // `_exit`, or with `exit`, whose hooks (its copies of the parent's)
+    // would hand over its buffers, rings and mappings.
+    for options in [&["-b", "4K"][..], &["--ring", "1M"]] {
+        for end in ["_exit", "exit"] {
+            let stderr = traced(dir.path(), "t.data", options, &[exe.to_str().unwrap(), end]);
+            let what = format!("{options:?} {end}: {stderr}");
+            // Said where the child tried to hand something over (a ring
+            // that ends with `_exit` never does).
+            let handed = options[0] == "-b" || end == "exit";
+            assert_eq!(
+                stderr.contains("made without fork's handlers"),
+                handed,
+                "{what}"
+            );
+            assert!(stderr.contains("1 processes, 1 threads"), "{what}");
+            let counts = calls(dir.path(), "t.data");
+            assert_eq!(counts.get("parent_work"), Some(&2), "{counts:?} {what}");
+            assert_eq!(counts.get("step"), Some(&10_000), "{counts:?} {what}");
+            assert_eq!(counts.get("child_work"), None, "{counts:?} {what}");
+        }
     }
     // The child crashes: its crash handler (a copy of the parent's) must
     // not ask the parent's saver (which would save the parent's rings
