@@ -213,8 +213,49 @@ fn names_short(symbol: &str, short: &str) -> bool {
     let Some(demangled) = crate::demangle::demangle(symbol) else {
         return false;
     };
-    let call = format!("{short}(");
-    demangled
-        .match_indices(&call)
-        .any(|(at, _)| at == 0 || demangled[..at].ends_with("::"))
+    let named = |short: &str, demangled: &str| {
+        let call = format!("{short}(");
+        demangled
+            .match_indices(&call)
+            .any(|(at, _)| at == 0 || demangled[..at].ends_with("::"))
+    };
+    // gcc spells a template's arguments in DWARF as C does
+    // (`twice<long int>`), the demangler as C++ does (`twice<long>`):
+    // compared without them.
+    named(short, &demangled)
+        || (short.contains('<')
+            && named(
+                &without_template_arguments(short),
+                &without_template_arguments(&demangled),
+            ))
+}
+
+/// `name` without what its balanced `<...>` hold (`twice<>` of
+/// `twice<long int>`); unbalanced (`operator<`), as it is.
+fn without_template_arguments(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut depth = 0usize;
+    for c in name.chars() {
+        match c {
+            '<' => {
+                if depth == 0 {
+                    out.push('<');
+                }
+                depth += 1;
+            }
+            '>' if depth > 0 => {
+                depth -= 1;
+                if depth == 0 {
+                    out.push('>');
+                }
+            }
+            _ if depth == 0 => out.push(c),
+            _ => {}
+        }
+    }
+    if depth == 0 {
+        out
+    } else {
+        name.to_owned()
+    }
 }

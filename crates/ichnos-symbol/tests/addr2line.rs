@@ -129,7 +129,11 @@ fn a_cpp_program_agrees_with_binutils_addr2line() {
         qualified.extend(got.iter().map(|f| f.0.clone()));
     }
     assert!(compared > 50, "{compared} compared");
-    for name in ["(anonymous namespace)::helper(int)", "file_static(int)"] {
+    for name in [
+        "(anonymous namespace)::helper(int)",
+        "file_static(int)",
+        "long (anonymous namespace)::local_twice<long>(long)",
+    ] {
         assert!(qualified.contains(name), "{name} in {qualified:?}");
     }
 }

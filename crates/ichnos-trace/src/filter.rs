@@ -164,11 +164,10 @@ fn names(f: &FunctionSymbol, pattern: &str) -> bool {
     let Some(demangled) = &f.demangled else {
         return false;
     };
-    if glob(pattern, demangled) {
-        return true;
-    }
+    // The name without its parameters is the start of the name with
+    // them: each scope starts in both.
     let bare = without_parameters(demangled);
-    scopes(bare).any(|from| glob(pattern, &bare[from..]))
+    scopes(bare).any(|from| glob(pattern, &bare[from..]) || glob(pattern, &demangled[from..]))
 }
 
 /// A demangled C++ name without its parameters and what follows them
@@ -210,13 +209,33 @@ fn without_parameters(demangled: &str) -> &str {
 
 /// Where each way of naming `name` starts: at its start, and after each
 /// `::` or space (a template's return type) outside template arguments
-/// and parentheses.
+/// and parentheses. An operator's name (`operator<<`, `operator()`,
+/// `operator new[]`, `operator std::string`) is one word: its symbols do
+/// not open or close anything, and its spaces start nothing.
 fn scopes(name: &str) -> impl Iterator<Item = usize> + '_ {
+    const OPERATOR: &[u8] = b"operator";
     let bytes = name.as_bytes();
     let mut depth = 0i32;
     let mut starts = vec![0];
     let mut i = 0;
     while i < bytes.len() {
+        let word_start = i == 0 || matches!(bytes[i - 1], b':' | b' ');
+        if depth == 0 && word_start && bytes[i..].starts_with(OPERATOR) {
+            i += OPERATOR.len();
+            if bytes[i..].starts_with(b"()") || bytes[i..].starts_with(b"[]") {
+                i += 2;
+            } else if bytes.get(i) == Some(&b' ') {
+                // A conversion, `new` or `delete`: up to the parameters.
+                while i < bytes.len() && bytes[i] != b'(' {
+                    i += 1;
+                }
+            } else {
+                while i < bytes.len() && b"<>=!+-*/%^&|~,".contains(&bytes[i]) {
+                    i += 1;
+                }
+            }
+            continue;
+        }
         match bytes[i] {
             b'<' | b'(' => depth += 1,
             b'>' | b')' => depth -= 1,
@@ -309,7 +328,7 @@ mod tests {
         );
         assert!(names(&anon, "helper"));
         assert!(names(&anon, "(anonymous namespace)::helper"));
-        assert!(names(&anon, "helper(int)") || names(&anon, "*helper(int)"));
+        assert!(names(&anon, "helper(int)"));
         let method = f("_ZNK6shapes1S4areaEi", Some("shapes::S::area(int) const"));
         assert!(names(&method, "S::area"));
         assert!(names(&method, "area"));
@@ -329,6 +348,21 @@ mod tests {
         assert!(names(&inner, "g"));
         assert!(names(&inner, "Outer<a::B>::g"));
         assert!(!names(&inner, "B>::g"));
+        // Operators are one word each, their symbols not brackets.
+        let shift = f(
+            "_ZNK2ns1SlsEi",
+            Some("ns::S::operator<<(int) const::{lambda(int)#1}::operator()(int) const"),
+        );
+        assert!(names(&shift, "operator()"));
+        assert!(names(&shift, "{lambda(int)#1}::operator()"));
+        assert!(!names(&shift, "int"));
+        let conversion = f("_ZNK2ns1ScviEv", Some("ns::S::operator int() const"));
+        assert!(names(&conversion, "operator int"));
+        assert!(names(&conversion, "S::operator int"));
+        assert!(!names(&conversion, "int"));
+        let new = f("_Znwm", Some("operator new(unsigned long)"));
+        assert!(names(&new, "operator new"));
+        assert!(!names(&new, "new"));
         assert_eq!(without_parameters("plain"), "plain");
         assert_eq!(without_parameters("f() &&"), "f");
     }

@@ -552,7 +552,9 @@ impl Profile {
     /// program ran (`dlopen`) may have its mappings written later, when
     /// the process was gone before the recorder could look (they come in
     /// the runtime's last list of mappings). A profile's unmapped frames
-    /// were in no mapping when sampled, and are left so.
+    /// were in no mapping when sampled, and are left so. (A library
+    /// unloaded and another loaded at its addresses before the end would
+    /// take the frames of the first: the mappings have no end times.)
     pub fn place_unmapped_in_final_mappings(&mut self) {
         let mut stacks = std::mem::take(&mut self.stacks);
         for stack in stacks.iter_mut().flatten() {
