@@ -71,13 +71,17 @@ static BUFFER: OnceLock<FillBuffer> = OnceLock::new();
 /// In a child made without `fork`'s handlers (`_Fork`, a raw `clone`),
 /// which has its own copy of the runtime's memory: tracing off, and one
 /// line on stderr (written with `write`: the child may be in a signal
-/// handler, or hold a copy of a lock). Its buffers and channel are its
+/// handler, or hold a copy of a lock), and its copy of the parent's
+/// socket closed. Its buffers and channel are its
 /// parent's (a second writer would corrupt the parent's shared buffer,
 /// and its buffers hold the parent's events from before it was made). It
 /// runs on untraced; what it execs is traced afresh.
 pub(crate) fn untraced_copy() {
     static SAID: AtomicBool = AtomicBool::new(false);
     set_active(false);
+    // Its copy of the parent's socket would keep the parent's connection
+    // open until it exits.
+    Channel::forget_after_fork();
     if !SAID.swap(true, Ordering::Relaxed) {
         let line = b"ichnos: a process made without fork's handlers (_Fork, clone) is not traced\n";
         // SAFETY: write is async-signal-safe; a valid buffer.
