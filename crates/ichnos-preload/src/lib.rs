@@ -67,27 +67,6 @@ const PATH_DIRECT: u8 = 1;
 const PATH_SCOPED: u8 = 2;
 /// The per-thread buffers.
 static BUFFER: OnceLock<FillBuffer> = OnceLock::new();
-
-/// In a child made without `fork`'s handlers (`_Fork`, a raw `clone`),
-/// which has its own copy of the runtime's memory: tracing off, and one
-/// line on stderr (written with `write`: the child may be in a signal
-/// handler, or hold a copy of a lock), and its copy of the parent's
-/// socket closed. Its buffers and channel are its
-/// parent's (a second writer would corrupt the parent's shared buffer,
-/// and its buffers hold the parent's events from before it was made). It
-/// runs on untraced; what it execs is traced afresh.
-pub(crate) fn untraced_copy() {
-    static SAID: AtomicBool = AtomicBool::new(false);
-    set_active(false);
-    // Its copy of the parent's socket would keep the parent's connection
-    // open until it exits.
-    Channel::forget_after_fork();
-    if !SAID.swap(true, Ordering::Relaxed) {
-        let line = b"ichnos: a process made without fork's handlers (_Fork, clone) is not traced\n";
-        // SAFETY: write is async-signal-safe; a valid buffer.
-        unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
-    }
-}
 /// The settings the process started with (for the child of a fork).
 static CONFIG: OnceLock<Config> = OnceLock::new();
 /// Whether tracing is on.
@@ -98,6 +77,26 @@ pub(crate) fn tracing() -> bool {
 /// Called when the recorder is found gone: the program runs on untraced.
 pub(crate) fn recorder_gone() {
     set_active(false);
+}
+
+/// In a child made without `fork`'s handlers (`_Fork`, a raw `clone`),
+/// which has its own copy of the runtime's memory: its buffers and
+/// channel are its parent's (a second writer would corrupt the parent's
+/// shared buffer, and its buffers hold the parent's events from before it
+/// was made). Tracing goes off, its copy of the parent's socket is closed
+/// (it would keep the parent's connection open until the child exits),
+/// and one line goes to stderr, written with `write` (the child may be in
+/// a signal handler, or hold a copy of a lock). It runs on untraced; what
+/// it execs is traced afresh.
+pub(crate) fn untraced_copy() {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    set_active(false);
+    Channel::forget_after_fork();
+    if !SAID.swap(true, Ordering::Relaxed) {
+        let line = b"ichnos: a process made without fork's handlers (_Fork, clone) is not traced\n";
+        // SAFETY: write is async-signal-safe; a valid buffer.
+        unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
+    }
 }
 
 /// Turns tracing on or off, and chooses the hooks' path.
