@@ -619,10 +619,17 @@ fn refusals_say_which_setting_or_permission_is_missing() {
             "{err}"
         );
     }
-    // A command of our own is allowed at paranoid 2.
+    // A command of our own is allowed at paranoid 2, user space only:
+    // the note says time in the kernel is not sampled, and why.
     if paranoid <= 2 {
         let out = as_nobody(&["record", "-o", data, "--", "true"]);
-        assert!(out.status.success(), "{}", stderr(&out));
+        let err = stderr(&out);
+        assert!(out.status.success(), "{err}");
+        let note = format!(
+            "time in the kernel (system calls, page faults) is not sampled: \
+             kernel.perf_event_paranoid {paranoid}"
+        );
+        assert_eq!(err.contains(&note), paranoid >= 2, "{err}");
     }
 }
 
@@ -953,4 +960,43 @@ fn the_whole_machine_is_recorded_with_dash_a_until_stopped() {
         complete * 1000 >= total * 999,
         "{complete} of {total}; the rest: {broken:?}"
     );
+}
+
+/// Time in system calls is sampled as the time of the code that made
+/// them, where the kernel allows it (to root, which runs these tests):
+/// a program that spends most of its CPU time reading /dev/zero has about
+/// as many samples as it has milliseconds of CPU time (its own account,
+/// getrusage), most of them in `read`. Sampling user space only, it had
+/// samples for its user time alone.
+#[test]
+fn time_in_system_calls_is_sampled_as_the_callers() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_fixture(dir.path(), "syscalls", &["-g"]);
+    let data = dir.path().join("s.data");
+    let out = record(&data, 1000, &[exe.to_str().unwrap()]);
+    let printed = String::from_utf8_lossy(&out.stdout);
+    let times: Vec<u64> = printed
+        .split_whitespace()
+        .map(|t| t.parse().unwrap())
+        .collect();
+    let (user_ms, system_ms) = (times[0], times[1]);
+    assert!(system_ms > 2 * user_ms, "mostly in the kernel: {printed}");
+    let report = ichnos(&["report", "-i", data.to_str().unwrap()]);
+    let header = text(&report);
+    let samples: u64 = header
+        .split(": ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .map(|n| n.replace(',', "").parse().unwrap())
+        .unwrap();
+    let cpu_ms = user_ms + system_ms;
+    assert!(
+        samples * 10 >= cpu_ms * 7,
+        "{samples} samples for {cpu_ms} ms of CPU time ({user_ms} user)"
+    );
+    let shares = self_shares(&data);
+    let read = shares
+        .get("__GI___libc_read")
+        .or_else(|| shares.get("read"));
+    assert!(read.is_some_and(|&s| s > 50.0), "{shares:?}");
 }

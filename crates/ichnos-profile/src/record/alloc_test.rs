@@ -160,6 +160,7 @@ pub(super) fn recorder(
         scratch: Vec::new(),
         stack_tops: super::stack_tops::StackTops::default(),
         off_cpu: super::off_cpu::OffCpu::default(),
+        kernel_sampled: false,
     };
     (recorder, writer)
 }

@@ -76,6 +76,9 @@ pub(crate) struct Events {
     pub off_cpu_kind: Option<EventKind>,
     /// Its events' ids.
     pub off_cpu_ids: Vec<u64>,
+    /// Whether time in the kernel is sampled (as the time of the user
+    /// code that entered it), or the kernel refused it.
+    pub kernel: bool,
 }
 
 /// Why the events could not be set up.
@@ -105,6 +108,11 @@ pub enum EventsError {
     /// The switch event's id could not be read.
     #[error("cannot read the id of a context-switch event: {0}")]
     EventId(std::io::Error),
+}
+
+/// `kernel.perf_event_paranoid` and its value, as read now.
+pub(crate) fn paranoid_setting() -> String {
+    paranoid_now(ichnos_perf::event::paranoid())
 }
 
 fn paranoid_now(paranoid: Option<i32>) -> String {
@@ -141,18 +149,22 @@ pub(crate) fn open(
         wakeup_watermark: watermark(planned),
         ..config
     };
-    let mut events = open_with(scope, config, fall_back, planned)?;
+    // Time in the kernel is sampled where it is allowed; off-CPU time
+    // needs it (its refusal is that mode's error).
+    let kernel_optional = !off_cpu;
+    let mut events = open_with(scope, config, fall_back, kernel_optional, planned)?;
     if events.pages != planned {
         // Smaller rings than planned: open again with a wakeup watermark
         // that fits them (one larger than a ring would only wake the
         // recorder once the ring is full).
-        let pages = events.pages;
+        let (pages, kernel) = (events.pages, events.kernel);
         drop(events);
         let config = EventConfig {
             wakeup_watermark: watermark(pages),
+            kernel,
             ..config
         };
-        events = open_with(scope, config, fall_back, pages)?;
+        events = open_with(scope, config, fall_back, kernel_optional, pages)?;
     }
     events.planned_pages = planned;
     if off_cpu {
@@ -255,10 +267,49 @@ pub(crate) fn watermark(pages: usize) -> u32 {
     u32::try_from(pages * 4096 / 4).unwrap_or(u32::MAX)
 }
 
+/// Settles `config`'s event kind, build-id support and sampling in the
+/// kernel on a first open (of `task` on `cpu`), which is closed again:
+/// each refusal that has a fallback gives way to it once, in whichever
+/// order the kernel refuses them.
+fn settle(
+    config: &mut EventConfig,
+    fall_back: bool,
+    kernel_optional: bool,
+    task: i32,
+    cpu: i32,
+) -> Result<(), OpenError> {
+    let mut probe = PerfEvent::open(config, task, cpu);
+    loop {
+        probe = match probe {
+            Err(OpenError::NoSuchEvent { .. })
+                if fall_back && config.kind != EventKind::CpuClock =>
+            {
+                config.kind = EventKind::CpuClock;
+                PerfEvent::open(config, task, cpu)
+            }
+            // Kernels before 5.12 do not know the build-id bit.
+            Err(OpenError::Other { source, .. })
+                if config.build_ids && source.raw_os_error() == Some(libc::EINVAL) =>
+            {
+                config.build_ids = false;
+                PerfEvent::open(config, task, cpu)
+            }
+            // `kernel.perf_event_paranoid` 2 or more: user space only, for
+            // users without CAP_PERFMON.
+            Err(OpenError::Permission { .. }) if config.kernel && kernel_optional => {
+                config.kernel = false;
+                PerfEvent::open(config, task, cpu)
+            }
+            other => return other.map(drop),
+        };
+    }
+}
+
 fn open_with(
     scope: Scope<'_>,
     mut config: EventConfig,
     fall_back: bool,
+    kernel_optional: bool,
     first_pages: usize,
 ) -> Result<Events, EventsError> {
     let cpus = ichnos_perf::online_cpus();
@@ -268,25 +319,13 @@ fn open_with(
         Scope::System => -1,
     };
     let first_cpu = cpus.first().map_or(0, |c| c.cast_signed());
-    // The event kind and build-id support are settled on the first open.
-    let probe = match PerfEvent::open(&config, first_task, first_cpu) {
-        Err(OpenError::NoSuchEvent { .. }) if fall_back && config.kind != EventKind::CpuClock => {
-            config.kind = EventKind::CpuClock;
-            PerfEvent::open(&config, first_task, first_cpu)
-        }
-        other => other,
-    };
-    let probe = match probe {
-        // Kernels before 5.12 do not know the build-id bit.
-        Err(OpenError::Other { source, .. })
-            if config.build_ids && source.raw_os_error() == Some(libc::EINVAL) =>
-        {
-            config.build_ids = false;
-            PerfEvent::open(&config, first_task, first_cpu)
-        }
-        other => other,
-    }?;
-    drop(probe);
+    settle(
+        &mut config,
+        fall_back,
+        kernel_optional,
+        first_task,
+        first_cpu,
+    )?;
     let mut events = Vec::new();
     let mut leaders = Vec::new();
     // Events that write into another's ring: (event, leader).
@@ -360,6 +399,7 @@ fn open_with(
         planned_pages: pages,
         off_cpu_kind: None,
         off_cpu_ids: Vec::new(),
+        kernel: config.kernel,
     })
 }
 
@@ -414,6 +454,7 @@ mod tests {
             planned_pages,
             off_cpu_kind: None,
             off_cpu_ids: Vec::new(),
+            kernel: false,
         };
         assert!(!events(1024, 1024).rings_limited());
         assert!(!events(256, 1024).rings_limited());

@@ -400,9 +400,11 @@ fn event_config(options: &RecordOptions, scope: events::Scope<'_>) -> EventConfi
         side_band: true,
         build_ids: true,
         context_switches: options.off_cpu,
-        // Time on and off CPUs add up only if time in the kernel counts:
-        // off-CPU time needs kernel sampling allowed anyway.
-        kernel: options.off_cpu,
+        // Time in the kernel (system calls, page faults), sampled as the
+        // time of the user code that entered it, where the kernel allows
+        // it (events::open falls back to user space only); time on and
+        // off CPUs add up only if it counts.
+        kernel: true,
         identify: options.off_cpu,
     }
 }
@@ -425,6 +427,12 @@ fn notes(options: &RecordOptions, events: &events::Events) -> Vec<String> {
              sampling switches with the software event context-switches, at the same moment"
                 .to_owned(),
         );
+    }
+    if !events.kernel {
+        notes.push(format!(
+            "time in the kernel (system calls, page faults) is not sampled: {} allows it to root and CAP_PERFMON only (sysctl kernel.perf_event_paranoid=1 allows it)",
+            events::paranoid_setting()
+        ));
     }
     if events.rings_limited() {
         notes.push(format!(

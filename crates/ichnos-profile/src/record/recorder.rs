@@ -114,6 +114,10 @@ pub(super) struct Recorder {
     pub(super) lost: u64,
     /// Threads off their CPUs.
     pub(super) off_cpu: OffCpu,
+    /// Time in the kernel is sampled: a sample without user registers is
+    /// of a kernel thread, or of a task not yet or no longer in user
+    /// space (an exec), not a loss.
+    pub(super) kernel_sampled: bool,
 }
 
 impl Recorder {
@@ -157,6 +161,7 @@ impl Recorder {
                 .then(super::live_stack::LiveStack::default),
             lost: 0,
             off_cpu: OffCpu::new(events.off_cpu_ids.clone()),
+            kernel_sampled: events.kernel,
         }
     }
 
@@ -194,6 +199,7 @@ impl Recorder {
             live_stack: None,
             lost: 0,
             off_cpu: OffCpu::default(),
+            kernel_sampled: false,
         }
     }
 
@@ -420,9 +426,9 @@ impl Recorder {
                 bx: r.get(regs::BX),
             })
         }) else {
-            if leaving || self.off_cpu.enabled() {
-                // A kernel thread (sampled in the kernel for off-CPU
-                // time, or switching): no program's time.
+            if leaving || self.off_cpu.enabled() || self.kernel_sampled {
+                // A kernel thread (sampled in the kernel, or switching):
+                // no program's time.
                 self.off_cpu.kernel_threads += 1;
                 return;
             }
