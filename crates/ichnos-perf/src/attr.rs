@@ -87,6 +87,8 @@ pub mod flag {
     pub const EXCLUDE_KERNEL: u64 = 1 << 5;
     /// Do not count the hypervisor.
     pub const EXCLUDE_HV: u64 = 1 << 6;
+    /// Do not count while the CPU idles.
+    pub const EXCLUDE_IDLE: u64 = 1 << 7;
     /// Record executable mappings.
     pub const MMAP: u64 = 1 << 8;
     /// Record command names.

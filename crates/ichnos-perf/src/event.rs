@@ -113,6 +113,9 @@ pub struct EventConfig {
     /// still carries only the user registers and stack it entered with):
     /// time in system calls is then sampled, as the caller's.
     pub kernel: bool,
+    /// With `kernel`, not while a CPU idles (`exclude_idle`; an event of
+    /// every task on a CPU would otherwise sample its idle task).
+    pub exclude_idle: bool,
     /// Every sample and record starts with the event's id
     /// (`PERF_SAMPLE_IDENTIFIER`, [`PerfEvent::id`]), so that events that
     /// share a ring can be told apart.
@@ -128,8 +131,9 @@ impl EventConfig {
         | (1 << attr::regs::SP)
         | (1 << attr::regs::IP);
 
-    /// The attribute struct for this configuration: user space only,
-    /// timestamps on `CLOCK_MONOTONIC`, every record with its
+    /// The attribute struct for this configuration: user space (and the
+    /// kernel where `kernel` asks), timestamps on `CLOCK_MONOTONIC`,
+    /// every record with its
     /// `sample_id`. A switch event ([`EventKind::is_switch`]) samples
     /// every switch instead of at `frequency`, and counts in the kernel,
     /// where switches happen (an event that excludes the kernel never
@@ -159,6 +163,7 @@ impl EventConfig {
         let switch = self.kind.is_switch();
         flags |= on(flag::FREQ, !switch);
         flags |= on(flag::EXCLUDE_KERNEL, !switch && !self.kernel);
+        flags |= on(flag::EXCLUDE_IDLE, !switch && self.exclude_idle);
         flags |= on(flag::CONTEXT_SWITCH, self.context_switches);
         flags |= on(flag::INHERIT, self.inherit);
         flags |= on(flag::ENABLE_ON_EXEC, self.enable_on_exec);

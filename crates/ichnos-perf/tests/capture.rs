@@ -22,6 +22,7 @@ fn config() -> EventConfig {
         build_ids: false,
         context_switches: false,
         kernel: false,
+        exclude_idle: false,
         identify: false,
     }
 }

@@ -994,9 +994,12 @@ fn time_in_system_calls_is_sampled_as_the_callers() {
         samples * 10 >= cpu_ms * 7,
         "{samples} samples for {cpu_ms} ms of CPU time ({user_ms} user)"
     );
+    // glibc's read, by whichever of its names the symbol table gives.
     let shares = self_shares(&data);
-    let read = shares
-        .get("__GI___libc_read")
-        .or_else(|| shares.get("read"));
-    assert!(read.is_some_and(|&s| s > 50.0), "{shares:?}");
+    let read: f64 = shares
+        .iter()
+        .filter(|(name, _)| name.ends_with("read"))
+        .map(|(_, share)| share)
+        .sum();
+    assert!(read > 50.0, "{shares:?}");
 }

@@ -129,6 +129,7 @@ pub(super) fn format() -> SampleFormat {
         build_ids: false,
         context_switches: false,
         kernel: false,
+        exclude_idle: false,
         identify: false,
     };
     SampleFormat::of(&config.attr())

@@ -110,11 +110,6 @@ pub enum EventsError {
     EventId(std::io::Error),
 }
 
-/// `kernel.perf_event_paranoid` and its value, as read now.
-pub(crate) fn paranoid_setting() -> String {
-    paranoid_now(ichnos_perf::event::paranoid())
-}
-
 fn paranoid_now(paranoid: Option<i32>) -> String {
     paranoid.map_or_else(
         || "kernel.perf_event_paranoid (unreadable)".to_owned(),

@@ -405,6 +405,8 @@ fn event_config(options: &RecordOptions, scope: events::Scope<'_>) -> EventConfi
         // it (events::open falls back to user space only); time on and
         // off CPUs add up only if it counts.
         kernel: true,
+        // Every task on a CPU: not its idle task.
+        exclude_idle: matches!(scope, events::Scope::System),
         identify: options.off_cpu,
     }
 }
@@ -429,9 +431,16 @@ fn notes(options: &RecordOptions, events: &events::Events) -> Vec<String> {
         );
     }
     if !events.kernel {
+        let why = match ichnos_perf::event::paranoid() {
+            Some(p) if p > 1 => format!(
+                "kernel.perf_event_paranoid {p} allows it to root and CAP_PERFMON only \
+                 (sysctl kernel.perf_event_paranoid=1 allows it)"
+            ),
+            // A lockdown or a security module.
+            _ => "the kernel refused it".to_owned(),
+        };
         notes.push(format!(
-            "time in the kernel (system calls, page faults) is not sampled: {} allows it to root and CAP_PERFMON only (sysctl kernel.perf_event_paranoid=1 allows it)",
-            events::paranoid_setting()
+            "time in the kernel (system calls, page faults) is not sampled: {why}"
         ));
     }
     if events.rings_limited() {
@@ -692,7 +701,8 @@ fn off_cpu_notes(off: &off_cpu::OffCpu) -> Vec<String> {
     }
     if off.kernel_threads > 0 {
         notes.push(format!(
-            "{} samples of kernel threads (no user stack) were left out",
+            "{} samples taken in the kernel with no user code to show (kernel threads, \
+             programs between exec and their first instruction) were left out",
             off.kernel_threads
         ));
     }

@@ -13,7 +13,7 @@ use ichnos_code::{unwind_cached, FrameKind, Regs, StopReason, UnwindOptions};
 use ichnos_data::{LostCause, Record, StackOut, StackStop};
 use ichnos_perf::attr::regs;
 use ichnos_perf::monotonic_ns;
-use ichnos_perf::record::{Record as PerfRecord, Sample, REGS_ABI_NONE};
+use ichnos_perf::record::{Record as PerfRecord, Sample, MISC_USER, REGS_ABI_NONE};
 
 use super::events;
 use super::intern::Interner;
@@ -445,51 +445,26 @@ impl Recorder {
         let stack = s.stack_user.unwrap_or_default();
         self.spaces.get_or_synthesize(pid, time, &mut self.output);
         self.spaces.know_thread(pid, tid, time, &mut self.output);
-        // The copy walked, and on in the thread's memory; then, once,
-        // again after a look for code no record told of (JIT code), if
-        // the walk ran into memory a JIT may fill, in the copy or past it.
-        let mut refreshed = false;
-        let stop = loop {
-            let space = self.spaces.by_pid.get_mut(&pid).expect("made above");
-            let mut stop = walk(space, regs, stack, &self.options, &mut self.frames);
-            // The kernel copied less than asked for: the stack's mapping
-            // ended.
-            let copy_short = (stack.len() as u64) < s.stack_user_size;
-            // A walk that ran off a whole copy (not one the kernel cut at
-            // the stack's end, nor one cut in staging) goes on in the
-            // thread's memory, if that still holds what the copy did.
-            if let (StopReason::StackEnd { .. }, Some(live)) = (stop, self.live_stack.as_mut()) {
-                if !stack_cut && !copy_short {
-                    let taken = super::live_stack::Taken {
-                        pid,
-                        time,
-                        regs,
-                        copy: stack,
-                    };
-                    stop = live.walk_on(taken, stop, self.frames.last().copied(), &mut |stack| {
-                        walk(space, regs, stack, &self.options, &mut self.frames)
-                    });
-                }
-            }
-            if refreshed
-                || stop == StopReason::Outermost
-                || !self
-                    .frames
-                    .iter()
-                    .any(|f| space.may_be_jit(f.lookup_address()))
-                || !space.take_refresh(time)
-            {
-                break stop;
-            }
-            refreshed = true;
-            let jit = space.refresh_jit();
-            let mapped = self.spaces.resync(pid, time, &mut self.output);
-            if !jit && !mapped {
-                break stop;
-            }
-        };
-        let space = self.spaces.by_pid.get_mut(&pid).expect("still there");
+        let in_kernel = s.misc & ichnos_perf::record::MISC_CPUMODE_MASK != MISC_USER;
+        if in_kernel
+            && !leaving
+            && self
+                .spaces
+                .by_pid
+                .get(&pid)
+                .is_some_and(|space| !space.is_mapped(regs.ip))
+        {
+            // Taken in the kernel with user registers that are of no code
+            // of the process: an exec past the new memory and before the
+            // new program's first instruction (the registers are the old
+            // program's). Time of no user code.
+            self.off_cpu.kernel_threads += 1;
+            return;
+        }
+        // The kernel copied less than asked for: the stack's mapping ended.
         let copy_short = (stack.len() as u64) < s.stack_user_size;
+        let stop = self.walk_sample(pid, time, regs, stack, !stack_cut && !copy_short);
+        let space = self.spaces.by_pid.get_mut(&pid).expect("still there");
         // A frame-pointer chain through code that does not keep one reads
         // whatever rbp holds: a "return address" in no mapping is not one,
         // and the stack ends before it rather than with made-up frames.
@@ -518,6 +493,60 @@ impl Recorder {
             self.write_sample(pid, tid, cpu, time, stop, weight);
         }
         self.learn(tid, stop, stack_cut, copy_short, leaving);
+    }
+
+    /// Walks the stack of a sample of process `pid` at `time` from `regs`
+    /// through its copy `stack` into `self.frames` (`whole_copy`: the copy
+    /// is all the kernel was asked for, not cut short by it or in
+    /// staging): why the walk ended.
+    fn walk_sample(
+        &mut self,
+        pid: u32,
+        time: u64,
+        regs: Regs,
+        stack: &[u8],
+        whole_copy: bool,
+    ) -> StopReason {
+        // The copy walked, and on in the thread's memory; then, once,
+        // again after a look for code no record told of (JIT code), if
+        // the walk ran into memory a JIT may fill, in the copy or past it.
+        let mut refreshed = false;
+        loop {
+            let space = self.spaces.by_pid.get_mut(&pid).expect("made above");
+            let mut stop = walk(space, regs, stack, &self.options, &mut self.frames);
+            // A walk that ran off a whole copy (not one the kernel cut at
+            // the stack's end, nor one cut in staging) goes on in the
+            // thread's memory, if that still holds what the copy did.
+            if let (StopReason::StackEnd { .. }, Some(live)) = (stop, self.live_stack.as_mut()) {
+                if whole_copy {
+                    let taken = super::live_stack::Taken {
+                        pid,
+                        time,
+                        regs,
+                        copy: stack,
+                    };
+                    stop = live.walk_on(taken, stop, self.frames.last().copied(), &mut |stack| {
+                        walk(space, regs, stack, &self.options, &mut self.frames)
+                    });
+                }
+            }
+            if refreshed
+                || stop == StopReason::Outermost
+                || !self
+                    .frames
+                    .iter()
+                    .any(|f| space.may_be_jit(f.lookup_address()))
+                || !space.take_refresh(time)
+            {
+                break stop;
+            }
+            refreshed = true;
+            let jit = space.refresh_jit();
+            let mapped = self.spaces.resync(pid, time, &mut self.output);
+            if !jit && !mapped {
+                break stop;
+            }
+        }
     }
 
     /// What the walk of a sample of thread `tid` that ended with `stop`
