@@ -436,3 +436,46 @@ fn jit_code_reached_past_the_copy_is_looked_for() {
     drop(jit);
     super::close(recorder.output, writer, 0).unwrap();
 }
+
+/// A sample taken in the kernel whose user registers are of no code of
+/// the process (an exec's, between the new memory and the new program's
+/// first instruction, carries the old program's) is left out as time of
+/// no user code; the same sample taken in user space is kept.
+#[test]
+fn a_kernel_sample_with_registers_of_no_code_is_left_out() {
+    let format = format();
+    let dir = tempfile::tempdir().unwrap();
+    let start = ichnos_perf::monotonic_ns();
+    let (mut recorder, writer) = recorder(format, dir.path(), start);
+    let mut record = sample_here_copying(&format, start, 256, 256);
+    let Ok(Record::Sample(s)) = parse(&format, &record) else {
+        panic!("not a sample");
+    };
+    // The instruction pointer, in the sample and in its registers, made
+    // one that no mapping holds.
+    let ip = s.ip.unwrap().to_le_bytes();
+    let mut at = 0;
+    let mut replaced = 0;
+    while let Some(found) = record[at..].windows(8).position(|w| w == ip) {
+        record[at + found..at + found + 8].copy_from_slice(&0x10u64.to_le_bytes());
+        at += found + 8;
+        replaced += 1;
+    }
+    // The sample's, its registers' (and any copy on the stack).
+    assert!(replaced >= 2, "{replaced} found");
+    for (misc, kept) in [(1u16, false), (ichnos_perf::record::MISC_USER, true)] {
+        record[4..6].copy_from_slice(&misc.to_le_bytes());
+        let Ok(sample @ Record::Sample(_)) = parse(&format, &record) else {
+            panic!("not a sample");
+        };
+        let (samples, left_out) = (recorder.samples, recorder.off_cpu.kernel_threads);
+        recorder.handle(&sample, false);
+        assert_eq!(recorder.samples - samples, u64::from(kept), "misc {misc}");
+        assert_eq!(
+            recorder.off_cpu.kernel_threads - left_out,
+            u64::from(!kept),
+            "misc {misc}"
+        );
+    }
+    super::close(recorder.output, writer, 0).unwrap();
+}
