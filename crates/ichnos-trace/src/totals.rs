@@ -1,7 +1,10 @@
 //! `ichnos report --trace`: per function, the time spent in its calls
 //! (total), in it alone (self), how often it was called, and the average
-//! and longest call, as `uftrace report` sums them (a recursive call's
-//! time counts in each of its frames' totals).
+//! and longest call, as `uftrace report` sums them: a call made while
+//! another call of the same function is open in its thread (recursion,
+//! direct or through other functions) adds to the calls, the self time
+//! and the longest, not to the total, which its outermost call already
+//! holds. So no function's total exceeds the time its thread ran.
 
 use std::io::{self, Write};
 
@@ -47,20 +50,55 @@ pub enum TotalsSort {
 struct Sums {
     by_function: FxHashMap<u64, (u64, u64, u64, u64)>,
     tids: Vec<u32>,
+    /// Per thread, the calls of each function open in it.
+    open: FxHashMap<(u32, u32), FxHashMap<u64, u32>>,
+}
+
+impl Sums {
+    fn kept(&self, tid: u32) -> bool {
+        self.tids.is_empty() || self.tids.contains(&tid)
+    }
 }
 
 impl Visitor for Sums {
-    fn enter(&mut self, _: u32, _: u32, _: u64, _: u64, _: usize, _: u64) {}
-    fn exit(&mut self, _: u32, tid: u32, call: &Call) {
-        if !self.tids.is_empty() && !self.tids.contains(&tid) {
+    fn enter(&mut self, pid: u32, tid: u32, function: u64, _: u64, _: usize, _: u64) {
+        if self.kept(tid) {
+            *self
+                .open
+                .entry((pid, tid))
+                .or_default()
+                .entry(function)
+                .or_default() += 1;
+        }
+    }
+
+    fn exit(&mut self, pid: u32, tid: u32, call: &Call) {
+        if !self.kept(tid) {
             return;
         }
+        // Whether another call of the function is still open below this
+        // one: then its time is already in that call's total.
+        let nested = self
+            .open
+            .get_mut(&(pid, tid))
+            .and_then(|open| open.get_mut(&call.function))
+            .is_some_and(|n| {
+                *n = n.saturating_sub(1);
+                *n > 0
+            });
         let took = call.exit - call.enter;
         let e = self.by_function.entry(call.function).or_default();
         e.0 += 1;
-        e.1 = e.1.saturating_add(took);
+        if !nested {
+            e.1 = e.1.saturating_add(took);
+        }
         e.2 = e.2.saturating_add(took.saturating_sub(call.children));
         e.3 = e.3.max(took);
+    }
+
+    fn abandon(&mut self, pid: u32, tid: u32, _: usize, _: u64) {
+        // Its open calls never return, and it starts afresh.
+        self.open.remove(&(pid, tid));
     }
 }
 

@@ -204,6 +204,59 @@ fn folded_stacks_of_a_deep_recursion_stop_at_a_depth() {
     assert!(deeper.starts_with("deep;main;down;down;"), "{deeper}");
 }
 
+/// `value unit` of the trace table in nanoseconds.
+fn table_ns(value: &str, unit: &str) -> f64 {
+    let scale = match unit {
+        "ns" => 1.0,
+        "us" => 1e3,
+        "ms" => 1e6,
+        "s" => 1e9,
+        other => panic!("unit {other}"),
+    };
+    value.parse::<f64>().unwrap() * scale
+}
+
+/// A recursion 3001 calls deep under `main`: the table counts every call
+/// of `down`, its time once in the total (its outermost call's), as
+/// uftrace sums it, so its total cannot pass `main`'s. Summing each
+/// frame's time would give about 1500 times `main`'s.
+#[test]
+fn the_trace_table_counts_a_recursions_time_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "deep.c", &["-O0"]);
+    let out = trace(dir.path(), "t.data", &[], &[exe.to_str().unwrap(), "3000"]);
+    assert!(out.status.success());
+    let table = run(ichnos()
+        .args(["report", "--trace", "--limit", "0", "-i"])
+        .arg(dir.path().join("t.data")));
+    let table = String::from_utf8(table.stdout).unwrap();
+    let row = |name: &str| -> (f64, f64, u64, f64, f64) {
+        let f: Vec<&str> = table
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .find(|f| f.len() == 10 && f[9] == name)
+            .unwrap_or_else(|| panic!("no {name} in {table}"));
+        (
+            table_ns(f[0], f[1]),
+            table_ns(f[2], f[3]),
+            f[4].parse().unwrap(),
+            table_ns(f[5], f[6]),
+            table_ns(f[7], f[8]),
+        )
+    };
+    let (main_total, _, main_calls, _, _) = row("main");
+    let (total, self_time, calls, average, longest) = row("down");
+    assert_eq!((main_calls, calls), (1, 3001), "{table}");
+    // The outermost call of down is the longest, and it is the total.
+    assert!(total <= main_total, "{table}");
+    assert!((total - longest).abs() <= total * 1e-3 + 1.0, "{table}");
+    assert!(self_time <= total, "{table}");
+    assert!(
+        (average - total / 3001.0).abs() <= average * 1e-3 + 1.0,
+        "{table}"
+    );
+}
+
 #[test]
 fn folded_stacks_weigh_each_path_by_its_self_time() {
     let dir = tempfile::tempdir().unwrap();
