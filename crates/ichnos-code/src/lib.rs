@@ -10,7 +10,8 @@
 //! Every unwind source becomes the same compact [`UnwindRow`] (the codectl
 //! JIT FRE): [`sframe`] decodes SFrame v1, v2 and v3 sections, [`eh_frame`]
 //! converts `.eh_frame` CFI where the rule is expressible, and [`jit`]
-//! reads JIT tables as they grow. [`unwind()`](unwind::unwind) then walks a
+//! reads JIT tables as they grow; [`gdb_jit`] reads the objects a JIT gave
+//! debuggers through the GDB JIT interface. [`unwind()`](unwind::unwind) then walks a
 //! stack from user registers and a stack copy, one binary search and a few
 //! loads per frame, with the frame-pointer chain as the fallback.
 //!
@@ -40,6 +41,7 @@ pub mod code_map;
 pub mod eh_frame;
 pub mod elf;
 pub mod export;
+pub mod gdb_jit;
 pub mod jit;
 pub mod jitdump;
 pub mod lazy;

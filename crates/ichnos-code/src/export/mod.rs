@@ -15,6 +15,7 @@
 mod reader;
 mod writer;
 
+pub(crate) use reader::find_process_symbol;
 pub use reader::{find_exported_registry, read_exported_registry, FailedRegistration, RemoteError};
 pub use writer::Exporter;
 

@@ -52,6 +52,13 @@ pub enum RemoteError {
 
 /// Finds `ichnos_code_registry` in the files mapped by `pid`.
 pub fn find_exported_registry(pid: u32) -> Result<u64, RemoteError> {
+    find_process_symbol(pid, b"ichnos_code_registry")?.ok_or(RemoteError::NoSymbol { pid })
+}
+
+/// The run-time address of the data or function symbol `name` defined by
+/// a file `pid` maps (its symbol tables, `.symtab` then `.dynsym`; the
+/// first file that defines it), or `None`.
+pub(crate) fn find_process_symbol(pid: u32, name: &[u8]) -> Result<Option<u64>, RemoteError> {
     use object::{Object, ObjectSegment, ObjectSymbol};
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
         .map_err(|source| RemoteError::Maps { pid, source })?;
@@ -78,15 +85,16 @@ pub fn find_exported_registry(pid: u32) -> Result<u64, RemoteError> {
         let Some(first) = file.segments().map(|s| s.address()).min() else {
             continue;
         };
-        let symbol = file.symbols().chain(file.dynamic_symbols()).find(|s| {
-            s.is_definition() && s.name_bytes().ok() == Some(b"ichnos_code_registry".as_slice())
-        });
+        let symbol = file
+            .symbols()
+            .chain(file.dynamic_symbols())
+            .find(|s| s.is_definition() && s.name_bytes().ok() == Some(name));
         let link_origin = first & !(crate::elf::ELF_START_ALIGN - 1);
         if let Some(offset) = symbol.and_then(|s| s.address().checked_sub(link_origin)) {
-            return Ok(m.range.start.wrapping_add(offset));
+            return Ok(Some(m.range.start.wrapping_add(offset)));
         }
     }
-    Err(RemoteError::NoSymbol { pid })
+    Ok(None)
 }
 
 /// Reads the registrations exported by process `pid` at `addr` (from
