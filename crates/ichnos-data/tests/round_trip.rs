@@ -185,6 +185,7 @@ fn owned() -> impl Strategy<Value = Owned> {
         Just(JitSource::PerfMap),
         Just(JitSource::JitDump),
         Just(JitSource::Span),
+        Just(JitSource::Debugger),
         Just(JitSource::Unknown(1000))
     ];
     let cause = prop_oneof![

@@ -70,6 +70,7 @@ impl Code for JitSource {
         (JitSource::PerfMap, 2),
         (JitSource::JitDump, 3),
         (JitSource::Span, 4),
+        (JitSource::Debugger, 5),
     ];
 }
 
@@ -161,6 +162,9 @@ pub enum JitSource {
     /// Not code: a function trace's named span (`ichnos_span_begin`),
     /// whose events name the span by the address of its name.
     Span,
+    /// The object it gave debuggers through the GDB JIT interface
+    /// (`__jit_debug_descriptor`): the symbol of a function in it.
+    Debugger,
     /// A source this reader does not know (a later version's).
     Unknown(u64),
 }
