@@ -28,6 +28,8 @@ mod jit;
 /// Most JIT code names kept per address space (a runtime can register
 /// millions of tiny ranges).
 const MAX_JIT_NAMES: usize = 1 << 16;
+/// GDB JIT interface entries followed per process at most.
+const MAX_DEBUGGER_ENTRIES: usize = 1 << 16;
 /// Most addresses in unnamed JIT code remembered per address space.
 const MAX_PENDING_JIT: usize = 1 << 16;
 /// Least time between two looks at a process's registry or perf map
@@ -135,6 +137,13 @@ struct JitState {
     registry: RegistryAt,
     /// Registrations made into code objects (text start, table head).
     registered: HashSet<(u64, u64)>,
+    /// Where the process's GDB JIT descriptor is.
+    debugger: RegistryAt,
+    /// The GDB JIT interface's entries read, with the starts of the
+    /// code objects each made (none if its object was unusable).
+    debugger_entries: HashMap<ichnos_code::gdb_jit::JitEntry, Vec<u64>>,
+    /// Starts of the code objects made from GDB JIT objects.
+    from_debugger: HashSet<u64>,
     /// Ranges of anonymous executable memory.
     anon: Vec<Range<u64>>,
     /// Something new was mapped since the last refresh.

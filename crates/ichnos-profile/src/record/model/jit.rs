@@ -8,9 +8,11 @@ use std::sync::Arc;
 use ichnos_code::{CodeObject, JitRows, RowSource, Rows};
 use ichnos_data::{JitSource, Record};
 
+use std::collections::HashSet;
+
 use super::{
-    capped, reread, stamp, AddressSpace, Output, RegistryAt, MAX_JITDUMP, MAX_JIT_NAMES,
-    MAX_PENDING_JIT, REFRESH_INTERVAL_NS,
+    capped, reread, stamp, AddressSpace, Output, RegistryAt, MAX_DEBUGGER_ENTRIES, MAX_JITDUMP,
+    MAX_JIT_NAMES, MAX_PENDING_JIT, REFRESH_INTERVAL_NS,
 };
 
 impl AddressSpace {
@@ -43,9 +45,16 @@ impl AddressSpace {
         due
     }
 
-    /// Looks for JIT code the process registered since the last look:
-    /// whether the code map changed.
+    /// Looks for JIT code the process registered since the last look, in
+    /// its code registry and through the GDB JIT interface: whether the
+    /// code map changed.
     pub fn refresh_jit(&mut self) -> bool {
+        let registered = self.refresh_registry();
+        self.refresh_debugger_jit() | registered
+    }
+
+    /// Looks for JIT code in the process's exported code registry.
+    fn refresh_registry(&mut self) -> bool {
         if self.jit.registry == RegistryAt::Unknown {
             self.jit.registry = match ichnos_code::export::find_exported_registry(self.pid) {
                 Ok(addr) => RegistryAt::At(addr),
@@ -88,6 +97,94 @@ impl AddressSpace {
         changed
     }
 
+    /// Looks for JIT code the process gave debuggers through the GDB JIT
+    /// interface: each new entry's object becomes a code object per
+    /// function it names (its `.eh_frame` rows shared), and the objects
+    /// of entries gone from the list are dropped, since their code may
+    /// have been freed and its memory reused.
+    fn refresh_debugger_jit(&mut self) -> bool {
+        use ichnos_code::gdb_jit;
+        if self.jit.debugger == RegistryAt::Unknown {
+            self.jit.debugger = match gdb_jit::find_descriptor(self.pid) {
+                Ok(Some(addr)) => RegistryAt::At(addr),
+                _ => RegistryAt::Absent,
+            };
+        }
+        let RegistryAt::At(addr) = self.jit.debugger else {
+            return false;
+        };
+        let mut memory = ichnos_code::memory::ProcessMemory::new(self.pid);
+        let Ok(entries) = gdb_jit::read_entries(&mut memory, addr) else {
+            return false;
+        };
+        let live: HashSet<gdb_jit::JitEntry> = entries.iter().copied().collect();
+        let mut changed = false;
+        let gone: Vec<gdb_jit::JitEntry> = self
+            .jit
+            .debugger_entries
+            .keys()
+            .filter(|e| !live.contains(e))
+            .copied()
+            .collect();
+        for entry in gone {
+            for start in self.jit.debugger_entries.remove(&entry).unwrap_or_default() {
+                changed |= self.code.remove(start).is_some();
+                self.jit.from_debugger.remove(&start);
+                // New code there gets its own name.
+                self.jit.named.remove(&start);
+            }
+        }
+        for entry in entries {
+            if self.jit.debugger_entries.contains_key(&entry)
+                || self.jit.debugger_entries.len() >= MAX_DEBUGGER_ENTRIES
+            {
+                continue;
+            }
+            let starts = gdb_jit::read_object(&mut memory, &entry)
+                .and_then(|bytes| gdb_jit::parse_object(&bytes))
+                .map(|object| self.insert_debugger_object(object))
+                .unwrap_or_default();
+            changed |= !starts.is_empty();
+            self.jit.debugger_entries.insert(entry, starts);
+        }
+        changed
+    }
+
+    /// Makes code objects of one GDB JIT object: one per function it
+    /// names, or one for all its code where it names none. Returns their
+    /// starts. An object without unwind rows makes none.
+    fn insert_debugger_object(&mut self, object: ichnos_code::gdb_jit::JitObject) -> Vec<u64> {
+        let Some(table) = object.rows else {
+            return Vec::new();
+        };
+        let rows = Rows::Fixed(Arc::new(table));
+        let pieces: Vec<(u64, u64, Arc<str>)> = if object.functions.is_empty() {
+            vec![(object.text.start, object.text.end, Arc::from("[jit]"))]
+        } else {
+            object
+                .functions
+                .iter()
+                .map(|f| (f.range.start, f.range.end, Arc::from(f.name.as_str())))
+                .collect()
+        };
+        let mut starts = Vec::new();
+        for (start, end, name) in pieces {
+            let code = CodeObject {
+                start,
+                end,
+                bias: 0,
+                rows: rows.clone(),
+                source: RowSource::Jit,
+                name,
+            };
+            if self.code.insert(Arc::new(code)).is_ok() {
+                self.jit.from_debugger.insert(start);
+                starts.push(start);
+            }
+        }
+        starts
+    }
+
     /// Notes the JIT frames of a new stack: names registered code the
     /// first time it appears, and remembers addresses no name covers yet.
     pub fn note_jit_frames(&mut self, frames: &[u64], out: &mut Output, time: u64) {
@@ -104,7 +201,11 @@ impl AddressSpace {
                         asid: self.asid,
                         start: object.start,
                         end: object.end,
-                        source: JitSource::Registry,
+                        source: if self.jit.from_debugger.contains(&object.start) {
+                            JitSource::Debugger
+                        } else {
+                            JitSource::Registry
+                        },
                         name: capped(object.name.as_bytes()),
                     });
                 }

@@ -1,0 +1,122 @@
+//! The profiler through JIT code a process described to debuggers with
+//! the GDB JIT interface (as LuaJIT, LLVM's JITs, V8 and Wasmtime do):
+//! ichnos reads the object from the process while it runs, unwinds the
+//! generated code by its `.eh_frame` and names it by its symbols. The
+//! fixture (`ichnos-code`'s `gdb_jit.c`) calls back into native code from
+//! a JIT function with a frame and no frame pointer; gdb, which reads the
+//! same interface, gives the chain every sample must show.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+mod common;
+
+use common::*;
+
+fn ichnos_code_fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../ichnos-code/tests/fixtures")
+        .join(name)
+}
+
+fn run(command: &mut Command) -> String {
+    let out = command.output().expect("runs");
+    assert!(out.status.success(), "{command:?}: {out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Builds the fixture in `dir`: (program, the code's object).
+fn build(dir: &Path) -> (PathBuf, PathBuf) {
+    let (object, linked) = (dir.join("code.o"), dir.join("code.elf"));
+    run(Command::new("as")
+        .arg(ichnos_code_fixture("gdb_jit_code.s"))
+        .arg("-o")
+        .arg(&object));
+    run(Command::new("ld")
+        .args(["-Ttext=0x10000000", "-e", "jit_hot", "-o"])
+        .arg(&linked)
+        .arg(&object));
+    let program = dir.join("gdb_jit");
+    gcc(&[
+        "-O2",
+        "-g",
+        "-fomit-frame-pointer",
+        "-o",
+        program.to_str().unwrap(),
+        ichnos_code_fixture("gdb_jit.c").to_str().unwrap(),
+    ]);
+    (program, linked)
+}
+
+/// gdb's backtrace at `spin`, innermost first: the functions' names.
+fn gdb_chain(program: &Path, object: &Path) -> Vec<String> {
+    let text = run(Command::new("gdb")
+        .args([
+            "-batch",
+            "-nx",
+            "-ex",
+            "break spin",
+            "-ex",
+            "run",
+            "-ex",
+            "bt",
+        ])
+        .arg("--args")
+        .arg(program)
+        .arg(object)
+        .arg("0.01"));
+    text.lines()
+        .filter(|l| l.starts_with('#'))
+        .map(|l| {
+            // "#1  0x... in jit_hot ()" or "#0  spin () at ..."
+            let l = l.split_once(" in ").map_or(l, |(_, rest)| rest);
+            let l = l.trim_start_matches(|c: char| c == '#' || c.is_ascii_digit() || c == ' ');
+            l.split_whitespace().next().unwrap().to_owned()
+        })
+        .collect()
+}
+
+#[test]
+fn jit_code_described_to_debuggers_is_unwound_and_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let (program, object) = build(dir.path());
+    let chain = gdb_chain(&program, &object);
+    assert_eq!(chain, ["spin", "jit_hot", "main"], "gdb's backtrace");
+
+    let data = dir.path().join("g.data");
+    record(
+        &data,
+        1000,
+        &[program.to_str().unwrap(), object.to_str().unwrap(), "0.5"],
+    );
+    let stacks = folded(&data, &[]);
+    let (mut in_spin, mut through_jit) = (0, 0);
+    for (frames, n) in &stacks {
+        if frames.last().map(String::as_str) != Some("spin") {
+            continue;
+        }
+        in_spin += n;
+        // Root first: ..., main, jit_hot, spin, as gdb has it reversed.
+        let tail: Vec<&str> = frames[frames.len() - 3..]
+            .iter()
+            .map(String::as_str)
+            .collect();
+        if tail == ["main", "jit_hot", "spin"] && frames[1] == "_start" {
+            through_jit += n;
+        }
+    }
+    assert!(in_spin >= 300, "{in_spin}: {stacks:?}");
+    assert!(
+        through_jit * 1000 >= in_spin * 999,
+        "{through_jit} of {in_spin} through jit_hot to _start: {stacks:?}"
+    );
+    // The JIT frame is marked as such.
+    let out = ichnos(&["report", "-i", data.to_str().unwrap(), "--limit", "0"]);
+    let table = text(&out);
+    assert!(
+        table
+            .lines()
+            .any(|l| l.contains(" jit_hot ") && l.trim_end().ends_with("[jit]")),
+        "{table}"
+    );
+}
