@@ -131,14 +131,23 @@ pub struct JitEntry {
     pub size: u64,
 }
 
+/// The list as read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JitList {
+    /// Its entries, in list order.
+    pub entries: Vec<JitEntry>,
+    /// Whether the walk reached the list's end. It stops short at
+    /// [`MAX_ENTRIES`], or at an entry that could not be read (the
+    /// process may be changing the list): then an entry missing from
+    /// `entries` may still be in the list.
+    pub complete: bool,
+}
+
 /// The entries of the list headed by the descriptor at `descriptor`, in
 /// list order. The walk stops at [`MAX_ENTRIES`]; an entry that cannot be
-/// read ends it with what was read before (returned), unless it is the
-/// first.
-pub fn read_entries(
-    memory: &mut dyn Memory,
-    descriptor: u64,
-) -> Result<Vec<JitEntry>, GdbJitError> {
+/// read ends it with what was read before (returned, not complete),
+/// unless it is the first.
+pub fn read_entries(memory: &mut dyn Memory, descriptor: u64) -> Result<JitList, GdbJitError> {
     let mut head = [0u8; 24];
     memory
         .read(descriptor, &mut head)
@@ -162,7 +171,10 @@ pub fn read_entries(
             if entries.is_empty() {
                 return Err(GdbJitError::Entry { addr: next, source });
             }
-            break;
+            return Ok(JitList {
+                entries,
+                complete: false,
+            });
         }
         entries.push(JitEntry {
             entry: next,
@@ -171,7 +183,10 @@ pub fn read_entries(
         });
         next = word_at(&raw, 0);
     }
-    Ok(entries)
+    Ok(JitList {
+        entries,
+        complete: next == 0,
+    })
 }
 
 /// The `i`-th little-endian 64-bit word of `bytes` (0 past their end).
@@ -221,7 +236,9 @@ pub struct JitObject {
     /// highest.
     pub text: Range<u64>,
     /// Its unwind rows (run-time addresses: the table's bias is 0), if it
-    /// has an `.eh_frame`.
+    /// has an `.eh_frame` whose addresses need no relocation (a
+    /// relocatable object with `.rela.eh_frame` has its FDEs' addresses
+    /// in relocations this reader does not apply).
     pub rows: Option<RowTable>,
     /// Its sized function symbols within the code, by address, at most
     /// [`MAX_FUNCTIONS`].
@@ -249,14 +266,19 @@ pub fn parse_object(bytes: &[u8]) -> Result<JitObject, GdbJitError> {
         });
     }
     let text = text.ok_or(GdbJitError::NoCode)?;
-    let rows = match rows_from_object(&file, None) {
-        Ok(conversion) => Some(conversion.table),
-        Err(EhFrameError::Missing) => None,
-        Err(e) => return Err(GdbJitError::Rows(e)),
-    };
     // In a relocatable object (LuaJIT's) a symbol's value counts from
     // its section, which the JIT placed at the code's address.
     let relocatable = file.kind() == object::ObjectKind::Relocatable;
+    let pending_relocations = relocatable && file.section_by_name(".rela.eh_frame").is_some();
+    let rows = if pending_relocations {
+        None
+    } else {
+        match rows_from_object(&file, None) {
+            Ok(conversion) => Some(conversion.table),
+            Err(EhFrameError::Missing) => None,
+            Err(e) => return Err(GdbJitError::Rows(e)),
+        }
+    };
     let mut functions: Vec<JitFunction> = file
         .symbols()
         .filter(|s| s.kind() == SymbolKind::Text && s.is_definition() && s.size() > 0)
@@ -322,9 +344,10 @@ mod tests {
             addr: base,
             data: &bytes,
         };
-        let entries = read_entries(&mut m, 0x1000).unwrap();
+        let list = read_entries(&mut m, 0x1000).unwrap();
+        assert!(list.complete);
         assert_eq!(
-            entries,
+            list.entries,
             vec![
                 JitEntry {
                     entry: 0x1020,
@@ -348,7 +371,8 @@ mod tests {
             addr: base,
             data: &bytes,
         };
-        assert_eq!(read_entries(&mut m, 0x1000).unwrap().len(), MAX_ENTRIES);
+        let list = read_entries(&mut m, 0x1000).unwrap();
+        assert_eq!((list.entries.len(), list.complete), (MAX_ENTRIES, false));
         let (base, bytes) = memory(0x1000, &[2, 0, 0, 0]);
         let mut m = Bytes {
             addr: base,
@@ -368,7 +392,8 @@ mod tests {
             addr: base,
             data: &bytes,
         };
-        assert_eq!(read_entries(&mut m, 0x1000).unwrap().len(), 1);
+        let list = read_entries(&mut m, 0x1000).unwrap();
+        assert_eq!((list.entries.len(), list.complete), (1, false));
         // A first entry out of memory is an error naming it.
         let (base, bytes) = memory(0x1000, &[1, 0, 0x5000_0000, 0]);
         let mut m = Bytes {

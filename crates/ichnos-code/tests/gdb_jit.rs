@@ -65,21 +65,33 @@ fn readelf_rows(path: &Path) -> (Vec<(u64, i32, bool)>, u64) {
     (rows, end)
 }
 
+/// The stopped fixture, killed however the test ends.
+struct Stopped(std::process::Child);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[test]
 fn the_object_a_jit_gave_debuggers_is_read_from_its_memory() {
     let dir = tempfile::tempdir().unwrap();
     let (program, linked) = build(dir.path());
-    let mut child = Command::new(&program)
-        .arg(&linked)
-        .arg("stop")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = Stopped(
+        Command::new(&program)
+            .arg(&linked)
+            .arg("stop")
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
+    BufReader::new(child.0.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
-    let pid = child.id();
+    let pid = child.0.id();
     // Wait until it has stopped itself, its object registered.
     let deadline = Instant::now() + Duration::from_secs(10);
     while !std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -96,11 +108,11 @@ fn the_object_a_jit_gave_debuggers_is_read_from_its_memory() {
 
     let descriptor = find_descriptor(pid).unwrap().expect("the descriptor");
     let mut memory = ProcessMemory::new(pid);
-    let entries = read_entries(&mut memory, descriptor).unwrap();
-    assert_eq!(entries.len(), 1, "{entries:?}");
-    let bytes = read_object(&mut memory, &entries[0]).unwrap();
-    child.kill().unwrap();
-    child.wait().unwrap();
+    let list = read_entries(&mut memory, descriptor).unwrap();
+    assert!(list.complete);
+    assert_eq!(list.entries.len(), 1, "{list:?}");
+    let bytes = read_object(&mut memory, &list.entries[0]).unwrap();
+    drop(child);
     assert_eq!(bytes, std::fs::read(&linked).unwrap(), "the linked file");
 
     let object = parse_object(&bytes).unwrap();
@@ -167,4 +179,7 @@ fn functions_of_a_relocatable_object_are_placed_with_their_section() {
     assert_eq!(parsed.functions.len(), 1, "{:?}", parsed.functions);
     assert_eq!(parsed.functions[0].name, "jit_hot");
     assert_eq!(parsed.functions[0].range, 0x2000_0000..0x2000_0000 + size);
+    // Its .eh_frame's addresses are in relocations not applied: no rows
+    // (they would lie at the section-relative addresses).
+    assert!(parsed.rows.is_none());
 }

@@ -25,9 +25,11 @@ fn run(command: &mut Command) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// Builds the fixture in `dir`: (program, the code's object).
+/// Builds the fixture in `dir`: (program, the code's object). Beside
+/// them, `other.elf`: the same code under the name `jit_other`.
 fn build(dir: &Path) -> (PathBuf, PathBuf) {
     let (object, linked) = (dir.join("code.o"), dir.join("code.elf"));
+    let (other, other_linked) = (dir.join("other.o"), dir.join("other.elf"));
     run(Command::new("as")
         .arg(ichnos_code_fixture("gdb_jit_code.s"))
         .arg("-o")
@@ -36,6 +38,14 @@ fn build(dir: &Path) -> (PathBuf, PathBuf) {
         .args(["-Ttext=0x10000000", "-e", "jit_hot", "-o"])
         .arg(&linked)
         .arg(&object));
+    run(Command::new("objcopy")
+        .args(["--redefine-sym", "jit_hot=jit_other"])
+        .arg(&object)
+        .arg(&other));
+    run(Command::new("ld")
+        .args(["-Ttext=0x10000000", "-e", "jit_other", "-o"])
+        .arg(&other_linked)
+        .arg(&other));
     let program = dir.join("gdb_jit");
     gcc(&[
         "-O2",
@@ -81,7 +91,10 @@ fn jit_code_described_to_debuggers_is_unwound_and_named() {
     let dir = tempfile::tempdir().unwrap();
     let (program, object) = build(dir.path());
     let chain = gdb_chain(&program, &object);
-    assert_eq!(chain, ["spin", "jit_hot", "main"], "gdb's backtrace");
+    assert_eq!(&chain[..2], ["spin", "jit_hot"], "gdb's backtrace");
+    assert_eq!(chain.last().map(String::as_str), Some("main"), "{chain:?}");
+    // Root first, as the folded stacks read.
+    let root_first: Vec<&str> = chain.iter().rev().map(String::as_str).collect();
 
     let data = dir.path().join("g.data");
     record(
@@ -96,12 +109,12 @@ fn jit_code_described_to_debuggers_is_unwound_and_named() {
             continue;
         }
         in_spin += n;
-        // Root first: ..., main, jit_hot, spin, as gdb has it reversed.
-        let tail: Vec<&str> = frames[frames.len() - 3..]
+        // ..., main, ..., jit_hot, spin: gdb's chain from main down.
+        let tail: Vec<&str> = frames[frames.len().saturating_sub(root_first.len())..]
             .iter()
             .map(String::as_str)
             .collect();
-        if tail == ["main", "jit_hot", "spin"] && frames[1] == "_start" {
+        if tail == root_first && frames[1] == "_start" {
             through_jit += n;
         }
     }
@@ -118,5 +131,44 @@ fn jit_code_described_to_debuggers_is_unwound_and_named() {
             .lines()
             .any(|l| l.contains(" jit_hot ") && l.trim_end().ends_with("[jit]")),
         "{table}"
+    );
+}
+
+/// The JIT frees its code (the entry leaves the list) and puts other code,
+/// under another name, at the same address: the list is read again on
+/// time, though no walk runs into unknown code, so the new object
+/// replaces the old one and its name is recorded. (The recording names an
+/// address by its last name, so the report shows `jit_other` alone.)
+#[test]
+fn jit_code_freed_and_replaced_at_the_same_address_is_named_anew() {
+    let dir = tempfile::tempdir().unwrap();
+    let (program, object) = build(dir.path());
+    let other = dir.path().join("other.elf");
+    let data = dir.path().join("s.data");
+    record(
+        &data,
+        1000,
+        &[
+            program.to_str().unwrap(),
+            object.to_str().unwrap(),
+            "0.3",
+            other.to_str().unwrap(),
+        ],
+    );
+    let stacks = folded(&data, &[]);
+    let in_spin: u64 = stacks
+        .iter()
+        .filter(|(f, _)| f.last().map(String::as_str) == Some("spin"))
+        .map(|(_, n)| n)
+        .sum();
+    let through_other: u64 = stacks
+        .iter()
+        .filter(|(f, _)| f.len() >= 3 && f[f.len() - 2] == "jit_other" && f[1] == "_start")
+        .map(|(_, n)| n)
+        .sum();
+    assert!(in_spin >= 300, "{in_spin}: {stacks:?}");
+    assert!(
+        through_other * 1000 >= in_spin * 999,
+        "{through_other} of {in_spin}: {stacks:?}"
     );
 }

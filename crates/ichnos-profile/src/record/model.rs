@@ -30,6 +30,8 @@ mod jit;
 const MAX_JIT_NAMES: usize = 1 << 16;
 /// GDB JIT interface entries followed per process at most.
 const MAX_DEBUGGER_ENTRIES: usize = 1 << 16;
+/// Bytes of GDB JIT objects read per look at a process's list.
+const DEBUGGER_BYTES_PER_LOOK: u64 = 16 << 20;
 /// Most addresses in unnamed JIT code remembered per address space.
 const MAX_PENDING_JIT: usize = 1 << 16;
 /// Least time between two looks at a process's registry or perf map
@@ -144,6 +146,8 @@ struct JitState {
     debugger_entries: HashMap<ichnos_code::gdb_jit::JitEntry, Vec<u64>>,
     /// Starts of the code objects made from GDB JIT objects.
     from_debugger: HashSet<u64>,
+    /// When the GDB JIT list was last read.
+    last_debugger_look: Option<u64>,
     /// Ranges of anonymous executable memory.
     anon: Vec<Range<u64>>,
     /// Something new was mapped since the last refresh.
@@ -165,6 +169,18 @@ struct JitState {
     /// The process's jitdump file, once it mapped it.
     jitdump: Option<PathBuf>,
     last_names: Option<u64>,
+}
+
+impl JitState {
+    /// The JIT code object at `start` left the code map: its
+    /// registration or GDB JIT entry is looked for again.
+    fn forget(&mut self, start: u64) {
+        self.registered.retain(|(s, _)| *s != start);
+        if self.from_debugger.remove(&start) {
+            self.debugger_entries
+                .retain(|_, starts| !starts.contains(&start));
+        }
+    }
 }
 
 /// Where a process's exported code registry is.
@@ -462,10 +478,7 @@ impl Spaces {
                     if object.start >= m.range.start && object.end <= m.range.end {
                         space.code.remove(object.start);
                         if object.source == RowSource::Jit {
-                            space
-                                .jit
-                                .registered
-                                .retain(|(start, _)| *start != object.start);
+                            space.jit.forget(object.start);
                         }
                     }
                 }
@@ -553,9 +566,7 @@ impl Spaces {
                 let _ = space.code.insert(Arc::clone(object));
             } else if object.source == RowSource::Jit {
                 // Its registration is looked for again.
-                old.jit
-                    .registered
-                    .retain(|(start, _)| *start != object.start);
+                old.jit.forget(object.start);
             }
         }
         let parent = old.asid;
@@ -567,6 +578,10 @@ impl Spaces {
         space.jit.anon = old.jit.anon.into_iter().filter(|r| clear(r)).collect();
         space.jit.registry = old.jit.registry;
         space.jit.registered = old.jit.registered;
+        space.jit.debugger = old.jit.debugger;
+        space.jit.debugger_entries = old.jit.debugger_entries;
+        space.jit.from_debugger = old.jit.from_debugger;
+        space.jit.last_debugger_look = old.jit.last_debugger_look;
         space.jit.jitdump = old.jit.jitdump;
         space.leader_exited = old.leader_exited;
         out.meta(&Record::Process {

@@ -290,9 +290,11 @@ impl Recorder {
         self.sorter = sorter;
         // JIT code can be named after its first samples (a runtime writes
         // its perf map late): look again while the processes live, not
-        // only when a new stack comes.
+        // only when a new stack comes. A GDB JIT list is read again on
+        // time too: code freed and reused lies under objects still known.
         for space in self.spaces.by_pid.values_mut() {
             space.capture_jit_names(&mut self.output, now, false);
+            space.refresh_debugger_jit_on_time(now, &mut self.output);
         }
         self.output.tell_drops(now);
     }
@@ -541,7 +543,7 @@ impl Recorder {
                 break stop;
             }
             refreshed = true;
-            let jit = space.refresh_jit();
+            let jit = space.refresh_jit(time, &mut self.output);
             let mapped = self.spaces.resync(pid, time, &mut self.output);
             if !jit && !mapped {
                 break stop;

@@ -11,8 +11,8 @@ use ichnos_data::{JitSource, Record};
 use std::collections::HashSet;
 
 use super::{
-    capped, reread, stamp, AddressSpace, Output, RegistryAt, MAX_DEBUGGER_ENTRIES, MAX_JITDUMP,
-    MAX_JIT_NAMES, MAX_PENDING_JIT, REFRESH_INTERVAL_NS,
+    capped, reread, stamp, AddressSpace, Output, RegistryAt, DEBUGGER_BYTES_PER_LOOK,
+    MAX_DEBUGGER_ENTRIES, MAX_JITDUMP, MAX_JIT_NAMES, MAX_PENDING_JIT, REFRESH_INTERVAL_NS,
 };
 
 impl AddressSpace {
@@ -48,9 +48,9 @@ impl AddressSpace {
     /// Looks for JIT code the process registered since the last look, in
     /// its code registry and through the GDB JIT interface: whether the
     /// code map changed.
-    pub fn refresh_jit(&mut self) -> bool {
+    pub fn refresh_jit(&mut self, time: u64, out: &mut Output) -> bool {
         let registered = self.refresh_registry();
-        self.refresh_debugger_jit() | registered
+        self.refresh_debugger_jit(time, out) | registered
     }
 
     /// Looks for JIT code in the process's exported code registry.
@@ -99,10 +99,12 @@ impl AddressSpace {
 
     /// Looks for JIT code the process gave debuggers through the GDB JIT
     /// interface: each new entry's object becomes a code object per
-    /// function it names (its `.eh_frame` rows shared), and the objects
-    /// of entries gone from the list are dropped, since their code may
-    /// have been freed and its memory reused.
-    fn refresh_debugger_jit(&mut self) -> bool {
+    /// function it names (its `.eh_frame` rows shared), and, after a walk
+    /// of the whole list, the objects of entries gone from it are
+    /// dropped, since their code may have been freed and its memory
+    /// reused. At most [`DEBUGGER_BYTES_PER_LOOK`] of objects are read
+    /// per look; the rest wait for the next.
+    fn refresh_debugger_jit(&mut self, time: u64, out: &mut Output) -> bool {
         use ichnos_code::gdb_jit;
         if self.jit.debugger == RegistryAt::Unknown {
             self.jit.debugger = match gdb_jit::find_descriptor(self.pid) {
@@ -113,50 +115,106 @@ impl AddressSpace {
         let RegistryAt::At(addr) = self.jit.debugger else {
             return false;
         };
+        self.jit.last_debugger_look = Some(time);
         let mut memory = ichnos_code::memory::ProcessMemory::new(self.pid);
-        let Ok(entries) = gdb_jit::read_entries(&mut memory, addr) else {
+        let Ok(list) = gdb_jit::read_entries(&mut memory, addr) else {
             return false;
         };
-        let live: HashSet<gdb_jit::JitEntry> = entries.iter().copied().collect();
         let mut changed = false;
-        let gone: Vec<gdb_jit::JitEntry> = self
-            .jit
-            .debugger_entries
-            .keys()
-            .filter(|e| !live.contains(e))
-            .copied()
-            .collect();
-        for entry in gone {
-            for start in self.jit.debugger_entries.remove(&entry).unwrap_or_default() {
-                changed |= self.code.remove(start).is_some();
-                self.jit.from_debugger.remove(&start);
-                // New code there gets its own name.
-                self.jit.named.remove(&start);
+        // Starts whose code was named and has gone: code put there again
+        // is named at once (its stacks may be ones already seen, which
+        // name nothing again).
+        let mut renamed = HashSet::new();
+        if list.complete {
+            let live: HashSet<gdb_jit::JitEntry> = list.entries.iter().copied().collect();
+            let gone: Vec<gdb_jit::JitEntry> = self
+                .jit
+                .debugger_entries
+                .keys()
+                .filter(|e| !live.contains(e))
+                .copied()
+                .collect();
+            for entry in gone {
+                for start in self.jit.debugger_entries.remove(&entry).unwrap_or_default() {
+                    changed |= self.code.remove(start).is_some();
+                    self.jit.from_debugger.remove(&start);
+                    // New code there gets its own name.
+                    if self.jit.named.remove(&start) {
+                        self.jit.names = self.jit.names.saturating_sub(1);
+                        renamed.insert(start);
+                    }
+                }
             }
         }
-        for entry in entries {
+        let mut budget = DEBUGGER_BYTES_PER_LOOK;
+        for entry in list.entries {
             if self.jit.debugger_entries.contains_key(&entry)
                 || self.jit.debugger_entries.len() >= MAX_DEBUGGER_ENTRIES
             {
                 continue;
             }
-            let starts = gdb_jit::read_object(&mut memory, &entry)
-                .and_then(|bytes| gdb_jit::parse_object(&bytes))
-                .map(|object| self.insert_debugger_object(object))
-                .unwrap_or_default();
-            changed |= !starts.is_empty();
-            self.jit.debugger_entries.insert(entry, starts);
+            // (One object larger than a look's budget is read alone.)
+            if entry.size > budget && budget < DEBUGGER_BYTES_PER_LOOK {
+                break;
+            }
+            budget = budget.saturating_sub(entry.size);
+            let object = gdb_jit::read_object(&mut memory, &entry)
+                .and_then(|bytes| gdb_jit::parse_object(&bytes));
+            let Ok(object) = object else {
+                // Unusable: not read again while the entry stays.
+                self.jit.debugger_entries.insert(entry, Vec::new());
+                continue;
+            };
+            if let Some(starts) = self.insert_debugger_object(object) {
+                changed = true;
+                for &start in starts.iter().filter(|s| renamed.contains(s)) {
+                    self.name_code(start, out);
+                }
+                self.jit.debugger_entries.insert(entry, starts);
+            }
         }
         changed
     }
 
-    /// Makes code objects of one GDB JIT object: one per function it
-    /// names, or one for all its code where it names none. Returns their
-    /// starts. An object without unwind rows makes none.
-    fn insert_debugger_object(&mut self, object: ichnos_code::gdb_jit::JitObject) -> Vec<u64> {
-        let Some(table) = object.rows else {
-            return Vec::new();
+    /// Records the name of the JIT code object at `start`, once.
+    fn name_code(&mut self, start: u64, out: &mut Output) {
+        let Some(object) = self.code.find(start).filter(|o| o.start == start) else {
+            return;
         };
+        if object.source != RowSource::Jit
+            || self.jit.names >= MAX_JIT_NAMES
+            || !self.jit.named.insert(start)
+        {
+            return;
+        }
+        self.jit.names += 1;
+        out.meta(&Record::JitCode {
+            asid: self.asid,
+            start: object.start,
+            end: object.end,
+            source: if self.jit.from_debugger.contains(&object.start) {
+                JitSource::Debugger
+            } else {
+                JitSource::Registry
+            },
+            name: capped(object.name.as_bytes()),
+        });
+    }
+
+    /// Makes code objects of one GDB JIT object: one per function it
+    /// names, or one for all its code where it names none; without unwind
+    /// rows they only name the code. Returns their starts, or `None`
+    /// (nothing kept) where other code there is in the way: that may be
+    /// stale and go, and the entry is tried again at the next look. A
+    /// piece already in the map from the debugger, at the same range,
+    /// counts as made.
+    fn insert_debugger_object(
+        &mut self,
+        object: ichnos_code::gdb_jit::JitObject,
+    ) -> Option<Vec<u64>> {
+        let table = object
+            .rows
+            .unwrap_or_else(|| ichnos_code::RowTable::new(object.text.start));
         let rows = Rows::Fixed(Arc::new(table));
         let pieces: Vec<(u64, u64, Arc<str>)> = if object.functions.is_empty() {
             vec![(object.text.start, object.text.end, Arc::from("[jit]"))]
@@ -169,6 +227,15 @@ impl AddressSpace {
         };
         let mut starts = Vec::new();
         for (start, end, name) in pieces {
+            let already = self.jit.from_debugger.contains(&start)
+                && self
+                    .code
+                    .find(start)
+                    .is_some_and(|o| o.start == start && o.end == end);
+            if already {
+                starts.push(start);
+                continue;
+            }
             let code = CodeObject {
                 start,
                 end,
@@ -177,12 +244,36 @@ impl AddressSpace {
                 source: RowSource::Jit,
                 name,
             };
-            if self.code.insert(Arc::new(code)).is_ok() {
-                self.jit.from_debugger.insert(start);
-                starts.push(start);
+            if self.code.insert(Arc::new(code)).is_err() {
+                for start in starts {
+                    if !self.jit.from_debugger.contains(&start) {
+                        self.code.remove(start);
+                    }
+                }
+                return None;
             }
+            self.jit.from_debugger.insert(start);
+            starts.push(start);
         }
-        starts
+        Some(starts)
+    }
+
+    /// Reads the GDB JIT list again if the process has one and the last
+    /// look was [`REFRESH_INTERVAL_NS`] ago, whether or not a walk ran
+    /// into unknown code: code freed and its memory reused lies under
+    /// objects still known, where no walk would look. Whether the code
+    /// map changed.
+    pub fn refresh_debugger_jit_on_time(&mut self, time: u64, out: &mut Output) -> bool {
+        if self.offline
+            || !matches!(self.jit.debugger, RegistryAt::At(_))
+            || self
+                .jit
+                .last_debugger_look
+                .is_some_and(|t| time.saturating_sub(t) < REFRESH_INTERVAL_NS)
+        {
+            return false;
+        }
+        self.refresh_debugger_jit(time, out)
     }
 
     /// Notes the JIT frames of a new stack: names registered code the
@@ -191,23 +282,9 @@ impl AddressSpace {
         for (i, &frame) in frames.iter().enumerate() {
             let pc = if i == 0 { frame } else { frame.wrapping_sub(1) };
             match self.code.find(pc) {
-                Some(object)
-                    if object.source == RowSource::Jit
-                        && self.jit.names < MAX_JIT_NAMES
-                        && self.jit.named.insert(object.start) =>
-                {
-                    self.jit.names += 1;
-                    out.meta(&Record::JitCode {
-                        asid: self.asid,
-                        start: object.start,
-                        end: object.end,
-                        source: if self.jit.from_debugger.contains(&object.start) {
-                            JitSource::Debugger
-                        } else {
-                            JitSource::Registry
-                        },
-                        name: capped(object.name.as_bytes()),
-                    });
+                Some(object) if object.source == RowSource::Jit => {
+                    let start = object.start;
+                    self.name_code(start, out);
                 }
                 None if self.jit.pending.len() < MAX_PENDING_JIT
                     && self.jit.anon.iter().any(|r| r.contains(&pc)) =>
