@@ -15,10 +15,10 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     }
     let descriptor = u64::from_le_bytes(data[..8].try_into().unwrap());
     let mut memory = Bytes { addr: 0x10000, data };
-    let Ok(entries) = read_entries(&mut memory, descriptor) else {
+    let Ok(list) = read_entries(&mut memory, descriptor) else {
         return;
     };
-    for entry in entries.iter().take(8) {
+    for entry in list.entries.iter().take(8) {
         if let Ok(bytes) = read_object(&mut memory, entry) {
             if let Ok(object) = parse_object(&bytes) {
                 if let Some(rows) = object.rows {

@@ -120,6 +120,16 @@ pub fn find_descriptor(pid: u32) -> Result<Option<u64>, crate::export::RemoteErr
     crate::export::find_process_symbol(pid, DESCRIPTOR_SYMBOL.as_bytes())
 }
 
+/// As [`find_descriptor`], reading only the files `searched` does not
+/// hold (and adding them): a JIT loaded with `dlopen` after a search
+/// that found none is found by the next, which reads its library alone.
+pub fn find_descriptor_in_new_files(
+    pid: u32,
+    searched: &mut crate::export::SearchedFiles,
+) -> Result<Option<u64>, crate::export::RemoteError> {
+    crate::export::find_process_symbol_in(pid, DESCRIPTOR_SYMBOL.as_bytes(), Some(searched))
+}
+
 /// One entry of the list: where its object lies in the process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct JitEntry {

@@ -172,3 +172,62 @@ fn jit_code_freed_and_replaced_at_the_same_address_is_named_anew() {
         "{through_other} of {in_spin}: {stacks:?}"
     );
 }
+
+/// The descriptor lives in a library loaded after the recorder first
+/// looked for JIT code (a walk ran into code the process told no one of):
+/// the files mapped since are searched at the next look, so the code the
+/// library registers is unwound.
+#[test]
+fn a_jit_loaded_late_is_found_in_its_library() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, object) = build(dir.path());
+    let library = dir.path().join("libgdb_jit.so");
+    let late = dir.path().join("gdb_jit_late");
+    gcc(&[
+        "-O2",
+        "-g",
+        "-fomit-frame-pointer",
+        "-DGDB_JIT_LIBRARY",
+        "-shared",
+        "-fPIC",
+        "-o",
+        library.to_str().unwrap(),
+        ichnos_code_fixture("gdb_jit.c").to_str().unwrap(),
+    ]);
+    gcc(&[
+        "-O2",
+        "-g",
+        "-fomit-frame-pointer",
+        "-o",
+        late.to_str().unwrap(),
+        ichnos_code_fixture("gdb_jit_late.c").to_str().unwrap(),
+        "-ldl",
+    ]);
+    let data = dir.path().join("late.data");
+    record(
+        &data,
+        1000,
+        &[
+            late.to_str().unwrap(),
+            library.to_str().unwrap(),
+            object.to_str().unwrap(),
+            "0.3",
+        ],
+    );
+    let stacks = folded(&data, &[]);
+    let sum = |keep: &dyn Fn(&[String]) -> bool| -> u64 {
+        stacks.iter().filter(|(f, _)| keep(f)).map(|(_, n)| n).sum()
+    };
+    let early = sum(&|f| f.last().map(String::as_str) == Some("spin_early"));
+    let in_spin = sum(&|f| f.last().map(String::as_str) == Some("spin"));
+    let through_jit = sum(&|f| {
+        f.len() >= 3 && f[f.len() - 1] == "spin" && f[f.len() - 2] == "jit_hot" && f[1] == "_start"
+    });
+    // The first part ran (and looked for JIT code in vain).
+    assert!(early >= 150, "{early}: {stacks:?}");
+    assert!(in_spin >= 150, "{in_spin}: {stacks:?}");
+    assert!(
+        through_jit * 1000 >= in_spin * 999,
+        "{through_jit} of {in_spin}: {stacks:?}"
+    );
+}

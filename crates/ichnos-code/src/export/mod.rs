@@ -15,8 +15,9 @@
 mod reader;
 mod writer;
 
-pub(crate) use reader::find_process_symbol;
+pub use reader::SearchedFiles;
 pub use reader::{find_exported_registry, read_exported_registry, FailedRegistration, RemoteError};
+pub(crate) use reader::{find_process_symbol, find_process_symbol_in};
 pub use writer::Exporter;
 
 use std::sync::atomic::AtomicU64;

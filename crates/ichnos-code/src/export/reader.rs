@@ -55,10 +55,43 @@ pub fn find_exported_registry(pid: u32) -> Result<u64, RemoteError> {
     find_process_symbol(pid, b"ichnos_code_registry")?.ok_or(RemoteError::NoSymbol { pid })
 }
 
+/// Files of a process already searched for a symbol (by path and the
+/// address it is mapped at), so that a later search reads only the files
+/// mapped since.
+#[derive(Clone, Debug, Default)]
+pub struct SearchedFiles {
+    files: std::collections::HashSet<(String, u64)>,
+}
+
+/// Files remembered as searched at most; past it, the set starts afresh
+/// (a file is then read again, never missed).
+const MAX_SEARCHED_FILES: usize = 1 << 14;
+
+impl SearchedFiles {
+    /// Whether the file at `path`, mapped at `start`, was searched;
+    /// notes that it now is.
+    fn first_time(&mut self, path: &str, start: u64) -> bool {
+        if self.files.len() >= MAX_SEARCHED_FILES {
+            self.files.clear();
+        }
+        self.files.insert((path.to_owned(), start))
+    }
+}
+
 /// The run-time address of the data or function symbol `name` defined by
 /// a file `pid` maps (its symbol tables, `.symtab` then `.dynsym`; the
 /// first file that defines it), or `None`.
 pub(crate) fn find_process_symbol(pid: u32, name: &[u8]) -> Result<Option<u64>, RemoteError> {
+    find_process_symbol_in(pid, name, None)
+}
+
+/// As [`find_process_symbol`], reading only the files `searched` does not
+/// hold yet (and adding them) when it is given.
+pub(crate) fn find_process_symbol_in(
+    pid: u32,
+    name: &[u8],
+    mut searched: Option<&mut SearchedFiles>,
+) -> Result<Option<u64>, RemoteError> {
     use object::{Object, ObjectSegment, ObjectSymbol};
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
         .map_err(|source| RemoteError::Maps { pid, source })?;
@@ -70,6 +103,11 @@ pub(crate) fn find_process_symbol(pid: u32, name: &[u8]) -> Result<Option<u64>, 
         .iter()
         .filter(|m| m.offset == 0 && m.name.starts_with('/'))
     {
+        if let Some(searched) = searched.as_deref_mut() {
+            if !searched.first_time(&m.name, m.range.start) {
+                continue;
+            }
+        }
         // The file as the process sees it; only the headers and symbol
         // tables are read (a mapped file can be large).
         let Ok(f) = std::fs::File::open(format!("/proc/{pid}/root{}", m.name)) else {

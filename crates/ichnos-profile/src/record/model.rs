@@ -141,6 +141,9 @@ struct JitState {
     registered: HashSet<(u64, u64)>,
     /// Where the process's GDB JIT descriptor is.
     debugger: RegistryAt,
+    /// The files searched for it, and whether a file was mapped since.
+    debugger_searched: ichnos_code::export::SearchedFiles,
+    debugger_recheck: bool,
     /// The GDB JIT interface's entries read, with the starts of the
     /// code objects each made (none if its object was unusable).
     debugger_entries: HashMap<ichnos_code::gdb_jit::JitEntry, Vec<u64>>,
@@ -523,6 +526,8 @@ impl Spaces {
             if path.ends_with(format!("/jit-{pid}.dump").as_bytes()) {
                 space.jit.jitdump = Some(open);
             }
+            // A library loaded now may hold a GDB JIT descriptor.
+            space.jit.debugger_recheck = true;
         } else if is_vdso(path) {
             // Its build id goes into the recording, so that a report can
             // name its addresses from a vDSO of the same build.
@@ -579,6 +584,7 @@ impl Spaces {
         space.jit.registry = old.jit.registry;
         space.jit.registered = old.jit.registered;
         space.jit.debugger = old.jit.debugger;
+        space.jit.debugger_searched = old.jit.debugger_searched;
         space.jit.debugger_entries = old.jit.debugger_entries;
         space.jit.from_debugger = old.jit.from_debugger;
         space.jit.last_debugger_look = old.jit.last_debugger_look;

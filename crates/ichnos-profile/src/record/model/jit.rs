@@ -106,8 +106,16 @@ impl AddressSpace {
     /// per look; the rest wait for the next.
     fn refresh_debugger_jit(&mut self, time: u64, out: &mut Output) -> bool {
         use ichnos_code::gdb_jit;
-        if self.jit.debugger == RegistryAt::Unknown {
-            self.jit.debugger = match gdb_jit::find_descriptor(self.pid) {
+        // Looked for in the files mapped since the last look that found
+        // none: a JIT's library may be loaded late.
+        let recheck = std::mem::take(&mut self.jit.debugger_recheck);
+        if self.jit.debugger == RegistryAt::Unknown
+            || (self.jit.debugger == RegistryAt::Absent && recheck)
+        {
+            self.jit.debugger = match gdb_jit::find_descriptor_in_new_files(
+                self.pid,
+                &mut self.jit.debugger_searched,
+            ) {
                 Ok(Some(addr)) => RegistryAt::At(addr),
                 _ => RegistryAt::Absent,
             };
