@@ -23,27 +23,12 @@ fn run(command: &mut Command) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// Builds the fixture and its code object in `dir`: (program, object).
+/// Builds the fixtures in `dir` (`gdb_jit_build.sh`): (program, object).
 fn build(dir: &Path) -> (PathBuf, PathBuf) {
-    let fixtures = support::fixtures_dir();
-    let (object, linked, program) = (
-        dir.join("code.o"),
-        dir.join("code.elf"),
-        dir.join("gdb_jit"),
-    );
-    run(Command::new("as")
-        .arg(fixtures.join("gdb_jit_code.s"))
-        .arg("-o")
-        .arg(&object));
-    run(Command::new("ld")
-        .args(["-Ttext=0x10000000", "-e", "jit_hot", "-o"])
-        .arg(&linked)
-        .arg(&object));
-    run(Command::new("gcc")
-        .args(["-O2", "-g", "-o"])
-        .arg(&program)
-        .arg(fixtures.join("gdb_jit.c")));
-    (program, linked)
+    run(Command::new("sh")
+        .arg(support::fixtures_dir().join("gdb_jit_build.sh"))
+        .arg(dir));
+    (dir.join("gdb_jit"), dir.join("code.elf"))
 }
 
 /// `readelf -wF`'s rows for the one FDE of `path`: (from, CFA offset
@@ -159,15 +144,11 @@ fn the_object_a_jit_gave_debuggers_is_read_from_its_memory() {
 #[test]
 fn functions_of_a_relocatable_object_are_placed_with_their_section() {
     let dir = tempfile::tempdir().unwrap();
-    let object = dir.path().join("code.o");
+    build(dir.path());
     let placed = dir.path().join("placed.o");
-    run(Command::new("as")
-        .arg(support::fixtures_dir().join("gdb_jit_code.s"))
-        .arg("-o")
-        .arg(&object));
     run(Command::new("objcopy")
         .args(["--change-section-address", ".text=0x20000000"])
-        .arg(&object)
+        .arg(dir.path().join("code.o"))
         .arg(&placed));
     let size = run(Command::new("size").arg("-A").arg(&placed))
         .lines()

@@ -25,37 +25,14 @@ fn run(command: &mut Command) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// Builds the fixture in `dir`: (program, the code's object). Beside
-/// them, `other.elf`: the same code under the name `jit_other`.
+/// Builds the fixtures in `dir` (`gdb_jit_build.sh`): (program, the
+/// code's object). Beside them: `other.elf`, the same code under the name
+/// `jit_other`; `libgdb_jit.so` and `gdb_jit_late`.
 fn build(dir: &Path) -> (PathBuf, PathBuf) {
-    let (object, linked) = (dir.join("code.o"), dir.join("code.elf"));
-    let (other, other_linked) = (dir.join("other.o"), dir.join("other.elf"));
-    run(Command::new("as")
-        .arg(ichnos_code_fixture("gdb_jit_code.s"))
-        .arg("-o")
-        .arg(&object));
-    run(Command::new("ld")
-        .args(["-Ttext=0x10000000", "-e", "jit_hot", "-o"])
-        .arg(&linked)
-        .arg(&object));
-    run(Command::new("objcopy")
-        .args(["--redefine-sym", "jit_hot=jit_other"])
-        .arg(&object)
-        .arg(&other));
-    run(Command::new("ld")
-        .args(["-Ttext=0x10000000", "-e", "jit_other", "-o"])
-        .arg(&other_linked)
-        .arg(&other));
-    let program = dir.join("gdb_jit");
-    gcc(&[
-        "-O2",
-        "-g",
-        "-fomit-frame-pointer",
-        "-o",
-        program.to_str().unwrap(),
-        ichnos_code_fixture("gdb_jit.c").to_str().unwrap(),
-    ]);
-    (program, linked)
+    run(Command::new("sh")
+        .arg(ichnos_code_fixture("gdb_jit_build.sh"))
+        .arg(dir));
+    (dir.join("gdb_jit"), dir.join("code.elf"))
 }
 
 /// gdb's backtrace at `spin`, innermost first: the functions' names.
@@ -183,26 +160,6 @@ fn a_jit_loaded_late_is_found_in_its_library() {
     let (_, object) = build(dir.path());
     let library = dir.path().join("libgdb_jit.so");
     let late = dir.path().join("gdb_jit_late");
-    gcc(&[
-        "-O2",
-        "-g",
-        "-fomit-frame-pointer",
-        "-DGDB_JIT_LIBRARY",
-        "-shared",
-        "-fPIC",
-        "-o",
-        library.to_str().unwrap(),
-        ichnos_code_fixture("gdb_jit.c").to_str().unwrap(),
-    ]);
-    gcc(&[
-        "-O2",
-        "-g",
-        "-fomit-frame-pointer",
-        "-o",
-        late.to_str().unwrap(),
-        ichnos_code_fixture("gdb_jit_late.c").to_str().unwrap(),
-        "-ldl",
-    ]);
     let data = dir.path().join("late.data");
     record(
         &data,
