@@ -13,6 +13,8 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     if data.len() < 8 {
         return;
     }
+    // The whole input as an object.
+    let _ = parse_object(data);
     let descriptor = u64::from_le_bytes(data[..8].try_into().unwrap());
     let mut memory = Bytes { addr: 0x10000, data };
     let Ok(list) = read_entries(&mut memory, descriptor) else {
@@ -27,6 +29,4 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
             }
         }
     }
-    // The whole input as an object, too.
-    let _ = parse_object(data);
 });
