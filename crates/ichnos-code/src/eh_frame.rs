@@ -116,7 +116,7 @@ pub enum Unexpressible {
     FramePointerOffset,
 }
 
-/// The result of converting one `.eh_frame`.
+/// The result of converting one `.eh_frame` (or `.debug_frame`).
 #[derive(Clone, Debug)]
 pub struct EhConversion {
     /// The rows, counted from the lowest FDE start.
@@ -132,7 +132,8 @@ pub struct EhConversion {
     /// Whether the row budget (2^24 rows per section) cut the conversion short.
     pub truncated: bool,
     /// The FDEs holding unexpressible rows, kept in the table's
-    /// [`CfiSection`] for the unwinder to evaluate.
+    /// [`CfiSection`] for the unwinder to evaluate (of `.eh_frame`; those
+    /// of `.debug_frame` are listed, not kept).
     pub cfi_fdes: Vec<FdeSpan>,
 }
 
@@ -188,6 +189,36 @@ pub fn rows_from_eh_frame(
     if let Some(got) = got_addr {
         bases = bases.set_got(got);
     }
+    let mut conversion = convert_section(&eh_frame, &bases, base);
+    if !conversion.cfi_fdes.is_empty() {
+        let section = CfiSection::new(
+            data.to_vec(),
+            eh_frame_addr,
+            text_addr,
+            got_addr,
+            conversion.cfi_fdes.clone(),
+        );
+        let base = conversion.table.base();
+        conversion.table = conversion
+            .table
+            .with_cfi(std::sync::Arc::new(section), base);
+    }
+    conversion
+}
+
+/// Converts the entries of a CFI section (`.eh_frame`, or `.debug_frame`
+/// in [`crate::debug_frame`]) into rows counted from `base` (default: the
+/// lowest FDE start). The FDEs holding unexpressible rows are listed in
+/// `cfi_fdes`; the caller keeps the section for them where it can.
+pub(crate) fn convert_section<'d, S>(
+    section: &S,
+    bases: &BaseAddresses,
+    base: Option<u64>,
+) -> EhConversion
+where
+    S: UnwindSection<gimli::EndianSlice<'d, LittleEndian>>,
+    S::Offset: gimli::UnwindOffset<usize>,
+{
     let mut ctx = Box::new(UnwindContext::new());
     let mut rows: Vec<(u64, u64, UnwindRow)> = Vec::new();
     let mut unexpressible = std::collections::BTreeMap::new();
@@ -196,7 +227,7 @@ pub fn rows_from_eh_frame(
     let mut truncated = false;
     let mut evaluation_budget = MAX_EVALUATED_ADDRESSES;
     let mut cfi_fdes = Vec::new();
-    let mut entries = eh_frame.entries(&bases);
+    let mut entries = section.entries(bases);
     loop {
         let entry = match entries.next() {
             Ok(Some(entry)) => entry,
@@ -213,7 +244,7 @@ pub fn rows_from_eh_frame(
             continue;
         };
         let offset = partial.offset() as u64;
-        let fde = match partial.parse(EhFrame::cie_from_offset) {
+        let fde = match partial.parse(S::cie_from_offset) {
             Ok(fde) => fde,
             Err(source) => {
                 skipped += 1;
@@ -224,8 +255,8 @@ pub fn rows_from_eh_frame(
         let unexpressible_before: usize = unexpressible.values().sum();
         if let Err(e) = fde_rows(
             &fde,
-            &eh_frame,
-            &bases,
+            section,
+            bases,
             &mut ctx,
             &mut rows,
             &mut unexpressible,
@@ -261,17 +292,7 @@ pub fn rows_from_eh_frame(
             })
         })
         .collect();
-    let (mut table, _) = RowTable::from_unsorted(base, rows);
-    if !cfi_fdes.is_empty() {
-        let section = CfiSection::new(
-            data.to_vec(),
-            eh_frame_addr,
-            text_addr,
-            got_addr,
-            cfi_fdes.clone(),
-        );
-        table = table.with_cfi(std::sync::Arc::new(section), base);
-    }
+    let (table, _) = RowTable::from_unsorted(base, rows);
     EhConversion {
         table,
         unexpressible_rows: unexpressible.values().sum(),
@@ -316,16 +337,16 @@ pub(crate) fn rows_of_fde(
 }
 
 /// Appends the rows of one FDE; counts the unexpressible ones by reason.
-fn fde_rows(
-    fde: &gimli::FrameDescriptionEntry<gimli::EndianSlice<'_, LittleEndian>>,
-    eh_frame: &EhFrame<gimli::EndianSlice<'_, LittleEndian>>,
+fn fde_rows<'d, S: UnwindSection<gimli::EndianSlice<'d, LittleEndian>>>(
+    fde: &gimli::FrameDescriptionEntry<gimli::EndianSlice<'d, LittleEndian>>,
+    section: &S,
     bases: &BaseAddresses,
     ctx: &mut UnwindContext<usize>,
     rows: &mut Vec<(u64, u64, UnwindRow)>,
     unexpressible: &mut std::collections::BTreeMap<Unexpressible, usize>,
     evaluation_budget: &mut u64,
 ) -> Result<(), gimli::Error> {
-    let mut table = fde.rows(eh_frame, bases, ctx)?;
+    let mut table = fde.rows(section, bases, ctx)?;
     while let Some(row) = table.next_row()? {
         let (start, end) = (row.start_address(), row.end_address());
         if end <= start {
@@ -344,7 +365,7 @@ fn fde_rows(
         let evaluated = why.and_then(|_| {
             evaluate_cfa_expression(
                 row,
-                eh_frame,
+                section,
                 fde.cie().encoding(),
                 &converted_rules(row),
                 evaluation_budget,
@@ -406,9 +427,9 @@ fn converted_rules(row: &gimli::UnwindTableRow<usize>) -> UnwindRow {
 /// address of the row and turned into SP-based rows. `None` when the
 /// expression reads other registers or memory, or is not SP plus a
 /// function of IP.
-fn evaluate_cfa_expression(
+fn evaluate_cfa_expression<'d, S: UnwindSection<gimli::EndianSlice<'d, LittleEndian>>>(
     row: &gimli::UnwindTableRow<usize>,
-    eh_frame: &EhFrame<gimli::EndianSlice<'_, LittleEndian>>,
+    section: &S,
     encoding: gimli::Encoding,
     rules: &UnwindRow,
     budget: &mut u64,
@@ -424,7 +445,7 @@ fn evaluate_cfa_expression(
         return None;
     }
     *budget -= end - start;
-    let expression = expression.get(eh_frame).ok()?;
+    let expression = expression.get(section).ok()?;
     let cfa_at = |sp: u64, ip: u64| -> Option<u64> {
         let mut eval = expression.evaluation(encoding);
         eval.set_max_iterations(1000);

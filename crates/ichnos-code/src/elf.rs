@@ -84,7 +84,7 @@ pub enum FileRowsError {
     /// An unwind section whose bytes cannot be read.
     #[error("its {section} section cannot be read")]
     BadSection {
-        /// `.sframe` or `.eh_frame`.
+        /// `.sframe`, `.eh_frame` or `.debug_frame`.
         section: &'static str,
         /// What the ELF reader said.
         #[source]
@@ -93,7 +93,7 @@ pub enum FileRowsError {
     /// An unwind section larger than is read.
     #[error("its {section} section of {size} bytes is larger than the {max} read")]
     SectionTooLarge {
-        /// `.sframe` or `.eh_frame`.
+        /// `.sframe`, `.eh_frame` or `.debug_frame`.
         section: &'static str,
         /// Its size.
         size: u64,
@@ -132,22 +132,31 @@ pub fn file_rows(elf: &[u8], choice: RowChoice) -> Result<crate::RowTable, FileR
     rows_of_object(&file, choice)
 }
 
+/// Whether the file has a section `name` with bytes in it.
+fn has_bytes_in<'d, R: object::ReadRef<'d>>(file: &object::File<'d, R>, name: &str) -> bool {
+    use object::{Object, ObjectSection};
+    file.section_by_name(name).is_some_and(|s| s.size() > 0)
+}
+
 /// The rows of a code object for an ELF file, counted from the file's ELF
 /// origin as [`file_rows`]: `.eh_frame` as [`LazyRows`](crate::lazy::LazyRows),
 /// which convert each FDE when a lookup first needs it, behind the file's
 /// SFrame rows (converted now: SFrame is quick to decode) where the file
-/// has them and `choice` allows; SFrame alone as a fixed table.
+/// has them and `choice` allows; SFrame alone as a fixed table. A file
+/// with `.debug_frame` (a Go program; C built without asynchronous unwind
+/// tables, whose `.eh_frame` covers the C library's start-up code alone)
+/// has its CFI converted at once, as [`file_rows`] does, into a fixed
+/// table.
 pub fn object_rows<'d, R: object::ReadRef<'d>>(
     file: &object::File<'d, R>,
     choice: RowChoice,
 ) -> Result<crate::Rows, FileRowsError> {
     use object::{Object, ObjectSection};
-    let has_sframe = file
-        .section_by_name(".sframe")
-        .is_some_and(|s| s.size() > 0);
-    let has_eh_frame = file
-        .section_by_name(".eh_frame")
-        .is_some_and(|s| s.size() > 0);
+    let has_sframe = has_bytes_in(file, ".sframe");
+    let has_eh_frame = has_bytes_in(file, ".eh_frame");
+    if choice != RowChoice::Sframe && has_bytes_in(file, ".debug_frame") {
+        return rows_of_object(file, choice).map(|t| crate::Rows::Fixed(std::sync::Arc::new(t)));
+    }
     if choice == RowChoice::Sframe || (has_sframe && !has_eh_frame) {
         return rows_of_object(file, RowChoice::Sframe)
             .map(|t| crate::Rows::Fixed(std::sync::Arc::new(t)));
@@ -271,7 +280,7 @@ fn unmarked_rows_of_object<'d, R: object::ReadRef<'d>>(
                 .table,
         )
     };
-    let eh_frame = || crate::eh_frame::rows_from_object(file, Some(origin)).map(|c| c.table);
+    let eh_frame = || cfi_rows(file, origin);
     let table = match choice {
         RowChoice::Sframe => sframe()?,
         RowChoice::EhFrame => eh_frame()?,
@@ -284,6 +293,33 @@ fn unmarked_rows_of_object<'d, R: object::ReadRef<'d>>(
     };
     // Counted from the origin, the table serves every load address.
     Ok(table.rebased(0))
+}
+
+/// The rows of the file's `.eh_frame`, counted from `origin`, with those
+/// of its `.debug_frame` where `.eh_frame` has none (Go's functions, which
+/// only `.debug_frame` describes; the Go runtime's stack tops marked
+/// outermost). Either alone where the file has one.
+fn cfi_rows<'d, R: object::ReadRef<'d>>(
+    file: &object::File<'d, R>,
+    origin: u64,
+) -> Result<crate::RowTable, FileRowsError> {
+    let eh_frame = || -> Result<crate::RowTable, FileRowsError> {
+        Ok(crate::eh_frame::rows_from_object(file, Some(origin))?.table)
+    };
+    if !has_bytes_in(file, ".debug_frame") {
+        return eh_frame();
+    }
+    let debug_frame = crate::debug_frame::rows_from_object(file, Some(origin)).map(|c| {
+        crate::debug_frame::with_top_frames(&c.table, &crate::debug_frame::go_top_frames(file))
+    });
+    if !has_bytes_in(file, ".eh_frame") {
+        return debug_frame;
+    }
+    match (eh_frame(), debug_frame) {
+        (Ok(eh), Ok(debug)) => Ok(eh.with_gaps_filled_from(&debug)),
+        (Ok(table), Err(_)) | (Err(_), Ok(table)) => Ok(table),
+        (Err(e), Err(_)) => Err(e),
+    }
 }
 
 /// The file's ELF origin: the page of its first `PT_LOAD`.

@@ -35,39 +35,14 @@ fn build(dir: &Path) -> (PathBuf, PathBuf) {
     (dir.join("gdb_jit"), dir.join("code.elf"))
 }
 
-/// gdb's backtrace at `spin`, innermost first: the functions' names.
-fn gdb_chain(program: &Path, object: &Path) -> Vec<String> {
-    let text = run(Command::new("gdb")
-        .args([
-            "-batch",
-            "-nx",
-            "-ex",
-            "break spin",
-            "-ex",
-            "run",
-            "-ex",
-            "bt",
-        ])
-        .arg("--args")
-        .arg(program)
-        .arg(object)
-        .arg("0.01"));
-    text.lines()
-        .filter(|l| l.starts_with('#'))
-        .map(|l| {
-            // "#1  0x... in jit_hot ()" or "#0  spin () at ..."
-            let l = l.split_once(" in ").map_or(l, |(_, rest)| rest);
-            let l = l.trim_start_matches(|c: char| c == '#' || c.is_ascii_digit() || c == ' ');
-            l.split_whitespace().next().unwrap().to_owned()
-        })
-        .collect()
-}
-
 #[test]
 fn jit_code_described_to_debuggers_is_unwound_and_named() {
     let dir = tempfile::tempdir().unwrap();
     let (program, object) = build(dir.path());
-    let chain = gdb_chain(&program, &object);
+    let chain = gdb_backtrace(
+        "spin",
+        &[program.as_os_str(), object.as_os_str(), "0.01".as_ref()],
+    );
     assert_eq!(&chain[..2], ["spin", "jit_hot"], "gdb's backtrace");
     assert_eq!(chain.last().map(String::as_str), Some("main"), "{chain:?}");
     // Root first, as the folded stacks read.

@@ -334,3 +334,27 @@ pub fn assert_chains_complete(stacks: &[(Vec<String>, u64)], label: &str) {
         );
     }
 }
+
+/// gdb's backtrace where `command` first reaches `breakpoint`, innermost
+/// first: the functions' names.
+pub fn gdb_backtrace(breakpoint: &str, command: &[&std::ffi::OsStr]) -> Vec<String> {
+    let out = Command::new("gdb")
+        .args(["-batch", "-nx", "-ex", "set pagination off", "-ex"])
+        .arg(format!("break {breakpoint}"))
+        .args(["-ex", "run", "-ex", "bt", "--args"])
+        .args(command)
+        .output()
+        .expect("gdb runs");
+    assert!(out.status.success(), "gdb: {}", stderr(&out));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with('#'))
+        .map(|l| {
+            // "#1  0x... in jit_hot ()" or "#0  spin () at ..."
+            let l = l.split_once(" in ").map_or(l, |(_, rest)| rest);
+            let l = l.trim_start_matches(|c: char| c == '#' || c.is_ascii_digit() || c == ' ');
+            l.split_whitespace().next().unwrap().to_owned()
+        })
+        .filter(|name| name != "??")
+        .collect()
+}

@@ -1,0 +1,256 @@
+//! `.debug_frame` converted to unwind rows: every row of a C program built
+//! to carry its CFI there (gcc's `-fno-asynchronous-unwind-tables -g`)
+//! checked against what binutils' `readelf --debug-dump=frames-interp`
+//! shows, and a Go program's rows, whose stack tops are marked outermost
+//! where `nm` places the runtime's functions.
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+
+use ichnos_code::debug_frame::{go_top_frames, rows_from_object};
+use ichnos_code::elf::{file_rows, RowChoice};
+use ichnos_code::row::CfaBase;
+
+fn run(command: &mut Command) -> String {
+    let out = command
+        .output()
+        .unwrap_or_else(|e| panic!("{command:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{command:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A row as readelf shows it: [from, to), the CFA's register and offset,
+/// and the offsets from the CFA of the saved rbp (if saved) and of the
+/// return address.
+#[derive(Debug, PartialEq)]
+struct Shown {
+    from: u64,
+    to: u64,
+    cfa: (String, i64),
+    rbp: Option<i64>,
+    ra: i64,
+}
+
+/// `c-16` as -16.
+fn cfa_offset(value: &str) -> Option<i64> {
+    value.strip_prefix('c')?.parse().ok()
+}
+
+/// The rows of the `.debug_frame` section in `readelf -wF`'s dump of
+/// `path`, where the CFA is a register plus an offset and the return
+/// address is saved at an offset from it.
+fn readelf_rows(path: &Path) -> Vec<Shown> {
+    let dump = run(Command::new("readelf")
+        .arg("--debug-dump=frames-interp")
+        .arg(path));
+    let section = dump
+        .split("Contents of the ")
+        .find(|s| s.starts_with(".debug_frame section"))
+        .expect("readelf shows a .debug_frame section");
+    let mut shown = Vec::new();
+    // The CIE's initial row: that of an FDE with no instructions.
+    let mut initial: Option<Shown> = None;
+    for entry in section
+        .split("\n\n")
+        .filter(|e| e.contains(" CIE ") || e.contains(" FDE "))
+    {
+        let mut lines = entry.lines().filter(|l| !l.trim().is_empty());
+        let head = lines.next().unwrap();
+        let range = head.split_once(" pc=").map(|(_, pc)| {
+            let (start, end) = pc.trim().split_once("..").unwrap();
+            let hex = |v: &str| u64::from_str_radix(v, 16).unwrap();
+            (hex(start), hex(end))
+        });
+        let Some(columns) = lines.next() else {
+            // An FDE without rows of its own.
+            let ((from, to), Some(first)) = (range.unwrap(), &initial) else {
+                panic!("{entry}");
+            };
+            shown.push(Shown {
+                from,
+                to,
+                cfa: first.cfa.clone(),
+                rbp: first.rbp,
+                ra: first.ra,
+            });
+            continue;
+        };
+        let columns: Vec<&str> = columns.split_whitespace().collect();
+        assert_eq!(columns[..2], ["LOC", "CFA"], "{entry}");
+        let mut rows: Vec<(u64, Vec<&str>)> = lines
+            .map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (u64::from_str_radix(f[0], 16).unwrap(), f)
+            })
+            .collect();
+        rows.sort_by_key(|r| r.0);
+        let end = range.map_or(u64::MAX, |r| r.1);
+        for (i, (from, fields)) in rows.iter().enumerate() {
+            let to = rows.get(i + 1).map_or(end, |r| r.0);
+            let column = |name: &str| {
+                let at = columns.iter().position(|c| *c == name)?;
+                fields.get(at).copied()
+            };
+            let Some((register, offset)) = fields[1].split_once('+') else {
+                continue; // an expression
+            };
+            let Some(ra) = column("ra").and_then(cfa_offset) else {
+                continue;
+            };
+            let row = Shown {
+                from: *from,
+                to,
+                cfa: (register.to_owned(), offset.parse().unwrap()),
+                rbp: column("rbp").and_then(cfa_offset),
+                ra,
+            };
+            if range.is_none() {
+                initial = Some(row);
+                break;
+            }
+            shown.push(row);
+        }
+    }
+    shown
+}
+
+#[test]
+fn every_debug_frame_row_is_as_readelf_shows_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = support::fixtures_dir();
+    run(Command::new("gcc")
+        .args([
+            "-O2",
+            "-g",
+            "-fomit-frame-pointer",
+            "-fPIC",
+            "-shared",
+            "-o",
+        ])
+        .arg(dir.path().join("libfix.so"))
+        .arg(src.join("libfix.c")));
+    let program = dir.path().join("prog");
+    // Without asynchronous unwind tables, gcc writes the functions' CFI
+    // into .debug_frame, not .eh_frame.
+    run(Command::new("gcc")
+        .args(["-O2", "-g", "-fomit-frame-pointer"])
+        .args(["-fno-asynchronous-unwind-tables", "-fno-exceptions", "-o"])
+        .arg(&program)
+        .arg(src.join("prog.c"))
+        .arg(format!("-L{}", dir.path().display()))
+        .arg("-lfix"));
+    let shown = readelf_rows(&program);
+    // prog.c's functions: a large frame, alloca's rbp-based CFA.
+    assert!(shown.len() >= 10, "{shown:?}");
+    assert!(shown.iter().any(|r| r.cfa.0 == "rbp"), "{shown:?}");
+
+    let bytes = std::fs::read(&program).unwrap();
+    let file = object::File::parse(&*bytes).unwrap();
+    let conversion = rows_from_object(&file, None).unwrap();
+    assert_eq!(conversion.skipped_fdes, 0);
+    assert_eq!(conversion.unexpressible_rows, 0);
+    check_rows(&conversion.table, &shown);
+    // The file's rows, as a code object for it has them: its .eh_frame
+    // (the C library's start-up code, the PLT) with .debug_frame's rows
+    // where it has none. (A PIE's origin is 0: offsets are addresses.)
+    let table = file_rows(&bytes, RowChoice::SframeThenEhFrame).unwrap();
+    check_rows(&table, &shown);
+}
+
+/// Asserts that `table` has the rows readelf showed, at their first and
+/// last addresses.
+fn check_rows(table: &ichnos_code::RowTable, shown: &[Shown]) {
+    for want in shown {
+        for addr in [want.from, want.to - 1] {
+            let row = table
+                .find(addr)
+                .unwrap_or_else(|| panic!("no row at {addr:#x}: {want:?}"));
+            let base = match row.cfa_base() {
+                CfaBase::Sp => "rsp",
+                CfaBase::Fp => "rbp",
+            };
+            let rbp = (row.fp_off != 0).then_some(i64::from(row.fp_off));
+            assert_eq!(
+                (base, i64::from(row.cfa_off), rbp, i64::from(row.ra_off)),
+                (want.cfa.0.as_str(), want.cfa.1, want.rbp, want.ra),
+                "at {addr:#x}: {want:?}"
+            );
+        }
+    }
+}
+
+/// `nm`'s address of `name` in `path`.
+fn nm_address(path: &Path, name: &str) -> Option<u64> {
+    run(Command::new("nm").arg(path)).lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.len() == 3 && f[2] == name).then(|| u64::from_str_radix(f[0], 16).unwrap())
+    })
+}
+
+#[test]
+fn a_go_programs_stack_tops_are_outermost() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("main.go");
+    std::fs::write(
+        &source,
+        "package main\n\nfunc main() {\n\tdone := make(chan int)\n\tgo func() { done <- 1 }()\n\t<-done\n}\n",
+    )
+    .unwrap();
+    let program = dir.path().join("go_tops");
+    run(Command::new("go")
+        .args(["build", "-o"])
+        .arg(&program)
+        .arg(&source)
+        .current_dir(dir.path())
+        .env("GOCACHE", dir.path().join("cache"))
+        .env("GOPATH", dir.path().join("gopath"))
+        .env("CGO_ENABLED", "0"));
+    let bytes = std::fs::read(&program).unwrap();
+    let file = object::File::parse(&*bytes).unwrap();
+    // A Go program has no .eh_frame: its rows come from .debug_frame.
+    assert!(object::Object::section_by_name(&file, ".eh_frame").is_none());
+
+    let tops = go_top_frames(&file);
+    let names = ["runtime.goexit", "runtime.mstart", "runtime.rt0_go"];
+    for name in names {
+        // Go 1.17 and later name the assembly functions' ABI0 symbols so.
+        let address = nm_address(&program, &format!("{name}.abi0"))
+            .or_else(|| nm_address(&program, name))
+            .unwrap_or_else(|| panic!("nm shows no {name}"));
+        assert!(
+            tops.iter().any(|&(start, _)| start == address),
+            "{name} at {address:#x} not in {tops:x?}"
+        );
+    }
+    // (Some Go versions have an ABI wrapper besides each ABI0 function.)
+    assert!(tops.len() >= names.len(), "{tops:x?}");
+
+    // The file's rows, counted from its origin (the first PT_LOAD's page).
+    let origin = object::Object::segments(&file)
+        .map(|s| object::ObjectSegment::address(&s))
+        .min()
+        .unwrap()
+        & !0xfff;
+    let table = file_rows(&bytes, RowChoice::SframeThenEhFrame).unwrap();
+    for &(start, end) in &tops {
+        for addr in [start, end - 1] {
+            let row = table.find(addr - origin).expect("a row");
+            assert!(row.is_outermost(), "{addr:#x}: {row:?}");
+        }
+    }
+    // The code around them keeps its own rows: main.main's first is the
+    // CFA at rsp+8, as readelf shows every FDE's first row.
+    let main = nm_address(&program, "main.main").unwrap();
+    let row = table.find(main - origin).expect("main.main's row");
+    assert!(!row.is_outermost());
+    assert_eq!(
+        (row.cfa_base(), row.cfa_off, row.ra_off),
+        (CfaBase::Sp, 8, -8)
+    );
+}
