@@ -2,7 +2,9 @@
 //! into `.debug_frame` alone, and a goroutine's stack begins at
 //! `runtime.goexit`, not `_start`. Every sample in the fixture's own
 //! functions must unwind there completely, in the chain gdb's backtrace
-//! (which reads the same `.debug_frame`) gives.
+//! (which reads the same `.debug_frame`) gives: linked by Go's own linker
+//! (no `.eh_frame` at all), and by the system's (`.eh_frame` for the C
+//! start-up code, `.debug_frame` for Go's).
 
 use std::path::Path;
 use std::process::Command;
@@ -11,17 +13,25 @@ mod common;
 
 use common::*;
 
-/// Builds `goroutines.go` into `dir` as a pure Go program.
-fn build(dir: &Path) -> std::path::PathBuf {
+/// Builds `goroutines.go` into `dir`: a pure Go program, or one linked
+/// by the system's linker (`external`).
+fn build(dir: &Path, external: bool) -> std::path::PathBuf {
     let program = dir.join("goroutines");
-    let out = Command::new("go")
-        .args(["build", "-o"])
+    let mut go = Command::new("go");
+    go.arg("build");
+    if external {
+        go.arg("-ldflags=-linkmode=external")
+            .env("CGO_ENABLED", "1");
+    } else {
+        go.env("CGO_ENABLED", "0");
+    }
+    let out = go
+        .arg("-o")
         .arg(&program)
         .arg(fixture("goroutines.go"))
         .current_dir(dir)
         .env("GOCACHE", dir.join("cache"))
         .env("GOPATH", dir.join("gopath"))
-        .env("CGO_ENABLED", "0")
         .output()
         .expect("go runs (install golang-go)");
     assert!(out.status.success(), "go build: {}", stderr(&out));
@@ -30,8 +40,24 @@ fn build(dir: &Path) -> std::path::PathBuf {
 
 #[test]
 fn goroutines_unwind_to_goexit_through_debug_frame() {
+    goroutines_unwind_to_goexit(false);
+}
+
+#[test]
+fn goroutines_linked_by_the_system_linker_unwind_to_goexit() {
+    goroutines_unwind_to_goexit(true);
+}
+
+fn goroutines_unwind_to_goexit(external: bool) {
     let dir = tempfile::tempdir().unwrap();
-    let program = build(dir.path());
+    let program = build(dir.path(), external);
+    let has_eh_frame = Command::new("readelf")
+        .arg("-S")
+        .arg(&program)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains(".eh_frame "))
+        .unwrap();
+    assert_eq!(has_eh_frame, external, "{}", program.display());
     let chain = gdb_backtrace("main.leaf", &[program.as_os_str()]);
     assert_eq!(
         (
