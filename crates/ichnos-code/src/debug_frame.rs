@@ -85,14 +85,24 @@ const GO_TOP_FRAMES: [&str; 6] = [
 const MAX_TOP_FRAME: u64 = 4096;
 
 /// `[start, end)` link-time ranges of the Go runtime's functions where a
-/// stack begins, from the file's symbol table; none in a file that is not
-/// a Go program or whose symbols are stripped.
+/// stack begins, from the file's symbol table, or where it has none (a
+/// stripped Go program) from Go's own function table; none in a file that
+/// is not a Go program.
 pub fn go_top_frames<'d, R: object::ReadRef<'d>>(file: &object::File<'d, R>) -> Vec<(u64, u64)> {
-    file.symbols()
+    let top = |name: &str, size: u64| GO_TOP_FRAMES.contains(&name) && size <= MAX_TOP_FRAME;
+    let from_symbols: Vec<(u64, u64)> = file
+        .symbols()
         .filter(|s| s.kind() == object::SymbolKind::Text && s.size() > 0)
-        .filter(|s| s.size() <= MAX_TOP_FRAME)
-        .filter(|s| s.name().is_ok_and(|n| GO_TOP_FRAMES.contains(&n)))
+        .filter(|s| s.name().is_ok_and(|n| top(n, s.size())))
         .map(|s| (s.address(), s.address().saturating_add(s.size())))
+        .collect();
+    if !from_symbols.is_empty() || crate::go_pclntab::section(file).is_none() {
+        return from_symbols;
+    }
+    crate::go_pclntab::functions(file)
+        .into_iter()
+        .filter(|f| top(&f.name, f.end - f.start))
+        .map(|f| (f.start, f.end))
         .collect()
 }
 

@@ -154,7 +154,10 @@ pub fn object_rows<'d, R: object::ReadRef<'d>>(
     use object::{Object, ObjectSection};
     let has_sframe = has_bytes_in(file, ".sframe");
     let has_eh_frame = has_bytes_in(file, ".eh_frame");
-    if choice != RowChoice::Sframe && has_bytes_in(file, ".debug_frame") {
+    // (A Go program stripped of .debug_frame gets rows from its function
+    // table, converted at once too.)
+    let go = crate::go_pclntab::section(file).is_some();
+    if choice != RowChoice::Sframe && (has_bytes_in(file, ".debug_frame") || go) {
         return rows_of_object(file, choice).map(|t| crate::Rows::Fixed(std::sync::Arc::new(t)));
     }
     if choice == RowChoice::Sframe || (has_sframe && !has_eh_frame) {
@@ -296,9 +299,12 @@ fn unmarked_rows_of_object<'d, R: object::ReadRef<'d>>(
 }
 
 /// The rows of the file's `.eh_frame`, counted from `origin`, with those
-/// of its `.debug_frame` where `.eh_frame` has none (Go's functions, which
-/// only `.debug_frame` describes; the Go runtime's stack tops marked
-/// outermost). Either alone where the file has one.
+/// of Go's functions where `.eh_frame` has none: from `.debug_frame`
+/// (which describes only them in a Go program; in C built without
+/// asynchronous unwind tables, the program's own functions), or in a Go
+/// program stripped of it from the pcsp tables of Go's function table;
+/// the Go runtime's stack tops marked outermost. Either alone where the
+/// file has only one.
 fn cfi_rows<'d, R: object::ReadRef<'d>>(
     file: &object::File<'d, R>,
     origin: u64,
@@ -306,17 +312,21 @@ fn cfi_rows<'d, R: object::ReadRef<'d>>(
     let eh_frame = || -> Result<crate::RowTable, FileRowsError> {
         Ok(crate::eh_frame::rows_from_object(file, Some(origin))?.table)
     };
-    if !has_bytes_in(file, ".debug_frame") {
+    let other = if has_bytes_in(file, ".debug_frame") {
+        crate::debug_frame::rows_from_object(file, Some(origin)).map(|c| c.table)
+    } else if crate::go_pclntab::section(file).is_some() {
+        crate::go_pclntab::rows(file, origin).ok_or(FileRowsError::Missing(".gopclntab"))
+    } else {
         return eh_frame();
-    }
-    let debug_frame = crate::debug_frame::rows_from_object(file, Some(origin)).map(|c| {
-        crate::debug_frame::with_top_frames(&c.table, &crate::debug_frame::go_top_frames(file))
+    };
+    let other = other.map(|table| {
+        crate::debug_frame::with_top_frames(&table, &crate::debug_frame::go_top_frames(file))
     });
     if !has_bytes_in(file, ".eh_frame") {
-        return debug_frame;
+        return other;
     }
-    match (eh_frame(), debug_frame) {
-        (Ok(eh), Ok(debug)) => Ok(eh.with_gaps_filled_from(&debug)),
+    match (eh_frame(), other) {
+        (Ok(eh), Ok(other)) => Ok(eh.with_gaps_filled_from(&other)),
         (Ok(table), Err(_)) | (Err(_), Ok(table)) => Ok(table),
         (Err(e), Err(_)) => Err(e),
     }

@@ -10,7 +10,8 @@
 //! Every unwind source becomes the same compact [`UnwindRow`] (the codectl
 //! JIT FRE): [`sframe`] decodes SFrame v1, v2 and v3 sections, [`eh_frame`]
 //! converts `.eh_frame` CFI where the rule is expressible ([`debug_frame`]
-//! converts `.debug_frame`, where Go programs keep their CFI), and [`jit`]
+//! converts `.debug_frame`, where Go programs keep their CFI; [`go_pclntab`]
+//! reads the function table Go programs keep when stripped), and [`jit`]
 //! reads JIT tables as they grow; [`gdb_jit`] reads the objects a JIT gave
 //! debuggers through the GDB JIT interface. [`unwind()`](unwind::unwind) then walks a
 //! stack from user registers and a stack copy, one binary search and a few
@@ -44,6 +45,7 @@ pub mod eh_frame;
 pub mod elf;
 pub mod export;
 pub mod gdb_jit;
+pub mod go_pclntab;
 pub mod jit;
 pub mod jitdump;
 pub mod lazy;

@@ -2,7 +2,10 @@
 //! to carry its CFI there (gcc's `-fno-asynchronous-unwind-tables -g`)
 //! checked against what binutils' `readelf --debug-dump=frames-interp`
 //! shows, and a Go program's rows, whose stack tops are marked outermost
-//! where `nm` places the runtime's functions.
+//! where `nm` places the runtime's functions. The same program stripped
+//! keeps Go's own function table: its functions are `nm`'s, and the rows
+//! of its pcsp tables are those of the `.debug_frame` the linker wrote
+//! from them.
 
 mod support;
 
@@ -11,6 +14,7 @@ use std::process::Command;
 
 use ichnos_code::debug_frame::{go_top_frames, rows_from_object};
 use ichnos_code::elf::{file_rows, RowChoice};
+use ichnos_code::go_pclntab;
 use ichnos_code::row::CfaBase;
 
 fn run(command: &mut Command) -> String {
@@ -193,24 +197,31 @@ fn nm_address(path: &Path, name: &str) -> Option<u64> {
     })
 }
 
-#[test]
-fn a_go_programs_stack_tops_are_outermost() {
-    let dir = tempfile::tempdir().unwrap();
-    let source = dir.path().join("main.go");
+/// Builds a small Go program with goroutines in `dir`, linked by Go's
+/// own linker.
+fn build_go(dir: &Path) -> std::path::PathBuf {
+    let source = dir.join("main.go");
     std::fs::write(
         &source,
         "package main\n\nfunc main() {\n\tdone := make(chan int)\n\tgo func() { done <- 1 }()\n\t<-done\n}\n",
     )
     .unwrap();
-    let program = dir.path().join("go_tops");
+    let program = dir.join("go_tops");
     run(Command::new("go")
         .args(["build", "-o"])
         .arg(&program)
         .arg(&source)
-        .current_dir(dir.path())
-        .env("GOCACHE", dir.path().join("cache"))
-        .env("GOPATH", dir.path().join("gopath"))
+        .current_dir(dir)
+        .env("GOCACHE", dir.join("cache"))
+        .env("GOPATH", dir.join("gopath"))
         .env("CGO_ENABLED", "0"));
+    program
+}
+
+#[test]
+fn a_go_programs_stack_tops_are_outermost() {
+    let dir = tempfile::tempdir().unwrap();
+    let program = build_go(dir.path());
     let bytes = std::fs::read(&program).unwrap();
     let file = object::File::parse(&*bytes).unwrap();
     // A Go program has no .eh_frame: its rows come from .debug_frame.
@@ -253,4 +264,107 @@ fn a_go_programs_stack_tops_are_outermost() {
         (row.cfa_base(), row.cfa_off, row.ra_off),
         (CfaBase::Sp, 8, -8)
     );
+}
+
+/// `name` as Go's function table writes it: an array type's length in
+/// a generated function's name (`type..eq.[5]T`) elided as `[...]`.
+fn elided(name: &str) -> String {
+    let mut out = String::new();
+    let mut rest = name;
+    while let Some(open) = rest.find('[') {
+        let (before, after) = rest.split_at(open);
+        out.push_str(before);
+        match after[1..].find(']') {
+            Some(close) if close > 0 && after[1..=close].bytes().all(|b| b.is_ascii_digit()) => {
+                out.push_str("[...]");
+                rest = &after[close + 2..];
+            }
+            _ => {
+                out.push('[');
+                rest = &after[1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[test]
+fn a_stripped_go_program_keeps_its_functions_and_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let program = build_go(dir.path());
+    let stripped = dir.path().join("stripped");
+    run(Command::new("strip").arg("-o").arg(&stripped).arg(&program));
+    let bytes = std::fs::read(&stripped).unwrap();
+    let file = object::File::parse(&*bytes).unwrap();
+    for gone in [".symtab", ".debug_frame"] {
+        assert!(object::Object::section_by_name(&file, gone).is_none());
+    }
+
+    // Its functions, against nm of the program before it was stripped
+    // (nm names assembly functions' ABI0 symbols `NAME.abi0`).
+    let functions = go_pclntab::functions(&file);
+    let nm = run(Command::new("nm").arg(&program));
+    let texts: std::collections::HashMap<u64, Vec<&str>> =
+        nm.lines()
+            .fold(std::collections::HashMap::new(), |mut texts, l| {
+                // (Go's names may hold spaces: `type..eq.struct { ... }`.)
+                let f: Vec<&str> = l.splitn(3, ' ').collect();
+                if f.len() == 3 && (f[1] == "T" || f[1] == "t") {
+                    let address = u64::from_str_radix(f[0], 16).unwrap();
+                    texts.entry(address).or_default().push(f[2]);
+                }
+                texts
+            });
+    assert!(
+        functions.len() * 10 >= texts.len() * 9,
+        "{} of {}",
+        functions.len(),
+        texts.len()
+    );
+    for f in &functions {
+        let names = texts.get(&f.start).map(Vec::as_slice).unwrap_or_default();
+        assert!(
+            names
+                .iter()
+                .any(|n| elided(n.trim_end_matches(".abi0")) == f.name),
+            "{} at {:#x}: nm has {names:?}",
+            f.name,
+            f.start
+        );
+        assert!(f.end > f.start);
+    }
+    assert!(functions.windows(2).all(|w| w[0].end <= w[1].start));
+
+    // Its rows, against those of the .debug_frame the linker wrote from
+    // the same tables (read as readelf reads it, by the test above): the
+    // CFA's offset from rsp at every row's first and last address.
+    let unstripped = std::fs::read(&program).unwrap();
+    let unstripped = object::File::parse(&*unstripped).unwrap();
+    let debug = rows_from_object(&unstripped, Some(0)).unwrap().table;
+    let rows = go_pclntab::rows(&file, 0).expect("rows from the function table");
+    let mut compared = 0;
+    for row in debug.rows() {
+        for addr in [u64::from(row.ip_off), row.end_off() - 1] {
+            let ours = rows
+                .find(addr)
+                .unwrap_or_else(|| panic!("no row at {addr:#x}"));
+            assert_eq!(
+                (ours.cfa_base(), ours.cfa_off, ours.ra_off),
+                (CfaBase::Sp, row.cfa_off, row.ra_off),
+                "at {addr:#x}"
+            );
+            compared += 1;
+        }
+    }
+    assert!(compared > 1000, "{compared}");
+    // And the stack tops are found by the function table's names (each
+    // reaching to the next function, over the padding its symbol leaves).
+    let (mut from_table, mut from_symbols) = (go_top_frames(&file), go_top_frames(&unstripped));
+    from_table.sort_unstable();
+    from_symbols.sort_unstable();
+    assert_eq!(from_table.len(), from_symbols.len());
+    for (t, s) in from_table.iter().zip(&from_symbols) {
+        assert!(t.0 == s.0 && t.1 >= s.1, "{t:x?} against {s:x?}");
+    }
 }

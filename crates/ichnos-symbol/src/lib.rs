@@ -17,7 +17,8 @@
 //! Parsed objects are kept per build id (and size; per path without a build
 //! id) under a byte bound, so a batch of addresses for one file parses it
 //! once. Names without DWARF come from `.symtab`, `.dynsym`, the separate
-//! debug file's `.symtab` and MiniDebugInfo.
+//! debug file's `.symtab` and MiniDebugInfo, and in a stripped Go program
+//! from Go's own function table (`.gopclntab`).
 //!
 //! A large batch is answered several times faster from a prepared
 //! [`SymbolIndex`]: every address range's frames, worked out once per build

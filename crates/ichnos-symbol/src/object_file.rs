@@ -16,7 +16,7 @@ use crate::error::SymbolError;
 use buffer::{collecting, map};
 pub(crate) use buffer::{Buffer, Shared};
 pub(crate) use symbols::defined_functions;
-use symbols::{function_symbols, mini_debug_info_symbols, named_code};
+use symbols::{function_symbols, go_function_symbols, mini_debug_info_symbols, named_code};
 
 pub(crate) type Reader = gimli::EndianReader<gimli::RunTimeEndian, Shared>;
 
@@ -340,6 +340,12 @@ impl LoadedObject {
                 symbols.extend(mini);
                 source = DebugSource::MiniDebugInfo;
             }
+        }
+        if dwarf.is_none() {
+            // A stripped Go program still names its functions (after
+            // what the symbol tables left: a program the system linker
+            // linked keeps its C functions in .dynsym).
+            symbols.extend(go_function_symbols(&file));
         }
         let symbols = named_code(symbols);
         Ok(Self {

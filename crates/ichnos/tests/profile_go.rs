@@ -4,7 +4,9 @@
 //! functions must unwind there completely, in the chain gdb's backtrace
 //! (which reads the same `.debug_frame`) gives: linked by Go's own linker
 //! (no `.eh_frame` at all), and by the system's (`.eh_frame` for the C
-//! start-up code, `.debug_frame` for Go's).
+//! start-up code, `.debug_frame` for Go's); and stripped of its symbols
+//! and `.debug_frame`, when Go's own function table names its functions
+//! and gives its rows.
 
 use std::path::Path;
 use std::process::Command;
@@ -13,18 +15,30 @@ mod common;
 
 use common::*;
 
-/// Builds `goroutines.go` into `dir`: a pure Go program, or one linked
-/// by the system's linker (`external`).
-fn build(dir: &Path, external: bool) -> std::path::PathBuf {
+/// How the fixture is linked.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Link {
+    /// By Go's own linker, a pure Go program.
+    Go,
+    /// By the system's linker (as a program with cgo is).
+    System,
+    /// By Go's own linker, position independent (its function table in
+    /// `.data.rel.ro.gopclntab`).
+    Pie,
+}
+
+/// Builds `goroutines.go` into `dir`.
+fn build(dir: &Path, link: Link) -> std::path::PathBuf {
     let program = dir.join("goroutines");
     let mut go = Command::new("go");
     go.arg("build");
-    if external {
-        go.arg("-ldflags=-linkmode=external")
-            .env("CGO_ENABLED", "1");
-    } else {
-        go.env("CGO_ENABLED", "0");
-    }
+    match link {
+        Link::Go => go.env("CGO_ENABLED", "0"),
+        Link::System => go
+            .arg("-ldflags=-linkmode=external")
+            .env("CGO_ENABLED", "1"),
+        Link::Pie => go.arg("-buildmode=pie").env("CGO_ENABLED", "0"),
+    };
     let out = go
         .arg("-o")
         .arg(&program)
@@ -40,24 +54,39 @@ fn build(dir: &Path, external: bool) -> std::path::PathBuf {
 
 #[test]
 fn goroutines_unwind_to_goexit_through_debug_frame() {
-    goroutines_unwind_to_goexit(false);
+    goroutines_unwind_to_goexit(Link::Go, false);
 }
 
 #[test]
 fn goroutines_linked_by_the_system_linker_unwind_to_goexit() {
-    goroutines_unwind_to_goexit(true);
+    goroutines_unwind_to_goexit(Link::System, false);
 }
 
-fn goroutines_unwind_to_goexit(external: bool) {
+#[test]
+fn goroutines_of_a_stripped_program_unwind_to_goexit_by_its_function_table() {
+    goroutines_unwind_to_goexit(Link::Go, true);
+}
+
+#[test]
+fn goroutines_of_a_stripped_program_linked_by_the_system_linker_unwind_to_goexit() {
+    goroutines_unwind_to_goexit(Link::System, true);
+}
+
+#[test]
+fn goroutines_of_a_stripped_position_independent_program_unwind_to_goexit() {
+    goroutines_unwind_to_goexit(Link::Pie, true);
+}
+
+fn goroutines_unwind_to_goexit(link: Link, stripped: bool) {
     let dir = tempfile::tempdir().unwrap();
-    let program = build(dir.path(), external);
+    let program = build(dir.path(), link);
     let has_eh_frame = Command::new("readelf")
         .arg("-S")
         .arg(&program)
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).contains(".eh_frame "))
         .unwrap();
-    assert_eq!(has_eh_frame, external, "{}", program.display());
+    assert_eq!(has_eh_frame, link == Link::System, "{}", program.display());
     let chain = gdb_backtrace("main.leaf", &[program.as_os_str()]);
     assert_eq!(
         (
@@ -68,6 +97,19 @@ fn goroutines_unwind_to_goexit(external: bool) {
         "gdb's backtrace: {chain:?}"
     );
     let root_first: Vec<&str> = chain.iter().rev().map(String::as_str).collect();
+    let program = if stripped {
+        let copy = dir.path().join("stripped");
+        let out = Command::new("strip")
+            .arg("-o")
+            .arg(&copy)
+            .arg(&program)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "strip: {}", stderr(&out));
+        copy
+    } else {
+        program
+    };
 
     let data = dir.path().join("go.data");
     let out = record(&data, 1000, &[program.to_str().unwrap()]);

@@ -44,6 +44,22 @@ pub(super) fn mini_debug_info_symbols(file: &object::File<'_>) -> Vec<Sym> {
     object::File::parse(&*out).map_or_else(|_| Vec::new(), |mini| function_symbols(&mini))
 }
 
+/// The functions of a Go program's own function table (`.gopclntab`,
+/// which `strip` leaves): where the file has no symbol table left.
+pub(super) fn go_function_symbols(file: &object::File<'_>) -> Vec<Sym> {
+    ichnos_code::go_pclntab::functions(file)
+        .into_iter()
+        .map(|f| Sym {
+            addr: f.start,
+            size: f.end - f.start,
+            section_end: u64::MAX,
+            name: f.name,
+            file: None,
+            label: false,
+        })
+        .collect()
+}
+
 /// The function symbols the file at `path` defines (its own symbol
 /// tables, no debug file): [`function_symbols`].
 pub(crate) fn defined_functions(path: &Path) -> Result<Vec<Sym>, SymbolError> {
