@@ -6,8 +6,10 @@
 //!
 //! An address space lives from a process's exec (or first sighting) to its
 //! next exec; a fork copies the parent's. A new executable mapping over an
-//! old one also starts a new address space, so that within one an address
-//! always means the same code (docs/recording-format.md).
+//! old one also starts a new address space, and so does JIT code under a
+//! new name where code was named before (its memory reused), so that
+//! within one an address always means the same code
+//! (docs/recording-format.md).
 
 use std::collections::{HashMap, HashSet};
 use std::ops::Range;
@@ -166,9 +168,15 @@ struct JitState {
     /// looked like then: read again only when they change.
     perf_map: Option<Read<ichnos_symbol::perf_map::PerfMap>>,
     jitdump_read: Option<Read<ichnos_symbol::jitdump::JitDump>>,
-    /// Code objects and ranges whose names were recorded.
-    named: HashSet<u64>,
+    /// The names recorded in this address space, by start.
+    recorded: HashMap<u64, JitName>,
     names: usize,
+    /// How many of them came from the perf map or the jitdump file.
+    file_names: usize,
+    /// Names of code put where code of another name was recorded (its
+    /// memory reused), to be recorded in a new address space so that the
+    /// stacks already written keep the old names ([`Spaces::rename`]).
+    held: Vec<JitName>,
     /// The process's jitdump file, once it mapped it.
     jitdump: Option<PathBuf>,
     last_names: Option<u64>,
@@ -184,6 +192,15 @@ impl JitState {
                 .retain(|_, starts| !starts.contains(&start));
         }
     }
+}
+
+/// A name for JIT code, as a `JitCode` record gives it.
+#[derive(Debug)]
+struct JitName {
+    start: u64,
+    end: u64,
+    source: ichnos_data::JitSource,
+    name: Arc<[u8]>,
 }
 
 /// Where a process's exported code registry is.
@@ -556,6 +573,35 @@ impl Spaces {
         true
     }
 
+    /// A new address space for `pid` if it holds names of JIT code put
+    /// where other code was named (its memory reused): the same mappings
+    /// and code under a new number, whose names are the old ones with
+    /// those in their place. The stacks written so far keep the old names;
+    /// stacks from now on are written anew. Whether it made one.
+    pub fn rename(&mut self, pid: u32, time: u64, out: &mut Output) -> bool {
+        let asid = self.next_asid;
+        let Some(space) = self.by_pid.get_mut(&pid) else {
+            return false;
+        };
+        if space.jit.held.is_empty() {
+            return false;
+        }
+        self.next_asid += 1;
+        let parent = std::mem::replace(&mut space.asid, asid);
+        out.meta(&Record::Process {
+            asid,
+            pid: u64::from(pid),
+            parent,
+            time: out.rel(time),
+            name: &space.name,
+        });
+        for held in std::mem::take(&mut space.jit.held) {
+            space.jit.recorded.remove(&held.start);
+            space.record_name(held, out);
+        }
+        true
+    }
+
     /// A new address space for `pid`: a copy of its current one without
     /// what `range` covers (new code replaces old code there).
     fn renew(&mut self, pid: u32, range: &Range<u64>, time: u64, out: &mut Output) {
@@ -597,6 +643,10 @@ impl Spaces {
             time: out.rel(time),
             name: &space.name,
         });
+        // Names held for a new address space go into this one.
+        for held in std::mem::take(&mut old.jit.held) {
+            space.record_name(held, out);
+        }
         // The copy holds the old mappings of the range too (a reader's
         // Mapping replaces them); the code objects there are gone here.
         self.by_pid.insert(pid, space);

@@ -296,6 +296,7 @@ impl Recorder {
             space.capture_jit_names(&mut self.output, now, false);
             space.refresh_debugger_jit_on_time(now, &mut self.output);
         }
+        self.rename_all(now);
         self.output.tell_drops(now);
     }
 
@@ -306,6 +307,16 @@ impl Recorder {
         self.off_cpu.finish(now, &mut self.output);
         for space in self.spaces.by_pid.values_mut() {
             space.capture_jit_names(&mut self.output, now, true);
+        }
+        self.rename_all(now);
+    }
+
+    /// Gives each process that holds names of JIT code put where other
+    /// code was named a new address space ([`Spaces::rename`]).
+    fn rename_all(&mut self, now: u64) {
+        let pids: Vec<u32> = self.spaces.by_pid.keys().copied().collect();
+        for pid in pids {
+            self.spaces.rename(pid, now, &mut self.output);
         }
     }
 
@@ -634,6 +645,10 @@ impl Recorder {
     /// walked at `time`), written first if it is new and its JIT frames
     /// noted for naming.
     fn intern_stack(&mut self, pid: u32, time: u64, stop: StackStop) -> Option<u32> {
+        // Code named anew where other code was (a look at the process's
+        // JIT code while this stack was walked): its stacks from here on
+        // belong to a new address space.
+        self.spaces.rename(pid, time, &mut self.output);
         let space = self.spaces.by_pid.get_mut(&pid)?;
         let (id, new) = self.interner.intern(space.asid, stop, &self.stack);
         if new {

@@ -11,7 +11,7 @@ use ichnos_data::{JitSource, Record};
 use std::collections::HashSet;
 
 use super::{
-    capped, reread, stamp, AddressSpace, Output, RegistryAt, DEBUGGER_BYTES_PER_LOOK,
+    capped, reread, stamp, AddressSpace, JitName, Output, RegistryAt, DEBUGGER_BYTES_PER_LOOK,
     MAX_DEBUGGER_ENTRIES, MAX_JITDUMP, MAX_JIT_NAMES, MAX_PENDING_JIT, REFRESH_INTERVAL_NS,
 };
 
@@ -131,7 +131,7 @@ impl AddressSpace {
         let mut changed = false;
         // Starts whose code was named and has gone: code put there again
         // is named at once (its stacks may be ones already seen, which
-        // name nothing again).
+        // name nothing again), in a new address space.
         let mut renamed = HashSet::new();
         if list.complete {
             let live: HashSet<gdb_jit::JitEntry> = list.entries.iter().copied().collect();
@@ -147,8 +147,7 @@ impl AddressSpace {
                     changed |= self.code.remove(start).is_some();
                     self.jit.from_debugger.remove(&start);
                     // New code there gets its own name.
-                    if self.jit.named.remove(&start) {
-                        self.jit.names = self.jit.names.saturating_sub(1);
+                    if self.jit.recorded.contains_key(&start) {
                         renamed.insert(start);
                     }
                 }
@@ -184,20 +183,15 @@ impl AddressSpace {
         changed
     }
 
-    /// Records the name of the JIT code object at `start`, once.
+    /// Records the name of the JIT code object at `start`.
     fn name_code(&mut self, start: u64, out: &mut Output) {
         let Some(object) = self.code.find(start).filter(|o| o.start == start) else {
             return;
         };
-        if object.source != RowSource::Jit
-            || self.jit.names >= MAX_JIT_NAMES
-            || !self.jit.named.insert(start)
-        {
+        if object.source != RowSource::Jit {
             return;
         }
-        self.jit.names += 1;
-        out.meta(&Record::JitCode {
-            asid: self.asid,
+        let name = JitName {
             start: object.start,
             end: object.end,
             source: if self.jit.from_debugger.contains(&object.start) {
@@ -205,8 +199,44 @@ impl AddressSpace {
             } else {
                 JitSource::Registry
             },
-            name: capped(object.name.as_bytes()),
+            name: Arc::from(capped(object.name.as_bytes())),
+        };
+        self.record_name(name, out);
+    }
+
+    /// Records a name of JIT code, unless this address space has it
+    /// already. Where it has another name at the same start (the code
+    /// there was freed and its memory reused), the name is held for a new
+    /// address space ([`super::Spaces::rename`]), so that stacks written
+    /// before keep the name they had.
+    pub(super) fn record_name(&mut self, name: JitName, out: &mut Output) {
+        match self.jit.recorded.get(&name.start) {
+            Some(recorded) if recorded.end == name.end && recorded.name == name.name => return,
+            Some(_) => {
+                let held = self.jit.held.iter_mut().find(|h| h.start == name.start);
+                match held {
+                    Some(held) => *held = name,
+                    None => self.jit.held.push(name),
+                }
+                return;
+            }
+            None => {}
+        }
+        if self.jit.names >= MAX_JIT_NAMES {
+            return;
+        }
+        self.jit.names += 1;
+        if matches!(name.source, JitSource::PerfMap | JitSource::JitDump) {
+            self.jit.file_names += 1;
+        }
+        out.meta(&Record::JitCode {
+            asid: self.asid,
+            start: name.start,
+            end: name.end,
+            source: name.source,
+            name: &name.name,
         });
+        self.jit.recorded.insert(name.start, name);
     }
 
     /// Makes code objects of one GDB JIT object: one per function it
@@ -311,11 +341,13 @@ impl AddressSpace {
     /// jitdump file, while it lives (`force`: now, else at most every
     /// 50 ms). The files are read again only when their size or time
     /// changed, and the addresses looked up only when they or the files
-    /// are new.
+    /// are new. When the files changed, the starts they named before are
+    /// looked up again too: a new name at one is code put in the memory of
+    /// code freed ([`Self::record_name`]).
     pub fn capture_jit_names(&mut self, out: &mut Output, time: u64, force: bool) {
         // Offline, the perf map's owner cannot be checked against the
         // process (gone, or its number another's): not read.
-        if self.jit.pending.is_empty() || self.offline {
+        if (self.jit.pending.is_empty() && self.jit.file_names == 0) || self.offline {
             return;
         }
         if !force
@@ -355,50 +387,79 @@ impl AddressSpace {
                 .as_ref()
                 .and(self.jit.jitdump_read.as_ref().map(|r| r.0)),
         );
-        if !self.jit.fresh && self.jit.looked == Some(said) {
+        let files_changed = self.jit.looked != Some(said);
+        if !self.jit.fresh && !files_changed {
             return;
         }
         self.jit.fresh = false;
         self.jit.looked = Some(said);
         let mut named = Vec::new();
+        // Starts the files named before, looked up again where they changed.
+        let again: Vec<u64> = if files_changed {
+            let from_files =
+                |n: &&JitName| matches!(n.source, JitSource::PerfMap | JitSource::JitDump);
+            self.jit
+                .recorded
+                .values()
+                .filter(from_files)
+                .map(|n| n.start)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let find = |pc| name_in_files(pc, perf_map.as_deref(), jitdump.as_deref());
         for &pc in &self.jit.pending {
-            let found = jitdump
-                .as_ref()
-                .and_then(|d| d.lookup(pc))
-                .map(|c| {
-                    (
-                        c.addr,
-                        c.addr.saturating_add(c.size),
-                        c.name.clone(),
-                        JitSource::JitDump,
-                    )
-                })
-                .or_else(|| {
-                    perf_map.as_ref().and_then(|m| m.lookup(pc)).map(|e| {
-                        (
-                            e.start,
-                            e.start.saturating_add(e.size),
-                            e.name.clone(),
-                            JitSource::PerfMap,
-                        )
-                    })
-                });
-            if let Some(found) = found {
+            if let Some(found) = find(pc) {
                 named.push((pc, found));
+            }
+        }
+        for pc in again {
+            // A start named before, now of other code: under the same
+            // start only (a range that merely overlaps it may be code
+            // inside code, as runtimes name both).
+            match find(pc) {
+                Some(found) if found.0 == pc => named.push((pc, found)),
+                _ => {}
             }
         }
         for (pc, (start, end, name, source)) in named {
             self.jit.pending.remove(&pc);
-            if self.jit.names < MAX_JIT_NAMES && self.jit.named.insert(start) {
-                self.jit.names += 1;
-                out.meta(&Record::JitCode {
-                    asid: self.asid,
-                    start,
-                    end,
-                    source,
-                    name: capped(name.as_bytes()),
-                });
-            }
+            let name = JitName {
+                start,
+                end,
+                source,
+                name: Arc::from(capped(name.as_bytes())),
+            };
+            self.record_name(name, out);
         }
     }
+}
+
+/// The code the jitdump file, else the perf map, says `pc` lies in:
+/// its range, name and source.
+fn name_in_files(
+    pc: u64,
+    perf_map: Option<&ichnos_symbol::perf_map::PerfMap>,
+    jitdump: Option<&ichnos_symbol::jitdump::JitDump>,
+) -> Option<(u64, u64, String, JitSource)> {
+    jitdump
+        .and_then(|d| d.lookup(pc))
+        .map(|c| {
+            (
+                c.addr,
+                c.addr.saturating_add(c.size),
+                c.name.clone(),
+                JitSource::JitDump,
+            )
+        })
+        .or_else(|| {
+            perf_map.and_then(|m| m.lookup(pc)).map(|e| {
+                (
+                    e.start,
+                    e.start.saturating_add(e.size),
+                    e.name.clone(),
+                    JitSource::PerfMap,
+                )
+            })
+        })
 }
