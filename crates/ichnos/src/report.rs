@@ -721,7 +721,7 @@ fn finished(path: &Path, profile: &Profile) -> Result<()> {
     }
     if profile.uncopied_spaces > 0 {
         eprintln!(
-            "warning: {} forked processes start without their parents' mappings: the recording copies more than a report holds",
+            "warning: {} address spaces (forked processes, or a process's after its JIT reused memory) start without their parents' mappings: the recording copies more than a report holds",
             profile.uncopied_spaces
         );
     }

@@ -39,6 +39,13 @@ const MAX_PENDING_JIT: usize = 1 << 16;
 /// Least time between two looks at a process's registry or perf map
 /// when nothing new was mapped.
 const REFRESH_INTERVAL_NS: u64 = 50_000_000;
+/// New address spaces made per process for JIT code named anew where
+/// other code was, at most (each costs a reader a copy of the process's
+/// mappings and names, and the stacks are written anew).
+const MAX_RENEWALS: u32 = 256;
+/// Least time between two of them: names found sooner wait (stacks of
+/// the new code keep the old name until then).
+const MIN_RENEWAL_INTERVAL_NS: u64 = 1_000_000_000;
 /// Largest jitdump file read.
 const MAX_JITDUMP: u64 = 1 << 30;
 
@@ -170,9 +177,12 @@ struct JitState {
     jitdump_read: Option<Read<ichnos_symbol::jitdump::JitDump>>,
     /// The names recorded in this address space, by start.
     recorded: HashMap<u64, JitName>,
-    names: usize,
     /// How many of them came from the perf map or the jitdump file.
-    file_names: usize,
+    names_from_files: usize,
+    /// New address spaces made for names of reused memory, and when the
+    /// last was ([`Spaces::rename`]).
+    renewals: u32,
+    last_renewal: Option<u64>,
     /// Names of code put where code of another name was recorded (its
     /// memory reused), to be recorded in a new address space so that the
     /// stacks already written keep the old names ([`Spaces::rename`]).
@@ -201,6 +211,25 @@ struct JitName {
     end: u64,
     source: ichnos_data::JitSource,
     name: Arc<[u8]>,
+}
+
+impl JitName {
+    /// Whether the perf map or the jitdump file gave it.
+    fn is_from_files(&self) -> bool {
+        matches!(
+            self.source,
+            ichnos_data::JitSource::PerfMap | ichnos_data::JitSource::JitDump
+        )
+    }
+}
+
+impl JitState {
+    /// Forgets the name recorded at `start`.
+    fn forget_name(&mut self, start: u64) {
+        if let Some(name) = self.recorded.remove(&start) {
+            self.names_from_files -= usize::from(name.is_from_files());
+        }
+    }
 }
 
 /// Where a process's exported code registry is.
@@ -583,9 +612,25 @@ impl Spaces {
         let Some(space) = self.by_pid.get_mut(&pid) else {
             return false;
         };
-        if space.jit.held.is_empty() {
+        if space.jit.held.is_empty()
+            || space
+                .jit
+                .last_renewal
+                .is_some_and(|t| time.saturating_sub(t) < MIN_RENEWAL_INTERVAL_NS)
+        {
             return false;
         }
+        if space.jit.renewals >= MAX_RENEWALS {
+            // Past the bound, names are replaced where they are (a reader
+            // takes the last name at a start, for all its stacks).
+            for held in std::mem::take(&mut space.jit.held) {
+                space.jit.forget_name(held.start);
+                space.record_name(held, out);
+            }
+            return false;
+        }
+        space.jit.renewals += 1;
+        space.jit.last_renewal = Some(time);
         self.next_asid += 1;
         let parent = std::mem::replace(&mut space.asid, asid);
         out.meta(&Record::Process {
@@ -596,7 +641,7 @@ impl Spaces {
             name: &space.name,
         });
         for held in std::mem::take(&mut space.jit.held) {
-            space.jit.recorded.remove(&held.start);
+            space.jit.forget_name(held.start);
             space.record_name(held, out);
         }
         true
@@ -635,6 +680,28 @@ impl Spaces {
         space.jit.from_debugger = old.jit.from_debugger;
         space.jit.last_debugger_look = old.jit.last_debugger_look;
         space.jit.jitdump = old.jit.jitdump;
+        // The names recorded carry over (a reader copies them), but those
+        // of code the new mapping covers; so do the files as read.
+        space.jit.recorded = std::mem::take(&mut old.jit.recorded)
+            .into_iter()
+            .filter(|(_, n)| clear(&(n.start..n.end)))
+            .collect();
+        space.jit.names_from_files = space
+            .jit
+            .recorded
+            .values()
+            .filter(|n| n.is_from_files())
+            .count();
+        space.jit.renewals = old.jit.renewals;
+        space.jit.last_renewal = old.jit.last_renewal;
+        space.jit.pending = std::mem::take(&mut old.jit.pending)
+            .into_iter()
+            .filter(|&pc| clear(&(pc..pc.saturating_add(1))))
+            .collect();
+        space.jit.fresh = !space.jit.pending.is_empty();
+        space.jit.perf_map = old.jit.perf_map.take();
+        space.jit.jitdump_read = old.jit.jitdump_read.take();
+        space.jit.looked = old.jit.looked;
         space.leader_exited = old.leader_exited;
         out.meta(&Record::Process {
             asid: space.asid,

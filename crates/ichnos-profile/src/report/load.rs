@@ -46,6 +46,8 @@ pub struct JitName {
 pub struct Space {
     /// Its process.
     pub pid: u32,
+    /// The address space it was copied from (0: none).
+    pub parent: u64,
     /// What is mapped where: ranges by start, each to its end and the
     /// mapping (an index into [`Profile::mappings`]) that shows it; a later
     /// mapping replaces what it overlaps.
@@ -210,6 +212,10 @@ pub struct TraceClock {
 /// spaces of one recording (a recording of tens of thousands of forked
 /// processes copies a few million).
 const MAX_COPIED: u64 = 1 << 26;
+
+/// Most address spaces a JIT name is carried back through
+/// (`name_jit`).
+const MAX_RENEWALS_WALKED: usize = 512;
 
 /// Most frames of a stack kept (a damaged recording may claim more).
 const MAX_FRAMES: usize = 4096;
@@ -393,11 +399,7 @@ impl Profile {
                     name: Arc::from(text(name)),
                     source: *source,
                 };
-                self.spaces
-                    .entry(*asid)
-                    .or_default()
-                    .jit
-                    .insert(*start, name);
+                self.name_jit(*asid, name);
             }
             Record::Lost { count, cause, .. } => {
                 *self.lost.entry(*cause).or_default() += count;
@@ -486,6 +488,33 @@ impl Profile {
 
     /// Address space `asid` of `pid`: a copy of `parent`'s, within the
     /// report's bound on copies.
+    /// Names JIT code in address space `asid`, and in the address spaces
+    /// of the same process it was renewed from where none named its
+    /// start: the code was there unnamed until then (a process is given a
+    /// new address space when a JIT reuses memory under a new name, and
+    /// the names of other code may come later).
+    fn name_jit(&mut self, asid: u64, name: JitName) {
+        let start = name.start;
+        let space = self.spaces.entry(asid).or_default();
+        let (pid, mut parent) = (space.pid, space.parent);
+        // (The recorder renews a process's space a few hundred times at
+        // most; a recording that says more is not walked further.)
+        for _ in 0..MAX_RENEWALS_WALKED {
+            if parent == 0 {
+                break;
+            }
+            let Some(older) = self.spaces.get_mut(&parent) else {
+                break;
+            };
+            if older.pid != pid || older.jit.contains_key(&start) {
+                break;
+            }
+            older.jit.insert(start, name.clone());
+            parent = older.parent;
+        }
+        self.spaces.entry(asid).or_default().jit.insert(start, name);
+    }
+
     fn begin_space(&mut self, asid: u64, pid: u32, parent: u64, name: &[u8]) {
         let mut space = match self.spaces.get(&parent) {
             Some(p) => {
@@ -501,6 +530,7 @@ impl Profile {
             None => Space::default(),
         };
         space.pid = pid;
+        space.parent = parent;
         self.spaces.insert(asid, space);
         self.processes.insert(pid, Arc::from(text(name)));
     }
@@ -693,5 +723,47 @@ mod tests {
             ("/lib.so".into(), 0x3010)
         );
         assert_eq!(name(&profile, place(&profile, 0)), ("/old.so".into(), 0x10));
+    }
+
+    /// A process renewed (JIT memory reused under a new name) keeps its
+    /// old names in its old address space; a name that first comes after
+    /// the renewal, for code no earlier name covered, names that code in
+    /// the old spaces too, but not across a fork to another process.
+    #[test]
+    fn a_late_jit_name_reaches_the_spaces_its_process_was_renewed_from() {
+        let process = |asid, pid, parent| Record::Process {
+            asid,
+            pid,
+            parent,
+            time: 0,
+            name: b"jit",
+        };
+        let jit = |asid, start, name| Record::JitCode {
+            asid,
+            start,
+            end: start + 0x10,
+            source: ichnos_data::JitSource::PerfMap,
+            name,
+        };
+        let mut profile = Profile::default();
+        profile.add(&process(1, 7, 0));
+        profile.add(&jit(1, 0x1000, b"old"));
+        // Renewed: 0x1000 holds other code.
+        profile.add(&process(2, 7, 1));
+        profile.add(&jit(2, 0x1000, b"new"));
+        // A fork, then a name known only after both.
+        profile.add(&process(3, 8, 2));
+        profile.add(&jit(2, 0x2000, b"late"));
+        profile.add(&jit(3, 0x3000, b"child"));
+        let name = |asid, pc| profile.jit_name(asid, pc).map(|n| n.name.to_string());
+        assert_eq!(name(1, 0x1000).as_deref(), Some("old"));
+        assert_eq!(name(2, 0x1000).as_deref(), Some("new"));
+        assert_eq!(name(1, 0x2000).as_deref(), Some("late"));
+        assert_eq!(name(2, 0x3000), None, "a child's name stays the child's");
+        assert_eq!(
+            name(3, 0x2000),
+            None,
+            "copied at the fork, before the name came"
+        );
     }
 }

@@ -129,10 +129,6 @@ impl AddressSpace {
             return false;
         };
         let mut changed = false;
-        // Starts whose code was named and has gone: code put there again
-        // is named at once (its stacks may be ones already seen, which
-        // name nothing again), in a new address space.
-        let mut renamed = HashSet::new();
         if list.complete {
             let live: HashSet<gdb_jit::JitEntry> = list.entries.iter().copied().collect();
             let gone: Vec<gdb_jit::JitEntry> = self
@@ -146,10 +142,6 @@ impl AddressSpace {
                 for start in self.jit.debugger_entries.remove(&entry).unwrap_or_default() {
                     changed |= self.code.remove(start).is_some();
                     self.jit.from_debugger.remove(&start);
-                    // New code there gets its own name.
-                    if self.jit.recorded.contains_key(&start) {
-                        renamed.insert(start);
-                    }
                 }
             }
         }
@@ -174,7 +166,14 @@ impl AddressSpace {
             };
             if let Some(starts) = self.insert_debugger_object(object) {
                 changed = true;
-                for &start in starts.iter().filter(|s| renamed.contains(s)) {
+                // (Named at once wherever a name was recorded: the entry
+                // may have gone in an earlier look.)
+                let named_before: Vec<u64> = starts
+                    .iter()
+                    .copied()
+                    .filter(|s| self.jit.recorded.contains_key(s))
+                    .collect();
+                for start in named_before {
                     self.name_code(start, out);
                 }
                 self.jit.debugger_entries.insert(entry, starts);
@@ -222,13 +221,10 @@ impl AddressSpace {
             }
             None => {}
         }
-        if self.jit.names >= MAX_JIT_NAMES {
+        if self.jit.recorded.len() >= MAX_JIT_NAMES {
             return;
         }
-        self.jit.names += 1;
-        if matches!(name.source, JitSource::PerfMap | JitSource::JitDump) {
-            self.jit.file_names += 1;
-        }
+        self.jit.names_from_files += usize::from(name.is_from_files());
         out.meta(&Record::JitCode {
             asid: self.asid,
             start: name.start,
@@ -347,7 +343,7 @@ impl AddressSpace {
     pub fn capture_jit_names(&mut self, out: &mut Output, time: u64, force: bool) {
         // Offline, the perf map's owner cannot be checked against the
         // process (gone, or its number another's): not read.
-        if (self.jit.pending.is_empty() && self.jit.file_names == 0) || self.offline {
+        if (self.jit.pending.is_empty() && self.jit.names_from_files == 0) || self.offline {
             return;
         }
         if !force
@@ -396,12 +392,9 @@ impl AddressSpace {
         let mut named = Vec::new();
         // Starts the files named before, looked up again where they changed.
         let again: Vec<u64> = if files_changed {
-            let from_files =
-                |n: &&JitName| matches!(n.source, JitSource::PerfMap | JitSource::JitDump);
-            self.jit
-                .recorded
-                .values()
-                .filter(from_files)
+            let recorded = self.jit.recorded.values();
+            recorded
+                .filter(|n| n.is_from_files())
                 .map(|n| n.start)
                 .collect()
         } else {
@@ -435,9 +428,23 @@ impl AddressSpace {
     }
 }
 
-/// The code the jitdump file, else the perf map, says `pc` lies in:
-/// its range, name and source.
+/// The code the jitdump file, else the perf map, says `pc` lies in: its
+/// range, name and source. None where what covers `pc` is not the newest
+/// code at its start (a perf map's older, longer line at a start that a
+/// newer line names anew: `pc` lies past the new code's end, in memory
+/// the files no longer name), so that a start has one name at a time.
 fn name_in_files(
+    pc: u64,
+    perf_map: Option<&ichnos_symbol::perf_map::PerfMap>,
+    jitdump: Option<&ichnos_symbol::jitdump::JitDump>,
+) -> Option<(u64, u64, String, JitSource)> {
+    let found = covering(pc, perf_map, jitdump)?;
+    let newest = covering(found.0, perf_map, jitdump)?;
+    (newest == found).then_some(found)
+}
+
+/// The code the jitdump file, else the perf map, says covers `pc`.
+fn covering(
     pc: u64,
     perf_map: Option<&ichnos_symbol::perf_map::PerfMap>,
     jitdump: Option<&ichnos_symbol::jitdump::JitDump>,
@@ -462,4 +469,25 @@ fn name_in_files(
                 )
             })
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A perf map whose newer line names a start anew with shorter code:
+    /// past its end, the older line is no one's; a line for code inside
+    /// other code is both's (each is the newest at its start).
+    #[test]
+    fn a_start_has_the_name_of_its_newest_line_only() {
+        let map = ichnos_symbol::perf_map::PerfMap::parse(
+            "1000 200 freed\n1000 40 reused\n3000 200 outer\n3080 10 inner\n",
+            "perf-1.map",
+        );
+        let name = |pc| name_in_files(pc, Some(&map), None).map(|(s, e, n, _)| (s, e, n));
+        assert_eq!(name(0x1010), Some((0x1000, 0x1040, "reused".to_owned())));
+        assert_eq!(name(0x1100), None);
+        assert_eq!(name(0x3100), Some((0x3000, 0x3200, "outer".to_owned())));
+        assert_eq!(name(0x3084), Some((0x3080, 0x3090, "inner".to_owned())));
+    }
 }
