@@ -11,10 +11,13 @@
 //! Go's CFI does not say where a goroutine's or an OS thread's stack
 //! begins: `runtime.goexit` (the return address every goroutine's first
 //! function returns to), `runtime.mstart` (an OS thread's first function)
-//! and `runtime.rt0_go` (the program's start) have ordinary rows. Go's own
-//! traceback stops at them (they are marked `TOPFRAME` in the runtime's
-//! assembly); [`go_top_frames`] finds them by their symbols, and a file's
-//! rows mark them as the outermost frame.
+//! and `runtime.rt0_go` (the program's start) have ordinary rows. Nor does
+//! it say where code switched to the system stack (`runtime.systemstack`,
+//! `runtime.mcall`, the vDSO calls of `runtime.nanotime1`): above them
+//! lies another stack, or stale frames. Go's own traceback of a profiling
+//! signal stops at both kinds (`TOPFRAME` and `SPWRITE` in the runtime's
+//! function table); [`go_top_frames`] finds them, and a file's rows mark
+//! them as the outermost frame.
 
 use gimli::{BaseAddresses, DebugFrame, LittleEndian};
 use object::{Object, ObjectSection, ObjectSymbol};
@@ -70,25 +73,45 @@ pub fn rows_from_object<'d, R: object::ReadRef<'d>>(
 }
 
 /// The Go runtime's functions where a stack begins (`TOPFRAME` in its
-/// assembly), under their names before and after Go 1.17's ABI wrappers.
-const GO_TOP_FRAMES: [&str; 6] = [
+/// assembly) or that switch to the system stack (`SPWRITE`), under their
+/// names before and after Go 1.17's ABI wrappers: for a function table
+/// too old to flag them.
+const GO_TOP_FRAMES: [&str; 14] = [
     "runtime.goexit",
     "runtime.goexit.abi0",
     "runtime.mstart",
     "runtime.mstart.abi0",
     "runtime.rt0_go",
     "runtime.rt0_go.abi0",
+    "runtime.systemstack",
+    "runtime.systemstack.abi0",
+    "runtime.mcall",
+    "runtime.mcall.abi0",
+    "runtime.morestack",
+    "runtime.morestack.abi0",
+    "runtime.asmcgocall",
+    "runtime.asmcgocall.abi0",
 ];
 
 /// Largest function taken for one of [`GO_TOP_FRAMES`] (they are a few
 /// instructions; a bigger symbol of the name is not Go's).
 const MAX_TOP_FRAME: u64 = 4096;
 
-/// `[start, end)` link-time ranges of the Go runtime's functions where a
-/// stack begins, from the file's symbol table, or where it has none (a
-/// stripped Go program) from Go's own function table; none in a file that
-/// is not a Go program.
+/// `[start, end)` link-time ranges of the functions where Go's own
+/// traceback of a profiling signal stops: the tops of stacks, and code
+/// that switches stacks (past which the stack above is another's, or
+/// stale). From Go's function table where it flags them (Go 1.18 on),
+/// else by name from the symbol table or, stripped, the function table;
+/// none in a file that is not a Go program.
 pub fn go_top_frames<'d, R: object::ReadRef<'d>>(file: &object::File<'d, R>) -> Vec<(u64, u64)> {
+    let functions = crate::go_pclntab::functions(file);
+    if functions.first().is_some_and(|f| f.stack_top.is_some()) {
+        return functions
+            .into_iter()
+            .filter(|f| f.stack_top == Some(true) && f.end - f.start <= MAX_TOP_FRAME)
+            .map(|f| (f.start, f.end))
+            .collect();
+    }
     let top = |name: &str, size: u64| GO_TOP_FRAMES.contains(&name) && size <= MAX_TOP_FRAME;
     let from_symbols: Vec<(u64, u64)> = file
         .symbols()
@@ -96,10 +119,10 @@ pub fn go_top_frames<'d, R: object::ReadRef<'d>>(file: &object::File<'d, R>) -> 
         .filter(|s| s.name().is_ok_and(|n| top(n, s.size())))
         .map(|s| (s.address(), s.address().saturating_add(s.size())))
         .collect();
-    if !from_symbols.is_empty() || crate::go_pclntab::section(file).is_none() {
+    if !from_symbols.is_empty() {
         return from_symbols;
     }
-    crate::go_pclntab::functions(file)
+    functions
         .into_iter()
         .filter(|f| top(&f.name, f.end - f.start))
         .map(|f| (f.start, f.end))

@@ -41,7 +41,15 @@ pub struct GoFunction {
     /// Its name as Go writes it (`main.main`, `runtime.goexit`,
     /// `net/http.(*Server).Serve`).
     pub name: String,
+    /// Whether Go's own traceback of a profiling signal stops at it, where
+    /// the table says (Go 1.18 on: its `_func`'s flag `TOPFRAME`, the top
+    /// of a stack, or `SPWRITE`, code that switches stacks, such as
+    /// `runtime.systemstack`); `None` in older layouts.
+    pub stack_top: Option<bool>,
 }
+
+/// `funcFlag_TOPFRAME` and `funcFlag_SPWRITE` (runtime/symtab.go).
+const TOP_FLAGS: u8 = 1 | 2;
 
 /// Most functions read from one table (a large Go program has about
 /// 100,000).
@@ -87,7 +95,7 @@ pub fn parse(data: &[u8], text: Option<u64>) -> Vec<GoFunction> {
         return Vec::new();
     };
     let mut out = Vec::new();
-    let mut previous: Option<(u64, String)> = None;
+    let mut previous: Option<(u64, String, Option<bool>)> = None;
     // A real table holds each name once: names adding up to more than the
     // table are made up (many functions sharing one long name).
     let mut name_budget = data.len();
@@ -96,29 +104,31 @@ pub fn parse(data: &[u8], text: Option<u64>) -> Vec<GoFunction> {
         let Some(entry) = header.entry(data, i) else {
             break;
         };
-        if let Some((start, name)) = previous.take() {
+        if let Some((start, name, stack_top)) = previous.take() {
             if entry > start {
                 out.push(GoFunction {
                     start,
                     end: entry,
                     name,
+                    stack_top,
                 });
             }
         }
         if i == last {
             break;
         }
-        let Some(name) = header
-            .funcoff(data, i)
-            .and_then(|funcoff| header.name(data, funcoff))
-        else {
+        let Some(funcoff) = header.funcoff(data, i) else {
+            break;
+        };
+        let Some(name) = header.name(data, funcoff) else {
             break;
         };
         let Some(left) = name_budget.checked_sub(name.len() + 1) else {
             break;
         };
         name_budget = left;
-        previous = Some((entry, name));
+        let stack_top = header.flag(data, funcoff).map(|f| f & TOP_FLAGS != 0);
+        previous = Some((entry, name, stack_top));
     }
     out
 }
@@ -277,6 +287,8 @@ struct Header {
     pctab: usize,
     /// The instruction size unit of pc-value tables.
     quantum: u8,
+    /// The layout's magic number.
+    magic: u32,
 }
 
 impl Header {
@@ -301,6 +313,7 @@ impl Header {
                     names: 0,
                     pctab: 0,
                     quantum,
+                    magic,
                 })
             }
             0xffff_fffa => {
@@ -316,6 +329,7 @@ impl Header {
                     names: offset(2)?,
                     pctab: offset(5)?,
                     quantum,
+                    magic,
                 })
             }
             0xffff_fff0 | 0xffff_fff1 => {
@@ -335,6 +349,7 @@ impl Header {
                     names: offset(3)?,
                     pctab: offset(6)?,
                     quantum,
+                    magic,
                 })
             }
             _ => None,
@@ -377,6 +392,19 @@ impl Header {
             return None;
         }
         data.get(self.pctab.checked_add(usize::try_from(offset).ok()?)?..)
+    }
+
+    /// The flags of the function whose `_func` is at `funcoff`, in the
+    /// layouts that place them: after nine 32-bit fields and `funcID`
+    /// (Go 1.18 and 1.19), ten from Go 1.20 (`startLine`).
+    fn flag(&self, data: &[u8], funcoff: usize) -> Option<u8> {
+        let at = match self.magic {
+            0xffff_fff0 => 37,
+            0xffff_fff1 => 41,
+            _ => return None,
+        };
+        data.get(self.funcs.checked_add(funcoff)?.checked_add(at)?)
+            .copied()
     }
 
     /// The name of the function whose `_func` is at `funcoff`.

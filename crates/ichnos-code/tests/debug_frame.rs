@@ -228,7 +228,15 @@ fn a_go_programs_stack_tops_are_outermost() {
     assert!(object::Object::section_by_name(&file, ".eh_frame").is_none());
 
     let tops = go_top_frames(&file);
-    let names = ["runtime.goexit", "runtime.mstart", "runtime.rt0_go"];
+    // The tops of stacks, and code that switches to the system stack:
+    // where Go's own traceback of a profiling signal stops.
+    let names = [
+        "runtime.goexit",
+        "runtime.mstart",
+        "runtime.rt0_go",
+        "runtime.systemstack",
+        "runtime.mcall",
+    ];
     for name in names {
         // Go 1.17 and later name the assembly functions' ABI0 symbols so.
         let address = nm_address(&program, &format!("{name}.abi0"))

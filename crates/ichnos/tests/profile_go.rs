@@ -29,7 +29,12 @@ enum Link {
 
 /// Builds `goroutines.go` into `dir`.
 fn build(dir: &Path, link: Link) -> std::path::PathBuf {
-    let program = dir.join("goroutines");
+    build_go(dir, "goroutines", link)
+}
+
+/// Builds the fixture `NAME.go` into `dir`.
+fn build_go(dir: &Path, name: &str, link: Link) -> std::path::PathBuf {
+    let program = dir.join(name);
     let mut go = Command::new("go");
     go.arg("build");
     match link {
@@ -42,7 +47,7 @@ fn build(dir: &Path, link: Link) -> std::path::PathBuf {
     let out = go
         .arg("-o")
         .arg(&program)
-        .arg(fixture("goroutines.go"))
+        .arg(fixture(&format!("{name}.go")))
         .current_dir(dir)
         .env("GOCACHE", dir.join("cache"))
         .env("GOPATH", dir.join("gopath"))
@@ -148,4 +153,39 @@ fn goroutines_unwind_to_goexit(link: Link, stripped: bool) {
         .expect("the summary gives the complete share");
     let share: f64 = share.parse().unwrap();
     assert!(share >= 99.0, "{summary}");
+}
+
+/// The garbage collector's work runs on the system stack the runtime
+/// switches to: above `runtime.systemstack` lies no frame of that stack
+/// (Go's traceback stops there too), so its stacks end there, complete,
+/// rather than running on into stale frames.
+#[test]
+fn stacks_on_the_system_stack_end_where_the_runtime_switched_to_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let program = build_go(dir.path(), "allocator", Link::Go);
+    let data = dir.path().join("gc.data");
+    record(&data, 1000, &[program.to_str().unwrap()]);
+    let stacks = folded(&data, &["--no-inline"]);
+    let total: u64 = stacks.iter().map(|(_, n)| n).sum();
+    let on_system_stack: Vec<&(Vec<String>, u64)> = stacks
+        .iter()
+        .filter(|(f, _)| f.iter().any(|name| name == "runtime.systemstack"))
+        .collect();
+    let switched: u64 = on_system_stack.iter().map(|(_, n)| n).sum();
+    assert!(
+        total >= 200 && switched >= 10,
+        "{switched} of {total}: {stacks:?}"
+    );
+    for (frames, _) in &on_system_stack {
+        assert_eq!(frames[1], "runtime.systemstack", "{frames:?}");
+    }
+    let incomplete: u64 = stacks
+        .iter()
+        .filter(|(f, _)| f.iter().any(|name| name == "[incomplete stack]"))
+        .map(|(_, n)| n)
+        .sum();
+    assert!(
+        incomplete * 100 <= total,
+        "{incomplete} of {total}: {stacks:?}"
+    );
 }
