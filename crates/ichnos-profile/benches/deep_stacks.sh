@@ -22,11 +22,8 @@
 set -euo pipefail
 runs=${1:-3}
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../../.." && pwd)
-ichnos=${ICHNOS:-$root/target/release/ichnos}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
+. "$here/lib.sh"
+start_in_scratch
 cat > deep.cc <<'EOF'
 #include <algorithm>
 #include <iostream>
@@ -67,7 +64,6 @@ for _ in $(seq "$runs"); do
 	share perf-64k.txt perf-script q.txt
 done
 
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 printf '| tool | samples | complete stacks |\n|---|---:|---:|\n'
 for t in "ichnos:ichnos" "ichnos-copy:ichnos --no-stack-reads" "ichnos-64k:ichnos --stack-size 65528" \
 	"perf:perf --call-graph dwarf" "perf-64k:perf --call-graph dwarf,65528"; do

@@ -11,6 +11,7 @@ set -euo pipefail
 runs=${1:-3}
 rounds=${2:-250000}
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
 root=$(cd "$here/../../.." && pwd)
 ichnos=${ICHNOS:-$root/target/release/ichnos}
 work=$(mktemp -d)
@@ -23,7 +24,6 @@ cd "$work"
 "$ichnos" record -q -F 20000 -o big.data -- ./workload "$rounds"
 "$ichnos" report -q -i big.data > /dev/null
 samples=$("$ichnos" report -i big.data --limit 1 | head -1 | sed 's/.*: \([0-9,]*\) samples.*/\1/')
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 printf 'recording: %s samples, %s KiB\n\n' "$samples" "$(( $(stat -c %s big.data) >> 10 ))"
 printf '| format | time | peak memory | output |\n|---|---:|---:|---:|\n'
 for format in top folded svg pprof speedscope firefox; do

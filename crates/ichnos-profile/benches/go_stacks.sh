@@ -21,11 +21,8 @@
 set -euo pipefail
 runs=${1:-3}
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../../.." && pwd)
-ichnos=${ICHNOS:-$root/target/release/ichnos}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
+. "$here/lib.sh"
+start_in_scratch
 GOCACHE="$work/cache" GOPATH="$work/gopath" CGO_ENABLED=0 \
 	go build -o goroutines "$root/crates/ichnos/tests/fixtures/profile/goroutines.go"
 strip -o stripped goroutines
@@ -84,7 +81,6 @@ for _ in $(seq "$runs"); do
 	done
 done
 
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 printf '| tool | program | samples in main.leaf | whole stack as gdb shows it |\n|---|---|---:|---:|\n'
 for t in "ichnos:ichnos" "perf-dwarf:perf --call-graph dwarf" "perf-fp:perf -g"; do
 	for program in goroutines stripped; do

@@ -21,11 +21,8 @@
 set -euo pipefail
 runs=${1:-3}
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../../.." && pwd)
-ichnos=${ICHNOS:-$root/target/release/ichnos}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
+. "$here/lib.sh"
+start_in_scratch
 url=$(curl -fsSL https://pypi.org/simple/lupa/ |
 	grep -o 'https://files.pythonhosted.org/[^"#]*/lupa-2\.8\.tar\.gz' | head -1)
 curl -fsSL -o lupa.tar.gz "$url"
@@ -62,7 +59,6 @@ for _ in $(seq "$runs"); do
 		awk '/%/ { v = $1; sub("%", "", v); if ($0 ~ /TRACE_[0-9]+/) named += v } END { printf "%.2f\n", named }' >> perf-named.txt
 done
 
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 printf '| tool | samples | complete stacks | samples in named traces |\n|---|---:|---:|---:|\n'
 for t in "ichnos:ichnos" "perf:perf --call-graph dwarf"; do
 	file=${t%%:*}

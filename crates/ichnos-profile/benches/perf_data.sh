@@ -18,6 +18,7 @@ set -euo pipefail
 runs=${1:-5}
 rounds=${2:-40000}
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
 root=$(cd "$here/../../.." && pwd)
 ichnos=${ICHNOS:-$root/target/release/ichnos}
 work=$(mktemp -d)
@@ -29,7 +30,6 @@ export WORKLOAD_OUT="$work/self.txt"
 cd "$work"
 perf record -q -e cpu-clock -F 1000 --call-graph dwarf -o perf.data -- ./workload "$rounds" > /dev/null 2>&1
 
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 # timed OUT CMD...: appends "seconds max_rss_kib" of one run of CMD to
 # OUT: the wall time cputime measures from just before it starts CMD to
 # CMD's end (the shell's own start of cputime, about a millisecond here,

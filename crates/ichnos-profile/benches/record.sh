@@ -25,6 +25,7 @@ set -euo pipefail
 runs=${1:-5}
 rounds=${2:-20000}
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
 root=$(cd "$here/../../.." && pwd)
 ichnos=${ICHNOS:-$root/target/release/ichnos}
 samply=${SAMPLY:-$(command -v samply || echo "$HOME/.cargo/bin/samply")}
@@ -44,7 +45,6 @@ export WORKLOAD_OUT="$work/self.txt"
 export XDG_CACHE_HOME="$work/cache"
 cd "$work"
 
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 # Seconds since $1 (an $EPOCHREALTIME).
 since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.4f", b - a }'; }
