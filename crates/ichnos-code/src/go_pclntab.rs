@@ -316,38 +316,27 @@ impl Header {
                     magic,
                 })
             }
-            0xffff_fffa => {
-                // nfunc, nfiles, funcnameOffset, cuOffset, filetabOffset,
-                // pctabOffset, pclnOffset.
-                let pcln = offset(6)?;
-                Some(Self {
-                    relative: None,
-                    ptr,
-                    nfunc: word(0)?,
-                    functab: pcln,
-                    funcs: pcln,
-                    names: offset(2)?,
-                    pctab: offset(5)?,
-                    quantum,
-                    magic,
-                })
-            }
-            0xffff_fff0 | 0xffff_fff1 => {
-                // nfunc, nfiles, textStart, funcnameOffset, cuOffset,
-                // filetabOffset, pctabOffset, pclnOffset.
-                let start = match word(2)? {
-                    0 => text?,
-                    start => start,
+            0xffff_fffa | 0xffff_fff0 | 0xffff_fff1 => {
+                // nfunc, nfiles, textStart (from Go 1.18), funcnameOffset,
+                // cuOffset, filetabOffset, pctabOffset, pclnOffset.
+                let relative = if magic == 0xffff_fffa {
+                    None
+                } else {
+                    Some(match word(2)? {
+                        0 => text?,
+                        start => start,
+                    })
                 };
-                let pcln = offset(7)?;
+                let shift = usize::from(relative.is_some());
+                let pcln = offset(6 + shift)?;
                 Some(Self {
-                    relative: Some(start),
+                    relative,
                     ptr,
                     nfunc: word(0)?,
                     functab: pcln,
                     funcs: pcln,
-                    names: offset(3)?,
-                    pctab: offset(6)?,
+                    names: offset(2 + shift)?,
+                    pctab: offset(5 + shift)?,
                     quantum,
                     magic,
                 })

@@ -15,6 +15,60 @@ use super::{
     MAX_DEBUGGER_ENTRIES, MAX_JITDUMP, MAX_JIT_NAMES, MAX_PENDING_JIT, REFRESH_INTERVAL_NS,
 };
 
+/// New address spaces made per process for JIT code named anew where
+/// other code was, at most (each costs a reader a copy of the process's
+/// mappings and names, and the stacks are written anew).
+const MAX_RENEWALS: u32 = 256;
+/// Least time between two of them: names found sooner wait (stacks of
+/// the new code keep the old name until then).
+const MIN_RENEWAL_INTERVAL_NS: u64 = 1_000_000_000;
+impl super::Spaces {
+    /// A new address space for `pid` if it holds names of JIT code put
+    /// where other code was named (its memory reused): the same mappings
+    /// and code under a new number, whose names are the old ones with
+    /// those in their place. The stacks written so far keep the old names;
+    /// stacks from now on are written anew. Whether it made one.
+    pub fn rename(&mut self, pid: u32, time: u64, out: &mut Output) -> bool {
+        let asid = self.next_asid;
+        let Some(space) = self.by_pid.get_mut(&pid) else {
+            return false;
+        };
+        if space.jit.held.is_empty()
+            || space
+                .jit
+                .last_renewal
+                .is_some_and(|t| time.saturating_sub(t) < MIN_RENEWAL_INTERVAL_NS)
+        {
+            return false;
+        }
+        if space.jit.renewals >= MAX_RENEWALS {
+            // Past the bound, names are replaced where they are (a reader
+            // takes the last name at a start, for all its stacks).
+            for held in std::mem::take(&mut space.jit.held) {
+                space.jit.forget_name(held.start);
+                space.record_name(held, out);
+            }
+            return false;
+        }
+        space.jit.renewals += 1;
+        space.jit.last_renewal = Some(time);
+        self.next_asid += 1;
+        let parent = std::mem::replace(&mut space.asid, asid);
+        out.meta(&Record::Process {
+            asid,
+            pid: u64::from(pid),
+            parent,
+            time: out.rel(time),
+            name: &space.name,
+        });
+        for held in std::mem::take(&mut space.jit.held) {
+            space.jit.forget_name(held.start);
+            space.record_name(held, out);
+        }
+        true
+    }
+}
+
 impl AddressSpace {
     /// Whether `pc` lies in memory a JIT may fill: anonymous executable
     /// memory, or no mapping at all (code mapped before a record could
