@@ -16,7 +16,10 @@ mod reader;
 mod writer;
 
 pub use reader::SearchedFiles;
-pub use reader::{find_exported_registry, read_exported_registry, FailedRegistration, RemoteError};
+pub use reader::{
+    find_exported_registry, find_exported_registry_in_new_files, read_exported_registry,
+    FailedRegistration, RemoteError,
+};
 pub(crate) use reader::{find_process_symbol, find_process_symbol_in};
 pub use writer::Exporter;
 

@@ -55,6 +55,20 @@ pub fn find_exported_registry(pid: u32) -> Result<u64, RemoteError> {
     find_process_symbol(pid, b"ichnos_code_registry")?.ok_or(RemoteError::NoSymbol { pid })
 }
 
+/// As [`find_exported_registry`], reading only the files `searched` does
+/// not hold yet (and adding them): a library that exports a registry may
+/// be loaded late (a binding that `dlopen`s `libichnos`). `None` where
+/// none of them exports one.
+///
+/// # Errors
+/// `/proc/PID/maps` cannot be read.
+pub fn find_exported_registry_in_new_files(
+    pid: u32,
+    searched: &mut SearchedFiles,
+) -> Result<Option<u64>, RemoteError> {
+    find_process_symbol_in(pid, b"ichnos_code_registry", Some(searched))
+}
+
 /// Files of a process already searched for a symbol (by path and the
 /// address it is mapped at), so that a later search reads only the files
 /// mapped since.

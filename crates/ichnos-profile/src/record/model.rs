@@ -137,15 +137,22 @@ impl std::fmt::Debug for AddressSpace {
 /// JIT code of an address space: the registry, perf map and jitdump.
 #[derive(Debug, Default)]
 struct JitState {
-    /// Where the process's exported registry is.
+    /// Where the process's exported registry is, and the files searched
+    /// for it.
     registry: RegistryAt,
+    registry_searched: ichnos_code::export::SearchedFiles,
+    /// Files mapped so far, and how many there were at the last search
+    /// for the registry and for the GDB JIT descriptor: a library loaded
+    /// since may hold either.
+    files_mapped: u64,
+    registry_searched_at: u64,
+    debugger_searched_at: u64,
     /// Registrations made into code objects (text start, table head).
     registered: HashSet<(u64, u64)>,
     /// Where the process's GDB JIT descriptor is.
     debugger: RegistryAt,
-    /// The files searched for it, and whether a file was mapped since.
+    /// The files searched for it.
     debugger_searched: ichnos_code::export::SearchedFiles,
-    debugger_recheck: bool,
     /// The GDB JIT interface's entries read, with the starts of the
     /// code objects each made (none if its object was unusable).
     debugger_entries: HashMap<ichnos_code::gdb_jit::JitEntry, Vec<u64>>,
@@ -565,8 +572,9 @@ impl Spaces {
             if path.ends_with(format!("/jit-{pid}.dump").as_bytes()) {
                 space.jit.jitdump = Some(open);
             }
-            // A library loaded now may hold a GDB JIT descriptor.
-            space.jit.debugger_recheck = true;
+            // A library loaded now may export a registry or hold a GDB
+            // JIT descriptor.
+            space.jit.files_mapped += 1;
         } else if is_vdso(path) {
             // Its build id goes into the recording, so that a report can
             // name its addresses from a vDSO of the same build.
@@ -621,6 +629,10 @@ impl Spaces {
             .collect();
         space.jit.anon = old.jit.anon.into_iter().filter(|r| clear(r)).collect();
         space.jit.registry = old.jit.registry;
+        space.jit.registry_searched = old.jit.registry_searched;
+        space.jit.files_mapped = old.jit.files_mapped;
+        space.jit.registry_searched_at = old.jit.registry_searched_at;
+        space.jit.debugger_searched_at = old.jit.debugger_searched_at;
         space.jit.registered = old.jit.registered;
         space.jit.debugger = old.jit.debugger;
         space.jit.debugger_searched = old.jit.debugger_searched;

@@ -109,10 +109,19 @@ impl AddressSpace {
 
     /// Looks for JIT code in the process's exported code registry.
     fn refresh_registry(&mut self) -> bool {
-        if self.jit.registry == RegistryAt::Unknown {
-            self.jit.registry = match ichnos_code::export::find_exported_registry(self.pid) {
-                Ok(addr) => RegistryAt::At(addr),
-                Err(_) => RegistryAt::Absent,
+        // Looked for in the files mapped since the last look that found
+        // none: a library exporting one may be loaded late.
+        let recheck = self.jit.files_mapped > self.jit.registry_searched_at;
+        if self.jit.registry == RegistryAt::Unknown
+            || (self.jit.registry == RegistryAt::Absent && recheck)
+        {
+            self.jit.registry_searched_at = self.jit.files_mapped;
+            self.jit.registry = match ichnos_code::export::find_exported_registry_in_new_files(
+                self.pid,
+                &mut self.jit.registry_searched,
+            ) {
+                Ok(Some(addr)) => RegistryAt::At(addr),
+                _ => RegistryAt::Absent,
             };
         }
         let RegistryAt::At(addr) = self.jit.registry else {
@@ -162,10 +171,11 @@ impl AddressSpace {
         use ichnos_code::gdb_jit;
         // Looked for in the files mapped since the last look that found
         // none: a JIT's library may be loaded late.
-        let recheck = std::mem::take(&mut self.jit.debugger_recheck);
+        let recheck = self.jit.files_mapped > self.jit.debugger_searched_at;
         if self.jit.debugger == RegistryAt::Unknown
             || (self.jit.debugger == RegistryAt::Absent && recheck)
         {
+            self.jit.debugger_searched_at = self.jit.files_mapped;
             self.jit.debugger = match gdb_jit::find_descriptor_in_new_files(
                 self.pid,
                 &mut self.jit.debugger_searched,
