@@ -2,7 +2,9 @@
 //! `libichnos` late, as a language binding does: the recorder looked for
 //! an exported code registry while the program ran code it had told no
 //! one of, found none, and looks again in the files mapped since, so the
-//! code registered later is unwound and named.
+//! code registered later is unwound and named. Code unregistered and its
+//! memory registered again under another name keeps each name for its
+//! own time.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -34,11 +36,10 @@ fn libichnos() -> PathBuf {
     target.join("debug/libichnos.so")
 }
 
-#[test]
-fn jit_code_registered_through_a_libichnos_loaded_late_is_unwound_and_named() {
-    let dir = tempfile::tempdir().unwrap();
+/// Builds `codectl_late.c` in `dir`.
+fn build(dir: &Path) -> PathBuf {
     let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../include");
-    let program = dir.path().join("codectl_late");
+    let program = dir.join("codectl_late");
     gcc(&[
         "-O2",
         "-Wall",
@@ -51,22 +52,46 @@ fn jit_code_registered_through_a_libichnos_loaded_late_is_unwound_and_named() {
         fixture("codectl_late.c").to_str().unwrap(),
         "-ldl",
     ]);
+    program
+}
+
+/// The folded stacks of `codectl_late LIBICHNOS 0.3 [EXTRA]`, recorded.
+fn record_late(dir: &Path, extra: &[&str]) -> Vec<(Vec<String>, u64)> {
+    let program = build(dir);
     let library = libichnos();
-    let data = dir.path().join("late.data");
-    record(
-        &data,
-        1000,
-        &[program.to_str().unwrap(), library.to_str().unwrap(), "0.3"],
-    );
-    let stacks = folded(&data, &[]);
+    let data = dir.join("late.data");
+    let mut command = vec![program.to_str().unwrap(), library.to_str().unwrap(), "0.3"];
+    command.extend_from_slice(extra);
+    record(&data, 1000, &command);
+    folded(&data, &[])
+}
+
+/// Samples of `stacks` in `spin` through the JIT function `name` called
+/// from `main`, complete to `_start`.
+fn through(stacks: &[(Vec<String>, u64)], name: &str) -> u64 {
+    stacks
+        .iter()
+        .filter(|(f, _)| {
+            f.len() >= 4
+                && f[f.len() - 1] == "spin"
+                && f[f.len() - 2] == name
+                && f[f.len() - 3] == "main"
+                && f[1] == "_start"
+        })
+        .map(|(_, n)| n)
+        .sum()
+}
+
+#[test]
+fn jit_code_registered_through_a_libichnos_loaded_late_is_unwound_and_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let stacks = record_late(dir.path(), &[]);
     let sum = |keep: &dyn Fn(&[String]) -> bool| -> u64 {
         stacks.iter().filter(|(f, _)| keep(f)).map(|(_, n)| n).sum()
     };
     let early = sum(&|f| f.last().map(String::as_str) == Some("spin_early"));
     let in_spin = sum(&|f| f.last().map(String::as_str) == Some("spin"));
-    let through_jit = sum(&|f| {
-        f.len() >= 4 && f[f.len() - 2] == "jit_late" && f[f.len() - 3] == "main" && f[1] == "_start"
-    });
+    let through_jit = through(&stacks, "jit_late");
     // The first part ran (and looked for a registry in vain).
     assert!(early >= 150, "{early}: {stacks:?}");
     assert!(in_spin >= 150, "{in_spin}: {stacks:?}");
@@ -74,4 +99,28 @@ fn jit_code_registered_through_a_libichnos_loaded_late_is_unwound_and_named() {
         through_jit * 1000 >= in_spin * 999,
         "{through_jit} of {in_spin} through jit_late: {stacks:?}"
     );
+}
+
+#[test]
+fn code_registered_again_under_another_name_keeps_each_name_for_its_own_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let stacks = record_late(dir.path(), &["reuse"]);
+    let in_spin: u64 = stacks
+        .iter()
+        .filter(|(f, _)| f.last().map(String::as_str) == Some("spin"))
+        .map(|(_, n)| n)
+        .sum();
+    let (late, again) = (through(&stacks, "jit_late"), through(&stacks, "jit_again"));
+    assert!(in_spin >= 400, "{in_spin}: {stacks:?}");
+    assert!(
+        (late + again) * 1000 >= in_spin * 999,
+        "{late} + {again} of {in_spin}: {stacks:?}"
+    );
+    // 0.3 s of CPU each: each name has most of its own.
+    for (name, n) in [("jit_late", late), ("jit_again", again)] {
+        assert!(
+            n * 10 >= in_spin * 4,
+            "{name}: {n} of {in_spin}: {stacks:?}"
+        );
+    }
 }

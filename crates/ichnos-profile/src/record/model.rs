@@ -148,7 +148,9 @@ struct JitState {
     registry_searched_at: u64,
     debugger_searched_at: u64,
     /// Registrations made into code objects (text start, table head).
-    registered: HashSet<(u64, u64)>,
+    registered: HashMap<u64, RegisteredJit>,
+    /// When the registry was last read.
+    last_registry_look: Option<u64>,
     /// Where the process's GDB JIT descriptor is.
     debugger: RegistryAt,
     /// The files searched for it.
@@ -196,12 +198,21 @@ impl JitState {
     /// The JIT code object at `start` left the code map: its
     /// registration or GDB JIT entry is looked for again.
     fn forget(&mut self, start: u64) {
-        self.registered.retain(|(s, _)| *s != start);
+        self.registered.remove(&start);
         if self.from_debugger.remove(&start) {
             self.debugger_entries
                 .retain(|_, starts| !starts.contains(&start));
         }
     }
+}
+
+/// A JIT registration made into a code object, as the registry showed
+/// it: by its start, its end, unwind table and name.
+#[derive(Debug, PartialEq, Eq)]
+struct RegisteredJit {
+    end: u64,
+    unwind_head: u64,
+    name: Option<String>,
 }
 
 /// A name for JIT code, as a `JitCode` record gives it.
@@ -634,6 +645,7 @@ impl Spaces {
         space.jit.registry_searched_at = old.jit.registry_searched_at;
         space.jit.debugger_searched_at = old.jit.debugger_searched_at;
         space.jit.registered = old.jit.registered;
+        space.jit.last_registry_look = old.jit.last_registry_look;
         space.jit.debugger = old.jit.debugger;
         space.jit.debugger_searched = old.jit.debugger_searched;
         space.jit.debugger_entries = old.jit.debugger_entries;

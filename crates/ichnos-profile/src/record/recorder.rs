@@ -294,6 +294,7 @@ impl Recorder {
         // time too: code freed and reused lies under objects still known.
         for space in self.spaces.by_pid.values_mut() {
             space.capture_jit_names(&mut self.output, now, false);
+            space.refresh_registry_on_time(now, &mut self.output);
             space.refresh_debugger_jit_on_time(now, &mut self.output);
         }
         self.rename_all(now);

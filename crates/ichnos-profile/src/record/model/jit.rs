@@ -8,11 +8,12 @@ use std::sync::Arc;
 use ichnos_code::{CodeObject, JitRows, RowSource, Rows};
 use ichnos_data::{JitSource, Record};
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use super::{
-    capped, reread, stamp, AddressSpace, JitName, Output, RegistryAt, DEBUGGER_BYTES_PER_LOOK,
-    MAX_DEBUGGER_ENTRIES, MAX_JITDUMP, MAX_JIT_NAMES, MAX_PENDING_JIT, REFRESH_INTERVAL_NS,
+    capped, reread, stamp, AddressSpace, JitName, Output, RegisteredJit, RegistryAt,
+    DEBUGGER_BYTES_PER_LOOK, MAX_DEBUGGER_ENTRIES, MAX_JITDUMP, MAX_JIT_NAMES, MAX_PENDING_JIT,
+    REFRESH_INTERVAL_NS,
 };
 
 /// New address spaces made per process for JIT code named anew where
@@ -103,12 +104,34 @@ impl AddressSpace {
     /// its code registry and through the GDB JIT interface: whether the
     /// code map changed.
     pub fn refresh_jit(&mut self, time: u64, out: &mut Output) -> bool {
-        let registered = self.refresh_registry();
+        let registered = self.refresh_registry(time, out);
         self.refresh_debugger_jit(time, out) | registered
     }
 
-    /// Looks for JIT code in the process's exported code registry.
-    fn refresh_registry(&mut self) -> bool {
+    /// Reads the process's exported registry again if it has one and the
+    /// last look was [`REFRESH_INTERVAL_NS`] ago, whether or not a walk
+    /// ran into unknown code: code unregistered and its memory reused
+    /// lies under objects still known, where no walk would look. Whether
+    /// the code map changed.
+    pub fn refresh_registry_on_time(&mut self, time: u64, out: &mut Output) -> bool {
+        if self.offline
+            || !matches!(self.jit.registry, RegistryAt::At(_))
+            || self
+                .jit
+                .last_registry_look
+                .is_some_and(|t| time.saturating_sub(t) < REFRESH_INTERVAL_NS)
+        {
+            return false;
+        }
+        self.refresh_registry(time, out)
+    }
+
+    /// Looks for JIT code in the process's exported code registry: each
+    /// new registration becomes a code object; those gone from the
+    /// registry, or registered anew (other rows, another name), drop
+    /// theirs, since their memory may hold other code now. Code put where
+    /// named code was is named at once.
+    fn refresh_registry(&mut self, time: u64, out: &mut Output) -> bool {
         // Looked for in the files mapped since the last look that found
         // none: a library exporting one may be loaded late.
         let recheck = self.jit.files_mapped > self.jit.registry_searched_at;
@@ -127,23 +150,54 @@ impl AddressSpace {
         let RegistryAt::At(addr) = self.jit.registry else {
             return false;
         };
+        self.jit.last_registry_look = Some(time);
         let pid = self.pid;
         let Ok(registrations) = ichnos_code::export::read_exported_registry(pid, addr) else {
             return false;
         };
+        let live: HashMap<u64, RegisteredJit> = registrations
+            .into_iter()
+            .filter_map(|r| match r {
+                ichnos_code::Registration::Jit {
+                    text,
+                    unwind_head,
+                    name,
+                } => Some((
+                    text.start,
+                    RegisteredJit {
+                        end: text.end,
+                        unwind_head,
+                        name,
+                    },
+                )),
+                ichnos_code::Registration::Elf(_) => None,
+            })
+            .collect();
         let mut changed = false;
-        for r in registrations {
-            let ichnos_code::Registration::Jit {
-                text,
-                unwind_head,
-                name,
-            } = r
-            else {
-                continue;
-            };
-            if !self.jit.registered.insert((text.start, unwind_head)) {
+        // Gone, or registered anew: its code object goes.
+        let stale: Vec<u64> = self
+            .jit
+            .registered
+            .iter()
+            .filter(|(start, was)| live.get(start) != Some(*was))
+            .map(|(&start, _)| start)
+            .collect();
+        for start in stale {
+            self.jit.registered.remove(&start);
+            if self
+                .code
+                .find(start)
+                .is_some_and(|o| o.start == start && o.source == RowSource::Jit)
+            {
+                changed |= self.code.remove(start).is_some();
+            }
+        }
+        for (start, registration) in live {
+            if self.jit.registered.contains_key(&start) {
                 continue;
             }
+            let (text, unwind_head) = (start..registration.end, registration.unwind_head);
+            let name = registration.name.clone();
             let rows = JitRows::new(pid, text.start, text.end, unwind_head);
             rows.refresh();
             let name: Arc<str> = Arc::from(name.as_deref().unwrap_or("[jit]"));
@@ -155,7 +209,15 @@ impl AddressSpace {
                 source: RowSource::Jit,
                 name,
             };
-            changed |= self.code.insert(Arc::new(object)).is_ok();
+            if self.code.insert(Arc::new(object)).is_ok() {
+                changed = true;
+                self.jit.registered.insert(start, registration);
+                // Other code where named code was: named now, since its
+                // stacks may be ones already written.
+                if self.jit.recorded.contains_key(&start) {
+                    self.name_code(start, out);
+                }
+            }
         }
         changed
     }
