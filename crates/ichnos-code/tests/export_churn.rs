@@ -7,7 +7,9 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use ichnos_code::export::{find_exported_registry, read_exported_registry};
+use ichnos_code::export::{
+    exported_registry_generation, find_exported_registry, read_exported_registry,
+};
 use ichnos_code::{JitCode, Registration, Registry};
 
 /// The exported table as read back, sorted (a duplicated or stale entry
@@ -98,6 +100,20 @@ fn the_exported_table_follows_registrations_and_removals() {
         }
     }
     assert_eq!(exported(), listed(&model));
+    // The generation a reader checks before reading the entries again:
+    // still while nothing changes, moved by each registration and removal.
+    let pid = std::process::id();
+    let at = find_exported_registry(pid).unwrap();
+    let generation = || exported_registry_generation(pid, at).unwrap();
+    let before = generation();
+    assert_eq!(generation(), before);
+    assert_eq!(before % 2, 0, "a registry at rest has an even generation");
+    add(&mut model, 300);
+    let added = generation();
+    assert_ne!(added, before);
+    registry.unregister(base + 300 * 0x1000).unwrap();
+    model.remove(&(base + 300 * 0x1000));
+    assert_ne!(generation(), added);
     for i in 300..350 {
         add(&mut model, i);
     }

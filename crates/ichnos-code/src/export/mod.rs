@@ -17,8 +17,8 @@ mod writer;
 
 pub use reader::SearchedFiles;
 pub use reader::{
-    find_exported_registry, find_exported_registry_in_new_files, read_exported_registry,
-    FailedRegistration, RemoteError,
+    exported_registry_generation, find_exported_registry, find_exported_registry_in_new_files,
+    read_exported_registry, FailedRegistration, RemoteError,
 };
 pub(crate) use reader::{find_process_symbol, find_process_symbol_in};
 pub use writer::Exporter;

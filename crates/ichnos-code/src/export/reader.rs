@@ -149,6 +149,37 @@ pub(crate) fn find_process_symbol_in(
     Ok(None)
 }
 
+/// The generation of the registry exported by process `pid` at `addr`:
+/// it changes with every registration, so that a reader that saw it
+/// before reads the entries again only when it moved (a registry being
+/// changed has an odd one).
+///
+/// # Errors
+/// The header cannot be read, or is not a registry's of this version.
+pub fn exported_registry_generation(pid: u32, addr: u64) -> Result<u64, RemoteError> {
+    let mut header = [0u8; 24];
+    ProcessMemory::new(pid)
+        .read(addr, &mut header)
+        .map_err(|e| RemoteError::Bad {
+            pid,
+            addr,
+            field: "header",
+            detail: e.to_string(),
+        })?;
+    let version = u32::from_le_bytes(header[8..12].try_into().unwrap_or([0; 4]));
+    if header[..8] != EXPORT_MAGIC || version != EXPORT_VERSION {
+        return Err(RemoteError::Bad {
+            pid,
+            addr,
+            field: "magic",
+            detail: format!("{:02x?}", &header[..12]),
+        });
+    }
+    Ok(u64::from_le_bytes(
+        header[16..24].try_into().unwrap_or([0; 8]),
+    ))
+}
+
 /// Reads the registrations exported by process `pid` at `addr` (from
 /// [`find_exported_registry`]).
 pub fn read_exported_registry(pid: u32, addr: u64) -> Result<Vec<Registration>, RemoteError> {

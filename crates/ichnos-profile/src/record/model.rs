@@ -149,8 +149,10 @@ struct JitState {
     debugger_searched_at: u64,
     /// Registrations made into code objects (text start, table head).
     registered: HashMap<u64, RegisteredJit>,
-    /// When the registry was last read.
+    /// When the registry was last looked at, and its generation when its
+    /// entries were last read (read again only when it moved).
     last_registry_look: Option<u64>,
+    registry_generation: Option<u64>,
     /// Where the process's GDB JIT descriptor is.
     debugger: RegistryAt,
     /// The files searched for it.
@@ -646,6 +648,7 @@ impl Spaces {
         space.jit.debugger_searched_at = old.jit.debugger_searched_at;
         space.jit.registered = old.jit.registered;
         space.jit.last_registry_look = old.jit.last_registry_look;
+        space.jit.registry_generation = old.jit.registry_generation;
         space.jit.debugger = old.jit.debugger;
         space.jit.debugger_searched = old.jit.debugger_searched;
         space.jit.debugger_entries = old.jit.debugger_entries;

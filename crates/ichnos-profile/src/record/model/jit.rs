@@ -152,9 +152,16 @@ impl AddressSpace {
         };
         self.jit.last_registry_look = Some(time);
         let pid = self.pid;
+        let generation = ichnos_code::export::exported_registry_generation(pid, addr).ok();
+        if generation.is_some() && generation == self.jit.registry_generation {
+            return false;
+        }
         let Ok(registrations) = ichnos_code::export::read_exported_registry(pid, addr) else {
             return false;
         };
+        // (Read before the entries: a change between the two is read at
+        // the next look.)
+        self.jit.registry_generation = generation;
         let live: HashMap<u64, RegisteredJit> = registrations
             .into_iter()
             .filter_map(|r| match r {
@@ -184,16 +191,24 @@ impl AddressSpace {
             .collect();
         for start in stale {
             self.jit.registered.remove(&start);
-            if self
-                .code
-                .find(start)
-                .is_some_and(|o| o.start == start && o.source == RowSource::Jit)
+            // (Unless the GDB JIT interface gave the object there now.)
+            if !self.jit.from_debugger.contains(&start)
+                && self
+                    .code
+                    .find(start)
+                    .is_some_and(|o| o.start == start && o.source == RowSource::Jit)
             {
                 changed |= self.code.remove(start).is_some();
             }
         }
         for (start, registration) in live {
             if self.jit.registered.contains_key(&start) {
+                continue;
+            }
+            // In the way of other code: not built until that is gone (and
+            // the entries read again until then).
+            if self.code.check_free(start, registration.end).is_err() {
+                self.jit.registry_generation = None;
                 continue;
             }
             let (text, unwind_head) = (start..registration.end, registration.unwind_head);
@@ -266,7 +281,10 @@ impl AddressSpace {
                 .collect();
             for entry in gone {
                 for start in self.jit.debugger_entries.remove(&entry).unwrap_or_default() {
-                    changed |= self.code.remove(start).is_some();
+                    // (Unless the registry gave the object there.)
+                    if self.jit.from_debugger.contains(&start) {
+                        changed |= self.code.remove(start).is_some();
+                    }
                     self.jit.from_debugger.remove(&start);
                 }
             }
