@@ -6,37 +6,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
 
-/// The directory holding `libichnos.so` and `libichnos.a`, freshly built.
-///
-/// `cargo test` builds this crate only as an rlib for the test binaries, so
-/// the C libraries are built here by a nested cargo, into a target directory
-/// of their own (no lock shared with the outer cargo).
-fn lib_dir() -> PathBuf {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("capi-target");
-            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-            let status = Command::new(cargo)
-                .args([
-                    "build",
-                    "--quiet",
-                    "-p",
-                    "ichnos-capi",
-                    "--lib",
-                    "--target-dir",
-                ])
-                .arg(&target)
-                .current_dir(repo_root())
-                .status()
-                .expect("run cargo build -p ichnos-capi");
-            assert!(status.success(), "building libichnos failed");
-            target.join("debug")
-        })
-        .clone()
-}
+#[path = "support/libichnos.rs"]
+mod libichnos;
+use libichnos::lib_dir;
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")

@@ -7,33 +7,16 @@
 //! own time.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 mod common;
+#[path = "../../ichnos-capi/tests/support/libichnos.rs"]
+mod libichnos;
 
 use common::*;
 
-/// `libichnos.so`, built by a nested cargo into a target directory of its
-/// own (the C ABI tests of `ichnos-capi` build the same one there).
+/// `libichnos.so`, as the C ABI tests of `ichnos-capi` build it.
 fn libichnos() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("capi-target");
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let status = Command::new(cargo)
-        .args([
-            "build",
-            "--quiet",
-            "-p",
-            "ichnos-capi",
-            "--lib",
-            "--target-dir",
-        ])
-        .arg(&target)
-        .current_dir(&root)
-        .status()
-        .expect("run cargo build -p ichnos-capi");
-    assert!(status.success(), "building libichnos failed");
-    target.join("debug/libichnos.so")
+    libichnos::lib_dir().join("libichnos.so")
 }
 
 /// Builds `codectl_late.c` in `dir`.
