@@ -486,8 +486,6 @@ impl Profile {
         Some(entry(self))
     }
 
-    /// Address space `asid` of `pid`: a copy of `parent`'s, within the
-    /// report's bound on copies.
     /// Names JIT code in address space `asid`, and in the address spaces
     /// of the same process it was renewed from where none named its
     /// start: the code was there unnamed until then (a process is given a
@@ -515,6 +513,8 @@ impl Profile {
         self.spaces.entry(asid).or_default().jit.insert(start, name);
     }
 
+    /// Address space `asid` of `pid`: a copy of `parent`'s, within the
+    /// report's bound on copies.
     fn begin_space(&mut self, asid: u64, pid: u32, parent: u64, name: &[u8]) {
         let mut space = match self.spaces.get(&parent) {
             Some(p) => {
