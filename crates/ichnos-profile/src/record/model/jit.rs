@@ -23,6 +23,7 @@ const MAX_RENEWALS: u32 = 256;
 /// Least time between two of them: names found sooner wait (stacks of
 /// the new code keep the old name until then).
 const MIN_RENEWAL_INTERVAL_NS: u64 = 1_000_000_000;
+
 impl super::Spaces {
     /// A new address space for `pid` if it holds names of JIT code put
     /// where other code was named (its memory reused): the same mappings
@@ -42,31 +43,27 @@ impl super::Spaces {
         {
             return false;
         }
-        if space.jit.renewals >= MAX_RENEWALS {
-            // Past the bound, names are replaced where they are (a reader
-            // takes the last name at a start, for all its stacks).
-            for held in std::mem::take(&mut space.jit.held) {
-                space.jit.forget_name(held.start);
-                space.record_name(held, out);
-            }
-            return false;
+        // Past the bound, names are replaced where they are (a reader
+        // takes the last name at a start, for all its stacks).
+        let renew = space.jit.renewals < MAX_RENEWALS;
+        if renew {
+            space.jit.renewals += 1;
+            space.jit.last_renewal = Some(time);
+            self.next_asid += 1;
+            let parent = std::mem::replace(&mut space.asid, asid);
+            out.meta(&Record::Process {
+                asid,
+                pid: u64::from(pid),
+                parent,
+                time: out.rel(time),
+                name: &space.name,
+            });
         }
-        space.jit.renewals += 1;
-        space.jit.last_renewal = Some(time);
-        self.next_asid += 1;
-        let parent = std::mem::replace(&mut space.asid, asid);
-        out.meta(&Record::Process {
-            asid,
-            pid: u64::from(pid),
-            parent,
-            time: out.rel(time),
-            name: &space.name,
-        });
         for held in std::mem::take(&mut space.jit.held) {
             space.jit.forget_name(held.start);
             space.record_name(held, out);
         }
-        true
+        renew
     }
 }
 
