@@ -128,6 +128,8 @@ enum ichnos_row_source {
 	ICHNOS_ROW_SFRAME = 1,
 	ICHNOS_ROW_EH_FRAME = 2,
 	ICHNOS_ROW_JIT = 3,
+	ICHNOS_ROW_DEBUG_FRAME = 4,	/* .debug_frame CFI */
+	ICHNOS_ROW_GO_PCLNTAB = 5,	/* a Go function table's SP tables */
 };
 
 /* The answer of ichnos_code_lookup(). */

@@ -214,6 +214,8 @@ pub unsafe extern "C" fn ichnos_code_lookup(addr: u64, out: *mut ichnos_code_loo
             RowSource::Sframe => 1,
             RowSource::EhFrame => 2,
             RowSource::Jit => 3,
+            RowSource::DebugFrame => 4,
+            RowSource::GoTable => 5,
             RowSource::None => 0,
         },
         ..ichnos_code_lookup::default()

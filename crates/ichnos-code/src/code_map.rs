@@ -8,13 +8,23 @@ use crate::lazy::LazyRows;
 use crate::row::{RowTable, UnwindRow};
 use crate::unwind::Regs;
 
-/// Where a code object's rows came from.
+/// Where a code object's rows came from: the source that answers first.
+/// (A file's rows may have their gaps filled from a second source, as
+/// `.eh_frame` fills SFrame's and `.debug_frame` fills `.eh_frame`'s; the
+/// object names the first.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RowSource {
     /// An SFrame section.
     Sframe,
     /// `.eh_frame` CFI, converted.
     EhFrame,
+    /// `.debug_frame` CFI, converted, with the file's `.eh_frame` first
+    /// where it has rows: Go's linker writes its CFI only there, as gcc
+    /// does for C built without asynchronous unwind tables.
+    DebugFrame,
+    /// The stack-pointer tables of a Go program's function table
+    /// (`.gopclntab`), in a Go program stripped of `.debug_frame`.
+    GoTable,
     /// A JIT unwind table.
     Jit,
     /// No rows: the frame-pointer chain only.

@@ -246,13 +246,21 @@ fn placed<'d, R: object::ReadRef<'d>>(
         end: mapping.end,
         bias: origin,
         rows,
-        source: row_source(choice, has_sframe),
+        source: row_source(elf, choice, has_sframe),
         name: Arc::from(name),
     })
 }
 
-/// A file's main row source: SFrame if it has it and `choice` allows it.
-fn row_source(choice: RowChoice, has_sframe: bool) -> RowSource {
+/// A file's main row source: SFrame if it has it and `choice` allows it,
+/// else its CFI: `.debug_frame` where it has it (whose rows the file's
+/// `.eh_frame` has only for start-up code, if at all), Go's function table
+/// in a Go program stripped of it, `.eh_frame` otherwise.
+fn row_source<'d, R: object::ReadRef<'d>>(
+    elf: &object::File<'d, R>,
+    choice: RowChoice,
+    has_sframe: bool,
+) -> RowSource {
+    use object::{Object, ObjectSection};
     let sframe = match choice {
         RowChoice::Sframe => true,
         RowChoice::EhFrame => false,
@@ -260,6 +268,13 @@ fn row_source(choice: RowChoice, has_sframe: bool) -> RowSource {
     };
     if sframe {
         RowSource::Sframe
+    } else if elf
+        .section_by_name(".debug_frame")
+        .is_some_and(|s| s.size() > 0)
+    {
+        RowSource::DebugFrame
+    } else if crate::go_pclntab::section(elf).is_some() {
+        RowSource::GoTable
     } else {
         RowSource::EhFrame
     }

@@ -236,7 +236,7 @@ struct CacheEntry {
     key: u64,
     cfa_off: i32,
     fp_off: i8,
-    /// The row's `info` bits, with the row's source in bits 4–5.
+    /// The row's `info` bits, with the row's source in bits 4–6.
     bits: u8,
     /// The slot the caller's row was found in when this entry was last
     /// used: the guess for the next frame.
@@ -244,7 +244,7 @@ struct CacheEntry {
 }
 
 const SOURCE_SHIFT: u32 = 4;
-const SOURCE_MASK: u8 = 0x30;
+const SOURCE_MASK: u8 = 0x70;
 const _: () = assert!(crate::row::ROW_KNOWN_BITS & SOURCE_MASK == 0);
 
 /// An empty slot. Its key, 0, is also the key of an instruction pointer of
@@ -489,6 +489,8 @@ impl CacheEntry {
             RowSource::EhFrame => 1,
             RowSource::Jit => 2,
             RowSource::None => 3,
+            RowSource::DebugFrame => 4,
+            RowSource::GoTable => 5,
         };
         Some(Self {
             key,
@@ -504,6 +506,8 @@ impl CacheEntry {
             0 => RowSource::Sframe,
             1 => RowSource::EhFrame,
             2 => RowSource::Jit,
+            4 => RowSource::DebugFrame,
+            5 => RowSource::GoTable,
             _ => RowSource::None,
         }
     }
@@ -794,4 +798,40 @@ fn step_by_frame_pointer<M: Memory + ?Sized>(
         fp: caller_fp,
         kind: FrameKind::FramePointer,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The walk cache keeps each frame's row source in three bits beside
+    /// the row's own: every source comes back as it went in, and the
+    /// row's bits are untouched by it.
+    #[test]
+    fn a_cache_entry_keeps_its_rows_source() {
+        let sources = [
+            RowSource::Sframe,
+            RowSource::EhFrame,
+            RowSource::DebugFrame,
+            RowSource::GoTable,
+            RowSource::Jit,
+            RowSource::None,
+        ];
+        let row = crate::row::UnwindRow {
+            size: 4,
+            ip_off: 0,
+            cfa_off: 16,
+            ra_off: X86_64_RA_OFFSET,
+            fp_off: -16,
+            info: crate::row::ROW_CFA_BASE_SP | crate::row::ROW_MANGLED_RA,
+        };
+        for source in sources {
+            let entry = CacheEntry::new(1, &row, source).unwrap();
+            let Lookup::Row(back, back_source) = entry.lookup() else {
+                panic!("a row");
+            };
+            assert_eq!(back_source, source);
+            assert_eq!(back.info, row.info);
+        }
+    }
 }

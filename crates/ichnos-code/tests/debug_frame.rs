@@ -15,7 +15,9 @@ use std::process::Command;
 use ichnos_code::debug_frame::{go_top_frames, rows_from_object};
 use ichnos_code::elf::{file_rows, RowChoice};
 use ichnos_code::go_pclntab;
+use ichnos_code::process::{code_object_for_mapping, FileMapping};
 use ichnos_code::row::CfaBase;
+use ichnos_code::RowSource;
 
 fn run(command: &mut Command) -> String {
     let out = command
@@ -165,6 +167,38 @@ fn every_debug_frame_row_is_as_readelf_shows_it() {
     // where it has none. (A PIE's origin is 0: offsets are addresses.)
     let table = file_rows(&bytes, RowChoice::SframeThenEhFrame).unwrap();
     check_rows(&table, &shown);
+    // And the code objects say so (`ichnos stack` prints it): the
+    // program's rows are .debug_frame's, the library's .eh_frame's.
+    assert_eq!(source_of(&program), RowSource::DebugFrame);
+    assert_eq!(source_of(&dir.path().join("libfix.so")), RowSource::EhFrame);
+}
+
+/// Where the code object of `path`'s executable segment, mapped as the
+/// kernel maps it (a shared object or PIE at a made-up base), says its
+/// rows come from.
+fn source_of(path: &Path) -> RowSource {
+    use object::{Object, ObjectSegment, SegmentFlags};
+    let bytes = std::fs::read(path).unwrap();
+    let file = object::File::parse(&*bytes).unwrap();
+    let base = if file.kind() == object::ObjectKind::Dynamic {
+        0x5555_5555_4000
+    } else {
+        0
+    };
+    let text = file
+        .segments()
+        .find(|s| matches!(s.flags(), SegmentFlags::Elf { p_flags } if p_flags & 1 != 0))
+        .expect("an executable segment");
+    let start = base + (text.address() & !0xfff);
+    let mapping = FileMapping {
+        start,
+        end: (base + text.address() + text.size() + 0xfff) & !0xfff,
+        pgoff: text.file_range().0 & !0xfff,
+    };
+    let name = path.to_str().unwrap();
+    code_object_for_mapping(path, name, mapping, RowChoice::SframeThenEhFrame)
+        .unwrap()
+        .source
 }
 
 /// Asserts that `table` has the rows readelf showed, at their first and
@@ -226,6 +260,7 @@ fn a_go_programs_stack_tops_are_outermost() {
     let file = object::File::parse(&*bytes).unwrap();
     // A Go program has no .eh_frame: its rows come from .debug_frame.
     assert!(object::Object::section_by_name(&file, ".eh_frame").is_none());
+    assert_eq!(source_of(&program), RowSource::DebugFrame);
 
     let tops = go_top_frames(&file);
     // The tops of stacks, and code that switches to the system stack:
@@ -308,6 +343,7 @@ fn a_stripped_go_program_keeps_its_functions_and_rows() {
     for gone in [".symtab", ".debug_frame"] {
         assert!(object::Object::section_by_name(&file, gone).is_none());
     }
+    assert_eq!(source_of(&stripped), RowSource::GoTable);
 
     // Its functions, against nm of the program before it was stripped
     // (nm names assembly functions' ABI0 symbols `NAME.abi0`).

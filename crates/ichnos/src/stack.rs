@@ -100,6 +100,8 @@ pub fn stack(args: &StackArgs, verbose: bool) -> Result<()> {
                 FrameKind::Registers => "registers",
                 FrameKind::Row(RowSource::Sframe) => "via sframe",
                 FrameKind::Row(RowSource::EhFrame) => "via eh_frame",
+                FrameKind::Row(RowSource::DebugFrame) => "via debug_frame",
+                FrameKind::Row(RowSource::GoTable) => "via go pclntab",
                 FrameKind::Row(RowSource::Jit) => "via jit table",
                 FrameKind::Row(RowSource::None) | FrameKind::FramePointer => "via frame pointer",
                 FrameKind::Cfi => "via eh_frame cfi",
