@@ -4,7 +4,8 @@
 //! one of, found none, and looks again in the files mapped since, so the
 //! code registered later is unwound and named. Code unregistered and its
 //! memory registered again under another name keeps each name for its
-//! own time.
+//! own time; other code put there, with another frame, is unwound by its
+//! own rows.
 
 use std::path::{Path, PathBuf};
 
@@ -106,4 +107,29 @@ fn code_registered_again_under_another_name_keeps_each_name_for_its_own_time() {
             "{name}: {n} of {in_spin}: {stacks:?}"
         );
     }
+}
+
+#[test]
+fn other_code_registered_in_the_same_memory_is_unwound_by_its_own_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let stacks = record_late(dir.path(), &["reshape"]);
+    let in_spin: u64 = stacks
+        .iter()
+        .filter(|(f, _)| f.last().map(String::as_str) == Some("spin"))
+        .map(|(_, n)| n)
+        .sum();
+    let (late, again) = (through(&stacks, "jit_late"), through(&stacks, "jit_again"));
+    assert!(in_spin >= 400, "{in_spin}: {stacks:?}");
+    // The second half's frame is 32 bytes larger: unwound by the first
+    // half's rows, no sample of it would reach main. Samples between the
+    // change and the recorder's next look at the registry (at most 50 ms
+    // of the 300) may be unwound by the old rows.
+    assert!(
+        again * 10 >= in_spin * 4,
+        "jit_again: {again} of {in_spin}: {stacks:?}"
+    );
+    assert!(
+        (late + again) * 10 >= in_spin * 9,
+        "{late} + {again} of {in_spin}: {stacks:?}"
+    );
 }
