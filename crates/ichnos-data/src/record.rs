@@ -6,8 +6,8 @@ use crate::varint::{put_bytes, put_s, put_u, Cursor, FieldError};
 mod calls;
 mod values;
 pub use calls::{
-    CallEvent, CallEvents, Calls, CallsOut, OwnedCallEvents, CALLS_CONTINUED, CALLS_EXEC,
-    CALLS_LAST, CALLS_RESUMED, CALLS_RING,
+    CallEvent, CallEvents, CallEventsEncoder, Calls, CallsOut, OwnedCallEvents, CALLS_CONTINUED,
+    CALLS_EXEC, CALLS_LAST, CALLS_RESUMED, CALLS_RING,
 };
 use values::Code;
 pub use values::{ClockSource, JitSource, LostCause, OffCpuState, StackStop, Target};

@@ -4,6 +4,16 @@
 /// Appends `v` as an LEB128 varint.
 #[inline]
 pub fn put_u(out: &mut Vec<u8>, mut v: u64) {
+    // One and two bytes, the common lengths (a call's time delta, a
+    // function's number), written at once rather than byte by byte.
+    if v < 0x80 {
+        out.push(v as u8);
+        return;
+    }
+    if v < 0x4000 {
+        out.extend_from_slice(&[(v as u8) | 0x80, (v >> 7) as u8]);
+        return;
+    }
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
         v >>= 7;

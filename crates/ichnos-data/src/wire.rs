@@ -141,6 +141,7 @@ fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
 }
 
+#[inline]
 fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
@@ -217,6 +218,7 @@ pub fn store_event(dst: &mut [u8], ticks: u64, word: u64) {
 
 /// An event read back: (ticks, kind, address).
 #[must_use]
+#[inline]
 pub fn decode_event(b: &[u8; EVENT_BYTES]) -> (u64, u8, u64) {
     let word = u64_at(b, 8);
     (u64_at(b, 0), (word & 0xf) as u8, word >> 16)

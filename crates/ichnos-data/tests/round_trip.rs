@@ -2,8 +2,8 @@
 //! every truncation point, and damage a reader must name.
 
 use ichnos_data::{
-    CallEvent, CallsOut, ChunkProblem, ClockSource, JitSource, LostCause, Meta, OffCpuState,
-    ReadError, Reader, Record, StackOut, StackStop, Target, Writer,
+    CallEvent, CallEventsEncoder, Calls, CallsOut, ChunkProblem, ClockSource, JitSource, LostCause,
+    Meta, OffCpuState, ReadError, Reader, Record, StackOut, StackStop, Target, Writer,
 };
 use proptest::prelude::*;
 
@@ -268,39 +268,44 @@ fn owned() -> impl Strategy<Value = Owned> {
         )
             .prop_map(|(a, b, c)| Owned::Clock(a, b, c)),
         (any::<[u64; 4]>(), 0u64..1 << 40, call_events()).prop_map(|(a, first, steps)| {
-            let mut ticks = first;
-            let events = steps
-                .into_iter()
-                .map(|(delta, kind, x, y)| {
-                    ticks += delta;
-                    match kind {
-                        0 => CallEvent::Enter { ticks, function: x },
-                        1 => CallEvent::Exit { ticks, function: x },
-                        // jmp_bufs are aligned: an even buffer.
-                        3 => CallEvent::Jump {
-                            ticks,
-                            buffer: (x >> 1) & !1,
-                            long: y & 1 != 0,
-                        },
-                        4 => CallEvent::Catch {
-                            ticks,
-                            function: (y & 1 != 0).then_some(x >> 3),
-                        },
-                        5 => CallEvent::Live {
-                            ticks,
-                            function: x >> 2,
-                        },
-                        _ => CallEvent::Probe {
-                            ticks,
-                            id: x,
-                            value: y,
-                        },
-                    }
-                })
-                .collect();
+            let events = events_from(first, steps);
             Owned::Calls([a[0], a[1], a[2], a[3], first], events)
         }),
     ]
+}
+
+/// The events of `steps` (see [`call_events`]) from `first` on.
+fn events_from(first: u64, steps: Vec<(u64, u8, u64, u64)>) -> Vec<CallEvent> {
+    let mut ticks = first;
+    steps
+        .into_iter()
+        .map(|(delta, kind, x, y)| {
+            ticks += delta;
+            match kind {
+                0 => CallEvent::Enter { ticks, function: x },
+                1 => CallEvent::Exit { ticks, function: x },
+                // jmp_bufs are aligned: an even buffer.
+                3 => CallEvent::Jump {
+                    ticks,
+                    buffer: (x >> 1) & !1,
+                    long: y & 1 != 0,
+                },
+                4 => CallEvent::Catch {
+                    ticks,
+                    function: (y & 1 != 0).then_some(x >> 3),
+                },
+                5 => CallEvent::Live {
+                    ticks,
+                    function: x >> 2,
+                },
+                _ => CallEvent::Probe {
+                    ticks,
+                    id: x,
+                    value: y,
+                },
+            }
+        })
+        .collect()
 }
 
 /// Steps of a thread's trace: (ticks since the last, kind, function or
@@ -349,6 +354,51 @@ fn read_all(bytes: &[u8]) -> ReadBack {
 }
 
 proptest! {
+    /// A block encoded event by event (as the function tracer's recorder
+    /// writes it) is byte for byte the block of the same events written
+    /// whole.
+    #[test]
+    fn a_block_encoded_event_by_event_is_the_block_written_whole(
+        head in any::<[u64; 4]>(),
+        start in 0u64..1 << 40,
+        steps in call_events(),
+        more in call_events(),
+    ) {
+        let events = events_from(start, steps);
+        let mut encoder = CallEventsEncoder::new();
+        // Used before: starting again leaves nothing of the last block.
+        encoder.start(7);
+        for e in events_from(3, more) {
+            encoder.push(&e);
+        }
+        encoder.start(start);
+        for e in &events {
+            encoder.push(e);
+        }
+        prop_assert_eq!(encoder.len(), events.len());
+        let whole = Record::CallsOut(CallsOut {
+            pid: head[0],
+            tid: head[1],
+            lost: head[2],
+            flags: head[3],
+            first: events.first().map_or(start, CallEvent::ticks),
+            events: &events,
+        });
+        let by_event = Record::Calls(Calls {
+            pid: head[0],
+            tid: head[1],
+            lost: head[2],
+            flags: head[3],
+            first: encoder.first(),
+            events: encoder.events(),
+        });
+        let (mut a, mut b, mut scratch) = (Vec::new(), Vec::new(), Vec::new());
+        whole.encode(&mut a, &mut scratch);
+        by_event.encode(&mut b, &mut scratch);
+        prop_assert_eq!(a, b);
+        prop_assert_eq!(encoder.events().iter().collect::<Vec<_>>(), events);
+    }
+
     #[test]
     fn every_record_kind_round_trips_through_many_chunks(
         records in proptest::collection::vec(owned(), 0..60),

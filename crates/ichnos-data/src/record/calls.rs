@@ -250,6 +250,34 @@ pub struct CallsOut<'a> {
 /// The largest tick difference between two events of a block.
 const MAX_DELTA: u64 = u64::MAX >> 2;
 
+/// Appends `event` to a block's encoded events; `prev` is the time of
+/// the event before it (the block's `first` before its first), moved on
+/// to this one's.
+#[inline]
+fn put_event(b: &mut Vec<u8>, prev: &mut u64, event: &CallEvent) {
+    let delta = event.ticks().saturating_sub(*prev).min(MAX_DELTA);
+    *prev = prev.saturating_add(delta);
+    let (kind, a) = match *event {
+        CallEvent::Enter { function, .. } => (0, function),
+        CallEvent::Exit { function, .. } => (1, function),
+        CallEvent::Probe { id, .. } => (2, id),
+        // A jump's buffer is even (bit 1 of `a` clear where
+        // `long` is), so that a catch's `a & 3` is 2.
+        CallEvent::Jump { buffer, long, .. } => (3, ((buffer & !1) << 1) | u64::from(long)),
+        CallEvent::Catch { function, .. } => {
+            (3, (function.map_or(0, |f| f.saturating_add(1)) << 2) | 2)
+        }
+        // A longjmp's `a & 3` is 1 (its buffer is even), so 3 is
+        // free for these.
+        CallEvent::Live { function, .. } => (3, (function.min((1 << 62) - 1) << 2) | 3),
+    };
+    put_u(b, (delta << 2) | kind);
+    put_u(b, a);
+    if let CallEvent::Probe { value, .. } = *event {
+        put_u(b, value);
+    }
+}
+
 impl CallsOut<'_> {
     pub(super) fn encode(&self, b: &mut Vec<u8>) {
         for v in [
@@ -262,30 +290,82 @@ impl CallsOut<'_> {
         ] {
             put_u(b, v);
         }
+        // At most 21 bytes an event (three varints, a probe's value the
+        // third): one reservation for all.
+        b.reserve(self.events.len().saturating_mul(21));
         let mut prev = self.first;
         for event in self.events {
-            let ticks = event.ticks();
-            let delta = ticks.saturating_sub(prev).min(MAX_DELTA);
-            prev = prev.saturating_add(delta);
-            let (kind, a) = match *event {
-                CallEvent::Enter { function, .. } => (0, function),
-                CallEvent::Exit { function, .. } => (1, function),
-                CallEvent::Probe { id, .. } => (2, id),
-                // A jump's buffer is even (bit 1 of `a` clear where
-                // `long` is), so that a catch's `a & 3` is 2.
-                CallEvent::Jump { buffer, long, .. } => (3, ((buffer & !1) << 1) | u64::from(long)),
-                CallEvent::Catch { function, .. } => {
-                    (3, (function.map_or(0, |f| f.saturating_add(1)) << 2) | 2)
-                }
-                // A longjmp's `a & 3` is 1 (its buffer is even), so 3 is
-                // free for these.
-                CallEvent::Live { function, .. } => (3, (function.min((1 << 62) - 1) << 2) | 3),
-            };
-            put_u(b, (delta << 2) | kind);
-            put_u(b, a);
-            if let CallEvent::Probe { value, .. } = *event {
-                put_u(b, value);
-            }
+            put_event(b, &mut prev, event);
+        }
+    }
+}
+
+/// A block's events encoded as they come, for a writer that has them one
+/// at a time: written as a [`Calls`] record ([`CallEventsEncoder::events`]),
+/// the same bytes as a [`CallsOut`] of the same events, without holding
+/// them decoded first.
+#[derive(Clone, Debug, Default)]
+pub struct CallEventsEncoder {
+    encoded: Vec<u8>,
+    count: u64,
+    first: u64,
+    prev: u64,
+}
+
+impl CallEventsEncoder {
+    /// An empty encoder (its block's `first` is 0 until [`Self::start`]).
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Starts a new block, empty, whose `first` is `ticks` until an event
+    /// comes (then the first event's time).
+    pub fn start(&mut self, ticks: u64) {
+        self.encoded.clear();
+        self.count = 0;
+        self.first = ticks;
+        self.prev = ticks;
+    }
+
+    /// Appends `event` (one earlier than the one before it is stored at
+    /// the time of the one before, as [`CallsOut`] does).
+    #[inline]
+    pub fn push(&mut self, event: &CallEvent) {
+        if self.count == 0 {
+            self.first = event.ticks();
+            self.prev = self.first;
+        }
+        self.count += 1;
+        put_event(&mut self.encoded, &mut self.prev, event);
+    }
+
+    /// How many events the block has.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.count as usize
+    }
+
+    /// Whether it has none.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The block's `first`: its first event's time, or the time it was
+    /// started with.
+    #[must_use]
+    pub fn first(&self) -> u64 {
+        self.first
+    }
+
+    /// The events, for a [`Calls`] record.
+    #[must_use]
+    pub fn events(&self) -> CallEvents<'_> {
+        CallEvents {
+            count: self.count,
+            first: self.first,
+            encoded: &self.encoded,
         }
     }
 }
