@@ -63,6 +63,36 @@ fn empty_to_exactly_full_reads_as_full_not_empty() {
     assert_eq!(out, stream(capacity..2 * capacity));
 }
 
+/// Read a piece at a time, across region boundaries and the wrap: the
+/// stream in order, each read freeing room for the producer at once.
+#[test]
+fn reads_of_at_most_n_bytes_take_the_stream_in_pieces() {
+    let (mut producer, mut consumer) = buffer(&[2, 1, 1], Config::default()).split().unwrap();
+    let capacity = 4 * PAGE;
+    let mut out = Vec::new();
+    let mut written = 0;
+    // Pieces of a size prime to the regions', so that they straddle them.
+    let piece = 3001;
+    for lap in 0..3 {
+        let len = capacity - 100 * lap;
+        assert_eq!(
+            producer.write(&stream(written..written + len)),
+            WriteOutcome::Written(len as usize)
+        );
+        written += len;
+        while consumer.available() > 0 {
+            let before = consumer.available();
+            let n = consumer.read_into_at_most(&mut out, piece);
+            assert_eq!(n, before.min(piece));
+            assert_eq!(consumer.available(), before - n);
+            // What was read is the producer's room again.
+            assert_eq!(producer.stats().written - consumer.tail(), before - n);
+        }
+    }
+    assert_eq!(out, stream(0..written));
+    assert_eq!(consumer.read_into_at_most(&mut out, piece), 0);
+}
+
 #[test]
 fn snapshot_after_whole_laps_is_the_last_capacity_bytes() {
     let config = Config {

@@ -156,15 +156,23 @@ impl Consumer {
     /// returns how many bytes that was (none in snapshot mode: see
     /// [`Consumer::segments`]).
     pub fn read_into(&mut self, out: &mut Vec<u8>) -> u64 {
+        self.read_into_at_most(out, u64::MAX)
+    }
+
+    /// As [`Consumer::read_into`], at most `max` bytes: for a consumer
+    /// that works through what it read before it reads more (the bytes
+    /// stay in its cache, and the producer has room again sooner, a piece
+    /// at a time).
+    pub fn read_into_at_most(&mut self, out: &mut Vec<u8>, max: u64) -> u64 {
         if self.snapshot {
             return 0;
         }
-        let head = self.head();
-        let n = head - self.tail;
-        for segment in self.segments(self.tail..head) {
+        let end = self.tail + (self.head() - self.tail).min(max);
+        let n = end - self.tail;
+        for segment in self.segments(self.tail..end) {
             out.extend_from_slice(segment);
         }
-        self.set_tail(head);
+        self.set_tail(end);
         n
     }
 
