@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use ichnos_buf::topa::{Consumer, TopaBuffer};
 use ichnos_data::wire::Hello;
-use ichnos_data::{CallEvent, ClockSource, Meta, Record, Target};
+use ichnos_data::{CallEventsEncoder, ClockSource, Meta, Record, Target};
 use ichnos_profile::launch::{self, LaunchError};
 use ichnos_profile::ExitStatus;
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -149,6 +149,8 @@ struct Conn {
     carry: Vec<u8>,
     /// Executable ranges known of the address space.
     exec: Vec<(u64, u64)>,
+    /// The index in `exec` of the range an address was found in last.
+    exec_hit: usize,
     /// The program's ends the runtime marked before an exec, written
     /// when the connection ends ([`frames::end_of_connection`]).
     exec_marks: Vec<ichnos_data::wire::FrameHeader>,
@@ -164,8 +166,16 @@ struct Out {
     path: PathBuf,
     start_ns: u64,
     tsc: bool,
-    events: Vec<CallEvent>,
+    /// The block of events being encoded (its allocation kept).
+    encoder: CallEventsEncoder,
+    /// Functions numbered since a block was last written (the vector
+    /// kept from frame to frame).
+    new_functions: Vec<(u64, u64)>,
     functions: FxHashMap<(u64, u64), u64>,
+    /// The functions looked up last, by their address's slot: (address
+    /// space, address, number); address space 0 is no one's. A number,
+    /// once given, stays, so an entry never goes stale.
+    recent_functions: Box<[(u64, u64, u64); frames::RECENT_FUNCTIONS]>,
     next_stack: u64,
     next_asid: u64,
     threads: FxHashSet<(u32, u32)>,
@@ -273,7 +283,6 @@ fn serve(
     let mut conns: Vec<Conn> = Vec::new();
     let mut status = None;
     let mut signalled = false;
-    let mut read = Vec::new();
     let mut clock_at = Instant::now();
     loop {
         if clock_at.elapsed() >= CLOCK_EVERY {
@@ -284,7 +293,7 @@ fn serve(
         accept_all(listener, &mut conns)?;
         let mut busy = false;
         for conn in &mut conns {
-            busy |= service(conn, out, &mut read)?;
+            busy |= service(conn, out)?;
         }
         // However a connection ends (the process gone, or refused), the
         // ends of its program held for it are written.
@@ -331,6 +340,7 @@ fn accept_all(listener: &OwnedFd, conns: &mut Vec<Conn>) -> Result<usize, TraceE
             asid: 0,
             carry: Vec::new(),
             exec: Vec::new(),
+            exec_hit: 0,
             exec_marks: Vec::new(),
             walks: FxHashMap::default(),
             closed: false,
@@ -398,8 +408,10 @@ fn open_output(path: &Path, options: &TraceOptions, tsc: bool) -> Result<Out, Tr
         path: path.to_path_buf(),
         start_ns,
         tsc,
-        events: Vec::new(),
+        encoder: CallEventsEncoder::new(),
+        new_functions: Vec::new(),
         functions: FxHashMap::default(),
+        recent_functions: Box::new([(0, 0, 0); frames::RECENT_FUNCTIONS]),
         next_stack: 0,
         next_asid: 1,
         threads: FxHashSet::default(),
@@ -435,9 +447,16 @@ fn open_output(path: &Path, options: &TraceOptions, tsc: bool) -> Result<Out, Tr
     Ok(out)
 }
 
+/// Bytes read from a shared buffer at a time: two of the runtime's
+/// default buffers, which stay in the cache while they are turned into
+/// records (a read of everything there was, megabytes when the recorder
+/// fell behind, left each frame to be fetched from memory again), and
+/// which the runtime has room for again as soon as they are read.
+const READ_PIECE: u64 = 256 << 10;
+
 /// Serves one connection: its hello, its frames, its end. True if it
 /// did any work.
-fn service(conn: &mut Conn, out: &mut Out, read: &mut Vec<u8>) -> Result<bool, TraceError> {
+fn service(conn: &mut Conn, out: &mut Out) -> Result<bool, TraceError> {
     let mut busy = false;
     if conn.consumer.is_none() {
         match socket::receive(&conn.socket) {
@@ -462,12 +481,17 @@ fn service(conn: &mut Conn, out: &mut Out, read: &mut Vec<u8>) -> Result<bool, T
         Ok(None) => false,
         Ok(Some(_)) | Err(_) => true,
     };
-    if let Some(consumer) = conn.consumer.as_mut() {
-        read.clear();
-        if consumer.read_into(read) > 0 {
-            busy = true;
-            conn.carry.extend_from_slice(read);
-            frames::frames(conn, out)?;
+    // A piece at a time, appended to what is left of the last read (a
+    // frame cut short), in one copy out of the shared buffer: one piece a
+    // turn while the process runs, everything once it is gone.
+    while let Some(consumer) = conn.consumer.as_mut() {
+        if consumer.read_into_at_most(&mut conn.carry, READ_PIECE) == 0 {
+            break;
+        }
+        busy = true;
+        frames::frames(conn, out)?;
+        if !gone || conn.closed {
+            break;
         }
     }
     if gone {

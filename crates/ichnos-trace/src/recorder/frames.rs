@@ -8,7 +8,7 @@ use std::collections::hash_map::Entry;
 use std::path::Path;
 
 use ichnos_data::wire::{self, event, FrameHeader, EVENT_BYTES, FRAME_HEADER_BYTES};
-use ichnos_data::{CallEvent, CallsOut, JitSource, Record, StackOut, StackStop};
+use ichnos_data::{CallEvent, Calls, JitSource, Record, StackOut, StackStop};
 
 use super::{comm, Conn, Out, TraceError};
 
@@ -164,7 +164,7 @@ pub(super) fn end_of_connection(conn: &mut Conn, out: &mut Out) -> Result<(), Tr
     Ok(())
 }
 
-/// A frame of a thread's events: a `Calls` record.
+/// A frame of a thread's events: `Calls` records.
 fn calls(conn: &mut Conn, out: &mut Out, h: &FrameHeader, body: &[u8]) -> Result<(), TraceError> {
     let tid = h.tid;
     if out.threads.insert((conn.pid, tid)) {
@@ -176,18 +176,6 @@ fn calls(conn: &mut Conn, out: &mut Out, h: &FrameHeader, body: &[u8]) -> Result
             time,
             name: name.as_bytes(),
         })?;
-    }
-    let mut events = std::mem::take(&mut out.events);
-    events.clear();
-    let mut new_functions = Vec::new();
-    convert(conn, out, h, body, &mut events, &mut new_functions)?;
-    for (id, address) in new_functions {
-        out.push(&Record::StackOut(StackOut {
-            id,
-            asid: conn.asid,
-            stop: StackStop::Complete,
-            frames: &[address],
-        }))?;
     }
     let mut flags = 0;
     if h.flags & wire::FRAME_RING != 0 {
@@ -202,24 +190,127 @@ fn calls(conn: &mut Conn, out: &mut Out, h: &FrameHeader, body: &[u8]) -> Result
     if h.flags & wire::FRAME_EXEC != 0 {
         flags |= ichnos_data::CALLS_EXEC;
     }
-    out.kept += events.len() as u64;
     // The runtime's count is untrusted: it saturates, never wraps.
     out.lost = out.lost.saturating_add(h.lost);
-    let pushed = push_calls(out, conn.pid, tid, h, flags, &events);
-    out.events = events;
-    pushed
+    let mut blocks = Blocks {
+        pid: conn.pid,
+        tid,
+        asid: conn.asid,
+        lost: h.lost,
+        flags,
+        ticks: h.ticks,
+        written: 0,
+        new_functions: std::mem::take(&mut out.new_functions),
+    };
+    out.encoder.start(h.ticks);
+    convert(conn, out, h, body, &mut blocks)?;
+    blocks.write(out, true)?;
+    out.new_functions = blocks.new_functions;
+    Ok(())
 }
 
-/// A frame's events as `CallEvent`s into `events`; the functions seen for
-/// the first time go into `new_functions` (numbered, their stacks not
-/// yet written).
+/// A frame's events on their way into `Calls` records: encoded as they
+/// come (into `Out::encoder`), a block written whenever
+/// [`EVENTS_PER_RECORD`] have gathered, the functions it names for the
+/// first time before it; the loss goes with the first block, the
+/// thread's end with the last.
+struct Blocks {
+    pid: u32,
+    tid: u32,
+    asid: u64,
+    lost: u64,
+    /// `CALLS_*` flags of the frame.
+    flags: u64,
+    /// The frame's time: an empty block's `first`.
+    ticks: u64,
+    /// Blocks written.
+    written: usize,
+    /// Functions numbered since the last block: (number, address).
+    new_functions: Vec<(u64, u64)>,
+}
+
+impl Blocks {
+    /// Adds `event`, after writing the block gathered so far if it is
+    /// full.
+    #[inline]
+    fn push(&mut self, out: &mut Out, event: &CallEvent) -> Result<(), TraceError> {
+        if out.encoder.len() == EVENTS_PER_RECORD {
+            self.write(out, false)?;
+        }
+        out.encoder.push(event);
+        Ok(())
+    }
+
+    /// Writes the block gathered (the frame's `last` if so), and starts
+    /// the next.
+    fn write(&mut self, out: &mut Out, last: bool) -> Result<(), TraceError> {
+        for (id, address) in self.new_functions.drain(..) {
+            out.push(&Record::StackOut(StackOut {
+                id,
+                asid: self.asid,
+                stop: StackStop::Complete,
+                frames: &[address],
+            }))?;
+        }
+        let flags = if last {
+            self.flags
+        } else {
+            self.flags & !ichnos_data::CALLS_LAST
+        } | if self.written > 0 {
+            ichnos_data::CALLS_CONTINUED
+        } else {
+            0
+        };
+        out.kept += out.encoder.len() as u64;
+        out.writer
+            .push(&Record::Calls(Calls {
+                pid: u64::from(self.pid),
+                tid: u64::from(self.tid),
+                lost: if self.written == 0 { self.lost } else { 0 },
+                flags,
+                first: out.encoder.first(),
+                events: out.encoder.events(),
+            }))
+            .map_err(|source| TraceError::Write {
+                path: out.path.clone(),
+                source,
+            })?;
+        self.written += 1;
+        out.encoder.start(self.ticks);
+        Ok(())
+    }
+}
+
+/// Whether `address` is in code the recording has the mapping of (the
+/// range that answered last asked first).
+#[inline]
+fn in_known_code(conn: &mut Conn, address: u64) -> bool {
+    if let Some(&(start, end)) = conn.exec.get(conn.exec_hit) {
+        if (start..end).contains(&address) {
+            return true;
+        }
+    }
+    match conn
+        .exec
+        .iter()
+        .position(|&(start, end)| (start..end).contains(&address))
+    {
+        Some(at) => {
+            conn.exec_hit = at;
+            true
+        }
+        None => false,
+    }
+}
+
+/// A frame's events as `CallEvent`s into `blocks`, each function seen for
+/// the first time numbered on the way.
 fn convert(
     conn: &mut Conn,
     out: &mut Out,
     h: &FrameHeader,
     body: &[u8],
-    events: &mut Vec<CallEvent>,
-    new_functions: &mut Vec<(u64, u64)>,
+    blocks: &mut Blocks,
 ) -> Result<(), TraceError> {
     let mut probe: Option<(u64, u64)> = None;
     let mut resynced = false;
@@ -236,52 +327,64 @@ fn convert(
         }
         if kind == event::VALUE {
             if let Some((ticks, id)) = probe.take() {
-                events.push(CallEvent::Probe {
-                    ticks,
-                    id,
-                    value: ticks_value(chunk),
-                });
+                blocks.push(
+                    out,
+                    &CallEvent::Probe {
+                        ticks,
+                        id,
+                        value: ticks_value(chunk),
+                    },
+                )?;
             }
             continue;
         }
         probe = None;
         match kind {
             event::ENTER | event::EXIT => {
-                if !resynced && !conn.exec.iter().any(|&(s, e)| (s..e).contains(&address)) {
+                if !resynced && !in_known_code(conn, address) {
                     // Code mapped since the last look (dlopen).
                     resync(conn, out)?;
                     resynced = true;
                 }
-                let function = out.function(conn.asid, address, new_functions);
-                events.push(if kind == event::ENTER {
-                    CallEvent::Enter { ticks, function }
-                } else {
-                    CallEvent::Exit { ticks, function }
-                });
+                let function = out.function(conn.asid, address, &mut blocks.new_functions);
+                blocks.push(
+                    out,
+                    &if kind == event::ENTER {
+                        CallEvent::Enter { ticks, function }
+                    } else {
+                        CallEvent::Exit { ticks, function }
+                    },
+                )?;
             }
             event::SPAN_BEGIN | event::SPAN_END => {
                 // A span is named by its name's address, interned as a
                 // function is (its name came in a names frame).
-                let function = out.function(conn.asid, address, new_functions);
-                events.push(if kind == event::SPAN_BEGIN {
-                    CallEvent::Enter { ticks, function }
-                } else {
-                    CallEvent::Exit { ticks, function }
-                });
+                let function = out.function(conn.asid, address, &mut blocks.new_functions);
+                blocks.push(
+                    out,
+                    &if kind == event::SPAN_BEGIN {
+                        CallEvent::Enter { ticks, function }
+                    } else {
+                        CallEvent::Exit { ticks, function }
+                    },
+                )?;
             }
             event::PROBE => probe = Some((ticks, address)),
-            event::SETJMP | event::LONGJMP => events.push(CallEvent::Jump {
-                ticks,
-                buffer: address,
-                long: kind == event::LONGJMP,
-            }),
+            event::SETJMP | event::LONGJMP => blocks.push(
+                out,
+                &CallEvent::Jump {
+                    ticks,
+                    buffer: address,
+                    long: kind == event::LONGJMP,
+                },
+            )?,
             event::LIVE => {
                 // A frame the catch after these leaves: only the frames of
                 // functions traced (entered before, so numbered) can hold
                 // an open call; the others are left out.
                 walked.frames = walked.frames.saturating_add(1);
                 if let Some(&function) = out.functions.get(&(conn.asid, address)) {
-                    events.push(CallEvent::Live { ticks, function });
+                    blocks.push(out, &CallEvent::Live { ticks, function })?;
                     walked.innermost = Some(function);
                 }
             }
@@ -294,10 +397,11 @@ fn convert(
                 } else {
                     // The function left open is one that was entered, so
                     // its address needs no look at the mappings.
-                    (address != 0).then(|| out.function(conn.asid, address, new_functions))
+                    (address != 0)
+                        .then(|| out.function(conn.asid, address, &mut blocks.new_functions))
                 };
                 walked = Walked::default();
-                events.push(CallEvent::Catch { ticks, function });
+                blocks.push(out, &CallEvent::Catch { ticks, function })?;
             }
             _ => {}
         }
@@ -310,6 +414,9 @@ fn convert(
     }
     Ok(())
 }
+
+/// Slots of [`Out::function`]'s recent functions.
+pub(super) const RECENT_FUNCTIONS: usize = 256;
 
 /// Threads of a connection whose frames of a catch to come are kept
 /// across frames, at most.
@@ -331,7 +438,14 @@ impl Out {
     /// The number of the one-frame stack at `address` of `asid`, a new
     /// one noted in `new` (written before the events that use it).
     fn function(&mut self, asid: u64, address: u64, new: &mut Vec<(u64, u64)>) -> u64 {
-        match self.functions.entry((asid, address)) {
+        // Every entry and exit is looked up, mostly among a few functions
+        // called often: a slot by address answers before the map.
+        let slot = (address ^ (address >> 12)) as usize % RECENT_FUNCTIONS;
+        let recent = &mut self.recent_functions[slot];
+        if recent.0 == asid && recent.1 == address {
+            return recent.2;
+        }
+        let id = match self.functions.entry((asid, address)) {
             Entry::Occupied(e) => *e.get(),
             Entry::Vacant(v) => {
                 let id = self.next_stack;
@@ -340,7 +454,9 @@ impl Out {
                 new.push((id, address));
                 id
             }
-        }
+        };
+        *recent = (asid, address, id);
+        id
     }
 }
 
@@ -370,54 +486,10 @@ fn add_span_names(conn: &Conn, out: &mut Out, body: &[u8]) -> Result<(), TraceEr
     Ok(())
 }
 
-/// A frame's events as `Calls` records. A large buffer's frame goes as
-/// several, each well inside a chunk of the recording; the loss and the
-/// thread's end go with the first and the last.
-fn push_calls(
-    out: &mut Out,
-    pid: u32,
-    tid: u32,
-    h: &FrameHeader,
-    flags: u64,
-    events: &[CallEvent],
-) -> Result<(), TraceError> {
-    let pieces = events.len().div_ceil(EVENTS_PER_RECORD).max(1);
-    for (i, piece) in events
-        .chunks(EVENTS_PER_RECORD)
-        .chain((events.is_empty()).then_some(&[][..]))
-        .enumerate()
-    {
-        let last = i + 1 == pieces;
-        let record = Record::CallsOut(CallsOut {
-            pid: u64::from(pid),
-            tid: u64::from(tid),
-            lost: if i == 0 { h.lost } else { 0 },
-            flags: if last {
-                flags
-            } else {
-                flags & !ichnos_data::CALLS_LAST
-            } | if i > 0 {
-                ichnos_data::CALLS_CONTINUED
-            } else {
-                0
-            },
-            first: piece.first().map_or(h.ticks, CallEvent::ticks),
-            events: piece,
-        });
-        out.writer
-            .push(&record)
-            .map_err(|source| TraceError::Write {
-                path: out.path.clone(),
-                source,
-            })?;
-    }
-    Ok(())
-}
-
 /// Events of one `Calls` record at most: 64 Ki events, about 21 bytes
 /// each encoded at worst, fit far inside a chunk of the recording (16
 /// MiB).
-const EVENTS_PER_RECORD: usize = 1 << 16;
+pub(super) const EVENTS_PER_RECORD: usize = 1 << 16;
 
 /// A probe value event carries the value where a time would be.
 fn ticks_value(chunk: &[u8]) -> u64 {

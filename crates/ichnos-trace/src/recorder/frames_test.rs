@@ -92,6 +92,7 @@ fn conn(carry: Vec<u8>, exec: Vec<(u64, u64)>) -> Conn {
         asid: 1,
         carry,
         exec,
+        exec_hit: 0,
         exec_marks: Vec::new(),
         walks: FxHashMap::default(),
         closed: false,
@@ -218,4 +219,74 @@ fn live_frames_are_kept_for_functions_entered_and_name_the_catch() {
             ('C', 0x3000),
         ]
     );
+}
+
+/// A frame of more events than a block holds is written as several
+/// blocks: the loss with the first, `CALLS_CONTINUED` on the others, the
+/// thread's end with the last; each function's stack is written before
+/// the first block that names it, and every event reads back in order.
+#[test]
+fn a_large_frame_is_written_as_blocks_that_read_back_as_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.data");
+    let mut out = open_output(&path, &options(&path), false).unwrap();
+    let n = 2 * frames::EVENTS_PER_RECORD + 5;
+    // Functions new all along the frame, so that some are first named
+    // in its second and third blocks.
+    let sent: Vec<(u64, u8, u64)> = (0..n as u64)
+        .map(|i| {
+            let kind = if i % 2 == 0 {
+                event::ENTER
+            } else {
+                event::EXIT
+            };
+            (1000 + i, kind, 0x1000 + (i / 2) % 70_000 * 16)
+        })
+        .collect();
+    let frame = Sent::Frame {
+        tid: 7,
+        flags: wire::FRAME_LAST,
+        lost: 3,
+        events: sent.clone(),
+    };
+    let mut conn = conn(bytes_of(&[frame]), vec![(0x1000, 0x1000 + 70_000 * 16)]);
+    frames::frames(&mut conn, &mut out).unwrap();
+    out.writer.finish().unwrap();
+
+    let mut reader = Reader::new(std::io::BufReader::new(File::open(&path).unwrap())).unwrap();
+    let mut stacks = FxHashMap::default();
+    let mut blocks = Vec::new();
+    let mut read = Vec::new();
+    while let Some(chunk) = reader.next_chunk().unwrap() {
+        for record in chunk.records() {
+            match record.unwrap() {
+                ichnos_data::Record::Stack(s) => {
+                    stacks.insert(s.id, s.frames.iter().next().unwrap());
+                }
+                ichnos_data::Record::Calls(calls) => {
+                    blocks.push((calls.lost, calls.flags, calls.events.len()));
+                    for e in calls.events.iter() {
+                        let (ticks, kind, function) = match e {
+                            CallEvent::Enter { ticks, function } => (ticks, event::ENTER, function),
+                            CallEvent::Exit { ticks, function } => (ticks, event::EXIT, function),
+                            other => panic!("{other:?}"),
+                        };
+                        // Named by a stack written before this block.
+                        read.push((ticks, kind, stacks[&function]));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let (last, continued) = (ichnos_data::CALLS_LAST, ichnos_data::CALLS_CONTINUED);
+    assert_eq!(
+        blocks,
+        [
+            (3, 0, frames::EVENTS_PER_RECORD),
+            (0, continued, frames::EVENTS_PER_RECORD),
+            (0, continued | last, 5),
+        ]
+    );
+    assert_eq!(read, sent);
 }
