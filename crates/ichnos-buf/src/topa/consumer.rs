@@ -164,16 +164,58 @@ impl Consumer {
     /// stay in its cache, and the producer has room again sooner, a piece
     /// at a time).
     pub fn read_into_at_most(&mut self, out: &mut Vec<u8>, max: u64) -> u64 {
-        if self.snapshot {
-            return 0;
-        }
-        let end = self.tail + (self.head() - self.tail).min(max);
-        let n = end - self.tail;
-        for segment in self.segments(self.tail..end) {
+        let segments = self.next_segments(max);
+        let end = segments.end();
+        for segment in segments {
             out.extend_from_slice(segment);
         }
+        let n = end - self.tail;
         self.set_tail(end);
         n
+    }
+
+    /// The next bytes readable, at most `max` of them, as
+    /// [`Consumer::segments`] gives a range (none in snapshot mode), for a
+    /// consumer that reads them where they lie and then
+    /// [`Consumer::consume`]s them. The head is read once: a producer that
+    /// moves it meanwhile, even backwards or out of bounds, changes
+    /// nothing here.
+    #[must_use]
+    pub fn next_segments(&self, max: u64) -> Segments<'_> {
+        let end = if self.snapshot {
+            self.tail
+        } else {
+            self.tail + (self.head() - self.tail).min(max)
+        };
+        Segments {
+            mapped: &self.mapped,
+            range: self.tail..end,
+        }
+    }
+
+    /// Moves the tail past bytes given by [`Consumer::next_segments`]
+    /// (whose [`Segments::end`] is `end`), freeing them for the producer.
+    /// Unlike [`Consumer::advance`], not checked against the head again:
+    /// they were below it when they were given.
+    ///
+    /// # Errors
+    /// `end` behind the tail, or beyond what was readable (the capacity
+    /// past the tail).
+    pub fn consume(&mut self, end: u64) -> Result<(), TailError> {
+        if end < self.tail {
+            return Err(TailError::Backwards {
+                current: self.tail,
+                new: end,
+            });
+        }
+        if end - self.tail > self.capacity() {
+            return Err(TailError::BeyondHead {
+                head: self.tail + self.capacity(),
+                new: end,
+            });
+        }
+        self.set_tail(end);
+        Ok(())
     }
 
     /// Moves the tail to `new_tail`, freeing the bytes before it for the
@@ -306,6 +348,15 @@ pub struct Segments<'a> {
     mapped: &'a Mapped,
     /// What is left to hand out.
     range: Range<u64>,
+}
+
+impl Segments<'_> {
+    /// The end of the range the slices cover (as made: it does not move
+    /// as they are handed out).
+    #[must_use]
+    pub fn end(&self) -> u64 {
+        self.range.end
+    }
 }
 
 impl<'a> Iterator for Segments<'a> {
