@@ -448,10 +448,9 @@ fn open_output(path: &Path, options: &TraceOptions, tsc: bool) -> Result<Out, Tr
 }
 
 /// Bytes read from a shared buffer at a time: two of the runtime's
-/// default buffers, which stay in the cache while they are turned into
-/// records (a read of everything there was, megabytes when the recorder
-/// fell behind, left each frame to be fetched from memory again), and
-/// which the runtime has room for again as soon as they are read.
+/// default buffers, which the runtime has room for again as soon as they
+/// are read (a read of everything there was, megabytes when the recorder
+/// fell behind, gave the room back only at its end).
 const READ_PIECE: u64 = 256 << 10;
 
 /// Serves one connection: its hello, its frames, its end. True if it
@@ -481,18 +480,10 @@ fn service(conn: &mut Conn, out: &mut Out) -> Result<bool, TraceError> {
         Ok(None) => false,
         Ok(Some(_)) | Err(_) => true,
     };
-    // A piece at a time, appended to what is left of the last read (a
-    // frame cut short), in one copy out of the shared buffer: one piece a
-    // turn while the process runs, everything once it is gone.
-    while let Some(consumer) = conn.consumer.as_mut() {
-        if consumer.read_into_at_most(&mut conn.carry, READ_PIECE) == 0 {
-            break;
-        }
-        busy = true;
-        frames::frames(conn, out)?;
-        if !gone || conn.closed {
-            break;
-        }
+    if let Some(mut consumer) = conn.consumer.take() {
+        let read = read_frames(conn, out, &mut consumer, gone);
+        conn.consumer = Some(consumer);
+        busy |= read?;
     }
     if gone {
         frames::end_of_connection(conn, out)?;
@@ -511,6 +502,35 @@ fn service(conn: &mut Conn, out: &mut Out) -> Result<bool, TraceError> {
         }
         conn.closed = true;
         busy = true;
+    }
+    Ok(busy)
+}
+
+/// Reads the frames in the process's shared buffer where they lie, a
+/// piece at a time: one piece a turn while the process runs, everything
+/// once it is gone. True if there was anything.
+fn read_frames(
+    conn: &mut Conn,
+    out: &mut Out,
+    consumer: &mut Consumer,
+    gone: bool,
+) -> Result<bool, TraceError> {
+    let mut busy = false;
+    let capacity = consumer.capacity();
+    loop {
+        let segments = consumer.next_segments(READ_PIECE);
+        let end = segments.end();
+        if end == consumer.tail() {
+            break;
+        }
+        busy = true;
+        for segment in segments {
+            frames::frames_read(conn, out, segment, capacity)?;
+        }
+        // Read: the runtime may write there again.
+        if consumer.consume(end).is_err() || !gone || conn.closed {
+            break;
+        }
     }
     Ok(busy)
 }

@@ -10,6 +10,8 @@ use std::path::Path;
 use ichnos_data::wire::{self, event, FrameHeader, EVENT_BYTES, FRAME_HEADER_BYTES};
 use ichnos_data::{CallEvent, Calls, JitSource, Record, StackOut, StackStop};
 
+use ichnos_buf::topa::Consumer;
+
 use super::{comm, Conn, Out, TraceError};
 
 /// Records the executable mappings of the process it does not have yet,
@@ -66,10 +68,71 @@ fn add_maps(conn: &mut Conn, out: &mut Out, text: &str) -> Result<(), TraceError
 
 /// Turns the whole frames at the front of `conn.carry` into records.
 pub(super) fn frames(conn: &mut Conn, out: &mut Out) -> Result<(), TraceError> {
-    let mut at = 0;
     let carry = std::mem::take(&mut conn.carry);
-    while carry.len() - at >= FRAME_HEADER_BYTES {
-        let header = match FrameHeader::decode(&carry[at..]) {
+    let capacity = conn.consumer.as_ref().map(Consumer::capacity);
+    let at = whole_frames(conn, out, &carry, capacity)?;
+    let mut carry = carry;
+    carry.drain(..at);
+    conn.carry = carry;
+    Ok(())
+}
+
+/// Turns the frames of `bytes` read from the process's shared buffer
+/// (of `capacity` bytes) into records where they lie: those begun in an
+/// earlier read completed through `conn.carry`, whole ones read in
+/// place, the last, cut short, kept in `conn.carry` for the next read.
+pub(super) fn frames_read(
+    conn: &mut Conn,
+    out: &mut Out,
+    mut bytes: &[u8],
+    capacity: u64,
+) -> Result<(), TraceError> {
+    while !bytes.is_empty() && !conn.closed {
+        if conn.carry.is_empty() {
+            let took = whole_frames(conn, out, bytes, Some(capacity))?;
+            if !conn.closed {
+                conn.carry.extend_from_slice(&bytes[took..]);
+            }
+            return Ok(());
+        }
+        // Only as much as completes the frame begun, so that what
+        // follows it is read in place again.
+        let more = rest_of_frame(&conn.carry).min(bytes.len());
+        conn.carry.extend_from_slice(&bytes[..more]);
+        bytes = &bytes[more..];
+        frames(conn, out)?;
+        if more == 0 {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Bytes the frame begun in `carry` lacks: its header's first, then its
+/// body's (0 if its header is damaged, which [`whole_frames`] refuses).
+fn rest_of_frame(carry: &[u8]) -> usize {
+    if carry.len() < FRAME_HEADER_BYTES {
+        return FRAME_HEADER_BYTES - carry.len();
+    }
+    FrameHeader::decode(carry).map_or(0, |h| {
+        let whole = (FRAME_HEADER_BYTES as u64).saturating_add(h.len);
+        usize::try_from(whole.saturating_sub(carry.len() as u64)).unwrap_or(usize::MAX)
+    })
+}
+
+/// Turns the whole frames at the front of `bytes` into records, and
+/// says how many bytes they took (all of them when the stream is
+/// refused, `conn.closed` then set). `capacity`: the shared buffer's, if
+/// known, which no frame exceeds.
+fn whole_frames(
+    conn: &mut Conn,
+    out: &mut Out,
+    bytes: &[u8],
+    capacity: Option<u64>,
+) -> Result<usize, TraceError> {
+    let mut at = 0;
+    while bytes.len() - at >= FRAME_HEADER_BYTES {
+        let header = match FrameHeader::decode(&bytes[at..]) {
             Ok(h) => h,
             Err(e) => {
                 // The stream's framing is broken: nothing after this can
@@ -81,11 +144,11 @@ pub(super) fn frames(conn: &mut Conn, out: &mut Out) -> Result<(), TraceError> {
                 // Dropping the connection: the runtime sees the recorder
                 // gone and stops tracing; no second hello is taken.
                 conn.closed = true;
-                return Ok(());
+                return Ok(bytes.len());
             }
         };
         let whole = (FRAME_HEADER_BYTES as u64).saturating_add(header.len);
-        if conn.consumer.as_ref().is_some_and(|c| whole > c.capacity()) {
+        if capacity.is_some_and(|c| whole > c) {
             // The runtime writes frames whole into its shared buffer: one
             // larger than the buffer is no frame, and waiting for the
             // rest of it would hold its length in memory for nothing.
@@ -94,19 +157,16 @@ pub(super) fn frames(conn: &mut Conn, out: &mut Out) -> Result<(), TraceError> {
                 conn.pid
             ));
             conn.closed = true;
-            return Ok(());
+            return Ok(bytes.len());
         }
         let end = at + FRAME_HEADER_BYTES + header.len as usize;
-        if end > carry.len() {
+        if end > bytes.len() {
             break;
         }
-        frame(conn, out, &header, &carry[at + FRAME_HEADER_BYTES..end])?;
+        frame(conn, out, &header, &bytes[at + FRAME_HEADER_BYTES..end])?;
         at = end;
     }
-    let mut carry = carry;
-    carry.drain(..at);
-    conn.carry = carry;
-    Ok(())
+    Ok(at)
 }
 
 /// One frame: a thread's events as a `Calls` record.

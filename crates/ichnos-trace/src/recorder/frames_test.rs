@@ -139,6 +139,42 @@ proptest! {
         let events = read_back(&path).1.len() as u64;
         prop_assert_eq!(events, kept, "every event kept is in the recording");
     }
+
+    /// The shared buffer's bytes read a piece at a time (cut anywhere,
+    /// as reads and the buffer's regions cut them), frames read where
+    /// they lie and completed through the carry, give the recording of
+    /// the same bytes read whole.
+    #[test]
+    fn frames_read_in_pieces_are_the_frames_read_whole(
+        sent in proptest::collection::vec(sent(), 0..12),
+        cuts in proptest::collection::vec(any::<proptest::sample::Index>(), 0..8),
+    ) {
+        let bytes = bytes_of(&sent);
+        let exec = vec![(0x1000, 0x1004)];
+        let dir = tempfile::tempdir().unwrap();
+        let (whole_path, pieces_path) = (dir.path().join("whole.data"), dir.path().join("pieces.data"));
+
+        let mut whole = open_output(&whole_path, &options(&whole_path), false).unwrap();
+        let mut conn_whole = conn(bytes.clone(), exec.clone());
+        frames::frames(&mut conn_whole, &mut whole).unwrap();
+
+        let mut pieces = open_output(&pieces_path, &options(&pieces_path), false).unwrap();
+        let mut conn_pieces = conn(Vec::new(), exec);
+        let mut at: Vec<usize> = cuts.iter().map(|i| i.index(bytes.len() + 1)).collect();
+        at.extend([0, bytes.len()]);
+        at.sort_unstable();
+        for w in at.windows(2) {
+            frames::frames_read(&mut conn_pieces, &mut pieces, &bytes[w[0]..w[1]], u64::MAX).unwrap();
+        }
+
+        prop_assert_eq!(conn_whole.closed, conn_pieces.closed);
+        prop_assert_eq!(&conn_whole.carry, &conn_pieces.carry);
+        prop_assert_eq!(&whole.refused, &pieces.refused);
+        prop_assert_eq!(whole.kept, pieces.kept);
+        whole.writer.finish().unwrap();
+        pieces.writer.finish().unwrap();
+        prop_assert_eq!(read_back(&whole_path), read_back(&pieces_path));
+    }
 }
 
 /// A live frame of a function entered before is kept, one of a function
