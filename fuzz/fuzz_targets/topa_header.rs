@@ -23,7 +23,7 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     };
     let _ = fd.as_raw_fd();
     let Ok(buf) = TopaBuffer::open(fd) else { return };
-    if let Ok(consumer) = buf.consumer() {
+    if let Ok(mut consumer) = buf.consumer() {
         let head = consumer.head();
         let tail = consumer.tail();
         // Walked: the slices are found as the iterator goes.
@@ -32,6 +32,18 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
         }
         let mut out = Vec::new();
         let _ = consumer.snapshot(&mut out);
+        // Read where they lie, a piece at a time, as the function
+        // tracer's recorder reads its processes' buffers.
+        for _ in 0..4 {
+            let segments = consumer.next_segments(3001);
+            let end = segments.end();
+            for segment in segments {
+                std::hint::black_box(segment.len());
+            }
+            if consumer.consume(end).is_err() {
+                break;
+            }
+        }
     }
     if let Ok(mut producer) = buf.producer() {
         let _ = producer.write_record(&data[..data.len().min(5000)]);
