@@ -233,7 +233,12 @@ fn placed<'d, R: object::ReadRef<'d>>(
         path: path.to_path_buf(),
         pgoff: mapping.pgoff,
     })?;
-    let build_id = elf.build_id().ok().flatten().map(<[u8]>::to_vec);
+    let build_id = elf
+        .build_id()
+        .ok()
+        .flatten()
+        .map(<[u8]>::to_vec)
+        .or_else(|| go_build_id(elf));
     let has_sframe = elf.section_by_name(".sframe").is_some_and(|s| s.size() > 0);
     let rows = crate::registry::row_cache().get_or_make(build_id.as_deref(), choice, || {
         rows().map_err(|source| MappingError::Rows {
@@ -249,6 +254,38 @@ fn placed<'d, R: object::ReadRef<'d>>(
         source: row_source(elf, choice, has_sframe),
         name: Arc::from(name),
     })
+}
+
+/// The rows' cache key of a Go program, whose linker writes no GNU build
+/// id: its Go build id (the `.note.go.buildid` note's text, hashes of the
+/// build's inputs and of its output), marked so that it can be no GNU
+/// build id.
+fn go_build_id<'d, R: object::ReadRef<'d>>(elf: &object::File<'d, R>) -> Option<Vec<u8>> {
+    use object::{Object, ObjectSection};
+    // namesz, descsz, type (4: Go's build id), "Go\0" padded to 4, the
+    // id.
+    let data = elf.section_by_name(".note.go.buildid")?.data().ok()?;
+    let word = |at: usize| -> Option<usize> {
+        let b: [u8; 4] = data.get(at..at + 4)?.try_into().ok()?;
+        usize::try_from(if elf.is_little_endian() {
+            u32::from_le_bytes(b)
+        } else {
+            u32::from_be_bytes(b)
+        })
+        .ok()
+    };
+    let (name_len, id_len, kind) = (word(0)?, word(4)?, word(8)?);
+    // (Go's linker counts the name's padding in its length: 4.)
+    if !(3..=4).contains(&name_len) || kind != 4 || data.get(12..15)? != b"Go\0" {
+        return None;
+    }
+    let id = data.get(16..16usize.checked_add(id_len)?)?;
+    if id.is_empty() {
+        return None;
+    }
+    let mut key = b"go build id ".to_vec();
+    key.extend_from_slice(id);
+    Some(key)
 }
 
 /// A file's main row source: SFrame if it has it and `choice` allows it,

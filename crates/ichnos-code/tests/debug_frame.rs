@@ -173,10 +173,15 @@ fn every_debug_frame_row_is_as_readelf_shows_it() {
     assert_eq!(source_of(&dir.path().join("libfix.so")), RowSource::EhFrame);
 }
 
-/// Where the code object of `path`'s executable segment, mapped as the
-/// kernel maps it (a shared object or PIE at a made-up base), says its
-/// rows come from.
+/// Where the code object of `path`'s executable segment says its rows
+/// come from.
 fn source_of(path: &Path) -> RowSource {
+    code_object_of(path).source
+}
+
+/// The code object of `path`'s executable segment, mapped as the kernel
+/// maps it (a shared object or PIE at a made-up base).
+fn code_object_of(path: &Path) -> ichnos_code::CodeObject {
     use object::{Object, ObjectSegment, SegmentFlags};
     let bytes = std::fs::read(path).unwrap();
     let file = object::File::parse(&*bytes).unwrap();
@@ -196,9 +201,7 @@ fn source_of(path: &Path) -> RowSource {
         pgoff: text.file_range().0 & !0xfff,
     };
     let name = path.to_str().unwrap();
-    code_object_for_mapping(path, name, mapping, RowChoice::SframeThenEhFrame)
-        .unwrap()
-        .source
+    code_object_for_mapping(path, name, mapping, RowChoice::SframeThenEhFrame).unwrap()
 }
 
 /// Asserts that `table` has the rows readelf showed, at their first and
@@ -261,6 +264,15 @@ fn a_go_programs_stack_tops_are_outermost() {
     // A Go program has no .eh_frame: its rows come from .debug_frame.
     assert!(object::Object::section_by_name(&file, ".eh_frame").is_none());
     assert_eq!(source_of(&program), RowSource::DebugFrame);
+
+    // Two processes of it share one conversion of its rows: a Go
+    // program has no GNU build id, and its Go build id keys them (a copy
+    // elsewhere, so that nothing but the id is in common).
+    assert!(object::Object::build_id(&file).unwrap().is_none());
+    let copy = dir.path().join("copy");
+    std::fs::copy(&program, &copy).unwrap();
+    let (a, b) = (code_object_of(&program), code_object_of(&copy));
+    assert!(a.rows.same(&b.rows));
 
     let tops = go_top_frames(&file);
     // The tops of stacks, and code that switches to the system stack:
