@@ -517,8 +517,15 @@ fn read_frames(
 ) -> Result<bool, TraceError> {
     let mut busy = false;
     let capacity = consumer.capacity();
+    // Once it is gone, up to where its head is now: a process that only
+    // seems gone (it wrote to its socket) and keeps writing is not
+    // followed for ever in one turn.
+    let drain_to = gone.then(|| consumer.tail() + consumer.available());
     loop {
-        let segments = consumer.next_segments(READ_PIECE);
+        let max = drain_to.map_or(READ_PIECE, |to| {
+            to.saturating_sub(consumer.tail()).min(READ_PIECE)
+        });
+        let segments = consumer.next_segments(max);
         let end = segments.end();
         if end == consumer.tail() {
             break;

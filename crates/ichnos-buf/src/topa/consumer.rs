@@ -179,7 +179,9 @@ impl Consumer {
     /// consumer that reads them where they lie and then
     /// [`Consumer::consume`]s them. The head is read once: a producer that
     /// moves it meanwhile, even backwards or out of bounds, changes
-    /// nothing here.
+    /// nothing here. A producer that is not trusted may still write the
+    /// bytes while they are read: read each value once, and copy what is
+    /// checked before it is used (text, lengths and what they measure).
     #[must_use]
     pub fn next_segments(&self, max: u64) -> Segments<'_> {
         let end = if self.snapshot {
@@ -373,10 +375,14 @@ impl<'a> Iterator for Segments<'a> {
         self.range.start += n;
         // SAFETY: the range was checked to lie below the head (read with
         // Acquire) and at or above the consumer's tail when the iterator
-        // was made, and the consumer, borrowed for as long as the slices
-        // live, cannot advance meanwhile: the producer has written these
-        // bytes and will not write them again (non-snapshot modes; in
-        // snapshot mode use `snapshot`).
+        // was made, inside the mapped regions, and the consumer, borrowed
+        // for as long as the slices live, cannot advance meanwhile: an
+        // honest producer has written these bytes and will not write them
+        // again (non-snapshot modes; in snapshot mode use `snapshot`). A
+        // producer in another process that breaks the protocol can still
+        // write them while they are read: the memory stays mapped and
+        // valid, but their contents may change between two reads, which
+        // `segments` and `next_segments` say to their callers.
         Some(unsafe {
             std::slice::from_raw_parts(
                 self.mapped

@@ -10,8 +10,6 @@ use std::path::Path;
 use ichnos_data::wire::{self, event, FrameHeader, EVENT_BYTES, FRAME_HEADER_BYTES};
 use ichnos_data::{CallEvent, Calls, JitSource, Record, StackOut, StackStop};
 
-use ichnos_buf::topa::Consumer;
-
 use super::{comm, Conn, Out, TraceError};
 
 /// Records the executable mappings of the process it does not have yet,
@@ -66,10 +64,21 @@ fn add_maps(conn: &mut Conn, out: &mut Out, text: &str) -> Result<(), TraceError
     Ok(())
 }
 
-/// Turns the whole frames at the front of `conn.carry` into records.
+/// Turns the whole frames at the front of `conn.carry` into records (the
+/// tests' way in: the recorder reads through [`frames_read`]).
+#[cfg(test)]
 pub(super) fn frames(conn: &mut Conn, out: &mut Out) -> Result<(), TraceError> {
+    let capacity = conn
+        .consumer
+        .as_ref()
+        .map(ichnos_buf::topa::Consumer::capacity);
+    carried_frames(conn, out, capacity)
+}
+
+/// [`frames`], no frame larger than `capacity` (the shared buffer's,
+/// if known).
+fn carried_frames(conn: &mut Conn, out: &mut Out, capacity: Option<u64>) -> Result<(), TraceError> {
     let carry = std::mem::take(&mut conn.carry);
-    let capacity = conn.consumer.as_ref().map(Consumer::capacity);
     let at = whole_frames(conn, out, &carry, capacity)?;
     let mut carry = carry;
     carry.drain(..at);
@@ -81,6 +90,11 @@ pub(super) fn frames(conn: &mut Conn, out: &mut Out) -> Result<(), TraceError> {
 /// (of `capacity` bytes) into records where they lie: those begun in an
 /// earlier read completed through `conn.carry`, whole ones read in
 /// place, the last, cut short, kept in `conn.carry` for the next read.
+///
+/// The process may write `bytes` while they are read (it is not
+/// trusted): each value is read from them once (a header decoded into a
+/// copy, an event's fields as numbers), and a frame whose body is parsed
+/// as text or by lengths inside it is copied first.
 pub(super) fn frames_read(
     conn: &mut Conn,
     out: &mut Out,
@@ -100,7 +114,8 @@ pub(super) fn frames_read(
         let more = rest_of_frame(&conn.carry).min(bytes.len());
         conn.carry.extend_from_slice(&bytes[..more]);
         bytes = &bytes[more..];
-        frames(conn, out)?;
+        // (Its size checked as soon as its header is whole.)
+        carried_frames(conn, out, Some(capacity))?;
         if more == 0 {
             break;
         }
@@ -122,8 +137,8 @@ fn rest_of_frame(carry: &[u8]) -> usize {
 
 /// Turns the whole frames at the front of `bytes` into records, and
 /// says how many bytes they took (all of them when the stream is
-/// refused, `conn.closed` then set). `capacity`: the shared buffer's, if
-/// known, which no frame exceeds.
+/// refused, `conn.closed` then set). `capacity`: the shared buffer's
+/// (`None` only where no buffer is open), which no frame exceeds.
 fn whole_frames(
     conn: &mut Conn,
     out: &mut Out,
@@ -172,13 +187,18 @@ fn whole_frames(
 /// One frame: a thread's events as a `Calls` record.
 fn frame(conn: &mut Conn, out: &mut Out, h: &FrameHeader, body: &[u8]) -> Result<(), TraceError> {
     if h.flags & wire::FRAME_MAPS != 0 {
-        // The runtime's copy of /proc/self/maps, NUL-padded.
+        // The runtime's copy of /proc/self/maps, NUL-padded. Copied out of
+        // the shared buffer before it is read as text: the process could
+        // change it between the check of its UTF-8 and its copy.
+        let body = body.to_vec();
         let end = body.iter().position(|&b| b == 0).unwrap_or(body.len());
         let text = String::from_utf8_lossy(&body[..end]).into_owned();
         return add_maps(conn, out, &text);
     }
     if h.flags & wire::FRAME_NAMES != 0 {
-        return add_span_names(conn, out, body);
+        // Lengths and the names they measure: read from a copy.
+        let copy = body.to_vec();
+        return add_span_names(conn, out, &copy);
     }
     if body.is_empty() && h.flags & EXEC_MARK == EXEC_MARK && conn.exec_marks.len() < MAX_EXEC_MARKS
     {

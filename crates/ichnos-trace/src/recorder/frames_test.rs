@@ -119,6 +119,20 @@ fn read_back(path: &std::path::Path) -> (FxHashMap<u64, u64>, Vec<CallEvent>) {
     (stacks, events)
 }
 
+/// The recording's `Calls` blocks: (thread, lost, flags, events).
+fn blocks_of(path: &std::path::Path) -> Vec<(u64, u64, u64, usize)> {
+    let mut reader = Reader::new(std::io::BufReader::new(File::open(path).unwrap())).unwrap();
+    let mut blocks = Vec::new();
+    while let Some(chunk) = reader.next_chunk().unwrap() {
+        for record in chunk.records() {
+            if let ichnos_data::Record::Calls(c) = record.unwrap() {
+                blocks.push((c.tid, c.lost, c.flags, c.events.len()));
+            }
+        }
+    }
+    blocks
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
@@ -143,11 +157,13 @@ proptest! {
     /// The shared buffer's bytes read a piece at a time (cut anywhere,
     /// as reads and the buffer's regions cut them), frames read where
     /// they lie and completed through the carry, give the recording of
-    /// the same bytes read whole.
+    /// the same bytes read whole: the same frames refused as larger than
+    /// the buffer, wherever they were cut.
     #[test]
     fn frames_read_in_pieces_are_the_frames_read_whole(
         sent in proptest::collection::vec(sent(), 0..12),
         cuts in proptest::collection::vec(any::<proptest::sample::Index>(), 0..8),
+        capacity in prop_oneof![Just(u64::MAX), 24u64..800],
     ) {
         let bytes = bytes_of(&sent);
         let exec = vec![(0x1000, 0x1004)];
@@ -155,8 +171,8 @@ proptest! {
         let (whole_path, pieces_path) = (dir.path().join("whole.data"), dir.path().join("pieces.data"));
 
         let mut whole = open_output(&whole_path, &options(&whole_path), false).unwrap();
-        let mut conn_whole = conn(bytes.clone(), exec.clone());
-        frames::frames(&mut conn_whole, &mut whole).unwrap();
+        let mut conn_whole = conn(Vec::new(), exec.clone());
+        frames::frames_read(&mut conn_whole, &mut whole, &bytes, capacity).unwrap();
 
         let mut pieces = open_output(&pieces_path, &options(&pieces_path), false).unwrap();
         let mut conn_pieces = conn(Vec::new(), exec);
@@ -164,7 +180,7 @@ proptest! {
         at.extend([0, bytes.len()]);
         at.sort_unstable();
         for w in at.windows(2) {
-            frames::frames_read(&mut conn_pieces, &mut pieces, &bytes[w[0]..w[1]], u64::MAX).unwrap();
+            frames::frames_read(&mut conn_pieces, &mut pieces, &bytes[w[0]..w[1]], capacity).unwrap();
         }
 
         prop_assert_eq!(conn_whole.closed, conn_pieces.closed);
@@ -174,6 +190,7 @@ proptest! {
         whole.writer.finish().unwrap();
         pieces.writer.finish().unwrap();
         prop_assert_eq!(read_back(&whole_path), read_back(&pieces_path));
+        prop_assert_eq!(blocks_of(&whole_path), blocks_of(&pieces_path));
     }
 }
 
@@ -325,4 +342,41 @@ fn a_large_frame_is_written_as_blocks_that_read_back_as_one() {
         ]
     );
     assert_eq!(read, sent);
+}
+
+/// A frame larger than the shared buffer is refused as soon as its
+/// header is whole, also when the header came in two reads: its length
+/// is not gathered in memory.
+#[test]
+fn a_frame_larger_than_the_buffer_is_refused_when_its_header_was_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.data");
+    let mut out = open_output(&path, &options(&path), false).unwrap();
+    let header = FrameHeader {
+        tid: 1,
+        flags: 0,
+        lost: 0,
+        len: 1 << 30,
+        ticks: 0,
+    }
+    .encode();
+    let mut bytes = header.to_vec();
+    bytes.extend(std::iter::repeat_n(0u8, 4096));
+    let mut conn = conn(Vec::new(), Vec::new());
+    frames::frames_read(&mut conn, &mut out, &bytes[..10], 65536).unwrap();
+    assert!(!conn.closed);
+    frames::frames_read(&mut conn, &mut out, &bytes[10..], 65536).unwrap();
+    assert!(conn.closed);
+    assert!(
+        conn.carry.len() < 4096,
+        "{} bytes gathered",
+        conn.carry.len()
+    );
+    assert!(
+        out.refused
+            .iter()
+            .any(|r| r.contains("larger than its shared buffer")),
+        "{:?}",
+        out.refused
+    );
 }
