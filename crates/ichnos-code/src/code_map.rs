@@ -8,18 +8,19 @@ use crate::lazy::LazyRows;
 use crate::row::{RowTable, UnwindRow};
 use crate::unwind::Regs;
 
-/// Where a code object's rows came from: the source that answers first.
-/// (A file's rows may have their gaps filled from a second source, as
-/// `.eh_frame` fills SFrame's and `.debug_frame` fills `.eh_frame`'s; the
-/// object names the first.)
+/// Where a code object's rows came from: its main source. (A file's rows
+/// may come from two: `.eh_frame` fills the gaps of SFrame, which answers
+/// first and is named; `.debug_frame` or Go's function table fills those
+/// of `.eh_frame`, and the one of the two that describes more of the file
+/// is named.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RowSource {
     /// An SFrame section.
     Sframe,
     /// `.eh_frame` CFI, converted.
     EhFrame,
-    /// `.debug_frame` CFI, converted, with the file's `.eh_frame` first
-    /// where it has rows: Go's linker writes its CFI only there, as gcc
+    /// `.debug_frame` CFI, converted (with the file's `.eh_frame` first
+    /// where it has rows): Go's linker writes its CFI only there, as gcc
     /// does for C built without asynchronous unwind tables.
     DebugFrame,
     /// The stack-pointer tables of a Go program's function table

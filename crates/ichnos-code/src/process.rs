@@ -289,9 +289,10 @@ fn go_build_id<'d, R: object::ReadRef<'d>>(elf: &object::File<'d, R>) -> Option<
 }
 
 /// A file's main row source: SFrame if it has it and `choice` allows it,
-/// else its CFI: `.debug_frame` where it has it (whose rows the file's
-/// `.eh_frame` has only for start-up code, if at all), Go's function table
-/// in a Go program stripped of it, `.eh_frame` otherwise.
+/// else its CFI: `.debug_frame` where it is the larger of the two CFI
+/// sections (a Go program, or C built without asynchronous unwind tables,
+/// whose `.eh_frame` describes start-up code alone, if anything), Go's
+/// function table in a Go program stripped of it, `.eh_frame` otherwise.
 fn row_source<'d, R: object::ReadRef<'d>>(
     elf: &object::File<'d, R>,
     choice: RowChoice,
@@ -303,12 +304,10 @@ fn row_source<'d, R: object::ReadRef<'d>>(
         RowChoice::EhFrame => false,
         RowChoice::SframeThenEhFrame => has_sframe,
     };
+    let size_of = |name| elf.section_by_name(name).map_or(0, |s| s.size());
     if sframe {
         RowSource::Sframe
-    } else if elf
-        .section_by_name(".debug_frame")
-        .is_some_and(|s| s.size() > 0)
-    {
+    } else if size_of(".debug_frame") > size_of(".eh_frame") {
         RowSource::DebugFrame
     } else if crate::go_pclntab::section(elf).is_some() {
         RowSource::GoTable
