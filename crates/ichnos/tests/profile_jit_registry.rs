@@ -125,7 +125,7 @@ fn other_code_registered_in_the_same_memory_is_unwound_by_its_own_rows() {
     // change and the recorder's next look at the registry (at most 50 ms
     // of the 300) may be unwound by the old rows.
     assert!(
-        again * 10 >= in_spin * 4,
+        again * 10 >= in_spin * 3,
         "jit_again: {again} of {in_spin}: {stacks:?}"
     );
     assert!(
