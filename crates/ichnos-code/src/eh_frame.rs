@@ -170,6 +170,51 @@ pub fn rows_from_object<'d, R: object::ReadRef<'d>>(
     Ok(rows_from_eh_frame(data, section.address(), text, got, base))
 }
 
+/// The code ranges `[start, end)` of the file's `.eh_frame` FDEs, at its
+/// link-time addresses, sorted: where its functions are, for a file that
+/// has no symbols to say (one FDE a function, as compilers write them).
+/// Empty where the file has no readable `.eh_frame` (or is big-endian);
+/// FDEs that cannot be parsed are passed over, and an entry whose length
+/// cannot be read ends the walk. At most one range every 16 bytes of the
+/// section (an FDE's least size), the section at most 256 MiB.
+#[must_use]
+pub fn fde_ranges<'d, R: object::ReadRef<'d>>(file: &object::File<'d, R>) -> Vec<(u64, u64)> {
+    let Some(section) = file.section_by_name(".eh_frame") else {
+        return Vec::new();
+    };
+    if section.size() > MAX_SECTION || !file.is_little_endian() {
+        return Vec::new();
+    }
+    let Ok(data) = section.data() else {
+        return Vec::new();
+    };
+    let eh_frame = EhFrame::new(data, LittleEndian);
+    let mut bases = BaseAddresses::default().set_eh_frame(section.address());
+    if let Some(text) = file.section_by_name(".text") {
+        bases = bases.set_text(text.address());
+    }
+    if let Some(got) = file.section_by_name(".got") {
+        bases = bases.set_got(got.address());
+    }
+    let mut ranges = Vec::new();
+    let mut entries = eh_frame.entries(&bases);
+    while let Ok(Some(entry)) = entries.next() {
+        let CieOrFde::Fde(partial) = entry else {
+            continue;
+        };
+        let Ok(fde) = partial.parse(EhFrame::cie_from_offset) else {
+            continue;
+        };
+        let start = fde.initial_address();
+        if let Some(end) = start.checked_add(fde.len()).filter(|&end| end > start) {
+            ranges.push((start, end));
+        }
+    }
+    ranges.sort_unstable();
+    ranges.dedup();
+    ranges
+}
+
 /// Converts x86-64 `.eh_frame` bytes loaded at `eh_frame_addr`; `text_addr`
 /// and `got_addr` resolve `DW_EH_PE_textrel` / `datarel` pointers; rows count
 /// from `base` (default: the lowest FDE start).

@@ -16,7 +16,10 @@ use crate::error::SymbolError;
 use buffer::{collecting, map};
 pub(crate) use buffer::{Buffer, Shared};
 pub(crate) use symbols::defined_functions;
-use symbols::{function_symbols, go_function_symbols, mini_debug_info_symbols, named_code};
+use symbols::{
+    function_symbols, go_function_symbols, mini_debug_info_symbols, named_code,
+    unwind_entry_symbols,
+};
 
 pub(crate) type Reader = gimli::EndianReader<gimli::RunTimeEndian, Shared>;
 
@@ -346,6 +349,8 @@ impl LoadedObject {
             // what the symbol tables left: a program the system linker
             // linked keeps its C functions in .dynsym).
             symbols.extend(go_function_symbols(&file));
+            // And the functions no table names, where .eh_frame has them.
+            symbols.extend(unwind_entry_symbols(&file));
         }
         let symbols = named_code(symbols);
         Ok(Self {

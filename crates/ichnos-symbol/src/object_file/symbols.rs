@@ -60,6 +60,26 @@ pub(super) fn go_function_symbols(file: &object::File<'_>) -> Vec<Sym> {
         .collect()
 }
 
+/// Functions without a name, where the file's unwind tables place them
+/// (one `.eh_frame` FDE each): `sub_ADDR` after the link-time address of
+/// their first instruction, as disassemblers name them. Taken as labels
+/// ([`named_code`]): they name only code no function symbol holds, so
+/// that the addresses of a stripped file's functions add up to the
+/// function, not each to itself.
+pub(super) fn unwind_entry_symbols(file: &object::File<'_>) -> Vec<Sym> {
+    ichnos_code::eh_frame::fde_ranges(file)
+        .into_iter()
+        .map(|(start, end)| Sym {
+            addr: start,
+            size: end - start,
+            section_end: u64::MAX,
+            name: format!("sub_{start:x}"),
+            file: None,
+            label: true,
+        })
+        .collect()
+}
+
 /// The function symbols the file at `path` defines (its own symbol
 /// tables, no debug file): [`function_symbols`].
 pub(crate) fn defined_functions(path: &Path) -> Result<Vec<Sym>, SymbolError> {
