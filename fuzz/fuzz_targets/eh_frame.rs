@@ -1,7 +1,7 @@
 //! `.eh_frame` bytes from an untrusted file converted to unwind rows, and
 //! the CFI kept for unexpressible rows evaluated with registers and memory
-//! made of the input, and the same bytes read as `.debug_frame`: errors,
-//! never panics; bounded by the input.
+//! made of the input, the same bytes read as `.debug_frame`, and their
+//! FDEs' ranges: errors, never panics; bounded by the input.
 #![no_main]
 
 use ichnos_code::Regs;
@@ -10,6 +10,10 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let conversion =
         ichnos_code::eh_frame::rows_from_eh_frame(data, 0x2000, Some(0x1000), None, None);
     let _ = conversion.table.find(0x1000);
+    // The functions' ranges, as the symbolizer takes them for unnamed code.
+    let ranges = ichnos_code::eh_frame::fde_ranges_of(data, 0x2000, Some(0x1000), None);
+    assert!(ranges.len() <= data.len() / 12 + 1);
+    assert!(ranges.iter().all(|&(start, end)| start < end));
     let debug = ichnos_code::debug_frame::rows_from_debug_frame(data, None);
     let _ = debug.table.find(debug.table.base());
     let word = |addr: u64| -> Option<u64> {

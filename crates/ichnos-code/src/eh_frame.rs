@@ -175,8 +175,9 @@ pub fn rows_from_object<'d, R: object::ReadRef<'d>>(
 /// has no symbols to say (one FDE a function, as compilers write them).
 /// Empty where the file has no readable `.eh_frame` (or is big-endian);
 /// FDEs that cannot be parsed are passed over, and an entry whose length
-/// cannot be read ends the walk. At most one range every 16 bytes of the
-/// section (an FDE's least size), the section at most 256 MiB.
+/// cannot be read ends the walk. At most one range every 12 bytes of the
+/// section (an FDE's least size: its length, its CIE's offset and two
+/// two-byte addresses), the section at most 256 MiB.
 #[must_use]
 pub fn fde_ranges<'d, R: object::ReadRef<'d>>(file: &object::File<'d, R>) -> Vec<(u64, u64)> {
     let Some(section) = file.section_by_name(".eh_frame") else {
@@ -188,13 +189,32 @@ pub fn fde_ranges<'d, R: object::ReadRef<'d>>(file: &object::File<'d, R>) -> Vec
     let Ok(data) = section.data() else {
         return Vec::new();
     };
+    let address_of = |name| file.section_by_name(name).map(|s| s.address());
+    fde_ranges_of(
+        data,
+        section.address(),
+        address_of(".text"),
+        address_of(".got"),
+    )
+}
+
+/// [`fde_ranges`] of little-endian `.eh_frame` bytes loaded at
+/// `eh_frame_addr`, with the `.text` and `.got` addresses that resolve
+/// relative pointers.
+#[must_use]
+pub fn fde_ranges_of(
+    data: &[u8],
+    eh_frame_addr: u64,
+    text_addr: Option<u64>,
+    got_addr: Option<u64>,
+) -> Vec<(u64, u64)> {
     let eh_frame = EhFrame::new(data, LittleEndian);
-    let mut bases = BaseAddresses::default().set_eh_frame(section.address());
-    if let Some(text) = file.section_by_name(".text") {
-        bases = bases.set_text(text.address());
+    let mut bases = BaseAddresses::default().set_eh_frame(eh_frame_addr);
+    if let Some(text) = text_addr {
+        bases = bases.set_text(text);
     }
-    if let Some(got) = file.section_by_name(".got") {
-        bases = bases.set_got(got.address());
+    if let Some(got) = got_addr {
+        bases = bases.set_got(got);
     }
     let mut ranges = Vec::new();
     let mut entries = eh_frame.entries(&bases);
