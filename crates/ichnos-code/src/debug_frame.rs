@@ -72,6 +72,29 @@ pub fn rows_from_object<'d, R: object::ReadRef<'d>>(
     Ok(rows_from_debug_frame(&data, base))
 }
 
+/// The code ranges of the file's `.debug_frame` FDEs, sorted, as
+/// [`crate::eh_frame::fde_ranges`] gives those of `.eh_frame` (x86-64
+/// files only; empty where it cannot be read, or would inflate past 256
+/// MiB).
+#[must_use]
+pub fn fde_ranges<'d, R: object::ReadRef<'d>>(file: &object::File<'d, R>) -> Vec<(u64, u64)> {
+    if file.architecture() != object::Architecture::X86_64 {
+        return Vec::new();
+    }
+    let Some(section) = file.section_by_name(".debug_frame") else {
+        return Vec::new();
+    };
+    let fits = section
+        .compressed_file_range()
+        .is_ok_and(|r| r.uncompressed_size <= MAX_SECTION);
+    let Some(data) = fits.then(|| section.uncompressed_data().ok()).flatten() else {
+        return Vec::new();
+    };
+    let mut debug_frame = gimli::DebugFrame::new(&data, gimli::LittleEndian);
+    debug_frame.set_address_size(8);
+    crate::eh_frame::fde_ranges_in(&debug_frame, &gimli::BaseAddresses::default())
+}
+
 /// The Go runtime's functions where a stack begins (`TOPFRAME` in its
 /// assembly) or that switch to the system stack (`SPWRITE`), under their
 /// names before and after Go 1.17's ABI wrappers: for a function table

@@ -173,9 +173,10 @@ pub fn rows_from_object<'d, R: object::ReadRef<'d>>(
 /// The code ranges `[start, end)` of the file's `.eh_frame` FDEs, at its
 /// link-time addresses, sorted: where its functions are, for a file that
 /// has no symbols to say (one FDE a function, as compilers write them).
-/// Empty where the file has no readable `.eh_frame` (or is big-endian);
-/// FDEs that cannot be parsed are passed over, and an entry whose length
-/// cannot be read ends the walk. At most one range every 12 bytes of the
+/// Empty where the file has no readable `.eh_frame` (or is not a 64-bit
+/// little-endian file); FDEs that cannot be parsed are passed over, and
+/// an entry that cannot be read (its length, or a CIE gimli does not
+/// know) ends the walk. At most one range every 12 bytes of the
 /// section (an FDE's least size: its length, its CIE's offset and two
 /// two-byte addresses), the section at most 256 MiB.
 #[must_use]
@@ -183,7 +184,7 @@ pub fn fde_ranges<'d, R: object::ReadRef<'d>>(file: &object::File<'d, R>) -> Vec
     let Some(section) = file.section_by_name(".eh_frame") else {
         return Vec::new();
     };
-    if section.size() > MAX_SECTION || !file.is_little_endian() {
+    if section.size() > MAX_SECTION || !file.is_little_endian() || !file.is_64() {
         return Vec::new();
     }
     let Ok(data) = section.data() else {
@@ -216,13 +217,23 @@ pub fn fde_ranges_of(
     if let Some(got) = got_addr {
         bases = bases.set_got(got);
     }
+    fde_ranges_in(&eh_frame, &bases)
+}
+
+/// The FDEs' code ranges of a CFI section (`.eh_frame`, or `.debug_frame`
+/// in [`crate::debug_frame`]), sorted, as [`fde_ranges`] gives them.
+pub(crate) fn fde_ranges_in<'d, S>(section: &S, bases: &BaseAddresses) -> Vec<(u64, u64)>
+where
+    S: UnwindSection<gimli::EndianSlice<'d, LittleEndian>>,
+    S::Offset: gimli::UnwindOffset<usize>,
+{
     let mut ranges = Vec::new();
-    let mut entries = eh_frame.entries(&bases);
+    let mut entries = section.entries(bases);
     while let Ok(Some(entry)) = entries.next() {
         let CieOrFde::Fde(partial) = entry else {
             continue;
         };
-        let Ok(fde) = partial.parse(EhFrame::cie_from_offset) else {
+        let Ok(fde) = partial.parse(S::cie_from_offset) else {
             continue;
         };
         let start = fde.initial_address();

@@ -256,18 +256,56 @@ fn placed<'d, R: object::ReadRef<'d>>(
     })
 }
 
-/// The rows' cache key of a Go program, whose linker writes no GNU build
-/// id: its Go build id (the `.note.go.buildid` note's text, hashes of the
-/// build's inputs and of its output), marked so that it can be no GNU
-/// build id.
+/// The rows' cache key of a Go program whose linker wrote no GNU build
+/// id (Go before 1.24): its Go build id (the `.note.go.buildid` note's
+/// text, hashes of the build's inputs and output), with the address and
+/// size of its `.text`, since a build may set the id to anything
+/// (`-buildid=redacted`); prefixed so as not to meet a GNU build id by
+/// chance.
 fn go_build_id<'d, R: object::ReadRef<'d>>(elf: &object::File<'d, R>) -> Option<Vec<u8>> {
     use object::{Object, ObjectSection};
-    // namesz, descsz, type (4: Go's build id), "Go\0" padded to 4, the
-    // id.
-    let data = elf.section_by_name(".note.go.buildid")?.data().ok()?;
+    let note = elf.section_by_name(".note.go.buildid")?;
+    if note.size() > MAX_GO_BUILD_ID_NOTE {
+        return None;
+    }
+    let id = go_build_id_of_note(note.data().ok()?, elf.is_little_endian())?;
+    let text = elf.section_by_name(".text")?;
+    let mut key = b"go build id ".to_vec();
+    key.extend_from_slice(id);
+    key.push(0);
+    key.extend_from_slice(&text.address().to_le_bytes());
+    key.extend_from_slice(&text.size().to_le_bytes());
+    Some(key)
+}
+
+/// Whether the file's `.debug_frame` FDEs cover more code than its
+/// `.eh_frame` ones (not looked at where `.eh_frame` covers half the
+/// executable sections or more, as complete tables do).
+fn debug_frame_covers_more<'d, R: object::ReadRef<'d>>(elf: &object::File<'d, R>) -> bool {
+    use object::{Object, ObjectSection};
+    let covered = |ranges: Vec<(u64, u64)>| -> u64 { ranges.iter().map(|&(s, e)| e - s).sum() };
+    let code: u64 = elf
+        .sections()
+        .filter(|s| {
+            matches!(s.flags(), object::SectionFlags::Elf { sh_flags }
+                if sh_flags & u64::from(object::elf::SHF_EXECINSTR) != 0)
+        })
+        .map(|s| s.size())
+        .sum();
+    let eh_frame = covered(crate::eh_frame::fde_ranges(elf));
+    eh_frame.saturating_mul(2) < code && covered(crate::debug_frame::fde_ranges(elf)) > eh_frame
+}
+
+/// Largest `.note.go.buildid` read (Go's is about a hundred bytes).
+const MAX_GO_BUILD_ID_NOTE: u64 = 4096;
+
+/// The id in a `.note.go.buildid` section's bytes: namesz, descsz, type
+/// (4: Go's build id), `"Go\0"` padded to 4 bytes (Go's linker counts
+/// the padding in namesz), the id; `None` if they are not that.
+fn go_build_id_of_note(data: &[u8], little_endian: bool) -> Option<&[u8]> {
     let word = |at: usize| -> Option<usize> {
         let b: [u8; 4] = data.get(at..at + 4)?.try_into().ok()?;
-        usize::try_from(if elf.is_little_endian() {
+        usize::try_from(if little_endian {
             u32::from_le_bytes(b)
         } else {
             u32::from_be_bytes(b)
@@ -275,24 +313,19 @@ fn go_build_id<'d, R: object::ReadRef<'d>>(elf: &object::File<'d, R>) -> Option<
         .ok()
     };
     let (name_len, id_len, kind) = (word(0)?, word(4)?, word(8)?);
-    // (Go's linker counts the name's padding in its length: 4.)
     if !(3..=4).contains(&name_len) || kind != 4 || data.get(12..15)? != b"Go\0" {
         return None;
     }
     let id = data.get(16..16usize.checked_add(id_len)?)?;
-    if id.is_empty() {
-        return None;
-    }
-    let mut key = b"go build id ".to_vec();
-    key.extend_from_slice(id);
-    Some(key)
+    (!id.is_empty()).then_some(id)
 }
 
 /// A file's main row source: SFrame if it has it and `choice` allows it,
-/// else its CFI: `.debug_frame` where it is the larger of the two CFI
-/// sections (a Go program, or C built without asynchronous unwind tables,
-/// whose `.eh_frame` describes start-up code alone, if anything), Go's
-/// function table in a Go program stripped of it, `.eh_frame` otherwise.
+/// else its CFI: `.debug_frame` where it covers more code than
+/// `.eh_frame` (a Go program, or C built without asynchronous unwind
+/// tables, whose `.eh_frame` describes start-up code alone, if anything),
+/// Go's function table in a Go program stripped of it, `.eh_frame`
+/// otherwise.
 fn row_source<'d, R: object::ReadRef<'d>>(
     elf: &object::File<'d, R>,
     choice: RowChoice,
@@ -304,10 +337,13 @@ fn row_source<'d, R: object::ReadRef<'d>>(
         RowChoice::EhFrame => false,
         RowChoice::SframeThenEhFrame => has_sframe,
     };
-    let size_of = |name| elf.section_by_name(name).map_or(0, |s| s.size());
     if sframe {
         RowSource::Sframe
-    } else if size_of(".debug_frame") > size_of(".eh_frame") {
+    } else if elf
+        .section_by_name(".debug_frame")
+        .is_some_and(|s| s.size() > 0)
+        && debug_frame_covers_more(elf)
+    {
         RowSource::DebugFrame
     } else if crate::go_pclntab::section(elf).is_some() {
         RowSource::GoTable
@@ -476,4 +512,68 @@ pub fn unwind_thread(map: &CodeMap, stack: &ThreadStack, options: &UnwindOptions
         &mut ProcessMemory::new(stack.tid),
         options,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::go_build_id_of_note;
+
+    /// A note as Go's linker writes it: namesz 4 ("Go\0" and its
+    /// padding), descsz, type 4, then the id.
+    fn note(name_len: u32, id_len: u32, kind: u32, id: &[u8], little: bool) -> Vec<u8> {
+        let word = |v: u32| {
+            if little {
+                v.to_le_bytes()
+            } else {
+                v.to_be_bytes()
+            }
+        };
+        let mut out = Vec::new();
+        for v in [name_len, id_len, kind] {
+            out.extend_from_slice(&word(v));
+        }
+        out.extend_from_slice(b"Go\0\0");
+        out.extend_from_slice(id);
+        out
+    }
+
+    #[test]
+    fn a_go_build_id_note_is_read_and_anything_else_refused() {
+        let id = b"abc/def/ghi/jkl";
+        let n = id.len() as u32;
+        assert_eq!(
+            go_build_id_of_note(&note(4, n, 4, id, true), true),
+            Some(&id[..])
+        );
+        assert_eq!(
+            go_build_id_of_note(&note(3, n, 4, id, true), true),
+            Some(&id[..])
+        );
+        assert_eq!(
+            go_build_id_of_note(&note(4, n, 4, id, false), false),
+            Some(&id[..])
+        );
+        // Read with the other byte order, the lengths are wrong.
+        assert_eq!(go_build_id_of_note(&note(4, n, 4, id, false), true), None);
+        // Another note type, another owner, an empty id.
+        assert_eq!(go_build_id_of_note(&note(4, n, 3, id, true), true), None);
+        let mut gnu = note(4, n, 4, id, true);
+        gnu[12..16].copy_from_slice(b"GNU\0");
+        assert_eq!(go_build_id_of_note(&gnu, true), None);
+        assert_eq!(go_build_id_of_note(&note(4, 0, 4, b"", true), true), None);
+        // An id longer than the section, or a length that would overflow.
+        assert_eq!(
+            go_build_id_of_note(&note(4, n + 1, 4, id, true), true),
+            None
+        );
+        assert_eq!(
+            go_build_id_of_note(&note(4, u32::MAX, 4, id, true), true),
+            None
+        );
+        // Cut anywhere, never a panic, never an id past the bytes.
+        let whole = note(4, n, 4, id, true);
+        for cut in 0..whole.len() {
+            assert_eq!(go_build_id_of_note(&whole[..cut], true), None);
+        }
+    }
 }

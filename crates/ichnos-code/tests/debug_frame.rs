@@ -9,6 +9,7 @@
 
 mod support;
 
+use std::fmt::Write as _;
 use std::path::Path;
 use std::process::Command;
 
@@ -171,6 +172,37 @@ fn every_debug_frame_row_is_as_readelf_shows_it() {
     // program's rows are .debug_frame's, the library's .eh_frame's.
     assert_eq!(source_of(&program), RowSource::DebugFrame);
     assert_eq!(source_of(&dir.path().join("libfix.so")), RowSource::EhFrame);
+    // With both complete (gcc's -fno-dwarf2-cfi-asm writes both), and
+    // .debug_frame the larger (its FDEs hold 8-byte addresses), the
+    // rows are named for .eh_frame.
+    let both = dir.path().join("both");
+    let mut many = String::new();
+    for i in 0..200 {
+        writeln!(
+            many,
+            "__attribute__((noinline)) int f{i}(int x) {{ return x * {i} + {i}; }}"
+        )
+        .unwrap();
+    }
+    many += "int main(int c, char **v) { (void)v; return f1(c) + f199(c); }\n";
+    std::fs::write(dir.path().join("both.c"), many).unwrap();
+    run(Command::new("gcc")
+        .args(["-O2", "-g", "-fno-dwarf2-cfi-asm", "-o"])
+        .arg(&both)
+        .arg(dir.path().join("both.c")));
+    let sizes = run(Command::new("readelf").args(["-S", "-W"]).arg(&both));
+    let size_of = |name: &str| {
+        // Name, type, address, offset, size.
+        let f: Vec<&str> = sizes
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .find(|f| f.contains(&name))
+            .unwrap();
+        let at = f.iter().position(|&w| w == name).unwrap();
+        u64::from_str_radix(f[at + 4], 16).unwrap()
+    };
+    assert!(size_of(".debug_frame") > size_of(".eh_frame"), "{sizes}");
+    assert_eq!(source_of(&both), RowSource::EhFrame);
 }
 
 /// Where the code object of `path`'s executable segment says its rows
@@ -202,6 +234,35 @@ fn code_object_of(path: &Path) -> ichnos_code::CodeObject {
     };
     let name = path.to_str().unwrap();
     code_object_for_mapping(path, name, mapping, RowChoice::SframeThenEhFrame).unwrap()
+}
+
+/// Two different Go programs built with the same Go build id (as builds
+/// that set it do: `-buildid=redacted`) do not share their rows.
+#[test]
+fn go_programs_with_one_build_id_keep_their_own_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let flags = ["-ldflags=-buildid=redacted"];
+    let one = build_go_program(
+        dir.path(),
+        "one",
+        "package main\n\nfunc main() { println(1) }\n",
+        &flags,
+    );
+    let two = build_go_program(
+        dir.path(),
+        "two",
+        "package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(2) }\n",
+        &flags,
+    );
+    for program in [&one, &two] {
+        // readelf -x shows the note's bytes: the id is the last of them.
+        let dump = run(Command::new("readelf")
+            .args(["-x", ".note.go.buildid"])
+            .arg(program));
+        assert!(dump.trim_end().ends_with("redacted"), "{dump}");
+    }
+    let (a, b) = (code_object_of(&one), code_object_of(&two));
+    assert!(!a.rows.same(&b.rows));
 }
 
 /// Asserts that `table` has the rows readelf showed, at their first and
@@ -237,18 +298,29 @@ fn nm_address(path: &Path, name: &str) -> Option<u64> {
 /// Builds a small Go program with goroutines in `dir`, linked by Go's
 /// own linker.
 fn build_go(dir: &Path) -> std::path::PathBuf {
-    let source = dir.join("main.go");
-    std::fs::write(
-        &source,
+    build_go_program(
+        dir,
+        "go_tops",
         "package main\n\nfunc main() {\n\tdone := make(chan int)\n\tgo func() { done <- 1 }()\n\t<-done\n}\n",
+        &[],
     )
-    .unwrap();
-    let program = dir.join("go_tops");
+}
+
+/// Builds the Go program `source` in `dir` as `name`, with `flags` for
+/// `go build`.
+fn build_go_program(dir: &Path, name: &str, source: &str, flags: &[&str]) -> std::path::PathBuf {
+    let src_dir = dir.join(format!("{name}-src"));
+    std::fs::create_dir_all(&src_dir).unwrap();
+    let main = src_dir.join("main.go");
+    std::fs::write(&main, source).unwrap();
+    let program = dir.join(name);
     run(Command::new("go")
-        .args(["build", "-o"])
+        .arg("build")
+        .args(flags)
+        .arg("-o")
         .arg(&program)
-        .arg(&source)
-        .current_dir(dir)
+        .arg(&main)
+        .current_dir(&src_dir)
         .env("GOCACHE", dir.join("cache"))
         .env("GOPATH", dir.join("gopath"))
         .env("CGO_ENABLED", "0"));
@@ -265,10 +337,10 @@ fn a_go_programs_stack_tops_are_outermost() {
     assert!(object::Object::section_by_name(&file, ".eh_frame").is_none());
     assert_eq!(source_of(&program), RowSource::DebugFrame);
 
-    // Two processes of it share one conversion of its rows: a Go
-    // program has no GNU build id, and its Go build id keys them (a copy
-    // elsewhere, so that nothing but the id is in common).
-    assert!(object::Object::build_id(&file).unwrap().is_none());
+    // Two processes of it share one conversion of its rows (a copy
+    // elsewhere, so that nothing but what is in the file is in common):
+    // a Go program older than 1.24 has no GNU build id, and its Go build
+    // id keys them.
     let copy = dir.path().join("copy");
     std::fs::copy(&program, &copy).unwrap();
     let (a, b) = (code_object_of(&program), code_object_of(&copy));
