@@ -349,10 +349,16 @@ impl LoadedObject {
             // what the symbol tables left: a program the system linker
             // linked keeps its C functions in .dynsym).
             symbols.extend(go_function_symbols(&file));
-            // And the functions no table names, where .eh_frame has them.
-            symbols.extend(unwind_entry_symbols(&file));
         }
-        let symbols = named_code(symbols);
+        let mut symbols = named_code(symbols);
+        if dwarf.is_none() {
+            // And the functions no symbol names, where .eh_frame has them.
+            let unnamed = unwind_entry_symbols(&file, &symbols);
+            if !unnamed.is_empty() {
+                symbols.extend(unnamed);
+                symbols = named_code(symbols);
+            }
+        }
         Ok(Self {
             symbols,
             alloc_ranges,

@@ -62,23 +62,58 @@ pub(super) fn go_function_symbols(file: &object::File<'_>) -> Vec<Sym> {
 
 /// Functions without a name, where the file's unwind tables place them
 /// (one `.eh_frame` FDE each): `sub_ADDR` after the link-time address of
-/// their first instruction, as disassemblers name them. Taken as labels
-/// ([`named_code`]): they name only code no function symbol holds, so
-/// that the addresses of a stripped file's functions add up to the
-/// function, not each to itself.
-pub(super) fn unwind_entry_symbols(file: &object::File<'_>) -> Vec<Sym> {
+/// their first instruction, as disassemblers name them, so that the
+/// addresses of a stripped file's functions add up to the function, not
+/// each to itself. Only where `named` (the file's own symbols, one name
+/// per address, [`named_code`]) has nothing covering the FDE's start; in
+/// executable sections but the PLT's (whose one FDE covers every stub);
+/// at most [`MAX_UNWIND_ENTRY_SYMBOLS`]. Each ends its section's code.
+pub(super) fn unwind_entry_symbols(file: &object::File<'_>, named: &[Sym]) -> Vec<Sym> {
+    let code: Vec<(u64, u64)> = file
+        .sections()
+        .filter(|s| {
+            matches!(s.flags(), object::SectionFlags::Elf { sh_flags }
+                if sh_flags & u64::from(object::elf::SHF_EXECINSTR) != 0)
+                && !s
+                    .name()
+                    .is_ok_and(|n| n.starts_with(".plt") || n == ".iplt")
+        })
+        .map(|s| (s.address(), s.address().saturating_add(s.size())))
+        .collect();
+    let covered = |addr: u64| {
+        let i = named.partition_point(|s| s.addr <= addr);
+        i.checked_sub(1).is_some_and(|i| {
+            let s = &named[i];
+            let end = if s.size > 0 {
+                s.addr.saturating_add(s.size)
+            } else {
+                named
+                    .get(i + 1)
+                    .map_or(s.section_end, |next| next.addr.min(s.section_end))
+            };
+            addr < end
+        })
+    };
     ichnos_code::eh_frame::fde_ranges(file)
         .into_iter()
-        .map(|(start, end)| Sym {
-            addr: start,
-            size: end - start,
-            section_end: u64::MAX,
-            name: format!("sub_{start:x}"),
-            file: None,
-            label: true,
+        .filter_map(|(start, end)| {
+            let &(_, section_end) = code.iter().find(|&&(a, b)| (a..b).contains(&start))?;
+            (!covered(start)).then(|| Sym {
+                addr: start,
+                size: end.min(section_end) - start,
+                section_end,
+                name: format!("sub_{start:x}"),
+                file: None,
+                label: true,
+            })
         })
+        .take(MAX_UNWIND_ENTRY_SYMBOLS)
         .collect()
 }
+
+/// Unnamed functions named after their unwind entries, at most per file
+/// (as many as the largest programs have functions).
+const MAX_UNWIND_ENTRY_SYMBOLS: usize = 1 << 22;
 
 /// The function symbols the file at `path` defines (its own symbol
 /// tables, no debug file): [`function_symbols`].
