@@ -507,8 +507,9 @@ fn service(conn: &mut Conn, out: &mut Out) -> Result<bool, TraceError> {
 }
 
 /// Reads the frames in the process's shared buffer where they lie, a
-/// piece at a time: one piece a turn while the process runs, everything
-/// once it is gone. True if there was anything.
+/// piece at a time: one piece a turn while the process runs; once it is
+/// gone, every piece up to where its head was then. True if there was
+/// anything.
 fn read_frames(
     conn: &mut Conn,
     out: &mut Out,

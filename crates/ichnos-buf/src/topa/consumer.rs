@@ -380,9 +380,13 @@ impl<'a> Iterator for Segments<'a> {
         // honest producer has written these bytes and will not write them
         // again (non-snapshot modes; in snapshot mode use `snapshot`). A
         // producer in another process that breaks the protocol can still
-        // write them while they are read: the memory stays mapped and
-        // valid, but their contents may change between two reads, which
-        // `segments` and `next_segments` say to their callers.
+        // write them while they are read. The memory stays mapped and
+        // valid, so no read leaves it; that a shared slice's bytes change
+        // under it is a data race in Rust's model, accepted here as
+        // copying does (`read_into` reads the same slices): the reader
+        // gets bytes the producer wrote at some moment, and `segments`
+        // and `next_segments` tell their callers to check what they copy,
+        // not what they read twice.
         Some(unsafe {
             std::slice::from_raw_parts(
                 self.mapped

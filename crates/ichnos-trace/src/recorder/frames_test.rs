@@ -380,3 +380,40 @@ fn a_frame_larger_than_the_buffer_is_refused_when_its_header_was_cut() {
         out.refused
     );
 }
+
+/// What a process wrote before it was found gone is all read in one
+/// turn, across as many pieces as it takes; while it runs, one piece a
+/// turn.
+#[test]
+fn a_gone_process_is_read_to_its_end_a_running_one_a_piece_a_turn() {
+    use ichnos_buf::topa::{AllocFlags, Config, TopaBuffer};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.data");
+    let mut out = open_output(&path, &options(&path), false).unwrap();
+    let (mut producer, mut consumer) =
+        TopaBuffer::with_regions(&[1 << 20; 2], AllocFlags::default(), Config::default())
+            .unwrap()
+            .split()
+            .unwrap();
+    // 1 MiB of frames of 1,000 events: four pieces of 256 KiB and more.
+    let frame = bytes_of(&[Sent::Frame {
+        tid: 1,
+        flags: 0,
+        lost: 0,
+        events: (0..1000).map(|i| (i, event::ENTER, 0x1000)).collect(),
+    }]);
+    let frames = (1 << 20) / frame.len() + 1;
+    for _ in 0..frames {
+        producer.write_record(&frame).unwrap();
+    }
+    let mut conn = conn(Vec::new(), vec![(0x1000, 0x2000)]);
+    assert!(super::read_frames(&mut conn, &mut out, &mut consumer, false).unwrap());
+    assert!(consumer.available() > 0);
+    let one_turn = out.kept;
+    assert!(one_turn < 1000 * frames as u64 / 3, "{one_turn}");
+    assert!(super::read_frames(&mut conn, &mut out, &mut consumer, true).unwrap());
+    assert_eq!(consumer.available(), 0);
+    assert!(conn.carry.is_empty());
+    assert_eq!(out.kept, 1000 * frames as u64);
+}
