@@ -245,7 +245,9 @@ for p in data["profiles"]:
     assert len(set(map(tuple, p["samples"]))) == len(p["samples"]), "a stack twice"
     for stack, weight in zip(p["samples"], p["weights"]):
         assert weight > 0
-        print(weight, ";".join([thread] + [frames[i]["name"] for i in stack]))
+        # A name's own ';' is ':' in folded stacks (ours among them).
+        names = [frames[i]["name"].replace(";", ":") for i in stack]
+        print(weight, ";".join([thread] + names))
 "#,
         &[schema.to_str().unwrap(), file.to_str().unwrap()],
     );
@@ -795,7 +797,8 @@ for t in d["threads"]:
     for stack, delta in zip(t["samples"]["stack"], t["samples"]["timeDeltas"]):
         assert delta >= 0
         time += delta
-        print(t["name"] + ";" + ";".join(frames(stack)))
+        # A name's own ';' is ':' in folded stacks (ours among them).
+        print(t["name"] + ";" + ";".join(n.replace(";", ":") for n in frames(stack)))
     longest = max(longest, time)
 # Milliseconds: the demo's threads sample for seconds.
 assert longest > 1000, longest
