@@ -85,10 +85,11 @@ fn jit_code_registered_through_a_libichnos_loaded_late_is_unwound_and_named() {
     );
 }
 
-#[test]
-fn code_registered_again_under_another_name_keeps_each_name_for_its_own_time() {
-    let dir = tempfile::tempdir().unwrap();
-    let stacks = record_late(dir.path(), &["reuse"]);
+/// `codectl_late` recorded with `mode` (`reuse`, `reshape`): its folded
+/// stacks, the samples in `spin`, and those through `jit_late` and
+/// through `jit_again` complete to `_start`.
+fn record_twice_registered(dir: &Path, mode: &str) -> (Vec<(Vec<String>, u64)>, u64, u64, u64) {
+    let stacks = record_late(dir, &[mode]);
     let in_spin: u64 = stacks
         .iter()
         .filter(|(f, _)| f.last().map(String::as_str) == Some("spin"))
@@ -96,6 +97,13 @@ fn code_registered_again_under_another_name_keeps_each_name_for_its_own_time() {
         .sum();
     let (late, again) = (through(&stacks, "jit_late"), through(&stacks, "jit_again"));
     assert!(in_spin >= 400, "{in_spin}: {stacks:?}");
+    (stacks, in_spin, late, again)
+}
+
+#[test]
+fn code_registered_again_under_another_name_keeps_each_name_for_its_own_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let (stacks, in_spin, late, again) = record_twice_registered(dir.path(), "reuse");
     assert!(
         (late + again) * 1000 >= in_spin * 999,
         "{late} + {again} of {in_spin}: {stacks:?}"
@@ -112,14 +120,7 @@ fn code_registered_again_under_another_name_keeps_each_name_for_its_own_time() {
 #[test]
 fn other_code_registered_in_the_same_memory_is_unwound_by_its_own_rows() {
     let dir = tempfile::tempdir().unwrap();
-    let stacks = record_late(dir.path(), &["reshape"]);
-    let in_spin: u64 = stacks
-        .iter()
-        .filter(|(f, _)| f.last().map(String::as_str) == Some("spin"))
-        .map(|(_, n)| n)
-        .sum();
-    let (late, again) = (through(&stacks, "jit_late"), through(&stacks, "jit_again"));
-    assert!(in_spin >= 400, "{in_spin}: {stacks:?}");
+    let (stacks, in_spin, late, again) = record_twice_registered(dir.path(), "reshape");
     // The second half's frame is 32 bytes larger: unwound by the first
     // half's rows, no sample of it would reach main. Samples between the
     // change and the recorder's next look at the registry (at most 50 ms
