@@ -190,13 +190,7 @@ impl CfiSection {
         got_addr: Option<u64>,
         mut fdes: Vec<FdeSpan>,
     ) -> Self {
-        let mut bases = BaseAddresses::default().set_eh_frame(eh_frame_addr);
-        if let Some(text) = text_addr {
-            bases = bases.set_text(text);
-        }
-        if let Some(got) = got_addr {
-            bases = bases.set_got(got);
-        }
+        let bases = crate::eh_frame::eh_frame_bases(eh_frame_addr, text_addr, got_addr);
         fdes.sort_by_key(|f| f.start);
         Self {
             data: data.into_boxed_slice(),

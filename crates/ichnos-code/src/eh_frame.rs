@@ -210,6 +210,19 @@ pub fn fde_ranges_of(
     got_addr: Option<u64>,
 ) -> Vec<(u64, u64)> {
     let eh_frame = EhFrame::new(data, LittleEndian);
+    fde_ranges_in(
+        &eh_frame,
+        &eh_frame_bases(eh_frame_addr, text_addr, got_addr),
+    )
+}
+
+/// The base addresses `.eh_frame`'s relative pointers count from: the
+/// section's own, `.text`'s and `.got`'s where known.
+pub(crate) fn eh_frame_bases(
+    eh_frame_addr: u64,
+    text_addr: Option<u64>,
+    got_addr: Option<u64>,
+) -> BaseAddresses {
     let mut bases = BaseAddresses::default().set_eh_frame(eh_frame_addr);
     if let Some(text) = text_addr {
         bases = bases.set_text(text);
@@ -217,7 +230,7 @@ pub fn fde_ranges_of(
     if let Some(got) = got_addr {
         bases = bases.set_got(got);
     }
-    fde_ranges_in(&eh_frame, &bases)
+    bases
 }
 
 /// The FDEs' code ranges of a CFI section (`.eh_frame`, or `.debug_frame`
@@ -258,13 +271,7 @@ pub fn rows_from_eh_frame(
     base: Option<u64>,
 ) -> EhConversion {
     let eh_frame = EhFrame::new(data, LittleEndian);
-    let mut bases = BaseAddresses::default().set_eh_frame(eh_frame_addr);
-    if let Some(text) = text_addr {
-        bases = bases.set_text(text);
-    }
-    if let Some(got) = got_addr {
-        bases = bases.set_got(got);
-    }
+    let bases = eh_frame_bases(eh_frame_addr, text_addr, got_addr);
     let mut conversion = convert_section(&eh_frame, &bases, base);
     if !conversion.cfi_fdes.is_empty() {
         let section = CfiSection::new(

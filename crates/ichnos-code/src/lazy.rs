@@ -77,13 +77,7 @@ impl LazyRows {
         got_addr: Option<u64>,
         origin: u64,
     ) -> LazyRows {
-        let mut bases = BaseAddresses::default().set_eh_frame(eh_frame_addr);
-        if let Some(text) = text_addr {
-            bases = bases.set_text(text);
-        }
-        if let Some(got) = got_addr {
-            bases = bases.set_got(got);
-        }
+        let mut bases = crate::eh_frame::eh_frame_bases(eh_frame_addr, text_addr, got_addr);
         if let Some((_, hdr_addr)) = hdr {
             bases = bases.set_eh_frame_hdr(hdr_addr);
         }
