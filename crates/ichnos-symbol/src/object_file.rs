@@ -11,6 +11,7 @@ use object::{Object, ObjectSection};
 use crate::debug_file::{build_id_path, find_debug_file, DebugSource};
 
 mod buffer;
+mod plt;
 mod symbols;
 use crate::error::SymbolError;
 use buffer::{collecting, map};
@@ -305,6 +306,8 @@ impl LoadedObject {
             source: e,
         })?;
         let mut symbols = function_symbols(&file);
+        // The PLT's stubs, which no symbol table holds.
+        symbols.extend(plt::plt_symbols(&file));
         let alloc_ranges = alloc_ranges(&file);
         let own_build_id = file.build_id().ok().flatten().map(<[u8]>::to_vec);
         let mut refused = Vec::new();

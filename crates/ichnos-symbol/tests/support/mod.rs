@@ -40,3 +40,42 @@ pub fn instruction_addresses(exe: &Path) -> Vec<u64> {
     })
     .collect()
 }
+
+/// objdump's PLT stubs of `exe`: each instruction's address with the name
+/// of the stub it lies in.
+pub fn objdump_stubs(exe: &Path) -> Vec<(u64, String)> {
+    let text = run(Command::new("objdump")
+        .args([
+            "-d",
+            "--no-show-raw-insn",
+            "-j",
+            ".plt",
+            "-j",
+            ".plt.got",
+            "-j",
+            ".plt.sec",
+        ])
+        .arg(exe));
+    let mut out = Vec::new();
+    let mut current: Option<String> = None;
+    for line in text.lines() {
+        if let Some(head) = line.strip_suffix(">:") {
+            // `0000000000001030 <puts@plt>:` (or `<.plt>:` for PLT0).
+            current = head
+                .split_once(" <")
+                .map(|(_, name)| name.to_owned())
+                .filter(|n| n.ends_with("@plt"));
+            continue;
+        }
+        let Some(name) = &current else { continue };
+        let Some((addr, rest)) = line.trim_start().split_once(':') else {
+            continue;
+        };
+        if line.starts_with(' ') && !rest.trim().is_empty() {
+            if let Ok(addr) = u64::from_str_radix(addr, 16) {
+                out.push((addr, name.clone()));
+            }
+        }
+    }
+    out
+}
