@@ -61,8 +61,10 @@ fn slot_names(file: &object::File<'_>) -> HashMap<u64, String> {
     else {
         return HashMap::new();
     };
+    // (Most of a large library's relocations are relative ones, of no
+    // symbol, which come first: the bound is on those kept, the walk on
+    // the file's size.)
     relocations
-        .take(MAX_STUBS)
         .filter_map(|(slot, relocation)| {
             let RelocationTarget::Symbol(index) = relocation.target() else {
                 return None;
@@ -70,6 +72,7 @@ fn slot_names(file: &object::File<'_>) -> HashMap<u64, String> {
             let name = symbols.symbol_by_index(index).ok()?.name().ok()?;
             (!name.is_empty()).then(|| (slot, name.to_owned()))
         })
+        .take(MAX_STUBS)
         .collect()
 }
 
