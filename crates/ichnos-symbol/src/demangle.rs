@@ -4,6 +4,10 @@
 /// C++ (Itanium) name; `None` for names that are not mangled.
 #[must_use]
 pub fn demangle(name: &str) -> Option<String> {
+    // A PLT stub's name (object_file/plt.rs): the function's, demangled.
+    if let Some(function) = name.strip_suffix("@plt") {
+        return demangle(function).map(|d| d + "@plt");
+    }
     if let Ok(d) = rustc_demangle::try_demangle(name) {
         // Without the hash, as binutils prints Rust names.
         return Some(format!("{d:#}"));
@@ -50,6 +54,20 @@ mod tests {
         );
         assert_eq!(demangle("_Z3fooi").as_deref(), Some("foo(int)"));
         assert_eq!(demangle("main"), None);
+    }
+
+    /// A PLT stub's name demangles as its function's (as `objdump -C`
+    /// prints it); one of a C function stays as it is.
+    #[test]
+    fn plt_stub_names() {
+        let plt = demangle("_ZdlPv@plt");
+        let cxxfilt = std::process::Command::new("c++filt")
+            .arg("_ZdlPv")
+            .output()
+            .unwrap();
+        let function = String::from_utf8(cxxfilt.stdout).unwrap();
+        assert_eq!(plt, Some(format!("{}@plt", function.trim())));
+        assert_eq!(demangle("puts@plt"), None);
     }
 
     /// `f<B<X, X>>` with `X` nested `n` deep through back-references: the

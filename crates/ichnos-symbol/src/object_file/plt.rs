@@ -6,7 +6,9 @@
 
 use std::collections::HashMap;
 
-use object::{Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, RelocationTarget};
+use object::{
+    Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, RelocationTarget, SymbolIndex,
+};
 
 use super::Sym;
 
@@ -14,35 +16,44 @@ use super::Sym;
 /// be a curiosity; the bound is on the work a hostile file can ask for).
 const MAX_STUBS: usize = 1 << 20;
 
+/// Longest name a stub is given (longer ones, which only a hostile or
+/// broken file holds, leave the stub unnamed).
+const MAX_NAME: usize = 4096;
+
 /// The stubs of the file's `.plt`, `.plt.sec` and `.plt.got`, as function
 /// symbols `NAME@plt` (x86-64 ELF files only; none elsewhere).
 pub(super) fn plt_symbols(file: &object::File<'_>) -> Vec<Sym> {
     if file.architecture() != object::Architecture::X86_64 {
         return Vec::new();
     }
-    let slots = slot_names(file);
+    let Some(symbols) = file.dynamic_symbol_table() else {
+        return Vec::new();
+    };
+    let slots = slot_symbols(file);
     if slots.is_empty() {
         return Vec::new();
     }
+    let mut names: HashMap<SymbolIndex, Option<String>> = HashMap::new();
     let mut out = Vec::new();
-    for section in file.sections() {
-        let Ok(name) = section.name() else { continue };
-        if !matches!(name, ".plt" | ".plt.sec" | ".plt.got") {
+    for section in [".plt", ".plt.sec", ".plt.got"] {
+        let Some(section) = file.section_by_name(section) else {
             continue;
-        }
+        };
         let Ok(code) = section.data() else { continue };
-        let start = section.address();
-        let end = start.saturating_add(code.len() as u64);
-        for (stub, slot) in stubs(code, start) {
-            if out.len() >= MAX_STUBS {
-                return out;
-            }
-            if let Some(function) = slots.get(&slot) {
+        for (stub, slot) in stubs(code, section.address()) {
+            let Some(&index) = slots.get(&slot) else {
+                continue;
+            };
+            let name = names.entry(index).or_insert_with(|| {
+                let name = symbols.symbol_by_index(index).ok()?.name().ok()?;
+                (!name.is_empty() && name.len() <= MAX_NAME).then(|| format!("{name}@plt"))
+            });
+            if let Some(name) = name {
                 out.push(Sym {
                     addr: stub.start,
                     size: stub.len,
-                    section_end: end,
-                    name: format!("{function}@plt"),
+                    section_end: stub.start + stub.len,
+                    name: name.clone(),
                     file: None,
                     label: false,
                 });
@@ -52,81 +63,92 @@ pub(super) fn plt_symbols(file: &object::File<'_>) -> Vec<Sym> {
     out
 }
 
-/// The functions the dynamic relocations put into GOT slots: slot
-/// address to name (`R_X86_64_JUMP_SLOT` of `.rela.plt`, and the
-/// `R_X86_64_GLOB_DAT` slots `.plt.got`'s stubs jump through).
-fn slot_names(file: &object::File<'_>) -> HashMap<u64, String> {
-    let (Some(relocations), Some(symbols)) =
-        (file.dynamic_relocations(), file.dynamic_symbol_table())
-    else {
+/// The GOT slots the dynamic relocations bind to a function, by address:
+/// the symbol each names (`R_X86_64_JUMP_SLOT` of `.rela.plt`, and the
+/// `R_X86_64_GLOB_DAT` slots `.plt.got`'s stubs jump through). The walk
+/// reads every dynamic relocation once (24 bytes of the file each).
+fn slot_symbols(file: &object::File<'_>) -> HashMap<u64, SymbolIndex> {
+    let Some(relocations) = file.dynamic_relocations() else {
         return HashMap::new();
     };
-    // (Most of a large library's relocations are relative ones, of no
-    // symbol, which come first: the bound is on those kept, the walk on
-    // the file's size.)
     relocations
         .filter_map(|(slot, relocation)| {
-            let RelocationTarget::Symbol(index) = relocation.target() else {
+            let object::RelocationFlags::Elf { r_type } = relocation.flags() else {
                 return None;
             };
-            let name = symbols.symbol_by_index(index).ok()?.name().ok()?;
-            (!name.is_empty()).then(|| (slot, name.to_owned()))
+            if !matches!(
+                r_type,
+                object::elf::R_X86_64_JUMP_SLOT | object::elf::R_X86_64_GLOB_DAT
+            ) {
+                return None;
+            }
+            match relocation.target() {
+                RelocationTarget::Symbol(index) => Some((slot, index)),
+                _ => None,
+            }
         })
         .take(MAX_STUBS)
         .collect()
 }
 
 /// A stub's code.
+#[derive(Debug, PartialEq, Eq)]
 struct Stub {
     start: u64,
     len: u64,
 }
 
 /// The stubs of PLT code `code` at `start` that jump through a GOT slot,
-/// with the slot: each `jmp *disp32(%rip)` (`ff 25`), the stub starting
-/// at the jump where it lies on an 8-byte boundary of the section (the
-/// classic 16-byte `.plt` entry, `.plt.got`'s 8-byte one) and else at the
-/// 16-byte boundary before it (an `endbr64` first, and perhaps a `bnd`
-/// prefix); each as long as to the next stub's start, at most 16 bytes.
+/// with the slot: each `jmp *disp32(%rip)` (`ff 25`), with what may come
+/// before it in a stub (a `bnd` prefix, an `endbr64`, mold's `mov
+/// $index, %r11d`); a stub starts on an 8-byte boundary of the section,
+/// and a jump whose stub would not (one inside another instruction) is
+/// none. Each is as long as to the next stub, at most 16 bytes; at most
+/// [`MAX_STUBS`].
 fn stubs(code: &[u8], start: u64) -> Vec<(Stub, u64)> {
-    let mut found: Vec<(u64, u64)> = Vec::new();
+    const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
+    let before =
+        |at: usize, bytes: &[u8]| at >= bytes.len() && code[at - bytes.len()..at] == *bytes;
+    let mut found: Vec<(usize, u64)> = Vec::new();
     let mut at = 0;
-    while at + 6 <= code.len() {
+    while at + 6 <= code.len() && found.len() < MAX_STUBS {
         if code[at] != 0xff || code[at + 1] != 0x25 {
+            at += 1;
+            continue;
+        }
+        let mut stub = at;
+        if before(stub, &[0xf2]) {
+            stub -= 1;
+        }
+        if stub >= 6 && code[stub - 6] == 0x41 && code[stub - 5] == 0xbb {
+            stub -= 6;
+        }
+        if before(stub, &ENDBR64) {
+            stub -= 4;
+        }
+        if stub % 8 != 0 || found.last().is_some_and(|&(last, _)| last >= stub) {
             at += 1;
             continue;
         }
         let disp = i32::from_le_bytes([code[at + 2], code[at + 3], code[at + 4], code[at + 5]]);
         let next = start.wrapping_add(at as u64 + 6);
-        let slot = next.wrapping_add_signed(i64::from(disp));
-        let offset = at as u64;
-        let stub = if offset.is_multiple_of(8) {
-            offset
-        } else {
-            offset & !15
-        };
-        if found.last().is_none_or(|&(last, _)| last < stub) {
-            found.push((stub, slot));
-        }
+        found.push((stub, next.wrapping_add_signed(i64::from(disp))));
         at += 6;
     }
-    let ends: Vec<u64> = found
+    let ends: Vec<usize> = found
         .iter()
         .skip(1)
         .map(|&(s, _)| s)
-        .chain(std::iter::once(code.len() as u64))
+        .chain(std::iter::once(code.len()))
         .collect();
     found
         .into_iter()
         .zip(ends)
-        .map(|((stub, slot), end)| {
-            (
-                Stub {
-                    start: start + stub,
-                    len: (end - stub).min(16),
-                },
-                slot,
-            )
+        .filter_map(|((stub, slot), end)| {
+            let len = ((end - stub) as u64).min(16);
+            let first = start.checked_add(stub as u64)?;
+            first.checked_add(len)?;
+            Some((Stub { start: first, len }, slot))
         })
         .collect()
 }
@@ -135,11 +157,20 @@ fn stubs(code: &[u8], start: u64) -> Vec<(Stub, u64)> {
 mod tests {
     use super::stubs;
 
-    /// The three shapes of stub, laid out as ld lays them out.
+    /// (start, length, slot) of each stub found.
+    fn found(code: &[u8], at: u64) -> Vec<(u64, u64, u64)> {
+        stubs(code, at)
+            .into_iter()
+            .map(|(s, slot)| (s.start, s.len, slot))
+            .collect()
+    }
+
+    /// The shapes of stub GNU ld, lld and mold lay out.
     #[test]
-    fn stubs_start_where_ld_starts_them() {
-        // .plt: PLT0 (push; jmp *GOT+16), then entries `jmp *slot; push;
-        // jmp PLT0` of 16 bytes.
+    fn stubs_start_where_the_linkers_start_them() {
+        // .plt: PLT0 (push *GOT+8; jmp *GOT+16; nop), then entries `jmp
+        // *slot; push $n; jmp PLT0` of 16 bytes. PLT0's jump, 6 bytes in,
+        // is no stub's.
         let mut plt = vec![
             0xff, 0x35, 0, 0, 0, 0, 0xff, 0x25, 0, 0, 0, 0, 0x0f, 0x1f, 0x40, 0,
         ];
@@ -147,19 +178,9 @@ mod tests {
             plt.extend_from_slice(&[0xff, 0x25, 0x10 * i, 0, 0, 0]);
             plt.extend_from_slice(&[0x68, i, 0, 0, 0, 0xe9, 0, 0, 0, 0]);
         }
-        let found: Vec<(u64, u64, u64)> = stubs(&plt, 0x1000)
-            .into_iter()
-            .map(|(s, slot)| (s.start, s.len, slot))
-            .collect();
-        // PLT0's own jump (at +6, of the 16-byte block at 0) stands for
-        // the block; the entries at 0x1010 and 0x1020.
         assert_eq!(
-            found,
-            [
-                (0x1000, 16, 0x100c),
-                (0x1010, 16, 0x1016),
-                (0x1020, 16, 0x1036)
-            ]
+            found(&plt, 0x1000),
+            [(0x1010, 16, 0x1016), (0x1020, 16, 0x1036)]
         );
 
         // .plt.sec: `endbr64; bnd jmp *slot; nop` of 16 bytes.
@@ -168,25 +189,50 @@ mod tests {
             sec.extend_from_slice(&[0xf3, 0x0f, 0x1e, 0xfa, 0xf2, 0xff, 0x25, i, 0, 0, 0]);
             sec.extend_from_slice(&[0x0f, 0x1f, 0x44, 0, 0]);
         }
-        let found: Vec<(u64, u64)> = stubs(&sec, 0x2000)
-            .into_iter()
-            .map(|(s, slot)| (s.start, slot))
-            .collect();
-        assert_eq!(found, [(0x2000, 0x200b), (0x2010, 0x201c)]);
+        assert_eq!(
+            found(&sec, 0x2000),
+            [(0x2000, 16, 0x200b), (0x2010, 16, 0x201c)]
+        );
 
-        // .plt.got: `jmp *slot; xchg %ax,%ax` of 8 bytes.
+        // .plt.got: `jmp *slot; xchg %ax,%ax` of 8 bytes; with -z bndplt,
+        // `bnd jmp *slot; nop` of 8, the second one's jump 9 bytes into a
+        // 16-byte block.
         let got = [
             0xff, 0x25, 0, 0, 0, 0, 0x66, 0x90, 0xff, 0x25, 8, 0, 0, 0, 0x66, 0x90,
         ];
-        let found: Vec<(u64, u64, u64)> = stubs(&got, 0x3000)
-            .into_iter()
-            .map(|(s, slot)| (s.start, s.len, slot))
-            .collect();
-        assert_eq!(found, [(0x3000, 8, 0x3006), (0x3008, 8, 0x3016)]);
+        assert_eq!(
+            found(&got, 0x3000),
+            [(0x3000, 8, 0x3006), (0x3008, 8, 0x3016)]
+        );
+        let bnd = [
+            0xf2, 0xff, 0x25, 0, 0, 0, 0, 0x90, 0xf2, 0xff, 0x25, 1, 0, 0, 0, 0x90,
+        ];
+        assert_eq!(
+            found(&bnd, 0x4000),
+            [(0x4000, 8, 0x4007), (0x4008, 8, 0x4010)]
+        );
 
-        // Cut anywhere: never a panic.
+        // mold: `endbr64; mov $index, %r11d; jmp *slot` of 16 bytes; an
+        // index of 0x25ff puts `ff 25` inside the mov, which is no stub,
+        // and the jump after it is still found.
+        let mut mold = Vec::new();
+        for index in [0x25ffu32, 7] {
+            mold.extend_from_slice(&[0xf3, 0x0f, 0x1e, 0xfa, 0x41, 0xbb]);
+            mold.extend_from_slice(&index.to_le_bytes());
+            mold.extend_from_slice(&[0xff, 0x25, 0x40, 0, 0, 0]);
+        }
+        assert_eq!(
+            found(&mold, 0x5000),
+            [(0x5000, 16, 0x5050), (0x5010, 16, 0x5060)]
+        );
+
+        // Cut anywhere, or placed at the top of the address space: never
+        // a panic, never a stub past the end.
         for cut in 0..plt.len() {
             let _ = stubs(&plt[..cut], 0);
         }
+        assert!(stubs(&plt, u64::MAX - 20)
+            .iter()
+            .all(|(s, _)| s.start.checked_add(s.len).is_some()));
     }
 }
