@@ -1,7 +1,7 @@
 //! The PLT's stubs are named as objdump names them (`puts@plt`), in
 //! `.plt`, `.plt.got` and, in a program built for indirect branch
 //! tracking, `.plt.sec`: every instruction of every stub objdump
-//! heads with a name, stripped or not.
+//! heads with a name, stripped or not, linked by GNU ld or by lld.
 
 use std::process::Command;
 
@@ -23,12 +23,19 @@ fn plt_stubs_are_named_as_objdump_names_them() {
     let src = dir.path().join("plt.c");
     std::fs::write(&src, SOURCE).unwrap();
     // Each build with the PLT sections it must have.
-    let builds: [(&str, &[&str], &[&str]); 2] = [
+    let builds: [(&str, &[&str], &[&str]); 4] = [
         ("classic", &["-fcf-protection=none"], &[".plt", ".plt.got"]),
         (
             "ibt",
             &["-fcf-protection=full", "-Wl,-z,ibtplt"],
             &[".plt.sec", ".plt.got"],
+        ),
+        // LLVM's linker lays its PLT out its own way.
+        ("lld", &["-fcf-protection=none", "-fuse-ld=lld"], &[".plt"]),
+        (
+            "lld-ibt",
+            &["-fcf-protection=full", "-fuse-ld=lld", "-Wl,-z,force-ibt"],
+            &[".plt", ".plt.sec"],
         ),
     ];
     for (name, flags, sections) in builds {
