@@ -1,7 +1,7 @@
 //! The PLT's stubs are named as objdump names them (`puts@plt`), in
 //! `.plt`, `.plt.got` and, in a program built for indirect branch
 //! tracking, `.plt.sec`: every instruction of every stub objdump
-//! heads with a name, stripped or not, linked by GNU ld or by lld.
+//! heads with a name, stripped or not, linked by GNU ld, lld or mold.
 
 use std::process::Command;
 
@@ -23,7 +23,7 @@ fn plt_stubs_are_named_as_objdump_names_them() {
     let src = dir.path().join("plt.c");
     std::fs::write(&src, SOURCE).unwrap();
     // Each build with the PLT sections it must have.
-    let builds: [(&str, &[&str], &[&str]); 4] = [
+    let builds: [(&str, &[&str], &[&str]); 5] = [
         ("classic", &["-fcf-protection=none"], &[".plt", ".plt.got"]),
         (
             "ibt",
@@ -36,6 +36,12 @@ fn plt_stubs_are_named_as_objdump_names_them() {
             "lld-ibt",
             &["-fcf-protection=full", "-fuse-ld=lld", "-Wl,-z,force-ibt"],
             &[".plt", ".plt.sec"],
+        ),
+        // And mold its own (each stub moves its index to r11d first).
+        (
+            "mold",
+            &["-fcf-protection=none", "-fuse-ld=mold"],
+            &[".plt", ".plt.got"],
         ),
     ];
     for (name, flags, sections) in builds {

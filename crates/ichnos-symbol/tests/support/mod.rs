@@ -60,11 +60,16 @@ pub fn objdump_stubs(exe: &Path) -> Vec<(u64, String)> {
     let mut current: Option<String> = None;
     for line in text.lines() {
         if let Some(head) = line.strip_suffix(">:") {
-            // `0000000000001030 <puts@plt>:` (or `<.plt>:` for PLT0).
-            current = head
-                .split_once(" <")
-                .map(|(_, name)| name.to_owned())
-                .filter(|n| n.ends_with("@plt"));
+            // `0000000000001030 <puts@plt>:` (or `<.plt>:` for PLT0); a
+            // program mold linked has its own symbols for its stubs,
+            // `puts$plt` and `puts$pltgot`.
+            current = head.split_once(" <").and_then(|(_, name)| {
+                let function = name
+                    .strip_suffix("@plt")
+                    .or_else(|| name.strip_suffix("$plt"))
+                    .or_else(|| name.strip_suffix("$pltgot"))?;
+                Some(format!("{function}@plt"))
+            });
             continue;
         }
         let Some(name) = &current else { continue };
