@@ -404,18 +404,24 @@ impl LoadedObject {
     /// The function symbol covering `addr`, never one of another section
     /// or past its end.
     pub(crate) fn symbol(&self, addr: u64) -> Option<&Sym> {
-        let i = self.symbols.partition_point(|s| s.addr <= addr);
-        let s = self.symbols.get(i.checked_sub(1)?)?;
-        let end = if s.size > 0 {
-            s.addr.saturating_add(s.size)
-        } else {
-            // No size: up to the next symbol, within the section.
-            self.symbols
-                .get(i)
-                .map_or(s.section_end, |next| next.addr.min(s.section_end))
-        };
-        (addr < end).then_some(s)
+        symbol_covering(&self.symbols, addr)
     }
+}
+
+/// The symbol of `symbols` (sorted, one per address) covering `addr`,
+/// never one of another section or past its end.
+pub(crate) fn symbol_covering(symbols: &[Sym], addr: u64) -> Option<&Sym> {
+    let i = symbols.partition_point(|s| s.addr <= addr);
+    let s = symbols.get(i.checked_sub(1)?)?;
+    let end = if s.size > 0 {
+        s.addr.saturating_add(s.size)
+    } else {
+        // No size: up to the next symbol, within the section.
+        symbols
+            .get(i)
+            .map_or(s.section_end, |next| next.addr.min(s.section_end))
+    };
+    (addr < end).then_some(s)
 }
 
 /// The address ranges of `file`'s allocated sections (`SHF_ALLOC`), sorted

@@ -80,25 +80,11 @@ pub(super) fn unwind_entry_symbols(file: &object::File<'_>, named: &[Sym]) -> Ve
         })
         .map(|s| (s.address(), s.address().saturating_add(s.size())))
         .collect();
-    let covered = |addr: u64| {
-        let i = named.partition_point(|s| s.addr <= addr);
-        i.checked_sub(1).is_some_and(|i| {
-            let s = &named[i];
-            let end = if s.size > 0 {
-                s.addr.saturating_add(s.size)
-            } else {
-                named
-                    .get(i + 1)
-                    .map_or(s.section_end, |next| next.addr.min(s.section_end))
-            };
-            addr < end
-        })
-    };
     ichnos_code::eh_frame::fde_ranges(file)
         .into_iter()
         .filter_map(|(start, end)| {
             let &(_, section_end) = code.iter().find(|&&(a, b)| (a..b).contains(&start))?;
-            (!covered(start)).then(|| Sym {
+            super::symbol_covering(named, start).is_none().then(|| Sym {
                 addr: start,
                 size: end.min(section_end) - start,
                 section_end,
