@@ -89,7 +89,7 @@ impl AddressSpace {
             || self
                 .jit
                 .last_refresh
-                .is_none_or(|t| time.saturating_sub(t) >= REFRESH_INTERVAL_NS);
+                .is_none_or(|t| !looked_lately(t, time));
         if due {
             self.jit.dirty = false;
             self.jit.last_refresh = Some(time);
@@ -116,7 +116,7 @@ impl AddressSpace {
             || self
                 .jit
                 .last_registry_look
-                .is_some_and(|t| time.saturating_sub(t) < REFRESH_INTERVAL_NS)
+                .is_some_and(|t| looked_lately(t, time))
         {
             return false;
         }
@@ -444,7 +444,7 @@ impl AddressSpace {
             || self
                 .jit
                 .last_debugger_look
-                .is_some_and(|t| time.saturating_sub(t) < REFRESH_INTERVAL_NS)
+                .is_some_and(|t| looked_lately(t, time))
         {
             return false;
         }
@@ -487,12 +487,7 @@ impl AddressSpace {
         if (self.jit.pending.is_empty() && self.jit.names_from_files == 0) || self.offline {
             return;
         }
-        if !force
-            && self
-                .jit
-                .last_names
-                .is_some_and(|t| time.saturating_sub(t) < REFRESH_INTERVAL_NS)
-        {
+        if !force && self.jit.last_names.is_some_and(|t| looked_lately(t, time)) {
             return;
         }
         self.jit.last_names = Some(time);
@@ -610,6 +605,12 @@ fn covering(
                 )
             })
         })
+}
+
+/// Whether a look at `last` was less than [`REFRESH_INTERVAL_NS`] before
+/// `time`.
+fn looked_lately(last: u64, time: u64) -> bool {
+    time.saturating_sub(last) < REFRESH_INTERVAL_NS
 }
 
 #[cfg(test)]
