@@ -18,7 +18,7 @@ mod writer;
 pub use reader::SearchedFiles;
 pub use reader::{
     exported_registry_generation, find_exported_registry, find_exported_registry_in_new_files,
-    read_exported_registry, FailedRegistration, RemoteError,
+    read_exported_entries, read_exported_registry, ExportedEntry, FailedRegistration, RemoteError,
 };
 pub(crate) use reader::{find_process_symbol, find_process_symbol_in};
 pub use writer::Exporter;
@@ -29,15 +29,18 @@ use std::sync::atomic::AtomicU64;
 pub const EXPORT_MAGIC: [u8; 8] = *b"ICHNOSRG";
 /// `version` of the exported layout.
 pub const EXPORT_VERSION: u32 = 1;
-/// Bytes of one exported entry in this version.
-pub const EXPORT_ENTRY_SIZE: u32 = 96;
+/// Bytes of one exported entry as this writer lays it out.
+pub const EXPORT_ENTRY_SIZE: u32 = 104;
+/// Bytes of an entry of the first writers of version 1 (no
+/// `registered_ns`): the least `entry_size` a reader accepts.
+pub const MIN_ENTRY_SIZE: u32 = 96;
 /// `kind` of an ELF entry.
 pub const ENTRY_ELF: u32 = 1;
 /// `kind` of a JIT entry.
 pub const ENTRY_JIT: u32 = 2;
 /// Most entries a reader accepts.
 pub const MAX_EXPORTED_ENTRIES: u64 = 1 << 20;
-/// Most bytes of entries a reader accepts (2^20 entries of version 1).
+/// Most bytes of entries a reader accepts (2^20 entries of this writer's).
 pub const MAX_EXPORTED_BYTES: u64 = MAX_EXPORTED_ENTRIES * EXPORT_ENTRY_SIZE as u64;
 /// Longest path a reader accepts.
 pub(crate) const MAX_PATH: usize = 4096;
@@ -87,6 +90,10 @@ struct Entry {
     debug_link_pathname: u64,
     debug_link_crc: u32,
     reserved: u32,
+    /// When it was registered, in `CLOCK_MONOTONIC` nanoseconds (the
+    /// clock perf samples carry): a recorder unwinds samples taken before
+    /// it with the code that was there then.
+    registered_ns: u64,
 }
 
 const _: () = assert!(std::mem::size_of::<Entry>() == EXPORT_ENTRY_SIZE as usize);

@@ -5,8 +5,8 @@ use std::ops::Range;
 use std::sync::atomic::{fence, Ordering};
 
 use super::{
-    ENTRY_ELF, ENTRY_JIT, EXPORT_ENTRY_SIZE, EXPORT_MAGIC, EXPORT_VERSION, MAX_EXPORTED_BYTES,
-    MAX_EXPORTED_ENTRIES, MAX_PATH, RETIRED_KEPT,
+    ENTRY_ELF, ENTRY_JIT, EXPORT_MAGIC, EXPORT_VERSION, MAX_EXPORTED_BYTES, MAX_EXPORTED_ENTRIES,
+    MAX_PATH, MIN_ENTRY_SIZE, RETIRED_KEPT,
 };
 use crate::memory::{Memory, ProcessMemory};
 use crate::registration::{path_from_bytes, ElfCode, JitCode, Registration};
@@ -180,9 +180,35 @@ pub fn exported_registry_generation(pid: u32, addr: u64) -> Result<u64, RemoteEr
     ))
 }
 
+/// One registration another process exports, with when it was made.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExportedEntry {
+    /// The registration.
+    pub registration: Registration,
+    /// When it was registered, in `CLOCK_MONOTONIC` nanoseconds; `None`
+    /// from a writer that does not say (entries of 96 bytes) or says 0.
+    pub registered_ns: Option<u64>,
+}
+
 /// Reads the registrations exported by process `pid` at `addr` (from
 /// [`find_exported_registry`]).
+///
+/// # Errors
+/// As [`read_exported_entries`].
 pub fn read_exported_registry(pid: u32, addr: u64) -> Result<Vec<Registration>, RemoteError> {
+    Ok(read_exported_entries(pid, addr)?
+        .into_iter()
+        .map(|e| e.registration)
+        .collect())
+}
+
+/// Reads the entries exported by process `pid` at `addr`: each
+/// registration with its time.
+///
+/// # Errors
+/// The header or entries cannot be read, a field is not valid (named,
+/// with its address), or the table kept changing over 16 attempts.
+pub fn read_exported_entries(pid: u32, addr: u64) -> Result<Vec<ExportedEntry>, RemoteError> {
     let mut memory = ProcessMemory::new(pid);
     let bad = |at: u64, field, detail: String| RemoteError::Bad {
         pid,
@@ -204,7 +230,7 @@ pub fn read_exported_registry(pid: u32, addr: u64) -> Result<Vec<Registration>, 
         if version != EXPORT_VERSION {
             return Err(bad(addr + 8, "version", version.to_string()));
         }
-        if !(EXPORT_ENTRY_SIZE..=4096).contains(&entry_size) {
+        if !(MIN_ENTRY_SIZE..=4096).contains(&entry_size) {
             return Err(bad(addr + 12, "entry_size", entry_size.to_string()));
         }
         let (generation, table, count) = (word(16), word(24), word(32));
@@ -265,7 +291,26 @@ pub fn read_exported_registry(pid: u32, addr: u64) -> Result<Vec<Registration>, 
     Err(RemoteError::Busy { pid })
 }
 
+/// Offset of `registered_ns` in an entry (past the first writers' 96
+/// bytes).
+const REGISTERED_NS_AT: usize = 96;
+
 fn decode_entry(
+    memory: &mut ProcessMemory,
+    e: &[u8],
+) -> Result<ExportedEntry, (&'static str, String)> {
+    let u64_at = |o: usize| u64::from_le_bytes(e[o..o + 8].try_into().unwrap_or([0; 8]));
+    let registered_ns = e
+        .get(REGISTERED_NS_AT..REGISTERED_NS_AT + 8)
+        .map(|_| u64_at(REGISTERED_NS_AT))
+        .filter(|&t| t != 0);
+    Ok(ExportedEntry {
+        registration: decode_registration(memory, e)?,
+        registered_ns,
+    })
+}
+
+fn decode_registration(
     memory: &mut ProcessMemory,
     e: &[u8],
 ) -> Result<Registration, (&'static str, String)> {

@@ -61,7 +61,10 @@ fn exporter() -> &'static Exporter {
 
 /// The exported entry of `r`, and what its pointers point at.
 fn entry_of(r: &Registration) -> (Entry, Held) {
-    let mut e = Entry::default();
+    let mut e = Entry {
+        registered_ns: crate::sys::monotonic_ns(),
+        ..Entry::default()
+    };
     let mut held = Held::default();
     let mut c_string = |bytes: &[u8]| {
         CString::new(bytes).ok().map_or(0, |c| {
