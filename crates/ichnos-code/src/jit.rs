@@ -350,6 +350,9 @@ pub struct JitRows {
     head: u64,
     snapshot: ArcSwap<Segments>,
     cursor: Mutex<Cursor>,
+    /// No more rows are read: the registration is gone, and its table's
+    /// memory may describe other code now ([`JitRows::freeze`]).
+    frozen: std::sync::atomic::AtomicBool,
 }
 
 /// The rows read so far, as tables of about halving sizes (newest last)
@@ -424,7 +427,22 @@ impl JitRows {
             head,
             snapshot: ArcSwap::from_pointee(Segments::default()),
             cursor: Mutex::new(Cursor::default()),
+            frozen: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Keeps the rows read so far and reads no more: for a registration
+    /// that is gone, whose code a profiler still unwinds in samples taken
+    /// before it went, while its table's memory may already describe the
+    /// code put in its place.
+    pub fn freeze(&self) {
+        self.frozen.store(true, Ordering::Release);
+    }
+
+    /// Whether [`Self::freeze`] was called.
+    #[must_use]
+    pub fn is_frozen(&self) -> bool {
+        self.frozen.load(Ordering::Acquire)
     }
 
     /// The row for `pc`. If the rows read so far do not cover it, reads
@@ -435,7 +453,7 @@ impl JitRows {
         if let Some(row) = self.snapshot.load().find(pc) {
             return Some(*row);
         }
-        if pc.wrapping_sub(self.text_start) >= self.text_len {
+        if pc.wrapping_sub(self.text_start) >= self.text_len || self.is_frozen() {
             return None;
         }
         if let Ok(mut cursor) = self.cursor.try_lock() {
@@ -446,9 +464,12 @@ impl JitRows {
         None
     }
 
-    /// Reads rows published since the last read. Returns whether new rows
-    /// were found.
+    /// Reads rows published since the last read (none once frozen).
+    /// Returns whether new rows were found.
     pub fn refresh(&self) -> bool {
+        if self.is_frozen() {
+            return false;
+        }
         let mut cursor = self
             .cursor
             .lock()

@@ -360,6 +360,33 @@ fn a_partial_used_len_does_not_lose_later_rows() {
     assert_eq!(jit.rows().len(), 3);
 }
 
+/// A frozen reader (its registration gone, its table's memory reused for
+/// other code) keeps the rows it read and reads no more: not on a miss,
+/// not on a refresh.
+#[test]
+fn a_frozen_reader_keeps_its_rows_and_reads_no_more() {
+    let mut t = RawTable::new(
+        &[sp_row(0, 8, 8), sp_row(8, 8, 16)],
+        2,
+        FRE_STRIDE,
+        FRE_SIZE,
+    );
+    // One row published so far.
+    t.set_word(1, u64::from(FRE_STRIDE));
+    let jit = ichnos_code::JitRows::new(std::process::id(), 0x1000, 0x1100, t.addr());
+    assert_eq!(jit.find(0x1000).map(|r| r.cfa_off), Some(8));
+    jit.freeze();
+    assert!(jit.is_frozen());
+    // The second row published: a reader not frozen reads it on a miss.
+    t.set_word(1, 2 * u64::from(FRE_STRIDE));
+    assert_eq!(jit.find(0x1008), None);
+    assert!(!jit.refresh());
+    assert_eq!(jit.rows().len(), 1);
+    assert_eq!(jit.find(0x1004).map(|r| r.cfa_off), Some(8));
+    let fresh = ichnos_code::JitRows::new(std::process::id(), 0x1000, 0x1100, t.addr());
+    assert_eq!(fresh.find(0x1008).map(|r| r.cfa_off), Some(16));
+}
+
 #[test]
 fn the_rust_builder_keeps_a_chain_sorted() {
     let a = Arc::new(JitUnwindTable::with_capacity(2));
