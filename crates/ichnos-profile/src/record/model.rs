@@ -26,6 +26,7 @@ use ichnos_image::{Asid, Image, SectionCache};
 use super::output::Output;
 
 mod jit;
+mod replaced;
 
 /// Most JIT code names kept per address space (a runtime can register
 /// millions of tiny ranges).
@@ -190,7 +191,10 @@ struct JitState {
     /// Names of code put where code of another name was recorded (its
     /// memory reused), to be recorded in a new address space so that the
     /// stacks already written keep the old names ([`Spaces::rename`]).
-    held: Vec<JitName>,
+    held: Vec<HeldName>,
+    /// JIT code objects the registry no longer holds, kept for the
+    /// samples taken before they went.
+    timeline: replaced::Timeline,
     /// The process's jitdump file, once it mapped it.
     jitdump: Option<PathBuf>,
     last_names: Option<u64>,
@@ -209,12 +213,22 @@ impl JitState {
 }
 
 /// A JIT registration made into a code object, as the registry showed
-/// it: by its start, its end, unwind table and name.
+/// it: by its start, its end, unwind table, name and time (the same code
+/// registered anew is another registration).
 #[derive(Debug, PartialEq, Eq)]
 struct RegisteredJit {
     end: u64,
     unwind_head: u64,
     name: Option<String>,
+    registered_at: Option<u64>,
+}
+
+/// A name held for a new address space, and the time of the first
+/// samples it names (those before it are of the code named before).
+#[derive(Debug)]
+struct HeldName {
+    name: JitName,
+    since: u64,
 }
 
 /// A name for JIT code, as a `JitCode` record gives it.
@@ -685,9 +699,10 @@ impl Spaces {
             time: out.rel(time),
             name: &space.name,
         });
+        space.jit.timeline = std::mem::take(&mut old.jit.timeline);
         // Names held for a new address space go into this one.
         for held in std::mem::take(&mut old.jit.held) {
-            space.record_name(held, out);
+            space.record_name(held.name, held.since, out);
         }
         // The copy holds the old mappings of the range too (a reader's
         // Mapping replaces them); the code objects there are gone here.

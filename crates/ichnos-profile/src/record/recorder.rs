@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use ichnos_code::elf::RowChoice;
-use ichnos_code::{unwind_cached, FrameKind, Regs, StopReason, UnwindOptions};
+use ichnos_code::{FrameKind, Regs, StopReason, UnwindOptions};
 use ichnos_data::{LostCause, Record, StackOut, StackStop};
 use ichnos_perf::attr::regs;
 use ichnos_perf::monotonic_ns;
@@ -17,7 +17,7 @@ use ichnos_perf::record::{Record as PerfRecord, Sample, MISC_USER, REGS_ABI_NONE
 
 use super::events;
 use super::intern::Interner;
-use super::model::{self, Spaces};
+use super::model::Spaces;
 use super::off_cpu::OffCpu;
 use super::order::{Sorter, MARGIN_NS};
 use super::output::Output;
@@ -297,7 +297,9 @@ impl Recorder {
             space.refresh_registry_on_time(now, &mut self.output);
             space.refresh_debugger_jit_on_time(now, &mut self.output);
         }
-        self.rename_all(now);
+        // (Names held for code registered after the samples handled so
+        // far wait for its samples.)
+        self.rename_all(up_to.min(now));
         self.output.tell_drops(now);
     }
 
@@ -525,9 +527,13 @@ impl Recorder {
         // again after a look for code no record told of (JIT code), if
         // the walk ran into memory a JIT may fill, in the copy or past it.
         let mut refreshed = false;
+        // Registrations made before the sample was taken are known before
+        // it is walked.
+        let space = self.spaces.by_pid.get_mut(&pid).expect("made above");
+        space.refresh_registry_for(time, &mut self.output);
         loop {
             let space = self.spaces.by_pid.get_mut(&pid).expect("made above");
-            let mut stop = walk(space, regs, stack, &self.options, &mut self.frames);
+            let mut stop = space.walk(time, regs, stack, &self.options, &mut self.frames);
             // A walk that ran off a whole copy (not one the kernel cut at
             // the stack's end, nor one cut in staging) goes on in the
             // thread's memory, if that still holds what the copy did.
@@ -540,7 +546,7 @@ impl Recorder {
                         copy: stack,
                     };
                     stop = live.walk_on(taken, stop, self.frames.last().copied(), &mut |stack| {
-                        walk(space, regs, stack, &self.options, &mut self.frames)
+                        space.walk(time, regs, stack, &self.options, &mut self.frames)
                     });
                 }
             }
@@ -719,24 +725,6 @@ impl Recorder {
             self.complete += 1;
         }
     }
-}
-
-fn walk(
-    space: &mut model::AddressSpace,
-    regs: Regs,
-    stack: &[u8],
-    options: &UnwindOptions,
-    frames: &mut Vec<ichnos_code::Frame>,
-) -> StopReason {
-    unwind_cached(
-        &space.code,
-        regs,
-        stack,
-        &mut space.image,
-        options,
-        &mut space.cache,
-        frames,
-    )
 }
 
 fn stack_stop(stop: StopReason) -> StackStop {

@@ -11,7 +11,7 @@ use ichnos_data::{JitSource, Record};
 use std::collections::{HashMap, HashSet};
 
 use super::{
-    capped, reread, stamp, AddressSpace, JitName, Output, RegisteredJit, RegistryAt,
+    capped, reread, stamp, AddressSpace, HeldName, JitName, Output, RegisteredJit, RegistryAt,
     DEBUGGER_BYTES_PER_LOOK, MAX_DEBUGGER_ENTRIES, MAX_JITDUMP, MAX_JIT_NAMES, MAX_PENDING_JIT,
     REFRESH_INTERVAL_NS,
 };
@@ -35,7 +35,8 @@ impl super::Spaces {
         let Some(space) = self.by_pid.get_mut(&pid) else {
             return false;
         };
-        if space.jit.held.is_empty()
+        // (Names of code registered after `time` wait for its samples.)
+        if !space.jit.held.iter().any(|h| h.since <= time)
             || space
                 .jit
                 .last_renewal
@@ -59,9 +60,13 @@ impl super::Spaces {
                 name: &space.name,
             });
         }
-        for held in std::mem::take(&mut space.jit.held) {
-            space.jit.forget_name(held.start);
-            space.record_name(held, out);
+        let (due, later): (Vec<HeldName>, Vec<HeldName>) = std::mem::take(&mut space.jit.held)
+            .into_iter()
+            .partition(|h| h.since <= time);
+        space.jit.held = later;
+        for held in due {
+            space.jit.forget_name(held.name.start);
+            space.record_name(held.name, held.since, out);
         }
         renew
     }
@@ -101,7 +106,7 @@ impl AddressSpace {
     /// its code registry and through the GDB JIT interface: whether the
     /// code map changed.
     pub fn refresh_jit(&mut self, time: u64, out: &mut Output) -> bool {
-        let registered = self.refresh_registry(time, out);
+        let registered = self.refresh_registry(out);
         self.refresh_debugger_jit(time, out) | registered
     }
 
@@ -120,15 +125,31 @@ impl AddressSpace {
         {
             return false;
         }
-        self.refresh_registry(time, out)
+        self.refresh_registry(out)
+    }
+
+    /// Looks at the process's exported registry if the last look was
+    /// before `time`, so that a sample taken then is walked knowing every
+    /// registration made before it (a look that finds nothing changed
+    /// reads only the registry's generation). Whether the code map
+    /// changed.
+    pub fn refresh_registry_for(&mut self, time: u64, out: &mut Output) -> bool {
+        if self.offline
+            || !matches!(self.jit.registry, RegistryAt::At(_))
+            || self.jit.last_registry_look.is_some_and(|t| t >= time)
+        {
+            return false;
+        }
+        self.refresh_registry(out)
     }
 
     /// Looks for JIT code in the process's exported code registry: each
     /// new registration becomes a code object; those gone from the
-    /// registry, or registered anew (other rows, another name), drop
-    /// theirs, since their memory may hold other code now. Code put where
-    /// named code was is named at once.
-    fn refresh_registry(&mut self, time: u64, out: &mut Output) -> bool {
+    /// registry, or registered anew (other rows, another name, another
+    /// time), drop theirs, since their memory may hold other code now,
+    /// and keep them for the samples taken before (`replaced.rs`). Code
+    /// put where named code was is named at once.
+    fn refresh_registry(&mut self, out: &mut Output) -> bool {
         // Looked for in the files mapped since the last look that found
         // none: a library exporting one may be loaded late.
         let recheck = self.jit.files_mapped > self.jit.registry_searched_at;
@@ -147,21 +168,24 @@ impl AddressSpace {
         let RegistryAt::At(addr) = self.jit.registry else {
             return false;
         };
-        self.jit.last_registry_look = Some(time);
+        // The look's own time, on the samples' clock: what it finds
+        // covers every sample taken before it.
+        let looked = ichnos_perf::monotonic_ns();
+        self.jit.last_registry_look = Some(looked);
         let pid = self.pid;
         let generation = ichnos_code::export::exported_registry_generation(pid, addr).ok();
         if generation.is_some() && generation == self.jit.registry_generation {
             return false;
         }
-        let Ok(registrations) = ichnos_code::export::read_exported_registry(pid, addr) else {
+        let Ok(entries) = ichnos_code::export::read_exported_entries(pid, addr) else {
             return false;
         };
         // (Read before the entries: a change between the two is read at
         // the next look.)
         self.jit.registry_generation = generation;
-        let live: HashMap<u64, RegisteredJit> = registrations
+        let live: HashMap<u64, RegisteredJit> = entries
             .into_iter()
-            .filter_map(|r| match r {
+            .filter_map(|e| match e.registration {
                 ichnos_code::Registration::Jit {
                     text,
                     unwind_head,
@@ -172,13 +196,21 @@ impl AddressSpace {
                         end: text.end,
                         unwind_head,
                         name,
+                        registered_at: e.registered_ns,
                     },
                 )),
                 ichnos_code::Registration::Elf(_) => None,
             })
             .collect();
+        let retired = self.retire_gone(&live, looked);
+        self.build_registered(live, out) | retired
+    }
+
+    /// Drops the code objects of registrations gone from `live`, or
+    /// registered anew, keeping them for the samples taken before they
+    /// went (a look at `looked` found them gone). Whether any went.
+    fn retire_gone(&mut self, live: &HashMap<u64, RegisteredJit>, looked: u64) -> bool {
         let mut changed = false;
-        // Gone, or registered anew: its code object goes.
         let stale: Vec<u64> = self
             .jit
             .registered
@@ -187,17 +219,35 @@ impl AddressSpace {
             .map(|(&start, _)| start)
             .collect();
         for start in stale {
-            self.jit.registered.remove(&start);
+            let was = self.jit.registered.remove(&start);
             // (Unless the GDB JIT interface gave the object there now.)
-            if !self.jit.from_debugger.contains(&start)
-                && self
+            if self.jit.from_debugger.contains(&start)
+                || !self
                     .code
                     .find(start)
                     .is_some_and(|o| o.start == start && o.source == RowSource::Jit)
             {
-                changed |= self.code.remove(start).is_some();
+                continue;
+            }
+            if let Some(object) = self.code.remove(start) {
+                changed = true;
+                let since = was.and_then(|w| w.registered_at).unwrap_or(0);
+                let until = super::replaced::served_until(
+                    &(object.start..object.end),
+                    since,
+                    live.iter().map(|(&s, r)| (s..r.end, r.registered_at)),
+                    looked,
+                );
+                self.jit.timeline.retire(object, since, until);
             }
         }
+        changed
+    }
+
+    /// Makes a code object of each registration of `live` not made yet.
+    /// Whether any was made.
+    fn build_registered(&mut self, live: HashMap<u64, RegisteredJit>, out: &mut Output) -> bool {
+        let mut changed = false;
         for (start, registration) in live {
             if self.jit.registered.contains_key(&start) {
                 continue;
@@ -210,7 +260,7 @@ impl AddressSpace {
             }
             let (text, unwind_head) = (start..registration.end, registration.unwind_head);
             let name = registration.name.clone();
-            let rows = JitRows::new(pid, text.start, text.end, unwind_head);
+            let rows = JitRows::new(self.pid, text.start, text.end, unwind_head);
             rows.refresh();
             let name: Arc<str> = Arc::from(name.as_deref().unwrap_or("[jit]"));
             let object = CodeObject {
@@ -221,13 +271,21 @@ impl AddressSpace {
                 source: RowSource::Jit,
                 name,
             };
+            let since = registration.registered_at.unwrap_or(0);
             if self.code.insert(Arc::new(object)).is_ok() {
                 changed = true;
                 self.jit.registered.insert(start, registration);
-                // Other code where named code was: named now, since its
-                // stacks may be ones already written.
+                // Code put where other code was: the old code's name is
+                // recorded for the samples taken before (unless one is),
+                // and the new one held for those from its registration
+                // on, whose stacks may be ones already written.
+                if let Some(old) = self.jit.timeline.at_start(start).cloned() {
+                    if !self.jit.recorded.contains_key(&start) {
+                        self.name_object(&old, 0, out);
+                    }
+                }
                 if self.jit.recorded.contains_key(&start) {
-                    self.name_code(start, out);
+                    self.name_code(start, since, out);
                 }
             }
         }
@@ -315,7 +373,7 @@ impl AddressSpace {
                     .filter(|s| self.jit.recorded.contains_key(s))
                     .collect();
                 for start in named_before {
-                    self.name_code(start, out);
+                    self.name_code(start, 0, out);
                 }
                 self.jit.debugger_entries.insert(entry, starts);
             }
@@ -323,11 +381,17 @@ impl AddressSpace {
         changed
     }
 
-    /// Records the name of the JIT code object at `start`.
-    fn name_code(&mut self, start: u64, out: &mut Output) {
-        let Some(object) = self.code.find(start).filter(|o| o.start == start) else {
+    /// Records the name of the JIT code object at `start` (`since`: the
+    /// time of its first samples, where it replaced other code).
+    fn name_code(&mut self, start: u64, since: u64, out: &mut Output) {
+        let Some(object) = self.code.find(start).filter(|o| o.start == start).cloned() else {
             return;
         };
+        self.name_object(&object, since, out);
+    }
+
+    /// Records the name of the JIT code `object` (see [`Self::name_code`]).
+    fn name_object(&mut self, object: &CodeObject, since: u64, out: &mut Output) {
         if object.source != RowSource::Jit {
             return;
         }
@@ -341,22 +405,27 @@ impl AddressSpace {
             },
             name: Arc::from(capped(object.name.as_bytes())),
         };
-        self.record_name(name, out);
+        self.record_name(name, since, out);
     }
 
     /// Records a name of JIT code, unless this address space has it
     /// already. Where it has another name at the same start (the code
     /// there was freed and its memory reused), the name is held for a new
-    /// address space ([`super::Spaces::rename`]), so that stacks written
-    /// before keep the name they had.
-    pub(super) fn record_name(&mut self, name: JitName, out: &mut Output) {
+    /// address space ([`super::Spaces::rename`]) made at the first sample
+    /// at or after `since`, so that stacks written before keep the name
+    /// they had.
+    pub(super) fn record_name(&mut self, name: JitName, since: u64, out: &mut Output) {
         match self.jit.recorded.get(&name.start) {
             Some(recorded) if recorded.end == name.end && recorded.name == name.name => return,
             Some(_) => {
-                let held = self.jit.held.iter_mut().find(|h| h.start == name.start);
+                let held = self
+                    .jit
+                    .held
+                    .iter_mut()
+                    .find(|h| h.name.start == name.start);
                 match held {
-                    Some(held) => *held = name,
-                    None => self.jit.held.push(name),
+                    Some(held) => *held = HeldName { name, since },
+                    None => self.jit.held.push(HeldName { name, since }),
                 }
                 return;
             }
@@ -451,15 +520,23 @@ impl AddressSpace {
         self.refresh_debugger_jit(time, out)
     }
 
-    /// Notes the JIT frames of a new stack: names registered code the
-    /// first time it appears, and remembers addresses no name covers yet.
+    /// Notes the JIT frames of a new stack taken at `time`: names
+    /// registered code the first time it appears (the code that was there
+    /// then), and remembers addresses no name covers yet.
     pub fn note_jit_frames(&mut self, frames: &[u64], out: &mut Output, time: u64) {
         for (i, &frame) in frames.iter().enumerate() {
             let pc = if i == 0 { frame } else { frame.wrapping_sub(1) };
-            match self.code.find(pc) {
+            match self.code_at(pc, time) {
                 Some(object) if object.source == RowSource::Jit => {
-                    let start = object.start;
-                    self.name_code(start, out);
+                    let object = Arc::clone(object);
+                    let since = self
+                        .jit
+                        .registered
+                        .get(&object.start)
+                        .and_then(|r| r.registered_at)
+                        .filter(|_| self.code.find(pc).is_some_and(|o| Arc::ptr_eq(o, &object)))
+                        .unwrap_or(0);
+                    self.name_object(&object, since, out);
                 }
                 None if self.jit.pending.len() < MAX_PENDING_JIT
                     && self.jit.anon.iter().any(|r| r.contains(&pc)) =>
@@ -559,7 +636,7 @@ impl AddressSpace {
                 source,
                 name: Arc::from(capped(name.as_bytes())),
             };
-            self.record_name(name, out);
+            self.record_name(name, 0, out);
         }
     }
 }

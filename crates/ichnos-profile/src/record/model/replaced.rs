@@ -1,0 +1,335 @@
+//! JIT code replaced in its memory: which code a sample ran when it was
+//! taken.
+//!
+//! A JIT frees code and registers other code where it was. The recorder
+//! sees the change at its next look at the process's registry, while the
+//! samples it unwinds were taken 10 to 20 ms before it unwinds them: some
+//! of the samples it walks after a look are older than the change, and
+//! the code map as it now is would unwind them with the new code's rows.
+//! So the code objects a look finds gone from the registry are kept for a
+//! while, each with the time it served until (the registration time of
+//! the code put in its place, which the registry exports, else the look),
+//! and a sample taken before that is unwound with it.
+
+use std::collections::VecDeque;
+use std::ops::Range;
+use std::sync::Arc;
+
+use ichnos_code::cfi::{CfiError, CfiStep};
+use ichnos_code::code_map::{FindRow, Lookup};
+use ichnos_code::unwind::{unwind_cached, unwind_into};
+use ichnos_code::{CodeMap, CodeObject, Frame, Regs, Rows, StopReason, UnwindOptions};
+
+use super::AddressSpace;
+
+/// Code objects kept after they went, at most (a JIT freeing thousands
+/// of functions at once keeps the newest).
+const MAX_RETIRED: usize = 4096;
+/// How long a retired object is kept past the time it served until:
+/// samples are walked in time order, and one older than that by more
+/// than this is later than the sorting lets through.
+const KEEP_PAST_NS: u64 = 200_000_000;
+
+/// A code object the registry no longer holds.
+#[derive(Debug)]
+struct Retired {
+    object: Arc<CodeObject>,
+    /// When it was registered (0 where the registry did not say).
+    since: u64,
+    /// The time it served until.
+    until: u64,
+}
+
+impl Retired {
+    fn serves(&self, pc: u64, time: u64) -> bool {
+        (self.since..self.until).contains(&time)
+            && (self.object.start..self.object.end).contains(&pc)
+    }
+}
+
+/// The code objects a process's registry no longer holds, kept for the
+/// samples taken before they went.
+#[derive(Debug, Default)]
+pub(super) struct Timeline {
+    /// Oldest first.
+    retired: VecDeque<Retired>,
+    /// The latest time any of them serves until: samples at or after it
+    /// are walked with the code map alone.
+    until: u64,
+}
+
+impl Timeline {
+    /// Keeps `object`, registered at `since` (0: not known), for the
+    /// samples taken before `until`. Its rows are read no more: its
+    /// table's memory may describe other code now.
+    pub(super) fn retire(&mut self, object: Arc<CodeObject>, since: u64, until: u64) {
+        if let Rows::Jit(rows) = &object.rows {
+            rows.freeze();
+        }
+        if self.retired.len() >= MAX_RETIRED {
+            self.retired.pop_front();
+        }
+        self.until = self.until.max(until);
+        self.retired.push_back(Retired {
+            object,
+            since,
+            until,
+        });
+    }
+
+    /// The retired object that `pc` lay in at `time`, the newest where
+    /// several did.
+    pub(super) fn find(&self, pc: u64, time: u64) -> Option<&Arc<CodeObject>> {
+        if time >= self.until {
+            return None;
+        }
+        self.retired
+            .iter()
+            .rev()
+            .find(|r| r.serves(pc, time))
+            .map(|r| &r.object)
+    }
+
+    /// The retired object that starts at `start`, the newest.
+    pub(super) fn at_start(&self, start: u64) -> Option<&Arc<CodeObject>> {
+        self.retired
+            .iter()
+            .rev()
+            .find(|r| r.object.start == start)
+            .map(|r| &r.object)
+    }
+
+    /// Forgets the objects no sample walked from `time` on can need.
+    fn forget_before(&mut self, time: u64) {
+        while self
+            .retired
+            .front()
+            .is_some_and(|r| r.until.saturating_add(KEEP_PAST_NS) <= time)
+        {
+            self.retired.pop_front();
+        }
+        if self.retired.is_empty() {
+            self.until = 0;
+        }
+    }
+}
+
+/// The code of an address space as it was at a time: the code map, but
+/// where a retired object served then, that object.
+struct AtTime<'a> {
+    code: &'a CodeMap,
+    timeline: &'a Timeline,
+    time: u64,
+}
+
+impl<'a> AtTime<'a> {
+    fn find(&self, pc: u64) -> Option<&'a Arc<CodeObject>> {
+        self.timeline
+            .find(pc, self.time)
+            .or_else(|| self.code.find(pc))
+    }
+}
+
+impl FindRow for AtTime<'_> {
+    fn find_row(&self, pc: u64) -> Lookup {
+        match self.find(pc) {
+            None => Lookup::NoCode,
+            Some(o) => match o.find_row(pc) {
+                Some(row) => Lookup::Row(row, o.source),
+                None => Lookup::NoRow,
+            },
+        }
+    }
+
+    // (No generation: answers depend on the time, and are not cached.)
+
+    fn evaluate_cfi(
+        &self,
+        pc: u64,
+        regs: Regs,
+        read: &mut dyn FnMut(u64) -> Option<u64>,
+    ) -> Option<Result<CfiStep, CfiError>> {
+        self.find(pc)?.evaluate_cfi(pc, regs, read)
+    }
+}
+
+impl AddressSpace {
+    /// Walks a stack taken at `time` from `regs` through its copy `stack`
+    /// into `frames`: with the code map (and its cache), and again with
+    /// the code as it was at `time` where the walk went through code that
+    /// was replaced or removed since.
+    pub fn walk(
+        &mut self,
+        time: u64,
+        regs: Regs,
+        stack: &[u8],
+        options: &UnwindOptions,
+        frames: &mut Vec<Frame>,
+    ) -> StopReason {
+        let stop = unwind_cached(
+            &self.code,
+            regs,
+            stack,
+            &mut self.image,
+            options,
+            &mut self.cache,
+            frames,
+        );
+        let timeline = &mut self.jit.timeline;
+        if timeline.retired.is_empty() {
+            return stop;
+        }
+        timeline.forget_before(time);
+        // Each frame's address was looked up: where none lies in a
+        // retired object that served then, the walk is what it was.
+        if !frames
+            .iter()
+            .any(|f| timeline.find(f.lookup_address(), time).is_some())
+        {
+            return stop;
+        }
+        let then = AtTime {
+            code: &self.code,
+            timeline: &self.jit.timeline,
+            time,
+        };
+        unwind_into(&then, regs, stack, &mut self.image, options, frames)
+    }
+
+    /// The code object `pc` lay in at `time`.
+    pub(super) fn code_at(&self, pc: u64, time: u64) -> Option<&Arc<CodeObject>> {
+        self.jit
+            .timeline
+            .find(pc, time)
+            .or_else(|| self.code.find(pc))
+    }
+}
+
+/// The time the JIT code object at `range`, registered at `since` and
+/// gone from the registry, served until: the earliest registration time
+/// after `since` among the `live` registrations that overlap it (code put
+/// in its memory), else `looked` (when the look found it gone).
+pub(super) fn served_until(
+    range: &Range<u64>,
+    since: u64,
+    live: impl Iterator<Item = (Range<u64>, Option<u64>)>,
+    looked: u64,
+) -> u64 {
+    live.filter(|(r, _)| r.start < range.end && range.start < r.end)
+        .filter_map(|(_, at)| at.filter(|&at| at > since))
+        .fold(looked, u64::min)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ichnos_code::row::{RowTable, UnwindRow, ROW_CFA_BASE_SP};
+    use ichnos_code::RowSource;
+
+    /// A code object whose one row says the frame is `cfa_off` bytes.
+    fn object(start: u64, end: u64, cfa_off: i32, name: &str) -> Arc<CodeObject> {
+        let mut table = RowTable::new(start);
+        table
+            .push(
+                start,
+                UnwindRow {
+                    size: u32::try_from(end - start).unwrap(),
+                    ip_off: 0,
+                    cfa_off,
+                    ra_off: -8,
+                    fp_off: 0,
+                    info: ROW_CFA_BASE_SP,
+                },
+            )
+            .unwrap();
+        Arc::new(CodeObject {
+            start,
+            end,
+            bias: 0,
+            rows: Rows::Fixed(Arc::new(table)),
+            source: RowSource::Jit,
+            name: Arc::from(name),
+        })
+    }
+
+    fn cfa_at(at: &AtTime<'_>, pc: u64) -> Option<i32> {
+        match at.find_row(pc) {
+            Lookup::Row(row, _) => Some(row.cfa_off),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn a_sample_is_looked_up_in_the_code_that_was_there_when_it_was_taken() {
+        let mut code = CodeMap::new();
+        code.insert(object(0x1000, 0x1100, 72, "new")).unwrap();
+        code.insert(object(0x2000, 0x2100, 24, "other")).unwrap();
+        let mut timeline = Timeline::default();
+        // Old code at 0x1000 served until 500 (when "new" was
+        // registered); code at 0x3000 was removed, found gone at 700.
+        timeline.retire(object(0x1000, 0x1100, 40, "old"), 100, 500);
+        timeline.retire(object(0x3000, 0x3100, 16, "gone"), 0, 700);
+        let at = |time| AtTime {
+            code: &code,
+            timeline: &timeline,
+            time,
+        };
+        assert_eq!(cfa_at(&at(499), 0x1010), Some(40));
+        assert_eq!(cfa_at(&at(500), 0x1010), Some(72));
+        assert_eq!(cfa_at(&at(499), 0x2010), Some(24), "not replaced");
+        assert_eq!(cfa_at(&at(699), 0x3010), Some(16));
+        assert_eq!(cfa_at(&at(700), 0x3010), None);
+        // Before the old code was registered it did not serve: the map's.
+        assert_eq!(cfa_at(&at(50), 0x1010), Some(72));
+        assert_eq!(&*at(499).find(0x1010).unwrap().name, "old");
+        assert!(at(400).generation().is_none(), "answers are not cached");
+    }
+
+    #[test]
+    fn the_newest_of_two_retired_objects_serves_its_own_time() {
+        let mut timeline = Timeline::default();
+        timeline.retire(object(0x1000, 0x1100, 8, "first"), 0, 300);
+        timeline.retire(object(0x1000, 0x1100, 16, "second"), 300, 600);
+        assert_eq!(&*timeline.find(0x1000, 299).unwrap().name, "first");
+        assert_eq!(&*timeline.find(0x1000, 300).unwrap().name, "second");
+        assert!(timeline.find(0x1000, 600).is_none());
+        assert_eq!(&*timeline.at_start(0x1000).unwrap().name, "second");
+    }
+
+    #[test]
+    fn retired_objects_are_forgotten_once_no_sample_can_need_them() {
+        let mut timeline = Timeline::default();
+        timeline.retire(object(0x1000, 0x1100, 8, "a"), 0, 1_000);
+        timeline.retire(object(0x2000, 0x2100, 8, "b"), 0, 2_000);
+        timeline.forget_before(1_000 + KEEP_PAST_NS - 1);
+        assert_eq!(timeline.retired.len(), 2);
+        timeline.forget_before(1_000 + KEEP_PAST_NS);
+        assert_eq!(timeline.retired.len(), 1);
+        timeline.forget_before(2_000 + KEEP_PAST_NS);
+        assert!(timeline.retired.is_empty());
+        assert_eq!(timeline.until, 0);
+        for i in 0..MAX_RETIRED as u64 + 10 {
+            timeline.retire(object(0x1000, 0x1100, 8, "c"), 0, i);
+        }
+        assert_eq!(timeline.retired.len(), MAX_RETIRED);
+    }
+
+    #[test]
+    fn code_put_in_its_place_ends_a_retired_objects_time() {
+        let live = [
+            (0x1000..0x1080, Some(700)),
+            (0x1080..0x1100, Some(650)),
+            (0x5000..0x5100, Some(10)),
+            (0x1000..0x1100, None),
+        ];
+        let until = served_until(&(0x1000..0x1100), 0, live.iter().cloned(), 900);
+        assert_eq!(until, 650);
+        // Registrations no later than its own do not end it.
+        let until = served_until(&(0x1000..0x1100), 650, live.iter().cloned(), 900);
+        assert_eq!(until, 700);
+        assert_eq!(
+            served_until(&(0x7000..0x7100), 0, live.into_iter(), 900),
+            900
+        );
+    }
+}
