@@ -107,3 +107,87 @@ fn entries_of_96_bytes_are_read_without_a_time() {
         .to_string();
     assert!(err.contains("entry_size"), "{err}");
 }
+
+/// A table laid out by hand in bytes (as a core or a fuzzer gives it):
+/// every field of both kinds of entry read where the docs put it.
+#[test]
+fn a_table_in_bytes_reads_every_field_where_the_docs_put_it() {
+    use ichnos_code::export::read_exported_entries_in;
+    use ichnos_code::memory::Bytes;
+    let base = 0x10000u64;
+    let entries_at = base + 40;
+    let strings_at = entries_at + 2 * 104;
+    let (name, path) = (strings_at, strings_at + 7);
+    let (build_id, link) = (path + 14, path + 18);
+    let mut bytes = Vec::new();
+    bytes.extend_from_slice(b"ICHNOSRG");
+    for word in [1u32, 104] {
+        bytes.extend_from_slice(&word.to_le_bytes());
+    }
+    for word in [2u64, entries_at, 2] {
+        bytes.extend_from_slice(&word.to_le_bytes());
+    }
+    let entry = |kind: u32, id_len: u32, words: [u64; 10], crc: u32, time: u64| {
+        let mut e = Vec::new();
+        e.extend_from_slice(&kind.to_le_bytes());
+        e.extend_from_slice(&id_len.to_le_bytes());
+        for w in words {
+            e.extend_from_slice(&w.to_le_bytes());
+        }
+        e.extend_from_slice(&crc.to_le_bytes());
+        e.extend_from_slice(&0u32.to_le_bytes());
+        e.extend_from_slice(&time.to_le_bytes());
+        assert_eq!(e.len(), 104);
+        e
+    };
+    bytes.extend(entry(
+        2,
+        0,
+        [0x7000, 0x7100, 0, 0, 0, 0, 0x9000, name, 0, 0],
+        0,
+        123_456_789,
+    ));
+    bytes.extend(entry(
+        1,
+        4,
+        [
+            0x40_1000, 0x40_2000, 0x40_0000, 0x40_3000, 0x40_2000, 0x40_2100, 0, path, build_id,
+            link,
+        ],
+        0xdead_beef,
+        0,
+    ));
+    bytes.extend_from_slice(b"jit_fn\0/usr/lib/x.so\0\x01\x02\x03\x04dbg.debug\0");
+    let mut memory = Bytes {
+        addr: base,
+        data: &bytes,
+    };
+    let entries = read_exported_entries_in(&mut memory, 1, base).unwrap();
+    assert_eq!(entries.len(), 2);
+    assert_eq!(entries[0].registered_ns, Some(123_456_789));
+    assert_eq!(
+        entries[0].registration,
+        Registration::Jit {
+            text: 0x7000..0x7100,
+            unwind_head: 0x9000,
+            name: Some("jit_fn".to_owned()),
+        }
+    );
+    assert_eq!(entries[1].registered_ns, None, "0 is not a time");
+    let Registration::Elf(elf) = &entries[1].registration else {
+        panic!("an ELF entry");
+    };
+    assert_eq!(elf.text, 0x40_1000..0x40_2000);
+    assert_eq!(elf.elf, 0x40_0000..0x40_3000);
+    assert_eq!(elf.sframe, Some(0x40_2000..0x40_2100));
+    assert_eq!(
+        elf.path.as_deref(),
+        Some(std::path::Path::new("/usr/lib/x.so"))
+    );
+    assert_eq!(elf.build_id.as_deref(), Some(&[1u8, 2, 3, 4][..]));
+    assert_eq!(
+        elf.debug_link.as_deref(),
+        Some(std::path::Path::new("dbg.debug"))
+    );
+    assert_eq!(elf.debug_link_crc, 0xdead_beef);
+}

@@ -209,7 +209,19 @@ pub fn read_exported_registry(pid: u32, addr: u64) -> Result<Vec<Registration>, 
 /// The header or entries cannot be read, a field is not valid (named,
 /// with its address), or the table kept changing over 16 attempts.
 pub fn read_exported_entries(pid: u32, addr: u64) -> Result<Vec<ExportedEntry>, RemoteError> {
-    let mut memory = ProcessMemory::new(pid);
+    read_exported_entries_in(&mut ProcessMemory::new(pid), pid, addr)
+}
+
+/// As [`read_exported_entries`], from `memory` (process `pid`'s, which
+/// errors name): a core, or bytes a test or fuzzer lays out.
+///
+/// # Errors
+/// As [`read_exported_entries`].
+pub fn read_exported_entries_in(
+    memory: &mut dyn Memory,
+    pid: u32,
+    addr: u64,
+) -> Result<Vec<ExportedEntry>, RemoteError> {
     let bad = |at: u64, field, detail: String| RemoteError::Bad {
         pid,
         addr: at,
@@ -253,21 +265,21 @@ pub fn read_exported_entries(pid: u32, addr: u64) -> Result<Vec<ExportedEntry>, 
                 .map_err(|e| bad(addr + 24, "entries", e.to_string()))?;
         }
         fence(Ordering::Acquire);
-        let generation_now = |memory: &mut ProcessMemory| -> Result<u64, RemoteError> {
+        let generation_now = |memory: &mut dyn Memory| -> Result<u64, RemoteError> {
             let mut again = [0u8; 8];
             memory
                 .read(addr + 16, &mut again)
                 .map_err(|e| bad(addr + 16, "generation", e.to_string()))?;
             Ok(u64::from_le_bytes(again))
         };
-        if generation_now(&mut memory)? != generation {
+        if generation_now(memory)? != generation {
             continue;
         }
         let mut out = Vec::with_capacity(count as usize);
         let mut failed = None;
         for (i, e) in raw.chunks_exact(entry_size as usize).enumerate() {
             let at = table + i as u64 * u64::from(entry_size);
-            match decode_entry(&mut memory, e) {
+            match decode_entry(memory, e) {
                 Ok(r) => out.push(r),
                 Err((field, detail)) => {
                     failed = Some(bad(at, field, detail));
@@ -279,7 +291,7 @@ pub fn read_exported_entries(pid: u32, addr: u64) -> Result<Vec<ExportedEntry>, 
         // updates (the generation rises by 2 with each): read after more
         // than that, what they said may be gone; read again.
         fence(Ordering::Acquire);
-        let moved = generation_now(&mut memory)?.wrapping_sub(generation) / 2;
+        let moved = generation_now(memory)?.wrapping_sub(generation) / 2;
         if moved >= RETIRED_KEPT as u64 - 1 || (failed.is_some() && moved > 0) {
             continue;
         }
@@ -296,7 +308,7 @@ pub fn read_exported_entries(pid: u32, addr: u64) -> Result<Vec<ExportedEntry>, 
 const REGISTERED_NS_AT: usize = 96;
 
 fn decode_entry(
-    memory: &mut ProcessMemory,
+    memory: &mut dyn Memory,
     e: &[u8],
 ) -> Result<ExportedEntry, (&'static str, String)> {
     let u64_at = |o: usize| u64::from_le_bytes(e[o..o + 8].try_into().unwrap_or([0; 8]));
@@ -311,7 +323,7 @@ fn decode_entry(
 }
 
 fn decode_registration(
-    memory: &mut ProcessMemory,
+    memory: &mut dyn Memory,
     e: &[u8],
 ) -> Result<Registration, (&'static str, String)> {
     let u32_at = |o: usize| u32::from_le_bytes(e[o..o + 4].try_into().unwrap_or([0; 4]));
@@ -364,23 +376,25 @@ fn decode_registration(
     }
 }
 
-fn read_c_string(
-    memory: &mut ProcessMemory,
-    addr: u64,
-) -> Result<Option<std::path::PathBuf>, String> {
+fn read_c_string(memory: &mut dyn Memory, addr: u64) -> Result<Option<std::path::PathBuf>, String> {
     if addr == 0 {
         return Ok(None);
     }
     let mut out = Vec::new();
     let mut chunk = [0u8; 256];
     while out.len() < MAX_PATH {
-        // Read byte-wise near a page end rather than fail on a short string.
-        let at = addr + out.len() as u64;
+        // Read no further than a page's end (the next page may not be
+        // mapped); where memory ends sooner (a core's, bytes laid out by
+        // hand), a byte at a time rather than fail on a short string.
+        let at = addr.wrapping_add(out.len() as u64);
         let room = (0x1000 - (at & 0xfff)) as usize;
-        let n = room.min(chunk.len());
-        memory
-            .read(at, &mut chunk[..n])
-            .map_err(|e| e.to_string())?;
+        let mut n = room.min(chunk.len());
+        if memory.read(at, &mut chunk[..n]).is_err() {
+            n = 1;
+            memory
+                .read(at, &mut chunk[..1])
+                .map_err(|e| e.to_string())?;
+        }
         if let Some(nul) = chunk[..n].iter().position(|&b| b == 0) {
             out.extend_from_slice(&chunk[..nul]);
             return Ok(Some(path_from_bytes(&out)));
