@@ -11,7 +11,7 @@
 //! within one an address always means the same code
 //! (docs/recording-format.md).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -26,7 +26,10 @@ use ichnos_image::{Asid, Image, SectionCache};
 use super::output::Output;
 
 mod jit;
+mod names;
 mod replaced;
+
+use jit::{HeldName, JitName, JitState};
 
 /// Most JIT code names kept per address space (a runtime can register
 /// millions of tiny ranges).
@@ -133,142 +136,6 @@ impl std::fmt::Debug for AddressSpace {
             .field("mappings", &self.mappings.len())
             .finish_non_exhaustive()
     }
-}
-
-/// JIT code of an address space: the registry, perf map and jitdump.
-#[derive(Debug, Default)]
-struct JitState {
-    /// Where the process's exported registry is, and the files searched
-    /// for it.
-    registry: RegistryAt,
-    registry_searched: ichnos_code::export::SearchedFiles,
-    /// Files mapped so far, and how many there were at the last search
-    /// for the registry and for the GDB JIT descriptor: a library loaded
-    /// since may hold either.
-    files_mapped: u64,
-    registry_searched_at: u64,
-    debugger_searched_at: u64,
-    /// Registrations made into code objects (text start, table head).
-    registered: HashMap<u64, RegisteredJit>,
-    /// When the registry was last looked at, and its generation when its
-    /// entries were last read (read again only when it moved).
-    last_registry_look: Option<u64>,
-    registry_generation: Option<u64>,
-    /// Where the process's GDB JIT descriptor is.
-    debugger: RegistryAt,
-    /// The files searched for it.
-    debugger_searched: ichnos_code::export::SearchedFiles,
-    /// The GDB JIT interface's entries read, with the starts of the
-    /// code objects each made (none if its object was unusable).
-    debugger_entries: HashMap<ichnos_code::gdb_jit::JitEntry, Vec<u64>>,
-    /// Starts of the code objects made from GDB JIT objects.
-    from_debugger: HashSet<u64>,
-    /// When the GDB JIT list was last read.
-    last_debugger_look: Option<u64>,
-    /// Ranges of anonymous executable memory.
-    anon: Vec<Range<u64>>,
-    /// Something new was mapped since the last refresh.
-    dirty: bool,
-    last_refresh: Option<u64>,
-    /// Addresses in JIT code no name covers yet.
-    pending: HashSet<u64>,
-    /// Addresses were added to `pending` since the last look.
-    fresh: bool,
-    /// The perf map and jitdump file as they were at the last look.
-    looked: Option<(Option<FileStamp>, Option<FileStamp>)>,
-    /// The perf map and the jitdump file as last read, with what they
-    /// looked like then: read again only when they change.
-    perf_map: Option<Read<ichnos_symbol::perf_map::PerfMap>>,
-    jitdump_read: Option<Read<ichnos_symbol::jitdump::JitDump>>,
-    /// The names recorded in this address space, by start.
-    recorded: HashMap<u64, JitName>,
-    /// How many of them came from the perf map or the jitdump file.
-    names_from_files: usize,
-    /// New address spaces made for names of reused memory, and when the
-    /// last was ([`Spaces::rename`]).
-    renewals: u32,
-    last_renewal: Option<u64>,
-    /// Names of code put where code of another name was recorded (its
-    /// memory reused), to be recorded in a new address space so that the
-    /// stacks already written keep the old names ([`Spaces::rename`]).
-    held: Vec<HeldName>,
-    /// JIT code objects the registry no longer holds, kept for the
-    /// samples taken before they went.
-    timeline: replaced::Timeline,
-    /// The process's jitdump file, once it mapped it.
-    jitdump: Option<PathBuf>,
-    last_names: Option<u64>,
-}
-
-impl JitState {
-    /// The JIT code object at `start` left the code map: its
-    /// registration or GDB JIT entry is looked for again.
-    fn forget(&mut self, start: u64) {
-        self.registered.remove(&start);
-        if self.from_debugger.remove(&start) {
-            self.debugger_entries
-                .retain(|_, starts| !starts.contains(&start));
-        }
-    }
-}
-
-/// A JIT registration made into a code object, as the registry showed
-/// it: by its start, its end, unwind table, name and time (the same code
-/// registered anew is another registration).
-#[derive(Debug, PartialEq, Eq)]
-struct RegisteredJit {
-    end: u64,
-    unwind_head: u64,
-    name: Option<String>,
-    registered_at: Option<u64>,
-}
-
-/// A name held for a new address space, and the time of the first
-/// samples it names (those before it are of the code named before).
-#[derive(Debug)]
-struct HeldName {
-    name: JitName,
-    since: u64,
-}
-
-/// A name for JIT code, as a `JitCode` record gives it.
-#[derive(Debug)]
-struct JitName {
-    start: u64,
-    end: u64,
-    source: ichnos_data::JitSource,
-    name: Arc<[u8]>,
-}
-
-impl JitName {
-    /// Whether the perf map or the jitdump file gave it.
-    fn is_from_files(&self) -> bool {
-        matches!(
-            self.source,
-            ichnos_data::JitSource::PerfMap | ichnos_data::JitSource::JitDump
-        )
-    }
-}
-
-impl JitState {
-    /// Forgets the name recorded at `start`.
-    fn forget_name(&mut self, start: u64) {
-        if let Some(name) = self.recorded.remove(&start) {
-            self.names_from_files -= usize::from(name.is_from_files());
-        }
-    }
-}
-
-/// Where a process's exported code registry is.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-enum RegistryAt {
-    /// Not looked for yet.
-    #[default]
-    Unknown,
-    /// Looked for, not there.
-    Absent,
-    /// At this address.
-    At(u64),
 }
 
 /// Every address space, by process.
@@ -663,6 +530,7 @@ impl Spaces {
         space.jit.registered = old.jit.registered;
         space.jit.last_registry_look = old.jit.last_registry_look;
         space.jit.registry_generation = old.jit.registry_generation;
+        space.jit.registry_read = old.jit.registry_read;
         space.jit.debugger = old.jit.debugger;
         space.jit.debugger_searched = old.jit.debugger_searched;
         space.jit.debugger_entries = old.jit.debugger_entries;
@@ -700,6 +568,8 @@ impl Spaces {
             name: &space.name,
         });
         space.jit.timeline = std::mem::take(&mut old.jit.timeline);
+        // (What the new mapping covers held its code from now on.)
+        space.jit.timeline.end_in(range, time);
         // Names held for a new address space go into this one.
         for held in std::mem::take(&mut old.jit.held) {
             space.record_name(held.name, held.since, out);

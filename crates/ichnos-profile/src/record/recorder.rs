@@ -656,6 +656,20 @@ impl Recorder {
         // JIT code while this stack was walked): its stacks from here on
         // belong to a new address space.
         self.spaces.rename(pid, time, &mut self.output);
+        let (id, new) = self.intern_in_space(pid, time, stop)?;
+        // Its JIT code is named anew where other code was named, from a
+        // time before this sample: the stack is written again in the new
+        // address space, where that name is.
+        if new && self.spaces.rename(pid, time, &mut self.output) {
+            return self.intern_in_space(pid, time, stop).map(|(id, _)| id);
+        }
+        Some(id)
+    }
+
+    /// The number of the stack in `self.stack` in `pid`'s address space
+    /// as it is, and whether it is new there (then written, and its JIT
+    /// frames noted).
+    fn intern_in_space(&mut self, pid: u32, time: u64, stop: StackStop) -> Option<(u32, bool)> {
         let space = self.spaces.by_pid.get_mut(&pid)?;
         let (id, new) = self.interner.intern(space.asid, stop, &self.stack);
         if new {
@@ -667,7 +681,7 @@ impl Recorder {
             }));
             space.note_jit_frames(&self.stack, &mut self.output, time);
         }
-        Some(id)
+        Some((id, new))
     }
 }
 

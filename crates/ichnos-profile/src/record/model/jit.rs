@@ -1,75 +1,155 @@
 //! The JIT side of an address space: code the process registered or
-//! mapped anonymously, found when a walk runs into it, and the names its
-//! perf map or jitdump file give it, captured while the process lives.
+//! mapped anonymously, found when a walk runs into it or on time (its
+//! code registry, its GDB JIT interface). Its names are `names.rs`'s.
 
+use std::collections::{HashMap, HashSet};
+use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use ichnos_code::{CodeObject, JitRows, RowSource, Rows};
-use ichnos_data::{JitSource, Record};
-
-use std::collections::{HashMap, HashSet};
 
 use super::{
-    capped, reread, stamp, AddressSpace, HeldName, JitName, Output, RegisteredJit, RegistryAt,
-    DEBUGGER_BYTES_PER_LOOK, MAX_DEBUGGER_ENTRIES, MAX_JITDUMP, MAX_JIT_NAMES, MAX_PENDING_JIT,
+    replaced, AddressSpace, FileStamp, Output, Read, DEBUGGER_BYTES_PER_LOOK, MAX_DEBUGGER_ENTRIES,
     REFRESH_INTERVAL_NS,
 };
 
-/// New address spaces made per process for JIT code named anew where
-/// other code was, at most (each costs a reader a copy of the process's
-/// mappings and names, and the stacks are written anew).
-const MAX_RENEWALS: u32 = 256;
-/// Least time between two of them: names found sooner wait (stacks of
-/// the new code keep the old name until then).
-const MIN_RENEWAL_INTERVAL_NS: u64 = 1_000_000_000;
+/// JIT code of an address space: the registry, perf map and jitdump.
+#[derive(Debug, Default)]
+pub(super) struct JitState {
+    /// Where the process's exported registry is, and the files searched
+    /// for it.
+    pub(super) registry: RegistryAt,
+    pub(super) registry_searched: ichnos_code::export::SearchedFiles,
+    /// Files mapped so far, and how many there were at the last search
+    /// for the registry and for the GDB JIT descriptor: a library loaded
+    /// since may hold either.
+    pub(super) files_mapped: u64,
+    pub(super) registry_searched_at: u64,
+    pub(super) debugger_searched_at: u64,
+    /// Registrations made into code objects (text start, table head).
+    pub(super) registered: HashMap<u64, RegisteredJit>,
+    /// When the registry was last looked at, and its generation when its
+    /// entries were last read (read again only when it moved).
+    pub(super) last_registry_look: Option<u64>,
+    pub(super) registry_generation: Option<u64>,
+    /// When its entries were last read, and how long that took.
+    pub(super) registry_read: Option<(std::time::Instant, std::time::Duration)>,
+    /// Where the process's GDB JIT descriptor is.
+    pub(super) debugger: RegistryAt,
+    /// The files searched for it.
+    pub(super) debugger_searched: ichnos_code::export::SearchedFiles,
+    /// The GDB JIT interface's entries read, with the starts of the
+    /// code objects each made (none if its object was unusable).
+    pub(super) debugger_entries: HashMap<ichnos_code::gdb_jit::JitEntry, Vec<u64>>,
+    /// Starts of the code objects made from GDB JIT objects.
+    pub(super) from_debugger: HashSet<u64>,
+    /// When the GDB JIT list was last read.
+    pub(super) last_debugger_look: Option<u64>,
+    /// Ranges of anonymous executable memory.
+    pub(super) anon: Vec<Range<u64>>,
+    /// Something new was mapped since the last refresh.
+    pub(super) dirty: bool,
+    pub(super) last_refresh: Option<u64>,
+    /// Addresses in JIT code no name covers yet.
+    pub(super) pending: HashSet<u64>,
+    /// Addresses were added to `pending` since the last look.
+    pub(super) fresh: bool,
+    /// The perf map and jitdump file as they were at the last look.
+    pub(super) looked: Option<(Option<FileStamp>, Option<FileStamp>)>,
+    /// The perf map and the jitdump file as last read, with what they
+    /// looked like then: read again only when they change.
+    pub(super) perf_map: Option<Read<ichnos_symbol::perf_map::PerfMap>>,
+    pub(super) jitdump_read: Option<Read<ichnos_symbol::jitdump::JitDump>>,
+    /// The names recorded in this address space, by start.
+    pub(super) recorded: HashMap<u64, JitName>,
+    /// How many of them came from the perf map or the jitdump file.
+    pub(super) names_from_files: usize,
+    /// New address spaces made for names of reused memory, and when the
+    /// last was ([`Spaces::rename`]).
+    pub(super) renewals: u32,
+    pub(super) last_renewal: Option<u64>,
+    /// Names of code put where code of another name was recorded (its
+    /// memory reused), to be recorded in a new address space so that the
+    /// stacks already written keep the old names ([`Spaces::rename`]).
+    pub(super) held: Vec<HeldName>,
+    /// JIT code objects the registry no longer holds, kept for the
+    /// samples taken before they went.
+    pub(super) timeline: replaced::Timeline,
+    /// The process's jitdump file, once it mapped it.
+    pub(super) jitdump: Option<PathBuf>,
+    pub(super) last_names: Option<u64>,
+}
 
-impl super::Spaces {
-    /// A new address space for `pid` if it holds names of JIT code put
-    /// where other code was named (its memory reused): the same mappings
-    /// and code under a new number, whose names are the old ones with
-    /// those in their place. The stacks written so far keep the old names;
-    /// stacks from now on are written anew. Whether it made one.
-    pub fn rename(&mut self, pid: u32, time: u64, out: &mut Output) -> bool {
-        let asid = self.next_asid;
-        let Some(space) = self.by_pid.get_mut(&pid) else {
-            return false;
-        };
-        // (Names of code registered after `time` wait for its samples.)
-        if !space.jit.held.iter().any(|h| h.since <= time)
-            || space
-                .jit
-                .last_renewal
-                .is_some_and(|t| time.saturating_sub(t) < MIN_RENEWAL_INTERVAL_NS)
-        {
-            return false;
+impl JitState {
+    /// The JIT code object at `start` left the code map: its
+    /// registration or GDB JIT entry is looked for again.
+    pub(super) fn forget(&mut self, start: u64) {
+        self.registered.remove(&start);
+        if self.from_debugger.remove(&start) {
+            self.debugger_entries
+                .retain(|_, starts| !starts.contains(&start));
         }
-        // Past the bound, names are replaced where they are (a reader
-        // takes the last name at a start, for all its stacks).
-        let renew = space.jit.renewals < MAX_RENEWALS;
-        if renew {
-            space.jit.renewals += 1;
-            space.jit.last_renewal = Some(time);
-            self.next_asid += 1;
-            let parent = std::mem::replace(&mut space.asid, asid);
-            out.meta(&Record::Process {
-                asid,
-                pid: u64::from(pid),
-                parent,
-                time: out.rel(time),
-                name: &space.name,
-            });
-        }
-        let (due, later): (Vec<HeldName>, Vec<HeldName>) = std::mem::take(&mut space.jit.held)
-            .into_iter()
-            .partition(|h| h.since <= time);
-        space.jit.held = later;
-        for held in due {
-            space.jit.forget_name(held.name.start);
-            space.record_name(held.name, held.since, out);
-        }
-        renew
     }
+}
+
+/// A JIT registration made into a code object, as the registry showed
+/// it: by its start, its end, unwind table, name and time (the same code
+/// registered anew is another registration).
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct RegisteredJit {
+    pub(super) end: u64,
+    pub(super) unwind_head: u64,
+    pub(super) name: Option<String>,
+    pub(super) registered_at: Option<u64>,
+}
+
+/// A name held for a new address space, and the time of the first
+/// samples it names (those before it are of the code named before).
+#[derive(Debug)]
+pub(super) struct HeldName {
+    pub(super) name: JitName,
+    pub(super) since: u64,
+}
+
+/// A name for JIT code, as a `JitCode` record gives it.
+#[derive(Debug)]
+pub(super) struct JitName {
+    pub(super) start: u64,
+    pub(super) end: u64,
+    pub(super) source: ichnos_data::JitSource,
+    pub(super) name: Arc<[u8]>,
+}
+
+impl JitName {
+    /// Whether the perf map or the jitdump file gave it.
+    pub(super) fn is_from_files(&self) -> bool {
+        matches!(
+            self.source,
+            ichnos_data::JitSource::PerfMap | ichnos_data::JitSource::JitDump
+        )
+    }
+}
+
+impl JitState {
+    /// Forgets the name recorded at `start`.
+    pub(super) fn forget_name(&mut self, start: u64) {
+        if let Some(name) = self.recorded.remove(&start) {
+            self.names_from_files -= usize::from(name.is_from_files());
+        }
+    }
+}
+
+/// Where a process's exported code registry is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) enum RegistryAt {
+    /// Not looked for yet.
+    #[default]
+    Unknown,
+    /// Looked for, not there.
+    Absent,
+    /// At this address.
+    At(u64),
 }
 
 impl AddressSpace {
@@ -177,7 +257,20 @@ impl AddressSpace {
         if generation.is_some() && generation == self.jit.registry_generation {
             return false;
         }
-        let Ok(entries) = ichnos_code::export::read_exported_entries(pid, addr) else {
+        // A table that changes all the time is read again no sooner than
+        // ten times as long as its last reading took (a large one costs
+        // the recorder at most a tenth of its time).
+        if self
+            .jit
+            .registry_read
+            .is_some_and(|(at, took)| at.elapsed() < took * 10)
+        {
+            return false;
+        }
+        let started = std::time::Instant::now();
+        let read = ichnos_code::export::read_exported_entries(pid, addr);
+        self.jit.registry_read = Some((started, started.elapsed()));
+        let Ok(entries) = read else {
             return false;
         };
         // (Read before the entries: a change between the two is read at
@@ -196,7 +289,9 @@ impl AddressSpace {
                         end: text.end,
                         unwind_head,
                         name,
-                        registered_at: e.registered_ns,
+                        // (A registration the look found is no later
+                        // than the look, whatever the target wrote.)
+                        registered_at: e.registered_ns.map(|t| t.min(looked)),
                     },
                 )),
                 ichnos_code::Registration::Elf(_) => None,
@@ -211,6 +306,11 @@ impl AddressSpace {
     /// went (a look at `looked` found them gone). Whether any went.
     fn retire_gone(&mut self, live: &HashMap<u64, RegisteredJit>, looked: u64) -> bool {
         let mut changed = false;
+        let mut by_start: Vec<(std::ops::Range<u64>, Option<u64>)> = live
+            .iter()
+            .map(|(&start, r)| (start..r.end, r.registered_at))
+            .collect();
+        by_start.sort_unstable_by_key(|(r, _)| r.start);
         let stale: Vec<u64> = self
             .jit
             .registered
@@ -235,7 +335,7 @@ impl AddressSpace {
                 let until = super::replaced::served_until(
                     &(object.start..object.end),
                     since,
-                    live.iter().map(|(&s, r)| (s..r.end, r.registered_at)),
+                    &by_start,
                     looked,
                 );
                 self.jit.timeline.retire(object, since, until);
@@ -275,15 +375,9 @@ impl AddressSpace {
             if self.code.insert(Arc::new(object)).is_ok() {
                 changed = true;
                 self.jit.registered.insert(start, registration);
-                // Code put where other code was: the old code's name is
-                // recorded for the samples taken before (unless one is),
-                // and the new one held for those from its registration
-                // on, whose stacks may be ones already written.
-                if let Some(old) = self.jit.timeline.at_start(start).cloned() {
-                    if !self.jit.recorded.contains_key(&start) {
-                        self.name_object(&old, 0, out);
-                    }
-                }
+                // Code put where named code was: its name is held for the
+                // samples from its registration on, whose stacks may be
+                // ones already written.
                 if self.jit.recorded.contains_key(&start) {
                     self.name_code(start, since, out);
                 }
@@ -381,70 +475,6 @@ impl AddressSpace {
         changed
     }
 
-    /// Records the name of the JIT code object at `start` (`since`: the
-    /// time of its first samples, where it replaced other code).
-    fn name_code(&mut self, start: u64, since: u64, out: &mut Output) {
-        let Some(object) = self.code.find(start).filter(|o| o.start == start).cloned() else {
-            return;
-        };
-        self.name_object(&object, since, out);
-    }
-
-    /// Records the name of the JIT code `object` (see [`Self::name_code`]).
-    fn name_object(&mut self, object: &CodeObject, since: u64, out: &mut Output) {
-        if object.source != RowSource::Jit {
-            return;
-        }
-        let name = JitName {
-            start: object.start,
-            end: object.end,
-            source: if self.jit.from_debugger.contains(&object.start) {
-                JitSource::Debugger
-            } else {
-                JitSource::Registry
-            },
-            name: Arc::from(capped(object.name.as_bytes())),
-        };
-        self.record_name(name, since, out);
-    }
-
-    /// Records a name of JIT code, unless this address space has it
-    /// already. Where it has another name at the same start (the code
-    /// there was freed and its memory reused), the name is held for a new
-    /// address space ([`super::Spaces::rename`]) made at the first sample
-    /// at or after `since`, so that stacks written before keep the name
-    /// they had.
-    pub(super) fn record_name(&mut self, name: JitName, since: u64, out: &mut Output) {
-        match self.jit.recorded.get(&name.start) {
-            Some(recorded) if recorded.end == name.end && recorded.name == name.name => return,
-            Some(_) => {
-                let held = self
-                    .jit
-                    .held
-                    .iter_mut()
-                    .find(|h| h.name.start == name.start);
-                match held {
-                    Some(held) => *held = HeldName { name, since },
-                    None => self.jit.held.push(HeldName { name, since }),
-                }
-                return;
-            }
-            None => {}
-        }
-        if self.jit.recorded.len() >= MAX_JIT_NAMES {
-            return;
-        }
-        self.jit.names_from_files += usize::from(name.is_from_files());
-        out.meta(&Record::JitCode {
-            asid: self.asid,
-            start: name.start,
-            end: name.end,
-            source: name.source,
-            name: &name.name,
-        });
-        self.jit.recorded.insert(name.start, name);
-    }
-
     /// Makes code objects of one GDB JIT object: one per function it
     /// names, or one for all its code where it names none; without unwind
     /// rows they only name the code. Returns their starts, or `None`
@@ -519,194 +549,10 @@ impl AddressSpace {
         }
         self.refresh_debugger_jit(time, out)
     }
-
-    /// Notes the JIT frames of a new stack taken at `time`: names
-    /// registered code the first time it appears (the code that was there
-    /// then), and remembers addresses no name covers yet.
-    pub fn note_jit_frames(&mut self, frames: &[u64], out: &mut Output, time: u64) {
-        for (i, &frame) in frames.iter().enumerate() {
-            let pc = if i == 0 { frame } else { frame.wrapping_sub(1) };
-            match self.code_at(pc, time) {
-                Some(object) if object.source == RowSource::Jit => {
-                    let object = Arc::clone(object);
-                    let since = self
-                        .jit
-                        .registered
-                        .get(&object.start)
-                        .and_then(|r| r.registered_at)
-                        .filter(|_| self.code.find(pc).is_some_and(|o| Arc::ptr_eq(o, &object)))
-                        .unwrap_or(0);
-                    self.name_object(&object, since, out);
-                }
-                None if self.jit.pending.len() < MAX_PENDING_JIT
-                    && self.jit.anon.iter().any(|r| r.contains(&pc)) =>
-                {
-                    self.jit.fresh |= self.jit.pending.insert(pc);
-                }
-                _ => {}
-            }
-        }
-        if !self.jit.pending.is_empty() {
-            self.capture_jit_names(out, time, false);
-        }
-    }
-
-    /// Names the pending JIT addresses from the process's perf map and
-    /// jitdump file, while it lives (`force`: now, else at most every
-    /// 50 ms). The files are read again only when their size or time
-    /// changed, and the addresses looked up only when they or the files
-    /// are new. When the files changed, the starts they named before are
-    /// looked up again too: a new name at one is code put in the memory of
-    /// code freed ([`Self::record_name`]).
-    pub fn capture_jit_names(&mut self, out: &mut Output, time: u64, force: bool) {
-        // Offline, the perf map's owner cannot be checked against the
-        // process (gone, or its number another's): not read.
-        if (self.jit.pending.is_empty() && self.jit.names_from_files == 0) || self.offline {
-            return;
-        }
-        if !force && self.jit.last_names.is_some_and(|t| looked_lately(t, time)) {
-            return;
-        }
-        self.jit.last_names = Some(time);
-        let perf_map_path = PathBuf::from(format!("/tmp/perf-{}.map", self.pid));
-        let stamps = (
-            stamp(&perf_map_path),
-            self.jit.jitdump.as_deref().and_then(stamp),
-        );
-        let pid = self.pid;
-        let perf_map = reread(&mut self.jit.perf_map, &perf_map_path, stamps.0, |_| {
-            ichnos_symbol::perf_map::PerfMap::for_process(pid).ok()
-        });
-        let jitdump = match self.jit.jitdump.clone() {
-            Some(path) => reread(&mut self.jit.jitdump_read, &path, stamps.1, |path| {
-                let file = ichnos_code::elf::open_regular(path).ok()?;
-                let mut bytes = Vec::new();
-                std::io::Read::read_to_end(&mut std::io::Read::take(file, MAX_JITDUMP), &mut bytes)
-                    .ok()?;
-                Some(ichnos_symbol::jitdump::JitDump::parse(&bytes))
-            }),
-            None => None,
-        };
-        // Looked up again only for new addresses or what the files now say.
-        let said = (
-            perf_map
-                .as_ref()
-                .and(self.jit.perf_map.as_ref().map(|r| r.0)),
-            jitdump
-                .as_ref()
-                .and(self.jit.jitdump_read.as_ref().map(|r| r.0)),
-        );
-        let files_changed = self.jit.looked != Some(said);
-        if !self.jit.fresh && !files_changed {
-            return;
-        }
-        self.jit.fresh = false;
-        self.jit.looked = Some(said);
-        let mut named = Vec::new();
-        // Starts the files named before, looked up again where they changed.
-        let again: Vec<u64> = if files_changed {
-            let recorded = self.jit.recorded.values();
-            recorded
-                .filter(|n| n.is_from_files())
-                .map(|n| n.start)
-                .collect()
-        } else {
-            Vec::new()
-        };
-        let find = |pc| name_in_files(pc, perf_map.as_deref(), jitdump.as_deref());
-        for &pc in &self.jit.pending {
-            if let Some(found) = find(pc) {
-                named.push((pc, found));
-            }
-        }
-        for pc in again {
-            // A start named before, now of other code: under the same
-            // start only (a range that merely overlaps it may be code
-            // inside code, as runtimes name both).
-            match find(pc) {
-                Some(found) if found.0 == pc => named.push((pc, found)),
-                _ => {}
-            }
-        }
-        for (pc, (start, end, name, source)) in named {
-            self.jit.pending.remove(&pc);
-            let name = JitName {
-                start,
-                end,
-                source,
-                name: Arc::from(capped(name.as_bytes())),
-            };
-            self.record_name(name, 0, out);
-        }
-    }
-}
-
-/// The code the jitdump file, else the perf map, says `pc` lies in: its
-/// range, name and source. None where what covers `pc` is not the newest
-/// code at its start (a perf map's older, longer line at a start that a
-/// newer line names anew: `pc` lies past the new code's end, in memory
-/// the files no longer name), so that a start has one name at a time.
-fn name_in_files(
-    pc: u64,
-    perf_map: Option<&ichnos_symbol::perf_map::PerfMap>,
-    jitdump: Option<&ichnos_symbol::jitdump::JitDump>,
-) -> Option<(u64, u64, String, JitSource)> {
-    let found = covering(pc, perf_map, jitdump)?;
-    let newest = covering(found.0, perf_map, jitdump)?;
-    (newest == found).then_some(found)
-}
-
-/// The code the jitdump file, else the perf map, says covers `pc`.
-fn covering(
-    pc: u64,
-    perf_map: Option<&ichnos_symbol::perf_map::PerfMap>,
-    jitdump: Option<&ichnos_symbol::jitdump::JitDump>,
-) -> Option<(u64, u64, String, JitSource)> {
-    jitdump
-        .and_then(|d| d.lookup(pc))
-        .map(|c| {
-            (
-                c.addr,
-                c.addr.saturating_add(c.size),
-                c.name.clone(),
-                JitSource::JitDump,
-            )
-        })
-        .or_else(|| {
-            perf_map.and_then(|m| m.lookup(pc)).map(|e| {
-                (
-                    e.start,
-                    e.start.saturating_add(e.size),
-                    e.name.clone(),
-                    JitSource::PerfMap,
-                )
-            })
-        })
 }
 
 /// Whether a look at `last` was less than [`REFRESH_INTERVAL_NS`] before
 /// `time`.
-fn looked_lately(last: u64, time: u64) -> bool {
+pub(super) fn looked_lately(last: u64, time: u64) -> bool {
     time.saturating_sub(last) < REFRESH_INTERVAL_NS
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A perf map whose newer line names a start anew with shorter code:
-    /// past its end, the older line is no one's; a line for code inside
-    /// other code is both's (each is the newest at its start).
-    #[test]
-    fn a_start_has_the_name_of_its_newest_line_only() {
-        let map = ichnos_symbol::perf_map::PerfMap::parse(
-            "1000 200 freed\n1000 40 reused\n3000 200 outer\n3080 10 inner\n",
-            "perf-1.map",
-        );
-        let name = |pc| name_in_files(pc, Some(&map), None).map(|(s, e, n, _)| (s, e, n));
-        assert_eq!(name(0x1010), Some((0x1000, 0x1040, "reused".to_owned())));
-        assert_eq!(name(0x1100), None);
-        assert_eq!(name(0x3100), Some((0x3000, 0x3200, "outer".to_owned())));
-        assert_eq!(name(0x3084), Some((0x3080, 0x3090, "inner".to_owned())));
-    }
 }

@@ -11,7 +11,7 @@
 //! the code put in its place, which the registry exports, else the look),
 //! and a sample taken before that is unwound with it.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -26,8 +26,9 @@ use super::AddressSpace;
 /// of functions at once keeps the newest).
 const MAX_RETIRED: usize = 4096;
 /// How long a retired object is kept past the time it served until:
-/// samples are walked in time order, and one older than that by more
-/// than this is later than the sorting lets through.
+/// samples are walked in time order but for a few the sorting lets
+/// through late (at the next drain), and those older than this by more
+/// are walked with the code map as it is.
 const KEEP_PAST_NS: u64 = 200_000_000;
 
 /// A code object the registry no longer holds.
@@ -51,8 +52,16 @@ impl Retired {
 /// samples taken before they went.
 #[derive(Debug, Default)]
 pub(super) struct Timeline {
-    /// Oldest first.
-    retired: VecDeque<Retired>,
+    /// By start, then by the order they were retired in (the same
+    /// memory may have held several).
+    retired: BTreeMap<(u64, u64), Retired>,
+    /// Their keys, oldest first.
+    order: VecDeque<(u64, u64)>,
+    /// Objects retired so far (the second half of the next key).
+    count: u64,
+    /// The largest retired object's size: a lookup looks back no
+    /// further than that below its address.
+    longest: u64,
     /// The latest time any of them serves until: samples at or after it
     /// are walked with the code map alone.
     until: u64,
@@ -66,50 +75,86 @@ impl Timeline {
         if let Rows::Jit(rows) = &object.rows {
             rows.freeze();
         }
-        if self.retired.len() >= MAX_RETIRED {
-            self.retired.pop_front();
+        if self.order.len() >= MAX_RETIRED {
+            if let Some(oldest) = self.order.pop_front() {
+                self.retired.remove(&oldest);
+            }
         }
         self.until = self.until.max(until);
-        self.retired.push_back(Retired {
-            object,
-            since,
-            until,
-        });
+        self.longest = self.longest.max(object.end.saturating_sub(object.start));
+        let key = (object.start, self.count);
+        self.count += 1;
+        self.order.push_back(key);
+        self.retired.insert(
+            key,
+            Retired {
+                object,
+                since,
+                until,
+            },
+        );
     }
 
-    /// The retired object that `pc` lay in at `time`, the newest where
-    /// several did.
+    /// The retired objects that may hold an address in `range`, from the
+    /// highest start down.
+    fn near(&self, range: Range<u64>) -> impl Iterator<Item = &Retired> + '_ {
+        let floor = range.start.saturating_sub(self.longest);
+        self.retired
+            .range(..(range.end, 0))
+            .rev()
+            .take_while(move |((start, _), _)| *start >= floor)
+            .map(|(_, r)| r)
+    }
+
+    /// The retired object that `pc` lay in at `time`.
     pub(super) fn find(&self, pc: u64, time: u64) -> Option<&Arc<CodeObject>> {
         if time >= self.until {
             return None;
         }
-        self.retired
-            .iter()
-            .rev()
+        self.near(pc..pc.saturating_add(1))
             .find(|r| r.serves(pc, time))
             .map(|r| &r.object)
     }
 
-    /// The retired object that starts at `start`, the newest.
-    pub(super) fn at_start(&self, start: u64) -> Option<&Arc<CodeObject>> {
-        self.retired
-            .iter()
+    /// Other code was mapped over `range` at `time`: the retired objects
+    /// there served until then at the latest.
+    pub(super) fn end_in(&mut self, range: &Range<u64>, time: u64) {
+        let keys: Vec<(u64, u64)> = self
+            .retired
+            .range(..(range.end, 0))
             .rev()
-            .find(|r| r.object.start == start)
-            .map(|r| &r.object)
+            .take_while(|((start, _), _)| *start >= range.start.saturating_sub(self.longest))
+            .filter(|(_, r)| r.object.end > range.start)
+            .map(|(k, _)| *k)
+            .collect();
+        for key in keys {
+            if let Some(r) = self.retired.get_mut(&key) {
+                r.until = r.until.min(time);
+            }
+        }
+    }
+
+    /// Whether it keeps any object.
+    pub(super) fn is_empty(&self) -> bool {
+        self.retired.is_empty()
     }
 
     /// Forgets the objects no sample walked from `time` on can need.
     fn forget_before(&mut self, time: u64) {
-        while self
-            .retired
-            .front()
-            .is_some_and(|r| r.until.saturating_add(KEEP_PAST_NS) <= time)
-        {
-            self.retired.pop_front();
+        while let Some(&oldest) = self.order.front() {
+            let done = self
+                .retired
+                .get(&oldest)
+                .is_none_or(|r| r.until.saturating_add(KEEP_PAST_NS) <= time);
+            if !done {
+                break;
+            }
+            self.order.pop_front();
+            self.retired.remove(&oldest);
         }
         if self.retired.is_empty() {
             self.until = 0;
+            self.longest = 0;
         }
     }
 }
@@ -176,7 +221,7 @@ impl AddressSpace {
             frames,
         );
         let timeline = &mut self.jit.timeline;
-        if timeline.retired.is_empty() {
+        if timeline.is_empty() {
             return stop;
         }
         timeline.forget_before(time);
@@ -208,14 +253,22 @@ impl AddressSpace {
 /// The time the JIT code object at `range`, registered at `since` and
 /// gone from the registry, served until: the earliest registration time
 /// after `since` among the `live` registrations that overlap it (code put
-/// in its memory), else `looked` (when the look found it gone).
+/// in its memory), else `looked` (when the look found it gone). `live`
+/// is sorted by start, and its ranges do not overlap (a registry refuses
+/// overlapping ones; a hostile table only misleads itself).
 pub(super) fn served_until(
     range: &Range<u64>,
     since: u64,
-    live: impl Iterator<Item = (Range<u64>, Option<u64>)>,
+    live: &[(Range<u64>, Option<u64>)],
     looked: u64,
 ) -> u64 {
-    live.filter(|(r, _)| r.start < range.end && range.start < r.end)
+    let first = live
+        .partition_point(|(r, _)| r.start < range.start)
+        .saturating_sub(1);
+    live[first..]
+        .iter()
+        .take_while(|(r, _)| r.start < range.end)
+        .filter(|(r, _)| range.start < r.end)
         .filter_map(|(_, at)| at.filter(|&at| at > since))
         .fold(looked, u64::min)
 }
@@ -293,7 +346,6 @@ mod tests {
         assert_eq!(&*timeline.find(0x1000, 299).unwrap().name, "first");
         assert_eq!(&*timeline.find(0x1000, 300).unwrap().name, "second");
         assert!(timeline.find(0x1000, 600).is_none());
-        assert_eq!(&*timeline.at_start(0x1000).unwrap().name, "second");
     }
 
     #[test]
@@ -303,33 +355,66 @@ mod tests {
         timeline.retire(object(0x2000, 0x2100, 8, "b"), 0, 2_000);
         timeline.forget_before(1_000 + KEEP_PAST_NS - 1);
         assert_eq!(timeline.retired.len(), 2);
+        assert!(timeline.find(0x1000, 999).is_some());
         timeline.forget_before(1_000 + KEEP_PAST_NS);
         assert_eq!(timeline.retired.len(), 1);
         timeline.forget_before(2_000 + KEEP_PAST_NS);
         assert!(timeline.retired.is_empty());
         assert_eq!(timeline.until, 0);
         for i in 0..MAX_RETIRED as u64 + 10 {
-            timeline.retire(object(0x1000, 0x1100, 8, "c"), 0, i);
+            timeline.retire(object(0x1000, 0x1100, 8, "c"), i, i + 1);
         }
         assert_eq!(timeline.retired.len(), MAX_RETIRED);
+        assert_eq!(timeline.order.len(), MAX_RETIRED);
+        assert!(timeline.find(0x1000, 5).is_none(), "the oldest went");
+        assert!(timeline.find(0x1000, 20).is_some());
+    }
+
+    #[test]
+    fn a_retired_objects_jit_rows_are_frozen() {
+        let rows = Arc::new(ichnos_code::JitRows::new(1, 0x1000, 0x1100, 0));
+        let mut timeline = Timeline::default();
+        timeline.retire(
+            Arc::new(CodeObject {
+                start: 0x1000,
+                end: 0x1100,
+                bias: 0,
+                rows: Rows::Jit(Arc::clone(&rows)),
+                source: RowSource::Jit,
+                name: Arc::from("jit"),
+            }),
+            0,
+            10,
+        );
+        assert!(rows.is_frozen());
+    }
+
+    #[test]
+    fn code_mapped_over_a_retired_object_ends_its_time() {
+        let mut timeline = Timeline::default();
+        timeline.retire(object(0x1000, 0x1100, 8, "under"), 0, 900);
+        timeline.retire(object(0x3000, 0x3100, 8, "beside"), 0, 900);
+        timeline.end_in(&(0x1080..0x2000), 600);
+        assert!(timeline.find(0x1010, 599).is_some());
+        assert!(timeline.find(0x1010, 600).is_none());
+        assert!(timeline.find(0x3010, 899).is_some());
     }
 
     #[test]
     fn code_put_in_its_place_ends_a_retired_objects_time() {
         let live = [
+            (0x0f00..0x1000, Some(10)),
             (0x1000..0x1080, Some(700)),
             (0x1080..0x1100, Some(650)),
+            (0x1100..0x1200, Some(20)),
             (0x5000..0x5100, Some(10)),
-            (0x1000..0x1100, None),
         ];
-        let until = served_until(&(0x1000..0x1100), 0, live.iter().cloned(), 900);
-        assert_eq!(until, 650);
+        assert_eq!(served_until(&(0x1000..0x1100), 0, &live, 900), 650);
         // Registrations no later than its own do not end it.
-        let until = served_until(&(0x1000..0x1100), 650, live.iter().cloned(), 900);
-        assert_eq!(until, 700);
-        assert_eq!(
-            served_until(&(0x7000..0x7100), 0, live.into_iter(), 900),
-            900
-        );
+        assert_eq!(served_until(&(0x1000..0x1100), 650, &live, 900), 700);
+        // One that starts below it and reaches into it does.
+        assert_eq!(served_until(&(0x1180..0x1300), 0, &live, 900), 20);
+        assert_eq!(served_until(&(0x7000..0x7100), 0, &live, 900), 900);
+        assert_eq!(served_until(&(0x1000..0x1100), 0, &[], 900), 900);
     }
 }
