@@ -240,18 +240,22 @@ fn placed<'d, R: object::ReadRef<'d>>(
         .map(<[u8]>::to_vec)
         .or_else(|| go_build_id(elf));
     let has_sframe = elf.section_by_name(".sframe").is_some_and(|s| s.size() > 0);
-    let rows = crate::registry::row_cache().get_or_make(build_id.as_deref(), choice, || {
-        rows().map_err(|source| MappingError::Rows {
-            path: path.to_path_buf(),
-            source,
-        })
-    })?;
+    // (The source is the one the rows were made from, where another file
+    // of the same build id made them.)
+    let (rows, source) =
+        crate::registry::row_cache().get_or_make(build_id.as_deref(), choice, || {
+            let rows = rows().map_err(|source| MappingError::Rows {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            Ok((rows, row_source(elf, choice, has_sframe)))
+        })?;
     Ok(CodeObject {
         start: mapping.start,
         end: mapping.end,
         bias: origin,
         rows,
-        source: row_source(elf, choice, has_sframe),
+        source,
         name: Arc::from(name),
     })
 }
@@ -326,7 +330,7 @@ fn go_build_id_of_note(data: &[u8], little_endian: bool) -> Option<&[u8]> {
 /// tables, whose `.eh_frame` describes start-up code alone, if anything),
 /// Go's function table in a Go program stripped of it, `.eh_frame`
 /// otherwise.
-fn row_source<'d, R: object::ReadRef<'d>>(
+pub(crate) fn row_source<'d, R: object::ReadRef<'d>>(
     elf: &object::File<'d, R>,
     choice: RowChoice,
     has_sframe: bool,

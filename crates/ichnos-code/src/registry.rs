@@ -160,9 +160,10 @@ impl RegistryError {
 
 /// Rows converted per build id and source, shared by every registration of
 /// the same file in every registry of this process (a recorder keeps one
-/// registry per traced process; libc is converted once). Entries are weak:
-/// a table is freed when its last registration goes.
-type RowCacheMap = HashMap<(Vec<u8>, RowChoice), WeakRows>;
+/// registry per traced process; libc is converted once), with the section
+/// they were converted from. Entries are weak: a table is freed when its
+/// last registration goes.
+type RowCacheMap = HashMap<(Vec<u8>, RowChoice), (WeakRows, RowSource)>;
 
 /// Rows the cache keeps without keeping them alive.
 #[derive(Debug)]
@@ -206,26 +207,32 @@ pub(crate) fn row_cache() -> &'static RowCache {
 }
 
 impl RowCache {
+    /// The rows made for `build_id` with `choice`, and the section they
+    /// came from: those made before while they live, else `make`'s.
     pub(crate) fn get_or_make<E>(
         &self,
         build_id: Option<&[u8]>,
-        source: RowChoice,
-        make: impl FnOnce() -> Result<Rows, E>,
-    ) -> Result<Rows, E> {
+        choice: RowChoice,
+        make: impl FnOnce() -> Result<(Rows, RowSource), E>,
+    ) -> Result<(Rows, RowSource), E> {
         let Some(id) = build_id.filter(|id| !id.is_empty()) else {
             return make();
         };
-        let key = (id.to_vec(), source);
-        if let Some(rows) = self.lock().get(&key).and_then(WeakRows::upgrade) {
-            return Ok(rows);
+        let key = (id.to_vec(), choice);
+        let cached = self
+            .lock()
+            .get(&key)
+            .and_then(|(weak, source)| Some((weak.upgrade()?, *source)));
+        if let Some(made) = cached {
+            return Ok(made);
         }
-        let rows = make()?;
+        let (rows, source) = make()?;
         if let Some(weak) = WeakRows::of(&rows) {
             let mut map = self.lock();
-            map.retain(|_, weak| weak.alive());
-            map.insert(key, weak);
+            map.retain(|_, (weak, _)| weak.alive());
+            map.insert(key, (weak, source));
         }
-        Ok(rows)
+        Ok((rows, source))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, RowCacheMap> {
@@ -441,9 +448,12 @@ impl Registry {
                 // Counted from the ELF start, the table serves this object at
                 // any load address (and is shared per build id).
                 let conversion = section.to_rows_from(elf_start);
-                Ok::<_, RegistryError>(Rows::Fixed(Arc::new(conversion.table.rebased(0))))
+                Ok::<_, RegistryError>((
+                    Rows::Fixed(Arc::new(conversion.table.rebased(0))),
+                    RowSource::Sframe,
+                ))
             })?;
-            return Ok((rows, RowSource::Sframe));
+            return Ok(rows);
         }
         // .eh_frame rows count from the file's first PT_LOAD page, so they
         // need the ELF range to be placed. Rows already made for the build
@@ -479,11 +489,15 @@ impl Registry {
                         return Err(bad(ObjectFileError::OtherBuild));
                     }
                 }
+                // (Named for the section the file's CFI came from: its
+                // .debug_frame or Go's table where .eh_frame falls short.)
+                let source = crate::process::row_source(&file, RowChoice::EhFrame, false);
                 crate::elf::object_rows(&file, RowChoice::EhFrame)
+                    .map(|rows| (rows, source))
                     .map_err(|e| bad(ObjectFileError::Rows(e)))
             });
-            if let Ok(rows) = made {
-                return Ok((rows, RowSource::EhFrame));
+            if let Ok(made) = made {
+                return Ok(made);
             }
         }
         Ok((Rows::Fixed(Arc::new(RowTable::new(0))), RowSource::None))

@@ -254,10 +254,28 @@ fn a_changed_or_unregistered_object_is_registered_again() {
 /// nothing of the file read (it is renamed away first).
 #[test]
 fn eh_frame_rows_made_once_serve_a_registration_without_the_file() {
+    rows_made_once_serve_a_registration_without_the_file(&[], RowSource::EhFrame);
+}
+
+/// The same for a library built without asynchronous unwind tables,
+/// whose CFI is in `.debug_frame`: both registrations name that source,
+/// the second from the cache, though it reads nothing of the file.
+#[test]
+fn debug_frame_rows_keep_their_source_when_they_serve_another_registration() {
+    rows_made_once_serve_a_registration_without_the_file(
+        &["-fno-asynchronous-unwind-tables", "-g"],
+        RowSource::DebugFrame,
+    );
+}
+
+/// Builds a library with `flags`, registers it in two registries (the
+/// file renamed away for the second) and checks that both give its code
+/// the rows made once, from `source`.
+fn rows_made_once_serve_a_registration_without_the_file(flags: &[&str], source: RowSource) {
     let _walk = walking();
     let dir = tempfile::tempdir().unwrap();
-    let source = dir.path().join("noframe.c");
-    std::fs::write(&source, "int noframe_work(int x) { return x * 3 + 1; }\n").unwrap();
+    let c_file = dir.path().join("noframe.c");
+    std::fs::write(&c_file, "int noframe_work(int x) { return x * 3 + 1; }\n").unwrap();
     let lib = dir.path().join("libnoframe.so");
     let built = std::process::Command::new("gcc")
         .args([
@@ -266,10 +284,11 @@ fn eh_frame_rows_made_once_serve_a_registration_without_the_file() {
             "-O2",
             "-fomit-frame-pointer",
             "-Wl,--build-id",
-            "-o",
         ])
+        .args(flags)
+        .arg("-o")
         .arg(&lib)
-        .arg(&source)
+        .arg(&c_file)
         .status()
         .unwrap();
     assert!(built.success());
@@ -293,15 +312,17 @@ fn eh_frame_rows_made_once_serve_a_registration_without_the_file() {
     register_loaded_objects(&a);
     let text = text_of(&a).expect("the library registered with a build id");
     let in_a = a.lookup(text.start).unwrap();
-    assert_eq!(in_a.source, RowSource::EhFrame);
+    assert_eq!(in_a.source, source);
     let kept = dir.path().join("kept.so");
     std::fs::rename(&lib, &kept).unwrap();
     let b = Registry::new();
     register_loaded_objects(&b);
     let in_b = b.lookup(text.start).unwrap();
     std::fs::rename(&kept, &lib).unwrap();
-    assert_eq!(in_b.source, RowSource::EhFrame);
+    assert_eq!(in_b.source, source);
     assert!(in_a.rows.same(&in_b.rows), "converted again");
+    // The function's row, whichever section it came from.
+    assert!(in_a.find_row(noframe_addr(handle)).is_some());
     // SAFETY: the handle from dlopen above; nothing of it is used after.
     unsafe { libc::dlclose(handle) };
 }
