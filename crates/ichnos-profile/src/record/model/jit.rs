@@ -66,12 +66,12 @@ pub(super) struct JitState {
     /// How many of them came from the perf map or the jitdump file.
     pub(super) names_from_files: usize,
     /// New address spaces made for names of reused memory, and when the
-    /// last was ([`Spaces::rename`]).
+    /// last was ([`super::Spaces::rename`]).
     pub(super) renewals: u32,
     pub(super) last_renewal: Option<u64>,
     /// Names of code put where code of another name was recorded (its
     /// memory reused), to be recorded in a new address space so that the
-    /// stacks already written keep the old names ([`Spaces::rename`]).
+    /// stacks already written keep the old names ([`super::Spaces::rename`]).
     pub(super) held: Vec<HeldName>,
     /// JIT code objects the registry no longer holds, kept for the
     /// samples taken before they went.
@@ -96,12 +96,30 @@ impl JitState {
 /// A JIT registration made into a code object, as the registry showed
 /// it: by its start, its end, unwind table, name and time (the same code
 /// registered anew is another registration).
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub(super) struct RegisteredJit {
     pub(super) end: u64,
     pub(super) unwind_head: u64,
     pub(super) name: Option<String>,
-    pub(super) registered_at: Option<u64>,
+    /// The time the registry says (the target's clock, trusted for
+    /// nothing but telling registrations apart).
+    pub(super) registered_ns: Option<u64>,
+    /// The time of the first samples it serves: its registration time,
+    /// but no later than the look that first found it (0: not known).
+    pub(super) since: u64,
+}
+
+impl RegisteredJit {
+    /// Whether `other` is the same registration (whenever it was seen).
+    pub(super) fn same(&self, other: &RegisteredJit) -> bool {
+        (self.end, self.unwind_head, &self.name, self.registered_ns)
+            == (
+                other.end,
+                other.unwind_head,
+                &other.name,
+                other.registered_ns,
+            )
+    }
 }
 
 /// A name held for a new address space, and the time of the first
@@ -251,15 +269,16 @@ impl AddressSpace {
         // The look's own time, on the samples' clock: what it finds
         // covers every sample taken before it.
         let looked = ichnos_perf::monotonic_ns();
-        self.jit.last_registry_look = Some(looked);
         let pid = self.pid;
         let generation = ichnos_code::export::exported_registry_generation(pid, addr).ok();
         if generation.is_some() && generation == self.jit.registry_generation {
+            self.jit.last_registry_look = Some(looked);
             return false;
         }
         // A table that changes all the time is read again no sooner than
         // ten times as long as its last reading took (a large one costs
-        // the recorder at most a tenth of its time).
+        // the recorder at most a tenth of its time); until then the look
+        // does not count.
         if self
             .jit
             .registry_read
@@ -267,6 +286,7 @@ impl AddressSpace {
         {
             return false;
         }
+        self.jit.last_registry_look = Some(looked);
         let started = std::time::Instant::now();
         let read = ichnos_code::export::read_exported_entries(pid, addr);
         self.jit.registry_read = Some((started, started.elapsed()));
@@ -289,9 +309,10 @@ impl AddressSpace {
                         end: text.end,
                         unwind_head,
                         name,
+                        registered_ns: e.registered_ns,
                         // (A registration the look found is no later
                         // than the look, whatever the target wrote.)
-                        registered_at: e.registered_ns.map(|t| t.min(looked)),
+                        since: e.registered_ns.map_or(0, |t| t.min(looked)),
                     },
                 )),
                 ichnos_code::Registration::Elf(_) => None,
@@ -308,14 +329,14 @@ impl AddressSpace {
         let mut changed = false;
         let mut by_start: Vec<(std::ops::Range<u64>, Option<u64>)> = live
             .iter()
-            .map(|(&start, r)| (start..r.end, r.registered_at))
+            .map(|(&start, r)| (start..r.end, (r.since > 0).then_some(r.since)))
             .collect();
         by_start.sort_unstable_by_key(|(r, _)| r.start);
         let stale: Vec<u64> = self
             .jit
             .registered
             .iter()
-            .filter(|(start, was)| live.get(start) != Some(*was))
+            .filter(|(start, was)| !live.get(start).is_some_and(|now| now.same(was)))
             .map(|(&start, _)| start)
             .collect();
         for start in stale {
@@ -331,7 +352,7 @@ impl AddressSpace {
             }
             if let Some(object) = self.code.remove(start) {
                 changed = true;
-                let since = was.and_then(|w| w.registered_at).unwrap_or(0);
+                let since = was.map_or(0, |w| w.since);
                 let until = super::replaced::served_until(
                     &(object.start..object.end),
                     since,
@@ -371,7 +392,7 @@ impl AddressSpace {
                 source: RowSource::Jit,
                 name,
             };
-            let since = registration.registered_at.unwrap_or(0);
+            let since = registration.since;
             if self.code.insert(Arc::new(object)).is_ok() {
                 changed = true;
                 self.jit.registered.insert(start, registration);

@@ -147,19 +147,22 @@ impl AddressSpace {
                 Some(object) if object.source == RowSource::Jit => {
                     let object = Arc::clone(object);
                     let current = self.code.find(pc).is_some_and(|o| Arc::ptr_eq(o, &object));
-                    if current {
-                        let since = self
+                    let since = |space: &Self| {
+                        space
                             .jit
                             .registered
                             .get(&object.start)
-                            .and_then(|r| r.registered_at)
-                            .unwrap_or(0);
-                        self.name_object(&object, since, out);
+                            .map_or(0, |r| r.since)
+                    };
+                    if current {
+                        self.name_object(&object, since(self), out);
                     } else if !self.jit.recorded.contains_key(&object.start) {
                         // Code gone since (a sample walked late): named
                         // where nothing is, never held to replace the
-                        // name of the code there now.
+                        // name of the code there now; which is then held
+                        // for the samples from its own time.
                         self.name_object(&object, 0, out);
+                        self.name_code(object.start, since(self), out);
                     }
                 }
                 None if self.jit.pending.len() < MAX_PENDING_JIT
@@ -356,7 +359,7 @@ mod tests {
             space.record_name(name(0x1000, "a"), 0, out);
             space.record_name(name(0x2000, "c"), 0, out);
             space.record_name(name(0x1000, "b"), 500, out);
-            space.record_name(name(0x2000, "d"), 2_000_000_000, out);
+            space.record_name(name(0x2000, "d"), 1_000_000_000, out);
             let first = space.asid;
             assert!(!spaces.rename(7, 499, out), "b's code is not there yet");
             assert_eq!(spaces.by_pid[&7].asid, first);
@@ -366,9 +369,9 @@ mod tests {
             assert_eq!(&*space.jit.recorded[&0x1000].name, b"b");
             assert_eq!(&*space.jit.recorded[&0x2000].name, b"c", "d waits");
             assert_eq!(space.jit.held.len(), 1);
-            // (No sooner than a second after the last.)
+            // (No sooner than a second after the last, though d is due.)
             assert!(!spaces.rename(7, 1_000_000_499, out));
-            assert!(spaces.rename(7, 2_000_000_000, out));
+            assert!(spaces.rename(7, 1_000_000_500, out));
             assert_eq!(&*spaces.by_pid[&7].jit.recorded[&0x2000].name, b"d");
         });
     }
@@ -386,14 +389,29 @@ mod tests {
             space.note_jit_frames(&[0x1010], out, 400);
             assert!(space.jit.held.is_empty());
             assert_eq!(&*space.jit.recorded[&0x1000].name, b"new");
-            // Where nothing was named yet, it is named for its own time.
+            // Where nothing was named yet, it is named for its own time,
+            // and the code there now held from its own (a stack of it
+            // may be one written already, under the old name).
             space.jit.forget_name(0x1000);
+            space.jit.registered.insert(
+                0x1000,
+                super::super::jit::RegisteredJit {
+                    end: 0x1100,
+                    unwind_head: 0,
+                    name: Some("new".to_owned()),
+                    registered_ns: Some(500),
+                    since: 500,
+                },
+            );
             space.note_jit_frames(&[0x1010], out, 400);
             assert_eq!(&*space.jit.recorded[&0x1000].name, b"old");
-            // And the code there now, from its time, is held.
-            space.note_jit_frames(&[0x1010], out, 500);
             assert_eq!(space.jit.held.len(), 1);
             assert_eq!(&*space.jit.held[0].name.name, b"new");
+            assert_eq!(space.jit.held[0].since, 500);
+            assert!(!spaces.rename(7, 499, out));
+            assert!(spaces.rename(7, 500, out));
+            let space = &spaces.by_pid[&7];
+            assert_eq!(&*space.jit.recorded[&0x1000].name, b"new");
         });
     }
 

@@ -117,14 +117,14 @@ impl Timeline {
     }
 
     /// Other code was mapped over `range` at `time`: the retired objects
-    /// there served until then at the latest.
+    /// there registered before then served until then at the latest.
     pub(super) fn end_in(&mut self, range: &Range<u64>, time: u64) {
         let keys: Vec<(u64, u64)> = self
             .retired
             .range(..(range.end, 0))
             .rev()
             .take_while(|((start, _), _)| *start >= range.start.saturating_sub(self.longest))
-            .filter(|(_, r)| r.object.end > range.start)
+            .filter(|(_, r)| r.object.end > range.start && r.since < time)
             .map(|(k, _)| *k)
             .collect();
         for key in keys {
@@ -394,10 +394,13 @@ mod tests {
         let mut timeline = Timeline::default();
         timeline.retire(object(0x1000, 0x1100, 8, "under"), 0, 900);
         timeline.retire(object(0x3000, 0x3100, 8, "beside"), 0, 900);
+        // Registered after the mapping (its record handled late).
+        timeline.retire(object(0x1c00, 0x1d00, 8, "later"), 700, 800);
         timeline.end_in(&(0x1080..0x2000), 600);
         assert!(timeline.find(0x1010, 599).is_some());
         assert!(timeline.find(0x1010, 600).is_none());
         assert!(timeline.find(0x3010, 899).is_some());
+        assert!(timeline.find(0x1c10, 799).is_some());
     }
 
     #[test]
