@@ -8,6 +8,8 @@
 /// `magic` as written in the JIT's byte order.
 const MAGIC: u32 = 0x4A69_5444;
 const HEADER_MIN: usize = 40;
+/// `JITDUMP_FLAGS_ARCH_TIMESTAMP`: the records' timestamps are the TSC's.
+const FLAGS_ARCH_TIMESTAMP: u64 = 1;
 const RECORD_HEADER: usize = 16;
 const CODE_LOAD: u32 = 0;
 const CODE_MOVE: u32 = 1;
@@ -61,6 +63,9 @@ pub struct JitDump {
     /// The first problem met; reading stops there (records after a bad
     /// length cannot be found).
     pub error: Option<JitDumpError>,
+    /// Whether the records' timestamps are the TSC's
+    /// (`JITDUMP_FLAGS_ARCH_TIMESTAMP`), not `CLOCK_MONOTONIC`.
+    pub arch_timestamps: bool,
     /// Which code is live where: disjoint ranges by start, each to its
     /// end and the index in `code` of the newest code covering it, so a
     /// lookup is one search however many times the JIT reused addresses.
@@ -188,6 +193,8 @@ impl JitDump {
         let _elf_mach = c.u32("elf_mach")?;
         let _pad = c.u32("pad1")?;
         self.pid = c.u32("pid")?;
+        let _timestamp = c.u64("timestamp")?;
+        self.arch_timestamps = c.u64("flags")? & FLAGS_ARCH_TIMESTAMP != 0;
         c.at = header_size;
         // Line information precedes the load of the code it describes.
         let mut pending_lines: std::collections::HashMap<u64, Vec<JitLine>> =

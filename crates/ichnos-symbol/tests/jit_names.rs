@@ -91,6 +91,9 @@ struct Writer {
 
 impl Writer {
     fn new(big: bool, pid: u32) -> Self {
+        Self::with_flags(big, pid, 0)
+    }
+    fn with_flags(big: bool, pid: u32, flags: u64) -> Self {
         let mut w = Writer {
             out: Vec::new(),
             big,
@@ -102,7 +105,7 @@ impl Writer {
         w.u32(0);
         w.u32(pid);
         w.u64(1);
-        w.u64(0);
+        w.u64(flags);
         w
     }
     fn u32(&mut self, v: u32) {
@@ -196,6 +199,24 @@ fn jitdump_loads_moves_and_lines() {
         assert_eq!(add.line(0x1002).unwrap().file, "a.js");
         assert!(dump.lookup(0x2010).is_none(), "moved away");
         assert_eq!(dump.lookup(0x3010).unwrap().name, "jitted:mul");
+    }
+}
+
+/// The header's flags say whose clock the records' timestamps are:
+/// `JITDUMP_FLAGS_ARCH_TIMESTAMP` (bit 0) the TSC's, else `CLOCK_MONOTONIC`
+/// (perf's jitdump-specification.txt), each load keeping its own.
+#[test]
+fn jitdump_timestamps_and_their_clock() {
+    for big in [false, true] {
+        let dump = JitDump::parse(&sample(big));
+        assert!(!dump.arch_timestamps);
+        assert_eq!(dump.lookup(0x1000).unwrap().timestamp, 2);
+        assert_eq!(dump.lookup(0x3000).unwrap().timestamp, 3);
+        let mut w = Writer::with_flags(big, 1, 1);
+        w.load(9, 0x1000, 16, 1, "f");
+        let dump = JitDump::parse(&w.out);
+        assert_eq!(dump.error, None);
+        assert!(dump.arch_timestamps);
     }
 }
 

@@ -854,7 +854,7 @@ fn report_options_change_what_is_shown() {
 #[test]
 fn jit_code_named_in_perf_maps_and_jitdump_files_is_named_after_they_are_gone() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = build_fixture(dir.path(), "named_jit", &[]);
+    let exe = build_fixture(dir.path(), "named_jit", &["-pthread"]);
     let data = dir.path().join("jit.data");
     // The fixture writes its jitdump file in its working directory.
     let out = Command::new(ICHNOS)

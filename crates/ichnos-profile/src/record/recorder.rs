@@ -527,10 +527,11 @@ impl Recorder {
         // again after a look for code no record told of (JIT code), if
         // the walk ran into memory a JIT may fill, in the copy or past it.
         let mut refreshed = false;
-        // Registrations made before the sample was taken are known before
-        // it is walked.
+        // Registrations made, and names written, before the sample was
+        // taken are known before it is walked.
         let space = self.spaces.by_pid.get_mut(&pid).expect("made above");
         space.refresh_registry_for(time, &mut self.output);
+        space.capture_jit_names_for(time, &mut self.output);
         loop {
             let space = self.spaces.by_pid.get_mut(&pid).expect("made above");
             let mut stop = space.walk(time, regs, stack, &self.options, &mut self.frames);

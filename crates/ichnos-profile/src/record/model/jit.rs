@@ -66,9 +66,9 @@ pub(super) struct JitState {
     /// How many of them came from the perf map or the jitdump file.
     pub(super) names_from_files: usize,
     /// New address spaces made for names of reused memory, and when the
-    /// last was ([`super::Spaces::rename`]).
+    /// last few were ([`super::Spaces::rename`]).
     pub(super) renewals: u32,
-    pub(super) last_renewal: Option<u64>,
+    pub(super) last_renewals: std::collections::VecDeque<u64>,
     /// Names of code put where code of another name was recorded (its
     /// memory reused), to be recorded in a new address space so that the
     /// stacks already written keep the old names ([`super::Spaces::rename`]).

@@ -20,9 +20,11 @@ use super::{
 /// other code was, at most (each costs a reader a copy of the process's
 /// mappings and names, and the stacks are written anew).
 const MAX_RENEWALS: u32 = 256;
-/// Least time between two of them: names found sooner wait (stacks of
-/// the new code keep the old name until then).
-const MIN_RENEWAL_INTERVAL_NS: u64 = 1_000_000_000;
+/// At most this many of them in any second: names found sooner wait
+/// (stacks of the new code keep the old name until then). More than one,
+/// since a runtime that replaces code replaces several pieces a few
+/// milliseconds apart, each named from its own time.
+const MAX_RENEWALS_PER_SECOND: usize = 8;
 
 impl super::Spaces {
     /// A new address space for `pid` if it holds names of JIT code put
@@ -37,10 +39,12 @@ impl super::Spaces {
         };
         // (Names of code registered after `time` wait for its samples.)
         if !space.jit.held.iter().any(|h| h.since <= time)
-            || space
-                .jit
-                .last_renewal
-                .is_some_and(|t| time.saturating_sub(t) < MIN_RENEWAL_INTERVAL_NS)
+            || (space.jit.last_renewals.len() >= MAX_RENEWALS_PER_SECOND
+                && space
+                    .jit
+                    .last_renewals
+                    .front()
+                    .is_some_and(|&t| time.saturating_sub(t) < 1_000_000_000))
         {
             return false;
         }
@@ -49,7 +53,10 @@ impl super::Spaces {
         let renew = space.jit.renewals < MAX_RENEWALS;
         if renew {
             space.jit.renewals += 1;
-            space.jit.last_renewal = Some(time);
+            if space.jit.last_renewals.len() >= MAX_RENEWALS_PER_SECOND {
+                space.jit.last_renewals.pop_front();
+            }
+            space.jit.last_renewals.push_back(time);
             self.next_asid += 1;
             let parent = std::mem::replace(&mut space.asid, asid);
             out.meta(&Record::Process {
@@ -194,7 +201,10 @@ impl AddressSpace {
         if !force && self.jit.last_names.is_some_and(|t| looked_lately(t, time)) {
             return;
         }
-        self.jit.last_names = Some(time);
+        // The look's own time, on the samples' clock: what it finds
+        // covers every sample taken before it.
+        let looked = ichnos_perf::monotonic_ns().max(time);
+        self.jit.last_names = Some(looked);
         let perf_map_path = PathBuf::from(format!("/tmp/perf-{}.map", self.pid));
         let stamps = (
             stamp(&perf_map_path),
@@ -255,7 +265,7 @@ impl AddressSpace {
                 _ => {}
             }
         }
-        for (pc, (start, end, name, source)) in named {
+        for (pc, (start, end, name, source, since)) in named {
             self.jit.pending.remove(&pc);
             let name = JitName {
                 start,
@@ -263,10 +273,24 @@ impl AddressSpace {
                 source,
                 name: Arc::from(capped(name.as_bytes())),
             };
-            self.record_name(name, 0, out);
+            self.record_name(name, since.min(looked), out);
+        }
+    }
+
+    /// Looks at the perf map and jitdump file again if the last look was
+    /// before `time`, so that a sample taken then is named knowing the
+    /// code loaded before it (two `stat`s when neither changed).
+    pub fn capture_jit_names_for(&mut self, time: u64, out: &mut Output) {
+        if self.jit.last_names.is_none_or(|t| t < time) {
+            self.capture_jit_names(out, time, true);
         }
     }
 }
+
+/// Where a file says code lies: its range, name and source, and the time
+/// it was loaded where the file says (a jitdump file's load record on
+/// `CLOCK_MONOTONIC`; else 0).
+type FileName = (u64, u64, String, JitSource, u64);
 
 /// The code the jitdump file, else the perf map, says `pc` lies in: its
 /// range, name and source. None where what covers `pc` is not the newest
@@ -277,7 +301,7 @@ fn name_in_files(
     pc: u64,
     perf_map: Option<&ichnos_symbol::perf_map::PerfMap>,
     jitdump: Option<&ichnos_symbol::jitdump::JitDump>,
-) -> Option<(u64, u64, String, JitSource)> {
+) -> Option<FileName> {
     let found = covering(pc, perf_map, jitdump)?;
     let newest = covering(found.0, perf_map, jitdump)?;
     (newest == found).then_some(found)
@@ -288,15 +312,16 @@ fn covering(
     pc: u64,
     perf_map: Option<&ichnos_symbol::perf_map::PerfMap>,
     jitdump: Option<&ichnos_symbol::jitdump::JitDump>,
-) -> Option<(u64, u64, String, JitSource)> {
+) -> Option<FileName> {
     jitdump
-        .and_then(|d| d.lookup(pc))
-        .map(|c| {
+        .and_then(|d| Some((d.lookup(pc)?, d.arch_timestamps)))
+        .map(|(c, arch)| {
             (
                 c.addr,
                 c.addr.saturating_add(c.size),
                 c.name.clone(),
                 JitSource::JitDump,
+                if arch { 0 } else { c.timestamp },
             )
         })
         .or_else(|| {
@@ -306,6 +331,7 @@ fn covering(
                     e.start.saturating_add(e.size),
                     e.name.clone(),
                     JitSource::PerfMap,
+                    0,
                 )
             })
         })
@@ -369,10 +395,21 @@ mod tests {
             assert_eq!(&*space.jit.recorded[&0x1000].name, b"b");
             assert_eq!(&*space.jit.recorded[&0x2000].name, b"c", "d waits");
             assert_eq!(space.jit.held.len(), 1);
-            // (No sooner than a second after the last, though d is due.)
+            assert!(spaces.rename(7, 1_000_000_000, out));
+            assert_eq!(&*spaces.by_pid[&7].jit.recorded[&0x2000].name, b"d");
+            // At most 8 a second (at 500, 1e9 and six more): the ninth
+            // within a second of the first waits.
+            for i in 0..6 {
+                let space = spaces.by_pid.get_mut(&7).unwrap();
+                space.record_name(name(0x3000, &format!("e{i}")), 0, out);
+                space.record_name(name(0x3000, &format!("f{i}")), 0, out);
+                assert!(spaces.rename(7, 1_000_000_001 + i, out), "{i}");
+            }
+            let space = spaces.by_pid.get_mut(&7).unwrap();
+            space.record_name(name(0x3000, "g"), 0, out);
             assert!(!spaces.rename(7, 1_000_000_499, out));
             assert!(spaces.rename(7, 1_000_000_500, out));
-            assert_eq!(&*spaces.by_pid[&7].jit.recorded[&0x2000].name, b"d");
+            assert_eq!(&*spaces.by_pid[&7].jit.recorded[&0x3000].name, b"g");
         });
     }
 
@@ -424,7 +461,7 @@ mod tests {
             "1000 200 freed\n1000 40 reused\n3000 200 outer\n3080 10 inner\n",
             "perf-1.map",
         );
-        let name = |pc| name_in_files(pc, Some(&map), None).map(|(s, e, n, _)| (s, e, n));
+        let name = |pc| name_in_files(pc, Some(&map), None).map(|(s, e, n, _, _)| (s, e, n));
         assert_eq!(name(0x1010), Some((0x1000, 0x1040, "reused".to_owned())));
         assert_eq!(name(0x1100), None);
         assert_eq!(name(0x3100), Some((0x3000, 0x3200, "outer".to_owned())));
