@@ -137,6 +137,13 @@ pub(crate) fn find_process_symbol_in(
         let Some(first) = file.segments().map(|s| s.address()).min() else {
             continue;
         };
+        // Walking a large program's symbols reads each name apart (a
+        // system call or two each: a second for node's 100,000); its
+        // string tables read whole and searched are a few milliseconds,
+        // and they hold the name wherever a symbol has it.
+        if !string_tables_hold(&file, name) {
+            continue;
+        }
         let symbol = file
             .symbols()
             .chain(file.dynamic_symbols())
@@ -147,6 +154,43 @@ pub(crate) fn find_process_symbol_in(
         }
     }
     Ok(None)
+}
+
+/// Largest string table searched (a large program's is some MiB).
+const MAX_STRING_TABLE: u64 = 256 << 20;
+
+/// Whether the string tables of `file`'s symbol tables (`.strtab` of
+/// `.symtab`, `.dynstr` of `.dynsym`) may hold `name` as a symbol's name:
+/// it ends one of their strings (a linker merges a string into a longer
+/// one it ends). A table that cannot be read, is larger than
+/// [`MAX_STRING_TABLE`], or is not where linkers put it, may.
+fn string_tables_hold<'d, R: object::ReadRef<'d>>(file: &object::File<'d, R>, name: &[u8]) -> bool {
+    use object::{Object, ObjectSection};
+    let mut wanted = name.to_vec();
+    wanted.push(0);
+    let finder = memchr::memmem::Finder::new(&wanted);
+    let tables = [
+        (".strtab", file.symbol_table().is_some()),
+        (".dynstr", file.dynamic_symbol_table().is_some()),
+    ];
+    for (table, has_symbols) in tables {
+        let Some(section) = file.section_by_name(table) else {
+            // Symbols whose names lie elsewhere (not as linkers name
+            // their string table): walked.
+            if has_symbols {
+                return true;
+            }
+            continue;
+        };
+        if section.size() > MAX_STRING_TABLE {
+            return true;
+        }
+        match section.data() {
+            Ok(data) if finder.find(data).is_none() => {}
+            _ => return true,
+        }
+    }
+    false
 }
 
 /// The generation of the registry exported by process `pid` at `addr`:
@@ -438,5 +482,59 @@ impl Registry {
             }
         }
         Ok((registry, failed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether the object gcc makes of `source` may hold `name`, as its
+    /// bytes are parsed.
+    fn holds(source: &str, strip: bool, name: &[u8]) -> bool {
+        let dir = tempfile::tempdir().unwrap();
+        let (c, lib) = (dir.path().join("x.c"), dir.path().join("libx.so"));
+        std::fs::write(&c, source).unwrap();
+        let built = std::process::Command::new("gcc")
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(&lib)
+            .arg(&c)
+            .status()
+            .unwrap();
+        assert!(built.success());
+        if strip {
+            let stripped = std::process::Command::new("strip")
+                .arg(&lib)
+                .status()
+                .unwrap();
+            assert!(stripped.success());
+        }
+        let bytes = std::fs::read(&lib).unwrap();
+        let file = object::File::parse(&*bytes).unwrap();
+        string_tables_hold(&file, name)
+    }
+
+    #[test]
+    fn string_tables_tell_which_files_may_define_a_symbol() {
+        let name = b"ichnos_code_registry";
+        assert!(holds("int ichnos_code_registry;\n", false, name));
+        // Stripped, the dynamic symbol's name stays in .dynstr.
+        assert!(holds("int ichnos_code_registry;\n", true, name));
+        // A longer name ending with it may share its string.
+        assert!(holds("int my_ichnos_code_registry;\n", false, name));
+        assert!(!holds("int other_registry;\n", false, name));
+        // Static: in .strtab only, and gone when stripped.
+        assert!(holds(
+            "static int ichnos_code_registry;\nint *p = &ichnos_code_registry;\n",
+            false,
+            name
+        ));
+        assert!(!holds(
+            "static int ichnos_code_registry;\nint *p = &ichnos_code_registry;\n",
+            true,
+            name
+        ));
+        // A prefix of it is not it.
+        assert!(!holds("int ichnos_code_registry_x;\n", false, name));
     }
 }
