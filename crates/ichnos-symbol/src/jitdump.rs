@@ -49,7 +49,8 @@ pub struct JitCode {
     pub index: u64,
     /// Line information, sorted by address.
     pub lines: Vec<JitLine>,
-    /// Timestamp of the load.
+    /// Timestamp of the load, or of the last move (since when the code
+    /// is where `addr` says).
     pub timestamp: u64,
 }
 
@@ -216,7 +217,7 @@ impl JitDump {
             c.limit = end;
             match id {
                 CODE_LOAD => self.read_load(&mut c, end, timestamp, &mut pending_lines)?,
-                CODE_MOVE => self.read_move(&mut c)?,
+                CODE_MOVE => self.read_move(&mut c, timestamp)?,
                 CODE_DEBUG_INFO => {
                     let (addr, lines) = read_debug_info(&mut c, end)?;
                     pending_lines.insert(addr, lines);
@@ -258,7 +259,7 @@ impl JitDump {
         Ok(())
     }
 
-    fn read_move(&mut self, c: &mut Cursor<'_>) -> Result<(), JitDumpError> {
+    fn read_move(&mut self, c: &mut Cursor<'_>, timestamp: u64) -> Result<(), JitDumpError> {
         let _pid = c.u32("pid")?;
         let _tid = c.u32("tid")?;
         let _vma = c.u64("vma")?;
@@ -275,6 +276,8 @@ impl JitDump {
             let delta = new.wrapping_sub(old);
             code.addr = new;
             code.size = code_size;
+            // Where it is now, it is from the move on.
+            code.timestamp = timestamp;
             for l in &mut code.lines {
                 l.addr = l.addr.wrapping_add(delta);
             }

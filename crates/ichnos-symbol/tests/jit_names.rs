@@ -204,14 +204,24 @@ fn jitdump_loads_moves_and_lines() {
 
 /// The header's flags say whose clock the records' timestamps are:
 /// `JITDUMP_FLAGS_ARCH_TIMESTAMP` (bit 0) the TSC's, else `CLOCK_MONOTONIC`
-/// (perf's jitdump-specification.txt), each load keeping its own.
+/// (perf's jitdump-specification.txt); code is from its load, or from its
+/// last move where it moved.
 #[test]
 fn jitdump_timestamps_and_their_clock() {
     for big in [false, true] {
         let dump = JitDump::parse(&sample(big));
         assert!(!dump.arch_timestamps);
         assert_eq!(dump.lookup(0x1000).unwrap().timestamp, 2);
-        assert_eq!(dump.lookup(0x3000).unwrap().timestamp, 3);
+        // Loaded at 3, moved there at 5.
+        assert_eq!(dump.lookup(0x3000).unwrap().timestamp, 5);
+        // Code moved where other code was loaded after it was, but before
+        // the move: the moved code is there now.
+        let mut w = Writer::new(big, 1);
+        w.load(2, 0x2000, 32, 1, "moved");
+        w.load(4, 0x3000, 32, 2, "there");
+        w.mv(5, 0x2000, 0x3000, 32, 1);
+        let dump = JitDump::parse(&w.out);
+        assert_eq!(dump.lookup(0x3008).unwrap().name, "moved");
         let mut w = Writer::with_flags(big, 1, 1);
         w.load(9, 0x1000, 16, 1, "f");
         let dump = JitDump::parse(&w.out);

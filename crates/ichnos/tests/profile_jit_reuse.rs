@@ -45,8 +45,8 @@ fn jit_code_named_anew_keeps_each_name_for_its_own_time() {
     );
     // (Each loop has half of each 0.6 s of CPU, at 1 kHz; the perf map is
     // written a third of the way in.) The jitdump file says when each
-    // code was loaded: every sample has the name of the code it ran (but
-    // one in a thousand).
+    // code was loaded: every sample has the name of the code it ran (none
+    // other, with some 300 samples each).
     assert!(dumped >= 200, "{dumped}: {stacks:?}");
     assert!(late_dumped_again >= 200, "{late_dumped_again}: {stacks:?}");
     assert!(
@@ -57,10 +57,12 @@ fn jit_code_named_anew_keeps_each_name_for_its_own_time() {
         late_dumped * 1000 <= late_dumped + late_dumped_again,
         "{late_dumped} of the thread again's named jitdumped_loop: {stacks:?}"
     );
-    // The perf map says no time: a sample taken before the change, walked
-    // after the recorder saw it (about 10 ms later), takes the new name;
-    // one taken after it, the new name always (the map is looked at again
-    // before a sample newer than the last look is walked).
+    // The perf map says no time: a sample taken before the change but
+    // walked after the recorder saw it takes the new name (samples are
+    // walked 10 ms after they are taken at the least, and up to the next
+    // drain of the kernel ring, 30 to 100 ms here); one taken after it,
+    // the new name always (the map is looked at again before a sample
+    // newer than the last look is walked).
     let (mapped, mapped_again) = (
         leaf(main, "perf_mapped_loop"),
         leaf(main, "perf_mapped_again"),
@@ -71,7 +73,7 @@ fn jit_code_named_anew_keeps_each_name_for_its_own_time() {
     );
     assert!(mapped >= 150, "{mapped}: {stacks:?}");
     assert!(
-        mapped_again * 10 <= mapped + mapped_again,
+        mapped_again * 4 <= mapped + mapped_again,
         "{mapped_again} of the main thread's named perf_mapped_again: {stacks:?}"
     );
     assert!(

@@ -550,7 +550,7 @@ impl Spaces {
             .filter(|n| n.is_from_files())
             .count();
         space.jit.renewals = old.jit.renewals;
-        space.jit.last_renewals = std::mem::take(&mut old.jit.last_renewals);
+        space.jit.renewal_bucket = old.jit.renewal_bucket;
         space.jit.pending = std::mem::take(&mut old.jit.pending)
             .into_iter()
             .filter(|&pc| clear(&(pc..pc.saturating_add(1))))

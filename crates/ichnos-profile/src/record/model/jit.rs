@@ -65,10 +65,10 @@ pub(super) struct JitState {
     pub(super) recorded: HashMap<u64, JitName>,
     /// How many of them came from the perf map or the jitdump file.
     pub(super) names_from_files: usize,
-    /// New address spaces made for names of reused memory, and when the
-    /// last few were ([`super::Spaces::rename`]).
+    /// New address spaces made for names of reused memory, and how many
+    /// more may be made now ([`super::Spaces::rename`]).
     pub(super) renewals: u32,
-    pub(super) last_renewals: std::collections::VecDeque<u64>,
+    pub(super) renewal_bucket: Option<super::names::RenewalBucket>,
     /// Names of code put where code of another name was recorded (its
     /// memory reused), to be recorded in a new address space so that the
     /// stacks already written keep the old names ([`super::Spaces::rename`]).

@@ -12,19 +12,48 @@ use ichnos_data::{JitSource, Record};
 
 use super::jit::looked_lately;
 use super::{
-    capped, reread, stamp, AddressSpace, HeldName, JitName, Output, MAX_JITDUMP, MAX_JIT_NAMES,
-    MAX_PENDING_JIT,
+    capped, reread, stamp, AddressSpace, FileStamp, HeldName, JitName, Output, MAX_JITDUMP,
+    MAX_JIT_NAMES, MAX_PENDING_JIT,
 };
 
 /// New address spaces made per process for JIT code named anew where
 /// other code was, at most (each costs a reader a copy of the process's
 /// mappings and names, and the stacks are written anew).
 const MAX_RENEWALS: u32 = 256;
-/// At most this many of them in any second: names found sooner wait
-/// (stacks of the new code keep the old name until then). More than one,
-/// since a runtime that replaces code replaces several pieces a few
-/// milliseconds apart, each named from its own time.
-const MAX_RENEWALS_PER_SECOND: usize = 8;
+/// One of them a second in the long run, in bursts of up to this many:
+/// names found sooner wait (stacks of the new code keep the old name
+/// until then). A burst, since a runtime that replaces code replaces
+/// several pieces a few milliseconds apart, each named from its own time.
+const RENEWAL_BURST: u64 = 8;
+const NS_PER_RENEWAL: u64 = 1_000_000_000;
+
+/// A bucket of renewals: how many may be made now, and the time the
+/// count was last topped up to (whole [`NS_PER_RENEWAL`]s are added).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct RenewalBucket {
+    left: u64,
+    at: u64,
+}
+
+impl RenewalBucket {
+    /// The bucket at `time` (a full one if there was none).
+    fn at(bucket: Option<RenewalBucket>, time: u64) -> RenewalBucket {
+        let Some(b) = bucket else {
+            return RenewalBucket {
+                left: RENEWAL_BURST,
+                at: time,
+            };
+        };
+        let earned = time.saturating_sub(b.at) / NS_PER_RENEWAL;
+        if earned == 0 {
+            return b;
+        }
+        RenewalBucket {
+            left: (b.left + earned).min(RENEWAL_BURST),
+            at: b.at + earned * NS_PER_RENEWAL,
+        }
+    }
+}
 
 impl super::Spaces {
     /// A new address space for `pid` if it holds names of JIT code put
@@ -38,25 +67,19 @@ impl super::Spaces {
             return false;
         };
         // (Names of code registered after `time` wait for its samples.)
-        if !space.jit.held.iter().any(|h| h.since <= time)
-            || (space.jit.last_renewals.len() >= MAX_RENEWALS_PER_SECOND
-                && space
-                    .jit
-                    .last_renewals
-                    .front()
-                    .is_some_and(|&t| time.saturating_sub(t) < 1_000_000_000))
-        {
+        let bucket = RenewalBucket::at(space.jit.renewal_bucket, time);
+        if !space.jit.held.iter().any(|h| h.since <= time) || bucket.left == 0 {
             return false;
         }
+        space.jit.renewal_bucket = Some(RenewalBucket {
+            left: bucket.left - 1,
+            ..bucket
+        });
         // Past the bound, names are replaced where they are (a reader
         // takes the last name at a start, for all its stacks).
         let renew = space.jit.renewals < MAX_RENEWALS;
         if renew {
             space.jit.renewals += 1;
-            if space.jit.last_renewals.len() >= MAX_RENEWALS_PER_SECOND {
-                space.jit.last_renewals.pop_front();
-            }
-            space.jit.last_renewals.push_back(time);
             self.next_asid += 1;
             let parent = std::mem::replace(&mut space.asid, asid);
             out.meta(&Record::Process {
@@ -180,8 +203,10 @@ impl AddressSpace {
                 _ => {}
             }
         }
-        if !self.jit.pending.is_empty() {
-            self.capture_jit_names(out, time, false);
+        // New addresses are looked up now (in the files as last read,
+        // unless they changed), not at the next look.
+        if self.jit.fresh {
+            self.capture_jit_names(out, time, true);
         }
     }
 
@@ -204,7 +229,7 @@ impl AddressSpace {
         // The look's own time, on the samples' clock: what it finds
         // covers every sample taken before it.
         let looked = ichnos_perf::monotonic_ns().max(time);
-        self.jit.last_names = Some(looked);
+        let previous_look = self.jit.last_names.replace(looked);
         let perf_map_path = PathBuf::from(format!("/tmp/perf-{}.map", self.pid));
         let stamps = (
             stamp(&perf_map_path),
@@ -224,6 +249,16 @@ impl AddressSpace {
             }),
             None => None,
         };
+        // A file changed since it was read but not read again (it is
+        // read no sooner than ten times as long as its reading took):
+        // the look does not count for the samples before it.
+        let stale =
+            |stamp: Option<FileStamp>, read: Option<FileStamp>| stamp.is_some() && stamp != read;
+        if stale(stamps.0, self.jit.perf_map.as_ref().map(|r| r.0))
+            || stale(stamps.1, self.jit.jitdump_read.as_ref().map(|r| r.0))
+        {
+            self.jit.last_names = previous_look;
+        }
         // Looked up again only for new addresses or what the files now say.
         let said = (
             perf_map
@@ -397,8 +432,8 @@ mod tests {
             assert_eq!(space.jit.held.len(), 1);
             assert!(spaces.rename(7, 1_000_000_000, out));
             assert_eq!(&*spaces.by_pid[&7].jit.recorded[&0x2000].name, b"d");
-            // At most 8 a second (at 500, 1e9 and six more): the ninth
-            // within a second of the first waits.
+            // Bursts of 8 (at 500, 1e9 and six more; one earned back a
+            // second after the first): the ninth waits for its second.
             for i in 0..6 {
                 let space = spaces.by_pid.get_mut(&7).unwrap();
                 space.record_name(name(0x3000, &format!("e{i}")), 0, out);
@@ -410,6 +445,11 @@ mod tests {
             assert!(!spaces.rename(7, 1_000_000_499, out));
             assert!(spaces.rename(7, 1_000_000_500, out));
             assert_eq!(&*spaces.by_pid[&7].jit.recorded[&0x3000].name, b"g");
+            // Then one a second.
+            let space = spaces.by_pid.get_mut(&7).unwrap();
+            space.record_name(name(0x3000, "h"), 0, out);
+            assert!(!spaces.rename(7, 2_000_000_499, out));
+            assert!(spaces.rename(7, 2_000_000_500, out));
         });
     }
 
