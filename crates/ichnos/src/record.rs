@@ -31,11 +31,12 @@ pub struct RecordArgs {
     #[arg(short, long, value_name = "EVENT", value_parser = parse_event)]
     event: Option<EventKind>,
     /// Attach to running processes (`self` for ichnos itself), all their
-    /// threads, until they exit or Ctrl-C.
+    /// threads, until they exit or Ctrl-C, or while COMMAND runs.
     #[arg(short, long, value_name = "PID[,PID..]", conflicts_with = "all")]
     pid: Option<String>,
     /// Every process on the machine (one event per CPU; needs
-    /// `kernel.perf_event_paranoid` 0 or lower, or root).
+    /// `kernel.perf_event_paranoid` 0 or lower, or root), until Ctrl-C,
+    /// or while COMMAND runs (`-a -- sleep 5`).
     #[arg(short, long)]
     all: bool,
     /// Also record where threads wait: each switch off a CPU is sampled
@@ -48,7 +49,9 @@ pub struct RecordArgs {
     #[arg(long, value_name = "N", default_value_t = 256, hide = true)]
     max_frames: usize,
     /// The command to run and record, with its arguments (default: the
-    /// built-in demo).
+    /// built-in demo); with -p or -a, a command run while they are
+    /// recorded, whose run bounds the recording (not itself recorded with
+    /// -p).
     #[arg(
         trailing_var_arg = true,
         allow_hyphen_values = true,
@@ -103,19 +106,15 @@ pub fn demo_command() -> Result<Vec<OsString>> {
 
 /// The options `args` ask for.
 fn options(args: &RecordArgs) -> Result<RecordOptions> {
+    // With -p or -a, a command bounds the recording (perf's `-a -- sleep
+    // 5`): it runs once the events are on, and the recording ends with it.
     let target = if let Some(pids) = &args.pid {
-        if !args.command.is_empty() {
-            bail!("give either a command or -p, not both");
-        }
         let pids = parse_pids(pids)?;
         if pids.is_empty() {
             bail!("-p needs at least one process id");
         }
         RecordTarget::Pids(pids)
     } else if args.all {
-        if !args.command.is_empty() {
-            bail!("give either a command or -a, not both");
-        }
         RecordTarget::System
     } else if args.command.is_empty() {
         RecordTarget::Command(demo_command()?)
@@ -139,8 +138,14 @@ fn options(args: &RecordArgs) -> Result<RecordOptions> {
     options.stack_reads = !args.no_stack_reads;
     options.command_line = match &options.target {
         RecordTarget::Command(c) => c.clone(),
+        // (What ran is ichnos's own command line: the workload alone
+        // would read as the command recorded.)
+        _ if !args.command.is_empty() => std::env::args_os().collect(),
         _ => Vec::new(),
     };
+    if !matches!(options.target, RecordTarget::Command(_)) && !args.command.is_empty() {
+        options.workload = Some(args.command.clone());
+    }
     Ok(options)
 }
 

@@ -92,11 +92,17 @@ pub struct RecordOptions {
     /// rest from the thread's memory, and keep it if the memory still
     /// holds the end of the copy ([`recorder`]'s `live_stack`).
     pub stack_reads: bool,
+    /// With [`RecordTarget::Pids`] or [`RecordTarget::System`]: a command
+    /// run once the events are on, whose run bounds the recording (as
+    /// `perf record -a -- sleep 5`); the exit status is its. It is
+    /// recorded as any process is with [`RecordTarget::System`], not with
+    /// [`RecordTarget::Pids`].
+    pub workload: Option<Vec<OsString>>,
 }
 
 impl RecordOptions {
-    /// The defaults for `target`: 1 kHz, 16 KiB of stack per sample,
-    /// cycles or the CPU clock, `ichnos.data`.
+    /// The defaults for `target`: 1 kHz, [`DEFAULT_STACK_SIZE`] of stack
+    /// per sample, cycles or the CPU clock, `ichnos.data`.
     #[must_use]
     pub fn new(target: RecordTarget) -> Self {
         Self {
@@ -109,6 +115,7 @@ impl RecordOptions {
             command_line: Vec::new(),
             off_cpu: false,
             stack_reads: true,
+            workload: None,
         }
     }
 }
@@ -323,24 +330,56 @@ fn prepare(options: &RecordOptions) -> Result<Prepared, RecordError> {
         RecordTarget::Pids(pids) => {
             crate::sys::raise_file_limit();
             let tids = threads_of(pids)?;
+            let program = workload_program(options)?;
             let (file, output) = create_output(&options.output)?;
             Prepared {
                 file,
+                held: hold_workload(options, program.as_deref(), &output)?,
                 output,
-                held: None,
                 tids,
             }
         }
         RecordTarget::System => {
+            let program = workload_program(options)?;
             let (file, output) = create_output(&options.output)?;
             Prepared {
                 file,
+                held: hold_workload(options, program.as_deref(), &output)?,
                 output,
-                held: None,
                 tids: Vec::new(),
             }
         }
     })
+}
+
+/// The program of the workload that bounds an attached or machine-wide
+/// recording, found before anything is made.
+fn workload_program(options: &RecordOptions) -> Result<Option<std::path::PathBuf>, RecordError> {
+    match &options.workload {
+        Some(command) => Ok(Some(launch::resolve(
+            command.first().ok_or(LaunchError::Empty)?,
+        )?)),
+        None => Ok(None),
+    }
+}
+
+/// The workload held until the events are on (the output given up if it
+/// cannot be).
+fn hold_workload(
+    options: &RecordOptions,
+    program: Option<&std::path::Path>,
+    output: &OutputFile,
+) -> Result<Option<launch::Held>, RecordError> {
+    let (Some(program), Some(command)) = (program, &options.workload) else {
+        return Ok(None);
+    };
+    match launch::hold(program, command) {
+        Ok(held) => Ok(Some(held)),
+        Err(e) => {
+            output.abandon();
+            Err(e.into())
+        }
+    }
 }
 
 /// A refusal to attach to another user's process says so, rather than
@@ -483,27 +522,31 @@ fn describe(output: &mut Output, options: &RecordOptions, events: &events::Event
     }));
 }
 
-/// Lets the held command exec, or enables the events of attached ones.
+/// Lets the held command exec (its events come on at the exec), or
+/// enables the events of attached processes or the machine, then lets
+/// the held workload exec, if there is one.
 fn start_target(
+    target: &RecordTarget,
     held: Option<launch::Held>,
     events: &events::Events,
 ) -> Result<Option<Child>, RecordError> {
-    if let Some(held) = held {
-        return Ok(Some(held.start()?));
+    if !matches!(target, RecordTarget::Command(_)) {
+        for e in &events.opened {
+            e.enable().map_err(|source| RecordError::Os {
+                what: "enabling the events",
+                source,
+            })?;
+        }
     }
-    for e in &events.opened {
-        e.enable().map_err(|source| RecordError::Os {
-            what: "enabling the events",
-            source,
-        })?;
-    }
-    Ok(None)
+    held.map(launch::Held::start)
+        .transpose()
+        .map_err(Into::into)
 }
 
-/// Records as `options` say until the command exits, the processes exit,
-/// or `stop` is set (then a command is asked to end: SIGTERM after a
-/// second, SIGKILL after three more). `status` is called about four times
-/// a second.
+/// Records as `options` say until the command (or the workload) exits,
+/// the processes exit, or `stop` is set (then a command is asked to end:
+/// SIGTERM after a second, SIGKILL after three more). `status` is called
+/// about four times a second.
 pub fn record(
     options: &RecordOptions,
     stop: &AtomicBool,
@@ -536,7 +579,7 @@ pub fn record(
     if let RecordTarget::Pids(pids) = &options.target {
         recorder.attach(pids, &tids, start);
     }
-    let mut child = match start_target(held, &events) {
+    let mut child = match start_target(&options.target, held, &events) {
         Ok(child) => child,
         Err(e) => {
             let _ = close(recorder.output, writer, 0);
