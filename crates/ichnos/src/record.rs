@@ -31,7 +31,7 @@ pub struct RecordArgs {
     #[arg(short, long, value_name = "EVENT", value_parser = parse_event)]
     event: Option<EventKind>,
     /// Attach to running processes (`self` for ichnos itself), all their
-    /// threads, until they exit or Ctrl-C, or while COMMAND runs.
+    /// threads, until they exit or Ctrl-C, or COMMAND ends.
     #[arg(short, long, value_name = "PID[,PID..]", conflicts_with = "all")]
     pid: Option<String>,
     /// Every process on the machine (one event per CPU; needs

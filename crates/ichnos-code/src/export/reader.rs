@@ -159,28 +159,34 @@ pub(crate) fn find_process_symbol_in(
 /// Largest string table searched (a large program's is some MiB).
 const MAX_STRING_TABLE: u64 = 256 << 20;
 
-/// Whether the string tables of `file`'s symbol tables (`.strtab` of
-/// `.symtab`, `.dynstr` of `.dynsym`) may hold `name` as a symbol's name:
-/// it ends one of their strings (a linker merges a string into a longer
-/// one it ends). A table that cannot be read, is larger than
-/// [`MAX_STRING_TABLE`], or is not where linkers put it, may.
+/// Whether the string tables of `file`'s symbol tables (those `.symtab`
+/// and `.dynsym` link to) may hold `name` as a symbol's name: it ends one
+/// of their strings (a linker merges a string into a longer one it ends).
+/// A table that cannot be read or is larger than [`MAX_STRING_TABLE`], or
+/// a file that is not ELF, may.
 fn string_tables_hold<'d, R: object::ReadRef<'d>>(file: &object::File<'d, R>, name: &[u8]) -> bool {
-    use object::{Object, ObjectSection};
+    use object::{Object, ObjectSection, SectionIndex};
+    /// The string sections of an ELF file's non-empty symbol tables.
+    fn linked<'d, E: object::read::elf::FileHeader, R: object::ReadRef<'d>>(
+        f: &object::read::elf::ElfFile<'d, E, R>,
+    ) -> Vec<SectionIndex> {
+        [f.elf_symbol_table(), f.elf_dynamic_symbol_table()]
+            .into_iter()
+            .filter(|t| !t.is_empty())
+            .map(object::read::elf::SymbolTable::string_section)
+            .collect()
+    }
+    let tables = match file {
+        object::File::Elf32(f) => linked(f),
+        object::File::Elf64(f) => linked(f),
+        _ => return true,
+    };
     let mut wanted = name.to_vec();
     wanted.push(0);
     let finder = memchr::memmem::Finder::new(&wanted);
-    let tables = [
-        (".strtab", file.symbol_table().is_some()),
-        (".dynstr", file.dynamic_symbol_table().is_some()),
-    ];
-    for (table, has_symbols) in tables {
-        let Some(section) = file.section_by_name(table) else {
-            // Symbols whose names lie elsewhere (not as linkers name
-            // their string table): walked.
-            if has_symbols {
-                return true;
-            }
-            continue;
+    for index in tables {
+        let Ok(section) = file.section_by_index(index) else {
+            return true;
         };
         if section.size() > MAX_STRING_TABLE {
             return true;

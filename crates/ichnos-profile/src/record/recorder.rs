@@ -53,22 +53,29 @@ impl Ending {
         stop: &AtomicBool,
     ) -> bool {
         let stopping = stop.load(Ordering::Relaxed);
+        // Attached processes all gone: the recording is over, and a
+        // workload bounding it is asked to end (as perf does).
+        let mut attached_gone = || {
+            let RecordTarget::Pids(pids) = target else {
+                return false;
+            };
+            if self
+                .last_alive_check
+                .is_some_and(|t| t.elapsed() < Duration::from_millis(500))
+            {
+                return false;
+            }
+            self.last_alive_check = Some(Instant::now());
+            pids.iter().all(|&p| !crate::sys::alive(p))
+        };
         let Some(child) = child else {
-            if stopping {
-                return true;
-            }
-            if let RecordTarget::Pids(pids) = target {
-                if self
-                    .last_alive_check
-                    .is_none_or(|t| t.elapsed() >= Duration::from_millis(500))
-                {
-                    self.last_alive_check = Some(Instant::now());
-                    return pids.iter().all(|&p| !crate::sys::alive(p));
-                }
-            }
-            return false;
+            return stopping || attached_gone();
         };
         if child.try_wait().ok().flatten().is_some() {
+            return true;
+        }
+        if attached_gone() {
+            child.signal(libc::SIGTERM);
             return true;
         }
         if stopping {
