@@ -1,6 +1,7 @@
 //! `ichnos stack`: the stacks of a live process's threads, taken for a
 //! moment with ptrace and unwound by ichnos (SFrame, `.eh_frame`, JIT
-//! tables the process registered, frame pointers).
+//! tables the process registered, frame pointers), each frame named as
+//! `ichnos symbolize -p` names it.
 
 use std::io::Write;
 
@@ -74,8 +75,10 @@ pub fn stack(args: &StackArgs, verbose: bool) -> Result<()> {
         max_frames: args.max_frames,
         frame_pointer_fallback: !args.no_frame_pointers,
     };
-    let mut out = std::io::stdout().lock();
-    for (i, tid) in tids.iter().enumerate() {
+    // Every thread is unwound first (each stopped only while it is read),
+    // then all their addresses are named in one batch.
+    let mut walks = Vec::with_capacity(tids.len());
+    for tid in &tids {
         let stack = take_stack(*tid, 256 * 1024).map_err(|e| {
             if let Some(why) = why_untraceable(pid, *tid) {
                 return anyhow::anyhow!("cannot stop thread {tid} of process {pid}: {why}");
@@ -87,7 +90,11 @@ pub fn stack(args: &StackArgs, verbose: bool) -> Result<()> {
             };
             anyhow::anyhow!("cannot stop thread {tid} of process {pid}: {e}{hint}")
         })?;
-        let walk = unwind_thread(&map, &stack, &options);
+        walks.push((*tid, unwind_thread(&map, &stack, &options)));
+    }
+    let names = function_names(pid, &walks, verbose);
+    let mut out = std::io::stdout().lock();
+    for (i, (tid, walk)) in walks.iter().enumerate() {
         if i > 0 {
             writeln!(out)?;
         }
@@ -111,11 +118,61 @@ pub fn stack(args: &StackArgs, verbose: bool) -> Result<()> {
                 || "?".to_owned(),
                 |o| format!("{}+{:#x}", o.name, frame.ip - o.bias),
             );
-            writeln!(out, "  #{n:<3} {:#018x}  {place}  [{how}]", frame.ip)?;
+            let name = names
+                .get(&frame.lookup_address())
+                .map_or("??", String::as_str);
+            writeln!(
+                out,
+                "  #{n:<3} {:#018x}  {place}  {name}  [{how}]",
+                frame.ip
+            )?;
         }
         writeln!(out, "  stopped: {}", describe(walk.stop))?;
     }
     Ok(())
+}
+
+/// The function of each frame's address (the instruction for frame 0,
+/// the call for callers), as `symbolize -p` names it: the innermost
+/// function, and those it was inlined into (`f (inlined into g)`).
+/// Addresses that cannot be named are left out (`??` when printed).
+fn function_names(
+    pid: u32,
+    walks: &[(u32, ichnos_code::Unwind)],
+    verbose: bool,
+) -> std::collections::HashMap<u64, String> {
+    let mut addrs: Vec<u64> = walks
+        .iter()
+        .flat_map(|(_, w)| w.frames.iter().map(ichnos_code::Frame::lookup_address))
+        .collect();
+    addrs.sort_unstable();
+    addrs.dedup();
+    let symbolizer = ichnos_symbol::Symbolizer::new(ichnos_symbol::SymbolizerOptions {
+        index_dir: crate::symbolize::default_index_dir(),
+        ..ichnos_symbol::SymbolizerOptions::default()
+    });
+    let answers = match symbolizer.symbolize_process(pid, &addrs) {
+        Ok(answers) => answers,
+        Err(e) => {
+            if verbose {
+                eprintln!("note: cannot name the frames of process {pid}: {e}");
+            }
+            return std::collections::HashMap::new();
+        }
+    };
+    addrs
+        .into_iter()
+        .zip(answers)
+        .filter_map(|(addr, answer)| {
+            let mut frames = answer.symbolized.frames.iter();
+            let first = frames.next()?.function.as_deref()?.to_owned();
+            let name = frames.fold(first, |name, outer| {
+                let outer = outer.function.as_deref().unwrap_or("??");
+                format!("{name} (inlined into {outer})")
+            });
+            Some((addr, name))
+        })
+        .collect()
 }
 
 /// Adds the JIT code the process registered (if it exports a registry).

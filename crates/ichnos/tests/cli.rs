@@ -253,6 +253,29 @@ fn frame_addresses(text: &str) -> Vec<u64> {
         .collect()
 }
 
+/// The function of each frame of `ichnos stack`'s text (the field
+/// before the bracketed "how").
+fn our_frame_names(text: &str) -> Vec<String> {
+    text.lines()
+        .filter(|l| l.trim_start().starts_with('#'))
+        .filter_map(|l| l.rsplit_once("  [")?.0.rsplit("  ").next())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The function of each frame of gdb's `bt` (`#1  0x... in NAME (...)`,
+/// or `#0  NAME (...)` where gdb leaves the address out).
+fn gdb_frame_names(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix('#'))
+        .filter_map(|l| {
+            let rest = l.split_once("  ")?.1.trim_start();
+            let rest = rest.split_once(" in ").map_or(rest, |(_, r)| r);
+            Some(rest.split(" (").next()?.to_owned())
+        })
+        .collect()
+}
+
 #[test]
 fn stack_of_a_live_process_agrees_with_gdb() {
     let dir = tempfile::tempdir().unwrap();
@@ -288,6 +311,16 @@ fn stack_of_a_live_process_agrees_with_gdb() {
     }
     assert_eq!(got, want, "ichnos:\n{ours}\ngdb:\n{gdb_text}");
     assert!(got.len() >= 8, "{ours}");
+    // And each frame's function is the one gdb names.
+    assert_eq!(
+        our_frame_names(&ours),
+        gdb_frame_names(&gdb_text),
+        "ichnos:\n{ours}\ngdb:\n{gdb_text}"
+    );
+    assert!(
+        our_frame_names(&ours).contains(&"main".to_owned()),
+        "{ours}"
+    );
     // The process carries on after both looked.
     assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
 }
