@@ -246,6 +246,13 @@ fn the_demo_shows_its_jit_frame_by_name_between_native_frames() {
     let data = dir.path().join("demo.data");
     let out = ichnos(&["demo", "-o", data.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));
+    // Its JIT code is named through the code registry: no note says
+    // otherwise.
+    assert!(
+        !stderr(&out).contains("JIT code without a name"),
+        "{}",
+        stderr(&out)
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.lines()

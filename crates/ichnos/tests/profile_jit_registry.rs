@@ -40,15 +40,21 @@ fn build(dir: &Path) -> PathBuf {
     program
 }
 
-/// The folded stacks of `codectl_late LIBICHNOS 0.3 [EXTRA]`, recorded.
-fn record_late(dir: &Path, extra: &[&str]) -> Vec<(Vec<String>, u64)> {
+/// The folded stacks of `codectl_late LIBICHNOS 0.3 [EXTRA]`, recorded,
+/// and the recorder's notes.
+fn record_late_noted(dir: &Path, extra: &[&str]) -> (Vec<(Vec<String>, u64)>, String) {
     let program = build(dir);
     let library = libichnos();
     let data = dir.join("late.data");
     let mut command = vec![program.to_str().unwrap(), library.to_str().unwrap(), "0.3"];
     command.extend_from_slice(extra);
-    record(&data, 1000, &command);
-    folded(&data, &[])
+    let out = record(&data, 1000, &command);
+    (folded(&data, &[]), stderr(&out))
+}
+
+/// The folded stacks of `codectl_late LIBICHNOS 0.3 [EXTRA]`, recorded.
+fn record_late(dir: &Path, extra: &[&str]) -> Vec<(Vec<String>, u64)> {
+    record_late_noted(dir, extra).0
 }
 
 /// Samples of `stacks` in `spin` through the JIT function `name` called
@@ -85,7 +91,16 @@ fn in_leaf(stacks: &[(Vec<String>, u64)], leaf: &str) -> u64 {
 #[test]
 fn jit_code_registered_through_a_libichnos_loaded_late_is_unwound_and_named() {
     let dir = tempfile::tempdir().unwrap();
-    let stacks = record_late(dir.path(), &[]);
+    let (stacks, notes) = record_late_noted(dir.path(), &[]);
+    // The first part's code no one names is told of, with how to name it.
+    let note = notes
+        .lines()
+        .find(|l| l.contains("JIT code without a name"))
+        .unwrap_or_else(|| panic!("no note on unnamed JIT code: {notes}"));
+    assert!(
+        note.contains("(codectl_late)") && note.contains("codectl()"),
+        "{note}"
+    );
     let sum = |keep: &dyn Fn(&[String]) -> bool| -> u64 {
         stacks.iter().filter(|(f, _)| keep(f)).map(|(_, n)| n).sum()
     };

@@ -595,12 +595,9 @@ pub fn record(
     recorder.finish();
     let failed = result.is_err() || recorder.output.writer_failed() || recorder.output.overflowed;
     let overflowed = recorder.output.overflowed;
+    let recorder_notes = recorder_notes(&recorder);
     let (output, complete, lost) = (recorder.output, recorder.complete, recorder.lost);
     let (past_copy, cut_short) = (recorder.past_copy, recorder.cut_short);
-    let read_on = recorder
-        .live_stack
-        .as_ref()
-        .map(|l| (l.completed, l.changed, l.unreadable));
     let off_cpu = events.off_cpu_kind.map(|event| OffCpuSummary {
         event,
         intervals: output.off_cpu,
@@ -639,8 +636,7 @@ pub fn record(
         samples,
         [past_copy, cut_short, oversized],
     ));
-    notes.extend(read_on.and_then(read_on_note));
-    notes.extend(off_cpu_notes(&recorder.off_cpu));
+    notes.extend(recorder_notes);
     Ok(Summary {
         duration: Duration::from_nanos(monotonic_ns() - start),
         samples,
@@ -653,6 +649,65 @@ pub fn record(
         notes,
         off_cpu,
     })
+}
+
+/// The notes of what the recorder saw: stacks read on, threads off
+/// their CPUs, JIT code unnamed.
+fn recorder_notes(recorder: &Recorder) -> Vec<String> {
+    let read_on = recorder
+        .live_stack
+        .as_ref()
+        .and_then(|l| read_on_note((l.completed, l.changed, l.unreadable)));
+    read_on
+        .into_iter()
+        .chain(off_cpu_notes(&recorder.off_cpu))
+        .chain(unnamed_jit_note(&recorder.spaces.unnamed_jit))
+        .collect()
+}
+
+/// The note on JIT code that nothing named (no perf map, jitdump file or
+/// code registry), with how the runtimes people profile most name theirs.
+fn unnamed_jit_note(unnamed: &[(u32, Vec<u8>, usize)]) -> Option<String> {
+    let mut processes: Vec<String> = unnamed
+        .iter()
+        .take(3)
+        .map(|(pid, name, n)| {
+            format!(
+                "{n} address{} in process {pid} ({})",
+                if *n == 1 { "" } else { "es" },
+                String::from_utf8_lossy(name)
+            )
+        })
+        .collect();
+    if unnamed.len() > 3 {
+        processes.push(format!("{} more processes", unnamed.len() - 3));
+    }
+    if processes.is_empty() {
+        return None;
+    }
+    let names = |runtime: &[u8]| {
+        unnamed
+            .iter()
+            .any(|(_, name, _)| name.as_slice() == runtime)
+    };
+    let mut how = Vec::new();
+    if names(b"node") {
+        how.push("node --perf-basic-prof (a perf map) or --perf-prof (a jitdump file)");
+    }
+    if names(b"java") {
+        how.push("java -XX:+UnlockDiagnosticVMOptions -XX:+DumpPerfMapAtExit");
+    }
+    if how.is_empty() {
+        how.push(
+            "a runtime names its code in /tmp/perf-PID.map, a jitdump file, or through \
+             codectl() (docs/c-abi-codectl.md)",
+        );
+    }
+    Some(format!(
+        "JIT code without a name, shown as addresses: {}; {}",
+        processes.join(", "),
+        how.join("; ")
+    ))
 }
 
 /// The note on stacks that went on past the copy and were read on from
@@ -764,4 +819,25 @@ fn close(
     output.tell_drops(now);
     let bytes = output.end(writer, now, lost + dropped)?;
     Ok((samples, dropped, bytes, oversized))
+}
+
+#[cfg(test)]
+mod notes_test {
+    use super::unnamed_jit_note;
+
+    #[test]
+    fn unnamed_jit_code_is_told_of_with_the_runtimes_own_switch() {
+        assert_eq!(unnamed_jit_note(&[]), None);
+        let node = unnamed_jit_note(&[(7, b"node".to_vec(), 61)]).unwrap();
+        assert!(node.contains("61 addresses in process 7 (node)"), "{node}");
+        assert!(node.contains("--perf-basic-prof"), "{node}");
+        assert!(!node.contains("DumpPerfMapAtExit"), "{node}");
+        let java = unnamed_jit_note(&[(8, b"java".to_vec(), 1)]).unwrap();
+        assert!(java.contains("1 address in process 8 (java)"), "{java}");
+        assert!(java.contains("-XX:+DumpPerfMapAtExit"), "{java}");
+        let many: Vec<(u32, Vec<u8>, usize)> = (0..5).map(|i| (i, b"jit".to_vec(), 2)).collect();
+        let many = unnamed_jit_note(&many).unwrap();
+        assert!(many.contains("2 more processes"), "{many}");
+        assert!(many.contains("/tmp/perf-PID.map"), "{many}");
+    }
 }

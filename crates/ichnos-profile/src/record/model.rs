@@ -151,7 +151,13 @@ pub(crate) struct Spaces {
     /// alone, never from `/proc` or their memory, where another process
     /// may now have their numbers.
     offline: bool,
+    /// Processes whose JIT code stayed unnamed: the process, its name
+    /// and how many addresses (at most [`MAX_UNNAMED_JIT`] processes).
+    pub unnamed_jit: Vec<(u32, Vec<u8>, usize)>,
 }
+
+/// Processes with unnamed JIT code told of at the end, at most.
+const MAX_UNNAMED_JIT: usize = 16;
 
 impl std::fmt::Debug for Spaces {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -172,6 +178,29 @@ impl Spaces {
             by_pid: HashMap::new(),
             threads: HashMap::new(),
             offline: false,
+            unnamed_jit: Vec::new(),
+        }
+    }
+
+    /// The address space of a process that ended (or exec'd), its JIT
+    /// names captured at last: what stayed unnamed is told of at the end.
+    fn ended(&mut self, space: &mut AddressSpace, time: u64, out: &mut Output) {
+        space.capture_jit_names(out, time, true);
+        let unnamed = space.unnamed_jit();
+        if unnamed > 0 && self.unnamed_jit.len() < MAX_UNNAMED_JIT {
+            self.unnamed_jit
+                .push((space.pid, space.name.clone(), unnamed));
+        }
+    }
+
+    /// The processes still running at the end (see [`Self::ended`]).
+    pub fn finish(&mut self, time: u64, out: &mut Output) {
+        let pids: Vec<u32> = self.by_pid.keys().copied().collect();
+        for pid in pids {
+            if let Some(mut space) = self.by_pid.remove(&pid) {
+                self.ended(&mut space, time, out);
+                self.by_pid.insert(pid, space);
+            }
         }
     }
 
@@ -218,7 +247,7 @@ impl Spaces {
     /// replacing any it had.
     pub fn begin(&mut self, pid: u32, name: &[u8], time: u64, out: &mut Output) -> u64 {
         if let Some(mut old) = self.by_pid.remove(&pid) {
-            old.capture_jit_names(out, time, true);
+            self.ended(&mut old, time, out);
         }
         let space = self.new_space(pid, name.to_vec());
         let asid = space.asid;
@@ -369,7 +398,7 @@ impl Spaces {
             space.leader_exited = true;
         } else if !others && (tid == pid || space.leader_exited) {
             if let Some(mut space) = self.by_pid.remove(&pid) {
-                space.capture_jit_names(out, time, true);
+                self.ended(&mut space, time, out);
             }
         }
     }

@@ -315,9 +315,7 @@ impl Recorder {
     pub(super) fn finish(&mut self) {
         let now = monotonic_ns();
         self.off_cpu.finish(now, &mut self.output);
-        for space in self.spaces.by_pid.values_mut() {
-            space.capture_jit_names(&mut self.output, now, true);
-        }
+        self.spaces.finish(now, &mut self.output);
         self.rename_all(now);
     }
 

@@ -312,6 +312,11 @@ impl AddressSpace {
         }
     }
 
+    /// Addresses in JIT code that nothing has named.
+    pub fn unnamed_jit(&self) -> usize {
+        self.jit.pending.len()
+    }
+
     /// Looks at the perf map and jitdump file again if the last look was
     /// before `time`, so that a sample taken then is named knowing the
     /// code loaded before it (two `stat`s when neither changed).
