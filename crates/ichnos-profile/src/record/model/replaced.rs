@@ -95,15 +95,14 @@ impl Timeline {
         );
     }
 
-    /// The retired objects that may hold an address in `range`, from the
-    /// highest start down.
-    fn near(&self, range: Range<u64>) -> impl Iterator<Item = &Retired> + '_ {
+    /// The retired objects that may hold an address in `range`, with
+    /// their keys, from the highest start down.
+    fn near(&self, range: &Range<u64>) -> impl Iterator<Item = (&(u64, u64), &Retired)> + '_ {
         let floor = range.start.saturating_sub(self.longest);
         self.retired
             .range(..(range.end, 0))
             .rev()
             .take_while(move |((start, _), _)| *start >= floor)
-            .map(|(_, r)| r)
     }
 
     /// The retired object that `pc` lay in at `time`.
@@ -111,19 +110,16 @@ impl Timeline {
         if time >= self.until {
             return None;
         }
-        self.near(pc..pc.saturating_add(1))
-            .find(|r| r.serves(pc, time))
-            .map(|r| &r.object)
+        self.near(&(pc..pc.saturating_add(1)))
+            .find(|(_, r)| r.serves(pc, time))
+            .map(|(_, r)| &r.object)
     }
 
     /// Other code was mapped over `range` at `time`: the retired objects
     /// there registered before then served until then at the latest.
     pub(super) fn end_in(&mut self, range: &Range<u64>, time: u64) {
         let keys: Vec<(u64, u64)> = self
-            .retired
-            .range(..(range.end, 0))
-            .rev()
-            .take_while(|((start, _), _)| *start >= range.start.saturating_sub(self.longest))
+            .near(range)
             .filter(|(_, r)| r.object.end > range.start && r.since < time)
             .map(|(k, _)| *k)
             .collect();
