@@ -79,7 +79,14 @@ pub fn stack(args: &StackArgs, verbose: bool) -> Result<()> {
     // then all their addresses are named in one batch.
     let mut walks = Vec::with_capacity(tids.len());
     for tid in &tids {
-        let stack = take_stack(*tid, 256 * 1024).map_err(|e| {
+        let taken = take_stack(*tid, 256 * 1024);
+        // A thread that ended since the threads were listed is left out
+        // (one asked for with --tid is not).
+        let ended = || !std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists();
+        if taken.is_err() && args.tid.is_none() && ended() {
+            continue;
+        }
+        let stack = taken.map_err(|e| {
             if let Some(why) = why_untraceable(pid, *tid) {
                 return anyhow::anyhow!("cannot stop thread {tid} of process {pid}: {why}");
             }
@@ -92,7 +99,7 @@ pub fn stack(args: &StackArgs, verbose: bool) -> Result<()> {
         })?;
         walks.push((*tid, unwind_thread(&map, &stack, &options)));
     }
-    let names = function_names(pid, &walks, verbose);
+    let names = function_names(pid, &walks);
     let mut out = std::io::stdout().lock();
     for (i, (tid, walk)) in walks.iter().enumerate() {
         if i > 0 {
@@ -139,7 +146,6 @@ pub fn stack(args: &StackArgs, verbose: bool) -> Result<()> {
 fn function_names(
     pid: u32,
     walks: &[(u32, ichnos_code::Unwind)],
-    verbose: bool,
 ) -> std::collections::HashMap<u64, String> {
     let mut addrs: Vec<u64> = walks
         .iter()
@@ -154,9 +160,8 @@ fn function_names(
     let answers = match symbolizer.symbolize_process(pid, &addrs) {
         Ok(answers) => answers,
         Err(e) => {
-            if verbose {
-                eprintln!("note: cannot name the frames of process {pid}: {e}");
-            }
+            // (The process may have exited since its stacks were read.)
+            eprintln!("note: cannot name the frames of process {pid}: {e}");
             return std::collections::HashMap::new();
         }
     };

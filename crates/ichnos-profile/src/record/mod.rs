@@ -661,41 +661,53 @@ fn recorder_notes(recorder: &Recorder) -> Vec<String> {
     read_on
         .into_iter()
         .chain(off_cpu_notes(&recorder.off_cpu))
-        .chain(unnamed_jit_note(&recorder.spaces.unnamed_jit))
+        .chain(unnamed_jit_note(
+            &recorder.spaces.unnamed_jit,
+            recorder.spaces.unnamed_jit_processes,
+        ))
         .collect()
 }
 
 /// The note on JIT code that nothing named (no perf map, jitdump file or
-/// code registry), with how the runtimes people profile most name theirs.
-fn unnamed_jit_note(unnamed: &[(u32, Vec<u8>, usize)]) -> Option<String> {
-    let mut processes: Vec<String> = unnamed
+/// code registry), with how the runtimes people profile most name theirs
+/// (where no file of theirs was read: one that was did not name it).
+fn unnamed_jit_note(unnamed: &[model::UnnamedJit], processes: usize) -> Option<String> {
+    let mut largest: Vec<&model::UnnamedJit> = unnamed.iter().collect();
+    largest.sort_by_key(|u| std::cmp::Reverse(u.addresses));
+    let mut told: Vec<String> = largest
         .iter()
         .take(3)
-        .map(|(pid, name, n)| {
+        .map(|u| {
             format!(
-                "{n} address{} in process {pid} ({})",
-                if *n == 1 { "" } else { "es" },
-                String::from_utf8_lossy(name)
+                "{} address{} in process {} ({}){}",
+                u.addresses,
+                if u.addresses == 1 { "" } else { "es" },
+                u.pid,
+                String::from_utf8_lossy(&u.name),
+                if u.files {
+                    ", which its perf map and jitdump file do not name"
+                } else {
+                    ""
+                }
             )
         })
         .collect();
-    if unnamed.len() > 3 {
-        processes.push(format!("{} more processes", unnamed.len() - 3));
-    }
-    if processes.is_empty() {
+    if told.is_empty() {
         return None;
     }
-    let names = |runtime: &[u8]| {
-        unnamed
-            .iter()
-            .any(|(_, name, _)| name.as_slice() == runtime)
-    };
+    if processes > told.len() {
+        told.push(format!("{} more processes", processes - told.len()));
+    }
+    let without_files = |runtime: &[u8]| unnamed.iter().any(|u| !u.files && u.name == runtime);
     let mut how = Vec::new();
-    if names(b"node") {
+    if without_files(b"node") {
         how.push("node --perf-basic-prof (a perf map) or --perf-prof (a jitdump file)");
     }
-    if names(b"java") {
-        how.push("java -XX:+UnlockDiagnosticVMOptions -XX:+DumpPerfMapAtExit");
+    if without_files(b"java") {
+        how.push(
+            "java -XX:+UnlockDiagnosticVMOptions -XX:+DumpPerfMapAtExit, or jcmd PID \
+             Compiler.perfmap while it runs",
+        );
     }
     if how.is_empty() {
         how.push(
@@ -705,7 +717,7 @@ fn unnamed_jit_note(unnamed: &[(u32, Vec<u8>, usize)]) -> Option<String> {
     }
     Some(format!(
         "JIT code without a name, shown as addresses: {}; {}",
-        processes.join(", "),
+        told.join(", "),
         how.join("; ")
     ))
 }
@@ -823,21 +835,44 @@ fn close(
 
 #[cfg(test)]
 mod notes_test {
+    use super::model::UnnamedJit;
     use super::unnamed_jit_note;
 
     #[test]
     fn unnamed_jit_code_is_told_of_with_the_runtimes_own_switch() {
-        assert_eq!(unnamed_jit_note(&[]), None);
-        let node = unnamed_jit_note(&[(7, b"node".to_vec(), 61)]).unwrap();
+        let jit = |pid, name: &[u8], addresses, files| UnnamedJit {
+            pid,
+            name: name.to_vec(),
+            addresses,
+            files,
+        };
+        assert_eq!(unnamed_jit_note(&[], 0), None);
+        let node = unnamed_jit_note(&[jit(7, b"node", 61, false)], 1).unwrap();
         assert!(node.contains("61 addresses in process 7 (node)"), "{node}");
         assert!(node.contains("--perf-basic-prof"), "{node}");
         assert!(!node.contains("DumpPerfMapAtExit"), "{node}");
-        let java = unnamed_jit_note(&[(8, b"java".to_vec(), 1)]).unwrap();
+        let java = unnamed_jit_note(&[jit(8, b"java", 1, false)], 1).unwrap();
         assert!(java.contains("1 address in process 8 (java)"), "{java}");
         assert!(java.contains("-XX:+DumpPerfMapAtExit"), "{java}");
-        let many: Vec<(u32, Vec<u8>, usize)> = (0..5).map(|i| (i, b"jit".to_vec(), 2)).collect();
-        let many = unnamed_jit_note(&many).unwrap();
-        assert!(many.contains("2 more processes"), "{many}");
+        // A runtime whose perf map was read is not told to write one.
+        let mapped = unnamed_jit_note(&[jit(9, b"node", 3, true)], 1).unwrap();
+        assert!(
+            mapped.contains("its perf map and jitdump file do not name"),
+            "{mapped}"
+        );
+        assert!(!mapped.contains("--perf-basic-prof"), "{mapped}");
+        // The largest first, and how many more there were in all.
+        let many: Vec<UnnamedJit> = (0..5)
+            .map(|i| jit(i, b"jit", i as usize + 1, false))
+            .collect();
+        let many = unnamed_jit_note(&many, 20).unwrap();
+        assert!(
+            many.starts_with(
+                "JIT code without a name, shown as addresses: 5 addresses in process 4"
+            ),
+            "{many}"
+        );
+        assert!(many.contains("17 more processes"), "{many}");
         assert!(many.contains("/tmp/perf-PID.map"), "{many}");
     }
 }

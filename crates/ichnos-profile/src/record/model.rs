@@ -151,9 +151,22 @@ pub(crate) struct Spaces {
     /// alone, never from `/proc` or their memory, where another process
     /// may now have their numbers.
     offline: bool,
-    /// Processes whose JIT code stayed unnamed: the process, its name
-    /// and how many addresses (at most [`MAX_UNNAMED_JIT`] processes).
-    pub unnamed_jit: Vec<(u32, Vec<u8>, usize)>,
+    /// Processes whose JIT code stayed unnamed (at most
+    /// [`MAX_UNNAMED_JIT`] of them), and how many in all.
+    pub unnamed_jit: Vec<UnnamedJit>,
+    pub unnamed_jit_processes: usize,
+}
+
+/// A process whose JIT code stayed unnamed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct UnnamedJit {
+    pub pid: u32,
+    pub name: Vec<u8>,
+    /// Addresses nothing named.
+    pub addresses: usize,
+    /// Whether it had a perf map or jitdump file (which did not name
+    /// them).
+    pub files: bool,
 }
 
 /// Processes with unnamed JIT code told of at the end, at most.
@@ -179,6 +192,7 @@ impl Spaces {
             threads: HashMap::new(),
             offline: false,
             unnamed_jit: Vec::new(),
+            unnamed_jit_processes: 0,
         }
     }
 
@@ -186,10 +200,18 @@ impl Spaces {
     /// names captured at last: what stayed unnamed is told of at the end.
     fn ended(&mut self, space: &mut AddressSpace, time: u64, out: &mut Output) {
         space.capture_jit_names(out, time, true);
-        let unnamed = space.unnamed_jit();
-        if unnamed > 0 && self.unnamed_jit.len() < MAX_UNNAMED_JIT {
-            self.unnamed_jit
-                .push((space.pid, space.name.clone(), unnamed));
+        let (addresses, files) = space.unnamed_jit();
+        if addresses == 0 {
+            return;
+        }
+        self.unnamed_jit_processes += 1;
+        if self.unnamed_jit.len() < MAX_UNNAMED_JIT {
+            self.unnamed_jit.push(UnnamedJit {
+                pid: space.pid,
+                name: space.name.clone(),
+                addresses,
+                files,
+            });
         }
     }
 

@@ -312,9 +312,29 @@ impl AddressSpace {
         }
     }
 
-    /// Addresses in JIT code that nothing has named.
-    pub fn unnamed_jit(&self) -> usize {
-        self.jit.pending.len()
+    /// Addresses in JIT code that nothing has named (a name or a code
+    /// object found after an address was noted covers it too), and
+    /// whether a perf map or jitdump file was read for the process.
+    pub fn unnamed_jit(&self) -> (usize, bool) {
+        let mut named: Vec<(u64, u64)> = self
+            .jit
+            .recorded
+            .values()
+            .map(|n| (n.start, n.end))
+            .collect();
+        named.sort_unstable();
+        let covered = |pc: u64| {
+            let i = named.partition_point(|&(start, _)| start <= pc);
+            i.checked_sub(1).is_some_and(|i| pc < named[i].1)
+        };
+        let unnamed = self
+            .jit
+            .pending
+            .iter()
+            .filter(|&&pc| self.code.find(pc).is_none() && !covered(pc))
+            .count();
+        let files = self.jit.perf_map.is_some() || self.jit.jitdump_read.is_some();
+        (unnamed, files)
     }
 
     /// Looks at the perf map and jitdump file again if the last look was
