@@ -18,6 +18,7 @@ mod events;
 mod intern;
 mod live_stack;
 mod model;
+mod notes;
 mod off_cpu;
 mod order;
 mod output;
@@ -450,48 +451,6 @@ fn event_config(options: &RecordOptions, scope: events::Scope<'_>) -> EventConfi
     }
 }
 
-/// What the user should know about how the events were set up.
-fn notes(options: &RecordOptions, events: &events::Events) -> Vec<String> {
-    let mut notes = Vec::new();
-    if options.event == EventChoice::Default
-        && events.kind == EventKind::CpuClock
-        && !options.off_cpu
-    {
-        notes.push(
-            "no hardware cycle counter here (a virtual machine without a PMU?): sampling cpu-clock"
-                .to_owned(),
-        );
-    }
-    if events.off_cpu_kind == Some(EventKind::ContextSwitches) {
-        notes.push(
-            "tracefs does not show sched:sched_switch (not mounted, or not readable): \
-             sampling switches with the software event context-switches, at the same moment"
-                .to_owned(),
-        );
-    }
-    if !events.kernel {
-        let why = match ichnos_perf::event::paranoid() {
-            Some(p) if p > 1 => format!(
-                "kernel.perf_event_paranoid {p} allows it to root and CAP_PERFMON only \
-                 (sysctl kernel.perf_event_paranoid=1 allows it)"
-            ),
-            // A lockdown or a security module.
-            _ => "the kernel refused it".to_owned(),
-        };
-        notes.push(format!(
-            "time in the kernel (system calls, page faults) is not sampled: {why}"
-        ));
-    }
-    if events.rings_limited() {
-        notes.push(format!(
-            "the kernel limits locked memory: rings of {} KiB instead of {} KiB (see kernel.perf_event_mlock_kb)",
-            events.pages * 4,
-            events.planned_pages * 4
-        ));
-    }
-    notes
-}
-
 /// The recording's first record.
 fn describe(output: &mut Output, options: &RecordOptions, events: &events::Events, start: u64) {
     let (host, kernel) = crate::sys::uname();
@@ -571,7 +530,7 @@ pub fn record(
     )
     .map_err(|e| refusal(e, options))
     .inspect_err(|_| output_file.abandon())?;
-    let notes = notes(options, &events);
+    let notes = notes::setup_notes(options, &events);
     let start = monotonic_ns();
     let (mut output, writer) = output::start(file, start).inspect_err(|_| output_file.abandon())?;
     describe(&mut output, options, &events, start);
@@ -595,7 +554,7 @@ pub fn record(
     recorder.finish();
     let failed = result.is_err() || recorder.output.writer_failed() || recorder.output.overflowed;
     let overflowed = recorder.output.overflowed;
-    let recorder_notes = recorder_notes(&recorder);
+    let recorder_notes = notes::recorder_notes(&recorder);
     let (output, complete, lost) = (recorder.output, recorder.complete, recorder.lost);
     let (past_copy, cut_short) = (recorder.past_copy, recorder.cut_short);
     let off_cpu = events.off_cpu_kind.map(|event| OffCpuSummary {
@@ -631,7 +590,7 @@ pub fn record(
         });
     }
     let mut notes = notes;
-    notes.extend(closing_notes(
+    notes.extend(notes::closing_notes(
         options.stack_size,
         samples,
         [past_copy, cut_short, oversized],
@@ -651,174 +610,6 @@ pub fn record(
     })
 }
 
-/// The notes of what the recorder saw: stacks read on, threads off
-/// their CPUs, JIT code unnamed.
-fn recorder_notes(recorder: &Recorder) -> Vec<String> {
-    let read_on = recorder
-        .live_stack
-        .as_ref()
-        .and_then(|l| read_on_note((l.completed, l.changed, l.unreadable)));
-    read_on
-        .into_iter()
-        .chain(off_cpu_notes(&recorder.off_cpu))
-        .chain(unnamed_jit_note(
-            &recorder.spaces.unnamed_jit,
-            recorder.spaces.unnamed_jit_processes,
-        ))
-        .collect()
-}
-
-/// The note on JIT code that nothing named (no perf map, jitdump file or
-/// code registry), with how the runtimes people profile most name theirs
-/// (where no file of theirs was read: one that was did not name it).
-fn unnamed_jit_note(unnamed: &[model::UnnamedJit], processes: usize) -> Option<String> {
-    let mut largest: Vec<&model::UnnamedJit> = unnamed.iter().collect();
-    largest.sort_by_key(|u| std::cmp::Reverse(u.addresses));
-    let mut told: Vec<String> = largest
-        .iter()
-        .take(3)
-        .map(|u| {
-            format!(
-                "{} address{} in process {} ({}){}",
-                u.addresses,
-                if u.addresses == 1 { "" } else { "es" },
-                u.pid,
-                String::from_utf8_lossy(&u.name),
-                if u.files {
-                    ", which its perf map and jitdump file do not name"
-                } else {
-                    ""
-                }
-            )
-        })
-        .collect();
-    if told.is_empty() {
-        return None;
-    }
-    if processes > told.len() {
-        told.push(format!("{} more processes", processes - told.len()));
-    }
-    let without_files = |runtime: &[u8]| unnamed.iter().any(|u| !u.files && u.name == runtime);
-    let mut how = Vec::new();
-    if without_files(b"node") {
-        how.push("node --perf-basic-prof (a perf map) or --perf-prof (a jitdump file)");
-    }
-    if without_files(b"java") {
-        how.push(
-            "java -XX:+UnlockDiagnosticVMOptions -XX:+DumpPerfMapAtExit, or jcmd PID \
-             Compiler.perfmap while it runs",
-        );
-    }
-    if how.is_empty() {
-        how.push(
-            "a runtime names its code in /tmp/perf-PID.map, a jitdump file, or through \
-             codectl() (docs/c-abi-codectl.md)",
-        );
-    }
-    Some(format!(
-        "JIT code without a name, shown as addresses: {}; {}",
-        told.join(", "),
-        how.join("; ")
-    ))
-}
-
-/// The note on stacks that went on past the copy and were read on from
-/// their threads' memory, from (read on, changed, unreadable).
-fn read_on_note((completed, changed, unreadable): (u64, u64, u64)) -> Option<String> {
-    if completed + changed + unreadable == 0 {
-        return None;
-    }
-    let changed = if changed > 0 {
-        format!("; {changed} others had changed by then and end at the copy")
-    } else {
-        String::new()
-    };
-    let unreadable = if unreadable > 0 {
-        format!(
-            "; {unreadable} could not be read (their process had exited, or does not let \
-             ichnos read its memory: ptrace access, see kernel.yama.ptrace_scope)"
-        )
-    } else {
-        String::new()
-    };
-    Some(format!(
-        "{completed} stacks went on past the copy and were read on from their threads' \
-         memory{changed}{unreadable} (--no-stack-reads keeps only the copy)"
-    ))
-}
-
-/// The notes a recording ends with: stacks that went past the copy, or
-/// that the recorder cut short, and records left out.
-fn closing_notes(
-    stack_size: u32,
-    samples: u64,
-    [past_copy, cut_short, oversized]: [u64; 3],
-) -> Vec<String> {
-    let mut notes = Vec::new();
-    // More than the completeness the defaults aim at: say what helps.
-    if samples > 0 && past_copy * 1000 > samples {
-        let share = 100.0 * past_copy as f64 / samples as f64;
-        notes.push(if stack_size < MAX_STACK_SIZE {
-            format!(
-                "{share:.1}% of stacks went on past the {} KiB of stack copied per sample: \
-                 --stack-size {MAX_STACK_SIZE} copies the most the kernel allows",
-                stack_size >> 10,
-            )
-        } else {
-            format!(
-                "{share:.1}% of stacks went on past the stack copied per sample (the kernel \
-                 copies at most {MAX_STACK_SIZE} bytes, and stops at a stack page never touched)"
-            )
-        });
-    }
-    if samples > 0 && cut_short * 1000 > samples {
-        notes.push(format!(
-            "{cut_short} stacks reached above where their threads' earlier stacks ended and \
-             were cut short (those threads' stacks are now kept whole)"
-        ));
-    }
-    if oversized > 0 {
-        notes.push(format!(
-            "{oversized} records larger than {} KiB were left out",
-            output::MAX_RECORD >> 10
-        ));
-    }
-    notes
-}
-
-/// The notes on off-CPU time: intervals and samples left out.
-fn off_cpu_notes(off: &off_cpu::OffCpu) -> Vec<String> {
-    let mut notes = Vec::new();
-    if off.unended > 0 {
-        notes.push(format!(
-            "{} intervals off CPU were left out: their threads' switches back were lost",
-            off.unended
-        ));
-    }
-    if off.unsampled > 0 {
-        notes.push(format!(
-            "{} intervals off CPU lost their switch samples: their time is counted, \
-             where their threads waited is not known",
-            off.unsampled
-        ));
-    }
-    if off.unseen_leavings > 0 {
-        notes.push(format!(
-            "{} times a thread came back onto a CPU it was not seen leaving (its switch \
-             was lost): that time off the CPU is not counted",
-            off.unseen_leavings
-        ));
-    }
-    if off.kernel_threads > 0 {
-        notes.push(format!(
-            "{} samples taken in the kernel with no user code to show (kernel threads, \
-             programs between exec and their first instruction) were left out",
-            off.kernel_threads
-        ));
-    }
-    notes
-}
-
 /// Writes the end record and waits for the writer: (samples written,
 /// samples dropped, bytes of the file).
 fn close(
@@ -831,48 +622,4 @@ fn close(
     output.tell_drops(now);
     let bytes = output.end(writer, now, lost + dropped)?;
     Ok((samples, dropped, bytes, oversized))
-}
-
-#[cfg(test)]
-mod notes_test {
-    use super::model::UnnamedJit;
-    use super::unnamed_jit_note;
-
-    #[test]
-    fn unnamed_jit_code_is_told_of_with_the_runtimes_own_switch() {
-        let jit = |pid, name: &[u8], addresses, files| UnnamedJit {
-            pid,
-            name: name.to_vec(),
-            addresses,
-            files,
-        };
-        assert_eq!(unnamed_jit_note(&[], 0), None);
-        let node = unnamed_jit_note(&[jit(7, b"node", 61, false)], 1).unwrap();
-        assert!(node.contains("61 addresses in process 7 (node)"), "{node}");
-        assert!(node.contains("--perf-basic-prof"), "{node}");
-        assert!(!node.contains("DumpPerfMapAtExit"), "{node}");
-        let java = unnamed_jit_note(&[jit(8, b"java", 1, false)], 1).unwrap();
-        assert!(java.contains("1 address in process 8 (java)"), "{java}");
-        assert!(java.contains("-XX:+DumpPerfMapAtExit"), "{java}");
-        // A runtime whose perf map was read is not told to write one.
-        let mapped = unnamed_jit_note(&[jit(9, b"node", 3, true)], 1).unwrap();
-        assert!(
-            mapped.contains("its perf map and jitdump file do not name"),
-            "{mapped}"
-        );
-        assert!(!mapped.contains("--perf-basic-prof"), "{mapped}");
-        // The largest first, and how many more there were in all.
-        let many: Vec<UnnamedJit> = (0..5)
-            .map(|i| jit(i, b"jit", i as usize + 1, false))
-            .collect();
-        let many = unnamed_jit_note(&many, 20).unwrap();
-        assert!(
-            many.starts_with(
-                "JIT code without a name, shown as addresses: 5 addresses in process 4"
-            ),
-            "{many}"
-        );
-        assert!(many.contains("17 more processes"), "{many}");
-        assert!(many.contains("/tmp/perf-PID.map"), "{many}");
-    }
 }
