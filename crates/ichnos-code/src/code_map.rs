@@ -146,6 +146,22 @@ pub enum Lookup {
     NoCode,
 }
 
+impl Lookup {
+    /// What `object` (the code object found holding `pc`, if any) says
+    /// of `pc`.
+    #[inline]
+    #[must_use]
+    pub fn in_object(object: Option<&CodeObject>, pc: u64) -> Lookup {
+        match object {
+            None => Lookup::NoCode,
+            Some(o) => match o.find_row(pc) {
+                Some(row) => Lookup::Row(row, o.source),
+                None => Lookup::NoRow,
+            },
+        }
+    }
+}
+
 /// Anything that can say how to unwind from an address.
 pub trait FindRow {
     /// The rule at `pc`.
@@ -405,13 +421,7 @@ impl CodeMap {
 impl FindRow for CodeMap {
     #[inline]
     fn find_row(&self, pc: u64) -> Lookup {
-        match self.find(pc) {
-            None => Lookup::NoCode,
-            Some(o) => match o.find_row(pc) {
-                Some(row) => Lookup::Row(row, o.source),
-                None => Lookup::NoRow,
-            },
-        }
+        Lookup::in_object(self.find(pc).map(Arc::as_ref), pc)
     }
 
     /// Rows, once found, never change while the map is the same: fixed

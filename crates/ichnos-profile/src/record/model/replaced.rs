@@ -173,13 +173,7 @@ impl<'a> AtTime<'a> {
 
 impl FindRow for AtTime<'_> {
     fn find_row(&self, pc: u64) -> Lookup {
-        match self.find(pc) {
-            None => Lookup::NoCode,
-            Some(o) => match o.find_row(pc) {
-                Some(row) => Lookup::Row(row, o.source),
-                None => Lookup::NoRow,
-            },
-        }
+        Lookup::in_object(self.find(pc).map(Arc::as_ref), pc)
     }
 
     // (No generation: answers depend on the time, and are not cached.)
