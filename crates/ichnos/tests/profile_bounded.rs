@@ -27,6 +27,15 @@ fn recorded_seconds(data: &Path) -> f64 {
     over.parse().unwrap()
 }
 
+/// `ichnos record -o DATA SELECTION -- COMMAND`.
+fn record_bounded(data: &Path, selection: &[&str], command: &[&str]) -> std::process::Output {
+    let mut args = vec!["record", "-o", data.to_str().unwrap()];
+    args.extend_from_slice(selection);
+    args.push("--");
+    args.extend_from_slice(command);
+    ichnos(&args)
+}
+
 /// Samples of `stacks` whose leaf is `leaf`.
 fn in_leaf(stacks: &[(Vec<String>, u64)], leaf: &str) -> u64 {
     stacks
@@ -45,17 +54,7 @@ fn a_command_bounds_the_recording_of_running_processes() {
     std::thread::sleep(std::time::Duration::from_millis(150));
     let data = dir.path().join("bounded.data");
     let pid = target.id().to_string();
-    let out = ichnos(&[
-        "record",
-        "-o",
-        data.to_str().unwrap(),
-        "-p",
-        &pid,
-        "--",
-        "sh",
-        "-c",
-        "sleep 0.5; exit 7",
-    ]);
+    let out = record_bounded(&data, &["-p", &pid], &["sh", "-c", "sleep 0.5; exit 7"]);
     let _ = target.kill();
     let _ = target.wait();
     assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
@@ -81,16 +80,7 @@ fn attached_processes_that_exit_end_the_recording_and_its_command() {
     let mut target = Command::new(&exe).arg("0.3").spawn().unwrap();
     let data = dir.path().join("ended.data");
     let pid = target.id().to_string();
-    let out = ichnos(&[
-        "record",
-        "-o",
-        data.to_str().unwrap(),
-        "-p",
-        &pid,
-        "--",
-        "sleep",
-        "60",
-    ]);
+    let out = record_bounded(&data, &["-p", &pid], &["sleep", "60"]);
     let _ = target.wait();
     // The command was sent SIGTERM: 128 + 15.
     assert_eq!(out.status.code(), Some(143), "{}", stderr(&out));
@@ -107,16 +97,7 @@ fn a_command_bounds_a_recording_of_the_machine_and_is_recorded_in_it() {
     std::fs::rename(&built, &exe).unwrap();
     let data = dir.path().join("machine.data");
     let script = format!("{} 0.5; exit 5", exe.display());
-    let out = ichnos(&[
-        "record",
-        "-a",
-        "-o",
-        data.to_str().unwrap(),
-        "--",
-        "sh",
-        "-c",
-        &script,
-    ]);
+    let out = record_bounded(&data, &["-a"], &["sh", "-c", &script]);
     assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
     let seconds = recorded_seconds(&data);
     assert!((0.4..6.0).contains(&seconds), "{seconds} s");
@@ -132,15 +113,7 @@ fn a_bounding_command_that_does_not_exist_is_named_and_nothing_is_left() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("none.data");
     let pid = std::process::id().to_string();
-    let out = ichnos(&[
-        "record",
-        "-o",
-        data.to_str().unwrap(),
-        "-p",
-        &pid,
-        "--",
-        "no-such-command-here",
-    ]);
+    let out = record_bounded(&data, &["-p", &pid], &["no-such-command-here"]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(
         stderr(&out).contains("no-such-command-here"),
