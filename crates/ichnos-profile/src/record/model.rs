@@ -217,13 +217,11 @@ impl Spaces {
 
     /// The processes still running at the end (see [`Self::ended`]).
     pub fn finish(&mut self, time: u64, out: &mut Output) {
-        let pids: Vec<u32> = self.by_pid.keys().copied().collect();
-        for pid in pids {
-            if let Some(mut space) = self.by_pid.remove(&pid) {
-                self.ended(&mut space, time, out);
-                self.by_pid.insert(pid, space);
-            }
+        let mut spaces = std::mem::take(&mut self.by_pid);
+        for space in spaces.values_mut() {
+            self.ended(space, time, out);
         }
+        self.by_pid = spaces;
     }
 
     /// Spaces of processes not running here (see [`Spaces::offline`]).
