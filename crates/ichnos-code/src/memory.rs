@@ -40,7 +40,7 @@ impl Memory for NoMemory {
 }
 
 /// A block of bytes that was at `addr` (a core, a captured stack).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct Bytes<'a> {
     /// Address of `data[0]`.
     pub addr: u64,
@@ -81,6 +81,32 @@ impl Memory for Bytes<'_> {
         })?;
         buf.copy_from_slice(src);
         Ok(())
+    }
+}
+
+/// Bytes laid over another memory: a read they hold whole comes from
+/// them, any other from the memory under them. A walk that ran off its
+/// stack copy goes on over stack bytes read later from the thread, with
+/// the program's files (an [`Image`]) under them; a read that straddles
+/// the bytes' edge is not pieced together (stack words lie in one or the
+/// other).
+#[derive(Debug)]
+pub struct Overlay<'a, M: ?Sized> {
+    /// The bytes laid over.
+    pub bytes: Bytes<'a>,
+    /// The memory under them.
+    pub under: &'a mut M,
+}
+
+impl<M: Memory + ?Sized> Memory for Overlay<'_, M> {
+    fn read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
+        match self.bytes.get(addr, buf.len()) {
+            Some(src) => {
+                buf.copy_from_slice(src);
+                Ok(())
+            }
+            None => self.under.read(addr, buf),
+        }
     }
 }
 

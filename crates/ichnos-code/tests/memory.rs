@@ -2,7 +2,7 @@
 //! files, the live process (a bad address is an error, not a fault), and a
 //! block of bytes.
 
-use ichnos_code::memory::{Bytes, Memory, ProcessMemory};
+use ichnos_code::memory::{Bytes, Memory, NoMemory, Overlay, ProcessMemory};
 use ichnos_image::{load_segments, Asid, Image};
 
 #[test]
@@ -60,4 +60,52 @@ fn bytes_are_read_only_inside_the_block() {
     assert!(b.read_u64(0x1019).is_err());
     assert!(b.read_u64(0xfff).is_err());
     assert!(b.read_u64(u64::MAX).is_err());
+}
+
+#[test]
+fn an_overlay_serves_what_its_bytes_hold_whole_and_the_rest_from_below() {
+    let over: Vec<u8> = (0..16).collect();
+    let under: Vec<u8> = (100..164).collect();
+    let mut below = Bytes {
+        addr: 0x1000,
+        data: &under,
+    };
+    let mut m = Overlay {
+        bytes: Bytes {
+            addr: 0x1010,
+            data: &over,
+        },
+        under: &mut below,
+    };
+    // Inside the bytes laid over: theirs, not what lies below.
+    assert_eq!(
+        m.read_u64(0x1018).unwrap(),
+        u64::from_le_bytes(over[8..16].try_into().unwrap())
+    );
+    // Outside them: from below.
+    assert_eq!(
+        m.read_u64(0x1030).unwrap(),
+        u64::from_le_bytes(under[0x30..0x38].try_into().unwrap())
+    );
+    // Across their edge: not pieced together; from below, where it is
+    // whole.
+    assert_eq!(
+        m.read_u64(0x101c).unwrap(),
+        u64::from_le_bytes(under[0x1c..0x24].try_into().unwrap())
+    );
+    // Nothing below: only the bytes themselves, and an error naming the
+    // address elsewhere.
+    let mut nothing = NoMemory;
+    let mut m = Overlay {
+        bytes: Bytes {
+            addr: 0x1010,
+            data: &over,
+        },
+        under: &mut nothing,
+    };
+    assert_eq!(
+        m.read_u64(0x1010).unwrap(),
+        u64::from_le_bytes(over[..8].try_into().unwrap())
+    );
+    assert_eq!(m.read_u64(0x1020).unwrap_err().addr, 0x1020);
 }

@@ -7,9 +7,10 @@
 //! samply. The recorder handles a sample some milliseconds after it was
 //! taken: the frames past the copy are still where they were if the
 //! thread has not returned from the outermost frame the copy holds since.
-//! So the thread's memory is read from the return address that called
-//! that frame (the walk found it in the copy), and kept only if that word
-//! still holds the same return address; else the stack stays as the copy
+//! So the return address that called that frame (the walk found it in
+//! the copy) is read from the thread's memory, and the stack past the
+//! copy is kept only if that word still holds the same return address,
+//! before and after the rest is read; else the stack stays as the copy
 //! left it. Where the copy holds no return address (the leaf's own frame
 //! is larger than the copy), the copy's last 512 bytes must read the same.
 //! The outer frames of a deep stack are the ones that change least, and a
@@ -17,10 +18,18 @@
 //! samples of a process's last tens of milliseconds are handled after it
 //! has exited: their stacks end at the copy.
 //!
+//! What is read is a window where the walk ran off, not all of the stack
+//! past the copy: a frame larger than the copy (a compiler's driver keeps
+//! over 150 KiB of locals in one) leaves its return address far past the
+//! copy's end, and the walk reads nothing of the frame's inside, only the
+//! words by its return address. The window starts a little below the
+//! address the walk could not read and grows while the walk runs off its
+//! end; a walk that needs a word between the copy and the window moves
+//! the window's start down to it.
+//!
 //! This is a check, not a proof: a thread that returned past that frame
 //! and came back to the same depth through the same call site would pass
-//! it. The word is read again after the rest, so a thread that moves
-//! while its stack is read is seen to.
+//! it.
 //!
 //! Reads are bounded: at most [`MAX_READ`] bytes past a copy, and
 //! [`BYTES_PER_SECOND`], refilled as time goes and never saved up beyond
@@ -29,22 +38,44 @@
 
 use std::collections::HashSet;
 
-use ichnos_code::memory::ProcessMemory;
+use ichnos_code::memory::{Bytes, ProcessMemory};
 use ichnos_code::{Frame, FrameKind, Regs, StopReason};
 
 /// Bytes below the copy's end that must read the same where the copy
 /// holds no return address.
 const OVERLAP: usize = 512;
 
-/// Bytes read past the copy, in turn, while the walk runs off what was
-/// read.
-const READS: [usize; 3] = [64 << 10, 256 << 10, MAX_READ];
+/// Bytes read below the address a walk ran off at: the registers a frame
+/// saved lie just below its return address.
+const BELOW: u64 = 1 << 10;
 
-/// The most read past one copy.
+/// The window's size past the address the walk ran off at, in turn, while
+/// the walk runs off its end.
+const READS: [u64; 4] = [16 << 10, 64 << 10, 256 << 10, MAX_READ as u64];
+
+/// Walks made over windows for one sample at most (the window grows, or
+/// moves down to a word the walk needs between it and the copy).
+const MAX_WALKS: usize = 6;
+
+/// The most read past one copy: the window lies within this many bytes
+/// of the copy's end.
 const MAX_READ: usize = 1 << 20;
 
 /// The most read for each second of the recording, in all.
 const BYTES_PER_SECOND: u64 = 64 << 20;
+
+/// What [`LiveStack::walk_on`] asks of the sample's address space.
+pub(super) trait Walker {
+    /// Walks the sample's stack again, over its copy and then `past`,
+    /// stack bytes read on from the thread: how the walk ended.
+    fn walk(&mut self, past: Bytes<'_>) -> StopReason;
+
+    /// Whether a frame returned into at `now` ends where one returned
+    /// into at `then` did, both entered with the same stack pointer: the
+    /// two addresses lie in one code object, with rows that find the CFA
+    /// at the same offset from the stack pointer.
+    fn same_extent(&self, then: u64, now: u64) -> bool;
+}
 
 /// A sample whose walk ran off its stack copy: process `pid`'s, at
 /// `time`, with registers `regs` and stack copy `copy`.
@@ -59,9 +90,7 @@ pub(super) struct Taken<'a> {
 /// Reads past the stacks' copies, and what came of them.
 #[derive(Debug, Default)]
 pub(super) struct LiveStack {
-    /// The copy and what was read after it.
-    stack: Vec<u8>,
-    /// What was read.
+    /// The window read past the copy.
     read: Vec<u8>,
     /// The bytes that may still be read, and when that was worked out.
     allowance: u64,
@@ -99,15 +128,15 @@ impl LiveStack {
 
     /// The walk of sample `taken` ended with `stop`, past the copy, at its
     /// frame `outermost`: reads on from the thread's memory and walks
-    /// again (`walk` over the longer stack) while the walk runs off what
-    /// was read. Returns how the last walk ended (`stop` if none was
-    /// made).
+    /// again (`walker`, over the copy and a window of stack bytes read
+    /// past it) while the walk runs off what was read. Returns how the
+    /// last walk ended (`stop` if none was made).
     pub(super) fn walk_on(
         &mut self,
         taken: Taken<'_>,
         stop: StopReason,
         outermost: Option<Frame>,
-        walk: &mut dyn FnMut(&[u8]) -> StopReason,
+        walker: &mut dyn Walker,
     ) -> StopReason {
         let Taken {
             pid,
@@ -116,15 +145,14 @@ impl LiveStack {
             copy,
         } = taken;
         let end = regs.sp.saturating_add(copy.len() as u64);
+        // The window lies within this.
+        let limit = end.saturating_add(MAX_READ as u64);
         let StopReason::StackEnd { addr } = stop else {
             return stop;
         };
         // Past the copy, and not so far past it that no read would reach
         // it (a bad address, not the stack).
-        let Some(needed) = addr.checked_sub(end).and_then(|d| usize::try_from(d).ok()) else {
-            return stop;
-        };
-        if needed >= MAX_READ {
+        if addr < end || addr >= limit {
             return stop;
         }
         if self.unreadable_pids.contains(&pid) {
@@ -134,57 +162,87 @@ impl LiveStack {
         let Some((from, expect)) = anchor(regs.sp, copy, outermost) else {
             return stop;
         };
-        // Bytes of the copy that are read again.
-        let Ok(again) = usize::try_from(end - from) else {
-            return stop;
-        };
         let memory = ProcessMemory::new(pid);
-        let mut stop = stop;
-        let mut first = true;
-        for more in READS {
-            if more <= needed {
-                continue;
+        // The anchor, first: if the thread's memory no longer holds it,
+        // nothing past the copy is read.
+        let mut word = [0u8; OVERLAP];
+        let word = &mut word[..expect.len()];
+        if !self.allowed(time, expect.len()) {
+            return stop;
+        }
+        let n = memory.read_up_to(from, word);
+        if n == 0 {
+            self.unreadable += 1;
+            if self.unreadable_pids.len() >= MAX_UNREADABLE {
+                self.unreadable_pids.clear();
             }
-            if !self.allowed(time, again + more) {
-                return stop;
+            self.unreadable_pids.insert(pid);
+            return stop;
+        }
+        if word != expect && !still_in_frame(expect, word, &*walker) {
+            self.changed += 1;
+            return stop;
+        }
+        // What the anchor must still read after the window is read.
+        let mut now = [0u8; OVERLAP];
+        let expect = &mut now[..word.len()];
+        expect.copy_from_slice(word);
+        let mut stop = stop;
+        let mut window = addr.saturating_sub(BELOW).max(end)..addr;
+        let mut reads = READS.iter();
+        // Whether the last read ended where the memory did.
+        let mut short = false;
+        let mut walks = 0;
+        while walks < MAX_WALKS {
+            let StopReason::StackEnd { addr } = stop else {
+                break;
+            };
+            if addr >= limit {
+                break;
+            } else if addr >= window.end {
+                // Runs off the window's end (or there is none yet): a
+                // larger one, unless memory ended there.
+                let Some(&more) = reads.next() else { break };
+                if short {
+                    break;
+                }
+                window.end = addr.saturating_add(more).min(limit);
+            } else if addr >= end && addr < window.start {
+                // Needs a word between the copy and the window.
+                window.start = addr.saturating_sub(BELOW).max(end);
+            } else {
+                break;
+            }
+            let len = (window.end - window.start) as usize;
+            if !self.allowed(time, len + expect.len()) {
+                break;
             }
             self.read.clear();
-            self.read.resize(again + more, 0);
-            let n = memory.read_up_to(from, &mut self.read);
-            // The anchor read again after the rest: a thread that moved
+            self.read.resize(len, 0);
+            let n = memory.read_up_to(window.start, &mut self.read);
+            // The anchor read again after the window: a thread that moved
             // while its stack was read is seen to.
-            let mut word = [0u8; 8];
-            let still =
-                expect.len() != 8 || (memory.read_up_to(from, &mut word) == 8 && word == *expect);
-            if n <= again || !self.read.starts_with(expect) || !still {
-                // (A later read that fails leaves the longer walk made.)
-                if first {
-                    if n == 0 {
-                        self.unreadable += 1;
-                        if self.unreadable_pids.len() >= MAX_UNREADABLE {
-                            self.unreadable_pids.clear();
-                        }
-                        self.unreadable_pids.insert(pid);
-                    } else {
-                        self.changed += 1;
-                    }
-                }
-                return stop;
+            let still = memory.read_up_to(from, word) == expect.len() && *word == *expect;
+            if !still {
+                // (A walk made before stands.)
+                self.changed += u64::from(walks == 0);
+                break;
             }
-            first = false;
-            self.stack.clear();
-            self.stack.extend_from_slice(copy);
-            self.stack.extend_from_slice(&self.read[again..n]);
-            stop = walk(&self.stack);
-            match stop {
-                StopReason::Outermost => {
-                    self.completed += 1;
-                    return stop;
-                }
-                // It ran off all that could be read this time: more.
-                StopReason::StackEnd { addr } if n == again + more && addr >= end + more as u64 => {
-                }
-                _ => return stop,
+            if n == 0 {
+                break;
+            }
+            // What could not be read is not there to walk: the window
+            // ends at it.
+            short = n < len;
+            window.end = window.start + n as u64;
+            walks += 1;
+            stop = walker.walk(Bytes {
+                addr: window.start,
+                data: &self.read[..n],
+            });
+            if stop == StopReason::Outermost {
+                self.completed += 1;
+                break;
             }
         }
         stop
@@ -212,6 +270,23 @@ impl LiveStack {
         self.allowance -= bytes;
         true
     }
+}
+
+/// Whether the thread is still in the outermost frame its copy holds,
+/// though its return slot below that frame reads `now` where the copy
+/// read `then` (`then` 8 bytes, a return address): it returned from the
+/// call it was making then and has made another, from the same frame
+/// (a compiler's driver runs its passes one after another, each called
+/// from the frame that holds its session). `now` must return into code
+/// whose frame ends where the frame `then` returned into did: if it does,
+/// that frame, and with it every frame past the copy, has not been left.
+/// (As with the return address itself, a thread that left that frame and
+/// came back to the same depth would pass.)
+fn still_in_frame(then: &[u8], now: &[u8], walker: &dyn Walker) -> bool {
+    let (Ok(then), Ok(now)) = (<[u8; 8]>::try_from(then), <[u8; 8]>::try_from(now)) else {
+        return false;
+    };
+    walker.same_extent(u64::from_le_bytes(then), u64::from_le_bytes(now))
 }
 
 /// Where in the copy (taken at `sp`) the thread's memory is read from,

@@ -17,6 +17,8 @@ mod alloc_test;
 mod events;
 mod intern;
 mod live_stack;
+#[cfg(test)]
+mod live_stack_test;
 mod model;
 mod notes;
 mod off_cpu;

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use ichnos_code::elf::RowChoice;
+use ichnos_code::memory::Bytes;
 use ichnos_code::{FrameKind, Regs, StopReason, UnwindOptions};
 use ichnos_data::{LostCause, Record, StackOut, StackStop};
 use ichnos_perf::attr::regs;
@@ -17,7 +18,8 @@ use ichnos_perf::record::{Record as PerfRecord, Sample, MISC_USER, REGS_ABI_NONE
 
 use super::events;
 use super::intern::Interner;
-use super::model::Spaces;
+use super::live_stack::Walker;
+use super::model::{AddressSpace, Spaces};
 use super::off_cpu::OffCpu;
 use super::order::{Sorter, MARGIN_NS};
 use super::output::Output;
@@ -539,7 +541,14 @@ impl Recorder {
         space.capture_jit_names_for(time, &mut self.output);
         loop {
             let space = self.spaces.by_pid.get_mut(&pid).expect("made above");
-            let mut stop = space.walk(time, regs, stack, &self.options, &mut self.frames);
+            let mut stop = space.walk(
+                time,
+                regs,
+                stack,
+                Bytes::default(),
+                &self.options,
+                &mut self.frames,
+            );
             // A walk that ran off a whole copy (not one the kernel cut at
             // the stack's end, nor one cut in staging) goes on in the
             // thread's memory, if that still holds what the copy did.
@@ -551,9 +560,16 @@ impl Recorder {
                         regs,
                         copy: stack,
                     };
-                    stop = live.walk_on(taken, stop, self.frames.last().copied(), &mut |stack| {
-                        space.walk(time, regs, stack, &self.options, &mut self.frames)
-                    });
+                    let outermost = self.frames.last().copied();
+                    let mut walker = SampleWalk {
+                        space: &mut *space,
+                        time,
+                        regs,
+                        stack,
+                        options: &self.options,
+                        frames: &mut self.frames,
+                    };
+                    stop = live.walk_on(taken, stop, outermost, &mut walker);
                 }
             }
             if refreshed
@@ -609,6 +625,33 @@ impl Recorder {
             StackStop::StackEnd => self.past_copy += u64::from(!leaving),
             _ => {}
         }
+    }
+}
+
+/// A sample's walk, made again over what was read on past its copy.
+struct SampleWalk<'a> {
+    space: &'a mut AddressSpace,
+    time: u64,
+    regs: Regs,
+    stack: &'a [u8],
+    options: &'a UnwindOptions,
+    frames: &'a mut Vec<ichnos_code::Frame>,
+}
+
+impl Walker for SampleWalk<'_> {
+    fn walk(&mut self, past: Bytes<'_>) -> StopReason {
+        self.space.walk(
+            self.time,
+            self.regs,
+            self.stack,
+            past,
+            self.options,
+            self.frames,
+        )
+    }
+
+    fn same_extent(&self, then: u64, now: u64) -> bool {
+        self.space.same_extent(self.time, then, now)
     }
 }
 

@@ -7,6 +7,7 @@ use ichnos_data::{Reader, Record as Stored, StackStop};
 use ichnos_perf::record::{parse, Record, SampleId, Switch};
 
 use super::alloc_test::{format, recorder, sample_here_copying};
+use super::live_stack_test::ends_at_once;
 use super::off_cpu::OffCpu;
 
 #[test]
@@ -138,95 +139,6 @@ fn a_stack_past_its_copy_is_read_on_from_the_threads_memory_where_it_still_holds
     }
 }
 
-/// Reads on past a 4 KiB "copy" of `memory` (this process's, laid out as
-/// a stack from its start), whose outermost frame is `outermost`: the
-/// stop, and the bytes walked again (none if no walk was made).
-fn read_on(
-    live: &mut super::live_stack::LiveStack,
-    memory: &[u8],
-    copy: &[u8],
-    outermost: Option<ichnos_code::Frame>,
-) -> (ichnos_code::StopReason, Option<Vec<u8>>) {
-    use ichnos_code::{Regs, StopReason};
-    let sp = memory.as_ptr() as u64;
-    let regs = Regs {
-        ip: 0,
-        sp,
-        fp: 0,
-        bx: None,
-    };
-    let past = StopReason::StackEnd {
-        addr: sp + copy.len() as u64 + 8,
-    };
-    let taken = super::live_stack::Taken {
-        pid: std::process::id(),
-        time: ichnos_perf::monotonic_ns(),
-        regs,
-        copy,
-    };
-    let mut walked = None;
-    let stop = live.walk_on(taken, past, outermost, &mut |s: &[u8]| {
-        walked = Some(s.to_vec());
-        StopReason::Outermost
-    });
-    (stop, walked)
-}
-
-#[test]
-fn memory_that_no_longer_holds_what_the_copy_does_is_not_read_on() {
-    use ichnos_code::{Frame, FrameKind, RowSource, StopReason};
-    // 8 KiB of memory standing for a stack (it only has to be this
-    // process's), and a copy of its first 4 KiB.
-    let memory: Vec<u8> = (0..8192u32).map(|i| (i * 7 + 3) as u8).collect();
-    let sp = memory.as_ptr() as u64;
-    let copy = memory[..4096].to_vec();
-    let mut live = super::live_stack::LiveStack::default();
-    // No return address in the copy: its last 512 bytes must read the
-    // same. They do: the walk goes on over the copy and the rest of the
-    // memory, read.
-    let (stop, walked) = read_on(&mut live, &memory, &copy, None);
-    assert_eq!(stop, StopReason::Outermost);
-    // (What lies past the 8 KiB is read too, as far as it is mapped.)
-    let walked = walked.expect("walked on");
-    assert!(
-        walked.len() >= memory.len() && walked[..memory.len()] == memory[..],
-        "the copy, then what was read"
-    );
-    // One byte of them differs: the memory changed since; no walk.
-    let mut altered = copy.clone();
-    altered[4000] ^= 0xff;
-    let (stop, walked) = read_on(&mut live, &memory, &altered, None);
-    assert!(matches!(stop, StopReason::StackEnd { .. }) && walked.is_none());
-    // The outermost frame's return address lies in the copy, at 64: that
-    // word alone must still read the same (the rest of the copy may
-    // change, as a live frame's locals do).
-    let word = u64::from_le_bytes(memory[64..72].try_into().unwrap());
-    let frame = |ip| Frame {
-        ip,
-        sp: sp + 72,
-        kind: FrameKind::Row(RowSource::EhFrame),
-    };
-    let mut locals_changed = copy.clone();
-    locals_changed[3000] ^= 0xff;
-    let (stop, walked) = read_on(&mut live, &memory, &locals_changed, Some(frame(word)));
-    assert_eq!(stop, StopReason::Outermost);
-    let walked = walked.expect("walked on");
-    assert!(
-        walked[..4096] == locals_changed[..],
-        "the copy as it was taken"
-    );
-    assert!(
-        walked.len() >= memory.len() && walked[4096..memory.len()] == memory[4096..],
-        "then what was read"
-    );
-    // The return address slot itself reads otherwise: no walk.
-    let mut other = copy.clone();
-    other[64..72].copy_from_slice(&(word ^ 1).to_le_bytes());
-    let (stop, walked) = read_on(&mut live, &memory, &other, Some(frame(word ^ 1)));
-    assert!(matches!(stop, StopReason::StackEnd { .. }) && walked.is_none());
-    assert_eq!((live.completed, live.changed, live.unreadable), (2, 2, 0));
-}
-
 /// A process whose memory could not be read is not tried again, until a
 /// new process has its id (pid reuse under `-a`).
 #[test]
@@ -253,7 +165,7 @@ fn a_process_found_unreadable_is_tried_again_once_its_pid_is_a_new_one() {
         addr: sp + 4096 + 8,
     };
     let mut live = super::live_stack::LiveStack::default();
-    let stop = live.walk_on(taken, past, None, &mut |_: &[u8]| StopReason::Outermost);
+    let stop = live.walk_on(taken, past, None, &mut ends_at_once());
     assert_eq!(stop, past, "nothing read, no walk");
     assert_eq!(live.unreadable, 1);
     assert!(live.skips(pid));
@@ -279,7 +191,7 @@ fn a_process_found_unreadable_is_tried_again_once_its_pid_is_a_new_one() {
             .live_stack
             .as_mut()
             .unwrap()
-            .walk_on(taken, past, None, &mut |_: &[u8]| StopReason::Outermost);
+            .walk_on(taken, past, None, &mut ends_at_once());
     assert_eq!(stop, past);
     assert!(recorder.live_stack.as_ref().unwrap().skips(pid));
     let exec = ichnos_perf::record::Comm {

@@ -17,8 +17,11 @@ use std::sync::Arc;
 
 use ichnos_code::cfi::{CfiError, CfiStep};
 use ichnos_code::code_map::{FindRow, Lookup};
+use ichnos_code::memory::{Bytes, Overlay};
 use ichnos_code::unwind::{unwind_cached, unwind_into};
-use ichnos_code::{CodeMap, CodeObject, Frame, Regs, Rows, StopReason, UnwindOptions};
+use ichnos_code::{
+    CfaBase, CodeMap, CodeObject, Frame, Regs, Rows, StopReason, UnwindOptions, UnwindRow,
+};
 
 use super::AddressSpace;
 
@@ -190,14 +193,16 @@ impl FindRow for AtTime<'_> {
 
 impl AddressSpace {
     /// Walks a stack taken at `time` from `regs` through its copy `stack`
-    /// into `frames`: with the code map (and its cache), and again with
-    /// the code as it was at `time` where the walk went through code that
-    /// was replaced or removed since.
+    /// (and `past`, stack bytes read on from the thread past the copy, if
+    /// any) into `frames`: with the code map (and its cache), and again
+    /// with the code as it was at `time` where the walk went through code
+    /// that was replaced or removed since.
     pub fn walk(
         &mut self,
         time: u64,
         regs: Regs,
         stack: &[u8],
+        past: Bytes<'_>,
         options: &UnwindOptions,
         frames: &mut Vec<Frame>,
     ) -> StopReason {
@@ -205,7 +210,10 @@ impl AddressSpace {
             &self.code,
             regs,
             stack,
-            &mut self.image,
+            &mut Overlay {
+                bytes: past,
+                under: &mut self.image,
+            },
             options,
             &mut self.cache,
             frames,
@@ -228,7 +236,40 @@ impl AddressSpace {
             timeline: &self.jit.timeline,
             time,
         };
-        unwind_into(&then, regs, stack, &mut self.image, options, frames)
+        let mut memory = Overlay {
+            bytes: past,
+            under: &mut self.image,
+        };
+        unwind_into(&then, regs, stack, &mut memory, options, frames)
+    }
+
+    /// Whether return addresses `then` and `now`, looked up as of `time`,
+    /// return into frames that end at the same place when entered with
+    /// the same stack pointer: both lie in one code object, with rows that
+    /// find the CFA at the same offset from the stack pointer and the
+    /// return address in the same slot. (A frame whose CFA comes from the
+    /// frame pointer could end anywhere: never.)
+    pub fn same_extent(&self, time: u64, then: u64, now: u64) -> bool {
+        // Looked up as callers are: at the call instruction.
+        let (then, now) = (then.wrapping_sub(1), now.wrapping_sub(1));
+        let (Some(a), Some(b)) = (self.code_at(then, time), self.code_at(now, time)) else {
+            return false;
+        };
+        if !Arc::ptr_eq(a, b) {
+            return false;
+        }
+        let plain = |row: &UnwindRow| {
+            row.cfa_base() == CfaBase::Sp && !row.is_unexpressible() && !row.is_outermost()
+        };
+        match (
+            Lookup::in_object(Some(a), then),
+            Lookup::in_object(Some(b), now),
+        ) {
+            (Lookup::Row(r, _), Lookup::Row(s, _)) => {
+                plain(&r) && plain(&s) && r.cfa_off == s.cfa_off && r.ra_off == s.ra_off
+            }
+            _ => false,
+        }
     }
 
     /// The code object `pc` lay in at `time`.

@@ -1,0 +1,235 @@
+//! Reading on past a stack copy: the anchor that must still hold, the
+//! window read where the walk ran off (and only there), and the frame
+//! that is still the same though its callee changed. The "thread" is a
+//! block of this process's memory laid out as a stack from its start.
+
+use ichnos_code::memory::Bytes;
+use ichnos_code::{Frame, FrameKind, Regs, RowSource, StopReason};
+
+use super::live_stack::{LiveStack, Taken, Walker};
+
+/// A walker that keeps each window it is handed and ends each walk as
+/// `next` says; `same` answers [`Walker::same_extent`].
+pub(super) struct Windows<F> {
+    pub next: F,
+    pub same: bool,
+    pub walked: Vec<(u64, Vec<u8>)>,
+}
+
+impl<F: FnMut(&Bytes<'_>) -> StopReason> Walker for Windows<F> {
+    fn walk(&mut self, past: Bytes<'_>) -> StopReason {
+        self.walked.push((past.addr, past.data.to_vec()));
+        (self.next)(&past)
+    }
+
+    fn same_extent(&self, _then: u64, _now: u64) -> bool {
+        self.same
+    }
+}
+
+/// A walker whose first walk reaches the outermost frame.
+pub(super) fn ends_at_once() -> Windows<impl FnMut(&Bytes<'_>) -> StopReason> {
+    Windows {
+        next: |_: &Bytes<'_>| StopReason::Outermost,
+        same: false,
+        walked: Vec::new(),
+    }
+}
+
+/// A sample of `memory` whose copy is its first `copy` bytes.
+fn taken<'a>(memory: &[u8], copy: &'a [u8]) -> Taken<'a> {
+    Taken {
+        pid: std::process::id(),
+        time: ichnos_perf::monotonic_ns(),
+        regs: Regs {
+            ip: 0,
+            sp: memory.as_ptr() as u64,
+            fp: 0,
+            bx: None,
+        },
+        copy,
+    }
+}
+
+/// Memory standing for a stack (it only has to be this process's):
+/// every byte differs from its neighbours'.
+fn stack_memory(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i * 7 + 3 + i / 251) as u8).collect()
+}
+
+/// The frame whose return address the copy holds at `at` (its slot),
+/// `word`.
+fn frame_above(memory: &[u8], at: usize, word: u64) -> Frame {
+    Frame {
+        ip: word,
+        sp: memory.as_ptr() as u64 + at as u64 + 8,
+        kind: FrameKind::Row(RowSource::EhFrame),
+    }
+}
+
+#[test]
+fn memory_that_no_longer_holds_what_the_copy_does_is_not_read_on() {
+    let memory = stack_memory(8192);
+    let sp = memory.as_ptr() as u64;
+    let copy = memory[..4096].to_vec();
+    let past = StopReason::StackEnd {
+        addr: sp + 4096 + 8,
+    };
+    let mut live = LiveStack::default();
+    // No return address in the copy: its last 512 bytes must read the
+    // same. They do: the walk goes on over what was read from the copy's
+    // end (the address it ran off at is just past it).
+    let mut walker = ends_at_once();
+    let stop = live.walk_on(taken(&memory, &copy), past, None, &mut walker);
+    assert_eq!(stop, StopReason::Outermost);
+    let [(addr, data)] = &walker.walked[..] else {
+        panic!("one walk: {:?}", walker.walked.len());
+    };
+    assert_eq!(*addr, sp + 4096);
+    assert!(data.len() >= 4096 && data[..4096] == memory[4096..]);
+    // One byte of them differs: the memory changed since; no walk.
+    let mut altered = copy.clone();
+    altered[4000] ^= 0xff;
+    let mut walker = ends_at_once();
+    let stop = live.walk_on(taken(&memory, &altered), past, None, &mut walker);
+    assert_eq!(stop, past);
+    assert!(walker.walked.is_empty());
+    // The outermost frame's return address lies in the copy, at 64: that
+    // word alone must still read the same (the rest of the copy may
+    // change, as a live frame's locals do).
+    let word = u64::from_le_bytes(memory[64..72].try_into().unwrap());
+    let mut locals_changed = copy.clone();
+    locals_changed[3000] ^= 0xff;
+    let mut walker = ends_at_once();
+    let outermost = Some(frame_above(&memory, 64, word));
+    let stop = live.walk_on(
+        taken(&memory, &locals_changed),
+        past,
+        outermost,
+        &mut walker,
+    );
+    assert_eq!(stop, StopReason::Outermost);
+    assert_eq!(walker.walked[0].1[..4096], memory[4096..]);
+    // The return address slot itself reads otherwise, and the frame it
+    // would return into is not one of the same extent: no walk.
+    let mut other = copy.clone();
+    other[64..72].copy_from_slice(&(word ^ 1).to_le_bytes());
+    let mut walker = ends_at_once();
+    let outermost = Some(frame_above(&memory, 64, word ^ 1));
+    let stop = live.walk_on(taken(&memory, &other), past, outermost, &mut walker);
+    assert_eq!(stop, past);
+    assert!(walker.walked.is_empty());
+    assert_eq!((live.completed, live.changed, live.unreadable), (2, 2, 0));
+}
+
+#[test]
+fn a_frame_still_there_whose_callee_changed_is_read_on() {
+    let memory = stack_memory(8192);
+    let sp = memory.as_ptr() as u64;
+    let word = u64::from_le_bytes(memory[64..72].try_into().unwrap());
+    // At the sample, the slot held another return address: the frame has
+    // returned from that call and made another since.
+    let mut copy = memory[..4096].to_vec();
+    copy[64..72].copy_from_slice(&(word ^ 0x40).to_le_bytes());
+    let past = StopReason::StackEnd {
+        addr: sp + 4096 + 8,
+    };
+    let outermost = Some(frame_above(&memory, 64, word ^ 0x40));
+    for same in [false, true] {
+        let mut live = LiveStack::default();
+        let mut walker = Windows {
+            next: |_: &Bytes<'_>| StopReason::Outermost,
+            same,
+            walked: Vec::new(),
+        };
+        let stop = live.walk_on(taken(&memory, &copy), past, outermost, &mut walker);
+        // Read on only where the call made now returns into a frame that
+        // ends where the one called then did.
+        assert_eq!(stop == StopReason::Outermost, same, "same extent: {same}");
+        assert_eq!(
+            (live.completed, live.changed),
+            (u64::from(same), u64::from(!same))
+        );
+        assert_eq!(walker.walked.len(), usize::from(same));
+    }
+}
+
+#[test]
+fn only_a_window_where_the_walk_ran_off_is_read_and_it_moves_and_grows_as_the_walk_needs() {
+    // 1 MiB of "stack", the copy its first 4 KiB; a frame larger than
+    // the copy whose return address lies at 600 KiB.
+    let memory = stack_memory(1 << 20);
+    let sp = memory.as_ptr() as u64;
+    let copy = memory[..4096].to_vec();
+    let ran_off: u64 = 600 << 10;
+    let past = StopReason::StackEnd {
+        addr: sp + ran_off,
+    };
+    let mut live = LiveStack::default();
+    // Three walks: the first runs off the window's end, the second needs
+    // a word between the copy and the window, the third reaches the end.
+    let needs = [sp + (600 << 10) + (20 << 10), sp + (300 << 10)];
+    let mut walks = 0;
+    let mut walker = Windows {
+        next: |_: &Bytes<'_>| {
+            walks += 1;
+            match needs.get(walks - 1) {
+                Some(&addr) => StopReason::StackEnd { addr },
+                None => StopReason::Outermost,
+            }
+        },
+        same: false,
+        walked: Vec::new(),
+    };
+    let stop = live.walk_on(taken(&memory, &copy), past, None, &mut walker);
+    assert_eq!(stop, StopReason::Outermost);
+    let windows: Vec<(u64, usize)> = walker
+        .walked
+        .iter()
+        .map(|(addr, data)| (addr - sp, data.len()))
+        .collect();
+    // The first window: 1 KiB below where the walk ran off, 16 KiB past
+    // it; nothing of the 590 KiB between it and the copy.
+    let first = ran_off - 1024;
+    assert_eq!(windows[0], (first, 1024 + (16 << 10)));
+    // Grown past the word the second walk needed (64 KiB more).
+    assert_eq!(windows[1], (first, (20 << 10) + (64 << 10) + 1024));
+    // Moved down to 1 KiB below the word the third needed, its end kept.
+    let lower = (300 << 10) - 1024;
+    assert_eq!(
+        windows[2],
+        (lower, (first as usize - lower as usize) + windows[1].1)
+    );
+    // Each window holds the thread's bytes at its address.
+    for (addr, data) in &walker.walked {
+        let at = (addr - sp) as usize;
+        assert_eq!(data[..], memory[at..at + data.len()]);
+    }
+    assert_eq!((live.completed, live.changed), (1, 0));
+}
+
+#[test]
+fn a_walk_that_needs_more_than_can_be_read_past_a_copy_reads_nothing() {
+    let memory = stack_memory(8192);
+    let sp = memory.as_ptr() as u64;
+    let copy = memory[..4096].to_vec();
+    let mut live = LiveStack::default();
+    // 1 MiB past the copy's end or more: not the stack.
+    let far = StopReason::StackEnd {
+        addr: sp + 4096 + (1 << 20),
+    };
+    let mut walker = ends_at_once();
+    assert_eq!(
+        live.walk_on(taken(&memory, &copy), far, None, &mut walker),
+        far
+    );
+    assert!(walker.walked.is_empty());
+    // Below the copy's end: a value the copy held that could not be used.
+    let inside = StopReason::StackEnd { addr: sp + 100 };
+    assert_eq!(
+        live.walk_on(taken(&memory, &copy), inside, None, &mut walker),
+        inside
+    );
+    assert!(walker.walked.is_empty());
+    assert_eq!((live.completed, live.changed, live.unreadable), (0, 0, 0));
+}
