@@ -23,14 +23,20 @@ pub fn has_section(elf: &[u8], name: &str) -> bool {
         .is_some_and(|f| f.section_by_name(name).is_some_and(|s| s.size() > 0))
 }
 
-/// The build id and `.gnu_debuglink` of the ELF file at `path`, reading only
-/// its headers and the sections concerned.
+/// The build id and `.gnu_debuglink` of the ELF file at `path`, read the
+/// first time the file, as it is on disk, is asked of.
 #[must_use]
 pub fn identity_of_file(path: &std::path::Path) -> (Option<Vec<u8>>, Option<DebugLink>) {
     let Ok(f) = open_regular(path) else {
         return (None, None);
     };
-    identity_in(&object::ReadCache::new(f))
+    match crate::file_facts::facts_of(&f) {
+        Some(facts) => facts
+            .identity
+            .get_or_init(|| identity_in(&object::ReadCache::new(&f)))
+            .clone(),
+        None => identity_in(&object::ReadCache::new(&f)),
+    }
 }
 
 /// Opens `path` for reading if it is a regular file. The open does not

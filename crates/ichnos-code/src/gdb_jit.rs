@@ -117,7 +117,7 @@ pub enum GdbJitError {
 /// from the symbol tables of the files it maps; `None` where no file
 /// defines it (the process has no JIT that tells debuggers of its code).
 pub fn find_descriptor(pid: u32) -> Result<Option<u64>, crate::export::RemoteError> {
-    crate::export::find_process_symbol(pid, DESCRIPTOR_SYMBOL.as_bytes())
+    crate::process_symbols::find_process_symbol(pid, DESCRIPTOR_SYMBOL.as_bytes())
 }
 
 /// As [`find_descriptor`], reading only the files `searched` does not
@@ -127,7 +127,11 @@ pub fn find_descriptor_in_new_files(
     pid: u32,
     searched: &mut crate::export::SearchedFiles,
 ) -> Result<Option<u64>, crate::export::RemoteError> {
-    crate::export::find_process_symbol_in(pid, DESCRIPTOR_SYMBOL.as_bytes(), Some(searched))
+    crate::process_symbols::find_process_symbol_in(
+        pid,
+        DESCRIPTOR_SYMBOL.as_bytes(),
+        Some(searched),
+    )
 }
 
 /// One entry of the list: where its object lies in the process.

@@ -16,6 +16,7 @@ use ichnos_image::MapsEntry;
 
 use crate::code_map::{CodeMap, CodeObject, RowSource, Rows};
 use crate::elf::{file_rows, object_rows, FileRowsError, RowChoice};
+use crate::file_facts::{Layout, LoadSegment};
 use crate::memory::ProcessMemory;
 use crate::unwind::{unwind, Regs, Unwind, UnwindOptions};
 
@@ -133,31 +134,51 @@ pub enum MappingError {
 
 /// The ELF origin (the run-time address of the page of the first
 /// `PT_LOAD`) of a file whose byte `mapping.pgoff` is mapped at
-/// `mapping.start`, from its program headers.
-fn origin_of<'d, R: object::ReadRef<'d>>(
-    file: &object::File<'d, R>,
-    mapping: FileMapping,
-) -> Option<u64> {
-    use object::{Object, ObjectSegment};
+/// `mapping.start`, from its loadable segments.
+fn origin_of(segments: &[LoadSegment], mapping: FileMapping) -> Option<u64> {
     const PAGE: u64 = 0x1000;
-    let first = file.segments().map(|s| s.address()).min()?;
+    let first = segments.iter().map(|s| s.address).min()?;
     // The kernel maps a segment from the page holding its first byte: the
     // mapping's offset is the segment's offset rounded down (linkers need
     // not align segments to pages in the file). Prefer the segment that
     // starts on the mapped page; else one the offset falls in.
-    let page_of = |s: &object::Segment<'d, '_, R>| s.file_range().0 & !(PAGE - 1);
-    let segment = file
-        .segments()
+    let page_of = |s: &LoadSegment| s.offset & !(PAGE - 1);
+    let segment = segments
+        .iter()
         .find(|s| page_of(s) == mapping.pgoff)
         .or_else(|| {
-            file.segments().find(|s| {
-                let (offset, size) = s.file_range();
-                page_of(s) <= mapping.pgoff && mapping.pgoff < offset.saturating_add(size.max(1))
+            segments.iter().find(|s| {
+                page_of(s) <= mapping.pgoff
+                    && mapping.pgoff < s.offset.saturating_add(s.size.max(1))
             })
         })?;
-    let vaddr = (segment.address() & !(PAGE - 1)).wrapping_add(mapping.pgoff - page_of(&segment));
+    let vaddr = (segment.address & !(PAGE - 1)).wrapping_add(mapping.pgoff - page_of(segment));
     let bias = mapping.start.wrapping_sub(vaddr);
     Some(bias.wrapping_add(first & !(crate::elf::ELF_START_ALIGN - 1)))
+}
+
+/// Where the parsed ELF `elf`'s segments lie, and the key its rows are
+/// shared by (its build id, else a Go program's).
+fn layout_of<'d, R: object::ReadRef<'d>>(elf: &object::File<'d, R>) -> Layout {
+    use object::{Object, ObjectSegment};
+    let segments = elf
+        .segments()
+        .map(|s| {
+            let (offset, size) = s.file_range();
+            LoadSegment {
+                address: s.address(),
+                offset,
+                size,
+            }
+        })
+        .collect();
+    let row_key = elf
+        .build_id()
+        .ok()
+        .flatten()
+        .map(<[u8]>::to_vec)
+        .or_else(|| go_build_id(elf));
+    Layout { segments, row_key }
 }
 
 /// The code object of an executable mapping of the ELF file at `path`
@@ -188,14 +209,37 @@ pub fn code_object_for_file(
     mapping: FileMapping,
     choice: RowChoice,
 ) -> Result<CodeObject, MappingError> {
+    // A file met before (in another process) whose rows live: placed by
+    // what is known of it, without reading it again.
+    let facts = crate::file_facts::facts_of(&file);
+    let known = facts.as_ref().and_then(|f| f.layout.get()?.as_ref());
+    if let Some(layout) = known {
+        let rows = crate::registry::row_cache().get(layout.row_key.as_deref(), choice);
+        if let (Some(origin), Some((rows, source))) = (origin_of(&layout.segments, mapping), rows) {
+            return Ok(CodeObject {
+                start: mapping.start,
+                end: mapping.end,
+                bias: origin,
+                rows,
+                source,
+                name: Arc::from(name),
+            });
+        }
+    }
     let data = object::ReadCache::new(file);
     let elf = object::File::parse(&data).map_err(|source| MappingError::BadElf {
         path: path.to_path_buf(),
         source,
     })?;
+    let mut layout = layout_of(&elf);
+    if let Some(facts) = &facts {
+        // Without a build id, the rows are shared by the file itself.
+        layout.row_key = layout.row_key.or_else(|| Some(facts.row_key()));
+        let _ = facts.layout.set(Some(layout.clone()));
+    }
     // Only the headers and the unwind sections are read: an executable
     // of tens of megabytes has a few hundred kilobytes of them.
-    placed(&elf, path, name, mapping, choice, || {
+    placed(&elf, &layout, path, name, mapping, choice, || {
         object_rows(&elf, choice)
     })
 }
@@ -213,15 +257,17 @@ pub fn code_object_from_bytes(
         path: path.to_path_buf(),
         source,
     })?;
-    placed(&elf, path, name, mapping, choice, || {
+    placed(&elf, &layout_of(&elf), path, name, mapping, choice, || {
         file_rows(bytes, choice).map(|t| Rows::Fixed(Arc::new(t)))
     })
 }
 
-/// The code object of the parsed ELF `elf` mapped as `mapping` says, its
-/// rows from the cache by build id, else made by `rows`.
+/// The code object of the parsed ELF `elf` (laid out as `layout` says)
+/// mapped as `mapping` says, its rows from the cache by build id, else
+/// made by `rows`.
 fn placed<'d, R: object::ReadRef<'d>>(
     elf: &object::File<'d, R>,
+    layout: &Layout,
     path: &Path,
     name: &str,
     mapping: FileMapping,
@@ -229,16 +275,11 @@ fn placed<'d, R: object::ReadRef<'d>>(
     rows: impl FnOnce() -> Result<Rows, FileRowsError>,
 ) -> Result<CodeObject, MappingError> {
     use object::{Object, ObjectSection};
-    let origin = origin_of(elf, mapping).ok_or(MappingError::NoSegment {
+    let origin = origin_of(&layout.segments, mapping).ok_or(MappingError::NoSegment {
         path: path.to_path_buf(),
         pgoff: mapping.pgoff,
     })?;
-    let build_id = elf
-        .build_id()
-        .ok()
-        .flatten()
-        .map(<[u8]>::to_vec)
-        .or_else(|| go_build_id(elf));
+    let build_id = layout.row_key.clone();
     let has_sframe = elf.section_by_name(".sframe").is_some_and(|s| s.size() > 0);
     // (The source is the one the rows were made from, where another file
     // of the same build id made them.)

@@ -218,14 +218,10 @@ impl RowCache {
         let Some(id) = build_id.filter(|id| !id.is_empty()) else {
             return make();
         };
-        let key = (id.to_vec(), choice);
-        let cached = self
-            .lock()
-            .get(&key)
-            .and_then(|(weak, source)| Some((weak.upgrade()?, *source)));
-        if let Some(made) = cached {
+        if let Some(made) = self.get(Some(id), choice) {
             return Ok(made);
         }
+        let key = (id.to_vec(), choice);
         let (rows, source) = make()?;
         if let Some(weak) = WeakRows::of(&rows) {
             let mut map = self.lock();
@@ -233,6 +229,19 @@ impl RowCache {
             map.insert(key, (weak, source));
         }
         Ok((rows, source))
+    }
+
+    /// The rows made for `build_id` with `choice`, and their section, if
+    /// they live.
+    pub(crate) fn get(
+        &self,
+        build_id: Option<&[u8]>,
+        choice: RowChoice,
+    ) -> Option<(Rows, RowSource)> {
+        let id = build_id.filter(|id| !id.is_empty())?;
+        self.lock()
+            .get(&(id.to_vec(), choice))
+            .and_then(|(weak, source)| Some((weak.upgrade()?, *source)))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, RowCacheMap> {

@@ -15,13 +15,12 @@
 mod reader;
 mod writer;
 
-pub use reader::SearchedFiles;
+pub use crate::process_symbols::SearchedFiles;
 pub use reader::{
     exported_registry_generation, find_exported_registry, find_exported_registry_in_new_files,
     read_exported_entries, read_exported_entries_in, read_exported_registry, ExportedEntry,
     FailedRegistration, RemoteError,
 };
-pub(crate) use reader::{find_process_symbol, find_process_symbol_in};
 pub use writer::Exporter;
 
 use std::sync::atomic::AtomicU64;

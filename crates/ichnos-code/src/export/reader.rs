@@ -9,6 +9,7 @@ use super::{
     MAX_PATH, MIN_ENTRY_SIZE, RETIRED_KEPT,
 };
 use crate::memory::{Memory, ProcessMemory};
+use crate::process_symbols::{find_process_symbol, find_process_symbol_in, SearchedFiles};
 use crate::registration::{path_from_bytes, ElfCode, JitCode, Registration};
 use crate::registry::{Registry, RegistryError};
 
@@ -67,136 +68,6 @@ pub fn find_exported_registry_in_new_files(
     searched: &mut SearchedFiles,
 ) -> Result<Option<u64>, RemoteError> {
     find_process_symbol_in(pid, b"ichnos_code_registry", Some(searched))
-}
-
-/// Files of a process already searched for a symbol (by path and the
-/// address it is mapped at), so that a later search reads only the files
-/// mapped since.
-#[derive(Clone, Debug, Default)]
-pub struct SearchedFiles {
-    files: std::collections::HashSet<(String, u64)>,
-}
-
-/// Files remembered as searched at most; past it, the set starts afresh
-/// (a file is then read again, never missed).
-const MAX_SEARCHED_FILES: usize = 1 << 14;
-
-impl SearchedFiles {
-    /// Whether the file at `path`, mapped at `start`, was searched;
-    /// notes that it now is.
-    fn first_time(&mut self, path: &str, start: u64) -> bool {
-        if self.files.len() >= MAX_SEARCHED_FILES {
-            self.files.clear();
-        }
-        self.files.insert((path.to_owned(), start))
-    }
-}
-
-/// The run-time address of the data or function symbol `name` defined by
-/// a file `pid` maps (its symbol tables, `.symtab` then `.dynsym`; the
-/// first file that defines it), or `None`.
-pub(crate) fn find_process_symbol(pid: u32, name: &[u8]) -> Result<Option<u64>, RemoteError> {
-    find_process_symbol_in(pid, name, None)
-}
-
-/// As [`find_process_symbol`], reading only the files `searched` does not
-/// hold yet (and adding them) when it is given.
-pub(crate) fn find_process_symbol_in(
-    pid: u32,
-    name: &[u8],
-    mut searched: Option<&mut SearchedFiles>,
-) -> Result<Option<u64>, RemoteError> {
-    use object::{Object, ObjectSegment, ObjectSymbol};
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
-        .map_err(|source| RemoteError::Maps { pid, source })?;
-    let entries = ichnos_image::parse_maps(pid, &maps).map_err(|e| RemoteError::Maps {
-        pid,
-        source: std::io::Error::other(e.to_string()),
-    })?;
-    for m in entries
-        .iter()
-        .filter(|m| m.offset == 0 && m.name.starts_with('/'))
-    {
-        if let Some(searched) = searched.as_deref_mut() {
-            if !searched.first_time(&m.name, m.range.start) {
-                continue;
-            }
-        }
-        // The file as the process sees it; only the headers and symbol
-        // tables are read (a mapped file can be large).
-        let Ok(f) = std::fs::File::open(format!("/proc/{pid}/root{}", m.name)) else {
-            continue;
-        };
-        if !f.metadata().is_ok_and(|meta| meta.is_file()) {
-            continue;
-        }
-        let cache = object::ReadCache::new(f);
-        let Ok(file) = object::File::parse(&cache) else {
-            continue;
-        };
-        let Some(first) = file.segments().map(|s| s.address()).min() else {
-            continue;
-        };
-        // Walking a large program's symbols reads each name apart (a
-        // system call or two each: a second for node's 100,000); its
-        // string tables read whole and searched are a few milliseconds,
-        // and they hold the name wherever a symbol has it.
-        if !string_tables_hold(&file, name) {
-            continue;
-        }
-        let symbol = file
-            .symbols()
-            .chain(file.dynamic_symbols())
-            .find(|s| s.is_definition() && s.name_bytes().ok() == Some(name));
-        let link_origin = first & !(crate::elf::ELF_START_ALIGN - 1);
-        if let Some(offset) = symbol.and_then(|s| s.address().checked_sub(link_origin)) {
-            return Ok(Some(m.range.start.wrapping_add(offset)));
-        }
-    }
-    Ok(None)
-}
-
-/// Largest string table searched (a large program's is some MiB).
-const MAX_STRING_TABLE: u64 = 256 << 20;
-
-/// Whether the string tables of `file`'s symbol tables (those `.symtab`
-/// and `.dynsym` link to) may hold `name` as a symbol's name: it ends one
-/// of their strings (a linker merges a string into a longer one it ends).
-/// A table that cannot be read or is larger than [`MAX_STRING_TABLE`], or
-/// a file that is not ELF, may.
-fn string_tables_hold<'d, R: object::ReadRef<'d>>(file: &object::File<'d, R>, name: &[u8]) -> bool {
-    use object::{Object, ObjectSection, SectionIndex};
-    /// The string sections of an ELF file's non-empty symbol tables.
-    fn linked<'d, E: object::read::elf::FileHeader, R: object::ReadRef<'d>>(
-        f: &object::read::elf::ElfFile<'d, E, R>,
-    ) -> Vec<SectionIndex> {
-        [f.elf_symbol_table(), f.elf_dynamic_symbol_table()]
-            .into_iter()
-            .filter(|t| !t.is_empty())
-            .map(object::read::elf::SymbolTable::string_section)
-            .collect()
-    }
-    let tables = match file {
-        object::File::Elf32(f) => linked(f),
-        object::File::Elf64(f) => linked(f),
-        _ => return true,
-    };
-    let mut wanted = name.to_vec();
-    wanted.push(0);
-    let finder = memchr::memmem::Finder::new(&wanted);
-    for index in tables {
-        let Ok(section) = file.section_by_index(index) else {
-            return true;
-        };
-        if section.size() > MAX_STRING_TABLE {
-            return true;
-        }
-        match section.data() {
-            Ok(data) if finder.find(data).is_none() => {}
-            _ => return true,
-        }
-    }
-    false
 }
 
 /// The generation of the registry exported by process `pid` at `addr`:
@@ -488,59 +359,5 @@ impl Registry {
             }
         }
         Ok((registry, failed))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Whether the object gcc makes of `source` may hold `name`, as its
-    /// bytes are parsed.
-    fn holds(source: &str, strip: bool, name: &[u8]) -> bool {
-        let dir = tempfile::tempdir().unwrap();
-        let (c, lib) = (dir.path().join("x.c"), dir.path().join("libx.so"));
-        std::fs::write(&c, source).unwrap();
-        let built = std::process::Command::new("gcc")
-            .args(["-shared", "-fPIC", "-o"])
-            .arg(&lib)
-            .arg(&c)
-            .status()
-            .unwrap();
-        assert!(built.success());
-        if strip {
-            let stripped = std::process::Command::new("strip")
-                .arg(&lib)
-                .status()
-                .unwrap();
-            assert!(stripped.success());
-        }
-        let bytes = std::fs::read(&lib).unwrap();
-        let file = object::File::parse(&*bytes).unwrap();
-        string_tables_hold(&file, name)
-    }
-
-    #[test]
-    fn string_tables_tell_which_files_may_define_a_symbol() {
-        let name = b"ichnos_code_registry";
-        assert!(holds("int ichnos_code_registry;\n", false, name));
-        // Stripped, the dynamic symbol's name stays in .dynstr.
-        assert!(holds("int ichnos_code_registry;\n", true, name));
-        // A longer name ending with it may share its string.
-        assert!(holds("int my_ichnos_code_registry;\n", false, name));
-        assert!(!holds("int other_registry;\n", false, name));
-        // Static: in .strtab only, and gone when stripped.
-        assert!(holds(
-            "static int ichnos_code_registry;\nint *p = &ichnos_code_registry;\n",
-            false,
-            name
-        ));
-        assert!(!holds(
-            "static int ichnos_code_registry;\nint *p = &ichnos_code_registry;\n",
-            true,
-            name
-        ));
-        // A prefix of it is not it.
-        assert!(!holds("int ichnos_code_registry_x;\n", false, name));
     }
 }
