@@ -25,6 +25,7 @@ use ichnos_image::{Asid, Image, SectionCache};
 
 use super::output::Output;
 
+mod ended;
 mod jit;
 mod names;
 mod replaced;
@@ -155,6 +156,8 @@ pub(crate) struct Spaces {
     /// [`MAX_UNNAMED_JIT`] of them), and how many in all.
     pub unnamed_jit: Vec<UnnamedJit>,
     pub unnamed_jit_processes: usize,
+    /// The rows of processes that ended, kept a while for the next.
+    ended_rows: ended::EndedRows,
 }
 
 /// A process whose JIT code stayed unnamed.
@@ -193,12 +196,14 @@ impl Spaces {
             offline: false,
             unnamed_jit: Vec::new(),
             unnamed_jit_processes: 0,
+            ended_rows: ended::EndedRows::default(),
         }
     }
 
     /// The address space of a process that ended (or exec'd), its JIT
     /// names captured at last: what stayed unnamed is told of at the end.
     fn ended(&mut self, space: &mut AddressSpace, time: u64, out: &mut Output) {
+        self.ended_rows.keep(space.code.objects(), time);
         space.capture_jit_names(out, time, true);
         let (addresses, files) = space.unnamed_jit();
         if addresses == 0 {
@@ -266,6 +271,7 @@ impl Spaces {
     /// A fresh address space for `pid` (an exec, or a first sighting),
     /// replacing any it had.
     pub fn begin(&mut self, pid: u32, name: &[u8], time: u64, out: &mut Output) -> u64 {
+        self.ended_rows.expire(time);
         if let Some(mut old) = self.by_pid.remove(&pid) {
             self.ended(&mut old, time, out);
         }
