@@ -37,6 +37,7 @@
 //! does not let the recorder read it) is not tried again.
 
 use std::collections::HashSet;
+use std::ops::Range;
 
 use ichnos_code::memory::{Bytes, ProcessMemory};
 use ichnos_code::{Frame, FrameKind, Regs, StopReason};
@@ -49,13 +50,14 @@ const OVERLAP: usize = 512;
 /// saved lie just below its return address.
 const BELOW: u64 = 1 << 10;
 
-/// The window's size past the address the walk ran off at, in turn, while
-/// the walk runs off its end.
-const READS: [u64; 4] = [16 << 10, 64 << 10, 256 << 10, MAX_READ as u64];
+/// How far past the address the walk ran off at the window is read, in
+/// turn, each time the walk runs off its end (only what the window does
+/// not hold yet is read).
+const READS: [u64; 5] = [16 << 10, 16 << 10, 64 << 10, 256 << 10, MAX_READ as u64];
 
 /// Walks made over windows for one sample at most (the window grows, or
 /// moves down to a word the walk needs between it and the copy).
-const MAX_WALKS: usize = 6;
+const MAX_WALKS: usize = 8;
 
 /// The most read past one copy: the window lies within this many bytes
 /// of the copy's end.
@@ -188,38 +190,42 @@ impl LiveStack {
         let expect = &mut now[..word.len()];
         expect.copy_from_slice(word);
         let mut stop = stop;
-        let mut window = addr.saturating_sub(BELOW).max(end)..addr;
+        // The window read so far; `self.read` holds its bytes.
+        let first = addr.saturating_sub(BELOW).max(end);
+        let mut window = first..first;
+        self.read.clear();
         let mut reads = READS.iter();
-        // Whether the last read ended where the memory did.
+        // Whether the last read past the window's end ended where the
+        // memory did.
         let mut short = false;
         let mut walks = 0;
         while walks < MAX_WALKS {
             let StopReason::StackEnd { addr } = stop else {
                 break;
             };
-            if addr >= limit {
+            // What to read: on past the window's end (or the first
+            // window), or down to a word the walk needs between it and
+            // the copy.
+            let piece = if addr >= limit {
                 break;
             } else if addr >= window.end {
-                // Runs off the window's end (or there is none yet): a
-                // larger one, unless memory ended there.
                 let Some(&more) = reads.next() else { break };
                 if short {
                     break;
                 }
-                window.end = addr.saturating_add(more).min(limit);
+                window.end..addr.saturating_add(more).min(limit)
             } else if addr >= end && addr < window.start {
-                // Needs a word between the copy and the window.
-                window.start = addr.saturating_sub(BELOW).max(end);
+                addr.saturating_sub(BELOW).max(end)..window.start
             } else {
                 break;
-            }
-            let len = (window.end - window.start) as usize;
+            };
+            let len = (piece.end - piece.start) as usize;
             if !self.allowed(time, len + expect.len()) {
                 break;
             }
-            self.read.clear();
-            self.read.resize(len, 0);
-            let n = memory.read_up_to(window.start, &mut self.read);
+            if !self.read_piece(memory, &mut window, piece, &mut short) {
+                break;
+            }
             // The anchor read again after the window: a thread that moved
             // while its stack was read is seen to.
             let still = memory.read_up_to(from, word) == expect.len() && *word == *expect;
@@ -228,17 +234,10 @@ impl LiveStack {
                 self.changed += u64::from(walks == 0);
                 break;
             }
-            if n == 0 {
-                break;
-            }
-            // What could not be read is not there to walk: the window
-            // ends at it.
-            short = n < len;
-            window.end = window.start + n as u64;
             walks += 1;
             stop = walker.walk(Bytes {
                 addr: window.start,
-                data: &self.read[..n],
+                data: &self.read,
             });
             if stop == StopReason::Outermost {
                 self.completed += 1;
@@ -246,6 +245,41 @@ impl LiveStack {
             }
         }
         stop
+    }
+
+    /// Reads `piece` of the thread's stack (`memory`) into the window
+    /// (`self.read` holds `window`'s bytes): on past its end, as far as
+    /// the memory goes (`short` says whether it ended first), or down to
+    /// below its start, wholly. Whether anything was read.
+    fn read_piece(
+        &mut self,
+        memory: ProcessMemory,
+        window: &mut Range<u64>,
+        piece: Range<u64>,
+        short: &mut bool,
+    ) -> bool {
+        let len = (piece.end - piece.start) as usize;
+        if piece.start == window.end {
+            let at = self.read.len();
+            self.read.resize(at + len, 0);
+            let n = memory.read_up_to(piece.start, &mut self.read[at..]);
+            // What could not be read is not there to walk: the window
+            // ends at it.
+            self.read.truncate(at + n);
+            *short = n < len;
+            window.end += n as u64;
+            n > 0
+        } else {
+            let mut below = vec![0u8; len];
+            if memory.read_up_to(piece.start, &mut below) < len {
+                // A hole between the copy and the window: not a stack.
+                return false;
+            }
+            below.extend_from_slice(&self.read);
+            self.read = below;
+            window.start = piece.start;
+            true
+        }
     }
 
     /// Whether `bytes` may be read at `time`: an allowance of
