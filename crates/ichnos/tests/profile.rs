@@ -374,8 +374,8 @@ fn stacks_deeper_than_the_copy_are_noted_and_a_larger_copy_completes_them() {
     );
 }
 
-/// A frame larger than any copy the kernel makes (a compiler's driver
-/// keeps over 150 KiB of locals in one) holds its return address far past
+/// A frame larger than any copy the kernel makes (rustc's driver keeps
+/// over 500 KiB of locals in one) holds its return address far past
 /// the copy, and calls one function after another: the stacks are read
 /// on where the walk ran off, and the frame that is still there, though
 /// its callee changed since the sample, lets them be.

@@ -18,18 +18,28 @@
 //! samples of a process's last tens of milliseconds are handled after it
 //! has exited: their stacks end at the copy.
 //!
+//! One frame may be larger than the whole copy (rustc's driver keeps over
+//! 500 KiB of locals in one, near the base of its thread) and call one
+//! function after another (each pass of the compiler): its return slot
+//! then holds another return address when the sample is handled. Where
+//! that one returns into code of the same object whose frame is exactly
+//! as large, the thread is taken to be in the same frame still: no two
+//! functions of one object are likely to have the same frame larger than
+//! the copy by chance (for ordinary frames they often do, and the return
+//! address must read the same).
+//!
 //! What is read is a window where the walk ran off, not all of the stack
-//! past the copy: a frame larger than the copy (a compiler's driver keeps
-//! over 150 KiB of locals in one) leaves its return address far past the
+//! past the copy: such a frame leaves its return address far past the
 //! copy's end, and the walk reads nothing of the frame's inside, only the
 //! words by its return address. The window starts a little below the
-//! address the walk could not read and grows while the walk runs off its
-//! end; a walk that needs a word between the copy and the window moves
-//! the window's start down to it.
+//! address the walk could not read and grows (only what it lacks is read)
+//! while the walk runs off its end; a walk that needs a word between the
+//! copy and the window moves the window's start down to it.
 //!
 //! This is a check, not a proof: a thread that returned past that frame
-//! and came back to the same depth through the same call site would pass
-//! it.
+//! and came back to the same depth, through the same call site (or into
+//! a frame of the same size, for a frame larger than the copy), would
+//! pass it.
 //!
 //! Reads are bounded: at most [`MAX_READ`] bytes past a copy, and
 //! [`BYTES_PER_SECOND`], refilled as time goes and never saved up beyond
@@ -72,11 +82,10 @@ pub(super) trait Walker {
     /// stack bytes read on from the thread: how the walk ended.
     fn walk(&mut self, past: Bytes<'_>) -> StopReason;
 
-    /// Whether a frame returned into at `now` ends where one returned
-    /// into at `then` did, both entered with the same stack pointer: the
-    /// two addresses lie in one code object, with rows that find the CFA
-    /// at the same offset from the stack pointer.
-    fn same_extent(&self, then: u64, now: u64) -> bool;
+    /// The size of the frames return addresses `then` and `now` return
+    /// into (the offset of their CFA from the stack pointer), if it is
+    /// the same and they lie in one code object.
+    fn shared_extent(&self, then: u64, now: u64) -> Option<u64>;
 }
 
 /// A sample whose walk ran off its stack copy: process `pid`'s, at
@@ -181,13 +190,13 @@ impl LiveStack {
             self.unreadable_pids.insert(pid);
             return stop;
         }
-        if word != expect && !still_in_frame(expect, word, &*walker) {
+        if word != expect && !still_in_frame(expect, word, copy.len(), &*walker) {
             self.changed += 1;
             return stop;
         }
         // What the anchor must still read after the window is read.
-        let mut now = [0u8; OVERLAP];
-        let expect = &mut now[..word.len()];
+        let mut held = [0u8; OVERLAP];
+        let expect = &mut held[..word.len()];
         expect.copy_from_slice(word);
         let mut stop = stop;
         // The window read so far; `self.read` holds its bytes.
@@ -306,21 +315,22 @@ impl LiveStack {
     }
 }
 
-/// Whether the thread is still in the outermost frame its copy holds,
-/// though its return slot below that frame reads `now` where the copy
-/// read `then` (`then` 8 bytes, a return address): it returned from the
-/// call it was making then and has made another, from the same frame
-/// (a compiler's driver runs its passes one after another, each called
-/// from the frame that holds its session). `now` must return into code
-/// whose frame ends where the frame `then` returned into did: if it does,
-/// that frame, and with it every frame past the copy, has not been left.
-/// (As with the return address itself, a thread that left that frame and
-/// came back to the same depth would pass.)
-fn still_in_frame(then: &[u8], now: &[u8], walker: &dyn Walker) -> bool {
+/// Whether the thread is still in the outermost frame its copy (of
+/// `copy_len` bytes) holds, though its return slot below that frame reads
+/// `now` where the copy read `then` (`then` 8 bytes, a return address):
+/// it returned from the call it was making then and has made another,
+/// from the same frame (a compiler's driver runs its passes one after
+/// another, each called from the frame that holds its session). `now`
+/// must return into code of the same object whose frame is as large as
+/// the one `then` returned into, and larger than the whole copy (see the
+/// module's notes).
+fn still_in_frame(then: &[u8], now: &[u8], copy_len: usize, walker: &dyn Walker) -> bool {
     let (Ok(then), Ok(now)) = (<[u8; 8]>::try_from(then), <[u8; 8]>::try_from(now)) else {
         return false;
     };
-    walker.same_extent(u64::from_le_bytes(then), u64::from_le_bytes(now))
+    walker
+        .shared_extent(u64::from_le_bytes(then), u64::from_le_bytes(now))
+        .is_some_and(|extent| extent > copy_len as u64)
 }
 
 /// Where in the copy (taken at `sp`) the thread's memory is read from,

@@ -9,10 +9,10 @@ use ichnos_code::{Frame, FrameKind, Regs, RowSource, StopReason};
 use super::live_stack::{LiveStack, Taken, Walker};
 
 /// A walker that keeps each window it is handed and ends each walk as
-/// `next` says; `same` answers [`Walker::same_extent`].
+/// `next` says; `extent` answers [`Walker::shared_extent`].
 pub(super) struct Windows<F> {
     pub next: F,
-    pub same: bool,
+    pub extent: Option<u64>,
     pub walked: Vec<(u64, Vec<u8>)>,
 }
 
@@ -22,8 +22,8 @@ impl<F: FnMut(&Bytes<'_>) -> StopReason> Walker for Windows<F> {
         (self.next)(&past)
     }
 
-    fn same_extent(&self, _then: u64, _now: u64) -> bool {
-        self.same
+    fn shared_extent(&self, _then: u64, _now: u64) -> Option<u64> {
+        self.extent
     }
 }
 
@@ -31,7 +31,7 @@ impl<F: FnMut(&Bytes<'_>) -> StopReason> Walker for Windows<F> {
 pub(super) fn ends_at_once() -> Windows<impl FnMut(&Bytes<'_>) -> StopReason> {
     Windows {
         next: |_: &Bytes<'_>| StopReason::Outermost,
-        same: false,
+        extent: None,
         walked: Vec::new(),
     }
 }
@@ -123,7 +123,7 @@ fn memory_that_no_longer_holds_what_the_copy_does_is_not_read_on() {
 }
 
 #[test]
-fn a_frame_still_there_whose_callee_changed_is_read_on() {
+fn a_frame_larger_than_the_copy_still_there_whose_callee_changed_is_read_on() {
     let memory = stack_memory(8192);
     let sp = memory.as_ptr() as u64;
     let word = u64::from_le_bytes(memory[64..72].try_into().unwrap());
@@ -135,22 +135,27 @@ fn a_frame_still_there_whose_callee_changed_is_read_on() {
         addr: sp + 4096 + 8,
     };
     let outermost = Some(frame_above(&memory, 64, word ^ 0x40));
-    for same in [false, true] {
+    // Read on only where the call made now returns into a frame as large
+    // as the one called then, and larger than the whole copy (4 KiB).
+    for (extent, read_on) in [
+        (None, false),
+        (Some(512), false),
+        (Some(4096), false),
+        (Some(4104), true),
+    ] {
         let mut live = LiveStack::default();
         let mut walker = Windows {
             next: |_: &Bytes<'_>| StopReason::Outermost,
-            same,
+            extent,
             walked: Vec::new(),
         };
         let stop = live.walk_on(taken(&memory, &copy), past, outermost, &mut walker);
-        // Read on only where the call made now returns into a frame that
-        // ends where the one called then did.
-        assert_eq!(stop == StopReason::Outermost, same, "same extent: {same}");
+        assert_eq!(stop == StopReason::Outermost, read_on, "{extent:?}");
         assert_eq!(
             (live.completed, live.changed),
-            (u64::from(same), u64::from(!same))
+            (u64::from(read_on), u64::from(!read_on))
         );
-        assert_eq!(walker.walked.len(), usize::from(same));
+        assert_eq!(walker.walked.len(), usize::from(read_on));
     }
 }
 
@@ -176,7 +181,7 @@ fn only_a_window_where_the_walk_ran_off_is_read_and_it_moves_and_grows_as_the_wa
                 None => StopReason::Outermost,
             }
         },
-        same: false,
+        extent: None,
         walked: Vec::new(),
     };
     let stop = live.walk_on(taken(&memory, &copy), past, None, &mut walker);

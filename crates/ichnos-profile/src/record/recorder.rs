@@ -650,8 +650,8 @@ impl Walker for SampleWalk<'_> {
         )
     }
 
-    fn same_extent(&self, then: u64, now: u64) -> bool {
-        self.space.same_extent(self.time, then, now)
+    fn shared_extent(&self, then: u64, now: u64) -> Option<u64> {
+        self.space.shared_extent(self.time, then, now)
     }
 }
 

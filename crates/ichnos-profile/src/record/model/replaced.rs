@@ -243,20 +243,17 @@ impl AddressSpace {
         unwind_into(&then, regs, stack, &mut memory, options, frames)
     }
 
-    /// Whether return addresses `then` and `now`, looked up as of `time`,
-    /// return into frames that end at the same place when entered with
-    /// the same stack pointer: both lie in one code object, with rows that
-    /// find the CFA at the same offset from the stack pointer and the
-    /// return address in the same slot. (A frame whose CFA comes from the
-    /// frame pointer could end anywhere: never.)
-    pub fn same_extent(&self, time: u64, then: u64, now: u64) -> bool {
+    /// The size of the frames return addresses `then` and `now`, looked
+    /// up as of `time`, return into (the offset of their CFA from the
+    /// stack pointer), where it is the same and they lie in one code
+    /// object; `None` where they do not, or where a frame's CFA comes from
+    /// the frame pointer (it could end anywhere).
+    pub fn shared_extent(&self, time: u64, then: u64, now: u64) -> Option<u64> {
         // Looked up as callers are: at the call instruction.
         let (then, now) = (then.wrapping_sub(1), now.wrapping_sub(1));
-        let (Some(a), Some(b)) = (self.code_at(then, time), self.code_at(now, time)) else {
-            return false;
-        };
+        let (a, b) = (self.code_at(then, time)?, self.code_at(now, time)?);
         if !Arc::ptr_eq(a, b) {
-            return false;
+            return None;
         }
         let plain = |row: &UnwindRow| {
             row.cfa_base() == CfaBase::Sp && !row.is_unexpressible() && !row.is_outermost()
@@ -265,10 +262,12 @@ impl AddressSpace {
             Lookup::in_object(Some(a), then),
             Lookup::in_object(Some(b), now),
         ) {
-            (Lookup::Row(r, _), Lookup::Row(s, _)) => {
-                plain(&r) && plain(&s) && r.cfa_off == s.cfa_off && r.ra_off == s.ra_off
+            (Lookup::Row(r, _), Lookup::Row(s, _))
+                if plain(&r) && plain(&s) && r.cfa_off == s.cfa_off && r.ra_off == s.ra_off =>
+            {
+                u64::try_from(r.cfa_off).ok()
             }
-            _ => false,
+            _ => None,
         }
     }
 
@@ -450,5 +449,61 @@ mod tests {
         assert_eq!(served_until(&(0x1180..0x1300), 0, &live, 900), 20);
         assert_eq!(served_until(&(0x7000..0x7100), 0, &live, 900), 900);
         assert_eq!(served_until(&(0x1000..0x1100), 0, &[], 900), 900);
+    }
+
+    /// Return addresses into frames of one size are told apart from
+    /// others: the same object, the same SP-based CFA offset.
+    #[test]
+    fn return_addresses_share_an_extent_only_in_one_object_with_one_frame_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = std::fs::File::create(dir.path().join("x.data")).unwrap();
+        let (mut out, writer) = crate::record::output::start(file, 0).unwrap();
+        let mut spaces = super::super::Spaces::offline(ichnos_code::elf::RowChoice::EhFrame);
+        spaces.begin(7, b"p", 1, &mut out);
+        let space = spaces.by_pid.get_mut(&7).unwrap();
+        // One object: a 512 KiB frame at 0x1000, a 4 KiB one at 0x2000,
+        // one whose CFA comes from the frame pointer at 0x3000; another
+        // object with a 512 KiB frame at 0x10000.
+        let big = 0x8_0008;
+        let mut table = RowTable::new(0x1000);
+        for (at, cfa_off, info) in [
+            (0x1000, big, ROW_CFA_BASE_SP),
+            (0x2000, 0x1008, ROW_CFA_BASE_SP),
+            (0x3000, 16, 0),
+        ] {
+            let row = UnwindRow {
+                size: 0x1000,
+                ip_off: 0,
+                cfa_off,
+                ra_off: -8,
+                fp_off: 0,
+                info,
+            };
+            table.push(at, row).unwrap();
+        }
+        let one = Arc::new(CodeObject {
+            start: 0x1000,
+            end: 0x4000,
+            bias: 0,
+            rows: Rows::Fixed(Arc::new(table)),
+            source: RowSource::EhFrame,
+            name: Arc::from("one"),
+        });
+        space.code.insert(one).unwrap();
+        space
+            .code
+            .insert(object(0x10000, 0x11000, big, "other"))
+            .unwrap();
+        // Two call sites in the large frame (return addresses are looked
+        // up at the byte before).
+        assert_eq!(space.shared_extent(5, 0x1011, 0x1ff1), Some(0x8_0008));
+        assert_eq!(space.shared_extent(5, 0x2011, 0x2021), Some(0x1008));
+        // Different frame sizes; the same size in another object; frames
+        // the frame pointer ends; no code at all.
+        assert_eq!(space.shared_extent(5, 0x1011, 0x2011), None);
+        assert_eq!(space.shared_extent(5, 0x1011, 0x10011), None);
+        assert_eq!(space.shared_extent(5, 0x3011, 0x3021), None);
+        assert_eq!(space.shared_extent(5, 0x1011, 0x9_0000), None);
+        crate::record::close(out, writer, 0).unwrap();
     }
 }
