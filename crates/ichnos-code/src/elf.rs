@@ -39,6 +39,16 @@ pub fn identity_of_file(path: &std::path::Path) -> (Option<Vec<u8>>, Option<Debu
     }
 }
 
+/// Where the ELF file `bytes` defines the data or function symbol `name`
+/// (`.symtab`, then `.dynsym`): its address less the file's link origin
+/// (the page of its first segment), or `None`. As a recorder finds the
+/// symbols it looks for in other processes' files, which are not trusted.
+#[must_use]
+pub fn symbol_offset(bytes: &[u8], name: &[u8]) -> Option<u64> {
+    let file = object::File::parse(bytes).ok()?;
+    crate::process_symbols::defined_in(&file, name)
+}
+
 /// Opens `path` for reading if it is a regular file. The open does not
 /// block (a FIFO planted where a file was expected would wait for a writer
 /// for ever), does not follow a symbolic link in the last component (the

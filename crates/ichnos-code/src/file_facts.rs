@@ -7,9 +7,10 @@
 //! while the file does not, and working it out means parsing the file's
 //! headers and symbol tables: tens of megabytes read for each process.
 //! So it is worked out the first time a file is asked of, keyed by the
-//! file as it is on disk (device, inode, size, modification time: a file
-//! rewritten in place has a new modification time, one replaced a new
-//! inode), and kept for every later process. At most [`MAX_FILES`] files
+//! file as it is on disk (device, inode, size, and the times it was
+//! modified and its inode changed: a file rewritten in place, or a new
+//! file given a freed inode, has a new change time, which no one can set
+//! back), and kept for every later process. At most [`MAX_FILES`] files
 //! are remembered; past it, they start afresh (worked out again, never
 //! wrong).
 
@@ -25,6 +26,7 @@ struct FileKey {
     ino: u64,
     size: u64,
     mtime: (i64, i64),
+    ctime: (i64, i64),
 }
 
 impl FileKey {
@@ -35,6 +37,7 @@ impl FileKey {
             ino: meta.ino(),
             size: meta.size(),
             mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
         }
     }
 }
@@ -55,7 +58,8 @@ pub(crate) struct LoadSegment {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Layout {
     pub segments: Vec<LoadSegment>,
-    /// The build id (or a Go program's) the rows are cached by.
+    /// The key the rows are cached by: the build id, else a Go program's,
+    /// else the file's own ([`FileFacts::row_key`]).
     pub row_key: Option<Vec<u8>>,
 }
 
@@ -65,8 +69,8 @@ pub(crate) struct FileFacts {
     key: FileKey,
     /// Its build id and debug link.
     pub identity: OnceLock<Identity>,
-    /// Its segments and row key (`None`: not an ELF file read here).
-    pub layout: OnceLock<Option<Layout>>,
+    /// Its segments and row key, once it was read as an ELF file.
+    pub layout: OnceLock<Layout>,
     /// Symbols looked for, by name: the offset of the definition from
     /// the file's link origin, or `None`.
     symbols: Mutex<HashMap<Box<[u8]>, Option<u64>>>,
@@ -95,15 +99,11 @@ impl FileFacts {
             ino,
             size,
             mtime,
+            ctime,
         } = self.key;
         let mut key = b"file on disk ".to_vec();
-        for word in [
-            dev,
-            ino,
-            size,
-            mtime.0.cast_unsigned(),
-            mtime.1.cast_unsigned(),
-        ] {
+        let times = [mtime.0, mtime.1, ctime.0, ctime.1].map(i64::cast_unsigned);
+        for word in [dev, ino, size].into_iter().chain(times) {
             key.extend_from_slice(&word.to_le_bytes());
         }
         key
@@ -161,22 +161,26 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
         std::fs::write(&path, b"one").unwrap();
+        let link = dir.path().join("g");
+        std::fs::hard_link(&path, &link).unwrap();
         let open = || std::fs::File::open(&path).unwrap();
         let first = facts_of(&open()).unwrap();
         first.identity.set((Some(vec![1]), None)).unwrap();
         // Opened again, or through another name: the same facts.
         assert!(Arc::ptr_eq(&first, &facts_of(&open()).unwrap()));
-        let link = dir.path().join("g");
-        std::fs::hard_link(&path, &link).unwrap();
         assert!(Arc::ptr_eq(
             &first,
             &facts_of(&std::fs::File::open(&link).unwrap()).unwrap()
         ));
-        // Rewritten in place with a new modification time: new facts.
+        // Rewritten in place, same size, its modification time set back
+        // to what it was (as `cp -p` or `tar` do): new facts all the same
+        // (its inode changed).
+        let mtime = open().metadata().unwrap().modified().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
         std::fs::write(&path, b"two").unwrap();
         let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-        file.set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(5))
-            .unwrap();
+        file.set_modified(mtime).unwrap();
+        assert_eq!(open().metadata().unwrap().modified().unwrap(), mtime);
         let after = facts_of(&open()).unwrap();
         assert!(!Arc::ptr_eq(&first, &after));
         assert!(after.identity.get().is_none());

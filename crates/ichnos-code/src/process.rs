@@ -5,9 +5,10 @@
 //! `/proc/PID/maps` (or a recorder's mmap records): each executable file
 //! mapping becomes a code object ([`code_object_for_mapping`]) whose rows
 //! come from the file (SFrame, then `.eh_frame`), converted once per build
-//! id and shared, and placed by the file's program headers. A thread's stack is taken by stopping it for a
-//! moment with ptrace, reading its registers and its stack, and letting it
-//! go: what `ichnos stack` prints and what a recorder does per sample.
+//! id (or, without one, per file as it is on disk) and shared, and placed
+//! by the file's program headers. A thread's stack is taken by stopping it
+//! for a moment with ptrace, reading its registers and its stack, and
+//! letting it go: what `ichnos stack` prints and what a recorder does per sample.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -184,8 +185,9 @@ fn layout_of<'d, R: object::ReadRef<'d>>(elf: &object::File<'d, R>) -> Layout {
 /// The code object of an executable mapping of the ELF file at `path`
 /// (the file as this process can open it; `name` is what to call it):
 /// placed by the file's program headers, so the mapping need not be the
-/// file's first, with rows made once per build id for every process and
-/// read from the file only when not already made.
+/// file's first, with rows made once per build id (else per file) for
+/// every process and read from the file only when not already made; a
+/// file met before is placed by what is known of it, without reading it.
 pub fn code_object_for_mapping(
     path: &Path,
     name: &str,
@@ -212,7 +214,7 @@ pub fn code_object_for_file(
     // A file met before (in another process) whose rows live: placed by
     // what is known of it, without reading it again.
     let facts = crate::file_facts::facts_of(&file);
-    let known = facts.as_ref().and_then(|f| f.layout.get()?.as_ref());
+    let known = facts.as_ref().and_then(|f| f.layout.get());
     if let Some(layout) = known {
         let rows = crate::registry::row_cache().get(layout.row_key.as_deref(), choice);
         if let (Some(origin), Some((rows, source))) = (origin_of(&layout.segments, mapping), rows) {
@@ -235,7 +237,7 @@ pub fn code_object_for_file(
     if let Some(facts) = &facts {
         // Without a build id, the rows are shared by the file itself.
         layout.row_key = layout.row_key.or_else(|| Some(facts.row_key()));
-        let _ = facts.layout.set(Some(layout.clone()));
+        let _ = facts.layout.set(layout.clone());
     }
     // Only the headers and the unwind sections are read: an executable
     // of tens of megabytes has a few hundred kilobytes of them.
@@ -263,8 +265,8 @@ pub fn code_object_from_bytes(
 }
 
 /// The code object of the parsed ELF `elf` (laid out as `layout` says)
-/// mapped as `mapping` says, its rows from the cache by build id, else
-/// made by `rows`.
+/// mapped as `mapping` says, its rows from the cache by `layout`'s row
+/// key, else made by `rows`.
 fn placed<'d, R: object::ReadRef<'d>>(
     elf: &object::File<'d, R>,
     layout: &Layout,

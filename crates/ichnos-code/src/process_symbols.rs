@@ -102,7 +102,10 @@ fn defined_in_file(file: std::fs::File, name: &[u8]) -> Option<u64> {
 const MAX_STRING_TABLE: u64 = 256 << 20;
 
 /// Where `file` defines `name`: its address less the file's link origin.
-fn defined_in<'d, R: object::ReadRef<'d>>(file: &object::File<'d, R>, name: &[u8]) -> Option<u64> {
+pub(crate) fn defined_in<'d, R: object::ReadRef<'d>>(
+    file: &object::File<'d, R>,
+    name: &[u8],
+) -> Option<u64> {
     use object::{Object, ObjectSegment, ObjectSymbol};
     let first = file.segments().map(|s| s.address()).min()?;
     let link_origin = first & !(crate::elf::ELF_START_ALIGN - 1);
