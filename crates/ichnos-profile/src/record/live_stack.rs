@@ -190,14 +190,15 @@ impl LiveStack {
             self.unreadable_pids.insert(pid);
             return stop;
         }
-        if word != expect && !still_in_frame(expect, word, copy.len(), &*walker) {
+        // The anchor holds what it did, or (below a frame larger than the
+        // copy) another call's return address into that frame.
+        let holds = |word: &[u8], walker: &dyn Walker| {
+            word == expect || still_in_frame(expect, word, copy.len(), walker)
+        };
+        if !holds(word, &*walker) {
             self.changed += 1;
             return stop;
         }
-        // What the anchor must still read after the window is read.
-        let mut held = [0u8; OVERLAP];
-        let expect = &mut held[..word.len()];
-        expect.copy_from_slice(word);
         let mut stop = stop;
         // The window read so far; `self.read` holds its bytes.
         let first = addr.saturating_sub(BELOW).max(end);
@@ -235,9 +236,10 @@ impl LiveStack {
             if !self.read_piece(memory, &mut window, piece, &mut short) {
                 break;
             }
-            // The anchor read again after the window: a thread that moved
-            // while its stack was read is seen to.
-            let still = memory.read_up_to(from, word) == expect.len() && *word == *expect;
+            // The anchor read again after the window: a thread that left
+            // the frame while its stack was read is seen to (one that made
+            // another call from it, as it may between two reads, is not).
+            let still = memory.read_up_to(from, word) == expect.len() && holds(word, &*walker);
             if !still {
                 // (A walk made before stands.)
                 self.changed += u64::from(walks == 0);

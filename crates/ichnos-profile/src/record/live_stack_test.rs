@@ -236,3 +236,51 @@ fn a_walk_that_needs_more_than_can_be_read_past_a_copy_reads_nothing() {
     assert!(walker.walked.is_empty());
     assert_eq!((live.completed, live.changed, live.unreadable), (0, 0, 0));
 }
+
+#[test]
+fn a_frame_larger_than_the_copy_that_makes_another_call_while_it_is_read_is_read_on() {
+    for (extent, completed) in [(None, 0), (Some(8192), 1)] {
+        let mut memory = stack_memory(64 << 10);
+        let sp = memory.as_ptr() as u64;
+        let copy = memory[..4096].to_vec();
+        let word = u64::from_le_bytes(memory[64..72].try_into().unwrap());
+        let outermost = Some(frame_above(&memory, 64, word));
+        let taken = taken(&memory, &copy);
+        let past = StopReason::StackEnd {
+            addr: sp + (16 << 10),
+        };
+        let mut live = LiveStack::default();
+        let slot = memory[64..72].as_mut_ptr();
+        let mut walks = 0;
+        let mut walker = Windows {
+            next: |_: &Bytes<'_>| {
+                walks += 1;
+                if walks == 1 {
+                    // Between this walk's window and the next: the frame
+                    // returns from its call and makes another.
+                    for (i, b) in (word ^ 0x40).to_le_bytes().into_iter().enumerate() {
+                        // SAFETY: `slot` points at 8 bytes of `memory`,
+                        // which outlives the walk and is not otherwise
+                        // borrowed while it runs.
+                        unsafe { slot.add(i).write_volatile(b) };
+                    }
+                    StopReason::StackEnd {
+                        addr: sp + (40 << 10),
+                    }
+                } else {
+                    StopReason::Outermost
+                }
+            },
+            extent,
+            walked: Vec::new(),
+        };
+        let stop = live.walk_on(taken, past, outermost, &mut walker);
+        // Below a frame larger than the copy (8 KiB here), the new call's
+        // return address is taken; else the first walk stands.
+        assert_eq!(walker.walked.len(), 1 + completed, "{extent:?}");
+        assert_eq!(stop == StopReason::Outermost, completed == 1, "{extent:?}");
+        assert_eq!((live.completed, live.changed), (completed as u64, 0));
+        drop(walker);
+        assert_eq!(memory[64..72], (word ^ 0x40).to_le_bytes());
+    }
+}
