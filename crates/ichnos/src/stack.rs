@@ -40,6 +40,22 @@ pub struct StackArgs {
     /// At most this many frames per thread.
     #[arg(long, default_value_t = 256, value_name = "N")]
     max_frames: usize,
+    /// Print each frame's address and object only, without naming its
+    /// function (no symbol table or DWARF is read: the stacks print at
+    /// once).
+    #[arg(long)]
+    no_names: bool,
+    /// Read no symbol index when naming: answer from the DWARF.
+    #[arg(long, conflicts_with = "no_names")]
+    no_index: bool,
+    /// Where symbol indexes are kept (default
+    /// `$XDG_CACHE_HOME/ichnos/symbols`, else `~/.cache/ichnos/symbols`).
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["no_names", "no_index"])]
+    index_dir: Option<std::path::PathBuf>,
+    /// A directory with separate debug files (default /usr/lib/debug).
+    /// Repeatable.
+    #[arg(long = "debug-dir", value_name = "DIR", conflicts_with = "no_names")]
+    debug_dirs: Vec<std::path::PathBuf>,
 }
 
 pub fn stack(args: &StackArgs, verbose: bool) -> Result<()> {
@@ -99,7 +115,11 @@ pub fn stack(args: &StackArgs, verbose: bool) -> Result<()> {
         })?;
         walks.push((*tid, unwind_thread(&map, &stack, &options)));
     }
-    let names = function_names(pid, &walks);
+    let names = if args.no_names {
+        std::collections::HashMap::new()
+    } else {
+        function_names(pid, &walks, args)
+    };
     let mut out = std::io::stdout().lock();
     for (i, (tid, walk)) in walks.iter().enumerate() {
         if i > 0 {
@@ -125,6 +145,10 @@ pub fn stack(args: &StackArgs, verbose: bool) -> Result<()> {
                 || "?".to_owned(),
                 |o| format!("{}+{:#x}", o.name, frame.ip - o.bias),
             );
+            if args.no_names {
+                writeln!(out, "  #{n:<3} {:#018x}  {place}  [{how}]", frame.ip)?;
+                continue;
+            }
             let name = names
                 .get(&frame.lookup_address())
                 .map_or("??", String::as_str);
@@ -146,6 +170,7 @@ pub fn stack(args: &StackArgs, verbose: bool) -> Result<()> {
 fn function_names(
     pid: u32,
     walks: &[(u32, ichnos_code::Unwind)],
+    args: &StackArgs,
 ) -> std::collections::HashMap<u64, String> {
     let mut addrs: Vec<u64> = walks
         .iter()
@@ -153,10 +178,20 @@ fn function_names(
         .collect();
     addrs.sort_unstable();
     addrs.dedup();
-    let symbolizer = ichnos_symbol::Symbolizer::new(ichnos_symbol::SymbolizerOptions {
-        index_dir: crate::symbolize::default_index_dir(),
+    let mut options = ichnos_symbol::SymbolizerOptions {
+        index_dir: if args.no_index {
+            None
+        } else {
+            args.index_dir
+                .clone()
+                .or_else(crate::symbolize::default_index_dir)
+        },
         ..ichnos_symbol::SymbolizerOptions::default()
-    });
+    };
+    if !args.debug_dirs.is_empty() {
+        options.debug_dirs.clone_from(&args.debug_dirs);
+    }
+    let symbolizer = ichnos_symbol::Symbolizer::new(options);
     let answers = match symbolizer.symbolize_process(pid, &addrs) {
         Ok(answers) => answers,
         Err(e) => {

@@ -346,6 +346,26 @@ fn stack_of_a_live_process_agrees_with_gdb() {
     for own in ["c", "b", "a", "main", "_start"] {
         assert!(our_names.iter().any(|(_, n)| n == own), "{own}: {ours}");
     }
+    // Named from the DWARF (no index), the same names; with none, the
+    // same frames without them.
+    let out = ichnos(&["stack", "-p", &pid, "--no-index"]);
+    assert!(out.status.success());
+    let no_index = stdout(&out);
+    assert_eq!(our_frame_names(&no_index), our_names, "{no_index}");
+    let out = ichnos(&["stack", "-p", &pid, "--no-names"]);
+    assert!(out.status.success());
+    let bare = stdout(&out);
+    assert_eq!(frame_addresses(&bare), got, "{bare}");
+    for line in bare.lines().filter(|l| l.trim_start().starts_with('#')) {
+        // Number, address, place, how: no name between them.
+        let (front, how) = line.rsplit_once("  [").unwrap();
+        assert_eq!(
+            front.split("  ").filter(|f| !f.trim().is_empty()).count(),
+            3,
+            "{line}"
+        );
+        assert!(how.ends_with(']'), "{line}");
+    }
     // The process carries on after both looked.
     assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
 }
