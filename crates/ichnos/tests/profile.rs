@@ -311,10 +311,13 @@ fn stacks_deeper_than_the_copy_are_noted_and_a_larger_copy_completes_them() {
         let (total, complete, _) = completeness(&stacks, &["deep_leaf"], "main");
         (total, complete)
     };
-    // The default copy (32 KiB) stops inside the 40 KiB frame: kept to
-    // the copy, the recording says so and how to go further.
+    // A 32 KiB copy (the default where locked memory is limited) stops
+    // inside the 40 KiB frame: kept to the copy, the recording says so
+    // and how to go further.
     let out = ichnos(&[
         "record",
+        "--stack-size",
+        "32K",
         "--no-stack-reads",
         "-o",
         data.to_str().unwrap(),
@@ -340,8 +343,17 @@ fn stacks_deeper_than_the_copy_are_noted_and_a_larger_copy_completes_them() {
     // whose buffer changes, cannot be told unchanged, and end at the copy;
     // the fixture waits at the end with its frames as they were, so that
     // the samples handled after the work find them.)
-    let out = record(&data, 1000, &[exe.to_str().unwrap()]);
+    let out = ichnos(&[
+        "record",
+        "--stack-size",
+        "32K",
+        "-o",
+        data.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+    ]);
     let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
     assert!(
         err.contains("stacks went on past the copy and were read on from their threads' memory"),
         "{err}"
@@ -672,7 +684,39 @@ fn refusals_say_which_setting_or_permission_is_missing() {
              kernel.perf_event_paranoid {paranoid}"
         );
         assert_eq!(err.contains(&note), paranoid >= 2, "{err}");
+        // Its rings may lock little memory: the smaller stack copy, which
+        // keeps more samples in them.
+        if paranoid > -1 {
+            assert_eq!(recorded_stack_size(Path::new(data)), 32 << 10);
+        }
     }
+    // Rings that may lock what they ask for (root's, with CAP_IPC_LOCK):
+    // the most the kernel copies.
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let caps = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap();
+    if caps & (1 << 14) != 0 {
+        let out = ichnos(&["record", "-o", data, "--", "true"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert_eq!(recorded_stack_size(Path::new(data)), 65528);
+    }
+}
+
+/// The stack copy a recording says its samples asked for.
+fn recorded_stack_size(data: &Path) -> u64 {
+    let file = std::fs::File::open(data).unwrap();
+    let mut reader = ichnos_data::Reader::new(std::io::BufReader::new(file)).unwrap();
+    while let Some(chunk) = reader.next_chunk().unwrap() {
+        for record in chunk.records() {
+            if let ichnos_data::Record::Meta(meta) = record.unwrap() {
+                return meta.stack_size;
+            }
+        }
+    }
+    panic!("no description in {}", data.display());
 }
 
 fn build_id(path: &Path) -> String {

@@ -104,14 +104,14 @@ pub struct RecordOptions {
 }
 
 impl RecordOptions {
-    /// The defaults for `target`: 1 kHz, [`DEFAULT_STACK_SIZE`] of stack
+    /// The defaults for `target`: 1 kHz, [`default_stack_size`] of stack
     /// per sample, cycles or the CPU clock, `ichnos.data`.
     #[must_use]
     pub fn new(target: RecordTarget) -> Self {
         Self {
             target,
             frequency: 1000,
-            stack_size: DEFAULT_STACK_SIZE,
+            stack_size: default_stack_size(),
             event: EventChoice::Default,
             output: PathBuf::from("ichnos.data"),
             max_frames: 256,
@@ -123,12 +123,33 @@ impl RecordOptions {
     }
 }
 
-/// Bytes of user stack copied per sample by default. The kernel copies
-/// this much whatever the stack holds, in the target's time, and the
-/// recorder reads it: the cost grows with it. C call chains fit in a few
-/// KiB; Rust programs keep tens of KiB of frames (ichnos's own report
-/// uses 20 to 30 KiB), which 16 KiB cut short in four samples of five.
-pub const DEFAULT_STACK_SIZE: u32 = 32 << 10;
+/// Bytes of user stack copied per sample by default: the most the kernel
+/// copies ([`MAX_STACK_SIZE`]) where perf rings may lock what they ask
+/// for (root, `CAP_IPC_LOCK`), else [`LOCK_LIMITED_STACK_SIZE`].
+///
+/// The kernel copies a stack up to the end of its mapping, so a shallow
+/// stack costs no more with a larger copy; a deep one (a compiler's:
+/// clang 95% complete stacks at 32 KiB, 99.3% at the most; a Rust build
+/// 78% and 94%) costs the target about 0.4 points more of its time
+/// (BENCHMARKS.md). But the ring reserves the whole copy asked for, for
+/// every sample, so the larger copy halves the samples a ring of a given
+/// size holds; where locked memory is limited (`perf_event_mlock_kb`,
+/// 516 KiB a CPU by default) rings stay small, and the smaller copy keeps
+/// more samples between the recorder's wakeups.
+#[must_use]
+pub fn default_stack_size() -> u32 {
+    if ichnos_perf::event::rings_lock_freely() {
+        MAX_STACK_SIZE
+    } else {
+        LOCK_LIMITED_STACK_SIZE
+    }
+}
+
+/// Bytes of user stack copied per sample by default where locked memory
+/// is limited. C call chains fit in a few KiB; Rust programs keep tens of
+/// KiB of frames (ichnos's own report uses 20 to 30 KiB), which 16 KiB cut
+/// short in four samples of five.
+pub const LOCK_LIMITED_STACK_SIZE: u32 = 32 << 10;
 
 /// The most user stack the kernel copies per sample (a sample record's
 /// size is 16 bits, and the copy a multiple of 8).
