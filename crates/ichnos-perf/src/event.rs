@@ -304,17 +304,31 @@ pub fn mlock_kb() -> Option<u64> {
     read_sysctl("perf_event_mlock_kb").and_then(|v| u64::try_from(v).ok())
 }
 
-/// Whether perf rings may lock as much memory as they ask for: the
-/// calling process has `CAP_IPC_LOCK` in its effective set (root has), or
-/// `kernel.perf_event_paranoid` is -1. Otherwise a user's rings lock at
-/// most `perf_event_mlock_kb` per CPU in all, and beyond it `ulimit -l`.
+/// Whether perf rings may lock as much memory as they ask for:
+/// `kernel.perf_event_paranoid` is below 0, or the calling process has
+/// `CAP_IPC_LOCK` in its effective set (root has) and is in the initial
+/// user namespace (the kernel asks for the capability there; root in a
+/// container's own user namespace holds it in name only). Otherwise a
+/// user's rings lock at most `perf_event_mlock_kb` per CPU in all, and
+/// beyond it `ulimit -l`.
 #[must_use]
 pub fn rings_lock_freely() -> bool {
-    paranoid() == Some(-1)
-        || std::fs::read_to_string("/proc/self/status")
+    let capable = || {
+        std::fs::read_to_string("/proc/self/status")
             .ok()
             .and_then(|status| effective_capabilities(&status))
             .is_some_and(|caps| caps & (1 << CAP_IPC_LOCK) != 0)
+    };
+    let initial_namespace =
+        || std::fs::read_to_string("/proc/self/uid_map").is_ok_and(|map| is_initial_uid_map(&map));
+    paranoid().is_some_and(|p| p < 0) || (capable() && initial_namespace())
+}
+
+/// Whether a `/proc/PID/uid_map` text is the initial user namespace's:
+/// every user id mapped to itself.
+fn is_initial_uid_map(map: &str) -> bool {
+    let fields: Vec<&str> = map.split_whitespace().collect();
+    fields == ["0", "0", "4294967295"]
 }
 
 /// `CAP_IPC_LOCK`'s bit (linux/capability.h).
@@ -447,5 +461,20 @@ mod capability_tests {
         );
         assert_eq!(super::effective_capabilities("Name:\tx\n"), None);
         assert_eq!(super::effective_capabilities("CapEff:\tzz\n"), None);
+    }
+
+    #[test]
+    fn only_the_whole_identity_map_is_the_initial_user_namespace() {
+        assert!(super::is_initial_uid_map(
+            "         0          0 4294967295\n"
+        ));
+        // A container's, and `unshare -r`'s.
+        assert!(!super::is_initial_uid_map(
+            "         0     100000      65536\n"
+        ));
+        assert!(!super::is_initial_uid_map(
+            "         0       1000          1\n"
+        ));
+        assert!(!super::is_initial_uid_map(""));
     }
 }

@@ -47,10 +47,10 @@ export XDG_CACHE_HOME="$work/cache"
 share() { python3 "$here/stacks.py" "$2" "$3" --all >> "$1"; }
 
 for _ in $(seq "$runs"); do
-	"$ichnos" record -q -o i.data -- "${compile[@]}"
+	"$ichnos" record -q --stack-size 32768 -o i.data -- "${compile[@]}"
 	"$ichnos" report -q -i i.data --no-inline --format folded > i.folded
 	share ichnos.txt folded i.folded
-	"$ichnos" record -q --no-stack-reads -o n.data -- "${compile[@]}"
+	"$ichnos" record -q --stack-size 32768 --no-stack-reads -o n.data -- "${compile[@]}"
 	"$ichnos" report -q -i n.data --no-inline --format folded > n.folded
 	share ichnos-copy.txt folded n.folded
 	"$ichnos" record -q --stack-size 65528 -o w.data -- "${compile[@]}"

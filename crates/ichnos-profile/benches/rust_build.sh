@@ -51,7 +51,7 @@ ichnos_run() {
 }
 
 for _ in $(seq "$runs"); do
-	ichnos_run ichnos "$ichnos"
+	ichnos_run ichnos "$ichnos" --stack-size 32768
 	ichnos_run ichnos-64k "$ichnos" --stack-size 65528
 	if [ -n "${ICHNOS_BEFORE:-}" ]; then
 		ichnos_run before "$ICHNOS_BEFORE"

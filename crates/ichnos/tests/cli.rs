@@ -378,6 +378,14 @@ fn stack_errors_name_the_process() {
     assert!(err.contains("process 999999999 does not exist"), "{err}");
     let out = ichnos(&["stack"]);
     assert_eq!(out.status.code(), Some(2));
+    // Naming options without names: refused, by name.
+    let out = ichnos(&["stack", "-p", "1", "--no-names", "--no-index"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--no-names") && err.contains("--no-index"),
+        "{err}"
+    );
 }
 
 /// `ichnos symbolize` prints what `addr2line -f -i -C` prints for the same

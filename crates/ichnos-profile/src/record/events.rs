@@ -46,6 +46,16 @@ pub(crate) fn planned_pages(stack_user: u32, rings: usize) -> usize {
         .max(SMALLEST_PLANNED_PAGES)
 }
 
+/// Whether rings planned for `rings` rings whose samples copy
+/// `stack_user` bytes of stack wake the recorder no more often than every
+/// [`SAMPLES_PER_WAKEUP`] samples (with many CPUs, each ring's share of
+/// [`PLANNED_PAGES_IN_ALL`] may be too small for large copies).
+#[must_use]
+pub(crate) fn wakeups_gather_enough(stack_user: u32, rings: usize) -> bool {
+    let sample = stack_user as usize + SAMPLE_BYTES_BESIDE_STACK;
+    watermark(planned_pages(stack_user, rings)) as usize / sample >= SAMPLES_PER_WAKEUP
+}
+
 /// Who is sampled.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Scope<'a> {
@@ -403,9 +413,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_largest_copy_gathers_enough_samples_a_wakeup_on_up_to_32_rings() {
+        // 8 MiB rings (2 MiB a wakeup, 31 samples of 66,040 bytes) fit in
+        // the 256 MiB planned in all for 32 rings, not for 64.
+        for rings in [1, 2, 32] {
+            assert_eq!(planned_pages(65528, rings), 2048);
+            assert!(wakeups_gather_enough(65528, rings), "{rings}");
+        }
+        assert!(!wakeups_gather_enough(65528, 64));
+        assert!(wakeups_gather_enough(32 << 10, 64));
+    }
+
+    #[test]
     fn rings_are_planned_so_a_wakeup_gathers_enough_samples_within_the_bounds() {
-        // The default 32 KiB stack copy: 4 MiB rings, woken every 1 MiB,
-        // which is 31 samples of 33 KiB.
+        // A 32 KiB stack copy (the default where locked memory is
+        // limited): 4 MiB rings, woken every 1 MiB, which is 31 samples of
+        // 33 KiB.
         assert_eq!(planned_pages(32 << 10, 2), 1024);
         for stack in (0..=65528u32).step_by(1000) {
             for rings in [1, 2, 8, 64, 65, 256, 4096] {

@@ -4,8 +4,9 @@
 //! (the default where locked memory is not limited; 32 KiB where it is).
 //! A compiler's recursive descent or an interpreter's nested calls go
 //! deeper, and a walk that runs off the copy ends short of the thread's
-//! first frame, as it does in perf and samply. The recorder handles a sample some milliseconds after it was
-//! taken: the frames past the copy are still where they were if the
+//! first frame, as it does in perf and samply. The recorder handles a
+//! sample some milliseconds after it was taken: the frames past the copy
+//! are still where they were if the
 //! thread has not returned from the outermost frame the copy holds since.
 //! So the return address that called that frame (the walk found it in
 //! the copy) is read from the thread's memory, and the stack past the

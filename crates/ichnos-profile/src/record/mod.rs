@@ -125,7 +125,10 @@ impl RecordOptions {
 
 /// Bytes of user stack copied per sample by default: the most the kernel
 /// copies ([`MAX_STACK_SIZE`]) where perf rings may lock what they ask
-/// for (root, `CAP_IPC_LOCK`), else [`LOCK_LIMITED_STACK_SIZE`].
+/// for (`CAP_IPC_LOCK`, as root has outside a user namespace, or
+/// `perf_event_paranoid` -1) and rings of the planned size for each of
+/// the machine's CPUs still gather enough samples a wakeup (up to 32
+/// CPUs), else [`LOCK_LIMITED_STACK_SIZE`].
 ///
 /// The kernel copies a stack up to the end of its mapping, so a shallow
 /// stack costs no more with a larger copy; a deep one (a compiler's:
@@ -138,7 +141,10 @@ impl RecordOptions {
 /// more samples between the recorder's wakeups.
 #[must_use]
 pub fn default_stack_size() -> u32 {
-    if ichnos_perf::event::rings_lock_freely() {
+    let cpus = ichnos_perf::online_cpus().len().max(1);
+    if ichnos_perf::event::rings_lock_freely()
+        && events::wakeups_gather_enough(MAX_STACK_SIZE, cpus)
+    {
         MAX_STACK_SIZE
     } else {
         LOCK_LIMITED_STACK_SIZE

@@ -1,8 +1,9 @@
 //! Where each thread's stacks end, so that a sample's stack copy is kept
 //! only as far up as its frames reach.
 //!
-//! The kernel copies the whole requested stack size on every sample; a
-//! thread's frames use a fraction of it, and none lie above its outermost
+//! The ring holds the whole requested stack size for every sample, and
+//! the kernel copies up to the end of the stack's mapping; a thread's
+//! frames use a fraction of it, and none lie above its outermost
 //! frame. Once a thread has had a complete stack, its later samples are
 //! staged with the copy cut a little above that frame's stack pointer.
 
