@@ -19,7 +19,7 @@
 # frames, it runs addr2line over rustc's libraries for hours). Prints the
 # median of each, and the build's wall time.
 #
-# Peers: perf (Debian's linux-perf), cargo, Python 3. Run as root or with
+# Peers: perf (Debian's linux-perf), cargo, bc, Python 3. Run as root or with
 # perf_event_paranoid at 1 or below.
 # Usage: rust_build.sh [RUNS] [CRATE]   (ICHNOS=path/to/ichnos,
 #        ICHNOS_BEFORE=path/to/another/ichnos)

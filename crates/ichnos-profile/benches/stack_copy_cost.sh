@@ -10,7 +10,7 @@
 # complete stacks. Prints the medians, and each profiled run's added
 # time against the unprofiled run of its own round (paired).
 #
-# Peers: clang, GNU time (/usr/bin/time), Python 3. Run as root or with
+# Peers: clang, GNU time (/usr/bin/time), bc, Python 3. Run as root or with
 # perf_event_paranoid at 1 or below.
 # Usage: stack_copy_cost.sh [ROUNDS]   (ICHNOS=path/to/ichnos)
 set -euo pipefail
