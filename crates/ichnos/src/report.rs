@@ -234,13 +234,7 @@ pub fn load(path: &Path, quiet: bool) -> Result<Loaded> {
 fn symbols(profile: &Profile, args: &ReportArgs, quiet: bool, verbose: bool) -> Symbolized {
     let options = SymbolOptions {
         inlines: !args.no_inline,
-        index_dir: if args.no_index {
-            None
-        } else {
-            args.index_dir
-                .clone()
-                .or_else(crate::symbolize::default_index_dir)
-        },
+        index_dir: crate::symbolize::chosen_index_dir(args.no_index, args.index_dir.as_ref()),
         debug_dirs: args.debug_dirs.clone(),
         addresses: args.addresses,
     };

@@ -179,13 +179,7 @@ fn function_names(
     addrs.sort_unstable();
     addrs.dedup();
     let mut options = ichnos_symbol::SymbolizerOptions {
-        index_dir: if args.no_index {
-            None
-        } else {
-            args.index_dir
-                .clone()
-                .or_else(crate::symbolize::default_index_dir)
-        },
+        index_dir: crate::symbolize::chosen_index_dir(args.no_index, args.index_dir.as_ref()),
         ..ichnos_symbol::SymbolizerOptions::default()
     };
     if !args.debug_dirs.is_empty() {

@@ -197,6 +197,16 @@ enum Entry {
     Bad,
 }
 
+/// The symbol index directory a command uses: none with `--no-index`,
+/// else `--index-dir`'s, else the default one.
+pub(crate) fn chosen_index_dir(no_index: bool, index_dir: Option<&PathBuf>) -> Option<PathBuf> {
+    if no_index {
+        None
+    } else {
+        index_dir.cloned().or_else(default_index_dir)
+    }
+}
+
 /// Where symbol indexes are kept unless `--index-dir` says.
 pub(crate) fn default_index_dir() -> Option<PathBuf> {
     let cache = std::env::var_os("XDG_CACHE_HOME")
@@ -225,11 +235,7 @@ pub fn symbolize(args: &SymbolizeArgs, verbose: bool, quiet: bool) -> Result<()>
     let mut options = SymbolizerOptions {
         demangle: !args.no_demangle,
         inlines: !args.no_inlines,
-        index_dir: if args.no_index {
-            None
-        } else {
-            args.index_dir.clone().or_else(default_index_dir)
-        },
+        index_dir: chosen_index_dir(args.no_index, args.index_dir.as_ref()),
         ..SymbolizerOptions::default()
     };
     if !args.debug_dirs.is_empty() {
