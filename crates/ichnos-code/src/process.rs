@@ -217,15 +217,8 @@ pub fn code_object_for_file(
     let known = facts.as_ref().and_then(|f| f.layout.get());
     if let Some(layout) = known {
         let rows = crate::registry::row_cache().get(layout.row_key.as_deref(), choice);
-        if let (Some(origin), Some((rows, source))) = (origin_of(&layout.segments, mapping), rows) {
-            return Ok(CodeObject {
-                start: mapping.start,
-                end: mapping.end,
-                bias: origin,
-                rows,
-                source,
-                name: Arc::from(name),
-            });
+        if let (Some(origin), Some(rows)) = (origin_of(&layout.segments, mapping), rows) {
+            return Ok(mapped_object(mapping, origin, rows, name));
         }
     }
     let data = object::ReadCache::new(file);
@@ -281,26 +274,36 @@ fn placed<'d, R: object::ReadRef<'d>>(
         path: path.to_path_buf(),
         pgoff: mapping.pgoff,
     })?;
-    let build_id = layout.row_key.clone();
     let has_sframe = elf.section_by_name(".sframe").is_some_and(|s| s.size() > 0);
     // (The source is the one the rows were made from, where another file
     // of the same build id made them.)
-    let (rows, source) =
-        crate::registry::row_cache().get_or_make(build_id.as_deref(), choice, || {
+    let rows =
+        crate::registry::row_cache().get_or_make(layout.row_key.as_deref(), choice, || {
             let rows = rows().map_err(|source| MappingError::Rows {
                 path: path.to_path_buf(),
                 source,
             })?;
             Ok((rows, row_source(elf, choice, has_sframe)))
         })?;
-    Ok(CodeObject {
+    Ok(mapped_object(mapping, origin, rows, name))
+}
+
+/// The code object of `mapping`, whose file's ELF origin is at `origin`,
+/// unwound by `rows` (made from `source`).
+fn mapped_object(
+    mapping: FileMapping,
+    origin: u64,
+    (rows, source): (Rows, RowSource),
+    name: &str,
+) -> CodeObject {
+    CodeObject {
         start: mapping.start,
         end: mapping.end,
         bias: origin,
         rows,
         source,
         name: Arc::from(name),
-    })
+    }
 }
 
 /// The rows' cache key of a Go program whose linker wrote no GNU build
