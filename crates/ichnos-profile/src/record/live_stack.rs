@@ -51,7 +51,9 @@ use std::collections::HashSet;
 use std::ops::Range;
 
 use ichnos_code::memory::{Bytes, ProcessMemory};
-use ichnos_code::{Frame, FrameKind, Regs, StopReason};
+use ichnos_code::{Frame, FrameKind, Regs, StopReason, UnwindOptions};
+
+use super::model::AddressSpace;
 
 /// Bytes below the copy's end that must read the same where the copy
 /// holds no return address.
@@ -87,6 +89,33 @@ pub(super) trait Walker {
     /// into (the offset of their CFA from the stack pointer), if it is
     /// the same and they lie in one code object.
     fn shared_extent(&self, then: u64, now: u64) -> Option<u64>;
+}
+
+/// A sample's walk, made again over what was read on past its copy.
+pub(super) struct SampleWalk<'a> {
+    pub space: &'a mut AddressSpace,
+    pub time: u64,
+    pub regs: Regs,
+    pub stack: &'a [u8],
+    pub options: &'a UnwindOptions,
+    pub frames: &'a mut Vec<Frame>,
+}
+
+impl Walker for SampleWalk<'_> {
+    fn walk(&mut self, past: Bytes<'_>) -> StopReason {
+        self.space.walk(
+            self.time,
+            self.regs,
+            self.stack,
+            past,
+            self.options,
+            self.frames,
+        )
+    }
+
+    fn shared_extent(&self, then: u64, now: u64) -> Option<u64> {
+        self.space.shared_extent(self.time, then, now)
+    }
 }
 
 /// A sample whose walk ran off its stack copy: process `pid`'s, at

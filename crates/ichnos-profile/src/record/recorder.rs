@@ -18,8 +18,8 @@ use ichnos_perf::record::{Record as PerfRecord, Sample, MISC_USER, REGS_ABI_NONE
 
 use super::events;
 use super::intern::Interner;
-use super::live_stack::Walker;
-use super::model::{AddressSpace, Spaces};
+use super::live_stack::SampleWalk;
+use super::model::Spaces;
 use super::off_cpu::OffCpu;
 use super::order::{Sorter, MARGIN_NS};
 use super::output::Output;
@@ -625,33 +625,6 @@ impl Recorder {
             StackStop::StackEnd => self.past_copy += u64::from(!leaving),
             _ => {}
         }
-    }
-}
-
-/// A sample's walk, made again over what was read on past its copy.
-struct SampleWalk<'a> {
-    space: &'a mut AddressSpace,
-    time: u64,
-    regs: Regs,
-    stack: &'a [u8],
-    options: &'a UnwindOptions,
-    frames: &'a mut Vec<ichnos_code::Frame>,
-}
-
-impl Walker for SampleWalk<'_> {
-    fn walk(&mut self, past: Bytes<'_>) -> StopReason {
-        self.space.walk(
-            self.time,
-            self.regs,
-            self.stack,
-            past,
-            self.options,
-            self.frames,
-        )
-    }
-
-    fn shared_extent(&self, then: u64, now: u64) -> Option<u64> {
-        self.space.shared_extent(self.time, then, now)
     }
 }
 
