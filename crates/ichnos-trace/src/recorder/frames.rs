@@ -420,29 +420,19 @@ fn convert(
         }
         probe = None;
         match kind {
-            event::ENTER | event::EXIT => {
-                if !resynced && !in_known_code(conn, address) {
+            event::ENTER | event::EXIT | event::SPAN_BEGIN | event::SPAN_END => {
+                let call = kind == event::ENTER || kind == event::EXIT;
+                if call && !resynced && !in_known_code(conn, address) {
                     // Code mapped since the last look (dlopen).
                     resync(conn, out)?;
                     resynced = true;
                 }
-                let function = out.function(conn.asid, address, &mut blocks.new_functions);
-                blocks.push(
-                    out,
-                    &if kind == event::ENTER {
-                        CallEvent::Enter { ticks, function }
-                    } else {
-                        CallEvent::Exit { ticks, function }
-                    },
-                )?;
-            }
-            event::SPAN_BEGIN | event::SPAN_END => {
                 // A span is named by its name's address, interned as a
                 // function is (its name came in a names frame).
                 let function = out.function(conn.asid, address, &mut blocks.new_functions);
                 blocks.push(
                     out,
-                    &if kind == event::SPAN_BEGIN {
+                    &if kind == event::ENTER || kind == event::SPAN_BEGIN {
                         CallEvent::Enter { ticks, function }
                     } else {
                         CallEvent::Exit { ticks, function }
