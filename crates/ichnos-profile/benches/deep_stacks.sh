@@ -24,22 +24,7 @@ runs=${1:-3}
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 start_in_scratch
-cat > deep.cc <<'EOF'
-#include <algorithm>
-#include <iostream>
-#include <map>
-#include <regex>
-#include <string>
-#include <vector>
-int main()
-{
-	std::map<std::string, std::vector<int>> m;
-	for (int i = 0; i < 100; i++)
-		m[std::to_string(i)].push_back(i);
-	std::regex r("a+b");
-	std::cout << std::regex_match("aab", r) << m.size() << "\n";
-}
-EOF
+cp "$here/deep.cc" .
 compile=(clang++ -O2 -c deep.cc -o deep.o)
 export XDG_CACHE_HOME="$work/cache"
 
