@@ -304,42 +304,6 @@ pub fn mlock_kb() -> Option<u64> {
     read_sysctl("perf_event_mlock_kb").and_then(|v| u64::try_from(v).ok())
 }
 
-/// Whether perf rings may lock as much memory as they ask for:
-/// `kernel.perf_event_paranoid` is below 0, or the calling process has
-/// `CAP_IPC_LOCK` in its effective set (root has) and is in the initial
-/// user namespace (the kernel asks for the capability there; root in a
-/// container's own user namespace holds it in name only). Otherwise a
-/// user's rings lock at most `perf_event_mlock_kb` per CPU in all, and
-/// beyond it `ulimit -l`.
-#[must_use]
-pub fn rings_lock_freely() -> bool {
-    let capable = || {
-        std::fs::read_to_string("/proc/self/status")
-            .ok()
-            .and_then(|status| effective_capabilities(&status))
-            .is_some_and(|caps| caps & (1 << CAP_IPC_LOCK) != 0)
-    };
-    let initial_namespace =
-        || std::fs::read_to_string("/proc/self/uid_map").is_ok_and(|map| is_initial_uid_map(&map));
-    paranoid().is_some_and(|p| p < 0) || (capable() && initial_namespace())
-}
-
-/// Whether a `/proc/PID/uid_map` text is the initial user namespace's:
-/// every user id mapped to itself.
-fn is_initial_uid_map(map: &str) -> bool {
-    let fields: Vec<&str> = map.split_whitespace().collect();
-    fields == ["0", "0", "4294967295"]
-}
-
-/// `CAP_IPC_LOCK`'s bit (linux/capability.h).
-const CAP_IPC_LOCK: u32 = 14;
-
-/// The effective capability set a `/proc/PID/status` text shows.
-fn effective_capabilities(status: &str) -> Option<u64> {
-    let value = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
-    u64::from_str_radix(value.trim(), 16).ok()
-}
-
 fn read_sysctl(name: &str) -> Option<i64> {
     std::fs::read_to_string(format!("/proc/sys/kernel/{name}"))
         .ok()?
@@ -441,40 +405,5 @@ impl AsFd for PerfEvent {
 impl PerfEvent {
     pub(crate) fn owned_fd(&self) -> &OwnedFd {
         &self.fd
-    }
-}
-
-#[cfg(test)]
-mod capability_tests {
-    #[test]
-    fn the_effective_capabilities_are_read_from_a_status_text() {
-        let root = "Name:\tx\nCapInh:\t0000000000000000\nCapPrm:\t000001ffffffffff\nCapEff:\t000001ffffffffff\n";
-        let caps = super::effective_capabilities(root).unwrap();
-        assert_ne!(caps & (1 << super::CAP_IPC_LOCK), 0);
-        // A user's: none; IPC_LOCK alone (bit 14 is 0x4000).
-        let user = "CapEff:\t0000000000000000\n";
-        assert_eq!(super::effective_capabilities(user), Some(0));
-        let lock = "CapPrm:\t0\nCapEff:\t0000000000004000\n";
-        assert_eq!(
-            super::effective_capabilities(lock),
-            Some(1 << super::CAP_IPC_LOCK)
-        );
-        assert_eq!(super::effective_capabilities("Name:\tx\n"), None);
-        assert_eq!(super::effective_capabilities("CapEff:\tzz\n"), None);
-    }
-
-    #[test]
-    fn only_the_whole_identity_map_is_the_initial_user_namespace() {
-        assert!(super::is_initial_uid_map(
-            "         0          0 4294967295\n"
-        ));
-        // A container's, and `unshare -r`'s.
-        assert!(!super::is_initial_uid_map(
-            "         0     100000      65536\n"
-        ));
-        assert!(!super::is_initial_uid_map(
-            "         0       1000          1\n"
-        ));
-        assert!(!super::is_initial_uid_map(""));
     }
 }

@@ -126,9 +126,7 @@ fn options(args: &RecordArgs) -> Result<RecordOptions> {
     }
     let mut options = RecordOptions::new(target);
     options.frequency = args.frequency;
-    if let Some(size) = args.stack_size {
-        options.stack_size = size;
-    }
+    options.stack_size = args.stack_size;
     options.event = args
         .event
         .map_or(EventChoice::Default, EventChoice::Exactly);

@@ -684,10 +684,38 @@ fn refusals_say_which_setting_or_permission_is_missing() {
              kernel.perf_event_paranoid {paranoid}"
         );
         assert_eq!(err.contains(&note), paranoid >= 2, "{err}");
-        // Its rings may lock little memory: the smaller stack copy, which
-        // keeps more samples in them.
+        // Its rings may lock little memory: where rings for 24 samples of
+        // the largest copy a wakeup (8 MiB each, and a page) do not fit
+        // in what the kernel lets it lock, the smaller copy, which keeps
+        // more samples in them.
         if paranoid > -1 {
-            assert_eq!(recorded_stack_size(Path::new(data)), 32 << 10);
+            let expected = if nobody_may_lock_kib() >= 2049 * 4 * online_cpus() as u64 {
+                65528
+            } else {
+                32 << 10
+            };
+            assert_eq!(recorded_stack_size(Path::new(data)), expected);
+            // And stacks that go on past that copy end with a note that
+            // says how to copy more, and what it costs in those rings.
+            if expected == 32 << 10 {
+                let exe = build_fixture(dir.path(), "deep", &["-fomit-frame-pointer"]);
+                let out = as_nobody(&[
+                    "record",
+                    "--no-stack-reads",
+                    "-o",
+                    data,
+                    "--",
+                    exe.to_str().unwrap(),
+                ]);
+                let err = stderr(&out);
+                assert!(out.status.success(), "{err}");
+                assert!(
+                    err.contains("of stacks went on past the 32 KiB of stack copied per sample")
+                        && err.contains("--stack-size 65528")
+                        && err.contains("kernel.perf_event_mlock_kb"),
+                    "{err}"
+                );
+            }
         }
     }
     // Rings that may lock what they ask for (root's, with CAP_IPC_LOCK,
@@ -701,8 +729,16 @@ fn refusals_say_which_setting_or_permission_is_missing() {
         .unwrap();
     let uid_map = std::fs::read_to_string("/proc/self/uid_map").unwrap();
     let initial = uid_map.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"];
-    // (Rings are per online CPU: "0-1", "0,2-3".)
-    let cpus: usize = std::fs::read_to_string("/sys/devices/system/cpu/online")
+    if caps & (1 << 14) != 0 && initial && online_cpus() <= 32 {
+        let out = ichnos(&["record", "-o", data, "--", "true"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert_eq!(recorded_stack_size(Path::new(data)), 65528);
+    }
+}
+
+/// Online CPUs: one ring each ("0-1", "0,2-3").
+fn online_cpus() -> usize {
+    std::fs::read_to_string("/sys/devices/system/cpu/online")
         .unwrap()
         .trim()
         .split(',')
@@ -710,12 +746,30 @@ fn refusals_say_which_setting_or_permission_is_missing() {
             Some((a, b)) => b.parse::<usize>().unwrap() - a.parse::<usize>().unwrap() + 1,
             None => 1,
         })
-        .sum();
-    if caps & (1 << 14) != 0 && initial && cpus <= 32 {
-        let out = ichnos(&["record", "-o", data, "--", "true"]);
-        assert!(out.status.success(), "{}", stderr(&out));
-        assert_eq!(recorded_stack_size(Path::new(data)), 65528);
-    }
+        .sum()
+}
+
+/// KiB of rings a user without `CAP_IPC_LOCK` may lock (as `as_nobody`
+/// runs, with this process's limits): `perf_event_mlock_kb` a CPU, then
+/// `ulimit -l`.
+fn nobody_may_lock_kib() -> u64 {
+    let per_cpu: u64 = std::fs::read_to_string("/proc/sys/kernel/perf_event_mlock_kb")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let limits = std::fs::read_to_string("/proc/self/limits").unwrap();
+    let soft = limits
+        .lines()
+        .find_map(|l| l.strip_prefix("Max locked memory"))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap();
+    let rlimit = if soft == "unlimited" {
+        u64::MAX / 2
+    } else {
+        soft.parse::<u64>().unwrap() >> 10
+    };
+    per_cpu * online_cpus() as u64 + rlimit
 }
 
 /// The stack copy a recording says its samples asked for.

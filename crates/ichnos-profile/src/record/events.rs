@@ -52,8 +52,15 @@ pub(crate) fn planned_pages(stack_user: u32, rings: usize) -> usize {
 /// [`PLANNED_PAGES_IN_ALL`] may be too small for large copies).
 #[must_use]
 pub(crate) fn wakeups_gather_enough(stack_user: u32, rings: usize) -> bool {
+    gathers_enough(stack_user, planned_pages(stack_user, rings))
+}
+
+/// Whether rings of `pages` data pages whose samples copy `stack_user`
+/// bytes of stack wake the recorder no more often than every
+/// [`SAMPLES_PER_WAKEUP`] samples.
+fn gathers_enough(stack_user: u32, pages: usize) -> bool {
     let sample = stack_user as usize + SAMPLE_BYTES_BESIDE_STACK;
-    watermark(planned_pages(stack_user, rings)) as usize / sample >= SAMPLES_PER_WAKEUP
+    watermark(pages) as usize / sample >= SAMPLES_PER_WAKEUP
 }
 
 /// Who is sampled.
@@ -89,6 +96,12 @@ pub(crate) struct Events {
     /// Whether time in the kernel is sampled (as the time of the user
     /// code that entered it), or the kernel refused it.
     pub kernel: bool,
+    /// Bytes of user stack each sample copies.
+    pub stack_user: u32,
+    /// The larger copy asked for first, if the rings the kernel allowed
+    /// were too small for enough of its samples and the smaller copy was
+    /// taken instead.
+    pub stack_user_planned: Option<u32>,
 }
 
 /// Why the events could not be set up.
@@ -141,16 +154,21 @@ impl Events {
 
 /// Opens the events of `scope` with `config` (its kind tried first; with
 /// `fall_back`, the CPU clock where the machine lacks it) and maps their
-/// rings. With `off_cpu`, a switch event beside each writes into the same
-/// ring (`config` must then ask for switch records and ids).
+/// rings. With `smaller_copy`, a stack copy to take instead of
+/// `config`'s where the kernel's limit on locked memory leaves rings too
+/// small for enough samples of `config`'s copy a wakeup. With `off_cpu`,
+/// a switch event beside each writes into the same ring (`config` must
+/// then ask for switch records and ids).
 pub(crate) fn open(
     scope: Scope<'_>,
     config: EventConfig,
     fall_back: bool,
+    smaller_copy: Option<u32>,
     off_cpu: bool,
 ) -> Result<Events, EventsError> {
-    let planned = planned_pages(config.stack_user, ichnos_perf::online_cpus().len());
-    let config = EventConfig {
+    let rings = ichnos_perf::online_cpus().len();
+    let mut planned = planned_pages(config.stack_user, rings);
+    let mut config = EventConfig {
         wakeup_watermark: watermark(planned),
         ..config
     };
@@ -158,12 +176,23 @@ pub(crate) fn open(
     // needs it (its refusal is that mode's error).
     let kernel_optional = !off_cpu;
     let mut events = open_with(scope, config, fall_back, kernel_optional, planned)?;
+    let mut stack_user_planned = None;
     if events.pages != planned {
         // Smaller rings than planned: open again with a wakeup watermark
         // that fits them (one larger than a ring would only wake the
-        // recorder once the ring is full).
-        let (pages, kernel) = (events.pages, events.kernel);
+        // recorder once the ring is full), and where they would wake it
+        // for too few samples, with the smaller copy. The kernel limits
+        // locked bytes, so rings of as many pages are allowed again.
+        let (mut pages, kernel) = (events.pages, events.kernel);
         drop(events);
+        if let Some(smaller) = smaller_copy
+            .filter(|&s| s < config.stack_user && !gathers_enough(config.stack_user, pages))
+        {
+            stack_user_planned = Some(config.stack_user);
+            config.stack_user = smaller;
+            planned = planned_pages(smaller, rings);
+            pages = pages.min(planned);
+        }
         let config = EventConfig {
             wakeup_watermark: watermark(pages),
             kernel,
@@ -172,6 +201,7 @@ pub(crate) fn open(
         events = open_with(scope, config, fall_back, kernel_optional, pages)?;
     }
     events.planned_pages = planned;
+    events.stack_user_planned = stack_user_planned;
     if off_cpu {
         open_switches(&mut events, config)?;
     }
@@ -405,6 +435,8 @@ fn open_with(
         off_cpu_kind: None,
         off_cpu_ids: Vec::new(),
         kernel: config.kernel,
+        stack_user: config.stack_user,
+        stack_user_planned: None,
     })
 }
 
@@ -422,6 +454,18 @@ mod tests {
         }
         assert!(!wakeups_gather_enough(65528, 64));
         assert!(wakeups_gather_enough(32 << 10, 64));
+    }
+
+    #[test]
+    fn rings_held_back_by_the_lock_limit_gather_too_few_of_the_largest_copy() {
+        // 4 MiB rings wake the recorder every 1 MiB: 15 samples of
+        // 66,040 bytes, too few; 31 of 33,280.
+        assert!(!gathers_enough(65528, 1024));
+        assert!(gathers_enough(32 << 10, 1024));
+        assert!(gathers_enough(65528, 2048));
+        // A user's 516 KiB a CPU (perf_event_mlock_kb): 128 pages, which
+        // no copy of tens of KiB fills enough.
+        assert!(!gathers_enough(32 << 10, 128));
     }
 
     #[test]
@@ -473,6 +517,8 @@ mod tests {
             off_cpu_kind: None,
             off_cpu_ids: Vec::new(),
             kernel: false,
+            stack_user: 32 << 10,
+            stack_user_planned: None,
         };
         assert!(!events(1024, 1024).rings_limited());
         assert!(!events(256, 1024).rings_limited());

@@ -76,8 +76,11 @@ pub struct RecordOptions {
     pub target: RecordTarget,
     /// Samples per second per thread.
     pub frequency: u64,
-    /// Bytes of user stack copied per sample (a multiple of 8).
-    pub stack_size: u32,
+    /// Bytes of user stack copied per sample (a multiple of 8). `None`:
+    /// [`default_stack_size`], or [`LOCK_LIMITED_STACK_SIZE`] where the
+    /// kernel's limit on locked memory leaves rings too small for enough
+    /// samples of it.
+    pub stack_size: Option<u32>,
     /// The event.
     pub event: EventChoice,
     /// The recording to write.
@@ -104,14 +107,14 @@ pub struct RecordOptions {
 }
 
 impl RecordOptions {
-    /// The defaults for `target`: 1 kHz, [`default_stack_size`] of stack
-    /// per sample, cycles or the CPU clock, `ichnos.data`.
+    /// The defaults for `target`: 1 kHz, the default stack copy, cycles
+    /// or the CPU clock, `ichnos.data`.
     #[must_use]
     pub fn new(target: RecordTarget) -> Self {
         Self {
             target,
             frequency: 1000,
-            stack_size: default_stack_size(),
+            stack_size: None,
             event: EventChoice::Default,
             output: PathBuf::from("ichnos.data"),
             max_frames: 256,
@@ -123,12 +126,15 @@ impl RecordOptions {
     }
 }
 
-/// Bytes of user stack copied per sample by default: the most the kernel
-/// copies ([`MAX_STACK_SIZE`]) where perf rings may lock what they ask
-/// for (`CAP_IPC_LOCK`, as root has outside a user namespace, or
-/// `perf_event_paranoid` -1) and rings of the planned size for each of
-/// the machine's CPUs still gather enough samples a wakeup (up to 32
-/// CPUs), else [`LOCK_LIMITED_STACK_SIZE`].
+/// Bytes of user stack copied per sample by default, tried first: the
+/// most the kernel copies ([`MAX_STACK_SIZE`]) where rings of the planned
+/// size for each of the machine's CPUs gather enough samples a wakeup (up
+/// to 32 CPUs), else [`LOCK_LIMITED_STACK_SIZE`]. Where the kernel then
+/// allows rings too small for enough of its samples (a user's locked
+/// memory is limited by `perf_event_mlock_kb` unless it has
+/// `CAP_IPC_LOCK`, as root has outside a user namespace, or
+/// `perf_event_paranoid` is -1), a recording takes
+/// [`LOCK_LIMITED_STACK_SIZE`].
 ///
 /// The kernel copies a stack up to the end of its mapping, so a shallow
 /// stack costs no more with a larger copy; a deep one (a compiler's:
@@ -142,9 +148,7 @@ impl RecordOptions {
 #[must_use]
 pub fn default_stack_size() -> u32 {
     let cpus = ichnos_perf::online_cpus().len().max(1);
-    if ichnos_perf::event::rings_lock_freely()
-        && events::wakeups_gather_enough(MAX_STACK_SIZE, cpus)
-    {
+    if events::wakeups_gather_enough(MAX_STACK_SIZE, cpus) {
         MAX_STACK_SIZE
     } else {
         LOCK_LIMITED_STACK_SIZE
@@ -448,6 +452,26 @@ fn refusal(e: EventsError, options: &RecordOptions) -> RecordError {
     }
 }
 
+/// Opens the events of `scope` as `options` say: the default stack copy
+/// gives way to [`LOCK_LIMITED_STACK_SIZE`] where the rings allowed are
+/// too small for it.
+fn open_events(
+    options: &RecordOptions,
+    scope: events::Scope<'_>,
+) -> Result<events::Events, RecordError> {
+    events::open(
+        scope,
+        event_config(options, scope),
+        options.event == EventChoice::Default,
+        options
+            .stack_size
+            .is_none()
+            .then_some(LOCK_LIMITED_STACK_SIZE),
+        options.off_cpu,
+    )
+    .map_err(|e| refusal(e, options))
+}
+
 /// The sampling event for `scope`.
 fn event_config(options: &RecordOptions, scope: events::Scope<'_>) -> EventConfig {
     EventConfig {
@@ -458,7 +482,7 @@ fn event_config(options: &RecordOptions, scope: events::Scope<'_>) -> EventConfi
             EventChoice::Exactly(kind) => kind,
         },
         frequency: options.frequency,
-        stack_user: options.stack_size,
+        stack_user: options.stack_size.unwrap_or_else(default_stack_size),
         regs_user: EventConfig::UNWIND_REGS,
         inherit: !matches!(scope, events::Scope::System),
         enable_on_exec: matches!(scope, events::Scope::Command(_)),
@@ -497,7 +521,7 @@ fn describe(output: &mut Output, options: &RecordOptions, events: &events::Event
         command: command_line.iter().map(Vec::as_slice).collect(),
         event: events.kind.name().as_bytes(),
         frequency: options.frequency,
-        stack_size: u64::from(options.stack_size),
+        stack_size: u64::from(events.stack_user),
         start_monotonic_ns: start,
         start_realtime_ns: realtime_ns(),
         recorder: recorder.as_bytes(),
@@ -551,14 +575,7 @@ pub fn record(
         (RecordTarget::Pids(_), _) => events::Scope::Threads(&tids),
         _ => events::Scope::System,
     };
-    let mut events = events::open(
-        scope,
-        event_config(options, scope),
-        options.event == EventChoice::Default,
-        options.off_cpu,
-    )
-    .map_err(|e| refusal(e, options))
-    .inspect_err(|_| output_file.abandon())?;
+    let mut events = open_events(options, scope).inspect_err(|_| output_file.abandon())?;
     let notes = notes::setup_notes(options, &events);
     let start = monotonic_ns();
     let (mut output, writer) = output::start(file, start).inspect_err(|_| output_file.abandon())?;
@@ -620,7 +637,8 @@ pub fn record(
     }
     let mut notes = notes;
     notes.extend(notes::closing_notes(
-        options.stack_size,
+        events.stack_user,
+        events.stack_user_planned.is_some() || events.rings_limited(),
         samples,
         [past_copy, cut_short, oversized],
     ));

@@ -149,6 +149,7 @@ fn read_on_note((completed, changed, unreadable): (u64, u64, u64)) -> Option<Str
 /// that the recorder cut short, and records left out.
 pub(super) fn closing_notes(
     stack_size: u32,
+    lock_limited: bool,
     samples: u64,
     [past_copy, cut_short, oversized]: [u64; 3],
 ) -> Vec<String> {
@@ -159,8 +160,16 @@ pub(super) fn closing_notes(
         notes.push(if stack_size < MAX_STACK_SIZE {
             format!(
                 "{share:.1}% of stacks went on past the {} KiB of stack copied per sample: \
-                 --stack-size {MAX_STACK_SIZE} copies the most the kernel allows",
+                 --stack-size {MAX_STACK_SIZE} copies the most the kernel allows{}",
                 stack_size >> 10,
+                if lock_limited {
+                    // The default where rings are held back: the larger
+                    // copy halves the samples they hold.
+                    " (in rings the kernel's limit on locked memory holds back, where it \
+                     halves the samples a ring holds: see kernel.perf_event_mlock_kb)"
+                } else {
+                    ""
+                }
             )
         } else {
             format!(
