@@ -530,9 +530,11 @@ impl Recorder {
         stack: &[u8],
         whole_copy: bool,
     ) -> StopReason {
-        // The copy walked, and on in the thread's memory; then, once,
-        // again after a look for code no record told of (JIT code), if
-        // the walk ran into memory a JIT may fill, in the copy or past it.
+        // The copy walked, and on in the thread's memory. Once, after a
+        // look for code no record told of (JIT code), walked again: if the
+        // walk of the copy ran into memory a JIT may fill (before reading
+        // on, so that a read is not made twice for it), or the walk on
+        // past the copy did.
         let mut refreshed = false;
         // Registrations made, and names written, before the sample was
         // taken are known before it is walked.
@@ -549,46 +551,61 @@ impl Recorder {
                 &self.options,
                 &mut self.frames,
             );
+            if !refreshed && self.refresh_for(pid, time, stop, 0) {
+                refreshed = true;
+                continue;
+            }
             // A walk that ran off a whole copy (not one the kernel cut at
             // the stack's end, nor one cut in staging) goes on in the
             // thread's memory, if that still holds what the copy did.
-            if let (StopReason::StackEnd { .. }, Some(live)) = (stop, self.live_stack.as_mut()) {
-                if whole_copy {
-                    let taken = super::live_stack::Taken {
-                        pid,
-                        time,
-                        regs,
-                        copy: stack,
-                    };
-                    let outermost = self.frames.last().copied();
-                    let mut walker = SampleWalk {
-                        space: &mut *space,
-                        time,
-                        regs,
-                        stack,
-                        options: &self.options,
-                        frames: &mut self.frames,
-                    };
-                    stop = live.walk_on(taken, stop, outermost, &mut walker);
-                }
-            }
-            if refreshed
-                || stop == StopReason::Outermost
-                || !self
-                    .frames
-                    .iter()
-                    .any(|f| space.may_be_jit(f.lookup_address()))
-                || !space.take_refresh(time)
-            {
+            let (StopReason::StackEnd { .. }, Some(live), true) =
+                (stop, self.live_stack.as_mut(), whole_copy)
+            else {
                 break stop;
+            };
+            let space = self.spaces.by_pid.get_mut(&pid).expect("made above");
+            let taken = super::live_stack::Taken {
+                pid,
+                time,
+                regs,
+                copy: stack,
+            };
+            let in_copy = self.frames.len();
+            let outermost = self.frames.last().copied();
+            let mut walker = SampleWalk {
+                space,
+                time,
+                regs,
+                stack,
+                options: &self.options,
+                frames: &mut self.frames,
+            };
+            stop = live.walk_on(taken, stop, outermost, &mut walker);
+            if !refreshed && self.refresh_for(pid, time, stop, in_copy) {
+                refreshed = true;
+                continue;
             }
-            refreshed = true;
-            let jit = space.refresh_jit(time, &mut self.output);
-            let mapped = self.spaces.resync(pid, time, &mut self.output);
-            if !jit && !mapped {
-                break stop;
-            }
+            break stop;
         }
+    }
+
+    /// Whether a walk of a sample of `pid` at `time` that ended with
+    /// `stop` ran into memory a JIT may fill (in its frames from `from`
+    /// on) and a look for code no record told of (where one is due)
+    /// found any: then it is walked again.
+    fn refresh_for(&mut self, pid: u32, time: u64, stop: StopReason, from: usize) -> bool {
+        let space = self.spaces.by_pid.get_mut(&pid).expect("made above");
+        if stop == StopReason::Outermost
+            || !self.frames[from.min(self.frames.len())..]
+                .iter()
+                .any(|f| space.may_be_jit(f.lookup_address()))
+            || !space.take_refresh(time)
+        {
+            return false;
+        }
+        let jit = space.refresh_jit(time, &mut self.output);
+        let mapped = self.spaces.resync(pid, time, &mut self.output);
+        jit || mapped
     }
 
     /// What the walk of a sample of thread `tid` that ended with `stop`

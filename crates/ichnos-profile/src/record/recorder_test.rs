@@ -345,6 +345,10 @@ fn jit_code_reached_past_the_copy_is_looked_for() {
         recorder.frames
     );
     assert_eq!(recorder.complete, 2, "the second sample is complete");
+    // Read on once for each (the walk over the first read, which ended in
+    // the JIT code then unknown, is neither completed nor changed).
+    let live = recorder.live_stack.as_ref().unwrap();
+    assert_eq!((live.completed, live.changed, live.unreadable), (2, 0, 0));
     drop(jit);
     super::close(recorder.output, writer, 0).unwrap();
 }
