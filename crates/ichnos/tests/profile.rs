@@ -386,6 +386,41 @@ fn stacks_deeper_than_the_copy_are_noted_and_a_larger_copy_completes_them() {
     );
 }
 
+/// A program that exits as soon as its work ends: the samples of its
+/// last tens of milliseconds are handled after its memory is gone, and
+/// go on over what the thread's last read found past the copy, which
+/// their copies still anchor (the return address into the 40 KiB frame).
+#[test]
+fn stacks_handled_after_their_process_exited_go_on_over_their_threads_last_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_fixture(dir.path(), "deep", &["-fomit-frame-pointer"]);
+    let data = dir.path().join("exit.data");
+    let out = ichnos(&[
+        "record",
+        "--stack-size",
+        "32K",
+        "-o",
+        data.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+        "0.6",
+        "exit",
+    ]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("could not be read") && err.contains("went on over what an earlier sample"),
+        "{err}"
+    );
+    let stacks = folded(&data, &[]);
+    let (total, complete, broken) = completeness(&stacks, &["deep_leaf"], "main");
+    // (Without the kept reads, about 6% of them end at the copy.)
+    assert!(
+        total >= 300 && complete * 1000 >= total * 995,
+        "{complete} of {total}: {broken:?}\n{err}"
+    );
+}
+
 /// A frame larger than any copy the kernel makes (rustc's driver keeps
 /// over 500 KiB of locals in one) holds its return address far past
 /// the copy, and calls one function after another: the stacks are read

@@ -46,8 +46,18 @@
 //! [`BYTES_PER_SECOND`], refilled as time goes and never saved up beyond
 //! a second's worth. A process whose memory cannot be read (it exited, or
 //! does not let the recorder read it) is not tried again.
+//!
+//! What was read for a thread's last stack completed that way is kept
+//! (the anchor and the window, [`Kept`]) until the thread exits: a later
+//! sample of it whose memory cannot be read any more (its process exited
+//! before the sample was handled) or no longer holds the sample's own
+//! anchor (the thread went on) walks on over it, if its copy holds the
+//! kept anchor as it was. It is the same check made against an earlier
+//! read instead of a later one: the thread has not left the frame whose
+//! return address the anchor holds, so the frames past it are as they
+//! were read.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 
 use ichnos_code::memory::{Bytes, ProcessMemory};
@@ -78,6 +88,11 @@ const MAX_READ: usize = 1 << 20;
 
 /// The most read for each second of the recording, in all.
 const BYTES_PER_SECOND: u64 = 64 << 20;
+
+/// Threads whose last read is kept at most, and the bytes kept in all
+/// (past either, the oldest is forgotten first).
+const MAX_KEPT_THREADS: usize = 256;
+const MAX_KEPT_BYTES: usize = 32 << 20;
 
 /// What [`LiveStack::walk_on`] asks of the sample's address space.
 pub(super) trait Walker {
@@ -118,11 +133,12 @@ impl Walker for SampleWalk<'_> {
     }
 }
 
-/// A sample whose walk ran off its stack copy: process `pid`'s, at
-/// `time`, with registers `regs` and stack copy `copy`.
+/// A sample whose walk ran off its stack copy: thread `tid` of process
+/// `pid`'s, at `time`, with registers `regs` and stack copy `copy`.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Taken<'a> {
     pub pid: u32,
+    pub tid: u32,
     pub time: u64,
     pub regs: Regs,
     pub copy: &'a [u8],
@@ -139,6 +155,9 @@ pub(super) struct LiveStack {
     /// Processes whose memory could not be read (gone, or not readable by
     /// the recorder): not tried again.
     unreadable_pids: HashSet<u32>,
+    /// Each thread's last read that completed a stack, and their bytes.
+    kept: HashMap<u32, Kept>,
+    kept_bytes: usize,
     /// Stacks completed from the threads' memory.
     pub completed: u64,
     /// Stacks whose memory no longer held what the copy did.
@@ -147,6 +166,22 @@ pub(super) struct LiveStack {
     /// the time the sample was handled (the last tens of milliseconds of
     /// its samples), or does not let the recorder read it.
     pub unreadable: u64,
+    /// Of the stacks unreadable or changed, those completed over an
+    /// earlier sample's read, kept.
+    pub from_kept: u64,
+}
+
+/// A thread's last read past a copy that completed its stack.
+#[derive(Debug)]
+struct Kept {
+    /// Where the anchor lies, and what it held.
+    anchor: u64,
+    expect: Vec<u8>,
+    /// Where the window starts, and its bytes.
+    start: u64,
+    bytes: Vec<u8>,
+    /// The sample's time.
+    time: u64,
 }
 
 /// Processes remembered as unreadable at most (past it, forgotten).
@@ -158,6 +193,15 @@ impl LiveStack {
     /// found unreadable under that id before is forgotten.
     pub(super) fn new_process(&mut self, pid: u32) {
         self.unreadable_pids.remove(&pid);
+        self.thread_ended(pid);
+    }
+
+    /// Thread `tid` exited (or its process ran a new program): what was
+    /// kept of its stack is forgotten.
+    pub(super) fn thread_ended(&mut self, tid: u32) {
+        if let Some(k) = self.kept.remove(&tid) {
+            self.kept_bytes -= k.bytes.len() + k.expect.len();
+        }
     }
 
     /// Whether samples of `pid` are not read on (its memory could not
@@ -181,6 +225,7 @@ impl LiveStack {
     ) -> StopReason {
         let Taken {
             pid,
+            tid,
             time,
             regs,
             copy,
@@ -198,7 +243,7 @@ impl LiveStack {
         }
         if self.unreadable_pids.contains(&pid) {
             self.unreadable += 1;
-            return stop;
+            return self.walk_kept(taken, stop, walker);
         }
         let Some((from, expect)) = anchor(regs.sp, copy, outermost) else {
             return stop;
@@ -218,7 +263,7 @@ impl LiveStack {
                 self.unreadable_pids.clear();
             }
             self.unreadable_pids.insert(pid);
-            return stop;
+            return self.walk_kept(taken, stop, walker);
         }
         // The anchor holds what it did, or (below a frame larger than the
         // copy) another call's return address into that frame.
@@ -227,7 +272,7 @@ impl LiveStack {
         };
         if !holds(word, &*walker) {
             self.changed += 1;
-            return stop;
+            return self.walk_kept(taken, stop, walker);
         }
         let mut stop = stop;
         // The window read so far; `self.read` holds its bytes.
@@ -272,7 +317,10 @@ impl LiveStack {
             let still = memory.read_up_to(from, word) == expect.len() && holds(word, &*walker);
             if !still {
                 // (A walk made before stands.)
-                self.changed += u64::from(walks == 0);
+                if walks == 0 {
+                    self.changed += 1;
+                    return self.walk_kept(taken, stop, walker);
+                }
                 break;
             }
             walks += 1;
@@ -282,10 +330,91 @@ impl LiveStack {
             });
             if stop == StopReason::Outermost {
                 self.completed += 1;
+                self.keep(tid, time, from, expect, window.start);
                 break;
             }
         }
         stop
+    }
+
+    /// Walks sample `taken`, whose walk ended with `stop` past its copy and
+    /// whose thread's memory could not be read or no longer holds its
+    /// anchor, over what was kept of its thread's last read, where its
+    /// copy holds the kept anchor as it was read (or, below a frame
+    /// larger than the copy, another call's return address into that
+    /// frame). Returns how that walk ended, else `stop`.
+    fn walk_kept(
+        &mut self,
+        taken: Taken<'_>,
+        stop: StopReason,
+        walker: &mut dyn Walker,
+    ) -> StopReason {
+        let Some(kept) = self.kept.get(&taken.tid) else {
+            return stop;
+        };
+        let now = kept
+            .anchor
+            .checked_sub(taken.regs.sp)
+            .and_then(|at| usize::try_from(at).ok())
+            .and_then(|at| taken.copy.get(at..at.checked_add(kept.expect.len())?));
+        let Some(now) = now else {
+            return stop;
+        };
+        if now != kept.expect.as_slice()
+            && !still_in_frame(&kept.expect, now, taken.copy.len(), &*walker)
+        {
+            return stop;
+        }
+        let end = walker.walk(Bytes {
+            addr: kept.start,
+            data: &kept.bytes,
+        });
+        self.from_kept += u64::from(end == StopReason::Outermost);
+        end
+    }
+
+    /// Keeps what was read for thread `tid`'s sample at `time` (the
+    /// anchor at `anchor`, holding `expect`, and the window at `start`,
+    /// `self.read`) in place of what was kept for it before, forgetting
+    /// the oldest other threads' past the bounds.
+    fn keep(&mut self, tid: u32, time: u64, anchor: u64, expect: &[u8], start: u64) {
+        let size = self.read.len() + expect.len();
+        let mut kept = match self.kept.remove(&tid) {
+            Some(k) => {
+                self.kept_bytes -= k.bytes.len() + k.expect.len();
+                k
+            }
+            None => Kept {
+                anchor: 0,
+                expect: Vec::new(),
+                start: 0,
+                bytes: Vec::new(),
+                time: 0,
+            },
+        };
+        if size > MAX_KEPT_BYTES {
+            return;
+        }
+        while self.kept.len() >= MAX_KEPT_THREADS || self.kept_bytes + size > MAX_KEPT_BYTES {
+            let Some(oldest) = self
+                .kept
+                .iter()
+                .min_by_key(|(_, k)| k.time)
+                .map(|(&t, _)| t)
+            else {
+                break;
+            };
+            self.thread_ended(oldest);
+        }
+        kept.anchor = anchor;
+        kept.expect.clear();
+        kept.expect.extend_from_slice(expect);
+        kept.start = start;
+        kept.bytes.clear();
+        kept.bytes.extend_from_slice(&self.read);
+        kept.time = time;
+        self.kept_bytes += size;
+        self.kept.insert(tid, kept);
     }
 
     /// Reads `piece` of the thread's stack (`memory`) into the window

@@ -40,6 +40,7 @@ pub(super) fn ends_at_once() -> Windows<impl FnMut(&Bytes<'_>) -> StopReason> {
 fn taken<'a>(memory: &[u8], copy: &'a [u8]) -> Taken<'a> {
     Taken {
         pid: std::process::id(),
+        tid: 1,
         time: ichnos_perf::monotonic_ns(),
         regs: Regs {
             ip: 0,
@@ -282,5 +283,166 @@ fn a_frame_larger_than_the_copy_that_makes_another_call_while_it_is_read_is_read
         assert_eq!((live.completed, live.changed), (completed as u64, 0));
         drop(walker);
         assert_eq!(memory[64..72], (word ^ 0x40).to_le_bytes());
+    }
+}
+
+/// The id of a process that has exited: its memory reads nothing.
+fn exited_pid() -> u32 {
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    pid
+}
+
+/// A sample of `memory` by thread `tid` of process `pid`, taken at `at`
+/// bytes into it, whose copy is `copy`.
+fn taken_by<'a>(pid: u32, tid: u32, memory: &[u8], at: usize, copy: &'a [u8]) -> Taken<'a> {
+    Taken {
+        pid,
+        tid,
+        regs: Regs {
+            ip: 0,
+            sp: memory.as_ptr() as u64 + at as u64,
+            fp: 0,
+            bx: None,
+        },
+        ..taken(memory, copy)
+    }
+}
+
+#[test]
+fn a_sample_handled_after_its_process_exited_walks_on_over_its_threads_last_read() {
+    let memory = stack_memory(8192);
+    let sp = memory.as_ptr() as u64;
+    let word = u64::from_le_bytes(memory[64..72].try_into().unwrap());
+    let outermost = Some(frame_above(&memory, 64, word));
+    let past = |at: usize| StopReason::StackEnd {
+        addr: sp + at as u64 + 4096 + 8,
+    };
+    let mut live = LiveStack::default();
+    // Thread 7's stack completed from this process's memory: what was
+    // read is kept.
+    let copy = memory[..4096].to_vec();
+    let me = std::process::id();
+    let mut walker = ends_at_once();
+    let stop = live.walk_on(
+        taken_by(me, 7, &memory, 0, &copy),
+        past(0),
+        outermost,
+        &mut walker,
+    );
+    assert_eq!(stop, StopReason::Outermost);
+    let read = walker.walked[0].clone();
+    // A later sample of thread 7, 32 bytes shallower, handled once its
+    // process had exited: its copy holds the kept anchor (the return
+    // address at 64) as it was, so the walk goes on over the kept window
+    // (its own outermost frame is another, at 96).
+    let gone = exited_pid();
+    let later = memory[32..32 + 4096].to_vec();
+    let its_outermost = Some(frame_above(
+        &memory,
+        96,
+        u64::from_le_bytes(memory[96..104].try_into().unwrap()),
+    ));
+    let mut walker = ends_at_once();
+    let stop = live.walk_on(
+        taken_by(gone, 7, &memory, 32, &later),
+        past(32),
+        its_outermost,
+        &mut walker,
+    );
+    assert_eq!(stop, StopReason::Outermost);
+    assert_eq!(
+        walker.walked,
+        std::slice::from_ref(&read),
+        "the kept window, as read"
+    );
+    assert_eq!((live.unreadable, live.from_kept), (1, 1));
+    // Not where the copy holds another return address at the kept
+    // anchor (the thread left that frame), nor for another thread.
+    let mut left = later.clone();
+    left[32..40].copy_from_slice(&(word ^ 1).to_le_bytes());
+    for (tid, copy) in [(7, &left), (8, &later)] {
+        let mut walker = ends_at_once();
+        let stop = live.walk_on(
+            taken_by(gone, tid, &memory, 32, copy),
+            past(32),
+            its_outermost,
+            &mut walker,
+        );
+        assert_eq!(stop, past(32), "thread {tid}");
+        assert!(walker.walked.is_empty(), "thread {tid}");
+    }
+    // Nor where the copy starts above the kept anchor (the thread had
+    // returned past that frame).
+    let above = memory[72..72 + 4096].to_vec();
+    let mut walker = ends_at_once();
+    let stop = live.walk_on(
+        taken_by(gone, 7, &memory, 72, &above),
+        past(72),
+        None,
+        &mut walker,
+    );
+    assert_eq!(stop, past(72));
+    assert!(walker.walked.is_empty());
+    // A process that is still there but whose thread went on (its memory
+    // no longer holds the sample's own anchor) goes on over the kept read
+    // too.
+    let mut moved = later.clone();
+    moved[64..72].copy_from_slice(&(word ^ 2).to_le_bytes());
+    let moved_outermost = Some(frame_above(&memory, 96, word ^ 2));
+    let mut walker = ends_at_once();
+    let stop = live.walk_on(
+        taken_by(me, 7, &memory, 32, &moved),
+        past(32),
+        moved_outermost,
+        &mut walker,
+    );
+    assert_eq!(stop, StopReason::Outermost);
+    assert_eq!(walker.walked, [read]);
+    assert_eq!((live.changed, live.from_kept), (1, 2));
+    // Once the thread has ended, nothing of it is kept.
+    live.thread_ended(7);
+    let mut walker = ends_at_once();
+    let stop = live.walk_on(
+        taken_by(gone, 7, &memory, 32, &later),
+        past(32),
+        its_outermost,
+        &mut walker,
+    );
+    assert_eq!(stop, past(32));
+    assert!(walker.walked.is_empty());
+}
+
+#[test]
+fn what_is_kept_of_threads_reads_is_bounded_and_the_oldest_goes_first() {
+    let memory = stack_memory(8192);
+    let sp = memory.as_ptr() as u64;
+    let copy = memory[..4096].to_vec();
+    let past = StopReason::StackEnd {
+        addr: sp + 4096 + 8,
+    };
+    let me = std::process::id();
+    let mut live = LiveStack::default();
+    // Threads 1 to 257 read in turn: 256 are kept, thread 1's is not.
+    for tid in 1..=257 {
+        let stop = live.walk_on(
+            taken_by(me, tid, &memory, 0, &copy),
+            past,
+            None,
+            &mut ends_at_once(),
+        );
+        assert_eq!(stop, StopReason::Outermost);
+    }
+    let gone = exited_pid();
+    for (tid, kept) in [(1, false), (2, true), (257, true)] {
+        let mut walker = ends_at_once();
+        let stop = live.walk_on(
+            taken_by(gone, tid, &memory, 0, &copy),
+            past,
+            None,
+            &mut walker,
+        );
+        assert_eq!(stop == StopReason::Outermost, kept, "thread {tid}");
     }
 }

@@ -55,7 +55,7 @@ pub(super) fn recorder_notes(recorder: &Recorder) -> Vec<String> {
     let read_on = recorder
         .live_stack
         .as_ref()
-        .and_then(|l| read_on_note((l.completed, l.changed, l.unreadable)));
+        .and_then(|l| read_on_note((l.completed, l.changed, l.unreadable, l.from_kept)));
     read_on
         .into_iter()
         .chain(off_cpu_notes(&recorder.off_cpu))
@@ -121,13 +121,16 @@ fn unnamed_jit_note(unnamed: &[model::UnnamedJit], processes: usize) -> Option<S
 }
 
 /// The note on stacks that went on past the copy and were read on from
-/// their threads' memory, from (read on, changed, unreadable).
-fn read_on_note((completed, changed, unreadable): (u64, u64, u64)) -> Option<String> {
+/// their threads' memory, from (read on, changed, unreadable, of those
+/// two completed over what was kept of an earlier read).
+fn read_on_note(
+    (completed, changed, unreadable, from_kept): (u64, u64, u64, u64),
+) -> Option<String> {
     if completed + changed + unreadable == 0 {
         return None;
     }
     let changed = if changed > 0 {
-        format!("; {changed} others had changed by then and end at the copy")
+        format!("; {changed} others had changed by then")
     } else {
         String::new()
     };
@@ -139,9 +142,17 @@ fn read_on_note((completed, changed, unreadable): (u64, u64, u64)) -> Option<Str
     } else {
         String::new()
     };
+    let ends = match (changed.is_empty() && unreadable.is_empty(), from_kept) {
+        (true, _) => String::new(),
+        (false, 0) => "; those end at the copy".to_owned(),
+        (false, n) => format!(
+            "; of those, {n} went on over what an earlier sample of their thread read, \
+             the rest end at the copy"
+        ),
+    };
     Some(format!(
         "{completed} stacks went on past the copy and were read on from their threads' \
-         memory{changed}{unreadable} (--no-stack-reads keeps only the copy)"
+         memory{changed}{unreadable}{ends} (--no-stack-reads keeps only the copy)"
     ))
 }
 

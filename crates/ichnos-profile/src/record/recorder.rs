@@ -383,6 +383,9 @@ impl Recorder {
             PerfRecord::Exit(e) => {
                 self.spaces.exit(e.pid, e.tid, e.time, &mut self.output);
                 self.stack_tops.ended(e.tid);
+                if let Some(live) = self.live_stack.as_mut() {
+                    live.thread_ended(e.tid);
+                }
                 self.off_cpu.ended(e.tid);
             }
             PerfRecord::Switch(sw) => {
@@ -486,7 +489,7 @@ impl Recorder {
         }
         // The kernel copied less than asked for: the stack's mapping ended.
         let copy_short = (stack.len() as u64) < s.stack_user_size;
-        let stop = self.walk_sample(pid, time, regs, stack, !stack_cut && !copy_short);
+        let stop = self.walk_sample(pid, tid, time, regs, stack, !stack_cut && !copy_short);
         let space = self.spaces.by_pid.get_mut(&pid).expect("still there");
         // A frame-pointer chain through code that does not keep one reads
         // whatever rbp holds: a "return address" in no mapping is not one,
@@ -518,13 +521,14 @@ impl Recorder {
         self.learn(tid, stop, stack_cut, copy_short, leaving);
     }
 
-    /// Walks the stack of a sample of process `pid` at `time` from `regs`
-    /// through its copy `stack` into `self.frames` (`whole_copy`: the copy
-    /// is all the kernel was asked for, not cut short by it or in
-    /// staging): why the walk ended.
+    /// Walks the stack of a sample of thread `tid` of process `pid` at
+    /// `time` from `regs` through its copy `stack` into `self.frames`
+    /// (`whole_copy`: the copy is all the kernel was asked for, not cut
+    /// short by it or in staging): why the walk ended.
     fn walk_sample(
         &mut self,
         pid: u32,
+        tid: u32,
         time: u64,
         regs: Regs,
         stack: &[u8],
@@ -566,6 +570,7 @@ impl Recorder {
             let space = self.spaces.by_pid.get_mut(&pid).expect("made above");
             let taken = super::live_stack::Taken {
                 pid,
+                tid,
                 time,
                 regs,
                 copy: stack,

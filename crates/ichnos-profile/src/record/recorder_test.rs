@@ -152,6 +152,7 @@ fn a_process_found_unreadable_is_tried_again_once_its_pid_is_a_new_one() {
     let sp = memory.as_ptr() as u64;
     let taken = super::live_stack::Taken {
         pid,
+        tid: pid,
         time: ichnos_perf::monotonic_ns(),
         regs: Regs {
             ip: 0,
