@@ -118,7 +118,7 @@ pub fn stack(args: &StackArgs, verbose: bool) -> Result<()> {
     let names = if args.no_names {
         std::collections::HashMap::new()
     } else {
-        function_names(pid, &walks, args)
+        function_names(pid, &walks, &map, args, verbose)
     };
     let mut out = std::io::stdout().lock();
     for (i, (tid, walk)) in walks.iter().enumerate() {
@@ -167,10 +167,14 @@ pub fn stack(args: &StackArgs, verbose: bool) -> Result<()> {
 /// the call for callers), as `symbolize -p` names it: the innermost
 /// function, and those it was inlined into (`f (inlined into g)`).
 /// Addresses that cannot be named are left out (`??` when printed).
+/// With `verbose`, says which objects (found in `map`) are named through
+/// a symbol index.
 fn function_names(
     pid: u32,
     walks: &[(u32, ichnos_code::Unwind)],
+    map: &CodeMap,
     args: &StackArgs,
+    verbose: bool,
 ) -> std::collections::HashMap<u64, String> {
     let mut addrs: Vec<u64> = walks
         .iter()
@@ -186,6 +190,26 @@ fn function_names(
         options.debug_dirs.clone_from(&args.debug_dirs);
     }
     let symbolizer = ichnos_symbol::Symbolizer::new(options);
+    if verbose {
+        // (The index found is kept: the batch below answers from it.)
+        let mut seen = std::collections::HashSet::new();
+        let objects = walks
+            .iter()
+            .flat_map(|(_, w)| &w.frames)
+            .filter_map(|f| map.find(f.lookup_address()));
+        for object in objects {
+            if !seen.insert(&object.name) {
+                continue;
+            }
+            if let Some(index) = symbolizer.usable_index(std::path::Path::new(&*object.name)) {
+                eprintln!(
+                    "note: {} is named through the symbol index {}",
+                    object.name,
+                    index.path().display()
+                );
+            }
+        }
+    }
     let answers = match symbolizer.symbolize_process(pid, &addrs) {
         Ok(answers) => answers,
         Err(e) => {

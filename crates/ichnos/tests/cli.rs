@@ -370,6 +370,130 @@ fn stack_of_a_live_process_agrees_with_gdb() {
     assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
 }
 
+/// The build id `readelf -n` shows for `path`.
+fn readelf_build_id(path: &std::path::Path) -> String {
+    let out = Command::new("readelf")
+        .arg("-n")
+        .arg(path)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_owned))
+        .expect("a build id")
+}
+
+/// `--debug-dir` finds a stripped program's debug file by build id, and
+/// `--index-dir` says where the symbol indexes it reads are kept.
+#[test]
+fn stack_finds_debug_files_and_symbol_indexes_where_told() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_fixture(
+        dir.path(),
+        "tests/fixtures/sleeper.c",
+        &["-O2", "-g", "-fomit-frame-pointer", "-Wa,--gsframe"],
+    );
+    // The debug file kept by build id, as distributions keep them; the
+    // program stripped of every symbol (its unwind tables stay).
+    let id = readelf_build_id(&exe);
+    let debug = dir.path().join("debug");
+    let by_id = debug.join(".build-id").join(&id[..2]);
+    std::fs::create_dir_all(&by_id).unwrap();
+    let run = |program: &str, args: &[&std::ffi::OsStr]| {
+        let status = Command::new(program).args(args).status().unwrap();
+        assert!(status.success(), "{program} {args:?}");
+    };
+    let debug_file = by_id.join(format!("{}.debug", &id[2..]));
+    run(
+        "objcopy",
+        &[
+            "--only-keep-debug".as_ref(),
+            exe.as_os_str(),
+            debug_file.as_os_str(),
+        ],
+    );
+    run("strip", &["--strip-all".as_ref(), exe.as_os_str()]);
+    let (sleeper, line) = spawn_until_line(&exe);
+    assert_eq!(line.trim(), "ready");
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let pid = sleeper.0.id().to_string();
+    let index_dir = dir.path().join("index");
+    let index = index_dir.to_str().unwrap();
+    let stack = |extra: &[&str]| {
+        let mut args = vec!["stack", "-p", &pid, "--index-dir", index];
+        args.extend_from_slice(extra);
+        let out = ichnos(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let names: Vec<String> = our_frame_names(&stdout(&out))
+            .into_iter()
+            .map(|(_, n)| n)
+            .collect();
+        names
+    };
+    // Without the debug file the program's own frames have no names.
+    let bare = stack(&[]);
+    for own in ["c", "b", "a", "main"] {
+        assert!(!bare.iter().any(|n| n == own), "{own}: {bare:?}");
+    }
+    // With it, they do, in the order gdb shows them.
+    let named = stack(&["--debug-dir", debug.to_str().unwrap()]);
+    let own: Vec<&str> = named
+        .iter()
+        .map(String::as_str)
+        .filter(|n| ["c", "b", "a", "main"].contains(n))
+        .collect();
+    assert_eq!(own, ["c", "b", "a", "main"], "{named:?}");
+    // glibc's index, made in the directory given (as a report makes it):
+    // stack names glibc's frames through it, and -v says so; with an
+    // empty directory, or --no-index, it reads glibc's DWARF.
+    let libc = "/lib/x86_64-linux-gnu/libc.so.6";
+    let out = ichnos(&[
+        "symbolize",
+        "--index",
+        "--index-dir",
+        index,
+        "-e",
+        libc,
+        "0x0",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let notes = |args: &[&str]| {
+        let mut all = vec!["-v", "stack", "-p", &pid];
+        all.extend_from_slice(args);
+        let out = ichnos(&all);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let told = notes(&["--index-dir", index]);
+    assert!(
+        told.lines().any(
+            |l| l.contains("/libc.so.6 is named through the symbol index ")
+                && l.contains(&format!("{index}/{}", readelf_build_id(libc.as_ref())))
+        ),
+        "{told}"
+    );
+    let empty = dir.path().join("empty");
+    for args in [
+        &["--index-dir", empty.to_str().unwrap()][..],
+        &["--no-index"],
+    ] {
+        let told = notes(args);
+        assert!(!told.contains("symbol index"), "{args:?}: {told}");
+    }
+}
+
 #[test]
 fn stack_errors_name_the_process() {
     let out = ichnos(&["stack", "-p", "999999999"]);
