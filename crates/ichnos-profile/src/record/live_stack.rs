@@ -17,7 +17,7 @@
 //! The outer frames of a deep stack are the ones that change least, and a
 //! thread that waits (a switch sample) does not change them at all. The
 //! samples of a process's last tens of milliseconds are handled after it
-//! has exited: their stacks end at the copy.
+//! has exited, and can only go on over an earlier read (below).
 //!
 //! One frame may be larger than the whole copy (rustc's driver keeps over
 //! 500 KiB of locals in one, near the base of its thread) and call one
@@ -49,13 +49,16 @@
 //!
 //! What was read for a thread's last stack completed that way is kept
 //! (the anchor and the window, [`Kept`]) until the thread exits: a later
-//! sample of it whose memory cannot be read any more (its process exited
-//! before the sample was handled) or no longer holds the sample's own
-//! anchor (the thread went on) walks on over it, if its copy holds the
-//! kept anchor as it was. It is the same check made against an earlier
-//! read instead of a later one: the thread has not left the frame whose
-//! return address the anchor holds, so the frames past it are as they
-//! were read.
+//! sample of it, taken within [`MAX_KEPT_AGE`] of that one, whose memory
+//! cannot be read any more (its process exited before the sample was
+//! handled) or no longer holds the sample's own anchor (the thread went
+//! on) walks on over it where its walk found a frame whose return slot
+//! is the kept anchor, and that slot holds in its copy what it held then
+//! (or, where the copy held no return address, where its copy ends where
+//! that one did and its last bytes are the same). It is the same check
+//! made against an earlier read instead of a later one: the thread has
+//! not left the frame whose return address the anchor holds, so the
+//! frames past it are as they were read.
 
 use std::collections::{HashMap, HashSet};
 use std::ops::Range;
@@ -94,6 +97,13 @@ const BYTES_PER_SECOND: u64 = 64 << 20;
 const MAX_KEPT_THREADS: usize = 256;
 const MAX_KEPT_BYTES: usize = 32 << 20;
 
+/// How much later than the sample whose read is kept a sample may be to
+/// go on over it (in nanoseconds). The samples handled after their
+/// process exited are those of its last tens of milliseconds; the older
+/// a read, the likelier its thread has left the anchor's frame and come
+/// back to it through the same call.
+const MAX_KEPT_AGE: u64 = 250_000_000;
+
 /// What [`LiveStack::walk_on`] asks of the sample's address space.
 pub(super) trait Walker {
     /// Walks the sample's stack again, over its copy and then `past`,
@@ -104,6 +114,10 @@ pub(super) trait Walker {
     /// into (the offset of their CFA from the stack pointer), if it is
     /// the same and they lie in one code object.
     fn shared_extent(&self, then: u64, now: u64) -> Option<u64>;
+
+    /// The frames of the last walk: before [`Walker::walk`] is called,
+    /// the walk of the copy alone.
+    fn frames(&self) -> &[Frame];
 }
 
 /// A sample's walk, made again over what was read on past its copy.
@@ -131,6 +145,10 @@ impl Walker for SampleWalk<'_> {
     fn shared_extent(&self, then: u64, now: u64) -> Option<u64> {
         self.space.shared_extent(self.time, then, now)
     }
+
+    fn frames(&self) -> &[Frame] {
+        self.frames
+    }
 }
 
 /// A sample whose walk ran off its stack copy: thread `tid` of process
@@ -155,9 +173,13 @@ pub(super) struct LiveStack {
     /// Processes whose memory could not be read (gone, or not readable by
     /// the recorder): not tried again.
     unreadable_pids: HashSet<u32>,
-    /// Each thread's last read that completed a stack, and their bytes.
+    /// Each thread's last read that completed a stack, their bytes, and
+    /// the number the next one kept gets (the oldest goes first).
     kept: HashMap<u32, Kept>,
     kept_bytes: usize,
+    kept_count: u64,
+    /// What the last walk of [`LiveStack::walk_on`] went on over.
+    last: Option<Last>,
     /// Stacks completed from the threads' memory.
     pub completed: u64,
     /// Stacks whose memory no longer held what the copy did.
@@ -174,6 +196,8 @@ pub(super) struct LiveStack {
 /// A thread's last read past a copy that completed its stack.
 #[derive(Debug)]
 struct Kept {
+    /// The thread's process.
+    pid: u32,
     /// Where the anchor lies, and what it held.
     anchor: u64,
     expect: Vec<u8>,
@@ -182,6 +206,17 @@ struct Kept {
     bytes: Vec<u8>,
     /// The sample's time.
     time: u64,
+    /// Kept in this order.
+    number: u64,
+}
+
+/// What a walk went on over past a copy.
+#[derive(Clone, Copy, Debug)]
+enum Last {
+    /// The window read, starting here (`LiveStack::read`).
+    Window(u64),
+    /// What was kept of the thread's earlier read.
+    Kept,
 }
 
 /// Processes remembered as unreadable at most (past it, forgotten).
@@ -204,6 +239,13 @@ impl LiveStack {
         }
     }
 
+    /// Takes process `pid`'s memory to be unreadable from now on, as if it
+    /// had exited.
+    #[cfg(test)]
+    pub(super) fn forget_readable(&mut self, pid: u32) {
+        self.unreadable_pids.insert(pid);
+    }
+
     /// Whether samples of `pid` are not read on (its memory could not
     /// be read before).
     #[cfg(test)]
@@ -211,8 +253,8 @@ impl LiveStack {
         self.unreadable_pids.contains(&pid)
     }
 
-    /// The walk of sample `taken` ended with `stop`, past the copy, at its
-    /// frame `outermost`: reads on from the thread's memory and walks
+    /// The walk of sample `taken` ended with `stop`, past the copy (its
+    /// frames are `walker`'s): reads on from the thread's memory and walks
     /// again (`walker`, over the copy and a window of stack bytes read
     /// past it) while the walk runs off what was read. Returns how the
     /// last walk ended (`stop` if none was made).
@@ -220,12 +262,13 @@ impl LiveStack {
         &mut self,
         taken: Taken<'_>,
         stop: StopReason,
-        outermost: Option<Frame>,
         walker: &mut dyn Walker,
     ) -> StopReason {
+        self.last = None;
+        let outermost = walker.frames().last().copied();
         let Taken {
             pid,
-            tid,
+            tid: _,
             time,
             regs,
             copy,
@@ -324,13 +367,14 @@ impl LiveStack {
                 break;
             }
             walks += 1;
+            self.last = Some(Last::Window(window.start));
             stop = walker.walk(Bytes {
                 addr: window.start,
                 data: &self.read,
             });
             if stop == StopReason::Outermost {
                 self.completed += 1;
-                self.keep(tid, time, from, expect, window.start);
+                self.keep(taken, from, expect, window.start);
                 break;
             }
         }
@@ -339,32 +383,57 @@ impl LiveStack {
 
     /// Walks sample `taken`, whose walk ended with `stop` past its copy and
     /// whose thread's memory could not be read or no longer holds its
-    /// anchor, over what was kept of its thread's last read, where its
-    /// copy holds the kept anchor as it was read (or, below a frame
-    /// larger than the copy, another call's return address into that
-    /// frame). Returns how that walk ended, else `stop`.
+    /// anchor, over what was kept of its thread's last read, where that
+    /// read is recent and anchored in this sample's walk and copy (see the
+    /// module's notes; below a frame larger than the copy, the slot may
+    /// hold another call's return address into that frame). Returns how
+    /// that walk ended, else `stop`.
     fn walk_kept(
         &mut self,
         taken: Taken<'_>,
         stop: StopReason,
         walker: &mut dyn Walker,
     ) -> StopReason {
-        let Some(kept) = self.kept.get(&taken.tid) else {
+        let Taken {
+            pid,
+            tid,
+            time,
+            regs,
+            copy,
+        } = taken;
+        let Some(kept) = self.kept.get(&tid).filter(|k| {
+            k.pid == pid
+                && time
+                    .checked_sub(k.time)
+                    .is_some_and(|age| age <= MAX_KEPT_AGE)
+        }) else {
             return stop;
         };
+        let frames = walker.frames();
+        let anchored = if kept.expect.len() == 8 {
+            frames.iter().any(|&f| {
+                return_slot(regs.sp, copy, f).is_some_and(|(slot, _)| slot == kept.anchor)
+            })
+        } else {
+            anchor(regs.sp, copy, frames.last().copied())
+                .is_some_and(|(from, own)| from == kept.anchor && own.len() == kept.expect.len())
+        };
+        if !anchored {
+            return stop;
+        }
         let now = kept
             .anchor
-            .checked_sub(taken.regs.sp)
+            .checked_sub(regs.sp)
             .and_then(|at| usize::try_from(at).ok())
-            .and_then(|at| taken.copy.get(at..at.checked_add(kept.expect.len())?));
+            .and_then(|at| copy.get(at..at.checked_add(kept.expect.len())?));
         let Some(now) = now else {
             return stop;
         };
-        if now != kept.expect.as_slice()
-            && !still_in_frame(&kept.expect, now, taken.copy.len(), &*walker)
+        if now != kept.expect.as_slice() && !still_in_frame(&kept.expect, now, copy.len(), &*walker)
         {
             return stop;
         }
+        self.last = Some(Last::Kept);
         let end = walker.walk(Bytes {
             addr: kept.start,
             data: &kept.bytes,
@@ -373,48 +442,88 @@ impl LiveStack {
         end
     }
 
-    /// Keeps what was read for thread `tid`'s sample at `time` (the
-    /// anchor at `anchor`, holding `expect`, and the window at `start`,
-    /// `self.read`) in place of what was kept for it before, forgetting
-    /// the oldest other threads' past the bounds.
-    fn keep(&mut self, tid: u32, time: u64, anchor: u64, expect: &[u8], start: u64) {
+    /// Walks sample `taken` again over what its last walk in
+    /// [`LiveStack::walk_on`] went on over (nothing is read again), after
+    /// its copy was walked again and ended with `stop` (JIT code was
+    /// found in the frames that walk reached). Returns how the walk ended
+    /// (`stop` if none was made).
+    pub(super) fn walk_again(
+        &mut self,
+        taken: Taken<'_>,
+        stop: StopReason,
+        walker: &mut dyn Walker,
+    ) -> StopReason {
+        match self.last {
+            Some(Last::Window(start)) => {
+                let end = walker.walk(Bytes {
+                    addr: start,
+                    data: &self.read,
+                });
+                self.completed += u64::from(end == StopReason::Outermost);
+                end
+            }
+            Some(Last::Kept) => {
+                let Some(kept) = self.kept.get(&taken.tid) else {
+                    return stop;
+                };
+                let end = walker.walk(Bytes {
+                    addr: kept.start,
+                    data: &kept.bytes,
+                });
+                self.from_kept += u64::from(end == StopReason::Outermost);
+                end
+            }
+            None => stop,
+        }
+    }
+
+    /// Keeps what was read for sample `taken` (the anchor at `anchor`,
+    /// holding `expect`, and the window at `start`, `self.read`) in place
+    /// of what was kept for its thread before, forgetting the threads
+    /// kept first past the bounds.
+    fn keep(&mut self, taken: Taken<'_>, anchor: u64, expect: &[u8], start: u64) {
         let size = self.read.len() + expect.len();
-        let mut kept = match self.kept.remove(&tid) {
+        let mut kept = match self.kept.remove(&taken.tid) {
             Some(k) => {
                 self.kept_bytes -= k.bytes.len() + k.expect.len();
                 k
             }
             None => Kept {
+                pid: 0,
                 anchor: 0,
                 expect: Vec::new(),
                 start: 0,
                 bytes: Vec::new(),
                 time: 0,
+                number: 0,
             },
         };
         if size > MAX_KEPT_BYTES {
             return;
         }
         while self.kept.len() >= MAX_KEPT_THREADS || self.kept_bytes + size > MAX_KEPT_BYTES {
-            let Some(oldest) = self
+            let Some(first) = self
                 .kept
                 .iter()
-                .min_by_key(|(_, k)| k.time)
+                .min_by_key(|(_, k)| k.number)
                 .map(|(&t, _)| t)
             else {
                 break;
             };
-            self.thread_ended(oldest);
+            self.thread_ended(first);
         }
+        kept.pid = taken.pid;
         kept.anchor = anchor;
         kept.expect.clear();
         kept.expect.extend_from_slice(expect);
         kept.start = start;
         kept.bytes.clear();
         kept.bytes.extend_from_slice(&self.read);
-        kept.time = time;
+        kept.time = taken.time;
+        kept.number = self.kept_count;
+        self.kept_count += 1;
         self.kept_bytes += size;
-        self.kept.insert(tid, kept);
+        self.kept.insert(taken.tid, kept);
     }
 
     /// Reads `piece` of the thread's stack (`memory`) into the window
@@ -502,18 +611,23 @@ fn still_in_frame(then: &[u8], now: &[u8], copy_len: usize, walker: &dyn Walker)
 /// the copy's last [`OVERLAP`] bytes.
 fn anchor(sp: u64, copy: &[u8], outermost: Option<Frame>) -> Option<(u64, &[u8])> {
     let end = sp + copy.len() as u64;
-    let return_slot = outermost
-        .filter(|f| matches!(f.kind, FrameKind::Row(_) | FrameKind::Cfi))
-        .and_then(|f| {
-            let slot = f.sp.checked_sub(8)?;
-            let at = usize::try_from(slot.checked_sub(sp)?).ok()?;
-            let word = copy.get(at..at + 8)?;
-            // The slot holds the frame's return address: a frame found by
-            // its caller's rules, not by a guess.
-            (u64::from_le_bytes(word.try_into().ok()?) == f.ip).then_some((slot, word))
-        });
-    return_slot.or_else(|| {
-        let at = copy.len().checked_sub(OVERLAP)?;
-        Some((end - OVERLAP as u64, &copy[at..]))
-    })
+    outermost
+        .and_then(|f| return_slot(sp, copy, f))
+        .or_else(|| {
+            let at = copy.len().checked_sub(OVERLAP)?;
+            Some((end - OVERLAP as u64, &copy[at..]))
+        })
+}
+
+/// The slot in the copy (taken at `sp`) that holds frame `f`'s return
+/// address, below its stack pointer, and those bytes: for a frame found
+/// by its caller's rules, not by a guess, whose slot the copy holds.
+fn return_slot(sp: u64, copy: &[u8], f: Frame) -> Option<(u64, &[u8])> {
+    if !matches!(f.kind, FrameKind::Row(_) | FrameKind::Cfi) {
+        return None;
+    }
+    let slot = f.sp.checked_sub(8)?;
+    let at = usize::try_from(slot.checked_sub(sp)?).ok()?;
+    let word = copy.get(at..at.checked_add(8)?)?;
+    (u64::from_le_bytes(word.try_into().ok()?) == f.ip).then_some((slot, word))
 }

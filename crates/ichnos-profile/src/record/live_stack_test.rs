@@ -14,6 +14,8 @@ pub(super) struct Windows<F> {
     pub next: F,
     pub extent: Option<u64>,
     pub walked: Vec<(u64, Vec<u8>)>,
+    /// The frames of the walk of the copy.
+    pub frames: Vec<Frame>,
 }
 
 impl<F: FnMut(&Bytes<'_>) -> StopReason> Walker for Windows<F> {
@@ -25,6 +27,23 @@ impl<F: FnMut(&Bytes<'_>) -> StopReason> Walker for Windows<F> {
     fn shared_extent(&self, _then: u64, _now: u64) -> Option<u64> {
         self.extent
     }
+
+    fn frames(&self) -> &[Frame] {
+        &self.frames
+    }
+}
+
+/// [`LiveStack::walk_on`] of sample `taken`, whose walk of the copy ended
+/// with `stop` at its outermost frame `outermost` (`walker`'s frames).
+pub(super) fn walk_on<F: FnMut(&Bytes<'_>) -> StopReason>(
+    live: &mut LiveStack,
+    taken: Taken<'_>,
+    stop: StopReason,
+    outermost: Option<Frame>,
+    walker: &mut Windows<F>,
+) -> StopReason {
+    walker.frames = outermost.into_iter().collect();
+    live.walk_on(taken, stop, walker)
 }
 
 /// A walker whose first walk reaches the outermost frame.
@@ -33,6 +52,7 @@ pub(super) fn ends_at_once() -> Windows<impl FnMut(&Bytes<'_>) -> StopReason> {
         next: |_: &Bytes<'_>| StopReason::Outermost,
         extent: None,
         walked: Vec::new(),
+        frames: Vec::new(),
     }
 }
 
@@ -81,7 +101,7 @@ fn memory_that_no_longer_holds_what_the_copy_does_is_not_read_on() {
     // same. They do: the walk goes on over what was read from the copy's
     // end (the address it ran off at is just past it).
     let mut walker = ends_at_once();
-    let stop = live.walk_on(taken(&memory, &copy), past, None, &mut walker);
+    let stop = walk_on(&mut live, taken(&memory, &copy), past, None, &mut walker);
     assert_eq!(stop, StopReason::Outermost);
     let [(addr, data)] = &walker.walked[..] else {
         panic!("one walk: {:?}", walker.walked.len());
@@ -92,7 +112,7 @@ fn memory_that_no_longer_holds_what_the_copy_does_is_not_read_on() {
     let mut altered = copy.clone();
     altered[4000] ^= 0xff;
     let mut walker = ends_at_once();
-    let stop = live.walk_on(taken(&memory, &altered), past, None, &mut walker);
+    let stop = walk_on(&mut live, taken(&memory, &altered), past, None, &mut walker);
     assert_eq!(stop, past);
     assert!(walker.walked.is_empty());
     // The outermost frame's return address lies in the copy, at 64: that
@@ -103,7 +123,8 @@ fn memory_that_no_longer_holds_what_the_copy_does_is_not_read_on() {
     locals_changed[3000] ^= 0xff;
     let mut walker = ends_at_once();
     let outermost = Some(frame_above(&memory, 64, word));
-    let stop = live.walk_on(
+    let stop = walk_on(
+        &mut live,
         taken(&memory, &locals_changed),
         past,
         outermost,
@@ -117,7 +138,13 @@ fn memory_that_no_longer_holds_what_the_copy_does_is_not_read_on() {
     other[64..72].copy_from_slice(&(word ^ 1).to_le_bytes());
     let mut walker = ends_at_once();
     let outermost = Some(frame_above(&memory, 64, word ^ 1));
-    let stop = live.walk_on(taken(&memory, &other), past, outermost, &mut walker);
+    let stop = walk_on(
+        &mut live,
+        taken(&memory, &other),
+        past,
+        outermost,
+        &mut walker,
+    );
     assert_eq!(stop, past);
     assert!(walker.walked.is_empty());
     assert_eq!((live.completed, live.changed, live.unreadable), (2, 2, 0));
@@ -149,8 +176,15 @@ fn a_frame_larger_than_the_copy_still_there_whose_callee_changed_is_read_on() {
             next: |_: &Bytes<'_>| StopReason::Outermost,
             extent,
             walked: Vec::new(),
+            frames: Vec::new(),
         };
-        let stop = live.walk_on(taken(&memory, &copy), past, outermost, &mut walker);
+        let stop = walk_on(
+            &mut live,
+            taken(&memory, &copy),
+            past,
+            outermost,
+            &mut walker,
+        );
         assert_eq!(stop == StopReason::Outermost, read_on, "{extent:?}");
         assert_eq!(
             (live.completed, live.changed),
@@ -184,8 +218,9 @@ fn only_a_window_where_the_walk_ran_off_is_read_and_it_moves_and_grows_as_the_wa
         },
         extent: None,
         walked: Vec::new(),
+        frames: Vec::new(),
     };
-    let stop = live.walk_on(taken(&memory, &copy), past, None, &mut walker);
+    let stop = walk_on(&mut live, taken(&memory, &copy), past, None, &mut walker);
     assert_eq!(stop, StopReason::Outermost);
     let windows: Vec<(u64, usize)> = walker
         .walked
@@ -224,14 +259,14 @@ fn a_walk_that_needs_more_than_can_be_read_past_a_copy_reads_nothing() {
     };
     let mut walker = ends_at_once();
     assert_eq!(
-        live.walk_on(taken(&memory, &copy), far, None, &mut walker),
+        walk_on(&mut live, taken(&memory, &copy), far, None, &mut walker),
         far
     );
     assert!(walker.walked.is_empty());
     // Below the copy's end: a value the copy held that could not be used.
     let inside = StopReason::StackEnd { addr: sp + 100 };
     assert_eq!(
-        live.walk_on(taken(&memory, &copy), inside, None, &mut walker),
+        walk_on(&mut live, taken(&memory, &copy), inside, None, &mut walker),
         inside
     );
     assert!(walker.walked.is_empty());
@@ -274,8 +309,9 @@ fn a_frame_larger_than_the_copy_that_makes_another_call_while_it_is_read_is_read
             },
             extent,
             walked: Vec::new(),
+            frames: Vec::new(),
         };
-        let stop = live.walk_on(taken, past, outermost, &mut walker);
+        let stop = walk_on(&mut live, taken, past, outermost, &mut walker);
         // Below a frame larger than the copy (8 KiB here), the new call's
         // return address is taken; else the first walk stands.
         assert_eq!(walker.walked.len(), 1 + completed, "{extent:?}");
@@ -314,104 +350,112 @@ fn taken_by<'a>(pid: u32, tid: u32, memory: &[u8], at: usize, copy: &'a [u8]) ->
 fn a_sample_handled_after_its_process_exited_walks_on_over_its_threads_last_read() {
     let memory = stack_memory(8192);
     let sp = memory.as_ptr() as u64;
-    let word = u64::from_le_bytes(memory[64..72].try_into().unwrap());
-    let outermost = Some(frame_above(&memory, 64, word));
+    let word_at = |at: usize| u64::from_le_bytes(memory[at..at + 8].try_into().unwrap());
+    let word = word_at(64);
     let past = |at: usize| StopReason::StackEnd {
         addr: sp + at as u64 + 4096 + 8,
     };
-    let mut live = LiveStack::default();
-    // Thread 7's stack completed from this process's memory: what was
-    // read is kept.
-    let copy = memory[..4096].to_vec();
     let me = std::process::id();
+    let mut live = LiveStack::default();
+    // Thread 7's stack completed from this process's memory, its
+    // outermost frame's return address at 64: what was read is kept.
+    let copy = memory[..4096].to_vec();
     let mut walker = ends_at_once();
-    let stop = live.walk_on(
-        taken_by(me, 7, &memory, 0, &copy),
+    let first = taken_by(me, 7, &memory, 0, &copy);
+    let stop = walk_on(
+        &mut live,
+        first,
         past(0),
-        outermost,
+        Some(frame_above(&memory, 64, word)),
         &mut walker,
     );
     assert_eq!(stop, StopReason::Outermost);
     let read = walker.walked[0].clone();
-    // A later sample of thread 7, 32 bytes shallower, handled once its
-    // process had exited: its copy holds the kept anchor (the return
-    // address at 64) as it was, so the walk goes on over the kept window
-    // (its own outermost frame is another, at 96).
-    let gone = exited_pid();
+    // A later sample of thread 7, 32 bytes shallower, whose walk found
+    // the frame that returns through the slot at 64 and an outer one
+    // (at 96) whose slot no longer holds what it did (the thread went on
+    // calling from there): the memory fails its own anchor, and the walk
+    // goes on over the kept window instead.
     let later = memory[32..32 + 4096].to_vec();
-    let its_outermost = Some(frame_above(
-        &memory,
-        96,
-        u64::from_le_bytes(memory[96..104].try_into().unwrap()),
-    ));
+    let through_kept = [
+        frame_above(&memory, 64, word),
+        frame_above(&memory, 96, word_at(96)),
+    ];
+    let mut moved = later.clone();
+    moved[64..72].copy_from_slice(&(word_at(96) ^ 2).to_le_bytes());
+    let moved_frames = [through_kept[0], frame_above(&memory, 96, word_at(96) ^ 2)];
+    let sample = |copy, time_after: u64| Taken {
+        time: first.time + time_after,
+        ..taken_by(me, 7, &memory, 32, copy)
+    };
     let mut walker = ends_at_once();
-    let stop = live.walk_on(
-        taken_by(gone, 7, &memory, 32, &later),
-        past(32),
-        its_outermost,
-        &mut walker,
-    );
+    walker.frames = moved_frames.to_vec();
+    let stop = live.walk_on(sample(&moved, 1_000_000), past(32), &mut walker);
     assert_eq!(stop, StopReason::Outermost);
-    assert_eq!(
-        walker.walked,
-        std::slice::from_ref(&read),
-        "the kept window, as read"
-    );
-    assert_eq!((live.unreadable, live.from_kept), (1, 1));
-    // Not where the copy holds another return address at the kept
-    // anchor (the thread left that frame), nor for another thread.
+    assert_eq!(walker.walked, std::slice::from_ref(&read));
+    assert_eq!((live.changed, live.from_kept), (1, 1));
+    // Its process exited before the sample was handled (its memory is
+    // unreadable): the same.
+    live.forget_readable(me);
+    let mut walker = ends_at_once();
+    walker.frames = through_kept.to_vec();
+    let stop = live.walk_on(sample(&later, 2_000_000), past(32), &mut walker);
+    assert_eq!(stop, StopReason::Outermost, "the kept window, as read");
+    assert_eq!(walker.walked, std::slice::from_ref(&read));
+    assert_eq!((live.unreadable, live.from_kept), (1, 2));
+    // Not: where the copy holds another return address in the kept
+    // slot (the thread left that frame); where no frame of the walk
+    // returns through the kept slot, though the copy holds the word
+    // there (stale bytes in a frame's locals); for another thread, or a
+    // thread of that id in another process; for a sample taken more
+    // than a quarter second after the kept one, or before it.
     let mut left = later.clone();
     left[32..40].copy_from_slice(&(word ^ 1).to_le_bytes());
-    for (tid, copy) in [(7, &left), (8, &later)] {
+    let left_frames = [frame_above(&memory, 64, word ^ 1), through_kept[1]];
+    let cases: [(&str, Taken<'_>, &[Frame]); 6] = [
+        ("left", sample(&left, 3_000_000), &left_frames),
+        ("unanchored", sample(&later, 3_000_000), &through_kept[1..]),
+        (
+            "thread",
+            Taken {
+                tid: 8,
+                ..sample(&later, 3_000_000)
+            },
+            &through_kept,
+        ),
+        (
+            "process",
+            Taken {
+                pid: exited_pid(),
+                ..sample(&later, 3_000_000)
+            },
+            &through_kept,
+        ),
+        ("late", sample(&later, 250_000_001), &through_kept),
+        (
+            "early",
+            Taken {
+                time: first.time - 1,
+                ..sample(&later, 0)
+            },
+            &through_kept,
+        ),
+    ];
+    for (case, taken, frames) in cases {
         let mut walker = ends_at_once();
-        let stop = live.walk_on(
-            taken_by(gone, tid, &memory, 32, copy),
-            past(32),
-            its_outermost,
-            &mut walker,
-        );
-        assert_eq!(stop, past(32), "thread {tid}");
-        assert!(walker.walked.is_empty(), "thread {tid}");
+        walker.frames = frames.to_vec();
+        let stop = live.walk_on(taken, past(32), &mut walker);
+        assert_eq!(stop, past(32), "{case}");
+        assert!(walker.walked.is_empty(), "{case}");
     }
-    // Nor where the copy starts above the kept anchor (the thread had
-    // returned past that frame).
-    let above = memory[72..72 + 4096].to_vec();
-    let mut walker = ends_at_once();
-    let stop = live.walk_on(
-        taken_by(gone, 7, &memory, 72, &above),
-        past(72),
-        None,
-        &mut walker,
-    );
-    assert_eq!(stop, past(72));
-    assert!(walker.walked.is_empty());
-    // A process that is still there but whose thread went on (its memory
-    // no longer holds the sample's own anchor) goes on over the kept read
-    // too.
-    let mut moved = later.clone();
-    moved[64..72].copy_from_slice(&(word ^ 2).to_le_bytes());
-    let moved_outermost = Some(frame_above(&memory, 96, word ^ 2));
-    let mut walker = ends_at_once();
-    let stop = live.walk_on(
-        taken_by(me, 7, &memory, 32, &moved),
-        past(32),
-        moved_outermost,
-        &mut walker,
-    );
-    assert_eq!(stop, StopReason::Outermost);
-    assert_eq!(walker.walked, [read]);
-    assert_eq!((live.changed, live.from_kept), (1, 2));
     // Once the thread has ended, nothing of it is kept.
     live.thread_ended(7);
     let mut walker = ends_at_once();
-    let stop = live.walk_on(
-        taken_by(gone, 7, &memory, 32, &later),
-        past(32),
-        its_outermost,
-        &mut walker,
-    );
+    walker.frames = through_kept.to_vec();
+    let stop = live.walk_on(sample(&later, 4_000_000), past(32), &mut walker);
     assert_eq!(stop, past(32));
     assert!(walker.walked.is_empty());
+    assert_eq!(live.from_kept, 2);
 }
 
 #[test]
@@ -425,24 +469,22 @@ fn what_is_kept_of_threads_reads_is_bounded_and_the_oldest_goes_first() {
     let me = std::process::id();
     let mut live = LiveStack::default();
     // Threads 1 to 257 read in turn: 256 are kept, thread 1's is not.
+    let time = ichnos_perf::monotonic_ns();
     for tid in 1..=257 {
-        let stop = live.walk_on(
-            taken_by(me, tid, &memory, 0, &copy),
-            past,
-            None,
-            &mut ends_at_once(),
-        );
+        let taken = Taken {
+            time,
+            ..taken_by(me, tid, &memory, 0, &copy)
+        };
+        let stop = walk_on(&mut live, taken, past, None, &mut ends_at_once());
         assert_eq!(stop, StopReason::Outermost);
     }
-    let gone = exited_pid();
+    live.forget_readable(me);
     for (tid, kept) in [(1, false), (2, true), (257, true)] {
-        let mut walker = ends_at_once();
-        let stop = live.walk_on(
-            taken_by(gone, tid, &memory, 0, &copy),
-            past,
-            None,
-            &mut walker,
-        );
+        let taken = Taken {
+            time,
+            ..taken_by(me, tid, &memory, 0, &copy)
+        };
+        let stop = walk_on(&mut live, taken, past, None, &mut ends_at_once());
         assert_eq!(stop == StopReason::Outermost, kept, "thread {tid}");
     }
 }

@@ -146,8 +146,8 @@ fn read_on_note(
         (true, _) => String::new(),
         (false, 0) => "; those end at the copy".to_owned(),
         (false, n) => format!(
-            "; of those, {n} went on over what an earlier sample of their thread read, \
-             the rest end at the copy"
+            "; of those, {n} were completed over what an earlier sample of their thread \
+             read, the rest end at the copy or short of their first frame"
         ),
     };
     Some(format!(
@@ -177,7 +177,7 @@ pub(super) fn closing_notes(
                     // The default where rings are held back: the larger
                     // copy halves the samples they hold.
                     " (in rings the kernel's limit on locked memory holds back, where it \
-                     halves the samples a ring holds: see kernel.perf_event_mlock_kb)"
+                     leaves fewer samples a ring: see kernel.perf_event_mlock_kb)"
                 } else {
                     ""
                 }

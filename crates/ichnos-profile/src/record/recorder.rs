@@ -537,61 +537,74 @@ impl Recorder {
         // The copy walked, and on in the thread's memory. Once, after a
         // look for code no record told of (JIT code), walked again: if the
         // walk of the copy ran into memory a JIT may fill (before reading
-        // on, so that a read is not made twice for it), or the walk on
-        // past the copy did.
-        let mut refreshed = false;
+        // on, so that nothing is read twice for it), or the walk on past
+        // the copy did (then over what was read, not read again).
         // Registrations made, and names written, before the sample was
         // taken are known before it is walked.
         let space = self.spaces.by_pid.get_mut(&pid).expect("made above");
         space.refresh_registry_for(time, &mut self.output);
         space.capture_jit_names_for(time, &mut self.output);
-        loop {
-            let space = self.spaces.by_pid.get_mut(&pid).expect("made above");
-            let mut stop = space.walk(
-                time,
-                regs,
-                stack,
-                Bytes::default(),
-                &self.options,
-                &mut self.frames,
-            );
-            if !refreshed && self.refresh_for(pid, time, stop, 0) {
-                refreshed = true;
-                continue;
-            }
-            // A walk that ran off a whole copy (not one the kernel cut at
-            // the stack's end, nor one cut in staging) goes on in the
-            // thread's memory, if that still holds what the copy did.
-            let (StopReason::StackEnd { .. }, Some(live), true) =
-                (stop, self.live_stack.as_mut(), whole_copy)
-            else {
-                break stop;
-            };
-            let space = self.spaces.by_pid.get_mut(&pid).expect("made above");
-            let taken = super::live_stack::Taken {
-                pid,
-                tid,
-                time,
-                regs,
-                copy: stack,
-            };
-            let in_copy = self.frames.len();
-            let outermost = self.frames.last().copied();
-            let mut walker = SampleWalk {
-                space,
-                time,
-                regs,
-                stack,
-                options: &self.options,
-                frames: &mut self.frames,
-            };
-            stop = live.walk_on(taken, stop, outermost, &mut walker);
-            if !refreshed && self.refresh_for(pid, time, stop, in_copy) {
-                refreshed = true;
-                continue;
-            }
-            break stop;
+        let mut stop = self.walk_copy(pid, time, regs, stack);
+        let mut refreshed = false;
+        if self.refresh_for(pid, time, stop, 0) {
+            refreshed = true;
+            stop = self.walk_copy(pid, time, regs, stack);
         }
+        // A walk that ran off a whole copy (not one the kernel cut at the
+        // stack's end, nor one cut in staging) goes on in the thread's
+        // memory, if that still holds what the copy did.
+        let (StopReason::StackEnd { .. }, Some(live), true) =
+            (stop, self.live_stack.as_mut(), whole_copy)
+        else {
+            return stop;
+        };
+        let taken = super::live_stack::Taken {
+            pid,
+            tid,
+            time,
+            regs,
+            copy: stack,
+        };
+        let in_copy = self.frames.len();
+        let mut walker = SampleWalk {
+            space: self.spaces.by_pid.get_mut(&pid).expect("made above"),
+            time,
+            regs,
+            stack,
+            options: &self.options,
+            frames: &mut self.frames,
+        };
+        stop = live.walk_on(taken, stop, &mut walker);
+        if refreshed || !self.refresh_for(pid, time, stop, in_copy) {
+            return stop;
+        }
+        let stop = self.walk_copy(pid, time, regs, stack);
+        let (StopReason::StackEnd { .. }, Some(live)) = (stop, self.live_stack.as_mut()) else {
+            return stop;
+        };
+        let mut walker = SampleWalk {
+            space: self.spaces.by_pid.get_mut(&pid).expect("made above"),
+            time,
+            regs,
+            stack,
+            options: &self.options,
+            frames: &mut self.frames,
+        };
+        live.walk_again(taken, stop, &mut walker)
+    }
+
+    /// Walks the copy `stack` of a sample of `pid` at `time` from `regs`
+    /// into `self.frames`.
+    fn walk_copy(&mut self, pid: u32, time: u64, regs: Regs, stack: &[u8]) -> StopReason {
+        let space = self.spaces.by_pid.get_mut(&pid).expect("made above");
+        space.walk(
+            time,
+            regs,
+            stack,
+            Bytes::default(),
+            &self.options,
+            &mut self.frames,
+        )
     }
 
     /// Whether a walk of a sample of `pid` at `time` that ended with

@@ -166,7 +166,7 @@ fn a_process_found_unreadable_is_tried_again_once_its_pid_is_a_new_one() {
         addr: sp + 4096 + 8,
     };
     let mut live = super::live_stack::LiveStack::default();
-    let stop = live.walk_on(taken, past, None, &mut ends_at_once());
+    let stop = super::live_stack_test::walk_on(&mut live, taken, past, None, &mut ends_at_once());
     assert_eq!(stop, past, "nothing read, no walk");
     assert_eq!(live.unreadable, 1);
     assert!(live.skips(pid));
@@ -187,12 +187,11 @@ fn a_process_found_unreadable_is_tried_again_once_its_pid_is_a_new_one() {
     assert!(!recorder.live_stack.as_ref().unwrap().skips(pid));
     // And of a new program by an exec: found unreadable again, then the
     // exec's name record.
-    let stop =
-        recorder
-            .live_stack
-            .as_mut()
-            .unwrap()
-            .walk_on(taken, past, None, &mut ends_at_once());
+    let stop = recorder
+        .live_stack
+        .as_mut()
+        .unwrap()
+        .walk_on(taken, past, &mut ends_at_once());
     assert_eq!(stop, past);
     assert!(recorder.live_stack.as_ref().unwrap().skips(pid));
     let exec = ichnos_perf::record::Comm {
