@@ -49,16 +49,17 @@
 //!
 //! What was read for a thread's last stack completed that way is kept
 //! (the anchor and the window, [`Kept`]) until the thread exits: a later
-//! sample of it, taken within [`MAX_KEPT_AGE`] of that one, whose memory
+//! sample of it, taken at most [`MAX_KEPT_AGE`] after that one, whose memory
 //! cannot be read any more (its process exited before the sample was
 //! handled) or no longer holds the sample's own anchor (the thread went
 //! on) walks on over it where its walk found a frame whose return slot
 //! is the kept anchor, and that slot holds in its copy what it held then
 //! (or, where the copy held no return address, where its copy ends where
 //! that one did and its last bytes are the same). It is the same check
-//! made against an earlier read instead of a later one: the thread has
-//! not left the frame whose return address the anchor holds, so the
-//! frames past it are as they were read.
+//! made against an earlier read instead of a later one, so over a longer
+//! interval (the kept read's sample, up to [`MAX_KEPT_AGE`] before, to
+//! this one's): the thread has not left the frame whose return address
+//! the anchor holds, so the frames past it are as they were read.
 
 use std::collections::{HashMap, HashSet};
 use std::ops::Range;
@@ -102,7 +103,7 @@ const MAX_KEPT_BYTES: usize = 32 << 20;
 /// process exited are those of its last tens of milliseconds; the older
 /// a read, the likelier its thread has left the anchor's frame and come
 /// back to it through the same call.
-const MAX_KEPT_AGE: u64 = 250_000_000;
+const MAX_KEPT_AGE: u64 = 100_000_000;
 
 /// What [`LiveStack::walk_on`] asks of the sample's address space.
 pub(super) trait Walker {
@@ -213,8 +214,9 @@ struct Kept {
 /// What a walk went on over past a copy.
 #[derive(Clone, Copy, Debug)]
 enum Last {
-    /// The window read, starting here (`LiveStack::read`).
-    Window(u64),
+    /// The window read (`LiveStack::read`), starting at `start`, checked
+    /// by the `len` bytes of the copy at `anchor`.
+    Window { start: u64, anchor: u64, len: usize },
     /// What was kept of the thread's earlier read.
     Kept,
 }
@@ -331,20 +333,7 @@ impl LiveStack {
             let StopReason::StackEnd { addr } = stop else {
                 break;
             };
-            // What to read: on past the window's end (or the first
-            // window), or down to a word the walk needs between it and
-            // the copy.
-            let piece = if addr >= limit {
-                break;
-            } else if addr >= window.end {
-                let Some(&more) = reads.next() else { break };
-                if short {
-                    break;
-                }
-                window.end..addr.saturating_add(more).min(limit)
-            } else if addr >= end && addr < window.start {
-                addr.saturating_sub(BELOW).max(end)..window.start
-            } else {
+            let Some(piece) = next_piece(addr, &window, end..limit, &mut reads, short) else {
                 break;
             };
             let len = (piece.end - piece.start) as usize;
@@ -364,10 +353,16 @@ impl LiveStack {
                     self.changed += 1;
                     return self.walk_kept(taken, stop, walker);
                 }
+                // What it walked over is not what was read since.
+                self.last = None;
                 break;
             }
             walks += 1;
-            self.last = Some(Last::Window(window.start));
+            self.last = Some(Last::Window {
+                start: window.start,
+                anchor: from,
+                len: expect.len(),
+            });
             stop = walker.walk(Bytes {
                 addr: window.start,
                 data: &self.read,
@@ -445,7 +440,8 @@ impl LiveStack {
     /// Walks sample `taken` again over what its last walk in
     /// [`LiveStack::walk_on`] went on over (nothing is read again), after
     /// its copy was walked again and ended with `stop` (JIT code was
-    /// found in the frames that walk reached). Returns how the walk ended
+    /// found in the frames that walk reached), where the new walk of the
+    /// copy is anchored as the first was. Returns how the walk ended
     /// (`stop` if none was made).
     pub(super) fn walk_again(
         &mut self,
@@ -453,26 +449,30 @@ impl LiveStack {
         stop: StopReason,
         walker: &mut dyn Walker,
     ) -> StopReason {
-        match self.last {
-            Some(Last::Window(start)) => {
+        match self.last.take() {
+            Some(Last::Window {
+                start,
+                anchor: from,
+                len,
+            }) => {
+                let (sp, copy) = (taken.regs.sp, taken.copy);
+                let Some((now, expect)) = anchor(sp, copy, walker.frames().last().copied()) else {
+                    return stop;
+                };
+                if (now, expect.len()) != (from, len) {
+                    return stop;
+                }
                 let end = walker.walk(Bytes {
                     addr: start,
                     data: &self.read,
                 });
-                self.completed += u64::from(end == StopReason::Outermost);
+                if end == StopReason::Outermost {
+                    self.completed += 1;
+                    self.keep(taken, from, expect, start);
+                }
                 end
             }
-            Some(Last::Kept) => {
-                let Some(kept) = self.kept.get(&taken.tid) else {
-                    return stop;
-                };
-                let end = walker.walk(Bytes {
-                    addr: kept.start,
-                    data: &kept.bytes,
-                });
-                self.from_kept += u64::from(end == StopReason::Outermost);
-                end
-            }
+            Some(Last::Kept) => self.walk_kept(taken, stop, walker),
             None => stop,
         }
     }
@@ -582,6 +582,31 @@ impl LiveStack {
         }
         self.allowance -= bytes;
         true
+    }
+}
+
+/// What to read when a walk over `window` (past the copy, within
+/// `bounds`: from the copy's end to the most read past it) needed the word
+/// at `addr`: on past the window's end (or the first window), by the next
+/// of `reads` unless the last read there ended where the memory did
+/// (`short`), or down to a word the walk needs between it and the copy;
+/// `None` where nothing more is read.
+fn next_piece(
+    addr: u64,
+    window: &Range<u64>,
+    bounds: Range<u64>,
+    reads: &mut std::slice::Iter<'_, u64>,
+    short: bool,
+) -> Option<Range<u64>> {
+    if addr >= bounds.end {
+        None
+    } else if addr >= window.end {
+        let &more = reads.next()?;
+        (!short).then(|| window.end..addr.saturating_add(more).min(bounds.end))
+    } else if addr >= bounds.start && addr < window.start {
+        Some(addr.saturating_sub(BELOW).max(bounds.start)..window.start)
+    } else {
+        None
     }
 }
 

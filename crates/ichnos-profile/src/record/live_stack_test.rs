@@ -317,8 +317,91 @@ fn a_frame_larger_than_the_copy_that_makes_another_call_while_it_is_read_is_read
         assert_eq!(walker.walked.len(), 1 + completed, "{extent:?}");
         assert_eq!(stop == StopReason::Outermost, completed == 1, "{extent:?}");
         assert_eq!((live.completed, live.changed), (completed as u64, 0));
+        // The window was read on after the first walk, then found changed:
+        // what was read is not what that walk went over, and a walk
+        // made again (after a look for JIT code) has nothing to go on over.
+        if completed == 0 {
+            assert_eq!(live.walk_again(taken, past, &mut walker), past);
+            assert_eq!(walker.walked.len(), 1);
+        }
         drop(walker);
         assert_eq!(memory[64..72], (word ^ 0x40).to_le_bytes());
+    }
+}
+
+/// After a walk over a window that did not reach the outermost frame,
+/// the copy walked again (JIT code was found) goes on over the same
+/// window, read once, where it is anchored as the first walk was; a walk
+/// that completes there is counted and kept.
+#[test]
+fn a_walk_made_again_goes_on_over_the_window_already_read() {
+    let memory = stack_memory(8192);
+    let copy = memory[..4096].to_vec();
+    let sp = memory.as_ptr() as u64;
+    let word = u64::from_le_bytes(memory[64..72].try_into().unwrap());
+    let outermost = frame_above(&memory, 64, word);
+    let past = StopReason::StackEnd {
+        addr: sp + 4096 + 8,
+    };
+    let unknown = StopReason::NoUnwindInfo { pc: 0x1234 };
+    for (frames, walked_again) in [
+        (vec![outermost], true),
+        // Anchored elsewhere: no walk.
+        (
+            vec![
+                outermost,
+                frame_above(
+                    &memory,
+                    96,
+                    u64::from_le_bytes(memory[96..104].try_into().unwrap()),
+                ),
+            ],
+            false,
+        ),
+    ] {
+        let mut live = LiveStack::default();
+        let mut walks = 0;
+        let mut walker = Windows {
+            next: |_: &Bytes<'_>| {
+                walks += 1;
+                if walks == 1 {
+                    unknown
+                } else {
+                    StopReason::Outermost
+                }
+            },
+            extent: None,
+            walked: Vec::new(),
+            frames: Vec::new(),
+        };
+        let taken = Taken {
+            tid: 3,
+            ..taken(&memory, &copy)
+        };
+        let stop = walk_on(&mut live, taken, past, Some(outermost), &mut walker);
+        assert_eq!(stop, unknown);
+        assert_eq!(live.completed, 0);
+        walker.frames = frames;
+        let again = live.walk_again(taken, past, &mut walker);
+        assert_eq!(again == StopReason::Outermost, walked_again);
+        assert_eq!(walker.walked.len(), 1 + usize::from(walked_again));
+        if walked_again {
+            assert_eq!(walker.walked[0], walker.walked[1], "the same window");
+            assert_eq!(live.completed, 1);
+            // Kept: the thread's next sample, its process gone, goes on
+            // over it.
+            live.forget_readable(std::process::id());
+            let mut walker = ends_at_once();
+            walker.frames = vec![outermost];
+            let next = Taken {
+                time: taken.time + 1,
+                ..taken
+            };
+            assert_eq!(live.walk_on(next, past, &mut walker), StopReason::Outermost);
+            assert_eq!(live.from_kept, 1);
+        } else {
+            assert_eq!(again, past);
+        }
     }
 }
 
@@ -441,20 +524,29 @@ fn a_sample_handled_after_its_process_exited_walks_on_over_its_threads_last_read
             &through_kept,
         ),
     ];
-    for (case, taken, frames) in cases {
+    // (And where the copy starts above the kept slot: the thread
+    // returned past that frame.)
+    let above = memory[72..72 + 4096].to_vec();
+    let above_sample = Taken {
+        time: first.time + 3_000_000,
+        ..taken_by(me, 7, &memory, 72, &above)
+    };
+    let mut walker = ends_at_once();
+    walker.frames = through_kept[1..].to_vec();
+    assert_eq!(live.walk_on(above_sample, past(72), &mut walker), past(72));
+    assert!(walker.walked.is_empty());
+    // Once the thread has ended, nothing of it is kept.
+    let ended = ("ended", sample(&later, 4_000_000), through_kept.as_slice());
+    for (case, taken, frames) in cases.into_iter().chain([ended]) {
+        if case == "ended" {
+            live.thread_ended(7);
+        }
         let mut walker = ends_at_once();
         walker.frames = frames.to_vec();
         let stop = live.walk_on(taken, past(32), &mut walker);
         assert_eq!(stop, past(32), "{case}");
         assert!(walker.walked.is_empty(), "{case}");
     }
-    // Once the thread has ended, nothing of it is kept.
-    live.thread_ended(7);
-    let mut walker = ends_at_once();
-    walker.frames = through_kept.to_vec();
-    let stop = live.walk_on(sample(&later, 4_000_000), past(32), &mut walker);
-    assert_eq!(stop, past(32));
-    assert!(walker.walked.is_empty());
     assert_eq!(live.from_kept, 2);
 }
 
@@ -486,5 +578,63 @@ fn what_is_kept_of_threads_reads_is_bounded_and_the_oldest_goes_first() {
         };
         let stop = walk_on(&mut live, taken, past, None, &mut ends_at_once());
         assert_eq!(stop == StopReason::Outermost, kept, "thread {tid}");
+    }
+}
+
+#[test]
+fn a_kept_read_serves_below_a_frame_larger_than_the_copy_and_where_the_copy_ends_as_it_did() {
+    let memory = stack_memory(16384);
+    let sp = memory.as_ptr() as u64;
+    let me = std::process::id();
+    let word = u64::from_le_bytes(memory[64..72].try_into().unwrap());
+    let copy = memory[..4096].to_vec();
+    let past = |at: u64| StopReason::StackEnd {
+        addr: sp + at + 4096 + 8,
+    };
+    // Below a frame larger than the copy, whose return slot at 64 now
+    // holds another call's return address: served where that call
+    // returns into a frame as large, larger than the copy.
+    for (extent, served) in [(None, false), (Some(8192), true)] {
+        let mut live = LiveStack::default();
+        let first = taken_by(me, 5, &memory, 0, &copy);
+        let stop = walk_on(
+            &mut live,
+            first,
+            past(0),
+            Some(frame_above(&memory, 64, word)),
+            &mut ends_at_once(),
+        );
+        assert_eq!(stop, StopReason::Outermost);
+        live.forget_readable(me);
+        let mut other = copy.clone();
+        other[64..72].copy_from_slice(&(word ^ 0x40).to_le_bytes());
+        let mut walker = ends_at_once();
+        walker.extent = extent;
+        walker.frames = vec![frame_above(&memory, 64, word ^ 0x40)];
+        let next = Taken {
+            time: first.time + 1,
+            ..taken_by(me, 5, &memory, 0, &other)
+        };
+        let stop = live.walk_on(next, past(0), &mut walker);
+        assert_eq!(stop == StopReason::Outermost, served, "{extent:?}");
+        assert_eq!(live.from_kept, u64::from(served));
+    }
+    // A read anchored by the copy's last bytes (no return address in
+    // it) serves a sample whose copy ends where that one did and holds
+    // the same bytes there, not one whose copy ends elsewhere.
+    let mut live = LiveStack::default();
+    let first = taken_by(me, 6, &memory, 0, &copy);
+    let stop = walk_on(&mut live, first, past(0), None, &mut ends_at_once());
+    assert_eq!(stop, StopReason::Outermost);
+    live.forget_readable(me);
+    let shifted = memory[8..8 + 4096].to_vec();
+    for (at, copy, served) in [(8, &shifted, false), (0, &copy, true)] {
+        let mut walker = ends_at_once();
+        let next = Taken {
+            time: first.time + 1,
+            ..taken_by(me, 6, &memory, at, copy)
+        };
+        let stop = live.walk_on(next, past(at as u64), &mut walker);
+        assert_eq!(stop == StopReason::Outermost, served, "at {at}");
     }
 }
