@@ -8,7 +8,9 @@
 # time inside the recording), the recorder's own CPU time (GNU time of
 # the whole recording less the compiler's), the samples and the share of
 # complete stacks. Prints the medians, and each profiled run's added
-# time against the unprofiled run of its own round (paired).
+# time against the unprofiled run of its own round (paired). The two
+# sizes run in turns: 32 KiB first in odd rounds, 65,528 first in even
+# ones (a fixed order would favour whichever runs with warmer caches).
 #
 # Peers: clang, GNU time (/usr/bin/time), bc, Python 3. Run as root or with
 # perf_event_paranoid at 1 or below.
@@ -26,12 +28,16 @@ export XDG_CACHE_HOME="$work/cache"
 cpu() { awk '{ printf "%.3f\n", $2 + $3 }' "$1"; }
 wall() { awk '{ print $1 }' "$1"; }
 
-for _ in $(seq "$rounds"); do
+for round in $(seq "$rounds"); do
 	"${compile[@]}"
 	base_wall=$(wall inner.txt)
 	base_cpu=$(cpu inner.txt)
 	echo "$base_wall $base_cpu" >> alone.txt
-	for size in 32768 65528; do
+	sizes=(32768 65528)
+	if [ $((round % 2)) -eq 0 ]; then
+		sizes=(65528 32768)
+	fi
+	for size in "${sizes[@]}"; do
 		/usr/bin/time -f "%e %U %S" -o outer.txt \
 			"$ichnos" record -q --stack-size "$size" -o i.data -- "${compile[@]}"
 		"$ichnos" report -q -i i.data --no-inline --format folded > i.folded
