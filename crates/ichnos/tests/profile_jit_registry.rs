@@ -107,8 +107,24 @@ fn jit_code_registered_through_a_libichnos_loaded_late_is_unwound_and_named() {
     let early = sum(&|f| f.last().map(String::as_str) == Some("spin_early"));
     let in_spin = sum(&|f| f.last().map(String::as_str) == Some("spin"));
     let through_jit = through(&stacks, "jit_late");
-    // The first part ran (and looked for a registry in vain).
+    // The first part ran (and looked for a registry in vain); the code
+    // no one named shows as one function, whatever its address.
     assert!(early >= 150, "{early}: {stacks:?}");
+    // With --addresses, each address of it (JIT code, in no file).
+    let by_address = folded(&dir.path().join("late.data"), &["--addresses"]);
+    assert!(
+        by_address.iter().any(|(f, _)| f.len() >= 2
+            && f[f.len() - 2].starts_with("0x")
+            && !f.iter().any(|x| x == "[unnamed JIT code]")),
+        "{by_address:?}"
+    );
+    // (Nothing says how to unwind it: those stacks end there.)
+    let through_unnamed =
+        sum(&|f| f.ends_with(&["[unnamed JIT code]".into(), "spin_early".into()]));
+    assert!(
+        through_unnamed * 1000 >= early * 999,
+        "{through_unnamed} of {early} through the unnamed code: {stacks:?}"
+    );
     assert!(in_spin >= 150, "{in_spin}: {stacks:?}");
     assert!(
         through_jit * 1000 >= in_spin * 999,

@@ -114,7 +114,8 @@ fn unnamed_jit_note(unnamed: &[model::UnnamedJit], processes: usize) -> Option<S
         );
     }
     Some(format!(
-        "JIT code without a name, shown as addresses: {}; {}",
+        "JIT code without a name, shown as one function, [unnamed JIT code] (--addresses shows \
+         each address): {}; {}",
         told.join(", "),
         how.join("; ")
     ))
@@ -272,7 +273,8 @@ mod tests {
         let many = unnamed_jit_note(&many, 20).unwrap();
         assert!(
             many.starts_with(
-                "JIT code without a name, shown as addresses: 5 addresses in process 4"
+                "JIT code without a name, shown as one function, [unnamed JIT code] \
+                 (--addresses shows each address): 5 addresses in process 4"
             ),
             "{many}"
         );

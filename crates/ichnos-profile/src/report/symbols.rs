@@ -404,10 +404,19 @@ fn span_frame(profile: &Profile, asid: u64, pc: u64) -> Option<Frame> {
     })
 }
 
+/// The function JIT code that nothing named is shown as (with
+/// `--addresses`, its address).
+pub const UNNAMED_JIT: &str = "[unnamed JIT code]";
+
+/// A frame in JIT code: by the name the recording captured for it, else
+/// as [`UNNAMED_JIT`], all of it one function (each address its own row
+/// would scatter its time over as many rows as it has instructions, and
+/// hide how much of it there is); by its address with `--addresses`.
 fn jit_frame(profile: &Profile, asid: u64, pc: u64, options: &SymbolOptions) -> Frame {
     let function = match profile.jit_name(asid, pc) {
-        Some(j) if !options.addresses => Arc::clone(&j.name),
-        _ => Arc::from(format!("{pc:#x}")),
+        _ if options.addresses => Arc::from(format!("{pc:#x}")),
+        Some(j) => Arc::clone(&j.name),
+        None => Arc::from(UNNAMED_JIT),
     };
     Frame {
         function,
