@@ -18,7 +18,9 @@ pub struct RecordArgs {
     #[arg(short, long, value_name = "FILE", default_value = "ichnos.data")]
     output: PathBuf,
     /// Bytes of user stack copied per sample (K/M suffixes; a multiple of
-    /// 8, at most 65528).
+    /// 8, at most 65528). Default: 65528, the most the kernel copies; 32K
+    /// where the kernel limits the memory perf rings may lock, or on
+    /// machines of more than 32 CPUs.
     #[arg(long, value_name = "BYTES", value_parser = parse_stack_size)]
     stack_size: Option<u32>,
     /// Keep stacks to what the kernel copied: do not read on from a
