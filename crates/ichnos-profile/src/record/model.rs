@@ -26,6 +26,7 @@ use ichnos_image::{Asid, Image, SectionCache};
 use super::output::Output;
 
 mod ended;
+mod java;
 mod jit;
 mod names;
 mod replaced;
@@ -127,6 +128,8 @@ pub(crate) struct AddressSpace {
     /// The process is not running here (a perf.data file read back):
     /// nothing is read from its memory or `/proc`.
     offline: bool,
+    /// Its stacks walked out of JIT code by the frame pointer.
+    java: java::JavaFrames,
 }
 
 impl std::fmt::Debug for AddressSpace {
@@ -156,6 +159,10 @@ pub(crate) struct Spaces {
     /// [`MAX_UNNAMED_JIT`] of them), and how many in all.
     pub unnamed_jit: Vec<UnnamedJit>,
     pub unnamed_jit_processes: usize,
+    /// Java processes whose stacks may have skipped compiled frames (at
+    /// most [`MAX_UNNAMED_JIT`] of them), and how many in all.
+    pub java_skipping: Vec<JavaSkipping>,
+    pub java_skipping_processes: usize,
     /// The rows of processes that ended, kept a while for the next.
     ended_rows: ended::EndedRows,
 }
@@ -170,6 +177,16 @@ pub(crate) struct UnnamedJit {
     /// Whether it had a perf map or jitdump file (which did not name
     /// them).
     pub files: bool,
+}
+
+/// A Java process whose compiled code keeps no frame pointer, whose
+/// stacks walked out of it by the frame pointer may have skipped frames.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct JavaSkipping {
+    pub pid: u32,
+    pub name: Vec<u8>,
+    /// The stacks.
+    pub stacks: u64,
 }
 
 /// Processes with unnamed JIT code told of at the end, at most.
@@ -196,6 +213,8 @@ impl Spaces {
             offline: false,
             unnamed_jit: Vec::new(),
             unnamed_jit_processes: 0,
+            java_skipping: Vec::new(),
+            java_skipping_processes: 0,
             ended_rows: ended::EndedRows::default(),
         }
     }
@@ -205,6 +224,17 @@ impl Spaces {
     fn ended(&mut self, space: &mut AddressSpace, time: u64, out: &mut Output) {
         self.ended_rows.keep(space.code.objects(), time);
         space.capture_jit_names(out, time, true);
+        let stacks = space.java.may_skip();
+        if stacks > 0 {
+            self.java_skipping_processes += 1;
+            if self.java_skipping.len() < MAX_UNNAMED_JIT {
+                self.java_skipping.push(JavaSkipping {
+                    pid: space.pid,
+                    name: space.name.clone(),
+                    stacks,
+                });
+            }
+        }
         let (addresses, files) = space.unnamed_jit();
         if addresses == 0 {
             return;
@@ -265,6 +295,7 @@ impl Spaces {
             jit: JitState::default(),
             leader_exited: false,
             offline: self.offline,
+            java: java::JavaFrames::default(),
         }
     }
 
@@ -676,6 +707,13 @@ fn vdso_object(
 }
 
 impl AddressSpace {
+    /// Notes that a stack of this process was walked out of JIT code by
+    /// the frame pointer (see `model/java.rs`).
+    pub fn walked_out_of_jit(&mut self) {
+        self.java
+            .walked_out_of_jit(self.pid, &self.mappings, self.offline);
+    }
+
     /// The vDSO's code object, read from the process's memory; returns
     /// its build id. Offline it is not at hand: its frames end the walk.
     fn add_vdso(&mut self, range: &Range<u64>, choice: RowChoice) -> Option<Vec<u8>> {

@@ -63,7 +63,43 @@ pub(super) fn recorder_notes(recorder: &Recorder) -> Vec<String> {
             &recorder.spaces.unnamed_jit,
             recorder.spaces.unnamed_jit_processes,
         ))
+        .chain(java_skipping_note(
+            &recorder.spaces.java_skipping,
+            recorder.spaces.java_skipping_processes,
+        ))
         .collect()
+}
+
+/// The note on Java processes whose compiled code keeps no frame
+/// pointer, through which stacks were walked by it (`model/java.rs`).
+fn java_skipping_note(skipping: &[model::JavaSkipping], processes: usize) -> Option<String> {
+    let mut largest: Vec<&model::JavaSkipping> = skipping.iter().collect();
+    largest.sort_by_key(|j| std::cmp::Reverse(j.stacks));
+    let mut told: Vec<String> = largest
+        .iter()
+        .take(3)
+        .map(|j| {
+            format!(
+                "{} stack{} in process {} ({})",
+                j.stacks,
+                if j.stacks == 1 { "" } else { "s" },
+                j.pid,
+                String::from_utf8_lossy(&j.name)
+            )
+        })
+        .collect();
+    if told.is_empty() {
+        return None;
+    }
+    if processes > told.len() {
+        told.push(format!("{} more processes", processes - told.len()));
+    }
+    Some(format!(
+        "stacks went out of Java's compiled code by the frame pointer, which it keeps only \
+         with -XX:+PreserveFramePointer, and may miss the compiled methods that called it: \
+         {}; run java with -XX:+PreserveFramePointer",
+        told.join(", ")
+    ))
 }
 
 /// The note on JIT code that nothing named (no perf map, jitdump file or
