@@ -52,6 +52,20 @@ fn a_perf_map_of_another_user_is_refused() {
         Err(PerfMapError::Io { .. })
     ));
     let my_uid = std::fs::metadata("/proc/self").unwrap().uid();
+    // The user given: no process to look at (a pid that is no more).
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    let gone_pid = gone.id();
+    gone.wait().unwrap();
+    assert!(matches!(
+        PerfMap::read_owned(&path, gone_pid),
+        Err(PerfMapError::Io { .. })
+    ));
+    let map = PerfMap::read_owned_by(&path, gone_pid, Some(my_uid)).unwrap();
+    assert_eq!(map.lookup(0x1008).unwrap().name, "f");
+    assert!(matches!(
+        PerfMap::read_owned_by(&path, gone_pid, Some(my_uid + 1)),
+        Err(PerfMapError::NotOwned { .. })
+    ));
     let other = my_uid + 1;
     if std::os::unix::fs::chown(&path, Some(other), None).is_ok() {
         match PerfMap::read_owned(&path, me) {

@@ -1092,6 +1092,51 @@ fn jit_code_named_in_perf_maps_and_jitdump_files_is_named_after_they_are_gone() 
     );
 }
 
+/// A perf map written as the process exits (as `java
+/// -XX:+DumpPerfMapAtExit` writes one) is read once the process is gone,
+/// as its user's: the recorder learnt the user while it ran. (Run by a
+/// shell, which reaps it at once: `/proc` forgets it before the recorder
+/// handles its last samples.)
+#[test]
+fn a_perf_map_written_at_exit_names_the_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_fixture(dir.path(), "named_jit", &["-pthread"]);
+    let data = dir.path().join("jit.data");
+    for _ in 0..3 {
+        let out = Command::new(ICHNOS)
+            .args(["record", "-o", data.to_str().unwrap(), "--", "sh", "-c"])
+            .arg(format!("{} 0.3 at-exit; true", exe.display()))
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        let stacks = folded(&data, &[]);
+        // The map the fixture left behind.
+        for entry in std::fs::read_dir("/tmp").unwrap().flatten() {
+            let path = entry.path();
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            if path.to_string_lossy().starts_with("/tmp/perf-") && text.contains("perf_mapped_loop")
+            {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+        let named: u64 = stacks
+            .iter()
+            .filter(|(f, _)| f.last().is_some_and(|l| l == "perf_mapped_loop"))
+            .map(|(_, n)| n)
+            .sum();
+        let unnamed: u64 = stacks
+            .iter()
+            .filter(|(f, _)| f.last().is_some_and(|l| l == "[unnamed JIT code]"))
+            .map(|(_, n)| n)
+            .sum();
+        assert!(
+            named >= 50 && unnamed == 0,
+            "{named} named, {unnamed} unnamed: {stacks:?}"
+        );
+    }
+}
+
 #[test]
 fn locked_memory_limits_shrink_the_rings_with_a_note() {
     let dir = tempfile::tempdir().unwrap();

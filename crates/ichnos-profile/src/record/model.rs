@@ -385,6 +385,9 @@ impl Spaces {
         let mut space = self.new_space(pid, name.clone());
         space.image = image;
         space.code = code;
+        for m in &mappings {
+            space.java.mapped(&m.path);
+        }
         space.mappings = mappings;
         space.jit.anon = anon;
         space.jit.jitdump = jitdump;
@@ -552,6 +555,7 @@ impl Spaces {
             if path.ends_with(format!("/jit-{pid}.dump").as_bytes()) {
                 space.jit.jitdump = Some(open);
             }
+            space.java.mapped(path);
             // A library loaded now may export a registry or hold a GDB
             // JIT descriptor.
             space.jit.files_mapped += 1;
@@ -563,6 +567,9 @@ impl Spaces {
             }
         } else if is_anon(path) {
             space.jit.anon.push(range.clone());
+            // JIT code may come: its perf map is read as the process's
+            // user's, which is learnt while it runs.
+            space.learn_owner();
         }
         space.jit.dirty = true;
         space.mappings.push(MappingInfo {
@@ -710,8 +717,7 @@ impl AddressSpace {
     /// Notes that a stack of this process was walked out of JIT code by
     /// the frame pointer (see `model/java.rs`).
     pub fn walked_out_of_jit(&mut self) {
-        self.java
-            .walked_out_of_jit(self.pid, &self.mappings, self.offline);
+        self.java.walked_out_of_jit(self.pid, self.offline);
     }
 
     /// The vDSO's code object, read from the process's memory; returns

@@ -95,9 +95,10 @@ fn java_skipping_note(skipping: &[model::JavaSkipping], processes: usize) -> Opt
         told.push(format!("{} more processes", processes - told.len()));
     }
     Some(format!(
-        "stacks went out of Java's compiled code by the frame pointer, which it keeps only \
-         with -XX:+PreserveFramePointer, and may miss the compiled methods that called it: \
-         {}; run java with -XX:+PreserveFramePointer",
+        "Java's compiled code keeps no frame pointer without -XX:+PreserveFramePointer, and \
+         stacks walked out of the JVM's generated code by it may miss compiled methods \
+         (every Java thread's is, at its call stub): {}; run java with \
+         -XX:+PreserveFramePointer",
         told.join(", ")
     ))
 }
@@ -150,8 +151,8 @@ fn unnamed_jit_note(unnamed: &[model::UnnamedJit], processes: usize) -> Option<S
         );
     }
     Some(format!(
-        "JIT code without a name, shown as one function, [unnamed JIT code] (--addresses shows \
-         each address): {}; {}",
+        "JIT code without a name, shown as one function, [unnamed JIT code] (report \
+         --addresses shows each address): {}; {}",
         told.join(", "),
         how.join("; ")
     ))
@@ -310,7 +311,7 @@ mod tests {
         assert!(
             many.starts_with(
                 "JIT code without a name, shown as one function, [unnamed JIT code] \
-                 (--addresses shows each address): 5 addresses in process 4"
+                 (report --addresses shows each address): 5 addresses in process 4"
             ),
             "{many}"
         );

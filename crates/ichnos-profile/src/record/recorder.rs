@@ -503,11 +503,13 @@ impl Recorder {
             self.frames.truncate(bad);
             stop = StackStop::NoUnwindInfo;
         }
-        // Out of JIT code by the frame pointer: a Java process's compiled
-        // code may not keep it (`model/java.rs`).
-        if self.frames.windows(2).any(|w| {
-            w[1].kind == FrameKind::FramePointer && space.may_be_jit(w[0].lookup_address())
-        }) {
+        // Out of JIT code by the frame pointer, on a CPU: a Java
+        // process's compiled code may not keep it (`model/java.rs`).
+        if !leaving
+            && self.frames.windows(2).any(|w| {
+                w[1].kind == FrameKind::FramePointer && space.may_be_jit(w[0].lookup_address())
+            })
+        {
             space.walked_out_of_jit();
         }
         self.stack.clear();

@@ -236,8 +236,10 @@ impl AddressSpace {
             self.jit.jitdump.as_deref().and_then(stamp),
         );
         let pid = self.pid;
-        let perf_map = reread(&mut self.jit.perf_map, &perf_map_path, stamps.0, |_| {
-            ichnos_symbol::perf_map::PerfMap::for_process(pid).ok()
+        self.learn_owner();
+        let owner = self.jit.owner;
+        let perf_map = reread(&mut self.jit.perf_map, &perf_map_path, stamps.0, |path| {
+            ichnos_symbol::perf_map::PerfMap::read_owned_by(path, pid, owner).ok()
         });
         let jitdump = match self.jit.jitdump.clone() {
             Some(path) => reread(&mut self.jit.jitdump_read, &path, stamps.1, |path| {
@@ -335,6 +337,17 @@ impl AddressSpace {
             .count();
         let files = self.jit.perf_map.is_some() || self.jit.jitdump_read.is_some();
         (unnamed, files)
+    }
+
+    /// Learns the process's user, if it is not known yet and the process
+    /// runs (see `JitState::owner`).
+    pub(super) fn learn_owner(&mut self) {
+        use std::os::unix::fs::MetadataExt;
+        if self.jit.owner.is_none() && !self.offline {
+            self.jit.owner = std::fs::metadata(format!("/proc/{}", self.pid))
+                .ok()
+                .map(|m| m.uid());
+        }
     }
 
     /// Looks at the perf map and jitdump file again if the last look was
