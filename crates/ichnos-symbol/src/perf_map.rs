@@ -129,12 +129,16 @@ impl PerfMap {
         Self::read_owned_by(path, pid, None)
     }
 
-    /// Reads a perf map at `path` for process `pid`, whose user is `uid`
-    /// (`None`: looked up in `/proc`, which fails once the process is
-    /// gone: a profiler that reads a map a program wrote as it exited
-    /// learns the user while the process runs), refusing it unless it
-    /// belongs to that user.
-    pub fn read_owned_by(path: &Path, pid: u32, uid: Option<u32>) -> Result<Self, PerfMapError> {
+    /// Reads a perf map at `path` for process `pid`, refusing it unless it
+    /// belongs to the process's user: as `/proc` shows it, or, once the
+    /// process is gone from `/proc`, `last_uid` (a profiler that reads a
+    /// map a program wrote as it exited learns the user while the
+    /// process runs).
+    pub fn read_owned_by(
+        path: &Path,
+        pid: u32,
+        last_uid: Option<u32>,
+    ) -> Result<Self, PerfMapError> {
         use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
         let io = |source| PerfMapError::Io {
             path: path.to_path_buf(),
@@ -154,9 +158,10 @@ impl PerfMap {
             return Err(io(std::io::Error::other("not a regular file")));
         }
         let file_uid = meta.uid();
-        let process_uid = match uid {
-            Some(uid) => uid,
-            None => std::fs::metadata(format!("/proc/{pid}")).map_err(io)?.uid(),
+        let process_uid = match (std::fs::metadata(format!("/proc/{pid}")), last_uid) {
+            (Ok(meta), _) => meta.uid(),
+            (Err(_), Some(uid)) => uid,
+            (Err(e), None) => return Err(io(e)),
         };
         if file_uid != process_uid {
             return Err(PerfMapError::NotOwned {

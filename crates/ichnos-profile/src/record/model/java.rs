@@ -29,7 +29,13 @@ pub(crate) struct JavaFrames {
     /// Whether its compiled code keeps no frame pointer, by its options
     /// (`None` until they could be read).
     compiled_without: Option<bool>,
+    /// Times its options could not be read (another user's process:
+    /// given up after [`MAX_TRIES`]).
+    tries: u8,
 }
+
+/// Reads of a process's options tried at most.
+const MAX_TRIES: u8 = 4;
 
 impl JavaFrames {
     /// The process mapped the file at `path`.
@@ -45,9 +51,10 @@ impl JavaFrames {
             return;
         }
         self.walked += 1;
-        if self.compiled_without.is_none() {
+        if self.compiled_without.is_none() && self.tries < MAX_TRIES {
             // Read while the process runs; tried again at its next such
-            // stack if it cannot be.
+            // stack if it cannot be, a few times.
+            self.tries += 1;
             self.compiled_without = options_of(pid).map(|(cmdline, environ)| {
                 let options = jvm_options(&cmdline, &environ);
                 may_compile(&options) && !keeps_frame_pointer(&options)
@@ -256,5 +263,10 @@ mod tests {
         child.wait().unwrap();
         gone.walked_out_of_jit(pid, false);
         assert_eq!((gone.walked, gone.compiled_without), (1, None));
+        // A few times.
+        for _ in 0..10 {
+            gone.walked_out_of_jit(pid, false);
+        }
+        assert_eq!(gone.tries, MAX_TRIES);
     }
 }

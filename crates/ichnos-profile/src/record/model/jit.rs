@@ -17,7 +17,7 @@ use super::{
 /// JIT code of an address space: the registry, perf map and jitdump.
 #[derive(Debug, Default)]
 pub(super) struct JitState {
-    /// The process's user, learnt while it runs: its perf map must be
+    /// The process's user, last seen while it ran: its perf map must be
     /// that user's, and a map written as it exits is read after `/proc`
     /// has forgotten it.
     pub(super) owner: Option<u32>,

@@ -339,14 +339,15 @@ impl AddressSpace {
         (unnamed, files)
     }
 
-    /// Learns the process's user, if it is not known yet and the process
-    /// runs (see `JitState::owner`).
+    /// Learns the process's user while it runs (see `JitState::owner`):
+    /// the last seen is kept.
     pub(super) fn learn_owner(&mut self) {
         use std::os::unix::fs::MetadataExt;
-        if self.jit.owner.is_none() && !self.offline {
-            self.jit.owner = std::fs::metadata(format!("/proc/{}", self.pid))
-                .ok()
-                .map(|m| m.uid());
+        if self.offline {
+            return;
+        }
+        if let Ok(meta) = std::fs::metadata(format!("/proc/{}", self.pid)) {
+            self.jit.owner = Some(meta.uid());
         }
     }
 
