@@ -3,6 +3,8 @@
 
 use std::process::{Command, Output};
 
+mod common;
+
 fn ichnos(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_ichnos"))
         .args(args)
@@ -370,19 +372,6 @@ fn stack_of_a_live_process_agrees_with_gdb() {
     assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
 }
 
-/// The build id `readelf -n` shows for `path`.
-fn readelf_build_id(path: &std::path::Path) -> String {
-    let out = Command::new("readelf")
-        .arg("-n")
-        .arg(path)
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_owned))
-        .expect("a build id")
-}
-
 /// `--debug-dir` finds a stripped program's debug file by build id, and
 /// `--index-dir` says where the symbol indexes it reads are kept.
 #[test]
@@ -395,7 +384,7 @@ fn stack_finds_debug_files_and_symbol_indexes_where_told() {
     );
     // The debug file kept by build id, as distributions keep them; the
     // program stripped of every symbol (its unwind tables stay).
-    let id = readelf_build_id(&exe);
+    let id = common::build_id(&exe);
     let debug = dir.path().join("debug");
     let by_id = debug.join(".build-id").join(&id[..2]);
     std::fs::create_dir_all(&by_id).unwrap();
@@ -480,7 +469,7 @@ fn stack_finds_debug_files_and_symbol_indexes_where_told() {
     assert!(
         told.lines().any(
             |l| l.contains("/libc.so.6 is named through the symbol index ")
-                && l.contains(&format!("{index}/{}", readelf_build_id(libc.as_ref())))
+                && l.contains(&format!("{index}/{}", common::build_id(libc.as_ref())))
         ),
         "{told}"
     );

@@ -825,18 +825,6 @@ fn recorded_stack_size(data: &Path) -> u64 {
     panic!("no description in {}", data.display());
 }
 
-fn build_id(path: &Path) -> String {
-    let out = Command::new("readelf")
-        .args(["-n"])
-        .arg(path)
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_owned))
-        .expect("a build id")
-}
-
 #[test]
 fn objects_are_found_by_build_id_and_changed_ones_are_named_once() {
     let dir = tempfile::tempdir().unwrap();

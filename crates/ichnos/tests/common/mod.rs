@@ -14,6 +14,19 @@ pub fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// The build id `readelf -n` shows for the file at `path`.
+pub fn build_id(path: &Path) -> String {
+    let out = Command::new("readelf")
+        .args(["-n"])
+        .arg(path)
+        .output()
+        .expect("readelf runs (install binutils)");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_owned))
+        .expect("a build id")
+}
+
 pub fn gcc(args: &[&str]) {
     let out = Command::new("gcc").args(args).output().expect("gcc runs");
     assert!(
