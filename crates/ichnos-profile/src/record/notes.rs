@@ -70,15 +70,32 @@ pub(super) fn recorder_notes(recorder: &Recorder) -> Vec<String> {
         .collect()
 }
 
+/// The processes a note tells of: the three largest of `items` by
+/// `size`, each as `show` words it, then how many more of `processes`
+/// there were in all. Empty where there are none.
+fn largest_three<T>(
+    items: &[T],
+    processes: usize,
+    size: impl Fn(&T) -> u64,
+    show: impl Fn(&T) -> String,
+) -> Vec<String> {
+    let mut largest: Vec<&T> = items.iter().collect();
+    largest.sort_by_key(|&item| std::cmp::Reverse(size(item)));
+    let mut told: Vec<String> = largest.iter().take(3).map(|&item| show(item)).collect();
+    if !told.is_empty() && processes > told.len() {
+        told.push(format!("{} more processes", processes - told.len()));
+    }
+    told
+}
+
 /// The note on Java processes whose compiled code keeps no frame
 /// pointer, through which stacks were walked by it (`model/java.rs`).
 fn java_skipping_note(skipping: &[model::JavaSkipping], processes: usize) -> Option<String> {
-    let mut largest: Vec<&model::JavaSkipping> = skipping.iter().collect();
-    largest.sort_by_key(|j| std::cmp::Reverse(j.stacks));
-    let mut told: Vec<String> = largest
-        .iter()
-        .take(3)
-        .map(|j| {
+    let told = largest_three(
+        skipping,
+        processes,
+        |j| j.stacks,
+        |j| {
             format!(
                 "{} stack{} in process {} ({})",
                 j.stacks,
@@ -86,13 +103,10 @@ fn java_skipping_note(skipping: &[model::JavaSkipping], processes: usize) -> Opt
                 j.pid,
                 String::from_utf8_lossy(&j.name)
             )
-        })
-        .collect();
+        },
+    );
     if told.is_empty() {
         return None;
-    }
-    if processes > told.len() {
-        told.push(format!("{} more processes", processes - told.len()));
     }
     Some(format!(
         "Java's compiled code keeps no frame pointer without -XX:+PreserveFramePointer, and \
@@ -107,12 +121,11 @@ fn java_skipping_note(skipping: &[model::JavaSkipping], processes: usize) -> Opt
 /// code registry), with how the runtimes people profile most name theirs
 /// (where no file of theirs was read: one that was did not name it).
 fn unnamed_jit_note(unnamed: &[model::UnnamedJit], processes: usize) -> Option<String> {
-    let mut largest: Vec<&model::UnnamedJit> = unnamed.iter().collect();
-    largest.sort_by_key(|u| std::cmp::Reverse(u.addresses));
-    let mut told: Vec<String> = largest
-        .iter()
-        .take(3)
-        .map(|u| {
+    let told = largest_three(
+        unnamed,
+        processes,
+        |u| u.addresses as u64,
+        |u| {
             format!(
                 "{} address{} in process {} ({}){}",
                 u.addresses,
@@ -125,13 +138,10 @@ fn unnamed_jit_note(unnamed: &[model::UnnamedJit], processes: usize) -> Option<S
                     ""
                 }
             )
-        })
-        .collect();
+        },
+    );
     if told.is_empty() {
         return None;
-    }
-    if processes > told.len() {
-        told.push(format!("{} more processes", processes - told.len()));
     }
     let without_files = |runtime: &[u8]| unnamed.iter().any(|u| !u.files && u.name == runtime);
     let mut how = Vec::new();
