@@ -720,6 +720,11 @@ impl AddressSpace {
         self.java.walked_out_of_jit(self.pid, self.offline);
     }
 
+    /// Whether the process runs HotSpot (it maps `libjvm.so`).
+    pub fn maps_jvm(&self) -> bool {
+        self.java.jvm()
+    }
+
     /// The vDSO's code object, read from the process's memory; returns
     /// its build id. Offline it is not at hand: its frames end the walk.
     fn add_vdso(&mut self, range: &Range<u64>, choice: RowChoice) -> Option<Vec<u8>> {

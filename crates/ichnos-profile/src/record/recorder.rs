@@ -506,6 +506,7 @@ impl Recorder {
         // Out of JIT code by the frame pointer, on a CPU: a Java
         // process's compiled code may not keep it (`model/java.rs`).
         if !leaving
+            && space.maps_jvm()
             && self.frames.windows(2).any(|w| {
                 w[1].kind == FrameKind::FramePointer && space.may_be_jit(w[0].lookup_address())
             })

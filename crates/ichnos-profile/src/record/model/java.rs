@@ -38,6 +38,11 @@ pub(crate) struct JavaFrames {
 const MAX_TRIES: u8 = 4;
 
 impl JavaFrames {
+    /// Whether the process maps `libjvm.so`.
+    pub fn jvm(&self) -> bool {
+        self.jvm
+    }
+
     /// The process mapped the file at `path`.
     pub fn mapped(&mut self, path: &[u8]) {
         self.jvm |= path.ends_with(b"/libjvm.so");
