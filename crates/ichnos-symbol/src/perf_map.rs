@@ -160,8 +160,8 @@ impl PerfMap {
         let file_uid = meta.uid();
         let process_uid = match (std::fs::metadata(format!("/proc/{pid}")), last_uid) {
             (Ok(meta), _) => meta.uid(),
-            (Err(_), Some(uid)) => uid,
-            (Err(e), None) => return Err(io(e)),
+            (Err(e), Some(uid)) if e.kind() == std::io::ErrorKind::NotFound => uid,
+            (Err(e), _) => return Err(io(e)),
         };
         if file_uid != process_uid {
             return Err(PerfMapError::NotOwned {

@@ -1100,13 +1100,8 @@ fn a_perf_map_written_at_exit_names_the_code() {
         assert!(out.status.success(), "{}", stderr(&out));
         let stacks = folded(&data, &[]);
         // The map the fixture left behind.
-        for entry in std::fs::read_dir("/tmp").unwrap().flatten() {
-            let path = entry.path();
-            let text = std::fs::read_to_string(&path).unwrap_or_default();
-            if path.to_string_lossy().starts_with("/tmp/perf-") && text.contains("perf_mapped_loop")
-            {
-                let _ = std::fs::remove_file(&path);
-            }
+        for pid in pids(&data) {
+            let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
         }
         let named: u64 = stacks
             .iter()

@@ -46,21 +46,6 @@ fn record_busy(dir: &Path, flags: &[&str]) -> (Vec<(Vec<String>, u64)>, String) 
     (stacks, stderr(&out))
 }
 
-/// The processes a recording holds.
-fn pids(data: &Path) -> Vec<u64> {
-    let file = std::fs::File::open(data).unwrap();
-    let mut reader = ichnos_data::Reader::new(std::io::BufReader::new(file)).unwrap();
-    let mut pids = Vec::new();
-    while let Some(chunk) = reader.next_chunk().unwrap() {
-        for record in chunk.records() {
-            if let ichnos_data::Record::Process { pid, .. } = record.unwrap() {
-                pids.push(pid);
-            }
-        }
-    }
-    pids
-}
-
 /// Samples in `Busy.leaf`, and those whose caller is `Busy.middle`,
 /// compiled or in the interpreter (before it was compiled).
 fn leaf_samples(stacks: &[(Vec<String>, u64)]) -> (u64, u64) {

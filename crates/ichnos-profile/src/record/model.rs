@@ -392,6 +392,8 @@ impl Spaces {
         space.jit.anon = anon;
         space.jit.jitdump = jitdump;
         space.jit.dirty = true;
+        // (Its perf map is its user's, learnt while it runs.)
+        space.learn_owner();
         out.meta(&Record::Process {
             asid: space.asid,
             pid: u64::from(pid),

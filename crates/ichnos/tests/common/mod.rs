@@ -371,3 +371,18 @@ pub fn gdb_backtrace(breakpoint: &str, command: &[&std::ffi::OsStr]) -> Vec<Stri
         .filter(|name| name != "??")
         .collect()
 }
+
+/// The processes a recording holds (their pids).
+pub fn pids(data: &Path) -> Vec<u64> {
+    let file = std::fs::File::open(data).unwrap();
+    let mut reader = ichnos_data::Reader::new(std::io::BufReader::new(file)).unwrap();
+    let mut pids = Vec::new();
+    while let Some(chunk) = reader.next_chunk().unwrap() {
+        for record in chunk.records() {
+            if let ichnos_data::Record::Process { pid, .. } = record.unwrap() {
+                pids.push(pid);
+            }
+        }
+    }
+    pids
+}
