@@ -1,5 +1,6 @@
 //! The walk cache's packing of a frame's row source.
 
+use super::cache::CacheEntry;
 use super::*;
 
 /// The walk cache keeps each frame's row source in three bits beside
