@@ -40,11 +40,10 @@ impl Recorder {
         // A walk that ran off a whole copy (not one the kernel cut at the
         // stack's end, nor one cut in staging) goes on in the thread's
         // memory, if that still holds what the copy did.
-        let (StopReason::StackEnd { .. }, Some(live), true) =
-            (stop, self.live_stack.as_mut(), whole_copy)
-        else {
+        let ran_off = |stop| matches!(stop, StopReason::StackEnd { .. });
+        if !ran_off(stop) || !whole_copy || self.live_stack.is_none() {
             return stop;
-        };
+        }
         let taken = Taken {
             pid,
             tid,
@@ -53,31 +52,37 @@ impl Recorder {
             copy: stack,
         };
         let in_copy = self.frames.len();
-        let mut walker = SampleWalk {
-            space: self.spaces.by_pid.get_mut(&pid).expect("made above"),
-            time,
-            regs,
-            stack,
-            options: &self.options,
-            frames: &mut self.frames,
-        };
-        stop = live.walk_on(taken, stop, &mut walker);
+        stop = self.go_on(taken, stop, false);
         if refreshed || !self.refresh_for(pid, time, stop, in_copy) {
             return stop;
         }
         let stop = self.walk_copy(pid, time, regs, stack);
-        let (StopReason::StackEnd { .. }, Some(live)) = (stop, self.live_stack.as_mut()) else {
+        if !ran_off(stop) {
+            return stop;
+        }
+        self.go_on(taken, stop, true)
+    }
+
+    /// Goes on past the copy of sample `taken`, whose walk of the copy
+    /// ended with `stop`: reading on from the thread's memory, or, `again`,
+    /// over what the last read went over (see `LiveStack::walk_again`).
+    fn go_on(&mut self, taken: Taken<'_>, stop: StopReason, again: bool) -> StopReason {
+        let Some(live) = self.live_stack.as_mut() else {
             return stop;
         };
         let mut walker = SampleWalk {
-            space: self.spaces.by_pid.get_mut(&pid).expect("made above"),
-            time,
-            regs,
-            stack,
+            space: self.spaces.by_pid.get_mut(&taken.pid).expect("made above"),
+            time: taken.time,
+            regs: taken.regs,
+            stack: taken.copy,
             options: &self.options,
             frames: &mut self.frames,
         };
-        live.walk_again(taken, stop, &mut walker)
+        if again {
+            live.walk_again(taken, stop, &mut walker)
+        } else {
+            live.walk_on(taken, stop, &mut walker)
+        }
     }
 
     /// Walks the copy `stack` of a sample of `pid` at `time` from `regs`
