@@ -404,23 +404,20 @@ impl LiveStack {
         }) else {
             return stop;
         };
+        // The copy's bytes at the kept anchor, where this sample's walk is
+        // anchored there too.
         let frames = walker.frames();
-        let anchored = if kept.expect.len() == 8 {
-            frames.iter().any(|&f| {
-                return_slot(regs.sp, copy, f).is_some_and(|(slot, _)| slot == kept.anchor)
+        let now = if kept.expect.len() == 8 {
+            frames.iter().find_map(|&f| {
+                return_slot(regs.sp, copy, f)
+                    .filter(|&(slot, _)| slot == kept.anchor)
+                    .map(|(_, word)| word)
             })
         } else {
             anchor(regs.sp, copy, frames.last().copied())
-                .is_some_and(|(from, own)| from == kept.anchor && own.len() == kept.expect.len())
+                .filter(|&(from, own)| from == kept.anchor && own.len() == kept.expect.len())
+                .map(|(_, own)| own)
         };
-        if !anchored {
-            return stop;
-        }
-        let now = kept
-            .anchor
-            .checked_sub(regs.sp)
-            .and_then(|at| usize::try_from(at).ok())
-            .and_then(|at| copy.get(at..at.checked_add(kept.expect.len())?));
         let Some(now) = now else {
             return stop;
         };
