@@ -98,10 +98,10 @@ pub(crate) struct Events {
     pub kernel: bool,
     /// Bytes of user stack each sample copies.
     pub stack_user: u32,
-    /// The larger copy asked for first, if the rings the kernel allowed
-    /// were too small for enough of its samples and the smaller copy was
-    /// taken instead.
-    pub stack_user_planned: Option<u32>,
+    /// Whether the rings the kernel allowed were too small for enough
+    /// samples of the copy asked for first, and the smaller copy was taken
+    /// instead.
+    pub stack_user_gave_way: bool,
 }
 
 /// Why the events could not be set up.
@@ -176,7 +176,7 @@ pub(crate) fn open(
     // needs it (its refusal is that mode's error).
     let kernel_optional = !off_cpu;
     let mut events = open_with(scope, config, fall_back, kernel_optional, planned)?;
-    let mut stack_user_planned = None;
+    let mut stack_user_gave_way = false;
     if events.pages != planned {
         // Smaller rings than planned: open again with a wakeup watermark
         // that fits them (one larger than a ring would only wake the
@@ -188,7 +188,7 @@ pub(crate) fn open(
         if let Some(smaller) = smaller_copy
             .filter(|&s| s < config.stack_user && !gathers_enough(config.stack_user, pages))
         {
-            stack_user_planned = Some(config.stack_user);
+            stack_user_gave_way = true;
             config.stack_user = smaller;
             planned = planned_pages(smaller, rings);
             pages = pages.min(planned);
@@ -201,7 +201,7 @@ pub(crate) fn open(
         events = open_with(scope, config, fall_back, kernel_optional, pages)?;
     }
     events.planned_pages = planned;
-    events.stack_user_planned = stack_user_planned;
+    events.stack_user_gave_way = stack_user_gave_way;
     if off_cpu {
         open_switches(&mut events, config)?;
     }
@@ -436,7 +436,7 @@ fn open_with(
         off_cpu_ids: Vec::new(),
         kernel: config.kernel,
         stack_user: config.stack_user,
-        stack_user_planned: None,
+        stack_user_gave_way: false,
     })
 }
 
@@ -518,7 +518,7 @@ mod tests {
             off_cpu_ids: Vec::new(),
             kernel: false,
             stack_user: 32 << 10,
-            stack_user_planned: None,
+            stack_user_gave_way: false,
         };
         assert!(!events(1024, 1024).rings_limited());
         assert!(!events(256, 1024).rings_limited());

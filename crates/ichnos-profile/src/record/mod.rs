@@ -638,7 +638,7 @@ pub fn record(
     let mut notes = notes;
     notes.extend(notes::closing_notes(
         events.stack_user,
-        events.stack_user_planned.is_some() || events.rings_limited(),
+        events.stack_user_gave_way || events.rings_limited(),
         samples,
         [past_copy, cut_short, oversized],
     ));
