@@ -492,3 +492,13 @@ fn a_panic_in_try_write_with_also_leaves_the_buffer_usable() {
         [vec![0; 8], record(1, 8)].concat()
     );
 }
+
+/// This program provides no thread block: no buffer has a writer (they
+/// exist for buffer 0 of a provided block only), and `write_with` serves.
+#[test]
+fn no_writer_without_a_provided_thread_block() {
+    let ring = FillBuffer::circular(4096, 16).unwrap();
+    assert!(ring.ring_writer::<16>().is_none());
+    let (buffer, _sink) = trace(4096);
+    assert!(buffer.trace_writer::<16>().is_none());
+}

@@ -12,7 +12,8 @@
 //! TLS ([`provide_thread_block`]): the write path then reaches it as the
 //! thread pointer plus a fixed offset, and [`FillBuffer::write_with_provided`]
 //! calls nothing at all (on a traced call the difference measured 2.5 ns,
-//! BENCHMARKS.md, issue 16). This crate declares no initial-exec TLS of
+//! BENCHMARKS.md, issue 16), and buffer 0 may have a writer that makes
+//! the rest of its checks once (`block_writer.rs`). This crate declares no initial-exec TLS of
 //! its own: a shared object that has any must have all its TLS in the
 //! C library's small static reserve when it is loaded with `dlopen`, and
 //! the C ABI library's (2 KiB) does not fit there.
@@ -154,6 +155,13 @@ pub(crate) fn provided_at(offset: isize) -> Option<*const FastTls> {
         return None;
     }
     Some(thread_pointer().wrapping_add_signed(offset) as *const FastTls)
+}
+
+/// The calling thread's block at `offset` from the thread pointer, where
+/// the caller knows `offset` is a provided block's (not 0).
+#[inline(always)]
+pub(crate) fn provided_at_known(offset: isize) -> *const FastTls {
+    thread_pointer().wrapping_add_signed(offset) as *const FastTls
 }
 
 /// The thread pointer (x86-64: the word at `%fs:0` is its own address,

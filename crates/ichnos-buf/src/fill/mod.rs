@@ -47,6 +47,7 @@
 // the instrumented code; `inline(always)` is deliberate there.
 #![allow(clippy::inline_always)]
 
+mod block_writer;
 mod fast_tls;
 #[cfg(target_arch = "x86_64")]
 mod guard;
@@ -57,6 +58,7 @@ mod slot;
 mod thread;
 mod write_path;
 
+pub use block_writer::{RingWriter, TraceWriter};
 pub use fast_tls::{provide_thread_block, ProvideError, THREAD_BLOCK_ALIGN, THREAD_BLOCK_SIZE};
 pub use rings::RingRecords;
 pub use thread::MAX_BUFFERS;
@@ -715,6 +717,18 @@ impl OpenRecord {
         // SAFETY: this thread's slot (an `OpenRecord` is not `Send`),
         // which lives as long as the thread.
         unsafe { &*self.slot }.commit(self.len);
+        std::mem::forget(self);
+    }
+}
+
+impl OpenRecord {
+    /// [`OpenRecord::commit`] of a record of `LEN` bytes (its `len`),
+    /// known when compiled.
+    #[inline(always)]
+    fn commit_of<const LEN: usize>(self) {
+        debug_assert_eq!(self.len, LEN);
+        // SAFETY: as in `commit`.
+        unsafe { &*self.slot }.commit_of::<LEN>();
         std::mem::forget(self);
     }
 }

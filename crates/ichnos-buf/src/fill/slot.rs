@@ -237,6 +237,79 @@ impl Slot {
         true
     }
 
+    /// [`Slot::ring_reserve`] of `LEN` bytes, with the stride known when
+    /// compiled: the reservation is one `xadd` addressed from the slot.
+    #[inline(always)]
+    pub(crate) fn ring_reserve_of<const LEN: usize>(&self) -> *mut u8 {
+        let old = self.reserve_of::<LEN>();
+        sigatomic::after_reserve();
+        let mask = self.limit.load(Ordering::Relaxed);
+        self.base.load(Ordering::Relaxed).wrapping_add(old & mask)
+    }
+
+    /// [`Slot::trace_reserve`] of `LEN` bytes, known when compiled.
+    #[inline(always)]
+    pub(crate) fn trace_reserve_of<const LEN: usize>(&self) -> Result<*mut u8, usize> {
+        let old = self.reserve_of::<LEN>();
+        let end = old.wrapping_add(LEN);
+        if end <= self.limit.load(Ordering::Relaxed) && end >= old {
+            sigatomic::after_reserve();
+            // SAFETY (for the caller): as in `trace_reserve`.
+            Ok(self.base.load(Ordering::Relaxed).wrapping_add(old))
+        } else {
+            Err(old)
+        }
+    }
+
+    /// [`Slot::commit`] of `LEN` bytes, known when compiled: one `add` of
+    /// a constant addressed from the slot (no address nor constant made
+    /// in a register first: a traced call's write path is counted in
+    /// micro-operations next to `rdtsc`'s).
+    #[inline(always)]
+    pub(crate) fn commit_of<const LEN: usize>(&self) {
+        compiler_fence(Ordering::SeqCst);
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        // SAFETY: `committed` lies `offset_of!` bytes into this slot, an
+        // aligned word; one `add` on memory is signal-atomic, as in
+        // `sigatomic::add`, whose contract this follows.
+        unsafe {
+            std::arch::asm!(
+                "add qword ptr [{slot} + {offset}], {len}",
+                slot = in(reg) std::ptr::from_ref(self),
+                offset = const std::mem::offset_of!(Slot, committed),
+                len = const LEN,
+                options(nostack),
+            );
+        }
+        #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+        sigatomic::add(&self.committed, LEN);
+    }
+
+    /// `sigatomic::fetch_add` of `LEN` on `reserved`, addressed from the
+    /// slot.
+    #[inline(always)]
+    fn reserve_of<const LEN: usize>(&self) -> usize {
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        {
+            let mut value = LEN;
+            // SAFETY: `reserved` lies `offset_of!` bytes into this slot, an
+            // aligned word; as in `sigatomic::fetch_add`, whose contract
+            // this follows.
+            unsafe {
+                std::arch::asm!(
+                    "xadd qword ptr [{slot} + {offset}], {value}",
+                    slot = in(reg) std::ptr::from_ref(self),
+                    offset = const std::mem::offset_of!(Slot, reserved),
+                    value = inout(reg) value,
+                    options(nostack),
+                );
+            }
+            value
+        }
+        #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+        sigatomic::fetch_add(&self.reserved, LEN)
+    }
+
     /// Circular buffers: reserves the next `stride` bytes, overwriting the
     /// oldest record once the ring is full.
     #[inline(always)]
