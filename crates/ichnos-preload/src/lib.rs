@@ -45,7 +45,7 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::OnceLock;
 
-use ichnos_buf::fill::{FillBuffer, Flush, FlushReason};
+use ichnos_buf::fill::{FillBuffer, Flush, FlushReason, RingWriter, TraceWriter};
 use ichnos_data::wire::{self, event, FrameHeader, Hello, EVENT_BYTES};
 
 use channel::Channel;
@@ -59,14 +59,26 @@ static ACTIVE: AtomicBool = AtomicBool::new(false);
 static PATH: AtomicU8 = AtomicU8::new(PATH_OFF);
 /// Tracing is off: the hooks return at once.
 const PATH_OFF: u8 = 0;
-/// Every call is written as it comes, timestamped by `rdtsc`; the
-/// buffers exist.
-const PATH_DIRECT: u8 = 1;
+/// Every call is written as it comes, timestamped by `rdtsc`, through
+/// [`RING_WRITER`] (flight-recorder mode).
+const PATH_RING: u8 = 1;
+/// Every call is written as it comes, timestamped by `rdtsc`, through
+/// [`TRACE_WRITER`].
+const PATH_TRACE: u8 = 2;
+/// Every call is written as it comes, timestamped by `rdtsc`, through
+/// the buffer's general write path (no writer: the thread block was
+/// refused, or there is none on this platform).
+const PATH_DIRECT: u8 = 3;
 /// Through the depth limit, the filters or the time filter, or timed by
 /// `clock_gettime`.
-const PATH_SCOPED: u8 = 2;
+const PATH_SCOPED: u8 = 4;
 /// The per-thread buffers.
 static BUFFER: OnceLock<FillBuffer> = OnceLock::new();
+/// The write path of [`BUFFER`] made once for its kind and the events'
+/// size, where the thread block was provided: a circular buffer's...
+static RING_WRITER: OnceLock<RingWriter<'static, EVENT_BYTES>> = OnceLock::new();
+/// ... or a trace buffer's.
+static TRACE_WRITER: OnceLock<TraceWriter<'static, EVENT_BYTES>> = OnceLock::new();
 /// The settings the process started with (for the child of a fork).
 static CONFIG: OnceLock<Config> = OnceLock::new();
 /// Whether tracing is on.
@@ -105,11 +117,18 @@ fn set_active(on: bool) {
     let path = if !on {
         PATH_OFF
     } else if scope::plain() && clock::is_tsc() && BUFFER.get().is_some() {
-        PATH_DIRECT
+        if RING_WRITER.get().is_some() {
+            PATH_RING
+        } else if TRACE_WRITER.get().is_some() {
+            PATH_TRACE
+        } else {
+            PATH_DIRECT
+        }
     } else {
         PATH_SCOPED
     };
-    // Release: a hook that reads PATH_DIRECT (Acquire) sees the buffers.
+    // Release: a hook that reads PATH_RING, PATH_TRACE or PATH_DIRECT
+    // (Acquire) sees the buffers and the writer.
     PATH.store(path, Ordering::Release);
 }
 
@@ -126,6 +145,31 @@ pub(crate) fn record(kind: u8, address: u64) {
 #[allow(clippy::inline_always)] // the whole cost of a traced call
 fn record_direct(kind: u8, address: u64) {
     record_at(clock::tsc(), kind, address);
+}
+
+/// An event timestamped by `rdtsc` through the ring's writer: the whole
+/// of a traced call's work on [`PATH_RING`].
+#[inline(always)]
+#[allow(clippy::inline_always)] // the whole cost of a traced call
+fn record_ring(kind: u8, address: u64) {
+    // SAFETY: PATH_RING is chosen (and read with Acquire) only once the
+    // writer is set, and a OnceLock once set stays set.
+    let writer = unsafe { RING_WRITER.get().unwrap_unchecked() };
+    let ticks = clock::tsc();
+    let word = wire::event_word(kind, address);
+    let _ = writer.write(move |dst| wire::store_event(dst, ticks, word));
+}
+
+/// An event timestamped by `rdtsc` through the trace buffer's writer:
+/// the whole of a traced call's work on [`PATH_TRACE`].
+#[inline(always)]
+#[allow(clippy::inline_always)] // the whole cost of a traced call
+fn record_trace(kind: u8, address: u64) {
+    // SAFETY: as in `record_ring`, for PATH_TRACE.
+    let writer = unsafe { TRACE_WRITER.get().unwrap_unchecked() };
+    let ticks = clock::tsc();
+    let word = wire::event_word(kind, address);
+    let _ = writer.write(move |dst| wire::store_event(dst, ticks, word));
 }
 
 /// Writes one event that happened at `ticks` into the thread's buffer.
@@ -195,10 +239,25 @@ pub(crate) fn write_exit(function: u64) {
 /// ([`hooks`]), with the traced function's stack pointer `sp` (0: not
 /// known).
 extern "C" fn enter_hook(this_fn: *mut c_void, _call_site: *mut c_void, sp: u64) {
-    match PATH.load(Ordering::Acquire) {
-        PATH_DIRECT => record_direct(event::ENTER, this_fn as u64),
+    // Compared one by one, the two paths of a plain trace first: a
+    // `match` becomes a jump through a table, an indirect branch.
+    let path = PATH.load(Ordering::Acquire);
+    if path == PATH_RING {
+        record_ring(event::ENTER, this_fn as u64);
+    } else if path == PATH_TRACE {
+        record_trace(event::ENTER, this_fn as u64);
+    } else {
+        enter_elsewhere(path, this_fn as u64, sp);
+    }
+}
+
+/// An entry on a path other than [`PATH_RING`] and [`PATH_TRACE`].
+#[inline(never)]
+fn enter_elsewhere(path: u8, function: u64, sp: u64) {
+    match path {
+        PATH_DIRECT => record_direct(event::ENTER, function),
         PATH_OFF => {}
-        _ => scoped_enter(this_fn as u64, sp),
+        _ => scoped_enter(function, sp),
     }
 }
 
@@ -207,10 +266,24 @@ extern "C" fn enter_hook(this_fn: *mut c_void, _call_site: *mut c_void, sp: u64)
 /// caller's.)
 #[no_mangle]
 pub extern "C" fn __cyg_profile_func_exit(this_fn: *mut c_void, _call_site: *mut c_void) {
-    match PATH.load(Ordering::Acquire) {
-        PATH_DIRECT => record_direct(event::EXIT, this_fn as u64),
+    // As in `enter_hook`.
+    let path = PATH.load(Ordering::Acquire);
+    if path == PATH_RING {
+        record_ring(event::EXIT, this_fn as u64);
+    } else if path == PATH_TRACE {
+        record_trace(event::EXIT, this_fn as u64);
+    } else {
+        exit_elsewhere(path, this_fn as u64);
+    }
+}
+
+/// An exit on a path other than [`PATH_RING`] and [`PATH_TRACE`].
+#[inline(never)]
+fn exit_elsewhere(path: u8, function: u64) {
+    match path {
+        PATH_DIRECT => record_direct(event::EXIT, function),
         PATH_OFF => {}
-        _ => scoped_exit(this_fn as u64),
+        _ => scoped_exit(function),
     }
 }
 
@@ -463,6 +536,13 @@ fn start() {
     short::configure(config.min_ticks.unwrap_or(0));
     let ring = config.ring.is_some();
     let _ = BUFFER.set(buffer);
+    if let Some(buffer) = BUFFER.get() {
+        if let Some(w) = buffer.ring_writer() {
+            let _ = RING_WRITER.set(w);
+        } else if let Some(w) = buffer.trace_writer() {
+            let _ = TRACE_WRITER.set(w);
+        }
+    }
     let _ = CONFIG.set(config);
     // SAFETY: registering a handler with no preconditions.
     unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
