@@ -41,9 +41,20 @@ impl<W: Write> Writer<W> {
         Self::with_chunk_target(out, CHUNK_TARGET)
     }
 
+    /// As [`Writer::new`], compressing at Zstandard level `level` (the
+    /// default is 3): level 1 for a recorder whose compressing competes
+    /// with the traced program for the CPU.
+    pub fn with_level(out: W, level: i32) -> io::Result<Self> {
+        Self::build(out, CHUNK_TARGET, level)
+    }
+
     /// As [`Writer::new`], writing a chunk whenever `chunk_target` raw
     /// bytes have gathered (at most 16 MiB).
-    pub fn with_chunk_target(mut out: W, chunk_target: usize) -> io::Result<Self> {
+    pub fn with_chunk_target(out: W, chunk_target: usize) -> io::Result<Self> {
+        Self::build(out, chunk_target, ZSTD_LEVEL)
+    }
+
+    fn build(mut out: W, chunk_target: usize, level: i32) -> io::Result<Self> {
         let header = file_header();
         out.write_all(&header)?;
         Ok(Self {
@@ -52,7 +63,7 @@ impl<W: Write> Writer<W> {
             records: 0,
             scratch: Vec::new(),
             compressed: Vec::new(),
-            compressor: zstd::bulk::Compressor::new(ZSTD_LEVEL)?,
+            compressor: zstd::bulk::Compressor::new(level)?,
             chunk_target: chunk_target.clamp(1, MAX_CHUNK_RAW as usize / 2),
             written: header.len() as u64,
         })
