@@ -27,8 +27,9 @@ core::arch::global_asm!(
 );
 
 /// Provides the block (once, before any buffer) and serialises the
-/// tests: a writer exists only for buffer 0, which one test at a time
-/// may hold.
+/// tests: a writer exists only for the buffer holding index 0, so each
+/// test makes its buffers while no other test's exist, its first one
+/// takes index 0, and it drops them all before it ends.
 fn serial() -> MutexGuard<'static, ()> {
     static PROVIDE: Once = Once::new();
     static SERIAL: Mutex<()> = Mutex::new(());
@@ -224,6 +225,20 @@ extern "C" fn handler(_: libc::c_int) {
     }
 }
 
+/// Frees the handler's buffer when dropped.
+struct Free;
+
+impl Drop for Free {
+    fn drop(&mut self) {
+        let buffer = HANDLED.swap(std::ptr::null_mut(), Ordering::AcqRel);
+        if !buffer.is_null() {
+            // SAFETY: from Box::into_raw in the test; cleared first, so no
+            // handler sees it from here on, and freed once.
+            drop(unsafe { Box::from_raw(buffer) });
+        }
+    }
+}
+
 /// A signal handler writes through the same writer while the thread's
 /// own write is open (raised between its reservation and its commit, on
 /// every 7th record): every record stays whole, the thread's own arrive
@@ -235,6 +250,9 @@ fn a_handler_writing_inside_an_open_write_keeps_both_records_whole() {
     let _serial = serial();
     let (buffer, out) = trace(4096);
     HANDLED.store(Box::into_raw(Box::new(buffer)), Ordering::Release);
+    // Freed however the test ends: a buffer left holding index 0 would
+    // fail every later test for want of a writer, hiding this failure.
+    let free = Free;
     // SAFETY: a handler that only writes to a fill buffer.
     unsafe {
         let mut sa: libc::sigaction = std::mem::zeroed();
@@ -265,9 +283,7 @@ fn a_handler_writing_inside_an_open_write_keeps_both_records_whole() {
     })
     .join()
     .unwrap();
-    let buffer = HANDLED.swap(std::ptr::null_mut(), Ordering::AcqRel);
-    // SAFETY: from Box::into_raw above; no handler can see it now.
-    drop(unsafe { Box::from_raw(buffer) });
+    drop(free);
 
     let delivered = out.lock().unwrap();
     let all: Vec<u8> = delivered.iter().flat_map(|(d, _, _)| d.clone()).collect();

@@ -19,7 +19,7 @@
 //! [`ichnos_snapshot`].
 //!
 //! Without `ICHNOS_TRACE_SOCKET` in its environment the library does
-//! nothing: the hooks return at once.
+//! nothing: the hooks return after two comparisons and a call.
 
 mod altstack;
 #[cfg(target_arch = "x86_64")]
@@ -57,7 +57,8 @@ static ACTIVE: AtomicBool = AtomicBool::new(false);
 /// hook makes one load and one branch before its timestamp, not four
 /// (tracing on, nothing decided per call, the TSC, the buffers made).
 static PATH: AtomicU8 = AtomicU8::new(PATH_OFF);
-/// Tracing is off: the hooks return at once.
+/// Tracing is off: the hooks do nothing (after two comparisons and a
+/// call, [`enter_elsewhere`]).
 const PATH_OFF: u8 = 0;
 /// Every call is written as it comes, timestamped by `rdtsc`, through
 /// [`RING_WRITER`] (flight-recorder mode).
@@ -66,8 +67,8 @@ const PATH_RING: u8 = 1;
 /// [`TRACE_WRITER`].
 const PATH_TRACE: u8 = 2;
 /// Every call is written as it comes, timestamped by `rdtsc`, through
-/// the buffer's general write path (no writer: the thread block was
-/// refused, or there is none on this platform).
+/// the buffer's general write path, out of line (no writer: the thread
+/// block was refused, or there is none on this platform).
 const PATH_DIRECT: u8 = 3;
 /// Through the depth limit, the filters or the time filter, or timed by
 /// `clock_gettime`.
@@ -251,12 +252,15 @@ extern "C" fn enter_hook(this_fn: *mut c_void, _call_site: *mut c_void, sp: u64)
     }
 }
 
-/// An entry on a path other than [`PATH_RING`] and [`PATH_TRACE`].
+/// An entry on another path than [`PATH_RING`] and [`PATH_TRACE`], out
+/// of line: [`PATH_OFF`] too, whose test before the two would cost them
+/// 1% (an A/B of 10 million calls in ring mode, 0.2235 s against
+/// 0.2212 s).
 #[inline(never)]
 fn enter_elsewhere(path: u8, function: u64, sp: u64) {
     match path {
-        PATH_DIRECT => record_direct(event::ENTER, function),
         PATH_OFF => {}
+        PATH_DIRECT => record_direct(event::ENTER, function),
         _ => scoped_enter(function, sp),
     }
 }
@@ -277,12 +281,13 @@ pub extern "C" fn __cyg_profile_func_exit(this_fn: *mut c_void, _call_site: *mut
     }
 }
 
-/// An exit on a path other than [`PATH_RING`] and [`PATH_TRACE`].
+/// An exit on another path than [`PATH_RING`] and [`PATH_TRACE`], as
+/// [`enter_elsewhere`].
 #[inline(never)]
 fn exit_elsewhere(path: u8, function: u64) {
     match path {
-        PATH_DIRECT => record_direct(event::EXIT, function),
         PATH_OFF => {}
+        PATH_DIRECT => record_direct(event::EXIT, function),
         _ => scoped_exit(function),
     }
 }

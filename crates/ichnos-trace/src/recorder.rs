@@ -40,7 +40,7 @@ const CLOCK_EVERY: Duration = Duration::from_secs(1);
 /// (tens of millions a second), on a CPU the program may need; where it
 /// falls behind, the program waits for room in its shared buffer. On 10
 /// million traced calls, level 1 cut the program's time by 3% for a file
-/// 3.5% larger (BENCHMARKS.md, issue 16).
+/// up to 5% larger (BENCHMARKS.md, issue 16).
 const ZSTD_LEVEL: i32 = 1;
 
 /// Records a reading of the trace clock.

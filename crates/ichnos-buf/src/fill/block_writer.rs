@@ -31,8 +31,9 @@ struct BlockSlot<'a> {
 }
 
 impl<'a> BlockSlot<'a> {
-    /// The writer's parts, if `buffer` is buffer 0 and a block was
-    /// provided before it was made.
+    /// The writer's parts, if `buffer` holds index 0 (whose slot is in the
+    /// block), a block was provided before it was made, and it is not in
+    /// guard-page mode (whose writes go through the guard's own routine).
     fn of(buffer: &'a FillBuffer) -> Option<BlockSlot<'a>> {
         let key = &buffer.key;
         (key.index == 0 && key.block_offset != 0 && !key.guarded).then_some(BlockSlot {
@@ -89,8 +90,9 @@ pub struct TraceWriter<'a, const LEN: usize>(BlockSlot<'a>);
 
 impl FillBuffer {
     /// A writer of this circular buffer's records, if the program
-    /// provided the thread block before the buffer was made, the buffer is
-    /// the process's first (buffer 0), and its stride is `LEN`.
+    /// provided the thread block before the buffer was made, the buffer
+    /// holds index 0 (the first made while no other does), and its stride
+    /// is `LEN`.
     #[must_use]
     pub fn ring_writer<const LEN: usize>(&self) -> Option<RingWriter<'_, LEN>> {
         match self.key.kind {
@@ -101,8 +103,8 @@ impl FillBuffer {
 
     /// A writer of records of `LEN` bytes into this trace buffer, if the
     /// program provided the thread block before the buffer was made, the
-    /// buffer is the process's first (buffer 0), is not in guard-page
-    /// mode, and holds at least one such record.
+    /// buffer holds index 0 (the first made while no other does), is not
+    /// in guard-page mode, and holds at least one such record.
     #[must_use]
     pub fn trace_writer<const LEN: usize>(&self) -> Option<TraceWriter<'_, LEN>> {
         match self.key.kind {

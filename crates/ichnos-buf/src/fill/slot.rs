@@ -267,6 +267,13 @@ impl Slot {
     /// micro-operations next to `rdtsc`'s).
     #[inline(always)]
     pub(crate) fn commit_of<const LEN: usize>(&self) {
+        // The `add` takes a sign-extended 32-bit immediate.
+        const {
+            assert!(
+                LEN <= i32::MAX as usize,
+                "a record longer than an immediate"
+            );
+        }
         compiler_fence(Ordering::SeqCst);
         #[cfg(all(target_arch = "x86_64", not(miri)))]
         // SAFETY: `committed` lies `offset_of!` bytes into this slot, an
@@ -434,6 +441,39 @@ mod tests {
             .chunks(STRIDE)
             .map(|r| u64::from_le_bytes(r.try_into().unwrap()))
             .collect()
+    }
+
+    /// The reservations and commit with the size known when compiled
+    /// move the counters as the others do, and point where they do.
+    #[test]
+    fn reservations_of_a_known_size_move_the_counters_as_the_others() {
+        let mut memory = [0u64; RECORDS];
+        let slot = ring(&mut memory);
+        let base = memory.as_ptr() as usize;
+        for i in 0..6 {
+            let at = slot.ring_reserve_of::<STRIDE>();
+            assert_eq!(at as usize, base + (i * STRIDE) % CAPACITY);
+            assert_eq!(slot.reserved.load(Ordering::Relaxed), (i + 1) * STRIDE);
+            assert_eq!(slot.committed.load(Ordering::Relaxed), i * STRIDE);
+            slot.commit_of::<STRIDE>();
+            assert_eq!(slot.committed.load(Ordering::Relaxed), (i + 1) * STRIDE);
+        }
+
+        let mut memory = [0u64; RECORDS];
+        let slot = Slot::new();
+        slot.install(1, memory.as_mut_ptr().cast(), CAPACITY);
+        let base = memory.as_ptr() as usize;
+        for i in 0..RECORDS {
+            assert_eq!(
+                slot.trace_reserve_of::<STRIDE>(),
+                Ok((base + i * STRIDE) as *mut u8)
+            );
+            slot.commit_of::<STRIDE>();
+        }
+        // Full: the reservation is held, at its old place.
+        assert_eq!(slot.trace_reserve_of::<STRIDE>(), Err(CAPACITY));
+        assert_eq!(slot.reserved.load(Ordering::Relaxed), CAPACITY + STRIDE);
+        assert_eq!(slot.committed.load(Ordering::Relaxed), CAPACITY);
     }
 
     #[test]
