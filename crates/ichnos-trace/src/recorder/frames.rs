@@ -312,13 +312,20 @@ struct Blocks {
 impl Blocks {
     /// Adds `event`, after writing the block gathered so far if it is
     /// full.
-    #[inline]
+    #[inline(always)]
+    #[allow(clippy::inline_always)] // on every event of a trace
     fn push(&mut self, out: &mut Out, event: &CallEvent) -> Result<(), TraceError> {
         if out.encoder.len() == EVENTS_PER_RECORD {
-            self.write(out, false)?;
+            self.write_full(out)?;
         }
         out.encoder.push(event);
         Ok(())
+    }
+
+    /// [`Blocks::write`] of a full block, out of line.
+    #[inline(never)]
+    fn write_full(&mut self, out: &mut Out) -> Result<(), TraceError> {
+        self.write(out, false)
     }
 
     /// Writes the block gathered (the frame's `last` if so), and starts
@@ -548,14 +555,27 @@ pub(super) struct Walked {
 impl Out {
     /// The number of the one-frame stack at `address` of `asid`, a new
     /// one noted in `new` (written before the events that use it).
+    #[inline]
     fn function(&mut self, asid: u64, address: u64, new: &mut Vec<(u64, u64)>) -> u64 {
         // Every entry and exit is looked up, mostly among a few functions
         // called often: a slot by address answers before the map.
         let slot = (address ^ (address >> 12)) as usize % RECENT_FUNCTIONS;
-        let recent = &mut self.recent_functions[slot];
+        let recent = &self.recent_functions[slot];
         if recent.0 == asid && recent.1 == address {
             return recent.2;
         }
+        self.function_in_map(slot, asid, address, new)
+    }
+
+    /// [`Out::function`] past its recent slot `slot`, out of line.
+    #[inline(never)]
+    fn function_in_map(
+        &mut self,
+        slot: usize,
+        asid: u64,
+        address: u64,
+        new: &mut Vec<(u64, u64)>,
+    ) -> u64 {
         let id = match self.functions.entry((asid, address)) {
             Entry::Occupied(e) => *e.get(),
             Entry::Vacant(v) => {
@@ -566,7 +586,7 @@ impl Out {
                 id
             }
         };
-        *recent = (asid, address, id);
+        self.recent_functions[slot] = (asid, address, id);
         id
     }
 }
