@@ -28,4 +28,4 @@ pub mod totals;
 pub use clock::tsc_is_invariant;
 pub use filter::FilterError;
 pub use read::{Call, Function, Trace, TraceReadError};
-pub use recorder::{trace, TraceError, TraceOptions, TraceSummary};
+pub use recorder::{trace, TraceError, TraceOptions, TraceStatus, TraceSummary};

@@ -110,6 +110,22 @@ pub struct TraceSummary {
     pub refused: Vec<String>,
 }
 
+/// What the status line shows while a trace runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TraceStatus {
+    /// Since the command started.
+    pub elapsed: Duration,
+    /// Events recorded so far.
+    pub events: u64,
+    /// Events lost so far.
+    pub lost: u64,
+    /// Processes connected now.
+    pub processes: usize,
+}
+
+/// How often the status is given.
+const STATUS_EVERY: Duration = Duration::from_millis(250);
+
 /// Why a trace could not be made.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -212,7 +228,11 @@ impl Out {
 
 /// Runs `options.command` under the tracing runtime and records it.
 /// `stop` (set by Ctrl-C) passes SIGINT on to the command.
-pub fn trace(options: &TraceOptions, stop: &AtomicBool) -> Result<TraceSummary, TraceError> {
+pub fn trace(
+    options: &TraceOptions,
+    stop: &AtomicBool,
+    status: &mut dyn FnMut(&TraceStatus),
+) -> Result<TraceSummary, TraceError> {
     let program = launch::resolve(options.command.first().ok_or(LaunchError::Empty)?)?;
     let filters = filter::resolve(&program, &options.only, &options.not)?;
     if !options.preload.is_file() {
@@ -238,7 +258,7 @@ pub fn trace(options: &TraceOptions, stop: &AtomicBool) -> Result<TraceSummary, 
     // program keeps the limits it was given.
     sys::raise_descriptor_limit();
     let _child = held.start()?;
-    let status = serve(&listener, &mut out, main_pid, stop)?;
+    let status = serve(&listener, &mut out, main_pid, stop, started, status)?;
     let duration = started.elapsed();
     clock_reading(&mut out)?;
     let end = out.time();
@@ -287,16 +307,28 @@ fn serve(
     out: &mut Out,
     main_pid: u32,
     stop: &AtomicBool,
+    started: Instant,
+    show: &mut dyn FnMut(&TraceStatus),
 ) -> Result<ExitStatus, TraceError> {
     let mut conns: Vec<Conn> = Vec::new();
     let mut status = None;
     let mut signalled = false;
     let mut clock_at = Instant::now();
+    let mut status_at = Instant::now();
     loop {
         if clock_at.elapsed() >= CLOCK_EVERY {
             // A trace cut short still has two readings to time it by.
             clock_at = Instant::now();
             clock_reading(out)?;
+        }
+        if status_at.elapsed() >= STATUS_EVERY {
+            status_at = Instant::now();
+            show(&TraceStatus {
+                elapsed: started.elapsed(),
+                events: out.kept,
+                lost: out.lost,
+                processes: conns.len(),
+            });
         }
         accept_all(listener, &mut conns)?;
         let mut busy = false;

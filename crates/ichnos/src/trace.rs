@@ -114,7 +114,24 @@ pub fn trace(args: &TraceArgs, quiet: bool) -> Result<u8> {
         monotonic: args.monotonic,
     };
     let stop = ichnos_profile::catch_stop_signals();
-    let summary = ichnos_trace::trace(&options, stop)?;
+    let progress = crate::progress::status_line(quiet);
+    let mut show = |s: &ichnos_trace::TraceStatus| {
+        if let Some(bar) = &progress {
+            bar.set_message(format!(
+                "tracing: {:.1} s, {} events, {} lost, {} process{}",
+                s.elapsed.as_secs_f64(),
+                crate::units::thousands(s.events),
+                crate::units::thousands(s.lost),
+                s.processes,
+                if s.processes == 1 { "" } else { "es" }
+            ));
+        }
+    };
+    let result = ichnos_trace::trace(&options, stop, &mut show);
+    if let Some(bar) = progress {
+        bar.finish_and_clear();
+    }
+    let summary = result?;
     if !quiet {
         for r in &summary.refused {
             eprintln!("warning: {r}");
@@ -124,12 +141,14 @@ pub fn trace(args: &TraceArgs, quiet: bool) -> Result<u8> {
         } else {
             ", 0 lost".to_owned()
         };
+        let plural =
+            |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
         eprintln!(
-            "ichnos: traced {:.2} s: {} events{lost}, {} processes, {} threads ({}); wrote {} ({})",
+            "ichnos: traced {:.2} s: {} events{lost}, {}, {} ({}); wrote {} ({})",
             summary.duration.as_secs_f64(),
             crate::units::thousands(summary.events),
-            summary.processes,
-            summary.threads,
+            plural(summary.processes, "process", "processes"),
+            plural(summary.threads, "thread", "threads"),
             if summary.tsc {
                 "TSC"
             } else {

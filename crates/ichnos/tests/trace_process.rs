@@ -1,8 +1,9 @@
 //! `ichnos trace` as a traced process ends or changes: the flight
 //! recorder after a crash or a stack overflow, calls after `main` returns
 //! or a thread calls `exit`, SIGUSR2 snapshots, rings saved twice, the
-//! recorder killed under the program, and namespace changes that the
-//! kernel grants a process of one thread only.
+//! recorder killed under the program, namespace changes that the kernel
+//! grants a process of one thread only, and the status line while a
+//! program runs.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -293,6 +294,57 @@ fn a_ring_saved_twice_is_read_once() {
     }
 }
 
+/// On a terminal, a live status line while the program runs (elapsed
+/// time, events so far, lost, processes), cleared before the summary;
+/// none when standard error is not a terminal.
+#[test]
+fn a_terminal_shows_a_status_line_while_the_program_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "slow.c", &[]);
+    let data = dir.path().join("t.data");
+    let done = dir.path().join("done");
+    // `script` (util-linux) runs ichnos on a pseudo-terminal and copies
+    // what it writes there.
+    let command = format!(
+        "{} trace -o {} -- {} 1.2 {}",
+        env!("CARGO_BIN_EXE_ichnos"),
+        data.display(),
+        exe.display(),
+        done.display()
+    );
+    let out = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .output()
+        .expect("script runs (Debian's util-linux)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    // The line is redrawn in place: each state of it follows a carriage
+    // return or a line clear.
+    let counts: Vec<u64> = text
+        .split("tracing: ")
+        .skip(1)
+        .filter_map(|rest| {
+            let events = rest.split(" events").next()?.rsplit(", ").next()?;
+            events.replace(',', "").parse().ok()
+        })
+        .collect();
+    assert!(
+        counts.iter().any(|&n| n > 0),
+        "no status line counting events: {text:?}"
+    );
+    assert!(text.contains(" lost, 1 process"), "{text:?}");
+    assert!(text.contains("ichnos: traced "), "the summary: {text:?}");
+    // Not on a terminal.
+    let _ = std::fs::remove_file(&done);
+    let plain = traced(
+        dir.path(),
+        "u.data",
+        &[],
+        &[exe.to_str().unwrap(), "0.6", done.to_str().unwrap()],
+    );
+    assert!(!plain.contains("tracing:"), "{plain}");
+}
+
 #[test]
 fn the_program_runs_on_when_the_recorder_is_killed() {
     let dir = tempfile::tempdir().unwrap();
@@ -388,7 +440,7 @@ fn a_child_made_without_fork_handlers_leaves_the_parents_trace_whole() {
                 handed,
                 "{what}"
             );
-            assert!(stderr.contains("1 processes, 1 threads"), "{what}");
+            assert!(stderr.contains("1 process, 1 thread "), "{what}");
             let counts = calls(dir.path(), "t.data");
             assert_eq!(counts.get("parent_work"), Some(&2), "{counts:?} {what}");
             assert_eq!(counts.get("step"), Some(&10_000), "{counts:?} {what}");
