@@ -322,3 +322,34 @@ fn argument_files_past_reach_leave_the_flags_unknown() {
     assert!(flags(b"java\0@a\0Main\0", &large).is_some());
     assert_eq!(flags(b"java\0@a\0@b\0Main\0", &large), None);
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+    /// Whatever a process's command line, environment and argument files
+    /// hold, the reading ends without a panic, and an argument file's
+    /// words hold no byte the file did not.
+    #[test]
+    fn any_command_line_environment_and_argument_file_is_read(
+        cmdline in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
+        environ in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
+        file in proptest::collection::vec(
+            proptest::prop_oneof![
+                proptest::prelude::any::<u8>(),
+                proptest::sample::select(b" \t\n\r#'\"\\@-".to_vec()),
+            ],
+            0..300,
+        ),
+    ) {
+        let mut cmdline = [&b"java\0"[..], &cmdline].concat();
+        cmdline.extend_from_slice(b"\0@f\0");
+        let read = |_: &[u8], most: u64| (file.len() as u64 <= most).then(|| file.clone());
+        let _ = jvm_flags(&cmdline, &environ, &read);
+        let mut bytes = 0;
+        for_each_word(&file, &mut |w| {
+            bytes += w.len();
+            ControlFlow::Continue(())
+        });
+        proptest::prop_assert!(bytes <= file.len());
+    }
+}
