@@ -129,16 +129,9 @@ impl<const LEN: usize> RingWriter<'_, LEN> {
         };
         // SAFETY: this thread's slot, which lives as long as the thread.
         let ptr = unsafe { &*slot }.ring_reserve_of::<LEN>();
-        let open = OpenRecord {
-            slot,
-            ptr,
-            len: LEN,
-        };
         // SAFETY: `ptr` holds LEN bytes of this thread's ring (the stride
-        // divides the capacity), reserved for this writer until committed;
-        // [u8; LEN] has alignment 1.
-        fill(unsafe { &mut *ptr.cast::<[u8; LEN]>() });
-        open.commit_of::<LEN>();
+        // divides the capacity), just reserved in `slot`.
+        unsafe { fill_reserved(slot, ptr, fill) };
         true
     }
 }
@@ -156,20 +149,37 @@ impl<const LEN: usize> TraceWriter<'_, LEN> {
         // SAFETY: this thread's slot, which lives as long as the thread.
         match unsafe { &*slot }.trace_reserve_of::<LEN>() {
             Ok(ptr) => {
-                let open = OpenRecord {
-                    slot,
-                    ptr,
-                    len: LEN,
-                };
                 // SAFETY: `ptr` holds LEN bytes inside this thread's
-                // buffer, reserved for this writer until committed.
-                fill(unsafe { &mut *ptr.cast::<[u8; LEN]>() });
-                open.commit_of::<LEN>();
+                // buffer, just reserved in `slot`.
+                unsafe { fill_reserved(slot, ptr, fill) };
                 true
             }
             Err(old) => self.0.after_full(old, fill),
         }
     }
+}
+
+/// Lets `fill` store the record reserved at `ptr` in `slot`, and commits
+/// it (as zeros, if `fill` unwinds).
+///
+/// # Safety
+/// `ptr` holds `LEN` bytes of the calling thread's buffer, reserved in
+/// `slot` (the thread's own) for this writer, not yet committed.
+#[inline(always)]
+unsafe fn fill_reserved<const LEN: usize>(
+    slot: *const Slot,
+    ptr: *mut u8,
+    fill: impl FnOnce(&mut [u8; LEN]),
+) {
+    let open = OpenRecord {
+        slot,
+        ptr,
+        len: LEN,
+    };
+    // SAFETY: the caller's reservation of LEN bytes, this writer's until
+    // committed; [u8; LEN] has alignment 1.
+    fill(unsafe { &mut *ptr.cast::<[u8; LEN]>() });
+    open.commit_of::<LEN>();
 }
 
 /// `fill` on a slow path's reservation, which is `LEN` bytes.

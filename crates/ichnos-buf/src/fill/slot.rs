@@ -110,7 +110,13 @@ impl Slot {
     /// (the caller goes to [`Slot::trace_overflow`]).
     #[inline(always)]
     pub(crate) fn trace_reserve(&self, len: usize) -> Result<*mut u8, usize> {
-        let old = sigatomic::fetch_add(&self.reserved, len);
+        self.trace_place(sigatomic::fetch_add(&self.reserved, len), len)
+    }
+
+    /// Where a trace buffer's reservation of `len` bytes at `old` lies, if
+    /// it fits; else `Err(old)`.
+    #[inline(always)]
+    fn trace_place(&self, old: usize, len: usize) -> Result<*mut u8, usize> {
         let end = old.wrapping_add(len);
         if end <= self.limit.load(Ordering::Relaxed) && end >= old {
             sigatomic::after_reserve();
@@ -241,24 +247,13 @@ impl Slot {
     /// compiled: the reservation is one `xadd` addressed from the slot.
     #[inline(always)]
     pub(crate) fn ring_reserve_of<const LEN: usize>(&self) -> *mut u8 {
-        let old = self.reserve_of::<LEN>();
-        sigatomic::after_reserve();
-        let mask = self.limit.load(Ordering::Relaxed);
-        self.base.load(Ordering::Relaxed).wrapping_add(old & mask)
+        self.ring_place(self.reserve_of::<LEN>())
     }
 
     /// [`Slot::trace_reserve`] of `LEN` bytes, known when compiled.
     #[inline(always)]
     pub(crate) fn trace_reserve_of<const LEN: usize>(&self) -> Result<*mut u8, usize> {
-        let old = self.reserve_of::<LEN>();
-        let end = old.wrapping_add(LEN);
-        if end <= self.limit.load(Ordering::Relaxed) && end >= old {
-            sigatomic::after_reserve();
-            // SAFETY (for the caller): as in `trace_reserve`.
-            Ok(self.base.load(Ordering::Relaxed).wrapping_add(old))
-        } else {
-            Err(old)
-        }
+        self.trace_place(self.reserve_of::<LEN>(), LEN)
     }
 
     /// [`Slot::commit`] of `LEN` bytes, known when compiled: one `add` of
@@ -321,7 +316,12 @@ impl Slot {
     /// oldest record once the ring is full.
     #[inline(always)]
     pub(crate) fn ring_reserve(&self, stride: usize) -> *mut u8 {
-        let old = sigatomic::fetch_add(&self.reserved, stride);
+        self.ring_place(sigatomic::fetch_add(&self.reserved, stride))
+    }
+
+    /// Where a ring's reservation at position `old` lies.
+    #[inline(always)]
+    fn ring_place(&self, old: usize) -> *mut u8 {
         sigatomic::after_reserve();
         let mask = self.limit.load(Ordering::Relaxed);
         self.base.load(Ordering::Relaxed).wrapping_add(old & mask)
