@@ -156,9 +156,7 @@ fn record_ring(kind: u8, address: u64) {
     // SAFETY: PATH_RING is chosen (and read with Acquire) only once the
     // writer is set, and a OnceLock once set stays set.
     let writer = unsafe { RING_WRITER.get().unwrap_unchecked() };
-    let ticks = clock::tsc();
-    let word = wire::event_word(kind, address);
-    let _ = writer.write(move |dst| wire::store_event(dst, ticks, word));
+    let _ = writer.write(event_now(kind, address));
 }
 
 /// An event timestamped by `rdtsc` through the trace buffer's writer:
@@ -168,9 +166,17 @@ fn record_ring(kind: u8, address: u64) {
 fn record_trace(kind: u8, address: u64) {
     // SAFETY: as in `record_ring`, for PATH_TRACE.
     let writer = unsafe { TRACE_WRITER.get().unwrap_unchecked() };
+    let _ = writer.write(event_now(kind, address));
+}
+
+/// An event of `kind` at `address`, timestamped by `rdtsc` now, as a
+/// writer stores it (its two words, held by the closure in registers).
+#[inline(always)]
+#[allow(clippy::inline_always)] // on every traced call
+fn event_now(kind: u8, address: u64) -> impl FnOnce(&mut [u8; EVENT_BYTES]) {
     let ticks = clock::tsc();
     let word = wire::event_word(kind, address);
-    let _ = writer.write(move |dst| wire::store_event(dst, ticks, word));
+    move |dst| wire::store_event(dst, ticks, word)
 }
 
 /// Writes one event that happened at `ticks` into the thread's buffer.

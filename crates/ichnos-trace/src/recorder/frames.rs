@@ -322,6 +322,29 @@ impl Blocks {
         Ok(())
     }
 
+    /// Adds the entry (`enter`) or exit of the function at `address` of
+    /// `asid`, numbering the function if it is new.
+    #[inline(always)]
+    #[allow(clippy::inline_always)] // on every entry and exit of a trace
+    fn push_call(
+        &mut self,
+        out: &mut Out,
+        asid: u64,
+        ticks: u64,
+        address: u64,
+        enter: bool,
+    ) -> Result<(), TraceError> {
+        let function = out.function(asid, address, &mut self.new_functions);
+        self.push(
+            out,
+            &if enter {
+                CallEvent::Enter { ticks, function }
+            } else {
+                CallEvent::Exit { ticks, function }
+            },
+        )
+    }
+
     /// [`Blocks::write`] of a full block, out of line.
     #[inline(never)]
     fn write_full(&mut self, out: &mut Out) -> Result<(), TraceError> {
@@ -423,15 +446,7 @@ fn convert(
                 resync(conn, out)?;
                 resynced = true;
             }
-            let function = out.function(conn.asid, address, &mut blocks.new_functions);
-            blocks.push(
-                out,
-                &if kind == event::ENTER {
-                    CallEvent::Enter { ticks, function }
-                } else {
-                    CallEvent::Exit { ticks, function }
-                },
-            )?;
+            blocks.push_call(out, conn.asid, ticks, address, kind == event::ENTER)?;
             continue;
         }
         if kind != event::LIVE && kind != event::CATCH {
@@ -458,15 +473,7 @@ fn convert(
                 // A span is named by its name's address, interned as a
                 // function is (its name came in a names frame), and
                 // written as a call.
-                let function = out.function(conn.asid, address, &mut blocks.new_functions);
-                blocks.push(
-                    out,
-                    &if kind == event::SPAN_BEGIN {
-                        CallEvent::Enter { ticks, function }
-                    } else {
-                        CallEvent::Exit { ticks, function }
-                    },
-                )?;
+                blocks.push_call(out, conn.asid, ticks, address, kind == event::SPAN_BEGIN)?;
             }
             event::PROBE => probe = Some((ticks, address)),
             event::SETJMP | event::LONGJMP => blocks.push(
