@@ -406,6 +406,49 @@ proptest! {
         }
     }
 
+    /// Entries and exits encoded on the encoder's path for calls are the
+    /// bytes of the same events pushed as events, at every varint length
+    /// of the time and the function (one and two bytes, where the path's
+    /// own encoding is used, and longer), and with times that go back.
+    #[test]
+    fn calls_pushed_on_their_own_path_are_the_events_pushed(
+        start in 0u64..1 << 40,
+        calls in proptest::collection::vec(
+            (
+                prop_oneof![0u64..40, 0u64..5000, Just(0x1000), Just(0xfff), 0u64..1 << 40],
+                prop_oneof![0u64..0x90, 0x3f00u64..0x4100, any::<u64>()],
+                any::<bool>(),
+                any::<bool>(),
+            ),
+            0..200,
+        ),
+    ) {
+        let mut events = Vec::new();
+        let mut ticks = start;
+        for &(delta, function, exit, back) in &calls {
+            ticks = if back { ticks.saturating_sub(delta) } else { ticks.saturating_add(delta) };
+            events.push(if exit {
+                CallEvent::Exit { ticks, function }
+            } else {
+                CallEvent::Enter { ticks, function }
+            });
+        }
+        let (mut by_event, mut by_call) = (CallEventsEncoder::new(), CallEventsEncoder::new());
+        by_event.start(start);
+        by_call.start(start);
+        for e in &events {
+            by_event.push(e);
+            match *e {
+                CallEvent::Enter { ticks, function } => by_call.push_call(ticks, function, false),
+                CallEvent::Exit { ticks, function } => by_call.push_call(ticks, function, true),
+                _ => unreachable!("only calls here"),
+            }
+        }
+        prop_assert_eq!(by_call.len(), events.len());
+        prop_assert_eq!(by_call.first(), by_event.first());
+        prop_assert_eq!(by_call.events(), by_event.events());
+    }
+
     #[test]
     fn every_record_kind_round_trips_through_many_chunks(
         records in proptest::collection::vec(owned(), 0..60),

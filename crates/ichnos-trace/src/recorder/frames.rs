@@ -335,14 +335,11 @@ impl Blocks {
         enter: bool,
     ) -> Result<(), TraceError> {
         let function = out.function(asid, address, &mut self.new_functions);
-        self.push(
-            out,
-            &if enter {
-                CallEvent::Enter { ticks, function }
-            } else {
-                CallEvent::Exit { ticks, function }
-            },
-        )
+        if out.encoder.len() == EVENTS_PER_RECORD {
+            self.write_full(out)?;
+        }
+        out.encoder.push_call(ticks, function, !enter);
+        Ok(())
     }
 
     /// [`Blocks::write`] of a full block, out of line.
@@ -428,27 +425,20 @@ fn convert(
     // this one if it ended amid them: broken if events were lost since.
     let mut walked = conn.walks.remove(&h.tid).unwrap_or_default();
     walked.broken |= h.lost > 0 && walked.frames > 0;
-    for (i, chunk) in body.chunks_exact(EVENT_BYTES).enumerate() {
-        if i % (64 / EVENT_BYTES) == 0 {
-            prefetch(chunk.as_ptr().wrapping_add(PREFETCH_AHEAD));
-        }
-        let (ticks, kind, address) = wire::decode_event(chunk.try_into().expect("16 bytes"));
+    let (events, _) = body.as_chunks::<EVENT_BYTES>();
+    let mut i = 0;
+    while let Some(chunk) = events.get(i) {
+        let (ticks, kind, address) = wire::decode_event(chunk);
         if kind == event::ENTER || kind == event::EXIT {
             // Nearly every event: taken first, by two comparisons (the
-            // `match` below is a jump through a table): the recorder
-            // keeps up with a program making tens of millions of calls a
-            // second only if an event costs it a few nanoseconds
-            // (BENCHMARKS.md, issue 16).
+            // `match` below is a jump through a table), and the run of
+            // them converted on a path of its own.
             walked = Walked::default();
             probe = None;
-            if !resynced && !in_known_code(conn, address) {
-                // Code mapped since the last look (dlopen).
-                resync(conn, out)?;
-                resynced = true;
-            }
-            blocks.push_call(out, conn.asid, ticks, address, kind == event::ENTER)?;
+            i = call_run(conn, out, blocks, events, i, &mut resynced)?;
             continue;
         }
+        i += 1;
         if kind != event::LIVE && kind != event::CATCH {
             // A catch's frames come right before it: a run that anything
             // else interrupted is of no catch (as a reader takes it).
@@ -521,10 +511,50 @@ fn convert(
     Ok(())
 }
 
+/// Converts the run of entries and exits that begins at `events[i]`, and
+/// says where it ends. The recorder keeps up with a program making tens
+/// of millions of calls a second only if an event costs it a few
+/// nanoseconds (BENCHMARKS.md, issue 16): the code range the last address
+/// was in is kept at hand, the frame fetched ahead, the event encoded on
+/// the encoder's path for calls.
+#[inline(always)]
+#[allow(clippy::inline_always)] // the loop of nearly every event
+fn call_run(
+    conn: &mut Conn,
+    out: &mut Out,
+    blocks: &mut Blocks,
+    events: &[[u8; EVENT_BYTES]],
+    mut i: usize,
+    resynced: &mut bool,
+) -> Result<usize, TraceError> {
+    let mut known = conn.exec.get(conn.exec_hit).copied().unwrap_or((0, 0));
+    while let Some(chunk) = events.get(i) {
+        if i.is_multiple_of(64 / EVENT_BYTES) {
+            prefetch(chunk.as_ptr().wrapping_add(PREFETCH_AHEAD));
+        }
+        let (ticks, kind, address) = wire::decode_event(chunk);
+        if kind != event::ENTER && kind != event::EXIT {
+            break;
+        }
+        if !*resynced && !(known.0..known.1).contains(&address) {
+            if in_known_code(conn, address) {
+                known = conn.exec[conn.exec_hit];
+            } else {
+                // Code mapped since the last look (dlopen).
+                resync(conn, out)?;
+                *resynced = true;
+            }
+        }
+        blocks.push_call(out, conn.asid, ticks, address, kind == event::ENTER)?;
+        i += 1;
+    }
+    Ok(i)
+}
+
 /// How far ahead of the event being converted its frame is fetched into
 /// the cache: the process wrote the frame on another CPU, and the load
 /// of each event's cache line was the loop's largest cost.
-const PREFETCH_AHEAD: usize = 1024;
+const PREFETCH_AHEAD: usize = 4096;
 
 /// Asks for the cache line at `at` (any address: a prefetch never
 /// faults).
