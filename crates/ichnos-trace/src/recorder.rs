@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use ichnos_buf::topa::{Consumer, TopaBuffer};
-use ichnos_data::wire::Hello;
+use ichnos_data::wire::{Hello, FRAME_HEADER_BYTES};
 use ichnos_data::{CallEventsEncoder, ClockSource, Meta, Record, Target};
 use ichnos_profile::launch::{self, LaunchError};
 use ichnos_profile::ExitStatus;
@@ -209,6 +209,8 @@ struct Out {
     lost: u64,
     processes: usize,
     refused: Vec<String>,
+    /// Bytes read from a shared buffer at a time ([`read_piece`]).
+    read_piece: u64,
 }
 
 impl Out {
@@ -461,6 +463,7 @@ fn open_output(path: &Path, options: &TraceOptions, tsc: bool) -> Result<Out, Tr
         lost: 0,
         processes: 0,
         refused: Vec::new(),
+        read_piece: read_piece(options.buffer),
     };
     let command: Vec<&[u8]> = options
         .command
@@ -488,11 +491,21 @@ fn open_output(path: &Path, options: &TraceOptions, tsc: bool) -> Result<Out, Tr
     Ok(out)
 }
 
-/// Bytes read from a shared buffer at a time: two of the runtime's
-/// default buffers, which the runtime has room for again as soon as they
-/// are read (a read of everything there was, megabytes when the recorder
-/// fell behind, gave the room back only at its end).
-const READ_PIECE: u64 = 256 << 10;
+/// Bytes read from a shared buffer at a time, at least: two frames of
+/// the runtime's default buffers, which the runtime has room for again
+/// as soon as they are read (a read of everything there was, megabytes
+/// when the recorder fell behind, gave the room back only at its end).
+const READ_PIECE: u64 = 2 * ((128 << 10) + FRAME_HEADER_BYTES as u64);
+
+/// Bytes read from a shared buffer at a time where each thread's buffer
+/// is `buffer` bytes: two of its frames.
+fn read_piece(buffer: Option<u64>) -> u64 {
+    buffer.map_or(READ_PIECE, |b| {
+        b.saturating_add(FRAME_HEADER_BYTES as u64)
+            .saturating_mul(2)
+            .max(READ_PIECE)
+    })
+}
 
 /// Serves one connection: its hello, its frames, its end. True if it
 /// did any work.
@@ -551,6 +564,11 @@ fn service(conn: &mut Conn, out: &mut Out) -> Result<bool, TraceError> {
 /// piece at a time: one piece a turn while the process runs; once it is
 /// gone, every piece up to where its head was then. True if there was
 /// anything.
+///
+/// A frame cut short by the end of a piece is left in the buffer for the
+/// next read, which takes it whole where it lies (copying it aside to be
+/// completed was 5% of the recorder's time); only a frame cut by the end
+/// of one of the buffer's regions, or larger than a piece, is copied.
 fn read_frames(
     conn: &mut Conn,
     out: &mut Out,
@@ -564,20 +582,26 @@ fn read_frames(
     // followed for ever in one turn.
     let drain_to = gone.then(|| consumer.tail() + consumer.available());
     loop {
-        let max = drain_to.map_or(READ_PIECE, |to| {
-            to.saturating_sub(consumer.tail()).min(READ_PIECE)
+        let tail = consumer.tail();
+        let max = drain_to.map_or(out.read_piece, |to| {
+            to.saturating_sub(tail).min(out.read_piece)
         });
         let segments = consumer.next_segments(max);
         let end = segments.end();
-        if end == consumer.tail() {
+        if end == tail {
             break;
         }
         busy = true;
-        for segment in segments {
-            frames::frames_read(conn, out, segment, capacity)?;
+        let mut left = 0;
+        let mut segments = segments.peekable();
+        while let Some(segment) = segments.next() {
+            let last = segments.peek().is_none();
+            left = frames::frames_read(conn, out, segment, capacity, last)?;
         }
-        // Read: the runtime may write there again.
-        if consumer.consume(end).is_err() || !gone || conn.closed {
+        // Read: the runtime may write there again. (A read leaves a
+        // frame only after taking one: it always moves on.)
+        let read_to = end - left as u64;
+        if consumer.consume(read_to).is_err() || !gone || conn.closed {
             break;
         }
     }

@@ -89,7 +89,10 @@ fn carried_frames(conn: &mut Conn, out: &mut Out, capacity: Option<u64>) -> Resu
 /// Turns the frames of `bytes` read from the process's shared buffer
 /// (of `capacity` bytes) into records where they lie: those begun in an
 /// earlier read completed through `conn.carry`, whole ones read in
-/// place, the last, cut short, kept in `conn.carry` for the next read.
+/// place, the last, cut short, kept in `conn.carry` for the next read;
+/// or, with `leave_tail` (the caller reads on from where these bytes
+/// end less what is returned), left where it is if a frame was taken
+/// before it, and its length returned.
 ///
 /// The process may write `bytes` while they are read (it is not
 /// trusted): each value is read from them once (a header decoded into a
@@ -100,14 +103,22 @@ pub(super) fn frames_read(
     out: &mut Out,
     mut bytes: &[u8],
     capacity: u64,
-) -> Result<(), TraceError> {
+    leave_tail: bool,
+) -> Result<usize, TraceError> {
+    let mut progress = false;
     while !bytes.is_empty() && !conn.closed {
         if conn.carry.is_empty() {
             let took = whole_frames(conn, out, bytes, Some(capacity))?;
-            if !conn.closed {
-                conn.carry.extend_from_slice(&bytes[took..]);
+            let rest = &bytes[took..];
+            if conn.closed || rest.is_empty() {
+                return Ok(0);
             }
-            return Ok(());
+            if leave_tail && (took > 0 || progress) {
+                // Read again, whole, next time.
+                return Ok(rest.len());
+            }
+            conn.carry.extend_from_slice(rest);
+            return Ok(0);
         }
         // Only as much as completes the frame begun, so that what
         // follows it is read in place again.
@@ -119,8 +130,9 @@ pub(super) fn frames_read(
         if more == 0 {
             break;
         }
+        progress |= conn.carry.is_empty();
     }
-    Ok(())
+    Ok(0)
 }
 
 /// Bytes the frame begun in `carry` lacks: its header's first, then its

@@ -158,11 +158,14 @@ proptest! {
     /// as reads and the buffer's regions cut them), frames read where
     /// they lie and completed through the carry, give the recording of
     /// the same bytes read whole: the same frames refused as larger than
-    /// the buffer, wherever they were cut.
+    /// the buffer, wherever they were cut. A piece whose cut-short frame
+    /// is left in the buffer (as the recorder leaves the end of its last
+    /// piece) is read on from where that frame begins.
     #[test]
     fn frames_read_in_pieces_are_the_frames_read_whole(
         sent in proptest::collection::vec(sent(), 0..12),
         cuts in proptest::collection::vec(any::<proptest::sample::Index>(), 0..8),
+        leave in proptest::collection::vec(any::<bool>(), 8),
         capacity in prop_oneof![Just(u64::MAX), 24u64..800],
     ) {
         let bytes = bytes_of(&sent);
@@ -172,15 +175,26 @@ proptest! {
 
         let mut whole = open_output(&whole_path, &options(&whole_path), false).unwrap();
         let mut conn_whole = conn(Vec::new(), exec.clone());
-        frames::frames_read(&mut conn_whole, &mut whole, &bytes, capacity).unwrap();
+        prop_assert_eq!(frames::frames_read(&mut conn_whole, &mut whole, &bytes, capacity, false).unwrap(), 0);
 
         let mut pieces = open_output(&pieces_path, &options(&pieces_path), false).unwrap();
         let mut conn_pieces = conn(Vec::new(), exec);
-        let mut at: Vec<usize> = cuts.iter().map(|i| i.index(bytes.len() + 1)).collect();
-        at.extend([0, bytes.len()]);
-        at.sort_unstable();
-        for w in at.windows(2) {
-            frames::frames_read(&mut conn_pieces, &mut pieces, &bytes[w[0]..w[1]], capacity).unwrap();
+        let mut ends: Vec<usize> = cuts.iter().map(|i| i.index(bytes.len() + 1)).collect();
+        ends.sort_unstable();
+        ends.push(bytes.len());
+        let mut start = 0;
+        for (i, &end) in ends.iter().enumerate() {
+            if end <= start {
+                // Behind where reading resumed.
+                continue;
+            }
+            let left = frames::frames_read(&mut conn_pieces, &mut pieces, &bytes[start..end], capacity, leave[i % 8]).unwrap();
+            prop_assert!(left == 0 || leave[i % 8], "a tail left only when asked");
+            prop_assert!(left < end - start, "every read takes something");
+            start = end - left;
+        }
+        if start < bytes.len() {
+            frames::frames_read(&mut conn_pieces, &mut pieces, &bytes[start..], capacity, false).unwrap();
         }
 
         prop_assert_eq!(conn_whole.closed, conn_pieces.closed);
@@ -363,9 +377,9 @@ fn a_frame_larger_than_the_buffer_is_refused_when_its_header_was_cut() {
     let mut bytes = header.to_vec();
     bytes.extend(std::iter::repeat_n(0u8, 4096));
     let mut conn = conn(Vec::new(), Vec::new());
-    frames::frames_read(&mut conn, &mut out, &bytes[..10], 65536).unwrap();
+    frames::frames_read(&mut conn, &mut out, &bytes[..10], 65536, false).unwrap();
     assert!(!conn.closed);
-    frames::frames_read(&mut conn, &mut out, &bytes[10..], 65536).unwrap();
+    frames::frames_read(&mut conn, &mut out, &bytes[10..], 65536, false).unwrap();
     assert!(conn.closed);
     assert!(
         conn.carry.len() < 4096,
@@ -383,7 +397,7 @@ fn a_frame_larger_than_the_buffer_is_refused_when_its_header_was_cut() {
 
 /// What a process wrote before it was found gone is all read in one
 /// turn, across as many pieces as it takes; while it runs, one piece a
-/// turn.
+/// turn, whole frames only.
 #[test]
 fn a_gone_process_is_read_to_its_end_a_running_one_a_piece_a_turn() {
     use ichnos_buf::topa::{AllocFlags, Config, TopaBuffer};
@@ -412,8 +426,56 @@ fn a_gone_process_is_read_to_its_end_a_running_one_a_piece_a_turn() {
     assert!(consumer.available() > 0);
     let one_turn = out.kept;
     assert!(one_turn < 1000 * frames as u64 / 3, "{one_turn}");
+    // The frame the piece's end cut short is left in the buffer, not
+    // copied aside.
+    assert!(conn.carry.is_empty(), "{} bytes copied", conn.carry.len());
+    assert_eq!(one_turn % 1000, 0);
     assert!(super::read_frames(&mut conn, &mut out, &mut consumer, true).unwrap());
     assert_eq!(consumer.available(), 0);
     assert!(conn.carry.is_empty());
     assert_eq!(out.kept, 1000 * frames as u64);
+}
+
+/// A frame cut short at the end of the recorder's last piece, after a
+/// whole one, is left in the shared buffer (not copied aside) and its
+/// length said; read again from where it begins, it is taken whole. One
+/// cut short with no whole frame before it is copied aside, as before:
+/// a read that left it would take nothing.
+#[test]
+fn a_frame_cut_short_after_a_whole_one_is_left_where_it_lies() {
+    let frame = |tid, n: u64| Sent::Frame {
+        tid,
+        flags: 0,
+        lost: 0,
+        events: (0..n)
+            .map(|i| {
+                (
+                    i,
+                    if i % 2 == 0 {
+                        event::ENTER
+                    } else {
+                        event::EXIT
+                    },
+                    0x1000,
+                )
+            })
+            .collect(),
+    };
+    let bytes = bytes_of(&[frame(1, 4), frame(2, 6)]);
+    let first = wire::FRAME_HEADER_BYTES + 4 * wire::EVENT_BYTES;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.data");
+    let mut out = open_output(&path, &options(&path), false).unwrap();
+    let mut conn = conn(Vec::new(), vec![(0x1000, 0x1004)]);
+
+    let left = frames::frames_read(&mut conn, &mut out, &bytes[..first + 40], 65536, true).unwrap();
+    assert_eq!(left, 40);
+    assert!(conn.carry.is_empty(), "{} bytes copied", conn.carry.len());
+    assert_eq!(out.kept, 4);
+    let left = frames::frames_read(&mut conn, &mut out, &bytes[first..], 65536, true).unwrap();
+    assert_eq!(left, 0);
+    assert_eq!(out.kept, 10);
+
+    let left = frames::frames_read(&mut conn, &mut out, &bytes[..40], 65536, true).unwrap();
+    assert_eq!((left, conn.carry.len()), (0, 40));
 }
