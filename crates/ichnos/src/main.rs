@@ -210,8 +210,8 @@ fn image(cli: &Cli, args: &ImageArgs) -> Result<()> {
         }
         if !cli.quiet && !process.skipped.is_empty() && !cli.verbose {
             eprintln!(
-                "note: {} mappings could not be loaded (-v lists them)",
-                process.skipped.len()
+                "note: {} could not be loaded (-v lists them)",
+                crate::units::counted(process.skipped.len() as u64, "mapping", "mappings")
             );
         }
         image = process.image;

@@ -163,11 +163,11 @@ pub fn run(options: &RecordOptions, quiet: bool, verbose: bool) -> Result<Summar
     let mut show = |s: &Status| {
         if let Some(bar) = &progress {
             bar.set_message(format!(
-                "recording: {:.1} s, {} samples, {} lost, {} processes",
+                "recording: {:.1} s, {}, {} lost, {}",
                 s.elapsed.as_secs_f64(),
-                crate::units::thousands(s.samples),
+                crate::units::counted(s.samples, "sample", "samples"),
                 crate::units::thousands(s.lost),
-                s.processes
+                crate::units::counted(s.processes as u64, "process", "processes")
             ));
         }
     };
@@ -211,8 +211,8 @@ pub fn summary_line(s: &Summary) -> String {
         100.0 * s.complete as f64 / s.samples as f64
     };
     format!(
-        "recorded {} samples in {:.2} s ({share:.1}% complete stacks, {} lost) to {} ({})",
-        crate::units::thousands(s.samples),
+        "recorded {} in {:.2} s ({share:.1}% complete stacks, {} lost) to {} ({})",
+        crate::units::counted(s.samples, "sample", "samples"),
         s.duration.as_secs_f64(),
         crate::units::thousands(s.lost),
         s.path.display(),
@@ -229,8 +229,8 @@ pub fn off_cpu_line(s: &Summary) -> Option<String> {
         100.0 * off.complete as f64 / off.intervals as f64
     };
     Some(format!(
-        "recorded {} intervals off CPU through {} ({share:.1}% complete stacks)",
-        crate::units::thousands(off.intervals),
+        "recorded {} off CPU through {} ({share:.1}% complete stacks)",
+        crate::units::counted(off.intervals, "interval", "intervals"),
         off.event
     ))
 }

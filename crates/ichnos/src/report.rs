@@ -201,9 +201,9 @@ pub fn load(path: &Path, quiet: bool) -> Result<Loaded> {
             ichnos_profile::record::import_perf_data(path, file, &temp)?;
         if !quiet && summary.unreadable > 0 {
             eprintln!(
-                "warning: {}: {} records could not be read (left out)",
+                "warning: {}: {} could not be read (left out)",
                 path.display(),
-                summary.unreadable
+                crate::units::counted(summary.unreadable, "record", "records")
             );
         }
         if !quiet && started.elapsed().as_secs() >= 1 {
@@ -703,8 +703,15 @@ fn finished(path: &Path, profile: &Profile) -> Result<()> {
     }
     if profile.orphans > 0 {
         eprintln!(
-            "warning: {} samples name stacks the recording does not hold (left out)",
-            profile.orphans
+            "warning: {} the recording does not hold (left out)",
+            if profile.orphans == 1 {
+                "1 sample names a stack".to_owned()
+            } else {
+                format!(
+                    "{} samples name stacks",
+                    crate::units::thousands(profile.orphans)
+                )
+            }
         );
     }
     if profile.misnumbered_stacks > 0 {

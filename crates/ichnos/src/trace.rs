@@ -118,12 +118,11 @@ pub fn trace(args: &TraceArgs, quiet: bool) -> Result<u8> {
     let mut show = |s: &ichnos_trace::TraceStatus| {
         if let Some(bar) = &progress {
             bar.set_message(format!(
-                "tracing: {:.1} s, {} events, {} lost, {} process{}",
+                "tracing: {:.1} s, {}, {} lost, {}",
                 s.elapsed.as_secs_f64(),
-                crate::units::thousands(s.events),
+                crate::units::counted(s.events, "event", "events"),
                 crate::units::thousands(s.lost),
-                s.processes,
-                if s.processes == 1 { "" } else { "es" }
+                crate::units::counted(s.processes as u64, "process", "processes")
             ));
         }
     };
@@ -141,14 +140,13 @@ pub fn trace(args: &TraceArgs, quiet: bool) -> Result<u8> {
         } else {
             ", 0 lost".to_owned()
         };
-        let plural =
-            |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+        let counted = |n: usize, one, many| crate::units::counted(n as u64, one, many);
         eprintln!(
-            "ichnos: traced {:.2} s: {} events{lost}, {}, {} ({}); wrote {} ({})",
+            "ichnos: traced {:.2} s: {}{lost}, {}, {} ({}); wrote {} ({})",
             summary.duration.as_secs_f64(),
-            crate::units::thousands(summary.events),
-            plural(summary.processes, "process", "processes"),
-            plural(summary.threads, "thread", "threads"),
+            crate::units::counted(summary.events, "event", "events"),
+            counted(summary.processes, "process", "processes"),
+            counted(summary.threads, "thread", "threads"),
             if summary.tsc {
                 "TSC"
             } else {
@@ -341,9 +339,9 @@ pub fn report(
 fn exported(summary: &ichnos_trace::export::ExportSummary, bytes: u64, json: bool) {
     let open = summary.begun.saturating_sub(summary.ended);
     eprintln!(
-        "ichnos: exported {} calls on {} threads{}{} ({})",
-        crate::units::thousands(summary.begun),
-        summary.threads,
+        "ichnos: exported {} on {}{}{} ({})",
+        crate::units::counted(summary.begun, "call", "calls"),
+        crate::units::counted(summary.threads, "thread", "threads"),
         if open > 0 {
             format!(", {} still open at the end", crate::units::thousands(open))
         } else {

@@ -66,6 +66,12 @@ pub fn thousands(n: u64) -> String {
     out
 }
 
+/// `n` with thousands separators and the noun for that many: "1
+/// process", "2,048 threads".
+pub fn counted(n: u64, one: &str, many: &str) -> String {
+    format!("{} {}", thousands(n), if n == 1 { one } else { many })
+}
+
 /// A byte count for people: `512 B`, `48.2 KiB`, `3.1 MiB`.
 pub fn bytes(n: u64) -> String {
     match n {
@@ -96,6 +102,9 @@ mod tests {
         assert_eq!(super::parse_size("1MiB"), Ok(1 << 20));
         assert!(super::parse_size("x").is_err());
         assert_eq!(super::thousands(1_234_567), "1,234,567");
+        assert_eq!(super::counted(1, "process", "processes"), "1 process");
+        assert_eq!(super::counted(0, "thread", "threads"), "0 threads");
+        assert_eq!(super::counted(2048, "thread", "threads"), "2,048 threads");
         assert_eq!(super::thousands(999), "999");
         assert_eq!(super::bytes(1536), "1.5 KiB");
     }

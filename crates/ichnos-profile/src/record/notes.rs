@@ -199,8 +199,15 @@ fn read_on_note(
         ),
     };
     Some(format!(
-        "{completed} stacks went on past the copy and were read on from their threads' \
-         memory{changed}{unreadable}{ends} (--no-stack-reads keeps only the copy)"
+        "{} went on past the copy and {} read on from {} memory{changed}{unreadable}{ends} \
+         (--no-stack-reads keeps only the copy)",
+        count(completed, "stack", "stacks"),
+        were(completed),
+        if completed == 1 {
+            "its thread's"
+        } else {
+            "their threads'"
+        }
     ))
 }
 
@@ -239,17 +246,40 @@ pub(super) fn closing_notes(
     }
     if samples > 0 && cut_short * 1000 > samples {
         notes.push(format!(
-            "{cut_short} stacks reached above where their threads' earlier stacks ended and \
-             were cut short (those threads' stacks are now kept whole)"
+            "{} reached above where {} earlier stacks ended and {} cut short (those \
+             threads' stacks are now kept whole)",
+            count(cut_short, "stack", "stacks"),
+            if cut_short == 1 {
+                "its thread's"
+            } else {
+                "their threads'"
+            },
+            were(cut_short)
         ));
     }
     if oversized > 0 {
         notes.push(format!(
-            "{oversized} records larger than {} KiB were left out",
-            output::MAX_RECORD >> 10
+            "{} larger than {} KiB {} left out",
+            count(oversized, "record", "records"),
+            output::MAX_RECORD >> 10,
+            were(oversized)
         ));
     }
     notes
+}
+
+/// `n` and the noun for that many.
+fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// The verb for `n` of them.
+fn were(n: u64) -> &'static str {
+    if n == 1 {
+        "was"
+    } else {
+        "were"
+    }
 }
 
 /// The notes on off-CPU time: intervals and samples left out.
@@ -257,29 +287,41 @@ fn off_cpu_notes(off: &off_cpu::OffCpu) -> Vec<String> {
     let mut notes = Vec::new();
     if off.unended > 0 {
         notes.push(format!(
-            "{} intervals off CPU were left out: their threads' switches back were lost",
-            off.unended
+            "{} off CPU {} left out: {} back {} lost",
+            count(off.unended, "interval", "intervals"),
+            were(off.unended),
+            if off.unended == 1 {
+                "its thread's switch"
+            } else {
+                "their threads' switches"
+            },
+            were(off.unended)
         ));
     }
     if off.unsampled > 0 {
+        let one = off.unsampled == 1;
         notes.push(format!(
-            "{} intervals off CPU lost their switch samples: their time is counted, \
-             where their threads waited is not known",
-            off.unsampled
+            "{} off CPU lost {} switch samples: {} time is counted, where {} waited is not \
+             known",
+            count(off.unsampled, "interval", "intervals"),
+            if one { "its" } else { "their" },
+            if one { "its" } else { "their" },
+            if one { "its thread" } else { "their threads" }
         ));
     }
     if off.unseen_leavings > 0 {
         notes.push(format!(
-            "{} times a thread came back onto a CPU it was not seen leaving (its switch \
+            "{} a thread came back onto a CPU it was not seen leaving (its switch \
              was lost): that time off the CPU is not counted",
-            off.unseen_leavings
+            count(off.unseen_leavings, "time", "times")
         ));
     }
     if off.kernel_threads > 0 {
         notes.push(format!(
-            "{} samples taken in the kernel with no user code to show (kernel threads, \
-             programs between exec and their first instruction) were left out",
-            off.kernel_threads
+            "{} taken in the kernel with no user code to show (kernel threads, programs \
+             between exec and their first instruction) {} left out",
+            count(off.kernel_threads, "sample", "samples"),
+            were(off.kernel_threads)
         ));
     }
     notes
