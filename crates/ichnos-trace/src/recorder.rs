@@ -438,9 +438,12 @@ fn open_output(path: &Path, options: &TraceOptions, tsc: bool) -> Result<Out, Tr
         std::fs::rename(path, &old).map_err(create)?;
     }
     let file = File::create(path).map_err(create)?;
-    let writer =
+    let mut writer =
         ichnos_data::Writer::with_level(BufWriter::with_capacity(1 << 20, file), ZSTD_LEVEL)
             .map_err(create)?;
+    if compress_on_a_thread() {
+        writer = writer.compressing_on_a_thread().map_err(create)?;
+    }
     let start_ns = clock::monotonic_ns();
     let realtime = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -489,6 +492,17 @@ fn open_output(path: &Path, options: &TraceOptions, tsc: bool) -> Result<Out, Tr
         off_cpu_event: b"",
     }))?;
     Ok(out)
+}
+
+/// Whether the recording is compressed on a thread of its own: where
+/// the recorder may use three CPUs or more. Compressing is up to half of
+/// the recorder's work on a program's events, and on a thread of its own
+/// it overlaps with the conversion of the next frames, where a CPU is
+/// left once the program and the conversion have theirs. On two CPUs it
+/// took them from the program (BENCHMARKS.md, issue 16: a database traced
+/// 7% slower, two busy threads 11% faster, one 0%).
+fn compress_on_a_thread() -> bool {
+    std::thread::available_parallelism().is_ok_and(|n| n.get() >= 3)
 }
 
 /// Bytes read from a shared buffer at a time, at least: two frames of
