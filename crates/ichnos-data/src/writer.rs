@@ -170,7 +170,7 @@ impl<W: Write> Writer<W> {
     /// Writes what is gathered and returns the output.
     pub fn finish(mut self) -> io::Result<W> {
         self.flush_chunk()?;
-        match std::mem::replace(&mut self.sink, Sink::Thread(ChunkThread::stopped())) {
+        match self.sink {
             Sink::Here(out) => Ok(out.out),
             Sink::Thread(thread) => thread.finish(),
         }
@@ -185,20 +185,31 @@ impl<W: Write + Send + 'static> Writer<W> {
     /// caller would have written; at most two chunks wait for the thread
     /// (the caller waits for room past that). An error of the thread's
     /// writing is returned by the next call that hands it a chunk, or by
-    /// [`Writer::flush_chunk`] or [`Writer::finish`].
-    ///
-    /// # Errors
-    /// The thread could not be started.
-    pub fn compressing_on_a_thread(mut self) -> io::Result<Self> {
-        if let Sink::Here(_) = self.sink {
-            let Sink::Here(out) =
-                std::mem::replace(&mut self.sink, Sink::Thread(ChunkThread::stopped()))
-            else {
-                unreachable!("matched above");
-            };
-            self.sink = Sink::Thread(ChunkThread::start(out)?);
+    /// [`Writer::flush_chunk`] or [`Writer::finish`]. Where the thread
+    /// cannot be started, the writer goes on compressing itself.
+    #[must_use]
+    pub fn compressing_on_a_thread(self) -> Self {
+        let Writer {
+            sink,
+            chunk,
+            records,
+            scratch,
+            chunk_target,
+        } = self;
+        let sink = match sink {
+            Sink::Here(out) => match ChunkThread::start(out) {
+                Ok(thread) => Sink::Thread(thread),
+                Err(out) => Sink::Here(out),
+            },
+            threaded @ Sink::Thread(_) => threaded,
+        };
+        Writer {
+            sink,
+            chunk,
+            records,
+            scratch,
+            chunk_target,
         }
-        Ok(self)
     }
 }
 

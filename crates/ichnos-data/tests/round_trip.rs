@@ -415,8 +415,17 @@ proptest! {
         start in 0u64..1 << 40,
         calls in proptest::collection::vec(
             (
-                prop_oneof![0u64..40, 0u64..5000, Just(0x1000), Just(0xfff), 0u64..1 << 40],
-                prop_oneof![0u64..0x90, 0x3f00u64..0x4100, any::<u64>()],
+                // Deltas whose head (delta << 2 | kind) is one byte, two
+                // bytes or longer, at the edges, and past the largest
+                // delta a block stores.
+                prop_oneof![
+                    0u64..40, 0u64..5000, Just(0x1f), Just(0x20), Just(0xfff), Just(0x1000),
+                    0u64..1 << 40, Just(u64::MAX)
+                ],
+                prop_oneof![
+                    0u64..0x90, 0x3f00u64..0x4100, Just(0x7f), Just(0x80), Just(0x3fff),
+                    Just(0x4000), any::<u64>()
+                ],
                 any::<bool>(),
                 any::<bool>(),
             ),

@@ -40,7 +40,7 @@ type Generated = (u8, [u64; 3], Vec<u8>, bool);
 fn write_all(records: &[Generated], chunk_target: usize, threaded: bool) -> Vec<u8> {
     let mut w = Writer::with_chunk_target(Vec::new(), chunk_target).unwrap();
     if threaded {
-        w = w.compressing_on_a_thread().unwrap();
+        w = w.compressing_on_a_thread();
     }
     for (kind, n, name, flush) in records {
         w.push(&record(*kind, *n, name)).unwrap();
@@ -104,12 +104,11 @@ fn the_threads_write_error_is_returned_and_nothing_hangs() {
     };
     let mut w = Writer::with_chunk_target(out, 1000)
         .unwrap()
-        .compressing_on_a_thread()
-        .unwrap();
+        .compressing_on_a_thread();
     // Incompressible names: each chunk is about 1 KB on disk.
     let mut failed = None;
     for i in 0..10_000u64 {
-        let name: Vec<u8> = (0..64).map(|j| (i * 131 + j * 71 % 251) as u8).collect();
+        let name: Vec<u8> = (0..64).map(|j| ((i * 131 + j * 71) % 251) as u8).collect();
         if let Err(e) = w.push(&record(0, [i, i, i], &name)) {
             failed = Some(e);
             break;
@@ -129,20 +128,22 @@ fn a_flush_returns_the_error_of_a_chunk_handed_over_before_it() {
     let out = FullAfter { room: 40, taken: 0 };
     let mut w = Writer::with_chunk_target(out, 1)
         .unwrap()
-        .compressing_on_a_thread()
-        .unwrap();
+        .compressing_on_a_thread();
     // Handed over (a chunk of its own), then written past the room.
     w.push(&record(0, [1, 2, 3], &[7; 64])).unwrap();
     let e = w.flush_chunk().unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::StorageFull, "{e}");
 }
 
-/// An output the test can look into after the writer is gone.
+/// An output the test can look into after the writer is gone, and a
+/// slow one: a writer that did not wait for its thread when dropped
+/// would leave most chunks unwritten.
 #[derive(Clone, Default)]
 struct Shared(Arc<Mutex<Vec<u8>>>);
 
 impl Write for Shared {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        std::thread::sleep(std::time::Duration::from_millis(2));
         self.0.lock().unwrap().extend_from_slice(buf);
         Ok(buf.len())
     }
@@ -157,8 +158,7 @@ fn chunks_handed_over_are_written_when_the_writer_is_dropped_unfinished() {
     let out = Shared::default();
     let mut w = Writer::with_chunk_target(out.clone(), 100)
         .unwrap()
-        .compressing_on_a_thread()
-        .unwrap();
+        .compressing_on_a_thread();
     for i in 0..1000u64 {
         w.push(&record(1, [i, 1, i % 7], b"")).unwrap();
     }

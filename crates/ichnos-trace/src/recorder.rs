@@ -82,6 +82,9 @@ pub struct TraceOptions {
     pub not: Vec<String>,
     /// Use `CLOCK_MONOTONIC` even where the TSC is invariant.
     pub monotonic: bool,
+    /// Compress the recording on a thread of its own (`None`: where the
+    /// recorder may use three CPUs or more).
+    pub compress_on_a_thread: Option<bool>,
 }
 
 /// How a trace went.
@@ -441,8 +444,11 @@ fn open_output(path: &Path, options: &TraceOptions, tsc: bool) -> Result<Out, Tr
     let mut writer =
         ichnos_data::Writer::with_level(BufWriter::with_capacity(1 << 20, file), ZSTD_LEVEL)
             .map_err(create)?;
-    if compress_on_a_thread() {
-        writer = writer.compressing_on_a_thread().map_err(create)?;
+    if options
+        .compress_on_a_thread
+        .unwrap_or_else(compress_on_a_thread)
+    {
+        writer = writer.compressing_on_a_thread();
     }
     let start_ns = clock::monotonic_ns();
     let realtime = std::time::SystemTime::now()
@@ -466,7 +472,7 @@ fn open_output(path: &Path, options: &TraceOptions, tsc: bool) -> Result<Out, Tr
         lost: 0,
         processes: 0,
         refused: Vec::new(),
-        read_piece: read_piece(options.buffer),
+        read_piece: read_piece(options.buffer, options.ring),
     };
     let command: Vec<&[u8]> = options
         .command
@@ -512,13 +518,17 @@ fn compress_on_a_thread() -> bool {
 const READ_PIECE: u64 = 2 * ((128 << 10) + FRAME_HEADER_BYTES as u64);
 
 /// Bytes read from a shared buffer at a time where each thread's buffer
-/// is `buffer` bytes: two of its frames.
-fn read_piece(buffer: Option<u64>) -> u64 {
-    buffer.map_or(READ_PIECE, |b| {
-        b.saturating_add(FRAME_HEADER_BYTES as u64)
-            .saturating_mul(2)
-            .max(READ_PIECE)
-    })
+/// is `buffer` bytes and each ring `ring` bytes: two of the largest
+/// frames they make (the runtime rounds a buffer up to whole pages, a
+/// ring to a power of two).
+fn read_piece(buffer: Option<u64>, ring: Option<u64>) -> u64 {
+    let largest = buffer
+        .map_or(0, |b| b.div_ceil(4096).saturating_mul(4096))
+        .max(ring.map_or(0, |r| r.checked_next_power_of_two().unwrap_or(r)));
+    largest
+        .saturating_add(FRAME_HEADER_BYTES as u64)
+        .saturating_mul(2)
+        .max(READ_PIECE)
 }
 
 /// Serves one connection: its hello, its frames, its end. True if it
@@ -563,9 +573,13 @@ fn service(conn: &mut Conn, out: &mut Out) -> Result<bool, TraceError> {
         })?;
         if !conn.carry.is_empty() {
             out.refused.push(format!(
-                "process {}: its last {} bytes were not a whole frame",
+                "process {}: its last {} not a whole frame",
                 conn.pid,
-                conn.carry.len()
+                if conn.carry.len() == 1 {
+                    "byte was".to_owned()
+                } else {
+                    format!("{} bytes were", conn.carry.len())
+                }
             ));
         }
         conn.closed = true;
@@ -582,7 +596,8 @@ fn service(conn: &mut Conn, out: &mut Out) -> Result<bool, TraceError> {
 /// A frame cut short by the end of a piece is left in the buffer for the
 /// next read, which takes it whole where it lies (copying it aside to be
 /// completed was 5% of the recorder's time); only a frame cut by the end
-/// of one of the buffer's regions, or larger than a piece, is copied.
+/// of one of the buffer's regions, or larger than a piece, is copied
+/// ([`frames::CutFrame`]).
 fn read_frames(
     conn: &mut Conn,
     out: &mut Out,
@@ -607,10 +622,16 @@ fn read_frames(
         }
         busy = true;
         let mut left = 0;
-        let mut segments = segments.peekable();
-        while let Some(segment) = segments.next() {
-            let last = segments.peek().is_none();
-            left = frames::frames_read(conn, out, segment, capacity, last)?;
+        let mut segments = segments.enumerate().peekable();
+        while let Some((n, segment)) = segments.next() {
+            let cut = if segments.peek().is_none() {
+                frames::CutFrame::Leave {
+                    earlier_pieces: n > 0,
+                }
+            } else {
+                frames::CutFrame::Carry
+            };
+            left = frames::frames_read(conn, out, segment, capacity, cut)?;
         }
         // Read: the runtime may write there again. (A read leaves a
         // frame only after taking one: it always moves on.)

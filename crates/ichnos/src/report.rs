@@ -208,9 +208,9 @@ pub fn load(path: &Path, quiet: bool) -> Result<Loaded> {
         }
         if !quiet && started.elapsed().as_secs() >= 1 {
             eprintln!(
-                "note: {} read as perf.data: {} samples unwound in {:.1} s",
+                "note: {} read as perf.data: {} unwound in {:.1} s",
                 path.display(),
-                summary.samples,
+                crate::units::counted(summary.samples, "sample", "samples"),
                 started.elapsed().as_secs_f64()
             );
         }

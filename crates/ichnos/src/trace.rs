@@ -112,6 +112,7 @@ pub fn trace(args: &TraceArgs, quiet: bool) -> Result<u8> {
         only: args.filter.clone(),
         not: args.notrace.clone(),
         monotonic: args.monotonic,
+        compress_on_a_thread: None,
     };
     let stop = ichnos_profile::catch_stop_signals();
     let progress = crate::progress::status_line(quiet);
@@ -347,7 +348,9 @@ fn exported(summary: &ichnos_trace::export::ExportSummary, bytes: u64, json: boo
         } else {
             String::new()
         },
-        if summary.instants > 0 {
+        if summary.instants == 1 {
+            ", 1 probe or loss".to_owned()
+        } else if summary.instants > 0 {
             format!(
                 ", {} probes and losses",
                 crate::units::thousands(summary.instants)

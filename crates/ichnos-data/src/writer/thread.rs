@@ -38,15 +38,22 @@ pub(super) struct ChunkThread<W> {
 }
 
 impl<W: Write + Send + 'static> ChunkThread<W> {
-    /// Starts the thread, which writes through `out` from now on.
-    pub(super) fn start(mut out: ChunkOut<W>) -> io::Result<Self> {
+    /// Starts the thread, which writes through `out` from now on; `out`
+    /// back if the thread could not be started.
+    pub(super) fn start(out: ChunkOut<W>) -> Result<Self, ChunkOut<W>> {
+        // `out` goes to the thread once it runs: a thread that cannot be
+        // started leaves it here.
+        let (give, take) = mpsc::sync_channel::<ChunkOut<W>>(1);
         let (jobs, jobs_in) = mpsc::sync_channel::<Job>(CHUNKS_WAITING);
         let (spare_out, spare) = mpsc::sync_channel::<Vec<u8>>(CHUNKS_WAITING + 1);
         let written = Arc::new(AtomicU64::new(out.written));
         let counted = Arc::clone(&written);
-        let thread = std::thread::Builder::new()
+        let started = std::thread::Builder::new()
             .name("ichnos-chunks".into())
             .spawn(move || {
+                let mut out = take
+                    .recv()
+                    .map_err(|_| io::Error::other("the recording's output never came"))?;
                 for job in jobs_in {
                     match job {
                         Job::Chunk(mut raw, records) => {
@@ -69,7 +76,16 @@ impl<W: Write + Send + 'static> ChunkThread<W> {
                     }
                 }
                 Ok(out.out)
-            })?;
+            });
+        let Ok(thread) = started else {
+            return Err(out);
+        };
+        // The thread takes it: the channel has room for it.
+        if let Err(mpsc::TrySendError::Full(out) | mpsc::TrySendError::Disconnected(out)) =
+            give.try_send(out)
+        {
+            return Err(out);
+        }
         Ok(Self {
             jobs: Some(jobs),
             spare: Some(spare),
@@ -80,16 +96,6 @@ impl<W: Write + Send + 'static> ChunkThread<W> {
 }
 
 impl<W> ChunkThread<W> {
-    /// One that is not running (a writer's place holder as it finishes).
-    pub(super) fn stopped() -> Self {
-        Self {
-            jobs: None,
-            spare: None,
-            thread: None,
-            written: Arc::new(AtomicU64::new(0)),
-        }
-    }
-
     pub(super) fn written(&self) -> u64 {
         self.written.load(Ordering::Relaxed)
     }

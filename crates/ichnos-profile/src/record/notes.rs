@@ -178,14 +178,18 @@ fn read_on_note(
         return None;
     }
     let changed = if changed > 0 {
-        format!("; {changed} others had changed by then")
+        format!(
+            "; {} had changed by then",
+            count(changed, "other", "others")
+        )
     } else {
         String::new()
     };
     let unreadable = if unreadable > 0 {
         format!(
-            "; {unreadable} could not be read (their process had exited, or does not let \
-             ichnos read its memory: ptrace access, see kernel.yama.ptrace_scope)"
+            "; {unreadable} could not be read ({} process had exited, or does not let \
+             ichnos read its memory: ptrace access, see kernel.yama.ptrace_scope)",
+            if unreadable == 1 { "its" } else { "their" }
         )
     } else {
         String::new()
@@ -194,8 +198,10 @@ fn read_on_note(
         (true, _) => String::new(),
         (false, 0) => "; those end at the copy".to_owned(),
         (false, n) => format!(
-            "; of those, {n} were completed over what an earlier sample of their thread \
-             read, the rest end at the copy or short of their first frame"
+            "; of those, {n} {} completed over what an earlier sample of {} thread \
+             read, the rest end at the copy or short of their first frame",
+            were(n),
+            if n == 1 { "its" } else { "their" }
         ),
     };
     Some(format!(
@@ -246,15 +252,20 @@ pub(super) fn closing_notes(
     }
     if samples > 0 && cut_short * 1000 > samples {
         notes.push(format!(
-            "{} reached above where {} earlier stacks ended and {} cut short (those \
-             threads' stacks are now kept whole)",
+            "{} reached above where {} earlier stacks ended and {} cut short ({} \
+             stacks are now kept whole)",
             count(cut_short, "stack", "stacks"),
             if cut_short == 1 {
                 "its thread's"
             } else {
                 "their threads'"
             },
-            were(cut_short)
+            were(cut_short),
+            if cut_short == 1 {
+                "that thread's"
+            } else {
+                "those threads'"
+            }
         ));
     }
     if oversized > 0 {
@@ -301,10 +312,13 @@ fn off_cpu_notes(off: &off_cpu::OffCpu) -> Vec<String> {
     if off.unsampled > 0 {
         let one = off.unsampled == 1;
         notes.push(format!(
-            "{} off CPU lost {} switch samples: {} time is counted, where {} waited is not \
-             known",
+            "{} off CPU lost {}: {} time is counted, where {} waited is not known",
             count(off.unsampled, "interval", "intervals"),
-            if one { "its" } else { "their" },
+            if one {
+                "its switch sample"
+            } else {
+                "their switch samples"
+            },
             if one { "its" } else { "their" },
             if one { "its thread" } else { "their threads" }
         ));
@@ -313,7 +327,11 @@ fn off_cpu_notes(off: &off_cpu::OffCpu) -> Vec<String> {
         notes.push(format!(
             "{} a thread came back onto a CPU it was not seen leaving (its switch \
              was lost): that time off the CPU is not counted",
-            count(off.unseen_leavings, "time", "times")
+            if off.unseen_leavings == 1 {
+                "once".to_owned()
+            } else {
+                count(off.unseen_leavings, "time", "times")
+            }
         ));
     }
     if off.kernel_threads > 0 {

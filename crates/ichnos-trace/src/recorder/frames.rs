@@ -86,13 +86,28 @@ fn carried_frames(conn: &mut Conn, out: &mut Out, capacity: Option<u64>) -> Resu
     Ok(())
 }
 
+/// What [`frames_read`] does with a frame its bytes end inside.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum CutFrame {
+    /// Copies it aside (into `conn.carry`), to be completed by the bytes
+    /// that follow.
+    Carry,
+    /// Leaves it where it lies, its length said, for the next read to
+    /// begin with it: these bytes are the last piece of a read, whose
+    /// tail the caller moves only up to that frame. Only where the read
+    /// took something before it (a whole frame, or the end of one begun
+    /// earlier), so that every read moves on; else it is carried.
+    /// `earlier_pieces`: these bytes are not the read's first piece (the
+    /// pieces before them were taken whole, or end in the frame these
+    /// complete).
+    Leave { earlier_pieces: bool },
+}
+
 /// Turns the frames of `bytes` read from the process's shared buffer
 /// (of `capacity` bytes) into records where they lie: those begun in an
-/// earlier read completed through `conn.carry`, whole ones read in
-/// place, the last, cut short, kept in `conn.carry` for the next read;
-/// or, with `leave_tail` (the caller reads on from where these bytes
-/// end less what is returned), left where it is if a frame was taken
-/// before it, and its length returned.
+/// earlier piece completed through `conn.carry`, whole ones read in
+/// place, the last, cut short, carried or left as `cut` says. Returns
+/// the length of a frame left (0 if none was).
 ///
 /// The process may write `bytes` while they are read (it is not
 /// trusted): each value is read from them once (a header decoded into a
@@ -103,9 +118,14 @@ pub(super) fn frames_read(
     out: &mut Out,
     mut bytes: &[u8],
     capacity: u64,
-    leave_tail: bool,
+    cut: CutFrame,
 ) -> Result<usize, TraceError> {
-    let mut progress = false;
+    let mut progress = matches!(
+        cut,
+        CutFrame::Leave {
+            earlier_pieces: true
+        }
+    );
     while !bytes.is_empty() && !conn.closed {
         if conn.carry.is_empty() {
             let took = whole_frames(conn, out, bytes, Some(capacity))?;
@@ -113,7 +133,7 @@ pub(super) fn frames_read(
             if conn.closed || rest.is_empty() {
                 return Ok(0);
             }
-            if leave_tail && (took > 0 || progress) {
+            if cut != CutFrame::Carry && (took > 0 || progress) {
                 // Read again, whole, next time.
                 return Ok(rest.len());
             }
@@ -438,34 +458,40 @@ fn convert(
     let mut walked = conn.walks.remove(&h.tid).unwrap_or_default();
     walked.broken |= h.lost > 0 && walked.frames > 0;
     let (events, _) = body.as_chunks::<EVENT_BYTES>();
+    // Each event decoded once, where it is read: the process may change
+    // it meanwhile.
     let mut i = 0;
-    while let Some(chunk) = events.get(i) {
-        let (ticks, kind, address) = wire::decode_event(chunk);
+    let mut next = events.first().map(wire::decode_event);
+    while let Some((ticks, kind, address)) = next {
         if kind == event::ENTER || kind == event::EXIT {
             // Nearly every event: taken first, by two comparisons (the
             // `match` below is a jump through a table), and the run of
             // them converted on a path of its own.
             walked = Walked::default();
             probe = None;
-            i = call_run(conn, out, blocks, events, i, &mut resynced)?;
+            (i, next) = call_run(
+                conn,
+                out,
+                blocks,
+                events,
+                i,
+                (ticks, kind, address),
+                &mut resynced,
+            )?;
             continue;
         }
         i += 1;
+        next = events.get(i).map(wire::decode_event);
         if kind != event::LIVE && kind != event::CATCH {
             // A catch's frames come right before it: a run that anything
             // else interrupted is of no catch (as a reader takes it).
             walked = Walked::default();
         }
         if kind == event::VALUE {
+            // A value event carries the value where a time would be.
+            let value = ticks;
             if let Some((ticks, id)) = probe.take() {
-                blocks.push(
-                    out,
-                    &CallEvent::Probe {
-                        ticks,
-                        id,
-                        value: ticks_value(chunk),
-                    },
-                )?;
+                blocks.push(out, &CallEvent::Probe { ticks, id, value })?;
             }
             continue;
         }
@@ -523,12 +549,16 @@ fn convert(
     Ok(())
 }
 
-/// Converts the run of entries and exits that begins at `events[i]`, and
-/// says where it ends. The recorder keeps up with a program making tens
-/// of millions of calls a second only if an event costs it a few
-/// nanoseconds (BENCHMARKS.md, issue 16): the code range the last address
-/// was in is kept at hand, the frame fetched ahead, the event encoded on
-/// the encoder's path for calls.
+/// An event as [`wire::decode_event`] gives it: (ticks, kind, address).
+type Decoded = (u64, u8, u64);
+
+/// Converts the run of entries and exits that begins at `events[i]`
+/// (`first`: it, decoded), and says where it ends: the index of the
+/// event after it, and that event decoded. The recorder keeps up with a
+/// program making tens of millions of calls a second only if an event
+/// costs it a few nanoseconds (BENCHMARKS.md, issue 16): the code range
+/// the last address was in is kept at hand, the frame fetched ahead, the
+/// event encoded on the encoder's path for calls.
 #[inline(always)]
 #[allow(clippy::inline_always)] // the loop of nearly every event
 fn call_run(
@@ -537,17 +567,12 @@ fn call_run(
     blocks: &mut Blocks,
     events: &[[u8; EVENT_BYTES]],
     mut i: usize,
+    first: Decoded,
     resynced: &mut bool,
-) -> Result<usize, TraceError> {
+) -> Result<(usize, Option<Decoded>), TraceError> {
     let mut known = conn.exec.get(conn.exec_hit).copied().unwrap_or((0, 0));
-    while let Some(chunk) = events.get(i) {
-        if i.is_multiple_of(64 / EVENT_BYTES) {
-            prefetch(chunk.as_ptr().wrapping_add(PREFETCH_AHEAD));
-        }
-        let (ticks, kind, address) = wire::decode_event(chunk);
-        if kind != event::ENTER && kind != event::EXIT {
-            break;
-        }
+    let (mut ticks, mut kind, mut address) = first;
+    loop {
         if !*resynced && !(known.0..known.1).contains(&address) {
             if in_known_code(conn, address) {
                 known = conn.exec[conn.exec_hit];
@@ -559,8 +584,17 @@ fn call_run(
         }
         blocks.push_call(out, conn.asid, ticks, address, kind == event::ENTER)?;
         i += 1;
+        let Some(chunk) = events.get(i) else {
+            return Ok((i, None));
+        };
+        if i.is_multiple_of(64 / EVENT_BYTES) {
+            prefetch(chunk.as_ptr().wrapping_add(PREFETCH_AHEAD));
+        }
+        (ticks, kind, address) = wire::decode_event(chunk);
+        if kind != event::ENTER && kind != event::EXIT {
+            return Ok((i, Some((ticks, kind, address))));
+        }
     }
-    Ok(i)
 }
 
 /// How far ahead of the event being converted its frame is fetched into
@@ -670,8 +704,3 @@ fn add_span_names(conn: &Conn, out: &mut Out, body: &[u8]) -> Result<(), TraceEr
 /// each encoded at worst, fit far inside a chunk of the recording (16
 /// MiB).
 pub(super) const EVENTS_PER_RECORD: usize = 1 << 16;
-
-/// A probe value event carries the value where a time would be.
-fn ticks_value(chunk: &[u8]) -> u64 {
-    u64::from_le_bytes(chunk[..8].try_into().expect("8 bytes"))
-}

@@ -11,6 +11,7 @@ use ichnos_data::{CallEvent, Reader};
 use proptest::prelude::*;
 use rustc_hash::FxHashMap;
 
+use super::frames::CutFrame;
 use super::{frames, open_output, Conn, TraceOptions};
 
 /// A frame as a process could send it: its header's thread, flags and
@@ -79,6 +80,7 @@ fn options(path: &std::path::Path) -> TraceOptions {
         only: Vec::new(),
         not: Vec::new(),
         monotonic: true,
+        compress_on_a_thread: Some(false),
     }
 }
 
@@ -166,6 +168,7 @@ proptest! {
         sent in proptest::collection::vec(sent(), 0..12),
         cuts in proptest::collection::vec(any::<proptest::sample::Index>(), 0..8),
         leave in proptest::collection::vec(any::<bool>(), 8),
+        splits in proptest::collection::vec(any::<proptest::sample::Index>(), 8),
         capacity in prop_oneof![Just(u64::MAX), 24u64..800],
     ) {
         let bytes = bytes_of(&sent);
@@ -175,9 +178,15 @@ proptest! {
 
         let mut whole = open_output(&whole_path, &options(&whole_path), false).unwrap();
         let mut conn_whole = conn(Vec::new(), exec.clone());
-        prop_assert_eq!(frames::frames_read(&mut conn_whole, &mut whole, &bytes, capacity, false).unwrap(), 0);
+        prop_assert_eq!(frames::frames_read(&mut conn_whole, &mut whole, &bytes, capacity, CutFrame::Carry).unwrap(), 0);
 
-        let mut pieces = open_output(&pieces_path, &options(&pieces_path), false).unwrap();
+        // The pieces' recording compressed on the writer's thread: the
+        // same recording.
+        let threaded = TraceOptions {
+            compress_on_a_thread: Some(true),
+            ..options(&pieces_path)
+        };
+        let mut pieces = open_output(&pieces_path, &threaded, false).unwrap();
         let mut conn_pieces = conn(Vec::new(), exec);
         let mut ends: Vec<usize> = cuts.iter().map(|i| i.index(bytes.len() + 1)).collect();
         ends.sort_unstable();
@@ -188,15 +197,25 @@ proptest! {
                 // Behind where reading resumed.
                 continue;
             }
-            let left = frames::frames_read(&mut conn_pieces, &mut pieces, &bytes[start..end], capacity, leave[i % 8]).unwrap();
-            prop_assert!(left == 0 || leave[i % 8], "a tail left only when asked");
+            let left = if leave[i % 8] {
+                // A read of two pieces (as a region's end cuts one), the
+                // first carried, the last leaving its cut frame.
+                let split = start + splits[i % 8].index(end - start);
+                if split > start {
+                    frames::frames_read(&mut conn_pieces, &mut pieces, &bytes[start..split], capacity, CutFrame::Carry).unwrap();
+                }
+                let cut = CutFrame::Leave { earlier_pieces: split > start };
+                frames::frames_read(&mut conn_pieces, &mut pieces, &bytes[split..end], capacity, cut).unwrap()
+            } else {
+                frames::frames_read(&mut conn_pieces, &mut pieces, &bytes[start..end], capacity, CutFrame::Carry).unwrap()
+            };
+            prop_assert!(left == 0 || leave[i % 8], "a frame left only where asked");
             prop_assert!(left < end - start, "every read takes something");
             start = end - left;
         }
         if start < bytes.len() {
-            frames::frames_read(&mut conn_pieces, &mut pieces, &bytes[start..], capacity, false).unwrap();
+            frames::frames_read(&mut conn_pieces, &mut pieces, &bytes[start..], capacity, CutFrame::Carry).unwrap();
         }
-
         prop_assert_eq!(conn_whole.closed, conn_pieces.closed);
         prop_assert_eq!(&conn_whole.carry, &conn_pieces.carry);
         prop_assert_eq!(&whole.refused, &pieces.refused);
@@ -377,9 +396,9 @@ fn a_frame_larger_than_the_buffer_is_refused_when_its_header_was_cut() {
     let mut bytes = header.to_vec();
     bytes.extend(std::iter::repeat_n(0u8, 4096));
     let mut conn = conn(Vec::new(), Vec::new());
-    frames::frames_read(&mut conn, &mut out, &bytes[..10], 65536, false).unwrap();
+    frames::frames_read(&mut conn, &mut out, &bytes[..10], 65536, CutFrame::Carry).unwrap();
     assert!(!conn.closed);
-    frames::frames_read(&mut conn, &mut out, &bytes[10..], 65536, false).unwrap();
+    frames::frames_read(&mut conn, &mut out, &bytes[10..], 65536, CutFrame::Carry).unwrap();
     assert!(conn.closed);
     assert!(
         conn.carry.len() < 4096,
@@ -427,9 +446,9 @@ fn a_gone_process_is_read_to_its_end_a_running_one_a_piece_a_turn() {
     let one_turn = out.kept;
     assert!(one_turn < 1000 * frames as u64 / 3, "{one_turn}");
     // The frame the piece's end cut short is left in the buffer, not
-    // copied aside.
+    // copied aside: the tail is where it begins.
     assert!(conn.carry.is_empty(), "{} bytes copied", conn.carry.len());
-    assert_eq!(one_turn % 1000, 0);
+    assert_eq!(consumer.tail(), one_turn / 1000 * frame.len() as u64);
     assert!(super::read_frames(&mut conn, &mut out, &mut consumer, true).unwrap());
     assert_eq!(consumer.available(), 0);
     assert!(conn.carry.is_empty());
@@ -468,14 +487,44 @@ fn a_frame_cut_short_after_a_whole_one_is_left_where_it_lies() {
     let mut out = open_output(&path, &options(&path), false).unwrap();
     let mut conn = conn(Vec::new(), vec![(0x1000, 0x1004)]);
 
-    let left = frames::frames_read(&mut conn, &mut out, &bytes[..first + 40], 65536, true).unwrap();
+    let leave = CutFrame::Leave {
+        earlier_pieces: false,
+    };
+    let left =
+        frames::frames_read(&mut conn, &mut out, &bytes[..first + 40], 65536, leave).unwrap();
     assert_eq!(left, 40);
     assert!(conn.carry.is_empty(), "{} bytes copied", conn.carry.len());
     assert_eq!(out.kept, 4);
-    let left = frames::frames_read(&mut conn, &mut out, &bytes[first..], 65536, true).unwrap();
+    let left = frames::frames_read(&mut conn, &mut out, &bytes[first..], 65536, leave).unwrap();
     assert_eq!(left, 0);
     assert_eq!(out.kept, 10);
 
-    let left = frames::frames_read(&mut conn, &mut out, &bytes[..40], 65536, true).unwrap();
+    // A read of two pieces, the first ending where the first frame does
+    // (as a region's end may): the second's cut frame is left, though
+    // that piece took nothing before it.
+    let mut conn2 = self::conn(Vec::new(), vec![(0x1000, 0x1004)]);
+    frames::frames_read(
+        &mut conn2,
+        &mut out,
+        &bytes[..first],
+        65536,
+        CutFrame::Carry,
+    )
+    .unwrap();
+    let after = CutFrame::Leave {
+        earlier_pieces: true,
+    };
+    let left = frames::frames_read(
+        &mut conn2,
+        &mut out,
+        &bytes[first..first + 40],
+        65536,
+        after,
+    )
+    .unwrap();
+    assert_eq!((left, conn2.carry.len()), (40, 0));
+
+    // One cut short with nothing taken before it in its read is carried.
+    let left = frames::frames_read(&mut conn, &mut out, &bytes[..40], 65536, leave).unwrap();
     assert_eq!((left, conn.carry.len()), (0, 40));
 }
