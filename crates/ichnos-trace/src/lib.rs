@@ -29,3 +29,8 @@ pub use clock::tsc_is_invariant;
 pub use filter::FilterError;
 pub use read::{Call, Function, Trace, TraceReadError};
 pub use recorder::{trace, TraceError, TraceOptions, TraceStatus, TraceSummary};
+
+/// For the fuzz targets (`fuzz/`): the recorder's reading of a traced
+/// process's shared buffer, from bytes alone. Not an API to build on.
+#[doc(hidden)]
+pub use recorder::fuzzing;

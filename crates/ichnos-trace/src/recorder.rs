@@ -28,6 +28,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 mod frames;
 #[cfg(test)]
 mod frames_test;
+pub mod fuzzing;
 
 use crate::filter::{self, FilterError};
 use crate::{clock, socket, sys};
