@@ -33,6 +33,10 @@ pub(crate) fn not_plain() {
 }
 
 /// Calls deeper than this are not traced (`-D`); `u32::MAX`: no limit.
+/// The depth counts from a thread's first traced call, or, inside a `-F`
+/// function, from the innermost open call of one (as uftrace counts it:
+/// a `-F` function called again beneath itself shows as many levels
+/// beneath it as the outermost).
 static MAX_DEPTH: AtomicU32 = AtomicU32::new(u32::MAX);
 /// Function filters are set.
 static FILTERED: AtomicBool = AtomicBool::new(false);
@@ -100,6 +104,22 @@ thread_local! {
         const { Cell::new([(0, OUTSIDE, 0); JUMP_PLACES]) };
     /// The outermost open calls.
     static CALLS: [Cell<Kept>; KEPT_CALLS] = const { [const { Cell::new(Kept::NONE) }; KEPT_CALLS] };
+    /// For the open `-F` calls, outermost first: the traced depth before
+    /// each was entered, which the depth limit counts from inside it.
+    static BASES: [Cell<u32>; F_BASES] = const { [const { Cell::new(0) }; F_BASES] };
+}
+
+/// Open `-F` calls whose depth a thread keeps, the outermost: a call
+/// nested deeper in them counts its depth from the last one kept.
+const F_BASES: usize = 64;
+
+/// The traced depth the depth limit counts from where `inside` `-F`
+/// calls are open (0: none is).
+fn base(inside: u32) -> u32 {
+    match (inside as usize).min(F_BASES) {
+        0 => 0,
+        n => BASES.with(|b| b[n - 1].get()),
+    }
 }
 
 /// Sets the depth limit and the filters (run-time addresses), once, at
@@ -150,16 +170,22 @@ pub(crate) fn enter(function: u64, sp: u64) -> bool {
     PLACE.with(|cell| {
         let mut p = cell.get();
         p.calls = p.calls.saturating_add(1);
+        let mut only = false;
         if filtered {
+            only = has(&ONLY, function);
             p.hidden = p.hidden.saturating_add(u32::from(has(&NOT, function)));
-            p.inside = p.inside.saturating_add(u32::from(has(&ONLY, function)));
+            p.inside = p.inside.saturating_add(u32::from(only));
         }
         let traced = !filtered || shown(p);
         if traced {
             p.depth = p.depth.saturating_add(1);
+            if only && (1..=F_BASES).contains(&(p.inside as usize)) {
+                // Its own depth is 1.
+                BASES.with(|b| b[p.inside as usize - 1].set(p.depth - 1));
+            }
         }
         cell.set(p);
-        let written = traced && p.depth <= max;
+        let written = traced && p.depth.saturating_sub(base(p.inside)) <= max;
         if let Some(kept) = (p.calls as usize)
             .checked_sub(1)
             .filter(|&at| at < KEPT_CALLS)
@@ -188,6 +214,9 @@ pub(crate) fn exit(function: u64) -> bool {
     PLACE.with(|cell| {
         let mut p = cell.get();
         let traced = !filtered || shown(p);
+        // Counted from the innermost `-F` call open, this one if it is
+        // one, as at its entry.
+        let from = if filtered { base(p.inside) } else { 0 };
         p.calls = p.calls.saturating_sub(1);
         if filtered {
             p.hidden = p.hidden.saturating_sub(u32::from(has(&NOT, function)));
@@ -200,7 +229,7 @@ pub(crate) fn exit(function: u64) -> bool {
         let depth = p.depth;
         p.depth = depth.saturating_sub(1);
         cell.set(p);
-        depth <= max && depth > 0
+        depth.saturating_sub(from) <= max && depth > 0
     })
 }
 

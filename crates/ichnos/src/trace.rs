@@ -28,7 +28,8 @@ pub struct TraceArgs {
     /// receives SIGUSR2 or calls `ichnos_snapshot()`.
     #[arg(long, value_name = "SIZE", value_parser = crate::units::parse_size)]
     ring: Option<u64>,
-    /// Trace calls only this many levels deep.
+    /// Trace calls only this many levels deep (under -F, counted from
+    /// the innermost call of a -F function).
     #[arg(short = 'D', long = "depth", value_name = "DEPTH")]
     depth: Option<u32>,
     /// Leave out calls shorter than this (10us, 1.5ms; plain

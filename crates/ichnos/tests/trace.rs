@@ -443,6 +443,56 @@ fn exceptions_unwinding_traced_frames_keep_the_depth() {
     assert_eq!(lines.last().unwrap(), "} /* main */");
 }
 
+/// Under a filter the depth limit counts from the innermost open call of
+/// a filtered function, as uftrace counts it (`uftrace record -F f -D 2`
+/// of this fixture prints these lines): a filtered function called
+/// beneath itself shows as many levels beneath it as the outermost call.
+#[test]
+fn under_a_filter_the_depth_counts_from_the_innermost_filtered_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "nested_filter.c", &["-O0"]);
+    let exe = exe.to_str().unwrap();
+    let cases: [(&[&str], &[&str]); 3] = [
+        (
+            &["-F", "f", "-D", "2"],
+            &[
+                "f() {",
+                "  g();",
+                "  f() {",
+                "    g();",
+                "    f() {",
+                "      g();",
+                "      f();",
+                "    } /* f */",
+                "  } /* f */",
+                "} /* f */",
+            ],
+        ),
+        (
+            &["-F", "f", "-D", "1"],
+            &[
+                "f() {",
+                "  f() {",
+                "    f() {",
+                "      f();",
+                "    } /* f */",
+                "  } /* f */",
+                "} /* f */",
+            ],
+        ),
+        // Without a filter, from the thread's first call: main and f.
+        (&["-D", "2"], &["main() {", "  f();", "} /* main */"]),
+    ];
+    for (options, expected) in cases {
+        traced(dir.path(), "t.data", options, &[exe]);
+        assert_eq!(
+            replayed_calls(dir.path(), "t.data"),
+            expected,
+            "ichnos trace {options:?}"
+        );
+    }
+}
+
 /// clang's instrumentation calls no exit hook as an exception unwinds
 /// (its exits are put before returns only): the catch puts the depth
 /// back, with no filter and under each one, which keep their own count.
