@@ -73,6 +73,24 @@ impl Visitor for Sums {
     }
 
     fn exit(&mut self, pid: u32, tid: u32, call: &Call) {
+        self.count(pid, tid, call);
+    }
+
+    fn unfinished(&mut self, pid: u32, tid: u32, call: &Call) {
+        self.count(pid, tid, call);
+    }
+
+    fn abandon(&mut self, pid: u32, tid: u32, _: usize, _: u64) {
+        // Its open calls never return (counted to its last event as they
+        // came to `unfinished`), and it starts afresh.
+        self.open.remove(&(pid, tid));
+    }
+}
+
+impl Sums {
+    /// Counts a call that returned (or is taken as returned at its
+    /// thread's last event).
+    fn count(&mut self, pid: u32, tid: u32, call: &Call) {
         if !self.kept(tid) {
             return;
         }
@@ -94,11 +112,6 @@ impl Visitor for Sums {
         }
         e.2 = e.2.saturating_add(took.saturating_sub(call.children));
         e.3 = e.3.max(took);
-    }
-
-    fn abandon(&mut self, pid: u32, tid: u32, _: usize, _: u64) {
-        // Its open calls never return, and it starts afresh.
-        self.open.remove(&(pid, tid));
     }
 }
 

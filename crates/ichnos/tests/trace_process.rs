@@ -98,6 +98,41 @@ fn calls_after_main_returns_are_traced() {
     }
 }
 
+/// Calls still open when the program ends (main waiting in
+/// `pthread_join`, a worker that calls `exit` after sleeping 20 ms) count
+/// in `report --trace` to their thread's end, as `uftrace report` counts
+/// them (it gives both about 20 ms here); they were left out, which left
+/// `main` out of the totals of any program that calls `exit` below it.
+#[test]
+fn calls_open_at_the_programs_end_count_to_their_threads_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "open_at_exit.c", &["-pthread"]);
+    traced(dir.path(), "t.data", &[], &[exe.to_str().unwrap()]);
+    let out = run(ichnos()
+        .args(["report", "--trace", "--limit", "0", "-i"])
+        .arg(dir.path().join("t.data")));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let ms_of = |function: &str| -> f64 {
+        let line = text
+            .lines()
+            .find(|l| l.split_whitespace().last() == Some(function))
+            .unwrap_or_else(|| panic!("no {function} in\n{text}"));
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let scale = match f[1] {
+            "s" => 1e3,
+            "ms" => 1.0,
+            "us" => 1e-3,
+            other => panic!("{other} in {line}"),
+        };
+        assert_eq!(f[4], "1", "{line}");
+        f[0].parse::<f64>().unwrap() * scale
+    };
+    for function in ["main", "worker"] {
+        let ms = ms_of(function);
+        assert!((20.0..2000.0).contains(&ms), "{function}: {ms} ms\n{text}");
+    }
+}
+
 #[test]
 fn calls_after_a_second_thread_calls_exit_are_traced_on_that_thread() {
     let dir = tempfile::tempdir().unwrap();

@@ -105,6 +105,13 @@ pub trait Visitor {
     /// they will never return, and the thread's next events, if any,
     /// start afresh.
     fn abandon(&mut self, _pid: u32, _tid: u32, _open: usize, _ticks: u64) {}
+    /// A call still open when its thread's program ended, or the trace
+    /// did, as if it returned at the thread's last event (`call.exit`),
+    /// for a reader that counts such calls to there (as `uftrace report`
+    /// does: a program that calls `exit` inside `main` has `main` in its
+    /// totals). Innermost first, each with the one above it in its
+    /// `children`; before [`Visitor::abandon`] where the program ended.
+    fn unfinished(&mut self, _pid: u32, _tid: u32, _call: &Call) {}
 }
 
 struct Open {
@@ -143,6 +150,24 @@ struct Thread {
 }
 
 impl Thread {
+    /// Its open calls to [`Visitor::unfinished`], innermost first, as if
+    /// they returned at its last event.
+    fn unfinished(&self, pid: u32, tid: u32, visitor: &mut dyn Visitor) {
+        let mut above = 0u64;
+        for (depth, open) in self.stack.iter().enumerate().rev() {
+            let call = Call {
+                function: open.function,
+                enter: open.enter,
+                exit: self.last_ticks.max(open.enter),
+                depth,
+                children: open.children.saturating_add(above),
+                index: open.index,
+            };
+            visitor.unfinished(pid, tid, &call);
+            above = call.exit - call.enter;
+        }
+    }
+
     /// Forgets the frames of a catch to come.
     fn drop_live(&mut self) {
         self.live.clear();
@@ -164,6 +189,7 @@ impl Thread {
     /// from these).
     fn end_program(&mut self, pid: u32, tid: u32, visitor: &mut dyn Visitor) {
         if !self.stack.is_empty() {
+            self.unfinished(pid, tid, visitor);
             visitor.abandon(pid, tid, self.stack.len(), self.last_ticks);
         }
         *self = Thread {
@@ -329,6 +355,17 @@ impl Trace {
                 thread.end_program(pid, tid, visitor);
             }
         }
+        // Calls still open where the trace ends (a thread the program's
+        // end cut short without its last block, a recording cut short).
+        let mut open: Vec<_> = threads
+            .iter()
+            .filter(|(_, t)| !t.stack.is_empty())
+            .map(|(k, _)| *k)
+            .collect();
+        open.sort_unstable();
+        for (pid, tid) in open {
+            threads[&(pid, tid)].unfinished(pid, tid, visitor);
+        }
         Ok(())
     }
 
@@ -442,6 +479,9 @@ impl BlockHead {
     fn end(self, thread: &mut Thread, pid: u32, tid: u32, visitor: &mut dyn Visitor) {
         let ended = ichnos_data::CALLS_LAST | ichnos_data::CALLS_RING;
         if self.flags & ended == ichnos_data::CALLS_LAST {
+            // An empty last block is dated when the thread ended (its
+            // last frame was made): its calls still open ran to there.
+            thread.last_ticks = thread.last_ticks.max(self.first);
             if self.flags & ichnos_data::CALLS_EXEC != 0 {
                 thread.at_exec = true;
             } else {

@@ -316,6 +316,13 @@ fn calls(conn: &mut Conn, out: &mut Out, h: &FrameHeader, body: &[u8]) -> Result
     };
     out.encoder.start(h.ticks);
     convert(conn, out, h, body, &mut blocks)?;
+    if h.flags & wire::FRAME_LAST != 0 && h.flags & wire::FRAME_RING == 0 && !out.encoder.is_empty()
+    {
+        // The thread's end is the last frame's time, after its last
+        // events: an empty last block carries it (its `first`), for
+        // readers that count the calls still open to there.
+        blocks.write(out, false)?;
+    }
     blocks.write(out, true)?;
     out.new_functions = blocks.new_functions;
     Ok(())

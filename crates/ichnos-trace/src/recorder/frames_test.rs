@@ -371,7 +371,9 @@ fn a_large_frame_is_written_as_blocks_that_read_back_as_one() {
         [
             (3, 0, frames::EVENTS_PER_RECORD),
             (0, continued, frames::EVENTS_PER_RECORD),
-            (0, continued | last, 5),
+            (0, continued, 5),
+            // The thread's end: an empty last block at the frame's time.
+            (0, continued | last, 0),
         ]
     );
     assert_eq!(read, sent);
