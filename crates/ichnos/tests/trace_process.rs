@@ -102,7 +102,8 @@ fn calls_after_main_returns_are_traced() {
 /// `pthread_join`, a worker that calls `exit` after sleeping 20 ms) count
 /// in `report --trace` to their thread's end, as `uftrace report` counts
 /// them (it gives both about 20 ms here); they were left out, which left
-/// `main` out of the totals of any program that calls `exit` below it.
+/// `main` out of the totals of any program that calls `exit` below it;
+/// and in the folded stacks, to the same end.
 #[test]
 fn calls_open_at_the_programs_end_count_to_their_threads_end() {
     let dir = tempfile::tempdir().unwrap();
@@ -130,6 +131,24 @@ fn calls_open_at_the_programs_end_count_to_their_threads_end() {
     for function in ["main", "worker"] {
         let ms = ms_of(function);
         assert!((20.0..2000.0).contains(&ms), "{function}: {ms} ms\n{text}");
+    }
+    // The flame graph's lines count them the same way: each is its own
+    // 20 ms there (they were left out, and only the leaf calls showed).
+    let out = run(ichnos()
+        .args(["report", "--trace", "--format", "folded", "-i"])
+        .arg(dir.path().join("t.data")));
+    let folded = String::from_utf8(out.stdout).unwrap();
+    for function in ["main", "worker"] {
+        let ns: u64 = folded
+            .lines()
+            .filter_map(|l| l.rsplit_once(' '))
+            .filter(|(path, _)| path.ends_with(&format!(";{function}")))
+            .map(|(_, n)| n.parse::<u64>().unwrap())
+            .sum();
+        assert!(
+            (20_000_000..2_000_000_000).contains(&ns),
+            "{function}: {ns} ns\n{folded}"
+        );
     }
 }
 

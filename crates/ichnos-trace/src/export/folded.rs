@@ -87,6 +87,12 @@ impl Visitor for Paths {
         n.self_ticks = n.self_ticks.saturating_add(own);
     }
 
+    fn unfinished(&mut self, pid: u32, tid: u32, call: &Call) {
+        // Counted to the thread's end, as the table counts it (main in a
+        // program that calls `exit` below it); innermost first, as exits.
+        self.exit(pid, tid, call);
+    }
+
     fn abandon(&mut self, pid: u32, tid: u32, _: usize, _: u64) {
         // The thread's next calls start from its root again.
         if let Some(open) = self.threads.get_mut(&(pid, tid)) {
@@ -97,7 +103,8 @@ impl Visitor for Paths {
 
 /// `trace`'s calls (only threads `tids`, unless empty) as folded stacks
 /// weighted by nanoseconds, sorted; paths of no time are left out, and
-/// calls still open when the trace ends count nothing.
+/// calls still open when their thread ends count to its end, as in
+/// [`crate::totals`].
 pub fn folded(trace: &Trace, tids: &[u32]) -> Result<Vec<(String, u64)>, TraceReadError> {
     let mut paths = Paths {
         tids: tids.to_vec(),
