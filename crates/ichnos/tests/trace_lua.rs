@@ -20,13 +20,28 @@ use trace_support::{calls, ichnos, replay_lines, run};
 /// dev-dependency of ichnos for them alone), found through `cargo
 /// metadata`.
 fn lua_sources() -> PathBuf {
-    let out = run(Command::new(env!("CARGO"))
-        .args(["metadata", "--format-version", "1", "--offline"])
-        // Only this platform's packages, which the build has downloaded.
-        .arg("--filter-platform")
-        .arg(format!("{}-unknown-linux-gnu", std::env::consts::ARCH))
-        .arg("--manifest-path")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml")));
+    let metadata = |offline: bool| {
+        let mut cargo = Command::new(env!("CARGO"));
+        cargo
+            .args(["metadata", "--format-version", "1"])
+            // Only this platform's packages.
+            .arg("--filter-platform")
+            .arg(format!("{}-unknown-linux-gnu", std::env::consts::ARCH))
+            .arg("--manifest-path")
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"));
+        if offline {
+            cargo.arg("--offline");
+        }
+        cargo
+    };
+    // Offline first: the build has downloaded lua-src. But `cargo
+    // metadata` wants every package of the workspace's graph, and a
+    // build of this crate alone on a fresh machine has not downloaded
+    // the others' (their dev-dependencies): then it may download them.
+    let out = match metadata(true).output() {
+        Ok(out) if out.status.success() => out,
+        _ => run(&mut metadata(false)),
+    };
     let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let package = meta["packages"]
         .as_array()
