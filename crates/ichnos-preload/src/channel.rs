@@ -3,8 +3,8 @@
 //! Unix socket that carried the memfd to the recorder and tells, by
 //! closing, that the recorder is gone.
 //!
-//! One channel per process, behind a spin lock: threads take it only to
-//! hand over a full buffer (every few thousand calls). A flush never runs
+//! One channel per process, behind a lock ([`ChannelLock`]): threads take
+//! it only to hand over a full buffer (every few thousand calls). A flush never runs
 //! inside a handler that interrupted a flush on the same thread (the fill
 //! buffer sees to that); the flight recorder's signal handlers may
 //! interrupt a thread holding the lock, and give their frames up after a
@@ -17,11 +17,13 @@ use std::ffi::OsStr;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicPtr, Ordering};
 use std::time::Duration;
 
 use ichnos_buf::topa::{AllocFlags, Config as TopaConfig, Mode, Producer, RecordError, TopaBuffer};
 use ichnos_data::wire::{FrameHeader, Hello};
+
+use crate::channel_lock::ChannelLock;
 
 /// How long a thread waits for the recorder to make room before its
 /// buffer counts as lost.
@@ -44,7 +46,7 @@ pub(crate) struct Channel {
     dead: bool,
 }
 
-static LOCK: AtomicBool = AtomicBool::new(false);
+static LOCK: ChannelLock = ChannelLock::new();
 static CHANNEL: AtomicPtr<Channel> = AtomicPtr::new(std::ptr::null_mut());
 
 /// Why a channel could not be opened.
@@ -109,7 +111,7 @@ impl Channel {
             // its socket is closed here once and never used again.
             unsafe { libc::close((*parents).socket.as_raw_fd()) };
         }
-        LOCK.store(false, Ordering::Release);
+        LOCK.reset();
     }
 
     /// Reports what threads lost and have not reported yet (a thread
@@ -204,22 +206,14 @@ fn with_channel<T>(f: impl FnOnce(&mut Channel) -> T) -> Option<T> {
         crate::untraced_copy();
         return None;
     }
-    let mut deadline = None;
-    while LOCK
-        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-        .is_err()
-    {
-        let now = crate::clock::monotonic_ns();
-        if now >= *deadline.get_or_insert(now + LOCK_PATIENCE_NS) {
-            return None;
-        }
-        std::thread::yield_now();
+    if !LOCK.lock(LOCK_PATIENCE_NS) {
+        return None;
     }
     let p = CHANNEL.load(Ordering::Acquire);
     // SAFETY: the pointer is from `install` (a leaked Box, never freed) or
     // null; the lock gives this thread the only reference.
     let out = unsafe { p.as_mut() }.map(f);
-    LOCK.store(false, Ordering::Release);
+    LOCK.unlock();
     out
 }
 

@@ -25,6 +25,7 @@ mod altstack;
 #[cfg(target_arch = "x86_64")]
 mod catch;
 mod channel;
+mod channel_lock;
 mod clock;
 #[cfg(target_arch = "x86_64")]
 mod compiler;
