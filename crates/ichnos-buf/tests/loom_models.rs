@@ -8,7 +8,10 @@
 //! 2. the futex wake-up handshake (`bump_and_wake` / `futex_wait` in
 //!    `ring.rs`), with the kernel's futex modelled as a mutex and condition
 //!    variable: a lost wake-up shows up as a deadlock.
-//! 3. the fill buffer's circular snapshot (`Slot::ring_snapshot`): a reader
+//! 3. the same for a consumer that polls the producer's wakeup
+//!    descriptor (`Consumer::arm`, `Producer::set_wakeup_fd`), an eventfd
+//!    modelled as a count under a mutex: a lost wake-up is a deadlock.
+//! 4. the fill buffer's circular snapshot (`Slot::ring_snapshot`): a reader
 //!    on another thread never accepts a record the writer had not finished
 //!    or had overwritten.
 //!
@@ -147,6 +150,50 @@ fn a_sleeping_consumer_is_never_left_asleep_with_data() {
             futex.wait(seen);
             waiting.fetch_sub(1, Ordering::SeqCst);
         }
+        producer.join().unwrap();
+    });
+}
+
+/// An eventfd: a count, and a poller sleeping until it is not zero.
+struct EventFd {
+    count: Mutex<u64>,
+    readable: Condvar,
+}
+
+#[test]
+fn an_armed_consumer_polling_a_descriptor_is_never_left_asleep_with_data() {
+    loom::model(|| {
+        let fd = Arc::new(EventFd {
+            count: Mutex::new(0),
+            readable: Condvar::new(),
+        });
+        let word = Arc::new(AtomicU32::new(0));
+        let waiting = Arc::new(AtomicU32::new(0));
+        let head = Arc::new(AtomicU64::new(0));
+        let producer = {
+            let (fd, word, waiting, head) =
+                (fd.clone(), word.clone(), waiting.clone(), head.clone());
+            loom::thread::spawn(move || {
+                head.store(1, Ordering::Release);
+                // Producer::notify: bump_and_wake, then the descriptor.
+                word.fetch_add(1, Ordering::SeqCst);
+                fence(Ordering::SeqCst);
+                if waiting.load(Ordering::SeqCst) != 0 {
+                    *fd.count.lock().unwrap() += 1;
+                    fd.readable.notify_all();
+                }
+            })
+        };
+        // Consumer::arm, then poll until readable, then the guard dropped.
+        waiting.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if head.load(Ordering::Acquire) == 0 {
+            let mut count = fd.count.lock().unwrap();
+            while *count == 0 {
+                count = fd.readable.wait(count).unwrap();
+            }
+        }
+        waiting.fetch_sub(1, Ordering::SeqCst);
         producer.join().unwrap();
     });
 }

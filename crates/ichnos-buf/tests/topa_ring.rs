@@ -492,6 +492,84 @@ fn consumer_wait_reports_data_timeout_and_producer_exit() {
     assert_eq!(t.join().unwrap(), WaitOutcome::ProducerGone);
 }
 
+/// A new eventfd, non-blocking.
+fn eventfd() -> std::os::fd::OwnedFd {
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain descriptor creation.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    assert!(fd >= 0, "eventfd: {}", std::io::Error::last_os_error());
+    // SAFETY: a descriptor we just created and own.
+    unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }
+}
+
+/// What the eventfd `fd` counted since the last look (0: not readable).
+fn signals(fd: &std::os::fd::OwnedFd) -> u64 {
+    use std::os::fd::AsRawFd;
+    let mut count = [0u8; 8];
+    // SAFETY: an 8-byte read into a buffer we own.
+    let n = unsafe { libc::read(fd.as_raw_fd(), count.as_mut_ptr().cast(), 8) };
+    if n == 8 {
+        u64::from_ne_bytes(count)
+    } else {
+        0
+    }
+}
+
+#[test]
+fn an_armed_consumer_is_signalled_through_the_wakeup_descriptor() {
+    use std::os::fd::AsFd;
+    // Watermark: half the page.
+    let config = Config {
+        mode: Mode::BlockOnFull {
+            timeout: Duration::from_millis(30),
+        },
+        ..Config::default()
+    };
+    let (mut producer, mut consumer) = buffer(&[1], config).split().unwrap();
+    let fd = eventfd();
+    producer.set_wakeup_fd(fd.as_fd().try_clone_to_owned().unwrap());
+    // Nobody armed: crossing the watermark costs no signal.
+    producer.write_record(&[1; 2100]).unwrap();
+    assert_eq!(producer.stats().notifications, 1);
+    assert_eq!(signals(&fd), 0);
+    // Something to read: arming says so instead of arming.
+    assert!(consumer.arm().is_none());
+    consumer.advance(consumer.head()).unwrap();
+    // Armed: data below the watermark does not signal, reaching it does.
+    let armed = consumer.arm().expect("nothing to read: armed");
+    assert!(producer.consumer_waiting());
+    producer.write_record(&[2; 100]).unwrap();
+    assert_eq!(signals(&fd), 0, "signalled below the watermark");
+    producer.write_record(&[3; 2000]).unwrap();
+    assert_eq!(signals(&fd), 1);
+    drop(armed);
+    assert!(!producer.consumer_waiting(), "disarmed when dropped");
+    // A producer with no room signals an armed consumer as it starts to
+    // wait (here it times out: nobody reads).
+    consumer.advance(consumer.head()).unwrap();
+    producer.write_record(&[4; 2048]).unwrap();
+    consumer.advance(consumer.head()).unwrap();
+    let _ = signals(&fd);
+    producer.write_record(&[5; 4000]).unwrap();
+    consumer.advance(consumer.head()).unwrap();
+    let armed = consumer.arm().expect("armed");
+    producer.write_record(&[6; 90]).unwrap();
+    assert_eq!(signals(&fd), 0);
+    assert_eq!(
+        producer.write_record(&[7; 4096]),
+        Err(RecordError::TimedOut { len: 4096 })
+    );
+    assert!(signals(&fd) >= 1, "not signalled while blocked");
+    drop(armed);
+    // And the producer's end signals an armed consumer that read all.
+    consumer.advance(consumer.head()).unwrap();
+    let armed = consumer.arm().expect("armed");
+    drop(producer);
+    assert_eq!(signals(&fd), 1);
+    drop(armed);
+    assert!(consumer.arm().is_none(), "the producer is gone");
+}
+
 #[test]
 fn pad_region_fills_the_abandoned_tail() {
     let config = Config {

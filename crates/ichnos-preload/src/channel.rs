@@ -66,7 +66,7 @@ impl Channel {
                 mode: Mode::BlockOnFull {
                     timeout: BLOCK_TIMEOUT,
                 },
-                wakeup_watermark: region,
+                wakeup_watermark: 2 * region,
                 ..TopaConfig::default()
             },
         )
@@ -76,12 +76,22 @@ impl Channel {
                 shared >> 10
             )
         })?;
-        let producer = buffer
+        let mut producer = buffer
             .producer()
             .map_err(|e| format!("shared trace buffer: {e}"))?;
         let socket = connect(socket).map_err(os("cannot reach the recorder"))?;
-        send_with_fd(&socket, &hello.encode(), buffer.fd().as_raw_fd())
+        // The recorder sleeps in poll between its turns; this descriptor
+        // wakes it when a region of the buffer is full or a thread waits
+        // for room. Without it (no descriptor to spare), it looks again
+        // every few milliseconds.
+        let wakeup = eventfd();
+        let mut fds = vec![buffer.fd().as_raw_fd()];
+        fds.extend(wakeup.as_ref().map(AsRawFd::as_raw_fd));
+        send_with_fds(&socket, &hello.encode(), &fds)
             .map_err(os("cannot hand the trace buffer to the recorder"))?;
+        if let Some(fd) = wakeup {
+            producer.set_wakeup_fd(fd);
+        }
         Ok(Channel {
             socket,
             producer,
@@ -265,17 +275,30 @@ fn connect(path: &OsStr) -> io::Result<OwnedFd> {
     Ok(fd)
 }
 
-/// Sends `bytes` with descriptor `fd` attached (`SCM_RIGHTS`), never
-/// raising SIGPIPE.
-fn send_with_fd(socket: &OwnedFd, bytes: &[u8], fd: i32) -> io::Result<()> {
+/// A non-blocking eventfd, close-on-exec; `None` if none can be had.
+fn eventfd() -> Option<OwnedFd> {
+    // SAFETY: plain descriptor creation.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    // SAFETY: a descriptor we just created and own.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Most descriptors a message carries here: the buffer and its wakeup.
+const MAX_FDS: usize = 2;
+
+/// Sends `bytes` with descriptors `fds` (at most [`MAX_FDS`]) attached
+/// (`SCM_RIGHTS`), never raising SIGPIPE.
+fn send_with_fds(socket: &OwnedFd, bytes: &[u8], fds: &[i32]) -> io::Result<()> {
+    assert!(fds.len() <= MAX_FDS);
     let mut iov = libc::iovec {
         iov_base: bytes.as_ptr().cast_mut().cast(),
         iov_len: bytes.len(),
     };
-    // Room for one descriptor's control message, aligned as cmsghdr.
+    // Room for the descriptors' control message, aligned as cmsghdr.
     let mut control = [0u64; 4];
+    let data = std::mem::size_of_val(fds) as u32;
     // SAFETY: CMSG_SPACE is arithmetic.
-    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<i32>() as u32) } as usize;
+    let space = unsafe { libc::CMSG_SPACE(data) } as usize;
     debug_assert!(space <= std::mem::size_of_val(&control));
     // SAFETY: msghdr is plain data; zeroed is valid.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
@@ -284,13 +307,17 @@ fn send_with_fd(socket: &OwnedFd, bytes: &[u8], fd: i32) -> io::Result<()> {
     msg.msg_control = control.as_mut_ptr().cast();
     msg.msg_controllen = space;
     // SAFETY: msg_control points at `space` bytes we own; CMSG_FIRSTHDR
-    // returns a header inside them, and CMSG_DATA room for one i32.
+    // returns a header inside them, and CMSG_DATA room for `fds`.
     unsafe {
         let cmsg = libc::CMSG_FIRSTHDR(&raw const msg);
         (*cmsg).cmsg_level = libc::SOL_SOCKET;
         (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<i32>() as u32) as usize;
-        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<i32>(), fd);
+        (*cmsg).cmsg_len = libc::CMSG_LEN(data) as usize;
+        let at = libc::CMSG_DATA(cmsg);
+        for (i, &fd) in fds.iter().enumerate() {
+            let bytes = fd.to_ne_bytes();
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), at.add(i * bytes.len()), bytes.len());
+        }
     }
     // SAFETY: msg describes valid buffers for the duration of the call.
     let n = unsafe { libc::sendmsg(socket.as_raw_fd(), &raw const msg, libc::MSG_NOSIGNAL) };

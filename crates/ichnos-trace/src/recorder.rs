@@ -185,6 +185,10 @@ struct Conn {
     /// Frames of a catch to come, by thread, where a frame of events
     /// ended amid them.
     walks: FxHashMap<u32, frames::Walked>,
+    /// The eventfd the runtime signals when its buffer has a region to
+    /// read or a thread waits for room (checked to be one), polled
+    /// between turns.
+    wakeup: Option<OwnedFd>,
     closed: bool,
 }
 
@@ -365,15 +369,48 @@ fn serve(
             continue;
         }
         if !busy {
-            sys::wait_readable(
-                std::iter::once(listener.as_raw_fd())
-                    .chain(conns.iter().map(|c| c.socket.as_raw_fd())),
-                Duration::from_millis(2),
-            );
+            sleep(listener, &conns);
         }
     }
     Ok(status.unwrap_or(ExitStatus::Code(0)))
 }
+
+/// Sleeps until a process connects, one ends or says something, one's
+/// buffer has a region to read or a thread waiting for room (its wakeup
+/// descriptor, signalled while its consumer is armed), or
+/// [`LOOK_AGAIN`] passes (for what lies below a region's worth). Every
+/// buffer was found empty just before.
+fn sleep(listener: &OwnedFd, conns: &[Conn]) {
+    let mut armed = Vec::with_capacity(conns.len());
+    for conn in conns {
+        if let Some(consumer) = &conn.consumer {
+            match consumer.arm() {
+                Some(a) => armed.push(a),
+                // Written meanwhile: no sleep.
+                None => return,
+            }
+        }
+    }
+    let wakeups: Vec<&OwnedFd> = conns.iter().filter_map(|c| c.wakeup.as_ref()).collect();
+    let readable = sys::wait_readable(
+        std::iter::once(listener.as_raw_fd())
+            .chain(conns.iter().map(|c| c.socket.as_raw_fd()))
+            .chain(wakeups.iter().map(|fd| fd.as_raw_fd())),
+        LOOK_AGAIN,
+    );
+    drop(armed);
+    for (fd, _) in wakeups
+        .iter()
+        .zip(&readable[1 + conns.len()..])
+        .filter(|(_, &r)| r)
+    {
+        socket::drain_eventfd(fd);
+    }
+}
+
+/// How long the recorder sleeps at most between turns: what the
+/// processes wrote below a wakeup watermark waits at most this long.
+const LOOK_AGAIN: Duration = Duration::from_millis(2);
 
 /// Takes every connection waiting on `listener` into `conns`; how many.
 fn accept_all(listener: &OwnedFd, conns: &mut Vec<Conn>) -> Result<usize, TraceError> {
@@ -389,6 +426,7 @@ fn accept_all(listener: &OwnedFd, conns: &mut Vec<Conn>) -> Result<usize, TraceE
             exec_hit: 0,
             exec_marks: Vec::new(),
             walks: FxHashMap::default(),
+            wakeup: None,
             closed: false,
         });
         n += 1;
@@ -545,6 +583,7 @@ fn service(conn: &mut Conn, out: &mut Out) -> Result<bool, TraceError> {
             }
             Ok(Some(m)) => {
                 welcome(conn, out, &m.bytes, m.fd)?;
+                conn.wakeup = m.second_fd.filter(socket::is_eventfd);
                 busy = true;
             }
             Err(_) => {

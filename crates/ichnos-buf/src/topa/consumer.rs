@@ -280,6 +280,32 @@ impl Consumer {
         }
     }
 
+    /// Announces this consumer as about to sleep, for a consumer that
+    /// sleeps in `poll` or `epoll` on the producer's wakeup descriptor
+    /// ([`Producer::set_wakeup_fd`](super::Producer::set_wakeup_fd))
+    /// among others, rather than in [`Consumer::wait`]: until the result
+    /// is dropped, the producer's notifications (the wakeup watermark
+    /// crossed, no room left, its end) signal the descriptor. `None` when
+    /// there is no need to sleep: something is there to read, or the
+    /// producer is gone. Arm after reading everything, poll, then drop;
+    /// as with `wait`, data below the watermark does not wake a sleeper
+    /// (poll with a timeout for it).
+    #[must_use]
+    pub fn arm(&self) -> Option<Armed<'_>> {
+        let h = self.mapped.header();
+        h.consumer_waiting.fetch_add(1, Ordering::SeqCst);
+        // Store-load ordering (Dekker), as in `bump_and_wake`: either
+        // this sees what the producer published before its notification,
+        // or the producer sees this consumer waiting and signals. The loom
+        // model (tests/loom_models.rs) loses the wake-up without it.
+        fence(Ordering::SeqCst);
+        let armed = Armed { header: h };
+        if self.available() > 0 || h.producer_gone.load(Ordering::SeqCst) != 0 {
+            return None;
+        }
+        Some(armed)
+    }
+
     /// Snapshot mode: copies the newest `min(written, capacity)` bytes into
     /// `out` while the producer keeps writing, leaving out whatever it
     /// overwrote during the copy. Copied region by region straight into
@@ -340,6 +366,19 @@ impl Drop for Consumer {
         h.consumer_gone.store(1, Ordering::SeqCst);
         bump_and_wake(&h.space_futex.0, &h.producer_waiting);
         h.consumer_claimed.store(0, Ordering::Release);
+    }
+}
+
+/// A consumer announced as about to sleep ([`Consumer::arm`]); dropped,
+/// the announcement is withdrawn.
+#[derive(Debug)]
+pub struct Armed<'a> {
+    header: &'a super::memory::Header,
+}
+
+impl Drop for Armed<'_> {
+    fn drop(&mut self) {
+        self.header.consumer_waiting.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

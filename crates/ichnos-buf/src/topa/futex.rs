@@ -5,26 +5,40 @@
 use std::sync::atomic::{fence, AtomicU32, Ordering};
 use std::time::Duration;
 
-/// Bumps a futex word and wakes its waiters if any announced themselves.
-pub(super) fn bump_and_wake(word: &AtomicU32, waiting: &AtomicU32) {
+/// Bumps a futex word and wakes its waiters if any announced themselves;
+/// whether any had.
+pub(super) fn bump_and_wake(word: &AtomicU32, waiting: &AtomicU32) -> bool {
     word.fetch_add(1, Ordering::SeqCst);
     // Store-load ordering (Dekker): either the waiter sees the new word
     // and does not sleep, or we see its `waiting` and wake it. The waiter's
     // side is the kernel's full barrier in futex_wait. The loom model
     // (tests/loom_models.rs) deadlocks without this pair of barriers.
     fence(Ordering::SeqCst);
-    if waiting.load(Ordering::SeqCst) != 0 {
-        // SAFETY: FUTEX_WAKE on a valid, aligned u32 in shared memory.
-        unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                word.as_ptr(),
-                libc::FUTEX_WAKE,
-                i32::MAX,
-                std::ptr::null::<libc::timespec>(),
-            );
-        }
+    if waiting.load(Ordering::SeqCst) == 0 {
+        return false;
     }
+    // SAFETY: FUTEX_WAKE on a valid, aligned u32 in shared memory.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE,
+            i32::MAX,
+            std::ptr::null::<libc::timespec>(),
+        );
+    }
+    true
+}
+
+/// Adds 1 to the eventfd `fd`, waking whoever polls it. A full counter
+/// (2^64 - 2 unread signals) or a descriptor that is not an eventfd is
+/// ignored: the wake is a courtesy, the futex word is the protocol.
+pub(super) fn signal_eventfd(fd: &std::os::fd::OwnedFd) {
+    use std::os::fd::AsRawFd;
+    let one = 1u64.to_ne_bytes();
+    // SAFETY: an 8-byte write from a valid buffer; write is
+    // async-signal-safe, as the producer's callers may need.
+    unsafe { libc::write(fd.as_raw_fd(), one.as_ptr().cast(), one.len()) };
 }
 
 /// Sleeps while `word == expected`, at most `timeout`.

@@ -11,7 +11,7 @@ pub mod producer;
 pub mod ring;
 pub mod table;
 
-pub use consumer::{Consumer, Segments, SnapshotInfo, TailError, WaitOutcome};
+pub use consumer::{Armed, Consumer, Segments, SnapshotInfo, TailError, WaitOutcome};
 pub use layout::{TopaEntry, TopaLayout, TopaRuleViolation};
 pub use markers::{plan_markers, Granularity, MarkerError, MarkerPlan};
 pub use memory::{AllocError, AllocFlags};

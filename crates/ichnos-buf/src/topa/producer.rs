@@ -2,12 +2,13 @@
 //! regions, all or nothing, at the head; what happens when the consumer
 //! has not freed space is the buffer's [`Mode`].
 
-use super::futex::{bump_and_wake, futex_wait};
+use super::futex::{bump_and_wake, futex_wait, signal_eventfd};
 use super::markers::{plan_markers, Granularity, MarkerError, MarkerPlan};
 use super::memory::{AllocError, Header, Mapped};
 use super::ring::{stats, Mode, Stats};
 use super::table::Cursor;
 use std::fmt;
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -93,6 +94,9 @@ pub struct Producer {
     /// The consumer was told of the current stop (one notification per
     /// stop, however many writes it refuses).
     stop_notified: bool,
+    /// Signalled with the futex at each notification a consumer waits
+    /// for ([`Producer::set_wakeup_fd`]).
+    wakeup_fd: Option<OwnedFd>,
 }
 
 // SAFETY: the raw region pointer is into the shared mapping the producer
@@ -160,6 +164,7 @@ impl Producer {
             stopped: false,
             truncated: false,
             stop_notified: false,
+            wakeup_fd: None,
             mapped,
         };
         p.reset_offsets();
@@ -302,6 +307,19 @@ impl Producer {
     #[must_use]
     pub fn stats(&self) -> Stats {
         stats(self.header(), self.head)
+    }
+
+    /// Also wakes a consumer that sleeps in `poll` or `epoll` (among other
+    /// descriptors, as a recorder of many processes does) rather than in
+    /// [`Consumer::wait`](super::Consumer::wait): at each notification
+    /// (the wakeup watermark crossed, no room left, the producer gone)
+    /// while a consumer is armed ([`Consumer::arm`](super::Consumer::arm)),
+    /// 1 is added to `fd`, an eventfd the consumer polls, as perf's ring
+    /// buffer descriptor becomes readable. The consumer gets the
+    /// descriptor from the producer's process (`SCM_RIGHTS`, with the
+    /// buffer's memfd). Costs nothing while no consumer is armed.
+    pub fn set_wakeup_fd(&mut self, fd: OwnedFd) {
+        self.wakeup_fd = Some(fd);
     }
 
     /// Whether a consumer is in [`Consumer::wait`](super::Consumer::wait), announced as asleep
@@ -540,7 +558,11 @@ impl Producer {
     fn notify(&self) {
         let h = self.header();
         h.counters.0.notifications.fetch_add(1, Ordering::Relaxed);
-        bump_and_wake(&h.data_futex.0, &h.consumer_waiting);
+        if bump_and_wake(&h.data_futex.0, &h.consumer_waiting) {
+            if let Some(fd) = &self.wakeup_fd {
+                signal_eventfd(fd);
+            }
+        }
     }
 
     fn count_loss(&mut self, bytes: usize) {
@@ -642,7 +664,11 @@ impl Drop for Producer {
     fn drop(&mut self) {
         let h = self.header();
         h.producer_gone.store(1, Ordering::SeqCst);
-        bump_and_wake(&h.data_futex.0, &h.consumer_waiting);
+        if bump_and_wake(&h.data_futex.0, &h.consumer_waiting) {
+            if let Some(fd) = &self.wakeup_fd {
+                signal_eventfd(fd);
+            }
+        }
         h.producer_claimed.store(0, Ordering::Release);
     }
 }

@@ -56,6 +56,7 @@ pub fn read_shared_buffer(
         exec_hit: 0,
         exec_marks: Vec::new(),
         walks: FxHashMap::default(),
+        wakeup: None,
         closed: false,
     };
     let mut start = 0;
