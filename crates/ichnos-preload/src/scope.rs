@@ -316,8 +316,12 @@ pub(crate) fn caught(function: Option<u64>, sp: u64, landing: usize) {
     }
     PLACE.with(|p| p.set(place));
     // Entries of unwound calls the time filter still holds (and, past the
-    // calls kept, those not closed above).
-    crate::short::back_to(place.depth.min(MAX_DEPTH.load(Ordering::Relaxed)) as usize);
+    // calls kept, those not closed above): it keeps those of the calls
+    // left whose entries were written. (Not as many as the depth limit:
+    // under -F it counts from the innermost -F call, and more calls than
+    // the limit may be written and open.)
+    let written = CALLS.with(|calls| calls[..left].iter().filter(|c| c.get().written).count());
+    crate::short::back_to(written);
 }
 
 /// The first of the `open` calls kept that a catch in the frame whose

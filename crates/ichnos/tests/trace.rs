@@ -642,6 +642,40 @@ fn catches_in_untraced_and_recursive_functions_keep_the_depth() {
     }
 }
 
+/// Under `-F` the depth limit counts from the innermost `-F` call, so a
+/// catch can leave more written calls open than the limit: the time
+/// filter's held entries must be cut back to those (they were cut to the
+/// limit, and the entries of the calls left open were lost). Three calls
+/// of `nested_catch`, each one level below the last (as uftrace shows a
+/// `-F` function called beneath itself), the innermost catching what
+/// `through` (past the limit) threw: with clang, whose exits do not run
+/// as the exception unwinds, the time filter still holds all three
+/// entries at the catch.
+#[test]
+fn a_catch_under_a_filter_and_a_depth_limit_keeps_the_time_filters_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let expected: Vec<&str> = [
+        "nested_catch(int) {",
+        "  nested_catch(int) {",
+        "    nested_catch(int);",
+        "  } /* nested_catch(int) */",
+        "} /* nested_catch(int) */",
+    ]
+    .repeat(3);
+    for compiler in ["g++", "clang++"] {
+        let exe = build_by(compiler, dir.path(), "throw.cc", &[]);
+        let exe = exe.to_str().unwrap();
+        for options in [
+            &["-F", "nested_catch", "-D", "1"][..],
+            &["-F", "nested_catch", "-D", "1", "-t", "1ns"],
+        ] {
+            traced(dir.path(), "t.data", options, &[exe, "catch_in_recursion"]);
+            let lines = replayed_calls(dir.path(), "t.data");
+            assert_eq!(lines, expected, "{compiler}: ichnos trace {options:?}");
+        }
+    }
+}
+
 #[test]
 fn short_calls_are_hidden_by_the_time_filter() {
     let dir = tempfile::tempdir().unwrap();
