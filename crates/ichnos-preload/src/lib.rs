@@ -178,7 +178,11 @@ fn record_trace(kind: u8, address: u64) {
 /// 0.1773 s). A signal handler that writes between the reservation and
 /// the read gives its events the time before this one's (stored at this
 /// one's, times in a block never going back), as one between the read
-/// and the reservation did the other way round.
+/// and the reservation did the other way round. A full buffer handed over
+/// inside the write (waiting for the recorder, at worst) now counts
+/// before the event rather than after it: in the call an exit leaves,
+/// not in its caller. Only [`PATH_RING`] and [`PATH_TRACE`] read the
+/// time so; the other paths read it before the write.
 #[inline(always)]
 #[allow(clippy::inline_always)] // on every traced call
 fn event_now(kind: u8, address: u64) -> impl FnOnce(&mut [u8; EVENT_BYTES]) {

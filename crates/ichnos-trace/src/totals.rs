@@ -20,7 +20,8 @@ pub struct FunctionTotals {
     pub name: String,
     /// Its object.
     pub object: String,
-    /// Calls that returned.
+    /// Calls that returned, and those still open when their thread
+    /// ended (counted to its end).
     pub calls: u64,
     /// Time in its calls.
     pub total_ns: f64,

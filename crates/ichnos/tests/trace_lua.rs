@@ -23,7 +23,7 @@ fn lua_sources() -> PathBuf {
     let metadata = |offline: bool| {
         let mut cargo = Command::new(env!("CARGO"));
         cargo
-            .args(["metadata", "--format-version", "1"])
+            .args(["metadata", "--format-version", "1", "--locked"])
             // Only this platform's packages.
             .arg("--filter-platform")
             .arg(format!("{}-unknown-linux-gnu", std::env::consts::ARCH))
@@ -40,7 +40,21 @@ fn lua_sources() -> PathBuf {
     // the others' (their dev-dependencies): then it may download them.
     let out = match metadata(true).output() {
         Ok(out) if out.status.success() => out,
-        _ => run(&mut metadata(false)),
+        offline => {
+            let online = metadata(false).output().unwrap();
+            assert!(
+                online.status.success(),
+                "cargo metadata: offline {:?}\n{}\nonline: {}\n{}",
+                offline.as_ref().map(|o| o.status),
+                offline
+                    .as_ref()
+                    .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
+                    .unwrap_or_default(),
+                online.status,
+                String::from_utf8_lossy(&online.stderr)
+            );
+            online
+        }
     };
     let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let package = meta["packages"]

@@ -193,7 +193,7 @@ impl<T: Timeline> Visitor for Events<'_, T> {
 
     fn abandon(&mut self, pid: u32, tid: u32, open: usize, ticks: u64) {
         // The slices of calls that will never return end at the thread's
-        // last event, so that what comes after does not nest under them.
+        // end, so that what comes after does not nest under them.
         if self.shown(pid, tid) {
             let ns = self.ns(ticks);
             for _ in 0..open {

@@ -184,6 +184,9 @@ impl Stream {
         if std::mem::take(&mut self.thread.at_exec) {
             // As at the end of a walk in the file's order.
             self.thread.end_program(pid, tid, visitor);
+        } else if !self.thread.stack.is_empty() {
+            // Calls still open where the trace ends, as there too.
+            self.thread.unfinished(pid, tid, visitor);
         }
         Ok(None)
     }
@@ -353,6 +356,53 @@ mod tests {
         let mut seen = Entries::default();
         walk(blocks_of(bytes), &mut chunks, &mut seen).unwrap();
         (seen.0, chunks.most_open)
+    }
+
+    /// Calls reported unfinished, as (tid, entered, taken to end at).
+    #[derive(Default)]
+    struct Unfinished(Vec<(u32, u64, u64)>);
+
+    impl Visitor for Unfinished {
+        fn enter(&mut self, _: u32, _: u32, _: u64, _: u64, _: usize, _: u64) {}
+        fn exit(&mut self, _: u32, _: u32, _: &Call) {}
+        fn unfinished(&mut self, _: u32, tid: u32, call: &Call) {
+            self.0.push((tid, call.enter, call.exit));
+        }
+    }
+
+    #[test]
+    fn calls_open_where_the_trace_ends_are_reported_unfinished() {
+        // Thread 5 enters at 10 and 20 and leaves the inner call at 30;
+        // its recording ends there, with the outer call open.
+        let mut w = Writer::with_chunk_target(Vec::new(), 1).unwrap();
+        let events = [
+            CallEvent::Enter {
+                ticks: 10,
+                function: 1,
+            },
+            CallEvent::Enter {
+                ticks: 20,
+                function: 2,
+            },
+            CallEvent::Exit {
+                ticks: 30,
+                function: 2,
+            },
+        ];
+        w.push(&Record::CallsOut(CallsOut {
+            pid: 1,
+            tid: 5,
+            lost: 0,
+            flags: 0,
+            first: 10,
+            events: &events,
+        }))
+        .unwrap();
+        let bytes = w.finish().unwrap();
+        let mut chunks = ChunkCache::new(reader(&bytes));
+        let mut seen = Unfinished::default();
+        walk(blocks_of(&bytes), &mut chunks, &mut seen).unwrap();
+        assert_eq!(seen.0, [(5, 10, 30)], "to the thread's last event");
     }
 
     #[test]

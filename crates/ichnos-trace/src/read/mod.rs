@@ -101,12 +101,16 @@ pub trait Visitor {
     /// Events of the thread were lost just before `ticks`.
     fn lost(&mut self, _pid: u32, _tid: u32, _ticks: u64, _count: u64) {}
     /// The thread's program ended (it exec'ed, or the thread's last block
-    /// came) with `open` calls still open, its last event at `ticks`:
+    /// came) with `open` calls still open, at `ticks` (as
+    /// [`Visitor::unfinished`] takes the thread's end):
     /// they will never return, and the thread's next events, if any,
     /// start afresh.
     fn abandon(&mut self, _pid: u32, _tid: u32, _open: usize, _ticks: u64) {}
     /// A call still open when its thread's program ended, or the trace
-    /// did, as if it returned at the thread's last event (`call.exit`),
+    /// did, as if it returned at the thread's end (`call.exit`): the time
+    /// of its last block where that was the runtime's last frame of the
+    /// thread (a thread or process exit, an exec), else its last event
+    /// (a trace cut short, a flight recorder's rings),
     /// for a reader that counts such calls to there (as `uftrace report`
     /// does: a program that calls `exit` inside `main` has `main` in its
     /// totals). Innermost first, each with the one above it in its
@@ -125,7 +129,8 @@ struct Open {
 struct Thread {
     stack: Vec<Open>,
     entries: u64,
-    /// The time of the thread's newest event.
+    /// The time of the thread's newest event, or of its end where its
+    /// last block (of a program's end) is dated later.
     last_ticks: u64,
     /// The newest event of the thread's flight-recorder rings read so
     /// far: a later ring of the same thread (a snapshot, then the exit)
@@ -151,7 +156,7 @@ struct Thread {
 
 impl Thread {
     /// Its open calls to [`Visitor::unfinished`], innermost first, as if
-    /// they returned at its last event.
+    /// they returned at its end (`last_ticks`).
     fn unfinished(&self, pid: u32, tid: u32, visitor: &mut dyn Visitor) {
         let mut above = 0u64;
         for (depth, open) in self.stack.iter().enumerate().rev() {
@@ -322,7 +327,8 @@ impl Trace {
     /// saved more than once are read once. An exit closes the innermost
     /// open entry of its function and the entries above it (a `longjmp`
     /// or an exception skipped their exits); an exit no open entry
-    /// matches is ignored; calls still open at the end are left open.
+    /// matches is ignored; calls still open where a thread's program
+    /// ends, or the trace does, go to [`Visitor::unfinished`].
     pub fn walk(&self, visitor: &mut dyn Visitor) -> Result<(), TraceReadError> {
         self.walk_located(visitor, |_, _| {})
     }
