@@ -9,11 +9,14 @@
 //! traced threads busy on a two-CPU machine, the loop's `sched_yield`
 //! calls and clock readings took 12% of the program's time in a profile
 //! of `benches/threads.c`. A wait is bounded: a holder that can never let
-//! go (the code a signal handler of the same thread interrupted) costs a
-//! waiter its frame, not a deadlock. Everything here is
-//! async-signal-safe (atomics and the futex system call).
+//! go costs a waiter its frame, not a deadlock. The one such holder, the
+//! code a signal handler of the same thread interrupted (a flight
+//! recorder's save on SIGUSR2 while the thread hands its ring over), is
+//! known by the holder's mark and given up on at once, not after the
+//! patience. Everything here is async-signal-safe (atomics, a
+//! thread-local's address and the futex system call).
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 /// Nobody holds it.
 const FREE: u32 = 0;
@@ -29,23 +32,58 @@ const CONTENDED: u32 = 2;
 const SPINS: u32 = 64;
 
 /// A lock that can be given up on after a time.
-pub(crate) struct ChannelLock(AtomicU32);
+pub(crate) struct ChannelLock {
+    state: AtomicU32,
+    /// The holding thread's mark ([`this_thread`]; 0: none known).
+    holder: AtomicUsize,
+}
+
+thread_local! {
+    /// A thread's mark is this variable's address, unique among the
+    /// threads alive (no destructor, so reading it is a plain TLS access,
+    /// safe in a signal handler).
+    static MARK: u8 = const { 0 };
+}
+
+/// The calling thread's mark.
+fn this_thread() -> usize {
+    MARK.with(|m| std::ptr::from_ref(m) as usize)
+}
 
 impl ChannelLock {
     /// An unlocked lock.
     pub(crate) const fn new() -> ChannelLock {
-        ChannelLock(AtomicU32::new(FREE))
+        ChannelLock {
+            state: AtomicU32::new(FREE),
+            holder: AtomicUsize::new(0),
+        }
     }
 
     /// Takes the lock, waiting at most `patience_ns`; false if it could
-    /// not be had by then.
+    /// not be had by then, or at once where the holder is the code this
+    /// thread's signal handler interrupted.
     pub(crate) fn lock(&self, patience_ns: u64) -> bool {
+        if self.take(patience_ns) {
+            self.holder.store(this_thread(), Ordering::Relaxed);
+            true
+        } else {
+            false
+        }
+    }
+
+    fn take(&self, patience_ns: u64) -> bool {
         if self.try_take() {
             return true;
         }
+        if self.holder.load(Ordering::Relaxed) == this_thread() {
+            // Held by this thread, which cannot let go while its handler
+            // waits. (Interrupted between taking it and marking it, the
+            // handler waits its patience.)
+            return false;
+        }
         for _ in 0..SPINS {
             std::hint::spin_loop();
-            if self.0.load(Ordering::Relaxed) == FREE && self.try_take() {
+            if self.state.load(Ordering::Relaxed) == FREE && self.try_take() {
                 return true;
             }
         }
@@ -54,32 +92,34 @@ impl ChannelLock {
             // Marked contended before sleeping, so that the holder's
             // unlock wakes a sleeper; found free, it is ours (marked
             // contended: one needless wake at most).
-            if self.0.swap(CONTENDED, Ordering::Acquire) == FREE {
+            if self.state.swap(CONTENDED, Ordering::Acquire) == FREE {
                 return true;
             }
             let now = crate::clock::monotonic_ns();
             if now >= deadline {
                 return false;
             }
-            futex_wait(&self.0, CONTENDED, deadline - now);
+            futex_wait(&self.state, CONTENDED, deadline - now);
         }
     }
 
     /// Lets the lock go, waking one sleeper if any may sleep.
     pub(crate) fn unlock(&self) {
-        if self.0.swap(FREE, Ordering::Release) == CONTENDED {
-            futex_wake_one(&self.0);
+        self.holder.store(0, Ordering::Relaxed);
+        if self.state.swap(FREE, Ordering::Release) == CONTENDED {
+            futex_wake_one(&self.state);
         }
     }
 
     /// Frees the lock without waking anyone: in a child after `fork`,
     /// where its holder may be a thread that does not exist.
     pub(crate) fn reset(&self) {
-        self.0.store(FREE, Ordering::Release);
+        self.holder.store(0, Ordering::Relaxed);
+        self.state.store(FREE, Ordering::Release);
     }
 
     fn try_take(&self) -> bool {
-        self.0
+        self.state
             .compare_exchange(FREE, HELD, Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
     }
@@ -167,12 +207,23 @@ mod tests {
 
     #[test]
     fn a_lock_never_let_go_is_given_up_on_after_the_patience() {
-        let lock = ChannelLock::new();
+        let lock = Arc::new(ChannelLock::new());
         assert!(lock.lock(0));
-        let start = std::time::Instant::now();
-        assert!(!lock.lock(30_000_000));
-        let waited = start.elapsed();
+        let other = lock.clone();
+        let waited = std::thread::spawn(move || {
+            let start = std::time::Instant::now();
+            assert!(!other.lock(30_000_000));
+            start.elapsed()
+        })
+        .join()
+        .unwrap();
         assert!(waited >= std::time::Duration::from_millis(30), "{waited:?}");
+        // The holder's own thread (as its signal handler would) gives up
+        // at once, not after its patience.
+        let start = std::time::Instant::now();
+        assert!(!lock.lock(60_000_000_000));
+        let waited = start.elapsed();
+        assert!(waited < std::time::Duration::from_secs(30), "{waited:?}");
         lock.unlock();
         assert!(lock.lock(0), "free again once let go");
         lock.reset();
