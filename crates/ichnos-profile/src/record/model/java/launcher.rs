@@ -3,20 +3,25 @@
 //! them (the JDK's `libjli/args.c` and `java.c`), as far as the two
 //! flags the Java note asks about.
 //!
-//! HotSpot reads `JAVA_TOOL_OPTIONS`, then the options the program that
-//! started it passes (for the `java` launcher: `JDK_JAVA_OPTIONS`, then
-//! its own arguments up to the main class, `-jar`'s file or the module),
-//! then `_JAVA_OPTIONS`; the last word on a flag decides. The launcher
-//! replaces each `@file` argument (not inside an argument file, not after
-//! `--disable-@files`; `@@` escapes an `@`) by the words of that file,
-//! and splits a `--source` argument that holds spaces (a script's
-//! `#!/usr/bin/java --source 21 ...` line) into words.
+//! HotSpot reads three containers of options: `JAVA_TOOL_OPTIONS`, then
+//! the options the program that started it passes (for the `java`
+//! launcher: `JDK_JAVA_OPTIONS`, then its own arguments up to the main
+//! class, `-jar`'s file or the module), then `_JAVA_OPTIONS`. In each, a
+//! `-XX:VMOptionsFile=FILE` is replaced where it stands by the options of
+//! FILE (split as the variables are). The last `-XX:Flags=FILE` of them
+//! all names a settings file whose settings (`+Flag`, `-Flag`,
+//! `Flag=value`; `#` comments) come first, before the three containers'
+//! options; the last word on a flag decides (HotSpot's `arguments.cpp`).
+//! The launcher replaces each `@file` argument (not inside an argument
+//! file, not after `--disable-@files`; `@@` escapes an `@`) by the words
+//! of that file, and splits a `--source` argument that holds spaces (a
+//! script's `#!/usr/bin/java --source 21 ...` line) into words.
 //!
-//! Not read: files named by `-XX:Flags=` or `-XX:VMOptionsFile=`; an
-//! argument file that can no longer be read (moved, deleted, not a
-//! regular file now, or past the bounds below) leaves the options
-//! unknown. A NUL byte inside an argument file's word, which ends the
-//! launcher's C string there, is kept.
+//! A file that can no longer be read (moved, deleted, not a regular file
+//! now, or past the bounds below) leaves the options unknown. A NUL byte
+//! inside an argument file's word, which ends the launcher's C string
+//! there, is kept. A `.hotspotrc` is read only by debug builds of the
+//! JVM, and not here.
 
 use std::ops::ControlFlow;
 
@@ -25,8 +30,13 @@ use std::ops::ControlFlow;
 /// few KiB.
 pub(super) const MAX_ARGFILE_BYTES: u64 = 1 << 20;
 
-/// Argument files read at most for one process.
+/// Files (argument files, options files and the settings file) read at
+/// most for one process.
 const MAX_ARGFILES: usize = 16;
+
+/// A settings file's word is cut here, and the file's reading ends
+/// (HotSpot's `process_settings_file` reads into 1,024 bytes).
+const MAX_SETTING: usize = 1023;
 
 /// What a JVM's options say of the note's two questions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,12 +61,47 @@ impl Flags {
     /// One option, in its turn.
     fn take(&mut self, option: &[u8]) {
         match option {
-            b"-XX:+PreserveFramePointer" => self.keeps_frame_pointer = true,
-            b"-XX:-PreserveFramePointer" => self.keeps_frame_pointer = false,
             b"-Xint" => self.may_compile = false,
             b"-Xmixed" | b"-Xcomp" => self.may_compile = true,
+            _ => {
+                if let Some(setting) = option.strip_prefix(b"-XX:") {
+                    self.set(setting);
+                }
+            }
+        }
+    }
+
+    /// One flag setting, as after `-XX:` or in a settings file. (HotSpot
+    /// sets a boolean flag by `+` or `-` alone: `PreserveFramePointer=true`
+    /// stops the JVM from starting.)
+    fn set(&mut self, setting: &[u8]) {
+        match setting {
+            b"+PreserveFramePointer" => self.keeps_frame_pointer = true,
+            b"-PreserveFramePointer" => self.keeps_frame_pointer = false,
             _ => {}
         }
+    }
+}
+
+/// The files a process's options name, read through a reader within one
+/// budget of files and bytes.
+struct Files<'a> {
+    read: ReadArgfile<'a>,
+    count: usize,
+    bytes_left: u64,
+}
+
+impl Files<'_> {
+    /// The bytes of the file at `path`; `None` where it cannot be read
+    /// whole, or the budget is spent.
+    fn read(&mut self, path: &[u8]) -> Option<Vec<u8>> {
+        self.count += 1;
+        if self.count > MAX_ARGFILES {
+            return None;
+        }
+        let text = (self.read)(path, self.bytes_left)?;
+        self.bytes_left = self.bytes_left.saturating_sub(text.len() as u64);
+        Some(text)
     }
 }
 
@@ -77,21 +122,22 @@ pub(super) fn jvm_flags(cmdline: &[u8], environ: &[u8], argfile: ReadArgfile<'_>
                 .and_then(|rest| rest.strip_prefix(b"="))
         })
     };
-    let mut flags = Flags::default();
-    for option in variable_words(variable(b"JAVA_TOOL_OPTIONS").unwrap_or_default()) {
-        flags.take(&option);
-    }
+    let mut files = Files {
+        read: argfile,
+        count: 0,
+        bytes_left: MAX_ARGFILE_BYTES,
+    };
+    let tool = variable_words(variable(b"JAVA_TOOL_OPTIONS").unwrap_or_default());
+    let mut passed = Vec::new();
     let mut args = cmdline.split(|&b| b == 0);
     let program = args.next().unwrap_or_default();
     if program.rsplit(|&b| b == b'/').next() == Some(b"java") {
         let mut launcher = Launcher {
-            flags,
-            argfile,
+            options: Vec::new(),
+            files: &mut files,
             expand: true,
             value_next: false,
             main_found: false,
-            files: 0,
-            bytes_left: MAX_ARGFILE_BYTES,
         };
         for word in variable_words(variable(b"JDK_JAVA_OPTIONS").unwrap_or_default()) {
             launcher.argument(&word, Source::Variable)?;
@@ -102,12 +148,92 @@ pub(super) fn jvm_flags(cmdline: &[u8], environ: &[u8], argfile: ReadArgfile<'_>
             }
             launcher.argument(arg, Source::CommandLine)?;
         }
-        flags = launcher.flags;
+        passed = launcher.options;
     }
-    for option in variable_words(variable(b"_JAVA_OPTIONS").unwrap_or_default()) {
-        flags.take(&option);
+    let java = variable_words(variable(b"_JAVA_OPTIONS").unwrap_or_default());
+    let mut containers = [tool, passed, java];
+    for options in &mut containers {
+        *options = with_options_file(std::mem::take(options), &mut files)?;
+    }
+    let mut flags = Flags::default();
+    let settings = containers
+        .iter()
+        .flatten()
+        .filter_map(|o| o.strip_prefix(b"-XX:Flags="))
+        .next_back();
+    if let Some(path) = settings {
+        for setting in settings_words(&files.read(path)?) {
+            flags.set(&setting);
+        }
+    }
+    for option in containers.iter().flatten() {
+        flags.take(option);
     }
     Some(flags)
+}
+
+/// A container's options with each `-XX:VMOptionsFile=FILE` replaced by
+/// the options of FILE, where it stands (HotSpot refuses a second one in
+/// one container, and one inside such a file: the JVM would not start,
+/// and they are read here as plain options); `None` where a file cannot
+/// be read.
+fn with_options_file(options: Vec<Vec<u8>>, files: &mut Files<'_>) -> Option<Vec<Vec<u8>>> {
+    if !options.iter().any(|o| o.starts_with(b"-XX:VMOptionsFile=")) {
+        return Some(options);
+    }
+    let mut out = Vec::with_capacity(options.len());
+    for option in options {
+        match option.strip_prefix(b"-XX:VMOptionsFile=") {
+            Some(path) => out.extend(variable_words(&files.read(path)?)),
+            None => out.push(option),
+        }
+    }
+    Some(out)
+}
+
+/// The settings of a settings file (`-XX:Flags=`), as HotSpot's
+/// `process_settings_file` splits them: apart by whitespace, a `#`
+/// between settings starting a comment to the end of its line, a part in
+/// `'` or `"` quotes kept whole but for a line end, which ends a setting
+/// anywhere. A setting of [`MAX_SETTING`] bytes ends the reading there.
+fn settings_words(text: &[u8]) -> Vec<Vec<u8>> {
+    let mut words = Vec::new();
+    let mut word = Vec::new();
+    let (mut between, mut comment, mut quote) = (true, false, None);
+    for &b in text {
+        if word.len() >= MAX_SETTING {
+            // HotSpot's loop stops: this setting is the file's last.
+            break;
+        }
+        if between {
+            if comment {
+                comment = b != b'\n';
+            } else if b == b'#' {
+                comment = true;
+            } else if !b.is_ascii_whitespace() && b != 0x0b {
+                between = false;
+                word.push(b);
+            }
+            continue;
+        }
+        match quote {
+            _ if b == b'\n' => {
+                words.push(std::mem::take(&mut word));
+                (between, quote) = (true, None);
+            }
+            None if b.is_ascii_whitespace() || b == 0x0b => {
+                words.push(std::mem::take(&mut word));
+                between = true;
+            }
+            None if b == b'\'' || b == b'"' => quote = Some(b),
+            Some(q) if b == q => quote = None,
+            _ => word.push(b),
+        }
+    }
+    if !word.is_empty() {
+        words.push(word);
+    }
+    words
 }
 
 /// The words of an options variable: apart by whitespace, a part in `'`
@@ -146,9 +272,10 @@ enum Source {
 }
 
 /// The `java` launcher reading its arguments.
-struct Launcher<'a> {
-    flags: Flags,
-    argfile: ReadArgfile<'a>,
+struct Launcher<'a, 'b> {
+    /// The options it passes to the JVM, in order.
+    options: Vec<Vec<u8>>,
+    files: &'a mut Files<'b>,
     /// Not past `--disable-@files`.
     expand: bool,
     /// The word before takes the next as its value.
@@ -156,11 +283,9 @@ struct Launcher<'a> {
     /// The main class (or `-jar`, `-m`, `--module=`) came: what follows
     /// is the program's.
     main_found: bool,
-    files: usize,
-    bytes_left: u64,
 }
 
-impl Launcher<'_> {
+impl Launcher<'_, '_> {
     /// One argument from `source`, expanded as the launcher expands it;
     /// `None` where an argument file cannot be read.
     fn argument(&mut self, arg: &[u8], source: Source) -> Option<()> {
@@ -179,12 +304,7 @@ impl Launcher<'_> {
                     // `@@word`: the word `@word`.
                     self.word(path);
                 } else {
-                    self.files += 1;
-                    if self.files > MAX_ARGFILES {
-                        return None;
-                    }
-                    let text = (self.argfile)(path, self.bytes_left)?;
-                    self.bytes_left = self.bytes_left.saturating_sub(text.len() as u64);
+                    let text = self.files.read(path)?;
                     for_each_word(&text, &mut |word| {
                         self.word(word);
                         if self.main_found {
@@ -218,7 +338,7 @@ impl Launcher<'_> {
         {
             self.main_found = true;
         } else {
-            self.flags.take(word);
+            self.options.push(word.to_vec());
         }
     }
 }

@@ -294,6 +294,113 @@ fn the_launchers_argument_files_are_read_as_it_reads_them() {
     }
 }
 
+/// Options files (`-XX:VMOptionsFile=`) and settings files
+/// (`-XX:Flags=`) read as HotSpot reads them, checked against what the
+/// JVM itself says of `PreserveFramePointer`.
+#[test]
+fn options_and_settings_files_are_read_as_the_jvm_reads_them() {
+    let dir = argfiles(&[
+        (
+            "keep.opts",
+            "-Xmx64m '-XX:+PreserveFramePointer'".to_owned(),
+        ),
+        ("drop.opts", "-XX:-PreserveFramePointer".to_owned()),
+        ("settings.opts", "-XX:Flags=keep.rc".to_owned()),
+        ("keep.rc", "# a comment\n+PreserveFramePointer\n".to_owned()),
+        ("drop.rc", "-PreserveFramePointer".to_owned()),
+        ("commented.rc", "#+PreserveFramePointer\n".to_owned()),
+        (
+            "keep_then_comment.rc",
+            "+PreserveFramePointer #-PreserveFramePointer".to_owned(),
+        ),
+    ]);
+    let dir = dir.path();
+    let cases: [(&[&str], &str, bool); 11] = [
+        (&["-XX:VMOptionsFile=keep.opts", "Main"], "", true),
+        // In place: the options after it have the last word.
+        (
+            &[
+                "-XX:VMOptionsFile=keep.opts",
+                "-XX:-PreserveFramePointer",
+                "Main",
+            ],
+            "",
+            false,
+        ),
+        (
+            &[
+                "-XX:+PreserveFramePointer",
+                "-XX:VMOptionsFile=drop.opts",
+                "Main",
+            ],
+            "",
+            false,
+        ),
+        (&["Main"], "-XX:VMOptionsFile=keep.opts", true),
+        (&["-XX:Flags=keep.rc", "Main"], "", true),
+        (&["-XX:Flags=commented.rc", "Main"], "", false),
+        (&["-XX:Flags=keep_then_comment.rc", "Main"], "", true),
+        // The settings file comes first, whatever its place.
+        (
+            &["-XX:-PreserveFramePointer", "-XX:Flags=keep.rc", "Main"],
+            "",
+            false,
+        ),
+        (
+            &["-XX:+PreserveFramePointer", "-XX:Flags=drop.rc", "Main"],
+            "",
+            true,
+        ),
+        // The last one named is the one read; an options file may name it.
+        (
+            &["-XX:Flags=keep.rc", "-XX:Flags=drop.rc", "Main"],
+            "",
+            false,
+        ),
+        (&["-XX:VMOptionsFile=settings.opts", "Main"], "", true),
+    ];
+    for (args, jdk_java_options, keeps) in cases {
+        assert_eq!(
+            keeps_as_the_jvm_says(dir, args, jdk_java_options),
+            (keeps, keeps),
+            "java {args:?} with JDK_JAVA_OPTIONS={jdk_java_options:?}: (the JVM, ours)"
+        );
+    }
+    // Files that cannot be read leave the flags unknown (the JVM would
+    // not start).
+    let none = |_: &[u8], _: u64| None;
+    assert_eq!(jvm_flags(b"java\0-XX:Flags=gone\0Main\0", b"", &none), None);
+    assert_eq!(
+        jvm_flags(
+            b"java\0Main\0",
+            b"_JAVA_OPTIONS=-XX:VMOptionsFile=gone\0",
+            &none
+        ),
+        None
+    );
+}
+
+#[test]
+fn settings_files_split_as_hotspot_splits_them() {
+    let words = |text: &str| -> Vec<String> {
+        settings_words(text.as_bytes())
+            .into_iter()
+            .map(|w| String::from_utf8(w).unwrap())
+            .collect()
+    };
+    assert_eq!(words("+A  -B\n\tC=1 # D\n#E\nF"), ["+A", "-B", "C=1", "F"]);
+    // Quotes keep whitespace, not a line end; a quote that opens a
+    // setting is a plain character.
+    assert_eq!(words("S='a b'c\n"), ["S=a bc"]);
+    assert_eq!(words("S='a\nb"), ["S=a", "b"]);
+    assert_eq!(words("'x y"), ["'x", "y"]);
+    // A `#` inside a setting is plain.
+    assert_eq!(words("A#B"), ["A#B"]);
+    // The reading ends at a setting of 1,023 bytes.
+    let long = format!("{} +B", "x".repeat(2000));
+    assert_eq!(words(&long), ["x".repeat(MAX_SETTING)]);
+}
+
 /// What cannot be read, or is past the bounds, leaves the flags unknown;
 /// `--disable-@files` (even as an option's value) stops the expansion.
 #[test]
