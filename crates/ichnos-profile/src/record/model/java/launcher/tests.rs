@@ -448,7 +448,9 @@ proptest::proptest! {
             0..300,
         ),
     ) {
-        let mut cmdline = [&b"java\0"[..], &cmdline].concat();
+        // The same file as an options file (which may name itself), a
+        // settings file and an argument file.
+        let mut cmdline = [&b"java\0-XX:VMOptionsFile=f\0-XX:Flags=f\0"[..], &cmdline].concat();
         cmdline.extend_from_slice(b"\0@f\0");
         let read = |_: &[u8], most: u64| (file.len() as u64 <= most).then(|| file.clone());
         let _ = jvm_flags(&cmdline, &environ, &read);
@@ -458,5 +460,7 @@ proptest::proptest! {
             ControlFlow::Continue(())
         });
         proptest::prop_assert!(bytes <= file.len());
+        let settings: usize = settings_words(&file).iter().map(Vec::len).sum();
+        proptest::prop_assert!(settings <= file.len());
     }
 }
