@@ -8,9 +8,10 @@
 //! 2. the futex wake-up handshake (`bump_and_wake` / `futex_wait` in
 //!    `ring.rs`), with the kernel's futex modelled as a mutex and condition
 //!    variable: a lost wake-up shows up as a deadlock.
-//! 3. the same for a consumer that polls the producer's wakeup
-//!    descriptor (`Consumer::arm`, `Producer::set_wakeup_fd`), an eventfd
-//!    modelled as a count under a mutex: a lost wake-up is a deadlock.
+//! 3. the same for a consumer that polls a descriptor the producer's
+//!    wakeup hook makes readable (`Consumer::arm`,
+//!    `Producer::set_wakeup_hook`), modelled as a count under a mutex: a
+//!    lost wake-up is a deadlock.
 //! 4. the fill buffer's circular snapshot (`Slot::ring_snapshot`): a reader
 //!    on another thread never accepts a record the writer had not finished
 //!    or had overwritten.
@@ -154,8 +155,9 @@ fn a_sleeping_consumer_is_never_left_asleep_with_data() {
     });
 }
 
-/// An eventfd: a count, and a poller sleeping until it is not zero.
-struct EventFd {
+/// A descriptor the wakeup hook makes readable (a socket): a count, and
+/// a poller sleeping until it is not zero.
+struct Readable {
     count: Mutex<u64>,
     readable: Condvar,
 }
@@ -163,7 +165,7 @@ struct EventFd {
 #[test]
 fn an_armed_consumer_polling_a_descriptor_is_never_left_asleep_with_data() {
     loom::model(|| {
-        let fd = Arc::new(EventFd {
+        let fd = Arc::new(Readable {
             count: Mutex::new(0),
             readable: Condvar::new(),
         });
@@ -175,7 +177,7 @@ fn an_armed_consumer_polling_a_descriptor_is_never_left_asleep_with_data() {
                 (fd.clone(), word.clone(), waiting.clone(), head.clone());
             loom::thread::spawn(move || {
                 head.store(1, Ordering::Release);
-                // Producer::notify: bump_and_wake, then the descriptor.
+                // Producer::notify: bump_and_wake, then the hook.
                 word.fetch_add(1, Ordering::SeqCst);
                 fence(Ordering::SeqCst);
                 if waiting.load(Ordering::SeqCst) != 0 {

@@ -235,6 +235,12 @@ pub const CLOCK_TSC: u32 = 1;
 /// `Hello.clock`: ticks are `CLOCK_MONOTONIC` nanoseconds.
 pub const CLOCK_MONOTONIC: u32 = 2;
 
+/// What a traced process says after its hello, as often as its shared
+/// buffer's wakeup asks (the recorder sleeping, a wakeup watermark
+/// crossed or a thread waiting for room): this one byte, which the
+/// recorder reads and takes as a wake-up.
+pub const WAKE: &[u8] = b"w";
+
 /// What a traced process says first on the recorder's socket, with its
 /// shared buffer's memfd attached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use ichnos_buf::topa::{Consumer, TopaBuffer};
-use ichnos_data::wire::{Hello, FRAME_HEADER_BYTES};
+use ichnos_data::wire::{self, Hello, FRAME_HEADER_BYTES};
 use ichnos_data::{CallEventsEncoder, ClockSource, Meta, Record, Target};
 use ichnos_profile::launch::{self, LaunchError};
 use ichnos_profile::ExitStatus;
@@ -185,10 +185,6 @@ struct Conn {
     /// Frames of a catch to come, by thread, where a frame of events
     /// ended amid them.
     walks: FxHashMap<u32, frames::Walked>,
-    /// The eventfd the runtime signals when its buffer has a region to
-    /// read or a thread waits for room (checked to be one), polled
-    /// between turns.
-    wakeup: Option<OwnedFd>,
     closed: bool,
 }
 
@@ -375,10 +371,10 @@ fn serve(
     Ok(status.unwrap_or(ExitStatus::Code(0)))
 }
 
-/// Sleeps until a process connects, one ends or says something, one's
-/// buffer has a region to read or a thread waiting for room (its wakeup
-/// descriptor, signalled while its consumer is armed), or
-/// [`LOOK_AGAIN`] passes (for what lies below a region's worth). Every
+/// Sleeps until a process connects, one ends or says something (its
+/// runtime sends [`wire::WAKE`] when its buffer has regions to read or a
+/// thread waits for room, while its consumer is armed), or
+/// [`LOOK_AGAIN`] passes (for what lies below a wakeup's worth). Every
 /// buffer was found empty just before.
 fn sleep(listener: &OwnedFd, conns: &[Conn]) {
     let mut armed = Vec::with_capacity(conns.len());
@@ -391,26 +387,18 @@ fn sleep(listener: &OwnedFd, conns: &[Conn]) {
             }
         }
     }
-    let wakeups: Vec<&OwnedFd> = conns.iter().filter_map(|c| c.wakeup.as_ref()).collect();
-    let readable = sys::wait_readable(
-        std::iter::once(listener.as_raw_fd())
-            .chain(conns.iter().map(|c| c.socket.as_raw_fd()))
-            .chain(wakeups.iter().map(|fd| fd.as_raw_fd())),
+    sys::wait_readable(
+        std::iter::once(listener.as_raw_fd()).chain(conns.iter().map(|c| c.socket.as_raw_fd())),
         LOOK_AGAIN,
     );
-    drop(armed);
-    for (fd, _) in wakeups
-        .iter()
-        .zip(&readable[1 + conns.len()..])
-        .filter(|(_, &r)| r)
-    {
-        socket::drain_eventfd(fd);
-    }
 }
 
 /// How long the recorder sleeps at most between turns: what the
 /// processes wrote below a wakeup watermark waits at most this long.
 const LOOK_AGAIN: Duration = Duration::from_millis(2);
+
+/// Wake-ups read from one process's socket at most in a turn.
+const WAKES_A_TURN: usize = 64;
 
 /// Takes every connection waiting on `listener` into `conns`; how many.
 fn accept_all(listener: &OwnedFd, conns: &mut Vec<Conn>) -> Result<usize, TraceError> {
@@ -426,7 +414,6 @@ fn accept_all(listener: &OwnedFd, conns: &mut Vec<Conn>) -> Result<usize, TraceE
             exec_hit: 0,
             exec_marks: Vec::new(),
             walks: FxHashMap::default(),
-            wakeup: None,
             closed: false,
         });
         n += 1;
@@ -583,7 +570,6 @@ fn service(conn: &mut Conn, out: &mut Out) -> Result<bool, TraceError> {
             }
             Ok(Some(m)) => {
                 welcome(conn, out, &m.bytes, m.fd)?;
-                conn.wakeup = m.second_fd.filter(socket::is_eventfd);
                 busy = true;
             }
             Err(_) => {
@@ -593,11 +579,20 @@ fn service(conn: &mut Conn, out: &mut Out) -> Result<bool, TraceError> {
         }
     }
     // Whether the process is gone: looked at before draining, so that
-    // what it wrote before it went is all read.
-    let gone = match socket::receive(&conn.socket) {
-        Ok(None) => false,
-        Ok(Some(_)) | Err(_) => true,
-    };
+    // what it wrote before it went is all read. Its wake-ups are read on
+    // the way, a bounded number a turn (a process that sends nothing but
+    // wake-ups keeps the others waiting no longer than a turn).
+    let mut gone = false;
+    for _ in 0..WAKES_A_TURN {
+        match socket::receive(&conn.socket) {
+            Ok(None) => break,
+            Ok(Some(m)) if m.bytes == wire::WAKE => busy = true,
+            Ok(Some(_)) | Err(_) => {
+                gone = true;
+                break;
+            }
+        }
+    }
     if let Some(mut consumer) = conn.consumer.take() {
         let read = read_frames(conn, out, &mut consumer, gone);
         conn.consumer = Some(consumer);

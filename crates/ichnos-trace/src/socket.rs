@@ -102,14 +102,10 @@ pub(crate) fn peer_pid(conn: &OwnedFd) -> Option<u32> {
 /// empty message when the peer has closed.
 pub(crate) struct Message {
     pub bytes: Vec<u8>,
-    /// The first descriptor sent with it.
     pub fd: Option<OwnedFd>,
-    /// The second.
-    pub second_fd: Option<OwnedFd>,
 }
 
-/// Receives one message (up to 64 bytes) and up to two descriptors with
-/// it (a peer's others are closed).
+/// Receives one message (up to 64 bytes) and the descriptor with it.
 pub(crate) fn receive(conn: &OwnedFd) -> io::Result<Option<Message>> {
     let mut buf = [0u8; 64];
     let mut iov = libc::iovec {
@@ -132,7 +128,7 @@ pub(crate) fn receive(conn: &OwnedFd) -> io::Result<Option<Message>> {
             _ => Err(e),
         };
     }
-    let (mut fd, mut second_fd) = (None, None);
+    let mut fd = None;
     // SAFETY: the control buffer was filled by the kernel; the CMSG
     // macros walk it within msg_controllen.
     unsafe {
@@ -145,12 +141,10 @@ pub(crate) fn receive(conn: &OwnedFd) -> io::Result<Option<Message>> {
                 let count = ((*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / 4;
                 for i in 0..count {
                     let raw = std::ptr::read_unaligned(data.add(i));
-                    // Keep the first two; close any others a peer sent.
+                    // Keep the first; close any others a peer sent.
                     let owned = OwnedFd::from_raw_fd(raw);
                     if fd.is_none() {
                         fd = Some(owned);
-                    } else if second_fd.is_none() {
-                        second_fd = Some(owned);
                     }
                 }
             }
@@ -160,66 +154,5 @@ pub(crate) fn receive(conn: &OwnedFd) -> io::Result<Option<Message>> {
     Ok(Some(Message {
         bytes: buf[..n.cast_unsigned()].to_vec(),
         fd,
-        second_fd,
     }))
-}
-
-/// Whether `fd` is an eventfd (what the kernel names it in
-/// `/proc/self/fd`): a traced process's wakeup descriptor is polled and
-/// read by the recorder, which must not be handed a pipe to block on or
-/// a file that is always readable.
-pub(crate) fn is_eventfd(fd: &OwnedFd) -> bool {
-    std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
-        .is_ok_and(|target| target.as_os_str() == "anon_inode:[eventfd]")
-}
-
-/// Empties eventfd `fd` (non-blocking), so that it is not readable until
-/// signalled again.
-pub(crate) fn drain_eventfd(fd: &OwnedFd) {
-    let mut count = [0u8; 8];
-    // SAFETY: an 8-byte read into a buffer we own; the descriptor is an
-    // eventfd the runtime made non-blocking (and a blocking one would be
-    // read only when poll found it readable).
-    unsafe { libc::read(fd.as_raw_fd(), count.as_mut_ptr().cast(), count.len()) };
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_an_eventfd_is_taken_for_a_wakeup_descriptor() {
-        // SAFETY: plain descriptor creation; each one made is owned below.
-        let event = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        assert!(event >= 0);
-        // SAFETY: a descriptor just made, owned once.
-        let event = unsafe { OwnedFd::from_raw_fd(event) };
-        assert!(is_eventfd(&event));
-        let mut pipe = [0i32; 2];
-        // SAFETY: pipe fills two descriptors, owned below.
-        let made = unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) };
-        assert_eq!(made, 0);
-        // SAFETY: descriptors just made, each owned once.
-        let (read_end, _write_end) =
-            unsafe { (OwnedFd::from_raw_fd(pipe[0]), OwnedFd::from_raw_fd(pipe[1])) };
-        assert!(!is_eventfd(&read_end), "a pipe would block a read");
-        let zero = OwnedFd::from(std::fs::File::open("/dev/zero").unwrap());
-        assert!(!is_eventfd(&zero), "always readable");
-        // Signalled, it is readable once; drained, no more.
-        let one = 1u64.to_ne_bytes();
-        // SAFETY: an 8-byte write from a valid buffer.
-        let wrote = unsafe { libc::write(event.as_raw_fd(), one.as_ptr().cast(), 8) };
-        assert_eq!(wrote, 8);
-        let readable = crate::sys::wait_readable(
-            std::iter::once(event.as_raw_fd()),
-            std::time::Duration::ZERO,
-        );
-        assert_eq!(readable, [true]);
-        drain_eventfd(&event);
-        let readable = crate::sys::wait_readable(
-            std::iter::once(event.as_raw_fd()),
-            std::time::Duration::ZERO,
-        );
-        assert_eq!(readable, [false]);
-    }
 }

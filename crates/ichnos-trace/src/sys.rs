@@ -71,9 +71,8 @@ pub(crate) fn kill(pid: u32, signal: i32) {
     unsafe { libc::kill(pid.cast_signed(), signal) };
 }
 
-/// Waits until one of `fds` is readable (or hung up), or `timeout`;
-/// which were.
-pub(crate) fn wait_readable(fds: impl Iterator<Item = RawFd>, timeout: Duration) -> Vec<bool> {
+/// Waits until one of `fds` is readable (or hung up), or `timeout`.
+pub(crate) fn wait_readable(fds: impl Iterator<Item = RawFd>, timeout: Duration) {
     let mut pfds: Vec<libc::pollfd> = fds
         .map(|fd| libc::pollfd {
             fd,
@@ -89,5 +88,4 @@ pub(crate) fn wait_readable(fds: impl Iterator<Item = RawFd>, timeout: Duration)
             timeout.as_millis() as libc::c_int,
         )
     };
-    pfds.iter().map(|p| p.revents != 0).collect()
 }

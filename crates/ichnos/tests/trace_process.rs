@@ -162,6 +162,20 @@ fn calls_open_at_the_programs_end_count_to_their_threads_end() {
     }
 }
 
+/// A process that floods the recorder with wake-up bytes (as its runtime
+/// sends one when its buffer needs reading) is read on: the call after
+/// 100,000 of them is traced as the one before (the recorder took any
+/// message after the hello for the process's end, and lost what came
+/// after it).
+#[test]
+fn wake_ups_from_a_process_are_read_as_wake_ups() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "wake_flood.c", &[]);
+    traced(dir.path(), "t.data", &[], &[exe.to_str().unwrap()]);
+    let lines = replayed_calls(dir.path(), "t.data");
+    assert_eq!(lines, ["main() {", "  before();", "  after();", "} /* main */"]);
+}
+
 #[test]
 fn calls_after_a_second_thread_calls_exit_are_traced_on_that_thread() {
     let dir = tempfile::tempdir().unwrap();

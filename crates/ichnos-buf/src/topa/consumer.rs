@@ -281,15 +281,18 @@ impl Consumer {
     }
 
     /// Announces this consumer as about to sleep, for a consumer that
-    /// sleeps in `poll` or `epoll` on the producer's wakeup descriptor
-    /// ([`Producer::set_wakeup_fd`](super::Producer::set_wakeup_fd))
-    /// among others, rather than in [`Consumer::wait`]: until the result
-    /// is dropped, the producer's notifications (the wakeup watermark
-    /// crossed, no room left, its end) signal the descriptor. `None` when
-    /// there is no need to sleep: something is there to read, or the
-    /// producer is gone. Arm after reading everything, poll, then drop;
-    /// as with `wait`, data below the watermark does not wake a sleeper
-    /// (poll with a timeout for it).
+    /// sleeps in `poll` or `epoll` among other descriptors rather than in
+    /// [`Consumer::wait`]: until the result is dropped, the producer's
+    /// notifications (the wakeup watermark crossed, no room left, its
+    /// end) run its wakeup hook
+    /// ([`Producer::set_wakeup_hook`](super::Producer::set_wakeup_hook)),
+    /// which makes a descriptor the consumer polls readable. `None` when
+    /// there is something to read ([`Consumer::next_segments`]): no need
+    /// to sleep. Arm after reading everything, poll, then drop; as with
+    /// `wait`, data below the watermark does not wake a sleeper (poll with
+    /// a timeout for it). A gone producer, or a header in snapshot mode,
+    /// is no reason not to sleep: whatever a shared header says, this
+    /// never says "do not sleep" while nothing can be read.
     #[must_use]
     pub fn arm(&self) -> Option<Armed<'_>> {
         let h = self.mapped.header();
@@ -300,7 +303,7 @@ impl Consumer {
         // model (tests/loom_models.rs) loses the wake-up without it.
         fence(Ordering::SeqCst);
         let armed = Armed { header: h };
-        if self.available() > 0 || h.producer_gone.load(Ordering::SeqCst) != 0 {
+        if !self.snapshot && self.available() > 0 {
             return None;
         }
         Some(armed)

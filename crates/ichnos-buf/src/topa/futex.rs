@@ -30,17 +30,6 @@ pub(super) fn bump_and_wake(word: &AtomicU32, waiting: &AtomicU32) -> bool {
     true
 }
 
-/// Adds 1 to the eventfd `fd`, waking whoever polls it. A full counter
-/// (2^64 - 2 unread signals) or a descriptor that is not an eventfd is
-/// ignored: the wake is a courtesy, the futex word is the protocol.
-pub(super) fn signal_eventfd(fd: &std::os::fd::OwnedFd) {
-    use std::os::fd::AsRawFd;
-    let one = 1u64.to_ne_bytes();
-    // SAFETY: an 8-byte write from a valid buffer; write is
-    // async-signal-safe, as the producer's callers may need.
-    unsafe { libc::write(fd.as_raw_fd(), one.as_ptr().cast(), one.len()) };
-}
-
 /// Sleeps while `word == expected`, at most `timeout`.
 pub(super) fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
     let ts = timeout.map(|t| libc::timespec {

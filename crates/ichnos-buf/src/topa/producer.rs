@@ -2,13 +2,12 @@
 //! regions, all or nothing, at the head; what happens when the consumer
 //! has not freed space is the buffer's [`Mode`].
 
-use super::futex::{bump_and_wake, futex_wait, signal_eventfd};
+use super::futex::{bump_and_wake, futex_wait};
 use super::markers::{plan_markers, Granularity, MarkerError, MarkerPlan};
 use super::memory::{AllocError, Header, Mapped};
 use super::ring::{stats, Mode, Stats};
 use super::table::Cursor;
 use std::fmt;
-use std::os::fd::OwnedFd;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -94,9 +93,9 @@ pub struct Producer {
     /// The consumer was told of the current stop (one notification per
     /// stop, however many writes it refuses).
     stop_notified: bool,
-    /// Signalled with the futex at each notification a consumer waits
-    /// for ([`Producer::set_wakeup_fd`]).
-    wakeup_fd: Option<OwnedFd>,
+    /// Run with the futex's wake at each notification an armed consumer
+    /// waits for ([`Producer::set_wakeup_hook`]).
+    wakeup_hook: Option<fn()>,
 }
 
 // SAFETY: the raw region pointer is into the shared mapping the producer
@@ -164,7 +163,7 @@ impl Producer {
             stopped: false,
             truncated: false,
             stop_notified: false,
-            wakeup_fd: None,
+            wakeup_hook: None,
             mapped,
         };
         p.reset_offsets();
@@ -313,13 +312,15 @@ impl Producer {
     /// descriptors, as a recorder of many processes does) rather than in
     /// [`Consumer::wait`](super::Consumer::wait): at each notification
     /// (the wakeup watermark crossed, no room left, the producer gone)
-    /// while a consumer is armed ([`Consumer::arm`](super::Consumer::arm)),
-    /// 1 is added to `fd`, an eventfd the consumer polls, as perf's ring
-    /// buffer descriptor becomes readable. The consumer gets the
-    /// descriptor from the producer's process (`SCM_RIGHTS`, with the
-    /// buffer's memfd). Costs nothing while no consumer is armed.
-    pub fn set_wakeup_fd(&mut self, fd: OwnedFd) {
-        self.wakeup_fd = Some(fd);
+    /// that finds a consumer armed ([`Consumer::arm`](super::Consumer::arm)),
+    /// `hook` runs, to make a descriptor the consumer polls readable, as
+    /// perf's ring buffer descriptor becomes (a byte sent on a socket, an
+    /// eventfd's count). It runs on the producer's thread, inside whatever
+    /// the producer's caller holds, possibly in a signal handler: it must
+    /// be async-signal-safe and never block. Costs nothing while no
+    /// consumer is armed.
+    pub fn set_wakeup_hook(&mut self, hook: fn()) {
+        self.wakeup_hook = Some(hook);
     }
 
     /// Whether a consumer is in [`Consumer::wait`](super::Consumer::wait), announced as asleep
@@ -559,8 +560,8 @@ impl Producer {
         let h = self.header();
         h.counters.0.notifications.fetch_add(1, Ordering::Relaxed);
         if bump_and_wake(&h.data_futex.0, &h.consumer_waiting) {
-            if let Some(fd) = &self.wakeup_fd {
-                signal_eventfd(fd);
+            if let Some(hook) = self.wakeup_hook {
+                hook();
             }
         }
     }
@@ -665,8 +666,8 @@ impl Drop for Producer {
         let h = self.header();
         h.producer_gone.store(1, Ordering::SeqCst);
         if bump_and_wake(&h.data_futex.0, &h.consumer_waiting) {
-            if let Some(fd) = &self.wakeup_fd {
-                signal_eventfd(fd);
+            if let Some(hook) = self.wakeup_hook {
+                hook();
             }
         }
         h.producer_claimed.store(0, Ordering::Release);

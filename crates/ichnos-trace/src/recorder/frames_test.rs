@@ -97,7 +97,6 @@ fn conn(carry: Vec<u8>, exec: Vec<(u64, u64)>) -> Conn {
         exec_hit: 0,
         exec_marks: Vec::new(),
         walks: FxHashMap::default(),
-        wakeup: None,
         closed: false,
     }
 }

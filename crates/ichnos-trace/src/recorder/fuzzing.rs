@@ -56,7 +56,6 @@ pub fn read_shared_buffer(
         exec_hit: 0,
         exec_marks: Vec::new(),
         walks: FxHashMap::default(),
-        wakeup: None,
         closed: false,
     };
     let mut start = 0;
