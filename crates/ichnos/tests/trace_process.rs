@@ -173,7 +173,10 @@ fn wake_ups_from_a_process_are_read_as_wake_ups() {
     let exe = build(dir.path(), "wake_flood.c", &[]);
     traced(dir.path(), "t.data", &[], &[exe.to_str().unwrap()]);
     let lines = replayed_calls(dir.path(), "t.data");
-    assert_eq!(lines, ["main() {", "  before();", "  after();", "} /* main */"]);
+    assert_eq!(
+        lines,
+        ["main() {", "  before();", "  after();", "} /* main */"]
+    );
 }
 
 #[test]
