@@ -122,6 +122,13 @@ impl Channel {
         LOCK.reset();
     }
 
+    /// Whether the calling thread holds the channel: a signal handler
+    /// that interrupted a hand-over, for which nothing can be sent until
+    /// the interrupted code goes on. Async-signal-safe.
+    pub(crate) fn held_here() -> bool {
+        LOCK.held_here()
+    }
+
     /// Reports what threads lost and have not reported yet (a thread
     /// whose last frame was lost has no next one): an empty frame each,
     /// which carries the count; what threads beyond the slots lost goes

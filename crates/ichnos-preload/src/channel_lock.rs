@@ -10,10 +10,12 @@
 //! calls and clock readings took 12% of the program's time in a profile
 //! of `benches/threads.c`. A wait is bounded: a holder that can never let
 //! go costs a waiter its frame, not a deadlock. The one such holder, the
-//! code a signal handler of the same thread interrupted (a flight
-//! recorder's save on SIGUSR2 while the thread hands its ring over), is
-//! known by the holder's mark and given up on at once, not after the
-//! patience. Everything here is async-signal-safe (atomics, a
+//! code a signal handler of the same thread interrupted (`ichnos_snapshot`
+//! called from a handler while the thread hands a buffer over), is known
+//! by the holder's mark and given up on at once, not after the patience;
+//! the handlers that save through the saver thread (a crash, `_exit`)
+//! ask [`ChannelLock::held_here`] first, since the saver would wait on
+//! the interrupted holder. Everything here is async-signal-safe (atomics, a
 //! thread-local's address and the futex system call).
 
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
@@ -105,10 +107,23 @@ impl ChannelLock {
 
     /// Lets the lock go, waking one sleeper if any may sleep.
     pub(crate) fn unlock(&self) {
-        self.holder.store(0, Ordering::Relaxed);
+        // Freed before the mark is cleared: a handler of this thread that
+        // comes in between finds the lock free, not held and unmarked
+        // (which it would wait its patience for). The mark is cleared only
+        // if it is still ours: the next holder may have set its own.
+        let me = this_thread();
         if self.state.swap(FREE, Ordering::Release) == CONTENDED {
             futex_wake_one(&self.state);
         }
+        let _ = self
+            .holder
+            .compare_exchange(me, 0, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// Whether the calling thread holds the lock (its signal handler
+    /// interrupted the holder). Async-signal-safe.
+    pub(crate) fn held_here(&self) -> bool {
+        self.holder.load(Ordering::Relaxed) == this_thread()
     }
 
     /// Frees the lock without waking anyone: in a child after `fork`,
@@ -220,11 +235,13 @@ mod tests {
         assert!(waited >= std::time::Duration::from_millis(30), "{waited:?}");
         // The holder's own thread (as its signal handler would) gives up
         // at once, not after its patience.
+        assert!(lock.held_here());
         let start = std::time::Instant::now();
         assert!(!lock.lock(60_000_000_000));
         let waited = start.elapsed();
-        assert!(waited < std::time::Duration::from_secs(30), "{waited:?}");
+        assert!(waited < std::time::Duration::from_secs(1), "{waited:?}");
         lock.unlock();
+        assert!(!lock.held_here());
         assert!(lock.lock(0), "free again once let go");
         lock.reset();
         assert!(lock.lock(0), "free after a reset");

@@ -337,7 +337,11 @@ extern "C" fn on_crash(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut lib
     // process that is not the buffers' owner (a child of vfork, whose
     // memory is its parent's, or one made without fork's handlers) asks
     // nothing and marks nothing.
+    // A crash inside this thread's hand-over (it holds the channel): the
+    // saver would wait on it in vain; nothing is saved, and the signal
+    // takes its course at once.
     let asked = crate::ending::owning_process()
+        && !crate::channel::Channel::held_here()
         && (SAVED_FOR_CRASH.swap(true, Ordering::SeqCst) || ask(ASK_CRASH_SAVE));
     if asked {
         wait_for(&CRASH_SAVE_DONE);

@@ -44,7 +44,12 @@ pub(crate) fn own() {
 fn hand_over() {
     // Through the saver thread: `_exit` is async-signal-safe, and is
     // called from signal handlers, where saving in place could wait
-    // forever for a lock the interrupted code holds.
+    // forever for a lock the interrupted code holds. Where this thread
+    // holds the channel (a handler interrupted its hand-over), the saver
+    // would wait on it in vain: nothing is saved, at once.
+    if crate::channel::Channel::held_here() {
+        return;
+    }
     if owner() && !crate::crash::save_for_exit() {
         crate::end_of_process();
     }
