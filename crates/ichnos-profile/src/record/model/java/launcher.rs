@@ -19,9 +19,11 @@
 //!
 //! A file that can no longer be read (moved, deleted, not a regular file
 //! now, or past the bounds below) leaves the options unknown. A NUL byte
-//! inside an argument file's word, which ends the launcher's C string
-//! there, is kept. A `.hotspotrc` is read only by debug builds of the
-//! JVM, and not here.
+//! inside a file's word ends it, as the launcher and the JVM read it as a
+//! C string. Not read: a `.hotspotrc` (read only by debug builds of the
+//! JVM), and the options a runtime made by `jlink --add-options` keeps in
+//! its `modules` image (`jdk/internal/vm/options`, read first by HotSpot,
+//! its `-XX:Flags=` last).
 
 use std::ops::ControlFlow;
 
@@ -57,10 +59,16 @@ impl Default for Flags {
     }
 }
 
+/// `word` up to its first NUL byte: the JVM and the launcher read it as
+/// a C string.
+fn c_string(word: &[u8]) -> &[u8] {
+    word.split(|&b| b == 0).next().unwrap_or_default()
+}
+
 impl Flags {
     /// One option, in its turn.
     fn take(&mut self, option: &[u8]) {
-        match option {
+        match c_string(option) {
             b"-Xint" => self.may_compile = false,
             b"-Xmixed" | b"-Xcomp" => self.may_compile = true,
             _ => {
@@ -75,7 +83,7 @@ impl Flags {
     /// sets a boolean flag by `+` or `-` alone: `PreserveFramePointer=true`
     /// stops the JVM from starting.)
     fn set(&mut self, setting: &[u8]) {
-        match setting {
+        match c_string(setting) {
             b"+PreserveFramePointer" => self.keeps_frame_pointer = true,
             b"-PreserveFramePointer" => self.keeps_frame_pointer = false,
             _ => {}
@@ -159,7 +167,7 @@ pub(super) fn jvm_flags(cmdline: &[u8], environ: &[u8], argfile: ReadArgfile<'_>
     let settings = containers
         .iter()
         .flatten()
-        .filter_map(|o| o.strip_prefix(b"-XX:Flags="))
+        .filter_map(|o| c_string(o).strip_prefix(b"-XX:Flags="))
         .next_back();
     if let Some(path) = settings {
         for setting in settings_words(&files.read(path)?) {
@@ -184,7 +192,7 @@ fn with_options_file(options: Vec<Vec<u8>>, files: &mut Files<'_>) -> Option<Vec
     let mut out = Vec::with_capacity(options.len());
     for option in options {
         match option.strip_prefix(b"-XX:VMOptionsFile=") {
-            Some(path) => out.extend(variable_words(&files.read(path)?)),
+            Some(path) => out.extend(variable_words(&files.read(c_string(path))?)),
             None => out.push(option),
         }
     }
@@ -323,6 +331,7 @@ impl Launcher<'_, '_> {
     /// One word, expanded: an option, an option's value, or the main
     /// class.
     fn word(&mut self, word: &[u8]) {
+        let word = c_string(word);
         // Wherever it stands, even as an option's value (args.c's checkArg).
         if word == b"--disable-@files" {
             self.expand = false;

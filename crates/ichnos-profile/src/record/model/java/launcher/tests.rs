@@ -226,10 +226,27 @@ fn keeps_as_the_jvm_says(
     args: &[&str],
     jdk_java_options: &str,
 ) -> (bool, bool) {
-    let out = java(dir)
+    keeps_as_the_jvm_says_with(dir, args, jdk_java_options, "")
+}
+
+/// [`keeps_as_the_jvm_says`], with `JAVA_TOOL_OPTIONS` holding `tool`
+/// (and `-XX:+PrintFlagsFinal`, first) and `_JAVA_OPTIONS` `java_options`
+/// where not empty.
+fn keeps_as_the_jvm_says_with(
+    dir: &std::path::Path,
+    args: &[&str],
+    jdk_java_options: &str,
+    java_options: &str,
+) -> (bool, bool) {
+    let mut command = java(dir);
+    command
         .args(args)
         .env("JAVA_TOOL_OPTIONS", "-XX:+PrintFlagsFinal")
-        .env("JDK_JAVA_OPTIONS", jdk_java_options)
+        .env("JDK_JAVA_OPTIONS", jdk_java_options);
+    if !java_options.is_empty() {
+        command.env("_JAVA_OPTIONS", java_options);
+    }
+    let out = command
         .output()
         .expect("java runs (install default-jdk-headless)");
     let text = String::from_utf8_lossy(&out.stdout);
@@ -242,8 +259,11 @@ fn keeps_as_the_jvm_says(
         .chain(args.iter().copied())
         .flat_map(|a| a.bytes().chain([0]))
         .collect();
-    let environ =
+    let mut environ =
         format!("JAVA_TOOL_OPTIONS=-XX:+PrintFlagsFinal\0JDK_JAVA_OPTIONS={jdk_java_options}\0");
+    if !java_options.is_empty() {
+        environ.push_str(&format!("_JAVA_OPTIONS={java_options}\0"));
+    }
     let read = |path: &[u8], most: u64| {
         let text = std::fs::read(dir.join(std::str::from_utf8(path).unwrap())).ok()?;
         (text.len() as u64 <= most).then_some(text)
@@ -366,6 +386,28 @@ fn options_and_settings_files_are_read_as_the_jvm_reads_them() {
             "java {args:?} with JDK_JAVA_OPTIONS={jdk_java_options:?}: (the JVM, ours)"
         );
     }
+    // _JAVA_OPTIONS, the last container: its options file comes after the
+    // command line's options, and its settings file is the last named.
+    let last: [(&[&str], &str, bool); 3] = [
+        (
+            &["-XX:-PreserveFramePointer", "Main"],
+            "-XX:VMOptionsFile=keep.opts",
+            true,
+        ),
+        (&["-XX:Flags=keep.rc", "Main"], "-XX:Flags=drop.rc", false),
+        (&["-XX:Flags=drop.rc", "Main"], "-XX:Flags=keep.rc", true),
+    ];
+    for (args, java_options, keeps) in last {
+        assert_eq!(
+            keeps_as_the_jvm_says_with(dir, args, "", java_options),
+            (keeps, keeps),
+            "java {args:?} with _JAVA_OPTIONS={java_options:?}: (the JVM, ours)"
+        );
+    }
+    // A NUL ends an option, as the JVM reads a C string.
+    let nul = |_: &[u8], _: u64| Some(b"-XX:+PreserveFramePointer\0x".to_vec());
+    let flags = jvm_flags(b"java\0-XX:VMOptionsFile=f\0Main\0", b"", &nul).unwrap();
+    assert!(flags.keeps_frame_pointer);
     // Files that cannot be read leave the flags unknown (the JVM would
     // not start).
     let none = |_: &[u8], _: u64| None;
