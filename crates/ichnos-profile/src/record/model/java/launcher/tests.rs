@@ -262,7 +262,9 @@ fn keeps_as_the_jvm_says_with(
     let mut environ =
         format!("JAVA_TOOL_OPTIONS=-XX:+PrintFlagsFinal\0JDK_JAVA_OPTIONS={jdk_java_options}\0");
     if !java_options.is_empty() {
-        environ.push_str(&format!("_JAVA_OPTIONS={java_options}\0"));
+        environ.push_str("_JAVA_OPTIONS=");
+        environ.push_str(java_options);
+        environ.push('\0');
     }
     let read = |path: &[u8], most: u64| {
         let text = std::fs::read(dir.join(std::str::from_utf8(path).unwrap())).ok()?;
