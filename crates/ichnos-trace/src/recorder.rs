@@ -188,6 +188,56 @@ struct Conn {
     closed: bool,
 }
 
+impl Conn {
+    /// A connection just accepted on `socket`: no hello yet.
+    fn new(socket: OwnedFd) -> Conn {
+        Conn {
+            socket,
+            consumer: None,
+            pid: 0,
+            asid: 0,
+            carry: Vec::new(),
+            exec: Vec::new(),
+            exec_hit: 0,
+            exec_marks: Vec::new(),
+            walks: FxHashMap::default(),
+            closed: false,
+        }
+    }
+
+    /// A connection of a process that is not there (its names and maps
+    /// are not read), its code at `exec`: for frames read from elsewhere
+    /// (the fuzz target, tests).
+    fn offline(exec: Vec<(u64, u64)>) -> io::Result<Conn> {
+        Ok(Conn {
+            pid: u32::MAX - 1,
+            asid: 1,
+            exec,
+            ..Conn::new(OwnedFd::from(File::open("/dev/null")?))
+        })
+    }
+}
+
+impl TraceOptions {
+    /// Options for a recording written from frames read from elsewhere
+    /// (the fuzz target, tests): nothing is run.
+    fn offline(output: &Path) -> TraceOptions {
+        TraceOptions {
+            command: vec!["offline".into()],
+            output: output.to_path_buf(),
+            preload: output.with_extension("so"),
+            buffer: None,
+            ring: None,
+            depth: None,
+            min_duration: None,
+            only: Vec::new(),
+            not: Vec::new(),
+            monotonic: true,
+            compress_on_a_thread: Some(false),
+        }
+    }
+}
+
 /// The recording being written.
 struct Out {
     writer: ichnos_data::Writer<BufWriter<File>>,
@@ -404,18 +454,7 @@ const WAKES_A_TURN: usize = 64;
 fn accept_all(listener: &OwnedFd, conns: &mut Vec<Conn>) -> Result<usize, TraceError> {
     let mut n = 0;
     while let Some(socket) = socket::accept(listener).map_err(TraceError::Socket)? {
-        conns.push(Conn {
-            socket,
-            consumer: None,
-            pid: 0,
-            asid: 0,
-            carry: Vec::new(),
-            exec: Vec::new(),
-            exec_hit: 0,
-            exec_marks: Vec::new(),
-            walks: FxHashMap::default(),
-            closed: false,
-        });
+        conns.push(Conn::new(socket));
         n += 1;
     }
     Ok(n)

@@ -4,7 +4,6 @@
 //! or unbounded memory.
 
 use std::fs::File;
-use std::os::fd::OwnedFd;
 
 use ichnos_data::wire::{self, event, FrameHeader};
 use ichnos_data::{CallEvent, Reader};
@@ -69,35 +68,15 @@ fn bytes_of(sent: &[Sent]) -> Vec<u8> {
 
 /// A recording's options for these tests.
 fn options(path: &std::path::Path) -> TraceOptions {
-    TraceOptions {
-        command: vec!["t".into()],
-        output: path.to_path_buf(),
-        preload: path.with_extension("so"),
-        buffer: None,
-        ring: None,
-        depth: None,
-        min_duration: None,
-        only: Vec::new(),
-        not: Vec::new(),
-        monotonic: true,
-        compress_on_a_thread: Some(false),
-    }
+    TraceOptions::offline(path)
 }
 
 /// A connection of a process that is not there (its names and maps are
 /// not read) whose runtime sent `carry`, its code at `exec`.
 fn conn(carry: Vec<u8>, exec: Vec<(u64, u64)>) -> Conn {
     Conn {
-        socket: OwnedFd::from(File::open("/dev/null").unwrap()),
-        consumer: None,
-        pid: u32::MAX - 1,
-        asid: 1,
         carry,
-        exec,
-        exec_hit: 0,
-        exec_marks: Vec::new(),
-        walks: FxHashMap::default(),
-        closed: false,
+        ..Conn::offline(exec).unwrap()
     }
 }
 

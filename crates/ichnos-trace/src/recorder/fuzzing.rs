@@ -4,11 +4,7 @@
 //! buffer as it likes) could have left there; they are read a piece at a
 //! time as the recorder reads them, into a recording.
 
-use std::fs::File;
-use std::os::fd::OwnedFd;
 use std::path::Path;
-
-use rustc_hash::FxHashMap;
 
 use super::frames::{self, CutFrame};
 use super::{open_output, Conn, TraceError, TraceOptions};
@@ -30,34 +26,9 @@ pub fn read_shared_buffer(
     capacity: u64,
     path: &Path,
 ) -> Result<Vec<String>, TraceError> {
-    let options = TraceOptions {
-        command: vec!["fuzzed".into()],
-        output: path.to_path_buf(),
-        preload: path.with_extension("so"),
-        buffer: None,
-        ring: None,
-        depth: None,
-        min_duration: None,
-        only: Vec::new(),
-        not: Vec::new(),
-        monotonic: true,
-        compress_on_a_thread: Some(false),
-    };
+    let options = TraceOptions::offline(path);
     let mut out = open_output(path, &options, false)?;
-    let socket = File::open("/dev/null").map_err(TraceError::Socket)?;
-    let mut conn = Conn {
-        socket: OwnedFd::from(socket),
-        consumer: None,
-        // A process that is not there: its names and maps are not read.
-        pid: u32::MAX - 1,
-        asid: 1,
-        carry: Vec::new(),
-        exec: vec![(0x1000, 0x10_0000)],
-        exec_hit: 0,
-        exec_marks: Vec::new(),
-        walks: FxHashMap::default(),
-        closed: false,
-    };
+    let mut conn = Conn::offline(vec![(0x1000, 0x10_0000)]).map_err(TraceError::Socket)?;
     let mut start = 0;
     let ends = cuts
         .iter()
