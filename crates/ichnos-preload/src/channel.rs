@@ -1,17 +1,17 @@
 //! The process's line to the recorder: a shared region-table buffer
 //! (`ichnos-buf`'s topa, in a memfd) that frames are written into, and a
-//! Unix socket that carried the memfd to the recorder and tells, by
-//! closing, that the recorder is gone.
+//! Unix socket that carried the memfd to the recorder, carries the
+//! wake-ups a sleeping recorder is sent ([`wake_recorder`]), and tells,
+//! by closing, that the recorder is gone.
 //!
 //! One channel per process, behind a lock ([`ChannelLock`]): threads take
-//! it only to hand over a full buffer (every few thousand calls). A flush never runs
-//! inside a handler that interrupted a flush on the same thread (the fill
-//! buffer sees to that); the flight recorder's signal handlers may
-//! interrupt a thread holding the lock, and give their frames up after a
-//! bounded wait rather than deadlock. After
-//! `fork` the child drops the parent's channel without touching it (it
-//! may be locked by a thread that does not exist in the child) and opens
-//! its own.
+//! it only to hand over a full buffer (every few thousand calls). A flush
+//! never runs inside a handler that interrupted a flush on the same
+//! thread (the fill buffer sees to that); the flight recorder's signal
+//! handlers may interrupt a thread holding the lock, and give their
+//! frames up after a bounded wait rather than deadlock. After `fork` the
+//! child drops the parent's channel without touching it (it may be locked
+//! by a thread that does not exist in the child) and opens its own.
 
 use std::ffi::OsStr;
 use std::io;
