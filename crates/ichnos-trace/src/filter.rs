@@ -158,10 +158,16 @@ pub(crate) fn resolve(
 /// name: `helper` names `(anonymous namespace)::helper(int)`, `S::area`
 /// names `shapes::S::area(int) const`).
 fn names(f: &FunctionSymbol, pattern: &str) -> bool {
-    if glob(pattern, &f.name) {
+    names_by(&f.name, f.demangled.as_deref(), pattern)
+}
+
+/// [`names`] of a function called `name` in its symbol, `demangled`
+/// where that is mangled (a trace's names are demangled already: both).
+pub(crate) fn names_by(name: &str, demangled: Option<&str>, pattern: &str) -> bool {
+    if glob(pattern, name) {
         return true;
     }
-    let Some(demangled) = &f.demangled else {
+    let Some(demangled) = demangled else {
         return false;
     };
     // The name without its parameters is the start of the name with

@@ -9,6 +9,7 @@ use std::io::{self, Write};
 use rustc_hash::FxHashMap;
 
 use crate::read::{Call, Trace, TraceReadError, Visitor};
+use crate::scoped::{functions_named, Scope, ScopeError, Scoped};
 
 /// What to print.
 #[derive(Clone, Debug, Default)]
@@ -18,6 +19,14 @@ pub struct ReplayOptions {
     /// Hide calls shorter than this many nanoseconds (and so the calls
     /// they made).
     pub min_ns: Option<f64>,
+    /// Only the calls inside the functions these patterns name (`-F`,
+    /// as `ichnos trace -F` takes them).
+    pub only: Vec<String>,
+    /// Not the functions these patterns name, nor their calls (`-N`).
+    pub not: Vec<String>,
+    /// Calls only this many levels deep (`-D`; under `-F`, counted from
+    /// the innermost call of a `-F` function).
+    pub depth: Option<u32>,
 }
 
 /// A duration as uftrace prints it: three decimals of the largest unit
@@ -203,8 +212,14 @@ impl<W: Write> Visitor for Printer<'_, W> {
 }
 
 /// Prints `trace`'s calls to `out`, every thread's lines in the order
-/// they happened.
+/// they happened; with `-F`, `-N` or `-D`, those the same options would
+/// have recorded, as they would have been printed.
 pub fn replay(trace: &Trace, options: &ReplayOptions, out: impl Write) -> Result<(), ReplayError> {
+    let scope = Scope {
+        only: functions_named(trace, "-F", &options.only)?,
+        not: functions_named(trace, "-N", &options.not)?,
+        depth: options.depth,
+    };
     let mut shape = Shape {
         min_ticks: options
             .min_ns
@@ -212,7 +227,11 @@ pub fn replay(trace: &Trace, options: &ReplayOptions, out: impl Write) -> Result
             .map(|min| min / trace.ns(1).max(f64::MIN_POSITIVE)),
         ..Shape::default()
     };
-    let blocks = trace.walk_finding_blocks(&mut shape)?;
+    let blocks = if scope.is_everything() {
+        trace.walk_finding_blocks(&mut shape)?
+    } else {
+        trace.walk_finding_blocks(&mut Scoped::new(&scope, &mut shape))?
+    };
     shape.inside = FxHashMap::default();
     let mut printer = Printer {
         trace,
@@ -224,7 +243,11 @@ pub fn replay(trace: &Trace, options: &ReplayOptions, out: impl Write) -> Result
     if let Err(e) = writeln!(printer.out, "# DURATION     TID     FUNCTION") {
         return Err(ReplayError::Write(e));
     }
-    trace.walk_by_time(blocks, &mut printer)?;
+    if scope.is_everything() {
+        trace.walk_by_time(blocks, &mut printer)?;
+    } else {
+        trace.walk_by_time(blocks, &mut Scoped::new(&scope, &mut printer))?;
+    }
     match printer.error.take() {
         Some(e) => Err(ReplayError::Write(e)),
         None => printer.out.flush().map_err(ReplayError::Write),
@@ -241,4 +264,7 @@ pub enum ReplayError {
     /// The output could not be written.
     #[error("cannot write the replay: {0}")]
     Write(io::Error),
+    /// A function filter names nothing.
+    #[error(transparent)]
+    Scope(#[from] ScopeError),
 }

@@ -181,6 +181,17 @@ pub struct ReplayArgs {
     /// Hide calls shorter than this (`10us`, `1ms`; no unit: ns).
     #[arg(short = 't', long = "time-filter", value_name = "MIN_DURATION", value_parser = crate::units::parse_duration)]
     min: Option<u64>,
+    /// Only the calls inside FUNC and the calls it makes, as `trace -F`
+    /// records them (repeat for more; `*` matches any characters).
+    #[arg(short = 'F', long = "filter", value_name = "FUNC")]
+    filter: Vec<String>,
+    /// Not FUNC nor the calls it makes, as `trace -N` (repeat for more).
+    #[arg(short = 'N', long = "notrace", value_name = "FUNC")]
+    notrace: Vec<String>,
+    /// Calls only this many levels deep, as `trace -D` (under -F, counted
+    /// from the innermost call of a -F function).
+    #[arg(short = 'D', long = "depth", value_name = "DEPTH")]
+    depth: Option<u32>,
     /// Read and make no symbol index.
     #[arg(long)]
     no_index: bool,
@@ -225,6 +236,9 @@ pub fn replay(args: &ReplayArgs, quiet: bool) -> Result<()> {
     let options = ReplayOptions {
         tids: args.tid.clone(),
         min_ns: args.min.map(|n| n as f64),
+        only: args.filter.clone(),
+        not: args.notrace.clone(),
+        depth: args.depth,
     };
     let stdout = std::io::stdout().lock();
     match ichnos_trace::replay::replay(&trace, &options, std::io::BufWriter::new(stdout)) {

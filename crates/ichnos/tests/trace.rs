@@ -493,6 +493,82 @@ fn under_a_filter_the_depth_counts_from_the_innermost_filtered_call() {
     }
 }
 
+/// `ichnos replay -F/-N/-D` of a whole trace prints what `ichnos trace`
+/// with the same options records (the lines of the test above), as
+/// `uftrace replay` filters a whole recording.
+#[test]
+fn replay_filters_a_whole_trace_as_the_same_options_record_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "nested_filter.c", &["-O0"]);
+    traced(dir.path(), "t.data", &[], &[exe.to_str().unwrap()]);
+    let lines = |options: &[&str]| -> Vec<String> {
+        replay(dir.path(), "t.data", options)
+            .into_iter()
+            .map(|(_, f)| f)
+            .collect()
+    };
+    let f_under_f = [
+        "f() {",
+        "  f() {",
+        "    f() {",
+        "      f();",
+        "    } /* f */",
+        "  } /* f */",
+        "} /* f */",
+    ];
+    assert_eq!(lines(&["-F", "f", "-D", "1"]), f_under_f);
+    assert_eq!(
+        lines(&["-F", "f", "-D", "2"]),
+        [
+            "f() {",
+            "  g();",
+            "  f() {",
+            "    g();",
+            "    f() {",
+            "      g();",
+            "      f();",
+            "    } /* f */",
+            "  } /* f */",
+            "} /* f */",
+        ]
+    );
+    assert_eq!(lines(&["-D", "2"]), ["main() {", "  f();", "} /* main */"]);
+    // -N leaves g out with h, what it calls.
+    assert_eq!(
+        lines(&["-N", "g"]),
+        [
+            "main() {",
+            "  f() {",
+            "    f() {",
+            "      f() {",
+            "        f();",
+            "      } /* f */",
+            "    } /* f */",
+            "  } /* f */",
+            "} /* main */",
+        ]
+    );
+    // Each call of g is its own root under -F g.
+    assert_eq!(
+        lines(&["-F", "g"]),
+        ["g() {", "  h();", "} /* g */"].repeat(3)
+    );
+    // And -t after them: the calls they keep, less the short ones.
+    assert!(lines(&["-F", "g", "-t", "1s"]).is_empty());
+    // A pattern that names nothing is refused, naming it.
+    let out = ichnos()
+        .args(["replay", "-F", "nothing_so_named", "-i"])
+        .arg(dir.path().join("t.data"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("-F nothing_so_named: no function of the trace is named so"),
+        "{stderr}"
+    );
+}
+
 /// clang's instrumentation calls no exit hook as an exception unwinds
 /// (its exits are put before returns only): the catch puts the depth
 /// back, with no filter and under each one, which keep their own count.

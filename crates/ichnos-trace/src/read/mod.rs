@@ -274,6 +274,14 @@ impl Trace {
         self.functions.get(id as usize)?.as_ref()
     }
 
+    /// Every function the trace names, by number.
+    pub fn functions(&self) -> impl Iterator<Item = (u64, &Function)> {
+        self.functions
+            .iter()
+            .enumerate()
+            .filter_map(|(id, f)| Some((id as u64, f.as_ref()?)))
+    }
+
     /// The name of function `id` (`[unknown]` where the recording does
     /// not say).
     #[must_use]
