@@ -155,11 +155,16 @@ impl<W: Write> Printer<'_, W> {
         }
         let indent = depth * 2;
         let written = match took {
+            // A space first, as uftrace prints its lines.
             Some(ns) => {
                 let (v, unit) = scaled(ns);
-                writeln!(self.out, "{v:7.3} {unit} [{tid:>6}] | {:indent$}{text}", "")
+                writeln!(
+                    self.out,
+                    " {v:7.3} {unit} [{tid:>6}] | {:indent$}{text}",
+                    ""
+                )
             }
-            None => writeln!(self.out, "{:>10} [{tid:>6}] | {:indent$}{text}", "", ""),
+            None => writeln!(self.out, " {:>10} [{tid:>6}] | {:indent$}{text}", "", ""),
         };
         if let Err(e) = written {
             self.error = Some(e);

@@ -217,13 +217,15 @@ mod tests {
             self.0.push(format!("enter {function} at {depth}"));
         }
         fn exit(&mut self, _: u32, _: u32, call: &Call) {
-            self.0.push(format!("exit {} at {}", call.function, call.depth));
+            self.0
+                .push(format!("exit {} at {}", call.function, call.depth));
         }
         fn abandon(&mut self, _: u32, _: u32, open: usize, _: u64) {
             self.0.push(format!("abandon {open}"));
         }
         fn unfinished(&mut self, _: u32, _: u32, call: &Call) {
-            self.0.push(format!("unfinished {} at {}", call.function, call.depth));
+            self.0
+                .push(format!("unfinished {} at {}", call.function, call.depth));
         }
     }
 
