@@ -9,7 +9,7 @@ use std::io::{self, Write};
 use rustc_hash::FxHashMap;
 
 use crate::read::{Call, Trace, TraceReadError, Visitor};
-use crate::scoped::{functions_named, Scope, ScopeError, Scoped};
+use crate::scoped::{Scope, ScopeError, Scoped};
 
 /// What to print.
 #[derive(Clone, Debug, Default)]
@@ -218,13 +218,15 @@ impl<W: Write> Visitor for Printer<'_, W> {
 
 /// Prints `trace`'s calls to `out`, every thread's lines in the order
 /// they happened; with `-F`, `-N` or `-D`, those the same options would
-/// have recorded, as they would have been printed.
-pub fn replay(trace: &Trace, options: &ReplayOptions, out: impl Write) -> Result<(), ReplayError> {
-    let scope = Scope {
-        only: functions_named(trace, "-F", &options.only)?,
-        not: functions_named(trace, "-N", &options.not)?,
-        depth: options.depth,
-    };
+/// have recorded, as they would have been printed. Returns the `-N`
+/// patterns that named no function called in the trace (they hid
+/// nothing), for a warning.
+pub fn replay(
+    trace: &Trace,
+    options: &ReplayOptions,
+    out: impl Write,
+) -> Result<Vec<String>, ReplayError> {
+    let (scope, unmatched) = Scope::of(trace, &options.only, &options.not, options.depth)?;
     let mut shape = Shape {
         min_ticks: options
             .min_ns
@@ -256,7 +258,8 @@ pub fn replay(trace: &Trace, options: &ReplayOptions, out: impl Write) -> Result
     match printer.error.take() {
         Some(e) => Err(ReplayError::Write(e)),
         None => printer.out.flush().map_err(ReplayError::Write),
-    }
+    }?;
+    Ok(unmatched)
 }
 
 /// Why a replay stopped.

@@ -6,7 +6,16 @@
 //! trace would see them. The rules are the runtime's (`ichnos-preload`'s
 //! `scope.rs`, docs/function-trace.md): a call is shown when it is inside
 //! no `-N` function and, with any `-F` function, inside one; `-D` counts
-//! the calls shown, and under `-F` from the innermost open `-F` call.
+//! the calls shown, and under `-F` from the innermost open `-F` call (of
+//! the 64 outermost, as the runtime keeps them). Named spans are kept
+//! always and count in nothing, as the runtime records them.
+//!
+//! What a whole trace cannot say is not followed: a forked child starts
+//! with its parent's place at record time (inside an `-F` call, say) and
+//! with none here; so does a flight recorder's ring whose oldest calls
+//! were overwritten. Patterns match the names of every object and
+//! process of the trace, demangled, where the runtime took the
+//! executable's symbols.
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -21,6 +30,8 @@ pub(crate) struct Scope {
     pub not: FxHashSet<u64>,
     /// `-D`: calls deeper than this are not kept.
     pub depth: Option<u32>,
+    /// Named spans: kept always, counted in nothing.
+    pub spans: FxHashSet<u64>,
 }
 
 impl Scope {
@@ -29,6 +40,10 @@ impl Scope {
         self.only.is_empty() && self.not.is_empty() && self.depth.is_none()
     }
 }
+
+/// Open `-F` calls whose depth the runtime keeps: deeper ones count from
+/// the last of these (`ichnos-preload`'s `F_BASES`).
+const F_BASES: u32 = 64;
 
 /// Where a thread is once a call is entered, and what became of it.
 #[derive(Clone, Copy, Debug, Default)]
@@ -48,6 +63,12 @@ struct Place {
     is_kept: bool,
     /// Its depth as kept (the kept calls below it).
     kept_depth: usize,
+    /// The ticks spent in the kept calls it made: its `Call::children`
+    /// as a trace recorded so would give it.
+    kept_children: u64,
+    /// The innermost kept call open below it, by its index among the
+    /// thread's places.
+    kept_parent: Option<usize>,
 }
 
 /// `inner`, fed only the calls `scope` keeps.
@@ -66,40 +87,81 @@ impl<'a, V: Visitor + ?Sized> Scoped<'a, V> {
             threads: FxHashMap::default(),
         }
     }
-}
 
-impl<V: Visitor + ?Sized> Visitor for Scoped<'_, V> {
-    fn enter(&mut self, pid: u32, tid: u32, function: u64, ticks: u64, depth: usize, index: u64) {
-        let open = self.threads.entry((pid, tid)).or_default();
-        // The walk's depth is the count of open calls below this one.
-        open.truncate(depth);
-        let below = open.last().copied().unwrap_or_default();
+    /// The place of a call of `function` entered above `below` (the
+    /// place at `parent`, if any).
+    fn place(&self, function: u64, below: Place, parent: Option<usize>) -> Place {
+        let kept_parent = if below.is_kept {
+            parent
+        } else {
+            below.kept_parent
+        };
+        if self.scope.spans.contains(&function) {
+            // A span: recorded whatever the scope, as a call at the depth
+            // of the calls written around it, and no part of the scope.
+            return Place {
+                kept: below.kept + 1,
+                is_kept: true,
+                kept_depth: below.kept,
+                kept_children: 0,
+                kept_parent,
+                ..below
+            };
+        }
         let only = self.scope.only.contains(&function);
         let inside = below.inside + u32::from(only);
         let hidden = below.hidden + u32::from(self.scope.not.contains(&function));
         let shown = hidden == 0 && (inside > 0 || self.scope.only.is_empty());
-        let filtered_depth = below.depth + u32::from(shown);
-        let base = if shown && only {
-            filtered_depth - 1
+        let depth = below.depth + u32::from(shown);
+        let base = if shown && only && inside <= F_BASES {
+            depth - 1
         } else {
             below.base
         };
-        let is_kept = shown
-            && self
-                .scope
-                .depth
-                .is_none_or(|max| filtered_depth - base <= max);
-        let place = Place {
+        let is_kept = shown && self.scope.depth.is_none_or(|max| depth - base <= max);
+        Place {
             inside,
             hidden,
-            depth: filtered_depth,
+            depth,
             base,
             kept: below.kept + usize::from(is_kept),
             is_kept,
             kept_depth: below.kept,
-        };
+            kept_children: 0,
+            kept_parent,
+        }
+    }
+
+    /// `call`, at the place `at` of the thread's, as its kept self: its
+    /// kept depth and children, its time added to its kept caller's.
+    fn kept(open: &mut [Place], at: usize, call: &Call) -> Option<Call> {
+        let place = *open.get(at)?;
+        if !place.is_kept {
+            return None;
+        }
+        if let Some(parent) = place.kept_parent.and_then(|p| open.get_mut(p)) {
+            parent.kept_children = parent
+                .kept_children
+                .saturating_add(call.exit.saturating_sub(call.enter));
+        }
+        Some(Call {
+            depth: place.kept_depth,
+            children: place.kept_children,
+            ..*call
+        })
+    }
+}
+
+impl<V: Visitor + ?Sized> Visitor for Scoped<'_, V> {
+    fn enter(&mut self, pid: u32, tid: u32, function: u64, ticks: u64, depth: usize, index: u64) {
+        let mut open = self.threads.remove(&(pid, tid)).unwrap_or_default();
+        // The walk's depth is the count of open calls below this one.
+        open.truncate(depth);
+        let below = open.last().copied().unwrap_or_default();
+        let place = self.place(function, below, open.len().checked_sub(1));
         open.push(place);
-        if is_kept {
+        self.threads.insert((pid, tid), open);
+        if place.is_kept {
             self.inner
                 .enter(pid, tid, function, ticks, place.kept_depth, index);
         }
@@ -110,19 +172,10 @@ impl<V: Visitor + ?Sized> Visitor for Scoped<'_, V> {
             return;
         };
         // Exits come innermost first: this call is the one at its depth.
-        let Some(place) = open.get(call.depth).copied() else {
-            return;
-        };
+        let kept = Self::kept(open, call.depth, call);
         open.truncate(call.depth);
-        if place.is_kept {
-            self.inner.exit(
-                pid,
-                tid,
-                &Call {
-                    depth: place.kept_depth,
-                    ..*call
-                },
-            );
+        if let Some(kept) = kept {
+            self.inner.exit(pid, tid, &kept);
         }
     }
 
@@ -146,19 +199,13 @@ impl<V: Visitor + ?Sized> Visitor for Scoped<'_, V> {
     }
 
     fn unfinished(&mut self, pid: u32, tid: u32, call: &Call) {
-        let place = self
-            .threads
-            .get(&(pid, tid))
-            .and_then(|open| open.get(call.depth).copied());
-        if let Some(place) = place.filter(|p| p.is_kept) {
-            self.inner.unfinished(
-                pid,
-                tid,
-                &Call {
-                    depth: place.kept_depth,
-                    ..*call
-                },
-            );
+        // Innermost first: each one's kept children are all in when it
+        // comes (the kept calls above it returned, or came before it).
+        let Some(open) = self.threads.get_mut(&(pid, tid)) else {
+            return;
+        };
+        if let Some(kept) = Self::kept(open, call.depth, call) {
+            self.inner.unfinished(pid, tid, &kept);
         }
     }
 }
@@ -168,7 +215,7 @@ impl<V: Visitor + ?Sized> Visitor for Scoped<'_, V> {
 #[non_exhaustive]
 pub enum ScopeError {
     /// A pattern names no function of the trace.
-    #[error("{flag} {pattern}: no function of the trace is named so")]
+    #[error("{flag} {pattern}: no function called in the trace is named so")]
     NoMatch {
         /// `-F` or `-N`.
         flag: &'static str,
@@ -177,31 +224,59 @@ pub enum ScopeError {
     },
 }
 
-/// The functions of `trace` that each of `patterns` names (as `ichnos
-/// trace -F` takes a pattern: the name, or the name without its
-/// parameters, whole or from a scope on, `*` for any characters); every
-/// pattern must name one at least.
-pub(crate) fn functions_named(
-    trace: &Trace,
-    flag: &'static str,
-    patterns: &[String],
-) -> Result<FxHashSet<u64>, ScopeError> {
-    let mut out = FxHashSet::default();
-    for pattern in patterns {
-        let named: Vec<u64> = trace
+impl Scope {
+    /// The scope of `-F` patterns `only`, `-N` patterns `not` and `-D`
+    /// `depth` over `trace`'s functions (named spans aside, which the
+    /// runtime never filters). A pattern is taken as `ichnos trace -F`
+    /// takes one: the name, or the name without its parameters, whole or
+    /// from a scope on, `*` for any characters. An `-F` pattern that names
+    /// no function called in the trace is refused (nothing would be
+    /// kept); an `-N` one hides nothing, and is returned for a warning.
+    pub(crate) fn of(
+        trace: &Trace,
+        only: &[String],
+        not: &[String],
+        depth: Option<u32>,
+    ) -> Result<(Scope, Vec<String>), ScopeError> {
+        let spans: FxHashSet<u64> = trace
             .functions()
-            .filter(|(_, f)| crate::filter::names_by(&f.name, Some(&f.name), pattern))
+            .filter(|(_, f)| &*f.object == ichnos_profile::report::SPAN_OBJECT)
             .map(|(id, _)| id)
             .collect();
-        if named.is_empty() {
-            return Err(ScopeError::NoMatch {
-                flag,
-                pattern: pattern.clone(),
-            });
+        let named = |pattern: &str| -> Vec<u64> {
+            trace
+                .functions()
+                .filter(|(id, f)| {
+                    !spans.contains(id) && crate::filter::names_by(&f.name, Some(&f.name), pattern)
+                })
+                .map(|(id, _)| id)
+                .collect()
+        };
+        let mut scope = Scope {
+            depth,
+            ..Scope::default()
+        };
+        for pattern in only {
+            let functions = named(pattern);
+            if functions.is_empty() {
+                return Err(ScopeError::NoMatch {
+                    flag: "-F",
+                    pattern: pattern.clone(),
+                });
+            }
+            scope.only.extend(functions);
         }
-        out.extend(named);
+        let mut unmatched = Vec::new();
+        for pattern in not {
+            let functions = named(pattern);
+            if functions.is_empty() {
+                unmatched.push(pattern.clone());
+            }
+            scope.not.extend(functions);
+        }
+        scope.spans = spans;
+        Ok((scope, unmatched))
     }
-    Ok(out)
 }
 
 #[cfg(test)]
@@ -245,8 +320,8 @@ mod tests {
         // main (1) calls f (2), which calls g (3) and f again; -F f -D 1.
         let scope = Scope {
             only: [2].into_iter().collect(),
-            not: FxHashSet::default(),
             depth: Some(1),
+            ..Scope::default()
         };
         let mut seen = Seen::default();
         let mut scoped = Scoped::new(&scope, &mut seen);

@@ -247,7 +247,17 @@ pub fn replay(args: &ReplayArgs, quiet: bool) -> Result<()> {
         {
             Ok(())
         }
-        other => other.with_context(|| format!("cannot replay {}", args.input.display())),
+        Ok(unmatched) => {
+            if !quiet {
+                for pattern in unmatched {
+                    eprintln!(
+                        "warning: -N {pattern}: no function called in the trace is named so; it hides nothing"
+                    );
+                }
+            }
+            Ok(())
+        }
+        Err(e) => Err(e).with_context(|| format!("cannot replay {}", args.input.display())),
     }
 }
 

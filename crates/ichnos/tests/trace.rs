@@ -564,9 +564,84 @@ fn replay_filters_a_whole_trace_as_the_same_options_record_it() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("-F nothing_so_named: no function of the trace is named so"),
+        stderr.contains("-F nothing_so_named: no function called in the trace is named so"),
         "{stderr}"
     );
+    // An -N pattern that names nothing hides nothing, and says so.
+    let out = run(ichnos()
+        .args(["replay", "-N", "nothing_so_named", "-i"])
+        .arg(dir.path().join("t.data")));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("warning: -N nothing_so_named: no function called in the trace is named so"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        replay(dir.path(), "t.data", &["-N", "nothing_so_named"]),
+        replay(dir.path(), "t.data", &[])
+    );
+}
+
+/// Each thread's lines of a replay, the threads in an order of their
+/// own (two runs of a program number its threads differently, and may
+/// interleave them differently).
+fn per_thread(lines: Vec<(u32, String)>) -> Vec<Vec<String>> {
+    let mut threads: Vec<(u32, Vec<String>)> = Vec::new();
+    for (tid, line) in lines {
+        match threads.iter_mut().find(|(t, _)| *t == tid) {
+            Some((_, l)) => l.push(line),
+            None => threads.push((tid, vec![line])),
+        }
+    }
+    let mut threads: Vec<Vec<String>> = threads.into_iter().map(|(_, l)| l).collect();
+    threads.sort();
+    threads
+}
+
+/// Named spans are recorded whatever the scope (the runtime writes them
+/// as markers), and `replay -F/-N/-D` of a whole trace keeps them so:
+/// the same lines, per thread, as a trace recorded with the options.
+#[test]
+fn replay_filters_keep_named_spans_as_the_runtime_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../include");
+    let include = format!("-I{}", include.display());
+    let exe = build(
+        dir.path(),
+        "spans.c",
+        &["-Wall", "-Wextra", "-Werror", &include],
+    );
+    let exe = exe.to_str().unwrap();
+    traced(dir.path(), "whole.data", &[], &[exe]);
+    // (With -D, the child forked inside main keeps counting from main's
+    // depth at record time, and starts afresh in a whole trace, which
+    // does not say where its parent was: only the parent's lines are
+    // compared there.)
+    let cases: [(&[&str], bool); 5] = [
+        (&["-F", "phase"], true),
+        (&["-N", "phase"], true),
+        (&["-F", "work"], true),
+        (&["-D", "1"], false),
+        (&["-D", "2", "-N", "work"], false),
+    ];
+    for (options, children_too) in cases {
+        traced(dir.path(), "scoped.data", options, &[exe]);
+        let mut recorded = per_thread(replay(dir.path(), "scoped.data", &[]));
+        let mut replayed = per_thread(replay(dir.path(), "whole.data", options));
+        if !children_too {
+            let parent = |threads: &mut Vec<Vec<String>>| {
+                threads.retain(|t| t.first().is_some_and(|l| l == "main() {"));
+            };
+            parent(&mut recorded);
+            parent(&mut replayed);
+        }
+        assert_eq!(replayed, recorded, "{options:?}: replayed, recorded");
+        assert!(
+            replayed.iter().flatten().any(|l| l.contains("loop step")),
+            "{options:?}: {replayed:?}"
+        );
+    }
 }
 
 /// clang's instrumentation calls no exit hook as an exception unwinds

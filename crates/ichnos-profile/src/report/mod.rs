@@ -20,7 +20,7 @@ pub use load::{
 };
 pub use print::{folded, top, tree, write_top, Sort, TopRow, INCOMPLETE};
 pub use symbols::{
-    symbolize, Frame, SymbolOptions, Symbolized, INDEX_DWARF_BYTES, INDEX_THRESHOLD,
+    symbolize, Frame, SymbolOptions, Symbolized, INDEX_DWARF_BYTES, INDEX_THRESHOLD, SPAN_OBJECT,
 };
 
 use ichnos_data::{OffCpuState, StackStop};
