@@ -261,10 +261,14 @@ fn socket_inode(fd: i32) -> Option<u64> {
 /// for room. One byte ([`wire::WAKE`]) on the socket, which the recorder
 /// polls; never blocking (a full socket means the recorder has wake-ups
 /// to read already), never a cancellation point (a raw system call, not
-/// glibc's `send`), and only where the descriptor is still our socket.
-/// Async-signal-safe: it runs inside the hand-over, under the channel's
-/// lock, possibly in a signal handler.
+/// glibc's `send`), and only where the descriptor is still our socket
+/// (a program that closes it and makes another socket under its number
+/// between the check and the send, from another thread, would get the
+/// byte: a window of two system calls). Async-signal-safe, `errno` kept:
+/// it runs inside the hand-over, under the channel's lock, possibly in a
+/// signal handler.
 fn wake_recorder() {
+    let _errno = ichnos_buf::fill::ErrnoGuard::save();
     let fd = WAKE_SOCKET.load(Ordering::Relaxed);
     if fd < 0 || socket_inode(fd) != Some(WAKE_INODE.load(Ordering::Relaxed)) {
         return;
@@ -283,15 +287,30 @@ fn wake_recorder() {
     }
 }
 
-/// Whether the recorder closed its end of the socket.
+/// Whether the recorder closed its end of the socket. Under the channel's
+/// lock: a raw system call, not glibc's `poll`, a cancellation point.
 fn hung_up(socket: &OwnedFd) -> bool {
     let mut pfd = libc::pollfd {
         fd: socket.as_raw_fd(),
         events: libc::POLLIN,
         revents: 0,
     };
-    // SAFETY: one valid pollfd, no wait.
-    let n = unsafe { libc::poll(&raw mut pfd, 1, 0) };
+    let now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: one valid pollfd and a zero timeout that outlive the call;
+    // no signal mask.
+    let n = unsafe {
+        libc::syscall(
+            libc::SYS_ppoll,
+            &raw mut pfd,
+            1,
+            &raw const now,
+            std::ptr::null::<libc::sigset_t>(),
+            0,
+        )
+    };
     n > 0 && pfd.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLIN) != 0
 }
 

@@ -4,29 +4,33 @@
 //! 128 KiB), or while the recorder makes room.
 //!
 //! A thread that finds it held spins a moment, then sleeps in the kernel
-//! until the holder lets go, as a mutex does (the three states of
-//! Drepper's "Futexes Are Tricky"). It used to yield in a loop: with two
-//! traced threads busy on a two-CPU machine, the loop's `sched_yield`
-//! calls and clock readings took 12% of the program's time in a profile
-//! of `benches/threads.c`. A wait is bounded: a holder that can never let
-//! go costs a waiter its frame, not a deadlock. The one such holder, the
-//! code a signal handler of the same thread interrupted (`ichnos_snapshot`
-//! called from a handler while the thread hands a buffer over), is known
-//! by the holder's mark and given up on at once, not after the patience;
-//! the handlers that save through the saver thread (a crash, `_exit`)
-//! ask [`ChannelLock::held_here`] first, since the saver would wait on
-//! the interrupted holder. Everything here is async-signal-safe (atomics, a
-//! thread-local's address and the futex system call).
+//! until the holder lets go, as a mutex does (Drepper's "Futexes Are
+//! Tricky"). It used to yield in a loop: with two traced threads busy on
+//! a two-CPU machine, the loop's `sched_yield` calls and clock readings
+//! took 12% of the program's time in a profile of `benches/threads.c`. A
+//! wait is bounded: a holder that can never let go costs a waiter its
+//! frame, not a deadlock.
+//!
+//! The word holds the holder's thread id (as `FUTEX_LOCK_PI`'s does), with
+//! a bit for "someone may sleep on it", so that taking it, marking it
+//! and letting it go are each one atomic step. The one holder that can
+//! never let go, the code a signal handler of the same thread
+//! interrupted (`ichnos_snapshot` from a handler while the thread hands a
+//! buffer over), is known at once and not waited for; the handlers that
+//! save through the saver thread (a crash, `_exit`) ask
+//! [`ChannelLock::held_here`] first, since the saver would wait on the
+//! interrupted holder. Everything here is async-signal-safe (atomics,
+//! `gettid` and the futex system call).
 
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Nobody holds it.
 const FREE: u32 = 0;
-/// Held, and nobody sleeps on it.
-const HELD: u32 = 1;
-/// Held, and someone may sleep on it: the holder wakes one when it lets
-/// go.
-const CONTENDED: u32 = 2;
+/// Someone may sleep on it: the holder wakes one when it lets go. (Thread
+/// ids are below 2^22, the kernel's most.)
+const WAITERS: u32 = 1 << 31;
+/// The holder's thread id.
+const HOLDER: u32 = WAITERS - 1;
 
 /// How many times a thread looks again before it sleeps: a few
 /// microseconds, less than a copy of a buffer takes, so a waiter that
@@ -35,21 +39,16 @@ const SPINS: u32 = 64;
 
 /// A lock that can be given up on after a time.
 pub(crate) struct ChannelLock {
+    /// The holder's thread id (0: free), and [`WAITERS`].
     state: AtomicU32,
-    /// The holding thread's mark ([`this_thread`]; 0: none known).
-    holder: AtomicUsize,
 }
 
-thread_local! {
-    /// A thread's mark is this variable's address, unique among the
-    /// threads alive (no destructor, so reading it is a plain TLS access,
-    /// safe in a signal handler).
-    static MARK: u8 = const { 0 };
-}
-
-/// The calling thread's mark.
-fn this_thread() -> usize {
-    MARK.with(|m| std::ptr::from_ref(m) as usize)
+/// The calling thread's id (a system call: async-signal-safe, and right
+/// in a child of `fork` or `clone`, where a cached one would be the
+/// parent's).
+fn this_thread() -> u32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() }.cast_unsigned() & HOLDER
 }
 
 impl ChannelLock {
@@ -57,7 +56,6 @@ impl ChannelLock {
     pub(crate) const fn new() -> ChannelLock {
         ChannelLock {
             state: AtomicU32::new(FREE),
-            holder: AtomicUsize::new(0),
         }
     }
 
@@ -65,78 +63,83 @@ impl ChannelLock {
     /// not be had by then, or at once where the holder is the code this
     /// thread's signal handler interrupted.
     pub(crate) fn lock(&self, patience_ns: u64) -> bool {
-        if self.take(patience_ns) {
-            self.holder.store(this_thread(), Ordering::Relaxed);
-            true
-        } else {
-            false
-        }
-    }
-
-    fn take(&self, patience_ns: u64) -> bool {
-        if self.try_take() {
-            return true;
-        }
-        if self.holder.load(Ordering::Relaxed) == this_thread() {
-            // Held by this thread, which cannot let go while its handler
-            // waits. (Interrupted between taking it and marking it, the
-            // handler waits its patience.)
-            return false;
-        }
+        let me = this_thread();
+        let mut seen = match self.replace(FREE, me) {
+            Ok(()) => return true,
+            Err(seen) => seen,
+        };
         for _ in 0..SPINS {
+            if seen & HOLDER == me {
+                // Held by this thread, which cannot let go while its
+                // handler waits.
+                return false;
+            }
             std::hint::spin_loop();
-            if self.state.load(Ordering::Relaxed) == FREE && self.try_take() {
+            seen = self.state.load(Ordering::Relaxed);
+            if seen == FREE && self.replace(FREE, me).is_ok() {
                 return true;
             }
         }
         let deadline = crate::clock::monotonic_ns().saturating_add(patience_ns);
         loop {
-            // Marked contended before sleeping, so that the holder's
-            // unlock wakes a sleeper; found free, it is ours (marked
-            // contended: one needless wake at most).
-            if self.state.swap(CONTENDED, Ordering::Acquire) == FREE {
-                return true;
+            if seen & HOLDER == me {
+                return false;
+            }
+            if seen == FREE {
+                // Taken marked: others may sleep on it still (one needless
+                // wake at most).
+                match self.replace(FREE, me | WAITERS) {
+                    Ok(()) => return true,
+                    Err(now) => {
+                        seen = now;
+                        continue;
+                    }
+                }
+            }
+            if seen & WAITERS == 0 {
+                // Marked before sleeping, so that the holder's unlock
+                // wakes a sleeper.
+                if let Err(now) = self.replace(seen, seen | WAITERS) {
+                    seen = now;
+                    continue;
+                }
+                seen |= WAITERS;
             }
             let now = crate::clock::monotonic_ns();
             if now >= deadline {
                 return false;
             }
-            futex_wait(&self.state, CONTENDED, deadline - now);
+            futex_wait(&self.state, seen, deadline - now);
+            seen = self.state.load(Ordering::Relaxed);
         }
     }
 
     /// Lets the lock go, waking one sleeper if any may sleep.
     pub(crate) fn unlock(&self) {
-        // Freed before the mark is cleared: a handler of this thread that
-        // comes in between finds the lock free, not held and unmarked
-        // (which it would wait its patience for). The mark is cleared only
-        // if it is still ours: the next holder may have set its own.
-        let me = this_thread();
-        if self.state.swap(FREE, Ordering::Release) == CONTENDED {
+        if self.state.swap(FREE, Ordering::Release) & WAITERS != 0 {
             futex_wake_one(&self.state);
         }
-        let _ = self
-            .holder
-            .compare_exchange(me, 0, Ordering::Relaxed, Ordering::Relaxed);
     }
 
     /// Whether the calling thread holds the lock (its signal handler
     /// interrupted the holder). Async-signal-safe.
     pub(crate) fn held_here(&self) -> bool {
-        self.holder.load(Ordering::Relaxed) == this_thread()
+        let holder = self.state.load(Ordering::Relaxed) & HOLDER;
+        holder != FREE && holder == this_thread()
     }
 
     /// Frees the lock without waking anyone: in a child after `fork`,
     /// where its holder may be a thread that does not exist.
     pub(crate) fn reset(&self) {
-        self.holder.store(0, Ordering::Relaxed);
         self.state.store(FREE, Ordering::Release);
     }
 
-    fn try_take(&self) -> bool {
+    /// Puts `to` where the word holds `from` (Acquire: when it takes
+    /// the lock); the word's value where it did not hold `from`.
+    fn replace(&self, from: u32, to: u32) -> Result<(), u32> {
         self.state
-            .compare_exchange(FREE, HELD, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
+            .compare_exchange(from, to, Ordering::Acquire, Ordering::Relaxed)
+            .map(|_| ())
     }
 }
 

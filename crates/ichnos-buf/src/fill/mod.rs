@@ -674,8 +674,6 @@ fn check_circular(capacity: usize, stride: usize) -> Result<(), FillError> {
     Ok(())
 }
 
-/// Restores `errno` on drop: slow paths may run inside a signal handler,
-/// which must leave `errno` as the interrupted code had it.
 /// The thread's `errno`, put back when dropped: code that runs inside a
 /// signal handler (a buffer's write path, a flight recorder's save) must
 /// leave the interrupted code's `errno` as it found it.
