@@ -20,7 +20,8 @@
 //! save through the saver thread (a crash, `_exit`) ask
 //! [`ChannelLock::held_here`] first, since the saver would wait on the
 //! interrupted holder. Everything here is async-signal-safe (atomics,
-//! `gettid` and the futex system call).
+//! `gettid` and the futex system call). The protocol has a loom model,
+//! `tests/loom_channel_lock.rs`.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
