@@ -38,14 +38,13 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
         };
         if let Ok(trace) = Trace::open(&path, &options, &mut |_, _| {}) {
             let _ = totals(&trace, &[], TotalsSort::Total);
-            let _ = replay(
-                &trace,
-                &ReplayOptions {
-                    tids: Vec::new(),
-                    min_ns: None,
-                },
-                std::io::sink(),
-            );
+            let _ = replay(&trace, &ReplayOptions::default(), std::io::sink());
+            // And through the replay's scope (`-D`).
+            let scoped = ReplayOptions {
+                depth: Some(2),
+                ..ReplayOptions::default()
+            };
+            let _ = replay(&trace, &scoped, std::io::sink());
         }
     }
     let _ = std::fs::remove_file(&path);
