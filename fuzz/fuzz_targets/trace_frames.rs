@@ -39,9 +39,17 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
         if let Ok(trace) = Trace::open(&path, &options, &mut |_, _| {}) {
             let _ = totals(&trace, &[], TotalsSort::Total);
             let _ = replay(&trace, &ReplayOptions::default(), std::io::sink());
-            // And through the replay's scope (`-D`).
+            // And through the replay's scope: -D, and -F and -N with
+            // patterns that name every function.
             let scoped = ReplayOptions {
                 depth: Some(2),
+                ..ReplayOptions::default()
+            };
+            let _ = replay(&trace, &scoped, std::io::sink());
+            let scoped = ReplayOptions {
+                only: vec!["*".into()],
+                not: vec!["*_*".into()],
+                depth: Some(3),
                 ..ReplayOptions::default()
             };
             let _ = replay(&trace, &scoped, std::io::sink());

@@ -9,7 +9,8 @@
 //! never runs inside a handler that interrupted a flush on the same
 //! thread (the fill buffer sees to that); the flight recorder's signal
 //! handlers may interrupt a thread holding the lock, and give their
-//! frames up after a bounded wait rather than deadlock. After `fork` the
+//! frames up at once where they interrupted the holder, after a bounded
+//! wait where the holder is another thread, rather than deadlock. After `fork` the
 //! child drops the parent's channel without touching it (it may be locked
 //! by a thread that does not exist in the child) and opens its own.
 
@@ -206,8 +207,11 @@ impl Channel {
 
 /// How long a thread waits for the lock before it gives the frame up: a
 /// holder keeps it at most [`BLOCK_TIMEOUT`] while the recorder is there,
-/// so only a holder that can never let go (the code a signal handler of
-/// the same thread interrupted) makes anyone wait this long.
+/// so only a holder that can never let go makes anyone wait this long:
+/// one that died or is stopped in the hand-over (a killed vfork child, a
+/// thread cancelled in it, one stopped by a debugger). (The code a signal
+/// handler of the same thread interrupted is known at once, and not
+/// waited for.)
 const LOCK_PATIENCE_NS: u64 = 3 * BLOCK_TIMEOUT.as_nanos() as u64;
 
 /// Runs `f` on the channel under the lock; `None` when there is none, the
@@ -215,6 +219,10 @@ const LOCK_PATIENCE_NS: u64 = 3 * BLOCK_TIMEOUT.as_nanos() as u64;
 /// (a child of vfork or of `clone(CLONE_VM)` shares its parent's, and
 /// writes through it as a thread of its parent would).
 fn with_channel<T>(f: impl FnOnce(&mut Channel) -> T) -> Option<T> {
+    // The lock's wait, the producer's wait for room, the wake-up and the
+    // hang-up check set errno; a signal handler (ichnos_snapshot in one)
+    // must leave it as the interrupted code had it.
+    let _errno = ichnos_buf::fill::ErrnoGuard::save();
     if !crate::ending::owning_process() && !crate::ending::shares_owners_memory() {
         // A copy of the parent's channel, made without fork's handlers:
         // the parent's shared buffer is not this process's to write.

@@ -4,8 +4,11 @@
 //! a marked word wakes one. Explored over every interleaving loom
 //! simulates, with the kernel's futex modelled as a mutex and a
 //! condition variable: two threads in the lock at once show up as a race
-//! on the cell it guards, a lost wake-up as a deadlock. (Patience and the
-//! spinning before a sleep are left out: they only end waits early.)
+//! on the cell it guards, a lost wake-up as a deadlock. Two threads are
+//! explored whole; three (what a wake-up lost between two sleepers
+//! needs) with loom's bound on preemptions, and with a waiter that gives
+//! up after marking the word. (The spinning before a sleep is left out:
+//! it only takes the lock sooner.)
 //!
 //! Run: `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p ichnos-preload --test loom_channel_lock --release`
 #![cfg(loom)]
@@ -48,15 +51,21 @@ impl Futex {
 
     /// `ChannelLock::lock`, with no patience.
     fn lock(&self, me: u32) {
+        assert!(self.lock_or_give_up(me, false));
+    }
+
+    /// `ChannelLock::lock`; with `impatient`, its patience runs out at the
+    /// first sleep it would take: false (having marked the word).
+    fn lock_or_give_up(&self, me: u32, impatient: bool) -> bool {
         let mut seen = match self.replace(FREE, me) {
-            Ok(()) => return,
+            Ok(()) => return true,
             Err(seen) => seen,
         };
         loop {
             assert_ne!(seen & HOLDER, me, "held by the locking thread");
             if seen == FREE {
                 match self.replace(FREE, me | WAITERS) {
-                    Ok(()) => return,
+                    Ok(()) => return true,
                     Err(now) => {
                         seen = now;
                         continue;
@@ -69,6 +78,9 @@ impl Futex {
                     continue;
                 }
                 seen |= WAITERS;
+            }
+            if impatient {
+                return false;
             }
             self.wait(seen);
             seen = self.word.load(Ordering::Relaxed);
@@ -116,4 +128,58 @@ fn the_lock_lets_one_in_at_a_time_and_loses_no_wake_up() {
         assert_eq!(count.with(|c| unsafe { *c }), 3);
         assert_eq!(lock.word.load(Ordering::Relaxed), FREE);
     });
+}
+
+/// A new lock.
+fn new_lock() -> Arc<Futex> {
+    Arc::new(Futex {
+        word: AtomicU32::new(FREE),
+        bucket: Mutex::new(()),
+        sleepers: Condvar::new(),
+    })
+}
+
+/// Three threads, each taking the lock once (the third `impatient` if
+/// so), within loom's bound on preemptions.
+fn three_threads(impatient: bool) {
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(2);
+    model.check(move || {
+        let lock = new_lock();
+        let count = Arc::new(UnsafeCell::new(0u32));
+        let threads: Vec<_> = [1u32, 2]
+            .into_iter()
+            .map(|me| {
+                let (lock, count) = (lock.clone(), count.clone());
+                loom::thread::spawn(move || {
+                    lock.lock(me);
+                    // SAFETY: under the lock.
+                    count.with_mut(|c| unsafe { *c += 1 });
+                    lock.unlock();
+                })
+            })
+            .collect();
+        let mut entered = 2;
+        if lock.lock_or_give_up(3, impatient) {
+            // SAFETY: under the lock.
+            count.with_mut(|c| unsafe { *c += 1 });
+            lock.unlock();
+            entered += 1;
+        }
+        for t in threads {
+            t.join().unwrap();
+        }
+        // SAFETY: every thread has finished.
+        assert_eq!(count.with(|c| unsafe { *c }), entered);
+    });
+}
+
+#[test]
+fn three_threads_lose_no_wake_up() {
+    three_threads(false);
+}
+
+#[test]
+fn a_waiter_that_gives_up_after_marking_the_word_strands_no_one() {
+    three_threads(true);
 }

@@ -13,9 +13,10 @@
 //! What a whole trace cannot say is not followed: a forked child starts
 //! with its parent's place at record time (inside an `-F` call, say) and
 //! with none here; so does a flight recorder's ring whose oldest calls
-//! were overwritten. Patterns match the names of every object and
-//! process of the trace, demangled, where the runtime took the
-//! executable's symbols.
+//! were overwritten; and a span that outlives a call it began in ends
+//! with that call here, at its own end in a trace recorded with the
+//! options. Patterns match the names of every object and process of the
+//! trace, demangled, where the runtime took the executable's symbols.
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -214,10 +215,10 @@ impl<V: Visitor + ?Sized> Visitor for Scoped<'_, V> {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ScopeError {
-    /// A pattern names no function of the trace.
+    /// An `-F` pattern names no function called in the trace.
     #[error("{flag} {pattern}: no function called in the trace is named so")]
     NoMatch {
-        /// `-F` or `-N`.
+        /// The option (`-F`).
         flag: &'static str,
         /// The pattern.
         pattern: String,
