@@ -18,13 +18,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use ichnos_buf::topa::{Consumer, TopaBuffer};
-use ichnos_data::wire::{self, Hello, FRAME_HEADER_BYTES};
+use ichnos_data::wire::FRAME_HEADER_BYTES;
 use ichnos_data::{CallEventsEncoder, ClockSource, Meta, Record, Target};
 use ichnos_profile::launch::{self, LaunchError};
 use ichnos_profile::ExitStatus;
 use rustc_hash::{FxHashMap, FxHashSet};
 
+mod conn;
 mod frames;
 #[cfg(test)]
 mod frames_test;
@@ -32,6 +32,7 @@ pub mod fuzzing;
 
 use crate::filter::{self, FilterError};
 use crate::{clock, socket, sys};
+use conn::{comm, service, Conn};
 
 /// How often the clock is read into the recording while tracing.
 const CLOCK_EVERY: Duration = Duration::from_secs(1);
@@ -165,57 +166,6 @@ pub enum TraceError {
     /// A function filter could not be resolved.
     #[error(transparent)]
     Filter(#[from] FilterError),
-}
-
-/// One traced process (one connection: a process between two execs).
-struct Conn {
-    socket: OwnedFd,
-    consumer: Option<Consumer>,
-    pid: u32,
-    asid: u64,
-    /// Bytes read that do not yet make a whole frame.
-    carry: Vec<u8>,
-    /// Executable ranges known of the address space.
-    exec: Vec<(u64, u64)>,
-    /// The index in `exec` of the range an address was found in last.
-    exec_hit: usize,
-    /// The program's ends the runtime marked before an exec, written
-    /// when the connection ends ([`frames::end_of_connection`]).
-    exec_marks: Vec<ichnos_data::wire::FrameHeader>,
-    /// Frames of a catch to come, by thread, where a frame of events
-    /// ended amid them.
-    walks: FxHashMap<u32, frames::Walked>,
-    closed: bool,
-}
-
-impl Conn {
-    /// A connection just accepted on `socket`: no hello yet.
-    fn new(socket: OwnedFd) -> Conn {
-        Conn {
-            socket,
-            consumer: None,
-            pid: 0,
-            asid: 0,
-            carry: Vec::new(),
-            exec: Vec::new(),
-            exec_hit: 0,
-            exec_marks: Vec::new(),
-            walks: FxHashMap::default(),
-            closed: false,
-        }
-    }
-
-    /// A connection of a process that is not there (its names and maps
-    /// are not read), its code at `exec`: for frames read from elsewhere
-    /// (the fuzz target, tests).
-    fn offline(exec: Vec<(u64, u64)>) -> io::Result<Conn> {
-        Ok(Conn {
-            pid: u32::MAX - 1,
-            asid: 1,
-            exec,
-            ..Conn::new(OwnedFd::from(File::open("/dev/null")?))
-        })
-    }
 }
 
 impl TraceOptions {
@@ -594,195 +544,6 @@ fn read_piece(buffer: Option<u64>, ring: Option<u64>) -> u64 {
         .saturating_add(FRAME_HEADER_BYTES as u64)
         .saturating_mul(2)
         .max(READ_PIECE)
-}
-
-/// Serves one connection: its hello, its frames, its end. True if it
-/// did any work.
-fn service(conn: &mut Conn, out: &mut Out) -> Result<bool, TraceError> {
-    let mut busy = false;
-    if conn.consumer.is_none() {
-        match socket::receive(&conn.socket) {
-            Ok(None) => return Ok(false),
-            Ok(Some(m)) if m.bytes.is_empty() => {
-                conn.closed = true;
-                return Ok(true);
-            }
-            Ok(Some(m)) => {
-                welcome(conn, out, &m.bytes, m.fd)?;
-                busy = true;
-            }
-            Err(_) => {
-                conn.closed = true;
-                return Ok(true);
-            }
-        }
-    }
-    // Whether the process is gone: looked at before draining, so that
-    // what it wrote before it went is all read. Its wake-ups are read on
-    // the way, a bounded number a turn (a process that sends nothing but
-    // wake-ups keeps the others waiting no longer than a turn).
-    let mut gone = false;
-    for _ in 0..WAKES_A_TURN {
-        match socket::receive(&conn.socket) {
-            Ok(None) => break,
-            Ok(Some(m)) if m.bytes == wire::WAKE => busy = true,
-            Ok(Some(_)) | Err(_) => {
-                gone = true;
-                break;
-            }
-        }
-    }
-    if let Some(mut consumer) = conn.consumer.take() {
-        let read = read_frames(conn, out, &mut consumer, gone);
-        conn.consumer = Some(consumer);
-        busy |= read?;
-    }
-    if gone {
-        frames::end_of_connection(conn, out)?;
-        let time = out.time();
-        out.push(&Record::Exit {
-            pid: u64::from(conn.pid),
-            tid: u64::from(conn.pid),
-            time,
-        })?;
-        if !conn.carry.is_empty() {
-            out.refused.push(format!(
-                "process {}: its last {} not a whole frame",
-                conn.pid,
-                if conn.carry.len() == 1 {
-                    "byte was".to_owned()
-                } else {
-                    format!("{} bytes were", conn.carry.len())
-                }
-            ));
-        }
-        conn.closed = true;
-        busy = true;
-    }
-    Ok(busy)
-}
-
-/// Reads the frames in the process's shared buffer where they lie, a
-/// piece at a time: one piece a turn while the process runs; once it is
-/// gone, every piece up to where its head was then. True if there was
-/// anything.
-///
-/// A frame cut short by the end of a piece is left in the buffer for the
-/// next read, which takes it whole where it lies (copying it aside to be
-/// completed was 5% of the recorder's time); only a frame cut by the end
-/// of one of the buffer's regions, or larger than a piece, is copied
-/// ([`frames::CutFrame`]).
-fn read_frames(
-    conn: &mut Conn,
-    out: &mut Out,
-    consumer: &mut Consumer,
-    gone: bool,
-) -> Result<bool, TraceError> {
-    let mut busy = false;
-    let capacity = consumer.capacity();
-    // Once it is gone, up to where its head is now: a process that only
-    // seems gone (it wrote to its socket) and keeps writing is not
-    // followed for ever in one turn.
-    let drain_to = gone.then(|| consumer.tail() + consumer.available());
-    loop {
-        let tail = consumer.tail();
-        let max = drain_to.map_or(out.read_piece, |to| {
-            to.saturating_sub(tail).min(out.read_piece)
-        });
-        let segments = consumer.next_segments(max);
-        let end = segments.end();
-        if end == tail {
-            break;
-        }
-        busy = true;
-        let mut left = 0;
-        let mut segments = segments.enumerate().peekable();
-        while let Some((n, segment)) = segments.next() {
-            let cut = if segments.peek().is_none() {
-                frames::CutFrame::Leave {
-                    earlier_pieces: n > 0,
-                }
-            } else {
-                frames::CutFrame::Carry
-            };
-            left = frames::frames_read(conn, out, segment, capacity, cut)?;
-        }
-        // Read: the runtime may write there again. (A read leaves a
-        // frame only after taking one: it always moves on.)
-        let read_to = end - left as u64;
-        if consumer.consume(read_to).is_err() || !gone || conn.closed {
-            break;
-        }
-    }
-    Ok(busy)
-}
-
-/// A process's hello: its buffer opened, its address space recorded.
-fn welcome(
-    conn: &mut Conn,
-    out: &mut Out,
-    bytes: &[u8],
-    fd: Option<OwnedFd>,
-) -> Result<(), TraceError> {
-    let refuse = |out: &mut Out, conn: &mut Conn, why: String| {
-        out.refused.push(why);
-        conn.closed = true;
-    };
-    let mut hello = match Hello::decode(bytes) {
-        Ok(h) => h,
-        Err(e) => {
-            refuse(
-                out,
-                conn,
-                format!("a traced process said something else: {e}"),
-            );
-            return Ok(());
-        }
-    };
-    // The process is the one the kernel saw connect, whatever it says.
-    if let Some(pid) = socket::peer_pid(&conn.socket) {
-        hello.pid = pid;
-    }
-    let Some(fd) = fd else {
-        refuse(out, conn, format!("process {} sent no buffer", hello.pid));
-        return Ok(());
-    };
-    let consumer = TopaBuffer::open(fd).and_then(|b| b.consumer());
-    let consumer = match consumer {
-        Ok(c) => c,
-        Err(e) => {
-            refuse(out, conn, format!("process {}: its buffer: {e}", hello.pid));
-            return Ok(());
-        }
-    };
-    conn.consumer = Some(consumer);
-    conn.pid = hello.pid;
-    conn.asid = out.next_asid;
-    out.next_asid += 1;
-    out.processes += 1;
-    let name = comm(hello.pid, hello.pid);
-    let time = out.time();
-    out.push(&Record::Process {
-        asid: conn.asid,
-        pid: u64::from(hello.pid),
-        parent: 0,
-        time,
-        name: name.as_bytes(),
-    })?;
-    out.push(&Record::Thread {
-        pid: u64::from(hello.pid),
-        tid: u64::from(hello.pid),
-        time,
-        name: name.as_bytes(),
-    })?;
-    out.threads.insert((hello.pid, hello.pid));
-    Ok(())
-}
-
-fn comm(pid: u32, tid: u32) -> String {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
-        .map(|s| s.trim_end().to_owned())
-        .unwrap_or_default()
 }
 
 /// A directory only we can enter, removed with what is in it.

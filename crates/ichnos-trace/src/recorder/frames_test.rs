@@ -422,7 +422,7 @@ fn a_gone_process_is_read_to_its_end_a_running_one_a_piece_a_turn() {
         producer.write_record(&frame).unwrap();
     }
     let mut conn = conn(Vec::new(), vec![(0x1000, 0x2000)]);
-    assert!(super::read_frames(&mut conn, &mut out, &mut consumer, false).unwrap());
+    assert!(super::conn::read_frames(&mut conn, &mut out, &mut consumer, false).unwrap());
     assert!(consumer.available() > 0);
     let one_turn = out.kept;
     assert!(one_turn < 1000 * frames as u64 / 3, "{one_turn}");
@@ -430,7 +430,7 @@ fn a_gone_process_is_read_to_its_end_a_running_one_a_piece_a_turn() {
     // copied aside: the tail is where it begins.
     assert!(conn.carry.is_empty(), "{} bytes copied", conn.carry.len());
     assert_eq!(consumer.tail(), one_turn / 1000 * frame.len() as u64);
-    assert!(super::read_frames(&mut conn, &mut out, &mut consumer, true).unwrap());
+    assert!(super::conn::read_frames(&mut conn, &mut out, &mut consumer, true).unwrap());
     assert_eq!(consumer.available(), 0);
     assert!(conn.carry.is_empty());
     assert_eq!(out.kept, 1000 * frames as u64);
