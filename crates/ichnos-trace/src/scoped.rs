@@ -91,13 +91,13 @@ impl<'a, V: Visitor + ?Sized> Scoped<'a, V> {
 
     /// The place of a call of `function` entered above `below` (the
     /// place at `parent`, if any).
-    fn place(&self, function: u64, below: Place, parent: Option<usize>) -> Place {
+    fn place(scope: &Scope, function: u64, below: Place, parent: Option<usize>) -> Place {
         let kept_parent = if below.is_kept {
             parent
         } else {
             below.kept_parent
         };
-        if self.scope.spans.contains(&function) {
+        if scope.spans.contains(&function) {
             // A span: recorded whatever the scope, as a call at the depth
             // of the calls written around it, and no part of the scope.
             return Place {
@@ -109,17 +109,17 @@ impl<'a, V: Visitor + ?Sized> Scoped<'a, V> {
                 ..below
             };
         }
-        let only = self.scope.only.contains(&function);
+        let only = scope.only.contains(&function);
         let inside = below.inside + u32::from(only);
-        let hidden = below.hidden + u32::from(self.scope.not.contains(&function));
-        let shown = hidden == 0 && (inside > 0 || self.scope.only.is_empty());
+        let hidden = below.hidden + u32::from(scope.not.contains(&function));
+        let shown = hidden == 0 && (inside > 0 || scope.only.is_empty());
         let depth = below.depth + u32::from(shown);
         let base = if shown && only && inside <= F_BASES {
             depth - 1
         } else {
             below.base
         };
-        let is_kept = shown && self.scope.depth.is_none_or(|max| depth - base <= max);
+        let is_kept = shown && scope.depth.is_none_or(|max| depth - base <= max);
         Place {
             inside,
             hidden,
@@ -155,13 +155,12 @@ impl<'a, V: Visitor + ?Sized> Scoped<'a, V> {
 
 impl<V: Visitor + ?Sized> Visitor for Scoped<'_, V> {
     fn enter(&mut self, pid: u32, tid: u32, function: u64, ticks: u64, depth: usize, index: u64) {
-        let mut open = self.threads.remove(&(pid, tid)).unwrap_or_default();
+        let open = self.threads.entry((pid, tid)).or_default();
         // The walk's depth is the count of open calls below this one.
         open.truncate(depth);
         let below = open.last().copied().unwrap_or_default();
-        let place = self.place(function, below, open.len().checked_sub(1));
+        let place = Self::place(self.scope, function, below, open.len().checked_sub(1));
         open.push(place);
-        self.threads.insert((pid, tid), open);
         if place.is_kept {
             self.inner
                 .enter(pid, tid, function, ticks, place.kept_depth, index);
