@@ -443,47 +443,50 @@ fn exceptions_unwinding_traced_frames_keep_the_depth() {
     assert_eq!(lines.last().unwrap(), "} /* main */");
 }
 
+/// `nested_filter.c`'s calls under `-F`/`-D` options, as uftrace counts
+/// them (`uftrace record -F f -D 2` of the fixture prints the first
+/// lines): a filtered function called beneath itself shows as many
+/// levels beneath it as the outermost call.
+const NESTED_FILTER_CASES: [(&[&str], &[&str]); 3] = [
+    (
+        &["-F", "f", "-D", "2"],
+        &[
+            "f() {",
+            "  g();",
+            "  f() {",
+            "    g();",
+            "    f() {",
+            "      g();",
+            "      f();",
+            "    } /* f */",
+            "  } /* f */",
+            "} /* f */",
+        ],
+    ),
+    (
+        &["-F", "f", "-D", "1"],
+        &[
+            "f() {",
+            "  f() {",
+            "    f() {",
+            "      f();",
+            "    } /* f */",
+            "  } /* f */",
+            "} /* f */",
+        ],
+    ),
+    // Without a filter, from the thread's first call: main and f.
+    (&["-D", "2"], &["main() {", "  f();", "} /* main */"]),
+];
+
 /// Under a filter the depth limit counts from the innermost open call of
-/// a filtered function, as uftrace counts it (`uftrace record -F f -D 2`
-/// of this fixture prints these lines): a filtered function called
-/// beneath itself shows as many levels beneath it as the outermost call.
+/// a filtered function, as uftrace counts it ([`NESTED_FILTER_CASES`]).
 #[test]
 fn under_a_filter_the_depth_counts_from_the_innermost_filtered_call() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "nested_filter.c", &["-O0"]);
     let exe = exe.to_str().unwrap();
-    let cases: [(&[&str], &[&str]); 3] = [
-        (
-            &["-F", "f", "-D", "2"],
-            &[
-                "f() {",
-                "  g();",
-                "  f() {",
-                "    g();",
-                "    f() {",
-                "      g();",
-                "      f();",
-                "    } /* f */",
-                "  } /* f */",
-                "} /* f */",
-            ],
-        ),
-        (
-            &["-F", "f", "-D", "1"],
-            &[
-                "f() {",
-                "  f() {",
-                "    f() {",
-                "      f();",
-                "    } /* f */",
-                "  } /* f */",
-                "} /* f */",
-            ],
-        ),
-        // Without a filter, from the thread's first call: main and f.
-        (&["-D", "2"], &["main() {", "  f();", "} /* main */"]),
-    ];
-    for (options, expected) in cases {
+    for (options, expected) in NESTED_FILTER_CASES {
         traced(dir.path(), "t.data", options, &[exe]);
         assert_eq!(
             replayed_calls(dir.path(), "t.data"),
@@ -494,8 +497,8 @@ fn under_a_filter_the_depth_counts_from_the_innermost_filtered_call() {
 }
 
 /// `ichnos replay -F/-N/-D` of a whole trace prints what `ichnos trace`
-/// with the same options records (the lines of the test above), as
-/// `uftrace replay` filters a whole recording.
+/// with the same options records ([`NESTED_FILTER_CASES`]), as `uftrace
+/// replay` filters a whole recording.
 #[test]
 fn replay_filters_a_whole_trace_as_the_same_options_record_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -507,32 +510,9 @@ fn replay_filters_a_whole_trace_as_the_same_options_record_it() {
             .map(|(_, f)| f)
             .collect()
     };
-    let f_under_f = [
-        "f() {",
-        "  f() {",
-        "    f() {",
-        "      f();",
-        "    } /* f */",
-        "  } /* f */",
-        "} /* f */",
-    ];
-    assert_eq!(lines(&["-F", "f", "-D", "1"]), f_under_f);
-    assert_eq!(
-        lines(&["-F", "f", "-D", "2"]),
-        [
-            "f() {",
-            "  g();",
-            "  f() {",
-            "    g();",
-            "    f() {",
-            "      g();",
-            "      f();",
-            "    } /* f */",
-            "  } /* f */",
-            "} /* f */",
-        ]
-    );
-    assert_eq!(lines(&["-D", "2"]), ["main() {", "  f();", "} /* main */"]);
+    for (options, expected) in NESTED_FILTER_CASES {
+        assert_eq!(lines(options), expected, "ichnos replay {options:?}");
+    }
     // -N leaves g out with h, what it calls.
     assert_eq!(
         lines(&["-N", "g"]),

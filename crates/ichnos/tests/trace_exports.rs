@@ -204,18 +204,6 @@ fn folded_stacks_of_a_deep_recursion_stop_at_a_depth() {
     assert!(deeper.starts_with("deep;main;down;down;"), "{deeper}");
 }
 
-/// `value unit` of the trace table in nanoseconds.
-fn table_ns(value: &str, unit: &str) -> f64 {
-    let scale = match unit {
-        "ns" => 1.0,
-        "us" => 1e3,
-        "ms" => 1e6,
-        "s" => 1e9,
-        other => panic!("unit {other}"),
-    };
-    value.parse::<f64>().unwrap() * scale
-}
-
 /// A recursion 3001 calls deep under `main`: the table counts every call
 /// of `down`, its time once in the total (its outermost call's), as
 /// uftrace sums it, so its total cannot pass `main`'s. Summing each
@@ -237,11 +225,11 @@ fn the_trace_table_counts_a_recursions_time_once() {
             .find(|f| f.len() == 10 && f[9] == name)
             .unwrap_or_else(|| panic!("no {name} in {table}"));
         (
-            table_ns(f[0], f[1]),
-            table_ns(f[2], f[3]),
+            duration_ns(f[0], f[1]),
+            duration_ns(f[2], f[3]),
             f[4].parse().unwrap(),
-            table_ns(f[5], f[6]),
-            table_ns(f[7], f[8]),
+            duration_ns(f[5], f[6]),
+            duration_ns(f[7], f[8]),
         )
     };
     let (main_total, _, main_calls, _, _) = row("main");

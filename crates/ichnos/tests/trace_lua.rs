@@ -263,38 +263,36 @@ fn the_lua_interpreter_traced_makes_the_calls_it_counts_itself() {
     assert_eq!(out.stdout, printed);
 
     let traced = calls(dir.path(), "lua.data");
-    let mut differ: Vec<_> = by_function
-        .iter()
-        .filter(|(f, n)| traced.get(*f) != Some(n))
-        .map(|(f, n)| (f.clone(), *n, traced.get(f).copied()))
-        .collect();
-    differ.extend(
-        traced
-            .iter()
-            .filter(|(f, _)| !by_function.contains_key(*f))
-            .map(|(f, n)| (f.clone(), 0, Some(*n))),
-    );
-    differ.sort();
+    let differ = differences(&by_function, &traced);
     assert!(
         differ.is_empty(),
         "calls (function, counted, traced): {differ:?}"
     );
 
     let replayed = replayed_pairs(dir.path(), "lua.data");
-    let mut differ: Vec<_> = by_pair
-        .iter()
-        .filter(|(p, n)| replayed.get(*p) != Some(n))
-        .map(|(p, n)| (p.clone(), *n, replayed.get(p).copied()))
-        .collect();
-    differ.extend(
-        replayed
-            .iter()
-            .filter(|(p, _)| !by_pair.contains_key(*p))
-            .map(|(p, n)| (p.clone(), 0, Some(*n))),
-    );
-    differ.sort();
+    let differ = differences(&by_pair, &replayed);
     assert!(
         differ.is_empty(),
         "calls ((caller, callee), counted, replayed): {differ:?}"
     );
+}
+
+/// Where two counts by key differ: (key, counted, seen), sorted; a key
+/// seen and not counted has 0 counted.
+fn differences<K: Clone + Ord + std::hash::Hash>(
+    counted: &HashMap<K, u64>,
+    seen: &HashMap<K, u64>,
+) -> Vec<(K, u64, Option<u64>)> {
+    let mut differ: Vec<_> = counted
+        .iter()
+        .filter(|(k, n)| seen.get(*k) != Some(n))
+        .map(|(k, n)| (k.clone(), *n, seen.get(k).copied()))
+        .collect();
+    differ.extend(
+        seen.iter()
+            .filter(|(k, _)| !counted.contains_key(*k))
+            .map(|(k, n)| (k.clone(), 0, Some(*n))),
+    );
+    differ.sort();
+    differ
 }

@@ -120,15 +120,7 @@ fn calls_open_at_the_programs_end_count_to_their_threads_end() {
             .find(|l| l.split_whitespace().last() == Some(function))
             .unwrap_or_else(|| panic!("no {function} in\n{text}"));
         let f: Vec<&str> = line.split_whitespace().collect();
-        let ms = |value: &str, unit: &str| {
-            let scale = match unit {
-                "s" => 1e3,
-                "ms" => 1.0,
-                "us" => 1e-3,
-                other => panic!("{other} in {line}"),
-            };
-            value.parse::<f64>().unwrap() * scale
-        };
+        let ms = |value: &str, unit: &str| duration_ns(value, unit) / 1e6;
         assert_eq!(f[4], "1", "{line}");
         (ms(f[0], f[1]), ms(f[2], f[3]))
     };

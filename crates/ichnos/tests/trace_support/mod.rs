@@ -132,6 +132,19 @@ pub struct Line {
     pub name: String,
 }
 
+/// A duration as `ichnos replay` and `report --trace` print it, `value`
+/// in `unit` (`ns`, `us`, `ms`, `s`), in nanoseconds.
+pub fn duration_ns(value: &str, unit: &str) -> f64 {
+    let scale = match unit {
+        "ns" => 1.0,
+        "us" => 1e3,
+        "ms" => 1e6,
+        "s" => 1e9,
+        other => panic!("unit {other}"),
+    };
+    value.parse::<f64>().unwrap() * scale
+}
+
 /// `ichnos replay`'s lines of calls (not probes or losses), parsed.
 pub fn replay_lines(dir: &Path, data: &str) -> Vec<Line> {
     let out = run(ichnos().arg("replay").arg("-i").arg(dir.join(data)));
@@ -144,15 +157,8 @@ pub fn replay_lines(dir: &Path, data: &str) -> Vec<Line> {
             let (duration, tid) = head.rsplit_once('[').unwrap();
             let tid = tid.trim_end_matches(']').trim().parse().unwrap();
             let (ns, precision) = match duration.split_whitespace().collect::<Vec<_>>()[..] {
-                [v, unit] => {
-                    let scale = match unit {
-                        "us" => 1e3,
-                        "ms" => 1e6,
-                        "s" => 1e9,
-                        other => panic!("unit {other}"),
-                    };
-                    (v.parse::<f64>().unwrap() * scale, scale / 1e3)
-                }
+                // Three decimals of the unit.
+                [v, unit] => (duration_ns(v, unit), duration_ns("0.001", unit)),
                 _ => (0.0, 0.0),
             };
             let depth = (text.len() - text.trim_start().len()) / 2;
