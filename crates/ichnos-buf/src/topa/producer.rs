@@ -559,6 +559,13 @@ impl Producer {
     fn notify(&self) {
         let h = self.header();
         h.counters.0.notifications.fetch_add(1, Ordering::Relaxed);
+        self.wake_consumer();
+    }
+
+    /// Wakes a consumer that waits, in [`Consumer::wait`](super::Consumer::wait)
+    /// or armed ([`Producer::set_wakeup_hook`]).
+    fn wake_consumer(&self) {
+        let h = self.header();
         if bump_and_wake(&h.data_futex.0, &h.consumer_waiting) {
             if let Some(hook) = self.wakeup_hook {
                 hook();
@@ -665,11 +672,7 @@ impl Drop for Producer {
     fn drop(&mut self) {
         let h = self.header();
         h.producer_gone.store(1, Ordering::SeqCst);
-        if bump_and_wake(&h.data_futex.0, &h.consumer_waiting) {
-            if let Some(hook) = self.wakeup_hook {
-                hook();
-            }
-        }
+        self.wake_consumer();
         h.producer_claimed.store(0, Ordering::Release);
     }
 }
