@@ -241,6 +241,9 @@ pub(crate) fn attach(
             let base = mapping.as_ptr();
             (mapping, base, std::ptr::null_mut())
         };
+        // The first records' page present before the first write, so
+        // that it does not fault (see `mem`).
+        mapping.populate(base, crate::page_size().min(len));
         slot.guard.store(guard, Ordering::Relaxed);
         slot.handle.store(
             guarded_for.unwrap_or(std::ptr::null()).cast_mut(),

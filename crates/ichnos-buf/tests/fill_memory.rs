@@ -1,0 +1,63 @@
+//! The page a thread's first records go to is present before the thread's
+//! first write stores anything: neither that store nor the rest of the
+//! page's records take a page fault, as the kernel counts them (the
+//! thread's minor faults, `getrusage(RUSAGE_THREAD)`). The fault would
+//! fall inside whatever the instrumented code times from its first record.
+
+use std::cell::Cell;
+
+use ichnos_buf::fill::FillBuffer;
+
+const CAPACITY: usize = 256 * 1024;
+const RECORD: usize = 16;
+const PAGE: usize = 4096;
+
+/// The calling thread's minor page faults so far.
+fn minor_faults() -> i64 {
+    // SAFETY: getrusage fills the struct it is given and nothing else.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; RUSAGE_THREAD is Linux's, for the calling thread.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &raw mut usage) };
+    assert_eq!(rc, 0, "getrusage: {}", std::io::Error::last_os_error());
+    usage.ru_minflt
+}
+
+/// On a fresh thread: the faults from the moment the first record's
+/// place is reserved (its buffer set up) to the end of the first page's
+/// records.
+fn faults_in_first_page(buf: FillBuffer) -> i64 {
+    std::thread::spawn(move || {
+        minor_faults(); // the call's own stack and code, touched once
+        let reserved = Cell::new(0);
+        buf.write_with(RECORD, |record| {
+            reserved.set(minor_faults());
+            record.fill(0x5a);
+        })
+        .unwrap();
+        for _ in 1..PAGE / RECORD {
+            buf.write(&[0xa5; RECORD]).unwrap();
+        }
+        minor_faults() - reserved.get()
+    })
+    .join()
+    .unwrap()
+}
+
+#[test]
+fn a_trace_buffers_first_page_is_present_before_its_first_record() {
+    let buf = FillBuffer::trace(CAPACITY, |_| {}).unwrap();
+    assert_eq!(faults_in_first_page(buf), 0);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn a_guarded_trace_buffers_first_page_is_present_before_its_first_record() {
+    let buf = FillBuffer::trace_guarded(CAPACITY, |_| {}).unwrap();
+    assert_eq!(faults_in_first_page(buf), 0);
+}
+
+#[test]
+fn a_rings_first_page_is_present_before_its_first_record() {
+    let buf = FillBuffer::circular(CAPACITY, RECORD).unwrap();
+    assert_eq!(faults_in_first_page(buf), 0);
+}
