@@ -22,6 +22,8 @@
 //! nothing: the hooks return after two comparisons and a call.
 
 mod altstack;
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+mod bind;
 #[cfg(target_arch = "x86_64")]
 mod catch;
 mod channel;
@@ -580,6 +582,10 @@ fn start() {
     unsafe { libc::atexit(maps_at_exit) };
     send_maps();
     ending::own();
+    // After everything a first call could need: binding makes the
+    // objects' first calls of the hooks come straight here.
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    bind::bind_hooks();
     set_active(true);
 }
 
