@@ -2,7 +2,8 @@
 //! function tracer's runtime runs inside the traced program, which may
 //! write anything there. The recorder reads it a piece at a time into a
 //! recording (`ichnos_trace::fuzzing`), which is then read back as a
-//! trace, totalled per function and replayed. Refusals and errors, never
+//! trace, totalled per function and replayed, whole and restricted to
+//! calls as `-F`, `-N` and `-D` choose them. Refusals and errors, never
 //! a panic, a hang or unbounded memory.
 //!
 //! The input's first 9 bytes say how the reads cut it: four offsets (two
@@ -15,7 +16,7 @@
 use ichnos_profile::report::SymbolOptions;
 use ichnos_trace::replay::{replay, ReplayOptions};
 use ichnos_trace::totals::{totals, TotalsSort};
-use ichnos_trace::Trace;
+use ichnos_trace::{CallFilters, Trace};
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let Some((head, bytes)) = data.split_at_checked(9) else {
@@ -36,23 +37,28 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
             debug_dirs: Vec::new(),
             addresses: true,
         };
-        if let Ok(trace) = Trace::open(&path, &options, &mut |_, _| {}) {
+        if let Ok(mut trace) = Trace::open(&path, &options, &mut |_, _| {}) {
             let _ = totals(&trace, &[], TotalsSort::Total);
             let _ = replay(&trace, &ReplayOptions::default(), std::io::sink());
-            // And through the replay's scope: -D, and -F and -N with
-            // patterns that name every function.
-            let scoped = ReplayOptions {
-                depth: Some(2),
-                ..ReplayOptions::default()
-            };
-            let _ = replay(&trace, &scoped, std::io::sink());
-            let scoped = ReplayOptions {
-                only: vec!["*".into()],
-                not: vec!["*_*".into()],
-                depth: Some(3),
-                ..ReplayOptions::default()
-            };
-            let _ = replay(&trace, &scoped, std::io::sink());
+            // And restricted: -D, and -F and -N with patterns that name
+            // every function; the table and the replay through it.
+            let restricted = [
+                CallFilters {
+                    depth: Some(2),
+                    ..CallFilters::default()
+                },
+                CallFilters {
+                    only: vec!["*".into()],
+                    not: vec!["*_*".into()],
+                    depth: Some(3),
+                },
+            ];
+            for filters in &restricted {
+                if trace.restrict(filters).is_ok() {
+                    let _ = totals(&trace, &[], TotalsSort::Total);
+                    let _ = replay(&trace, &ReplayOptions::default(), std::io::sink());
+                }
+            }
         }
     }
     let _ = std::fs::remove_file(&path);

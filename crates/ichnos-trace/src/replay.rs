@@ -9,7 +9,6 @@ use std::io::{self, Write};
 use rustc_hash::FxHashMap;
 
 use crate::read::{Call, Trace, TraceReadError, Visitor};
-use crate::scoped::{Scope, ScopeError, Scoped};
 
 /// What to print.
 #[derive(Clone, Debug, Default)]
@@ -19,14 +18,6 @@ pub struct ReplayOptions {
     /// Hide calls shorter than this many nanoseconds (and so the calls
     /// they made).
     pub min_ns: Option<f64>,
-    /// Only the calls inside the functions these patterns name (`-F`,
-    /// as `ichnos trace -F` takes them).
-    pub only: Vec<String>,
-    /// Not the functions these patterns name, nor their calls (`-N`).
-    pub not: Vec<String>,
-    /// Calls only this many levels deep (`-D`; under `-F`, counted from
-    /// the innermost call of a `-F` function).
-    pub depth: Option<u32>,
 }
 
 /// A duration as uftrace prints it: three decimals of the largest unit
@@ -217,16 +208,10 @@ impl<W: Write> Visitor for Printer<'_, W> {
 }
 
 /// Prints `trace`'s calls to `out`, every thread's lines in the order
-/// they happened; with `-F`, `-N` or `-D`, those the same options would
-/// have recorded, as they would have been printed. Returns the `-N`
-/// patterns that named no function called in the trace (they hid
-/// nothing), for a warning.
-pub fn replay(
-    trace: &Trace,
-    options: &ReplayOptions,
-    out: impl Write,
-) -> Result<Vec<String>, ReplayError> {
-    let (scope, unmatched) = Scope::of(trace, &options.only, &options.not, options.depth)?;
+/// they happened: those the trace's filters keep, if it was restricted
+/// ([`Trace::restrict`]: `-F`, `-N`, `-D`), as a trace recorded with them
+/// would print.
+pub fn replay(trace: &Trace, options: &ReplayOptions, out: impl Write) -> Result<(), ReplayError> {
     let mut shape = Shape {
         min_ticks: options
             .min_ns
@@ -234,11 +219,7 @@ pub fn replay(
             .map(|min| min / trace.ns(1).max(f64::MIN_POSITIVE)),
         ..Shape::default()
     };
-    let blocks = if scope.is_everything() {
-        trace.walk_finding_blocks(&mut shape)?
-    } else {
-        trace.walk_finding_blocks(&mut Scoped::new(&scope, &mut shape))?
-    };
+    let blocks = trace.walk_finding_blocks(&mut shape)?;
     shape.inside = FxHashMap::default();
     let mut printer = Printer {
         trace,
@@ -250,16 +231,11 @@ pub fn replay(
     if let Err(e) = writeln!(printer.out, "# DURATION     TID     FUNCTION") {
         return Err(ReplayError::Write(e));
     }
-    if scope.is_everything() {
-        trace.walk_by_time(blocks, &mut printer)?;
-    } else {
-        trace.walk_by_time(blocks, &mut Scoped::new(&scope, &mut printer))?;
-    }
+    trace.walk_by_time(blocks, &mut printer)?;
     match printer.error.take() {
         Some(e) => Err(ReplayError::Write(e)),
         None => printer.out.flush().map_err(ReplayError::Write),
-    }?;
-    Ok(unmatched)
+    }
 }
 
 /// Why a replay stopped.
@@ -272,7 +248,4 @@ pub enum ReplayError {
     /// The output could not be written.
     #[error("cannot write the replay: {0}")]
     Write(io::Error),
-    /// A function filter names nothing.
-    #[error(transparent)]
-    Scope(#[from] ScopeError),
 }

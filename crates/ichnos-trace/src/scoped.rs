@@ -1,6 +1,7 @@
 //! The function filters and the depth limit of `ichnos trace` (`-F`,
-//! `-N`, `-D`) applied when a whole trace is read (`ichnos replay -F f`),
-//! as `uftrace replay` applies its own: a [`Visitor`] between a walk and
+//! `-N`, `-D`) applied when a whole trace is read ([`Trace::restrict`]:
+//! `ichnos replay -F f`, `ichnos report --trace -F f`), as `uftrace
+//! replay` applies its own: a [`Visitor`] between a walk and
 //! the visitor it feeds, which passes on the calls the same options at
 //! record time would have written, at the depths a reader of such a
 //! trace would see them. The rules are the runtime's (`ichnos-preload`'s
@@ -21,6 +22,28 @@
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::read::{Call, Trace, Visitor};
+
+/// The options of `ichnos trace` that choose which calls are recorded,
+/// for [`Trace::restrict`](crate::Trace::restrict) to apply to a whole
+/// trace as it is read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CallFilters {
+    /// `-F`: only the calls inside the functions these patterns name.
+    pub only: Vec<String>,
+    /// `-N`: not the functions these patterns name, nor their calls.
+    pub not: Vec<String>,
+    /// `-D`: calls only this many levels deep (under `-F`, counted from
+    /// the innermost call of a `-F` function).
+    pub depth: Option<u32>,
+}
+
+impl CallFilters {
+    /// Whether they keep every call.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.only.is_empty() && self.not.is_empty() && self.depth.is_none()
+    }
+}
 
 /// Which calls are kept: functions by number.
 #[derive(Clone, Debug, Default)]
@@ -234,10 +257,10 @@ impl Scope {
     /// kept); an `-N` one hides nothing, and is returned for a warning.
     pub(crate) fn of(
         trace: &Trace,
-        only: &[String],
-        not: &[String],
-        depth: Option<u32>,
+        filters: &CallFilters,
     ) -> Result<(Scope, Vec<String>), ScopeError> {
+        let CallFilters { only, not, depth } = filters;
+        let depth = *depth;
         let spans: FxHashSet<u64> = trace
             .functions()
             .filter(|(_, f)| &*f.object == ichnos_profile::report::SPAN_OBJECT)

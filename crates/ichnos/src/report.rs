@@ -92,6 +92,34 @@ pub struct ReportArgs {
     /// A function trace is read so without it too.
     #[arg(long, conflicts_with_all = ["tree", "diff"])]
     trace: bool,
+    /// With a function trace: only the calls inside FUNC and the calls
+    /// it makes, as `trace -F` records them (repeat for more; `*` matches
+    /// any characters).
+    #[arg(
+        short = 'F',
+        long = "filter",
+        value_name = "FUNC",
+        conflicts_with = "diff"
+    )]
+    only_functions: Vec<String>,
+    /// With a function trace: not FUNC nor the calls it makes, as `trace
+    /// -N` (repeat for more).
+    #[arg(
+        short = 'N',
+        long = "notrace",
+        value_name = "FUNC",
+        conflicts_with = "diff"
+    )]
+    not_functions: Vec<String>,
+    /// With a function trace: calls only this many levels deep, as `trace
+    /// -D` (under -F, counted from the innermost call of a -F function).
+    #[arg(
+        short = 'D',
+        long = "depth",
+        value_name = "DEPTH",
+        conflicts_with = "diff"
+    )]
+    depth: Option<u32>,
     /// At most this many functions in the top table (0: all).
     #[arg(long, value_name = "N", default_value_t = 50)]
     limit: usize,
@@ -349,6 +377,9 @@ impl ReportArgs {
             tree: false,
             trace: false,
             sort: None,
+            only_functions: Vec::new(),
+            not_functions: Vec::new(),
+            depth: None,
             limit: 50,
             icicle: false,
             title: None,
@@ -404,13 +435,7 @@ pub fn report(args: &ReportArgs, quiet: bool, verbose: bool) -> Result<()> {
         drop(loaded);
         return trace_report(args, format, input, quiet);
     }
-    if matches!(format, Format::Perfetto | Format::Chrome) {
-        bail!(
-            "--format {} writes a function trace's calls (made by `ichnos trace`), and {} is a sampling profile: it opens in Perfetto as --format firefox",
-            format.name(),
-            input.display()
-        );
-    }
+    refuse_trace_options(args, format, input)?;
     let symbolized = symbols(profile, args, quiet, verbose);
     let samples = report::weighted(profile, &symbolized, &args.filter());
     let shown = sum(profile, &args.filter());
@@ -575,6 +600,25 @@ fn output(args: &ReportArgs) -> Result<Box<dyn Write>> {
     })
 }
 
+/// Refuses what only a function trace has for the sampling profile at
+/// `input`.
+fn refuse_trace_options(args: &ReportArgs, format: Format, input: &Path) -> Result<()> {
+    if !args.call_filters().is_empty() {
+        bail!(
+            "-F, -N and -D choose a function trace's calls (made by `ichnos trace`), and {} is a sampling profile",
+            input.display()
+        );
+    }
+    if matches!(format, Format::Perfetto | Format::Chrome) {
+        bail!(
+            "--format {} writes a function trace's calls (made by `ichnos trace`), and {} is a sampling profile: it opens in Perfetto as --format firefox",
+            format.name(),
+            input.display()
+        );
+    }
+    Ok(())
+}
+
 /// `ichnos report --trace`: a function trace's per-function table,
 /// folded stacks, flame graph or timeline.
 fn trace_report(args: &ReportArgs, format: Format, input: &Path, quiet: bool) -> Result<()> {
@@ -609,7 +653,15 @@ fn trace_report(args: &ReportArgs, format: Format, input: &Path, quiet: bool) ->
         ),
     };
     let mut out = output(args)?;
-    crate::trace::report(input, &what, &args.tid, args.no_index, quiet, &mut out)?;
+    crate::trace::report(
+        input,
+        &what,
+        &args.tid,
+        &args.call_filters(),
+        args.no_index,
+        quiet,
+        &mut out,
+    )?;
     out.flush().context("cannot write the report")
 }
 
@@ -676,6 +728,15 @@ fn compare(
 }
 
 impl ReportArgs {
+    /// The calls of a function trace `-F`, `-N` and `-D` keep.
+    fn call_filters(&self) -> ichnos_trace::CallFilters {
+        ichnos_trace::CallFilters {
+            only: self.only_functions.clone(),
+            not: self.not_functions.clone(),
+            depth: self.depth,
+        }
+    }
+
     /// The samples the filters keep.
     fn filter(&self) -> Filter {
         Filter {

@@ -9,7 +9,7 @@ use anyhow::{bail, Context, Result};
 use ichnos_profile::report::SymbolOptions;
 use ichnos_trace::replay::ReplayOptions;
 use ichnos_trace::totals::TotalsSort;
-use ichnos_trace::{Trace, TraceOptions};
+use ichnos_trace::{CallFilters, Trace, TraceOptions};
 
 /// The runtime's file name.
 const RUNTIME: &str = "libichnos_preload.so";
@@ -232,13 +232,17 @@ fn open(path: &Path, no_index: bool, quiet: bool) -> Result<Trace> {
 
 /// Runs `ichnos replay`.
 pub fn replay(args: &ReplayArgs, quiet: bool) -> Result<()> {
-    let trace = open(&args.input, args.no_index, quiet)?;
-    let options = ReplayOptions {
-        tids: args.tid.clone(),
-        min_ns: args.min.map(|n| n as f64),
+    let mut trace = open(&args.input, args.no_index, quiet)?;
+    let filters = CallFilters {
         only: args.filter.clone(),
         not: args.notrace.clone(),
         depth: args.depth,
+    };
+    restrict(&mut trace, &filters, quiet)
+        .with_context(|| format!("cannot replay {}", args.input.display()))?;
+    let options = ReplayOptions {
+        tids: args.tid.clone(),
+        min_ns: args.min.map(|n| n as f64),
     };
     let stdout = std::io::stdout().lock();
     match ichnos_trace::replay::replay(&trace, &options, std::io::BufWriter::new(stdout)) {
@@ -247,18 +251,23 @@ pub fn replay(args: &ReplayArgs, quiet: bool) -> Result<()> {
         {
             Ok(())
         }
-        Ok(unmatched) => {
-            if !quiet {
-                for pattern in unmatched {
-                    eprintln!(
-                        "warning: -N {pattern}: no function called in the trace is named so; it hides nothing"
-                    );
-                }
-            }
-            Ok(())
-        }
-        Err(e) => Err(e).with_context(|| format!("cannot replay {}", args.input.display())),
+        other => other.with_context(|| format!("cannot replay {}", args.input.display())),
     }
+}
+
+/// Keeps only the calls `filters` would have recorded in every reading
+/// of `trace`, warning (before anything is printed) of each `-N` pattern
+/// that hides nothing.
+fn restrict(trace: &mut Trace, filters: &CallFilters, quiet: bool) -> Result<()> {
+    let unmatched = trace.restrict(filters)?;
+    if !quiet {
+        for pattern in unmatched {
+            eprintln!(
+                "warning: -N {pattern}: no function called in the trace is named so; it hides nothing"
+            );
+        }
+    }
+    Ok(())
 }
 
 /// How `report --trace` sorts.
@@ -302,17 +311,21 @@ pub enum TraceOutput {
 const LARGE_JSON: u64 = 256 << 20;
 
 /// `ichnos report --trace`: the per-function table, folded stacks, a
-/// flame graph, or a timeline for Perfetto or Chrome's viewers.
+/// flame graph, or a timeline for Perfetto or Chrome's viewers, of
+/// threads `tids` (none: all) and the calls `calls` keep.
 pub fn report(
     path: &Path,
     what: &TraceOutput,
     tids: &[u32],
+    calls: &CallFilters,
     no_index: bool,
     quiet: bool,
     out: &mut dyn Write,
 ) -> Result<()> {
     use ichnos_trace::export;
-    let trace = open(path, no_index, quiet)?;
+    let mut trace = open(path, no_index, quiet)?;
+    restrict(&mut trace, calls, quiet)
+        .with_context(|| format!("cannot report {}", path.display()))?;
     let written = match what {
         TraceOutput::Top { sort, limit } => {
             let sort = match sort {

@@ -14,6 +14,7 @@ use ichnos_data::{CallEvent, Calls, ClockSource, ReadError, Reader, Record};
 use ichnos_profile::report::{symbolize, Profile, SymbolOptions};
 use rustc_hash::FxHashMap;
 
+use crate::scoped::{CallFilters, Scope, ScopeError, Scoped};
 use by_time::ChunkCache;
 pub use by_time::ThreadBlocks;
 
@@ -69,6 +70,8 @@ pub struct Trace {
     /// Warnings for people (objects gone, a clock that could not be
     /// calibrated).
     pub warnings: Vec<String>,
+    /// The calls every walk keeps ([`Trace::restrict`]; none: all).
+    scope: Option<Scope>,
 }
 
 /// One call, closed by its exit.
@@ -265,7 +268,23 @@ impl Trace {
             ns_per_tick,
             origin,
             warnings,
+            scope: None,
         })
+    }
+
+    /// From now on, every walk of the trace (and so every reading of it:
+    /// the replay, the per-function table, the exports) sees only the
+    /// calls `ichnos trace` with `filters` would have recorded, at the
+    /// depths and with the children such a trace gives them (the time of
+    /// a call left out is its caller's own, as it is in a trace recorded
+    /// so). Replaces any filters given before. Returns the `-N` patterns
+    /// that name no function called in the trace (they hide nothing), for
+    /// a warning; an `-F` pattern that names none is an error (nothing
+    /// would be kept). See `scoped.rs` for what a whole trace cannot say.
+    pub fn restrict(&mut self, filters: &CallFilters) -> Result<Vec<String>, ScopeError> {
+        let (scope, unmatched) = Scope::of(self, filters)?;
+        self.scope = (!scope.is_everything()).then_some(scope);
+        Ok(unmatched)
     }
 
     /// Function `id`, named.
@@ -346,6 +365,18 @@ impl Trace {
     fn walk_located(
         &self,
         visitor: &mut dyn Visitor,
+        found: impl FnMut(BlockPlace, (u32, u32)),
+    ) -> Result<(), TraceReadError> {
+        match &self.scope {
+            Some(scope) => self.walk_located_all(&mut Scoped::new(scope, visitor), found),
+            None => self.walk_located_all(visitor, found),
+        }
+    }
+
+    /// [`Trace::walk_located`], of every call.
+    fn walk_located_all(
+        &self,
+        visitor: &mut dyn Visitor,
         mut found: impl FnMut(BlockPlace, (u32, u32)),
     ) -> Result<(), TraceReadError> {
         let mut threads: FxHashMap<(u32, u32), Thread> = FxHashMap::default();
@@ -407,7 +438,11 @@ impl Trace {
         visitor: &mut dyn Visitor,
     ) -> Result<(), TraceReadError> {
         let mut chunks = ChunkCache::new(self.reader()?);
-        by_time::walk(blocks, &mut chunks, visitor).map_err(|e| self.read_error(e))
+        let walked = match &self.scope {
+            Some(scope) => by_time::walk(blocks, &mut chunks, &mut Scoped::new(scope, visitor)),
+            None => by_time::walk(blocks, &mut chunks, visitor),
+        };
+        walked.map_err(|e| self.read_error(e))
     }
 }
 

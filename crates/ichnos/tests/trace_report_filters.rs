@@ -1,0 +1,205 @@
+//! `ichnos report --trace -F/-N/-D`: the calls of a whole trace that
+//! `ichnos trace` with the same options would have recorded, in the table
+//! and in the exports. The calls counted agree with `uftrace report` of
+//! uftrace's own recording of the fixture under the same options; a call
+//! left out is its caller's own time, as in a trace recorded so.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Command;
+
+mod trace_support;
+
+use trace_support::*;
+
+/// `report --trace` of the trace with `options`: per function, its calls
+/// and its self and total time in nanoseconds.
+fn table(dir: &Path, data: &str, options: &[&str]) -> HashMap<String, (u64, f64, f64)> {
+    let out = run(ichnos()
+        .args(["report", "--trace", "--limit", "0", "-i"])
+        .arg(dir.join(data))
+        .args(options));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut rows = HashMap::new();
+    for line in text.lines().skip(2) {
+        // total self calls avg max name: durations are "N.NNN us".
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        assert!(fields.len() >= 10, "{line}");
+        let ns = |at: usize| duration_ns(fields[at], fields[at + 1]);
+        rows.insert(
+            fields[9..].join(" "),
+            (fields[4].parse().unwrap(), ns(2), ns(0)),
+        );
+    }
+    rows
+}
+
+/// `uftrace report` of uftrace's recording in `data` with `options`: per
+/// function, its calls.
+fn uftrace_calls(data: &Path, options: &[&str]) -> HashMap<String, u64> {
+    let out = run(Command::new("uftrace")
+        .args(["report", "-d"])
+        .arg(data)
+        .args(options));
+    let text = String::from_utf8(out.stdout).unwrap();
+    text.lines()
+        .skip(2)
+        .map(|line| {
+            // total self calls name: durations are "N.NNN us".
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            assert!(fields.len() >= 6, "{line}");
+            (fields[5..].join(" "), fields[4].parse().unwrap())
+        })
+        .collect()
+}
+
+/// The option sets compared with uftrace's.
+const OPTION_SETS: [&[&str]; 6] = [
+    &[],
+    &["-F", "f", "-D", "2"],
+    &["-F", "f", "-D", "1"],
+    &["-D", "2"],
+    &["-N", "g"],
+    &["-F", "g"],
+];
+
+#[test]
+fn the_calls_kept_are_those_uftrace_report_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "nested_filter.c", &["-O0"]);
+    traced(dir.path(), "t.data", &[], &[exe.to_str().unwrap()]);
+    let uftrace_data = dir.path().join("uftrace.data");
+    run(Command::new("uftrace")
+        .args(["record", "-d"])
+        .arg(&uftrace_data)
+        .arg(&exe));
+    for options in OPTION_SETS {
+        let ours: HashMap<String, u64> = table(dir.path(), "t.data", options)
+            .into_iter()
+            .map(|(name, (calls, _, _))| (name, calls))
+            .collect();
+        // uftrace also traces the program's calls into libraries through
+        // their PLT (printf here), which -finstrument-functions does not
+        // instrument.
+        let theirs: HashMap<String, u64> = uftrace_calls(&uftrace_data, options)
+            .into_iter()
+            .filter(|(name, _)| ["main", "f", "g", "h"].contains(&name.as_str()))
+            .collect();
+        assert_eq!(ours, theirs, "report --trace {options:?}");
+    }
+}
+
+/// naps.c: `outer` calls `quick`, `napping` (a 20 ms sleep, then `quick`)
+/// and `quick`.
+#[test]
+fn a_call_left_out_is_its_callers_own_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "naps.c", &[]);
+    let exe = exe.to_str().unwrap();
+    traced(dir.path(), "t.data", &[], &[exe]);
+    let whole = table(dir.path(), "t.data", &[]);
+    let (_, outer_self, outer_total) = whole["outer"];
+    assert!(outer_self < 1e6, "{whole:?}");
+    assert_eq!(whole["quick"].0, 7, "{whole:?}");
+
+    let hidden = table(dir.path(), "t.data", &["-N", "napping"]);
+    assert!(!hidden.contains_key("napping"), "{hidden:?}");
+    assert_eq!(hidden["quick"].0, 6, "{hidden:?}");
+    // napping's 20 ms are outer's own now; its total is what it was.
+    assert!(hidden["outer"].1 >= 20e6, "{hidden:?}");
+    assert!((hidden["outer"].2 - outer_total).abs() < 1.0, "{hidden:?}");
+
+    let alone = table(dir.path(), "t.data", &["-F", "outer", "-D", "1"]);
+    assert_eq!(alone.len(), 1, "{alone:?}");
+    let (calls, own, total) = alone["outer"];
+    assert_eq!(calls, 1);
+    assert!(
+        (own - total).abs() < 1.0 && (total - outer_total).abs() < 1.0,
+        "{alone:?}"
+    );
+
+    // What a trace recorded with the options counts.
+    for options in [&["-N", "napping"][..], &["-F", "outer", "-D", "1"]] {
+        traced(dir.path(), "recorded.data", options, &[exe]);
+        let counted = |rows: HashMap<String, (u64, f64, f64)>| -> HashMap<String, u64> {
+            rows.into_iter().map(|(n, (c, _, _))| (n, c)).collect()
+        };
+        assert_eq!(
+            counted(table(dir.path(), "t.data", options)),
+            counted(table(dir.path(), "recorded.data", &[])),
+            "{options:?}"
+        );
+    }
+}
+
+#[test]
+fn the_exports_keep_the_same_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "naps.c", &[]);
+    traced(dir.path(), "t.data", &[], &[exe.to_str().unwrap()]);
+    let out = run(ichnos()
+        .args([
+            "report", "--trace", "--format", "folded", "-F", "napping", "-i",
+        ])
+        .arg(dir.path().join("t.data")));
+    let mut stacks: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| l.rsplit_once(' ').unwrap().0.to_owned())
+        .collect();
+    stacks.sort();
+    // Each stack from its thread (named after the program) down.
+    assert_eq!(stacks, ["naps;napping", "naps;napping;quick"]);
+    let chrome = dir.path().join("t.json");
+    let out = run(ichnos()
+        .args(["report", "--trace", "--format", "chrome", "-D", "2", "-o"])
+        .arg(&chrome)
+        .arg("-i")
+        .arg(dir.path().join("t.data")));
+    // main and the three it calls.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("exported 4 calls on 1 thread"), "{stderr}");
+}
+
+#[test]
+fn a_filter_that_names_nothing_or_a_profile_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "naps.c", &[]);
+    traced(dir.path(), "t.data", &[], &[exe.to_str().unwrap()]);
+    let out = ichnos()
+        .args(["report", "--trace", "-F", "nothing_so_named", "-i"])
+        .arg(dir.path().join("t.data"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("-F nothing_so_named: no function called in the trace is named so"),
+        "{stderr}"
+    );
+    let out = run(ichnos()
+        .args(["report", "--trace", "-N", "nothing_so_named", "-i"])
+        .arg(dir.path().join("t.data")));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("warning: -N nothing_so_named: no function called in the trace is named so"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A sampling profile has no calls to choose.
+    run(ichnos()
+        .args(["record", "-q", "-o"])
+        .arg(dir.path().join("p.data"))
+        .args(["--", "true"]));
+    let out = ichnos()
+        .args(["report", "-D", "2", "-i"])
+        .arg(dir.path().join("p.data"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("-F, -N and -D choose a function trace's calls"),
+        "{stderr}"
+    );
+}
