@@ -13,16 +13,24 @@
 //! call, for every object loaded then: in each `R_X86_64_JUMP_SLOT` of
 //! `__cyg_profile_func_enter` or `__cyg_profile_func_exit` it writes the
 //! address the global scope binds the name to, and only where that is
-//! this library's hook. Left alone: a slot in a read-only region (RELRO:
-//! bound when the object was loaded), every slot under `LD_BIND_NOT` (the
-//! resolver would not write either) and under `LD_AUDIT` (an auditor may
-//! watch calls through the PLT), and objects loaded later by `dlopen`
-//! (their first calls resolve as before).
+//! this library's hook. Left alone: a slot already bound (bound at load,
+//! `-z now`; its value leads out of its object's code), one in a
+//! read-only region (RELRO) or on a page not writable now, one with an
+//! addend; every slot of an object that looks its own symbols up first
+//! (`DT_SYMBOLIC`), for which the resolver might choose another hook;
+//! every slot while calls through the PLT are watched or counted
+//! (`LD_AUDIT`, an auditor named by a loaded object's `DT_AUDIT` or
+//! `DT_DEPAUDIT`, `LD_PROFILE`) or left unwritten by the resolver
+//! (`LD_BIND_NOT`); and the objects loaded later by `dlopen` (their first
+//! calls resolve as before: a wrapper of `dlopen` would be its caller,
+//! and `dlopen` finds `$ORIGIN` and the namespace from its caller).
 //!
 //! The tables read are the dynamic linker's own, of this process; each is
-//! checked to lie within its object's loaded segments before it is read,
-//! and a slot is written only where it lies in a writable loaded segment
-//! outside the object's RELRO region.
+//! checked to lie within its object's loaded segments before it is read.
+//! A slot is written only where it lies in a writable loaded segment
+//! outside the object's RELRO region, and once the kernel has written its
+//! own value back to it (`process_vm_writev` on this process, which fails
+//! rather than faults where the page is not writable now).
 
 use std::ffi::{c_void, CStr};
 
@@ -34,6 +42,8 @@ const PF_W: u32 = 2;
 const PF_X: u32 = 1;
 /// `DT_RELA`, the only kind of PLT relocation on x86-64.
 const DT_RELA: u64 = 7;
+/// `DF_SYMBOLIC` in `DT_FLAGS`.
+const DF_SYMBOLIC: u64 = 2;
 
 /// `Elf64_Dyn`: an entry of the dynamic section.
 #[repr(C)]
@@ -71,9 +81,15 @@ fn hooks() -> [(&'static CStr, usize); 2] {
 /// Binds the hooks' lazy PLT slots of every loaded object (see the
 /// module's comment). Returns the slots written.
 pub(crate) fn bind_hooks() -> usize {
-    if std::env::var_os("LD_BIND_NOT").is_some_and(|v| !v.is_empty())
-        || std::env::var_os("LD_AUDIT").is_some_and(|v| !v.is_empty())
-    {
+    let set = |name: &str| std::env::var_os(name).is_some_and(|v| !v.is_empty());
+    if set("LD_BIND_NOT") || set("LD_AUDIT") || set("LD_PROFILE") {
+        return 0;
+    }
+    let mut audited = false;
+    // SAFETY: the callback touches only `audited` and what the loader
+    // gives.
+    unsafe { libc::dl_iterate_phdr(Some(find_auditor), (&raw mut audited).cast()) };
+    if audited {
         return 0;
     }
     // Only the names the global scope binds to this library's hooks.
@@ -95,6 +111,22 @@ pub(crate) fn bind_hooks() -> usize {
 /// The hooks (each name with this library's address, where the global
 /// scope binds the name to it) and the slots written so far.
 type State = ([(&'static CStr, Option<usize>); 2], usize);
+
+/// `dl_iterate_phdr`'s callback: notes whether the object names an
+/// auditor (`DT_AUDIT`, `DT_DEPAUDIT`).
+extern "C" fn find_auditor(
+    info: *mut libc::dl_phdr_info,
+    _size: libc::size_t,
+    audited: *mut c_void,
+) -> libc::c_int {
+    // SAFETY: `audited` is the flag `bind_hooks` passes; `info` the
+    // loader's description of one loaded object.
+    let (audited, info) = unsafe { (&mut *audited.cast::<bool>(), &*info) };
+    if let Some(plt) = Object::of(info).and_then(|object| object.plt()) {
+        *audited |= plt.auditor;
+    }
+    0
+}
 
 /// `dl_iterate_phdr`'s callback: binds one object's slots.
 extern "C" fn bind_object(
@@ -126,6 +158,10 @@ struct Plt {
     symbols: usize,
     strings: usize,
     strings_len: usize,
+    /// It looks its own symbols up first (`DT_SYMBOLIC`, `DF_SYMBOLIC`).
+    symbolic: bool,
+    /// It names an auditor (`DT_AUDIT`, `DT_DEPAUDIT`).
+    auditor: bool,
 }
 
 impl<'a> Object<'a> {
@@ -149,7 +185,11 @@ impl<'a> Object<'a> {
         let Some(plt) = self.plt() else {
             return 0;
         };
-        if plt.relocation_kind != DT_RELA
+        if plt.relocations == 0
+            || plt.symbols == 0
+            || plt.strings == 0
+            || plt.relocation_kind != DT_RELA
+            || plt.symbolic
             || !self.holds(plt.relocations, plt.relocations_len)
             || !self.holds(plt.strings, plt.strings_len)
         {
@@ -161,7 +201,7 @@ impl<'a> Object<'a> {
             // SAFETY: within the relocation table, inside the object's
             // loaded segments (checked above).
             let rela = unsafe { std::ptr::read_unaligned(at as *const Rela) };
-            if rela.info & 0xffff_ffff != R_X86_64_JUMP_SLOT {
+            if rela.info & 0xffff_ffff != R_X86_64_JUMP_SLOT || rela.addend != 0 {
                 continue;
             }
             let Some(name) = self.symbol_name(&plt, (rela.info >> 32) as usize) else {
@@ -184,10 +224,11 @@ impl<'a> Object<'a> {
             let value = unsafe { slot.read_volatile() };
             // Still lazy: the slot leads into the object's own PLT. (One
             // bound already, to this hook or elsewhere, is left as it is.)
-            if !self.in_code(value) {
+            if !self.in_code(value) || !writable_now(slot, value) {
                 continue;
             }
-            // SAFETY: as above; the resolver itself would write the slot
+            // SAFETY: as above, and the page is writable (the kernel just
+            // wrote the slot); the resolver itself would write the slot
             // with one store.
             unsafe { slot.write_volatile(hook) };
             written += 1;
@@ -219,7 +260,8 @@ impl<'a> Object<'a> {
         CStr::from_bytes_until_nul(rest).ok()
     }
 
-    /// The object's PLT relocations, from its dynamic section.
+    /// What the object's dynamic section says of its PLT relocations and
+    /// its lookups (none: it has no dynamic section within it).
     fn plt(&self) -> Option<Plt> {
         let dynamic = self.headers.iter().find(|h| h.p_type == libc::PT_DYNAMIC)?;
         let start = self.base.wrapping_add(dynamic.p_vaddr as usize);
@@ -245,17 +287,20 @@ impl<'a> Object<'a> {
             let entry = unsafe { std::ptr::read_unaligned(at as *const Dyn) };
             let value = entry.value;
             match entry.tag {
-                0 => break,                                // DT_NULL
-                2 => plt.relocations_len = value as usize, // DT_PLTRELSZ
-                5 => plt.strings = pointer(value),         // DT_STRTAB
-                6 => plt.symbols = pointer(value),         // DT_SYMTAB
-                10 => plt.strings_len = value as usize,    // DT_STRSZ
-                20 => plt.relocation_kind = value,         // DT_PLTREL
-                23 => plt.relocations = pointer(value),    // DT_JMPREL
+                0 => break,                                      // DT_NULL
+                2 => plt.relocations_len = value as usize,       // DT_PLTRELSZ
+                5 => plt.strings = pointer(value),               // DT_STRTAB
+                6 => plt.symbols = pointer(value),               // DT_SYMTAB
+                10 => plt.strings_len = value as usize,          // DT_STRSZ
+                16 => plt.symbolic = true,                       // DT_SYMBOLIC
+                20 => plt.relocation_kind = value,               // DT_PLTREL
+                23 => plt.relocations = pointer(value),          // DT_JMPREL
+                30 => plt.symbolic |= value & DF_SYMBOLIC != 0,  // DT_FLAGS
+                0x6fff_fefb | 0x6fff_fefc => plt.auditor = true, // DT_DEPAUDIT, DT_AUDIT
                 _ => {}
             }
         }
-        (plt.relocations != 0 && plt.symbols != 0 && plt.strings != 0).then_some(plt)
+        Some(plt)
     }
 
     /// Whether `address` lies in one of the object's executable segments.
@@ -281,13 +326,16 @@ impl<'a> Object<'a> {
             .iter()
             .filter(|h| h.p_type == libc::PT_GNU_RELRO)
             .any(|h| {
-                // The loader protects whole pages from the region's start.
+                // The loader protects the whole pages within the region
+                // (its end rounded down); taken here to its end rounded
+                // up, which can only leave more slots alone.
                 let page = page_size();
                 let start = self.base.wrapping_add(h.p_vaddr as usize) & !(page - 1);
                 let end = self
                     .base
-                    .wrapping_add((h.p_vaddr + h.p_memsz) as usize)
-                    .next_multiple_of(page);
+                    .wrapping_add(h.p_vaddr.wrapping_add(h.p_memsz) as usize)
+                    .checked_next_multiple_of(page)
+                    .unwrap_or(usize::MAX);
                 at.saturating_add(word) > start && at < end
             });
         in_writable && !in_relro
@@ -305,10 +353,247 @@ impl<'a> Object<'a> {
     }
 }
 
+/// Whether the word at `slot`, which holds `value`, is writable now: the
+/// kernel writes `value` back to it (so a slot torn by the write would
+/// still read `value`), and fails rather than faults where the page is
+/// not writable (made read-only since the object was loaded, say).
+fn writable_now(slot: *mut usize, value: usize) -> bool {
+    let word = std::mem::size_of::<usize>();
+    let local = libc::iovec {
+        iov_base: (&raw const value).cast_mut().cast(),
+        iov_len: word,
+    };
+    let remote = libc::iovec {
+        iov_base: slot.cast(),
+        iov_len: word,
+    };
+    let _errno = ichnos_buf::fill::ErrnoGuard::save();
+    // SAFETY: process_vm_writev on this process copies `value` to
+    // `slot` through the kernel, which checks the page; both iovecs
+    // describe one word.
+    let written = unsafe {
+        libc::process_vm_writev(libc::getpid(), &raw const local, 1, &raw const remote, 1, 0)
+    };
+    usize::try_from(written) == Ok(word)
+}
+
 fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
         .ok()
         .filter(|p| p.is_power_of_two())
         .unwrap_or(4096)
+}
+
+#[cfg(test)]
+mod tests {
+    //! A made-up object in two pages of this process's memory, laid out
+    //! as the dynamic linker leaves a loaded one: program headers, a
+    //! dynamic section (its pointers relocated, as for a writable one),
+    //! a symbol and string table, one PLT relocation and its slot, which
+    //! leads into the object's code while it is lazy.
+
+    use super::*;
+
+    const PAGE: usize = 4096;
+    const DYNAMIC: usize = 0;
+    const SYMBOLS: usize = 512;
+    const STRINGS: usize = 768;
+    const RELOCATIONS: usize = 1024;
+    /// The object's code: the rest of the first page.
+    const CODE: usize = 3584;
+    /// The slot: the second page, writable unless a test protects it.
+    const SLOT: usize = PAGE;
+    const HOOK: usize = 0x0dea_dbee_f000;
+
+    /// How to spoil the object.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    enum Spoil {
+        Nothing,
+        /// The relocation has an addend.
+        Addend,
+        /// `DF_SYMBOLIC` in `DT_FLAGS`.
+        Symbolic,
+        /// The slot's page in a RELRO region.
+        Relro,
+        /// The slot's segment not writable by its header.
+        SegmentReadOnly,
+        /// The slot's page not writable now (its header says it is).
+        PageReadOnly,
+        /// The slot bound already (it leads out of the object's code).
+        Bound,
+        /// The relocation of another symbol.
+        OtherSymbol,
+    }
+
+    /// Two pages, unmapped on drop.
+    struct Pages(*mut u8);
+
+    impl Drop for Pages {
+        fn drop(&mut self) {
+            // SAFETY: the two pages `object` mapped.
+            unsafe { libc::munmap(self.0.cast(), 2 * PAGE) };
+        }
+    }
+
+    fn header(kind: u32, flags: u32, offset: usize, size: usize) -> libc::Elf64_Phdr {
+        libc::Elf64_Phdr {
+            p_type: kind,
+            p_flags: flags,
+            p_offset: offset as u64,
+            p_vaddr: offset as u64,
+            p_paddr: offset as u64,
+            p_filesz: size as u64,
+            p_memsz: size as u64,
+            p_align: PAGE as u64,
+        }
+    }
+
+    /// Binds the made-up object spoilt so: the slots written and the
+    /// slot's value after.
+    fn bind(spoil: Spoil) -> (usize, usize) {
+        // SAFETY: a fresh anonymous mapping of two pages.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                2 * PAGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(base, libc::MAP_FAILED);
+        let pages = Pages(base.cast());
+        let base = pages.0 as usize;
+        let put = |offset: usize, value: u64| {
+            // SAFETY: an aligned word within the two pages.
+            unsafe { ((base + offset) as *mut u64).write(value) };
+        };
+        let strings = b"\0__cyg_profile_func_exit\0__cyg_profile_func_entry\0";
+        let dynamic: [(u64, u64); 8] = [
+            (23, (base + RELOCATIONS) as u64), // DT_JMPREL
+            (2, 24),                           // DT_PLTRELSZ
+            (20, DT_RELA),                     // DT_PLTREL
+            (6, (base + SYMBOLS) as u64),      // DT_SYMTAB
+            (5, (base + STRINGS) as u64),      // DT_STRTAB
+            (10, strings.len() as u64),        // DT_STRSZ
+            (
+                30,
+                if spoil == Spoil::Symbolic {
+                    DF_SYMBOLIC
+                } else {
+                    0
+                },
+            ), // DT_FLAGS
+            (0, 0),                            // DT_NULL
+        ];
+        for (i, (tag, value)) in dynamic.iter().enumerate() {
+            put(DYNAMIC + 16 * i, *tag);
+            put(DYNAMIC + 16 * i + 8, *value);
+        }
+        // Symbol 1 is the exit hook, symbol 2 another name.
+        put(SYMBOLS + 24, 1);
+        put(SYMBOLS + 48, 25);
+        // SAFETY: the string table's bytes, within the first page.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                strings.as_ptr(),
+                (base + STRINGS) as *mut u8,
+                strings.len(),
+            );
+        };
+        let symbol = if spoil == Spoil::OtherSymbol { 2 } else { 1 };
+        put(RELOCATIONS, SLOT as u64);
+        put(RELOCATIONS + 8, symbol << 32 | R_X86_64_JUMP_SLOT);
+        put(RELOCATIONS + 16, if spoil == Spoil::Addend { 8 } else { 0 });
+        let lazy = base + CODE + 16;
+        let value = if spoil == Spoil::Bound {
+            0x7f00_0000_1000
+        } else {
+            lazy
+        };
+        put(SLOT, value as u64);
+        if spoil == Spoil::PageReadOnly {
+            // SAFETY: the second of our own two pages.
+            let rc = unsafe { libc::mprotect((base + PAGE) as *mut c_void, PAGE, libc::PROT_READ) };
+            assert_eq!(rc, 0);
+        }
+        let (r, rw, rx) = (4, 6, 5);
+        let mut headers = vec![
+            header(libc::PT_LOAD, rw, 0, CODE),
+            header(libc::PT_LOAD, rx, CODE, PAGE - CODE),
+            header(
+                libc::PT_LOAD,
+                if spoil == Spoil::SegmentReadOnly {
+                    r
+                } else {
+                    rw
+                },
+                PAGE,
+                PAGE,
+            ),
+            header(libc::PT_DYNAMIC, rw, DYNAMIC, 16 * dynamic.len()),
+        ];
+        if spoil == Spoil::Relro {
+            headers.push(header(libc::PT_GNU_RELRO, r, PAGE, 8));
+        }
+        let object = Object {
+            base,
+            headers: &headers,
+        };
+        let hooks = [
+            (c"__cyg_profile_func_enter", Some(HOOK + 8)),
+            (c"__cyg_profile_func_exit", Some(HOOK)),
+        ];
+        let written = object.bind(&hooks);
+        // SAFETY: the slot, readable in every case.
+        let after = unsafe { ((base + SLOT) as *const usize).read() };
+        drop(pages);
+        (written, after)
+    }
+
+    #[test]
+    fn a_lazy_slot_of_a_hook_is_bound_to_it() {
+        assert_eq!(bind(Spoil::Nothing), (1, HOOK));
+    }
+
+    #[test]
+    fn a_slot_that_must_not_be_written_is_left_as_it_is() {
+        let lazy = |spoil| {
+            let (written, after) = bind(spoil);
+            assert_eq!(written, 0, "{spoil:?}");
+            assert_ne!(after, HOOK, "{spoil:?}");
+        };
+        lazy(Spoil::Addend);
+        lazy(Spoil::Symbolic);
+        lazy(Spoil::Relro);
+        lazy(Spoil::SegmentReadOnly);
+        lazy(Spoil::PageReadOnly);
+        lazy(Spoil::OtherSymbol);
+        // Bound already: left with its value.
+        assert_eq!(bind(Spoil::Bound), (0, 0x7f00_0000_1000));
+    }
+
+    #[test]
+    fn an_auditor_named_by_an_object_is_seen() {
+        // DT_AUDIT, then DT_NULL.
+        let mut memory = vec![0x6fff_fefc_u64, 1, 0, 0];
+        let headers = [
+            header(libc::PT_LOAD, 6, 0, 32),
+            header(libc::PT_DYNAMIC, 6, 0, 32),
+        ];
+        let auditor = |memory: &[u64]| {
+            let object = Object {
+                base: memory.as_ptr() as usize,
+                headers: &headers,
+            };
+            object.plt().map(|plt| plt.auditor)
+        };
+        assert_eq!(auditor(&memory), Some(true));
+        memory[0] = 0x6fff_fefb; // DT_DEPAUDIT
+        assert_eq!(auditor(&memory), Some(true));
+        memory[0] = 1; // DT_NEEDED
+        assert_eq!(auditor(&memory), Some(false));
+    }
 }

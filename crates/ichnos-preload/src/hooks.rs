@@ -36,7 +36,11 @@ mod imp {
 }
 
 /// The entry hook's address, as the dynamic linker binds it.
-#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[cfg(all(
+    target_arch = "x86_64",
+    target_pointer_width = "64",
+    target_os = "linux"
+))]
 pub(crate) fn enter_address() -> usize {
     imp::__cyg_profile_func_enter as *const () as usize
 }

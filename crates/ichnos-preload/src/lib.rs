@@ -22,7 +22,11 @@
 //! nothing: the hooks return after two comparisons and a call.
 
 mod altstack;
-#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[cfg(all(
+    target_arch = "x86_64",
+    target_pointer_width = "64",
+    target_os = "linux"
+))]
 mod bind;
 #[cfg(target_arch = "x86_64")]
 mod catch;
@@ -584,7 +588,11 @@ fn start() {
     ending::own();
     // After everything a first call could need: binding makes the
     // objects' first calls of the hooks come straight here.
-    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    #[cfg(all(
+        target_arch = "x86_64",
+        target_pointer_width = "64",
+        target_os = "linux"
+    ))]
     bind::bind_hooks();
     set_active(true);
 }

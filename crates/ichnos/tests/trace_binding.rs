@@ -12,19 +12,36 @@ mod trace_support;
 
 use trace_support::*;
 
-/// A program linked with an instrumented library of ours (both built
-/// with `extra`): the program, and the library.
-fn program_with_library(dir: &Path, extra: &[&str]) -> (PathBuf, PathBuf) {
+/// A program linked with an instrumented library of ours (built with
+/// `library_extra` and `program_extra`): the program, and the library.
+fn program_with_library(
+    dir: &Path,
+    library_extra: &[&str],
+    program_extra: &[&str],
+) -> (PathBuf, PathBuf) {
     let mut library_args = vec!["-shared", "-fPIC"];
-    library_args.extend_from_slice(extra);
+    library_args.extend_from_slice(library_extra);
     let built = build(dir, "plugin.c", &library_args);
     let library = dir.join("libplugin.so");
     std::fs::rename(&built, &library).unwrap();
     let rpath = format!("-Wl,-rpath,{}", dir.display());
     let mut program_args = vec!["-Wl,--no-as-needed", library.to_str().unwrap(), &rpath];
-    program_args.extend_from_slice(extra);
+    program_args.extend_from_slice(program_extra);
     let program = build(dir, "linked_main.c", &program_args);
     (program, library)
+}
+
+/// Asserts that `object` bound both hooks lazily (the dynamic linker's
+/// report lines `lazily`).
+fn assert_bound_lazily(object: &Path, lazily: &[String]) {
+    for hook in ["`__cyg_profile_func_enter'", "`__cyg_profile_func_exit'"] {
+        assert!(
+            lazily.iter().any(|l| l.contains(hook)),
+            "{} binds no {hook} lazily:\n{}",
+            object.display(),
+            lazily.join("\n")
+        );
+    }
 }
 
 /// Traces `program` with the dynamic linker reporting its bindings (and
@@ -80,7 +97,7 @@ fn assert_all_calls_traced(dir: &Path) {
 #[test]
 fn no_object_loaded_at_the_start_binds_a_hook_lazily() {
     let dir = tempfile::tempdir().unwrap();
-    let (program, library) = program_with_library(dir.path(), &[]);
+    let (program, library) = program_with_library(dir.path(), &[], &[]);
     for object in [&program, &library] {
         let lazily = hook_bindings(dir.path(), &program, object, &[]);
         assert!(lazily.is_empty(), "{}", lazily.join("\n"));
@@ -89,25 +106,45 @@ fn no_object_loaded_at_the_start_binds_a_hook_lazily() {
 }
 
 /// Under `LD_BIND_NOT` the dynamic linker would not write a slot it
-/// resolves, so neither does the runtime: every object then binds the
-/// hooks lazily, as the dynamic linker reports (which also shows that the
-/// test above would see such a binding).
+/// resolves, and under `LD_PROFILE` it counts the calls through the PLT:
+/// the runtime writes no slot, and every object binds the hooks lazily,
+/// as the dynamic linker reports (which also shows that the test above
+/// would see such a binding).
 #[test]
-fn under_ld_bind_not_the_slots_are_left_to_the_dynamic_linker() {
+fn under_ld_bind_not_or_ld_profile_the_slots_are_left_to_the_dynamic_linker() {
     let dir = tempfile::tempdir().unwrap();
-    let (program, library) = program_with_library(dir.path(), &[]);
-    for object in [&program, &library] {
-        let lazily = hook_bindings(dir.path(), &program, object, &[("LD_BIND_NOT", "1")]);
-        for hook in ["`__cyg_profile_func_enter'", "`__cyg_profile_func_exit'"] {
-            assert!(
-                lazily.iter().any(|l| l.contains(hook)),
-                "{} binds no {hook} lazily:\n{}",
-                object.display(),
-                lazily.join("\n")
-            );
+    let (program, library) = program_with_library(dir.path(), &[], &[]);
+    let profiles = dir.path().display().to_string();
+    let settings: [&[(&str, &str)]; 2] = [
+        &[("LD_BIND_NOT", "1")],
+        &[
+            ("LD_PROFILE", "libplugin.so"),
+            ("LD_PROFILE_OUTPUT", &profiles),
+        ],
+    ];
+    for env in settings {
+        for object in [&program, &library] {
+            let lazily = hook_bindings(dir.path(), &program, object, env);
+            assert_bound_lazily(object, &lazily);
+            assert_all_calls_traced(dir.path());
         }
-        assert_all_calls_traced(dir.path());
     }
+}
+
+/// A library that looks its own symbols up first (`-Bsymbolic`), for
+/// which the resolver could choose another hook than the runtime's: its
+/// slots are left lazy, and the program's are bound.
+#[test]
+fn a_symbolic_library_is_left_to_the_dynamic_linker() {
+    let dir = tempfile::tempdir().unwrap();
+    let (program, library) = program_with_library(dir.path(), &["-Wl,-Bsymbolic"], &[]);
+    assert_bound_lazily(
+        &library,
+        &hook_bindings(dir.path(), &program, &library, &[]),
+    );
+    let lazily = hook_bindings(dir.path(), &program, &program, &[]);
+    assert!(lazily.is_empty(), "{}", lazily.join("\n"));
+    assert_all_calls_traced(dir.path());
 }
 
 /// Objects bound at load and protected after (`-z now`, `-z relro`): the
@@ -116,7 +153,8 @@ fn under_ld_bind_not_the_slots_are_left_to_the_dynamic_linker() {
 #[test]
 fn objects_bound_at_load_are_left_alone() {
     let dir = tempfile::tempdir().unwrap();
-    let (program, library) = program_with_library(dir.path(), &["-Wl,-z,relro,-z,now"]);
+    let now = ["-Wl,-z,relro,-z,now"];
+    let (program, library) = program_with_library(dir.path(), &now, &now);
     for object in [&program, &library] {
         let lazily = hook_bindings(dir.path(), &program, object, &[]);
         assert!(lazily.is_empty(), "{}", lazily.join("\n"));
