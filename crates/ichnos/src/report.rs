@@ -652,16 +652,11 @@ fn trace_report(args: &ReportArgs, format: Format, input: &Path, quiet: bool) ->
             other.name()
         ),
     };
+    // Read (and its filters checked) before -o FILE is created: an error
+    // leaves an existing FILE as it was.
+    let trace = crate::trace::open_for_report(input, &args.call_filters(), args.no_index, quiet)?;
     let mut out = output(args)?;
-    crate::trace::report(
-        input,
-        &what,
-        &args.tid,
-        &args.call_filters(),
-        args.no_index,
-        quiet,
-        &mut out,
-    )?;
+    crate::trace::report(&trace, &what, &args.tid, quiet, &mut out)?;
     out.flush().context("cannot write the report")
 }
 

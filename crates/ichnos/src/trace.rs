@@ -310,22 +310,31 @@ pub enum TraceOutput {
 /// `chrome://tracing` (both parse it whole in the browser).
 const LARGE_JSON: u64 = 256 << 20;
 
-/// `ichnos report --trace`: the per-function table, folded stacks, a
-/// flame graph, or a timeline for Perfetto or Chrome's viewers, of
-/// threads `tids` (none: all) and the calls `calls` keep.
-pub fn report(
+/// The trace at `path` for `ichnos report --trace`, restricted to the
+/// calls `calls` keep.
+pub fn open_for_report(
     path: &Path,
-    what: &TraceOutput,
-    tids: &[u32],
     calls: &CallFilters,
     no_index: bool,
+    quiet: bool,
+) -> Result<Trace> {
+    let mut trace = open(path, no_index, quiet)?;
+    restrict(&mut trace, calls, quiet)
+        .with_context(|| format!("cannot report {}", path.display()))?;
+    Ok(trace)
+}
+
+/// `ichnos report --trace`: the per-function table, folded stacks, a
+/// flame graph, or a timeline for Perfetto or Chrome's viewers, of
+/// threads `tids` (none: all).
+pub fn report(
+    trace: &Trace,
+    what: &TraceOutput,
+    tids: &[u32],
     quiet: bool,
     out: &mut dyn Write,
 ) -> Result<()> {
     use ichnos_trace::export;
-    let mut trace = open(path, no_index, quiet)?;
-    restrict(&mut trace, calls, quiet)
-        .with_context(|| format!("cannot report {}", path.display()))?;
     let written = match what {
         TraceOutput::Top { sort, limit } => {
             let sort = match sort {
@@ -335,26 +344,26 @@ pub fn report(
                 TraceSort::Avg => TotalsSort::Average,
                 TraceSort::Max => TotalsSort::Max,
             };
-            let rows = ichnos_trace::totals::totals(&trace, tids, sort)?;
+            let rows = ichnos_trace::totals::totals(trace, tids, sort)?;
             let limit = (*limit > 0).then_some(*limit);
             ichnos_trace::totals::write_totals(&rows, limit, out)
         }
         TraceOutput::Folded => {
-            let lines = export::folded(&trace, tids)?;
+            let lines = export::folded(trace, tids)?;
             lines
                 .iter()
                 .try_for_each(|(line, ns)| writeln!(out, "{line} {ns}"))
         }
         TraceOutput::Svg(options) => {
-            let lines = export::folded(&trace, tids)?;
+            let lines = export::folded(trace, tids)?;
             ichnos_profile::report::export::write_folded_flamegraph(&lines, "ns", options, out)
         }
         TraceOutput::Perfetto | TraceOutput::Chrome => {
             let mut counted = Counted { out, bytes: 0 };
             let summary = if matches!(what, TraceOutput::Perfetto) {
-                export::write_perfetto(&trace, tids, &mut counted)
+                export::write_perfetto(trace, tids, &mut counted)
             } else {
-                export::write_chrome(&trace, tids, &mut counted)
+                export::write_chrome(trace, tids, &mut counted)
             };
             match summary {
                 Ok(summary) => {

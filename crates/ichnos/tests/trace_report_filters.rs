@@ -166,8 +166,22 @@ fn a_filter_that_names_nothing_or_a_profile_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "naps.c", &[]);
     traced(dir.path(), "t.data", &[], &[exe.to_str().unwrap()]);
+    // Refused before the output is made: an existing one is left as it
+    // was.
+    let kept = dir.path().join("kept.json");
+    std::fs::write(&kept, "kept").unwrap();
     let out = ichnos()
-        .args(["report", "--trace", "-F", "nothing_so_named", "-i"])
+        .args([
+            "report",
+            "--trace",
+            "--format",
+            "chrome",
+            "-F",
+            "nothing_so_named",
+        ])
+        .arg("-o")
+        .arg(&kept)
+        .arg("-i")
         .arg(dir.path().join("t.data"))
         .output()
         .unwrap();
@@ -177,6 +191,7 @@ fn a_filter_that_names_nothing_or_a_profile_is_refused() {
         stderr.contains("-F nothing_so_named: no function called in the trace is named so"),
         "{stderr}"
     );
+    assert_eq!(std::fs::read_to_string(&kept).unwrap(), "kept");
     let out = run(ichnos()
         .args(["report", "--trace", "-N", "nothing_so_named", "-i"])
         .arg(dir.path().join("t.data")));

@@ -272,8 +272,9 @@ impl Trace {
         })
     }
 
-    /// From now on, every walk of the trace (and so every reading of it:
-    /// the replay, the per-function table, the exports) sees only the
+    /// From now on, every walk of the trace (and so the replay, the
+    /// per-function table and the exports; not [`Trace::for_each_block`],
+    /// which reads the records as they are) sees only the
     /// calls `ichnos trace` with `filters` would have recorded, at the
     /// depths and with the children such a trace gives them (the time of
     /// a call left out is its caller's own, as it is in a trace recorded
@@ -320,7 +321,9 @@ impl Trace {
         self.origin.1 as f64 + (ticks as f64 - self.origin.0 as f64) * self.ns_per_tick
     }
 
-    /// Reads the trace's `Calls` records, in order.
+    /// Reads the trace's `Calls` records, in order: every event as
+    /// recorded, whatever [`Trace::restrict`] was given (the walks apply
+    /// it).
     pub fn for_each_block(&self, mut f: impl FnMut(&Calls<'_>)) -> Result<(), TraceReadError> {
         self.for_each_located_block(|_, calls| f(calls))
     }
