@@ -181,6 +181,7 @@ extern "C-unwind" fn begin(routine: *mut c_void) -> *mut c_void {
     // this thread alone.
     let Routine { start, arg } = *unsafe { Box::from_raw(routine.cast::<Routine>()) };
     ensure();
+    crate::set_up_thread();
     start(arg)
 }
 

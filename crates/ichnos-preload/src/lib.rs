@@ -140,6 +140,23 @@ fn set_active(on: bool) {
     PATH.store(path, Ordering::Release);
 }
 
+/// Sets up the calling thread's buffer now where the hooks read the
+/// clock before they write ([`PATH_SCOPED`], [`PATH_DIRECT`]): there a
+/// thread's first event would hold its buffer's set-up (a mapping, the
+/// thread's registration, its first page made present: microseconds) in
+/// its first call. ([`PATH_RING`] and [`PATH_TRACE`] read the clock once
+/// the set-up is done.) Called at the start, on the thread that loads the
+/// runtime, and by each thread the program creates before its start
+/// routine runs; a thread made otherwise sets up at its first event.
+pub(crate) fn set_up_thread() {
+    let path = PATH.load(Ordering::Acquire);
+    if path == PATH_SCOPED || path == PATH_DIRECT {
+        if let Some(buf) = BUFFER.get() {
+            let _ = buf.attach_thread();
+        }
+    }
+}
+
 /// Writes one event into the thread's buffer.
 #[inline(always)]
 #[allow(clippy::inline_always)] // the whole cost of a traced call
@@ -595,6 +612,7 @@ fn start() {
     ))]
     bind::bind_hooks();
     set_active(true);
+    set_up_thread();
 }
 
 extern "C" fn init() {
