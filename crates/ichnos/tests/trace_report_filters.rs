@@ -69,6 +69,10 @@ fn the_calls_kept_are_those_uftrace_report_counts() {
     let exe = build(dir.path(), "nested_filter.c", &["-O0"]);
     traced(dir.path(), "t.data", &[], &[exe.to_str().unwrap()]);
     let uftrace_data = dir.path().join("uftrace.data");
+    Command::new("uftrace")
+        .arg("--version")
+        .output()
+        .expect("uftrace (Debian's uftrace package) is this test's truth");
     run(Command::new("uftrace")
         .args(["record", "-d"])
         .arg(&uftrace_data)
