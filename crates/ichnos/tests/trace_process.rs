@@ -423,7 +423,10 @@ fn the_program_runs_on_when_the_recorder_is_killed() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "slow.c", &[]);
     let done = dir.path().join("done");
+    // Its socket's directory, which a killed recorder cannot remove, in
+    // the test's own.
     let mut recorder = ichnos()
+        .env("XDG_RUNTIME_DIR", dir.path())
         .arg("trace")
         .arg("-o")
         .arg(dir.path().join("t.data"))
