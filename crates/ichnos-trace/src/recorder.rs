@@ -24,6 +24,7 @@ use ichnos_profile::launch::{self, LaunchError};
 use ichnos_profile::ExitStatus;
 use rustc_hash::{FxHashMap, FxHashSet};
 
+mod audit;
 mod conn;
 mod frames;
 #[cfg(test)]
@@ -253,6 +254,7 @@ pub fn trace(
     let mut out = open_output(&options.output, options, tsc)?;
     let mut env = runtime_env(options, &sock_path, tsc);
     env.extend(filters.env());
+    env.extend(audit::tunables(&program, &options.preload));
     clock_reading(&mut out)?;
     sys::become_subreaper();
     let started = Instant::now();

@@ -131,6 +131,34 @@ fn under_ld_bind_not_or_ld_profile_the_slots_are_left_to_the_dynamic_linker() {
     }
 }
 
+/// With an auditor (`LD_AUDIT`, or a `DT_AUDIT` the program names; here
+/// one that cannot be loaded, which the dynamic linker reports and
+/// ignores) the program is traced (the dynamic linker refused the
+/// runtime, whose TLS did not fit, until the recorder asked for room) and
+/// the runtime writes no slot: every object binds the hooks lazily.
+#[test]
+fn under_an_auditor_the_program_is_traced_and_its_slots_left_to_the_dynamic_linker() {
+    let dir = tempfile::tempdir().unwrap();
+    let (program, library) = program_with_library(dir.path(), &[], &[]);
+    for object in [&program, &library] {
+        let lazily = hook_bindings(
+            dir.path(),
+            &program,
+            object,
+            &[("LD_AUDIT", "no-such-auditor.so")],
+        );
+        assert_bound_lazily(object, &lazily);
+        assert_all_calls_traced(dir.path());
+    }
+    let (program, library) =
+        program_with_library(dir.path(), &[], &["-Wl,--audit,no-such-auditor.so"]);
+    for object in [&program, &library] {
+        let lazily = hook_bindings(dir.path(), &program, object, &[]);
+        assert_bound_lazily(object, &lazily);
+        assert_all_calls_traced(dir.path());
+    }
+}
+
 /// A library that looks its own symbols up first (`-Bsymbolic`), for
 /// which the resolver could choose another hook than the runtime's: its
 /// slots are left lazy, and the program's are bound.
