@@ -71,3 +71,78 @@ fn a_rings_first_page_is_present_before_its_first_record() {
     let buf = FillBuffer::circular(CAPACITY, RECORD).unwrap();
     assert_eq!(faults_in_a_threads_first_page(buf), 0);
 }
+
+/// Writes to 32 KiB of stack below the caller's frame, so that a child of
+/// `fork` has its own copy of those stack pages before it counts faults.
+#[inline(never)]
+fn touch_stack() {
+    // The point is the stack: a large local array, on purpose.
+    #[allow(clippy::large_stack_arrays)]
+    std::hint::black_box([0u8; 32 * 1024]);
+}
+
+/// One record into `buf`: the faults from its reservation on.
+#[inline(never)]
+fn faults_writing_one(buf: &FillBuffer) -> i64 {
+    let reserved = Cell::new(0);
+    let written = buf.write_with(RECORD, |record| {
+        reserved.set(minor_faults());
+        record.fill(0x5a);
+    });
+    let faults = minor_faults() - reserved.get();
+    if written.is_ok() {
+        faults
+    } else {
+        -1
+    }
+}
+
+/// A child of `fork` starts its buffers empty, at the page the parent's
+/// first records went to, which the two share until it is written: the
+/// child's copy is made in `fork`, not in its first record.
+#[test]
+fn a_fork_childs_first_page_is_present_before_its_first_record() {
+    let buf = FillBuffer::trace(CAPACITY, |_| {}).unwrap();
+    let warm = FillBuffer::trace(CAPACITY, |_| {}).unwrap();
+    let faults = std::thread::spawn(move || {
+        // The parent's records in both.
+        faults_in_first_page(&buf);
+        faults_in_first_page(&warm);
+        // SAFETY: the child only writes two records, reads its own counts
+        // and leaves with _exit; the buffers' fork handlers leave this
+        // thread's slots attached and empty.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+        if pid == 0 {
+            // The child maps the code it runs afresh (fork copies no page
+            // table of it) and shares the stack until written: both are
+            // touched first, through the other buffer.
+            touch_stack();
+            faults_writing_one(&warm);
+            let faults = faults_writing_one(&buf);
+            // SAFETY: leaves the child at once, running nothing of the
+            // parent's.
+            unsafe {
+                libc::_exit(if faults < 0 {
+                    101
+                } else {
+                    faults.min(100) as i32
+                })
+            };
+        }
+        let mut status = 0;
+        // SAFETY: waits for our own child.
+        assert_eq!(unsafe { libc::waitpid(pid, &raw mut status, 0) }, pid);
+        assert!(
+            libc::WIFEXITED(status),
+            "the child ended by a signal: {status:#x}"
+        );
+        libc::WEXITSTATUS(status)
+    })
+    .join()
+    .unwrap();
+    assert_eq!(
+        faults, 0,
+        "the child's first record took {faults} faults (101: refused)"
+    );
+}

@@ -92,26 +92,8 @@ impl Mapping {
         if from >= to {
             return;
         }
-        let _errno = super::ErrnoGuard::save();
-        // SAFETY: whole pages of this mapping (clamped above); populating
-        // them changes no byte of them.
-        let done = unsafe {
-            libc::madvise(
-                from as *mut libc::c_void,
-                to - from,
-                libc::MADV_POPULATE_WRITE,
-            )
-        } == 0;
-        if done || io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {
-            return;
-        }
-        // A kernel before 5.14 does not know the advice: one write of a
-        // zero a page faults each in, as the advice would.
-        for address in (from..to).step_by(page) {
-            // SAFETY: a page of this mapping that the caller keeps
-            // writable: zero-filled memory that no record is in yet.
-            unsafe { (address as *mut u8).write_volatile(0) };
-        }
+        // SAFETY: whole pages of this mapping (clamped above), writable.
+        unsafe { make_present(from, to) };
     }
 
     /// The first byte of the mapping.
@@ -127,6 +109,44 @@ impl Drop for Mapping {
         unsafe {
             libc::munmap(self.ptr.as_ptr().cast(), self.len);
         }
+    }
+}
+
+/// Makes the pages from `from` to `to` present and writable now (each
+/// page's copy made, where `fork` shares it) rather than at their next
+/// write, changing no byte of them. Best effort: a kernel that cannot
+/// (short of memory) leaves them to fault in later. `errno` is kept: this
+/// may run between a failed call of the program's and its look at
+/// `errno`.
+///
+/// # Safety
+/// `from` and `to` are page-aligned and the pages between them are
+/// mapped writable memory of the caller's, which nothing else writes
+/// meanwhile.
+pub(crate) unsafe fn make_present(from: usize, to: usize) {
+    if from >= to {
+        return;
+    }
+    let _errno = super::ErrnoGuard::save();
+    // SAFETY: the caller's writable pages; populating them changes no
+    // byte of them.
+    let done = unsafe {
+        libc::madvise(
+            from as *mut libc::c_void,
+            to - from,
+            libc::MADV_POPULATE_WRITE,
+        )
+    } == 0;
+    if done || io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {
+        return;
+    }
+    // A kernel before 5.14 does not know the advice: a byte of each page
+    // read and written back faults it in, as the advice would.
+    for address in (from..to).step_by(crate::page_size()) {
+        let byte = address as *mut u8;
+        // SAFETY: a byte of the caller's writable pages, which nothing
+        // else writes meanwhile: it keeps its value.
+        unsafe { byte.write_volatile(byte.read_volatile()) };
     }
 }
 

@@ -496,6 +496,7 @@ extern "C" fn after_fork_child() {
     for thread in &mut registry.threads {
         thread.tid = tid;
     }
+    let page = crate::page_size();
     for (_, slot) in mine.each() {
         // SAFETY: this thread's slot.
         let slot = unsafe { &*slot };
@@ -506,6 +507,18 @@ extern "C" fn after_fork_child() {
             slot.lost_bytes.store(0, Ordering::Relaxed);
             slot.flushes.store(0, Ordering::Relaxed);
             slot.busy.store(false, Ordering::Relaxed);
+        }
+        // The page the child's first records go to (the buffer's start)
+        // is the parent's, shared until written: its copy is made now,
+        // not in the child's first write (see `mem`).
+        let base = slot.base.load(Ordering::Relaxed) as usize;
+        if slot.owner.load(Ordering::Relaxed) != 0 && base != 0 {
+            let first = base & !(page - 1);
+            // SAFETY: the page holding the buffer's start lies within its
+            // mapping (mapped from a page boundary, or ending at a guard
+            // page past this one), writable, and only this thread (the
+            // child's only one) writes it.
+            unsafe { super::mem::make_present(first, first + page) };
         }
     }
     unlock();
