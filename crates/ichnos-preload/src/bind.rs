@@ -28,9 +28,9 @@
 //! The tables read are the dynamic linker's own, of this process; each is
 //! checked to lie within its object's loaded segments before it is read.
 //! A slot is written only where it lies in a writable loaded segment
-//! outside the object's RELRO region, and once the kernel has written its
-//! own value back to it (`process_vm_writev` on this process, which fails
-//! rather than faults where the page is not writable now).
+//! outside the object's RELRO region, and once the kernel has read it and
+//! written its own value back to it (through a pipe, which fails rather
+//! than faults where the page is not readable or writable now).
 
 use std::ffi::{c_void, CStr};
 
@@ -102,15 +102,19 @@ pub(crate) fn bind_hooks() -> usize {
     if hooks.iter().all(|(_, ours)| ours.is_none()) {
         return 0;
     }
-    let mut state: State = (hooks, 0);
+    let Some(probe) = Probe::new() else {
+        return 0;
+    };
+    let mut state: State = (hooks, probe, 0);
     // SAFETY: the callback touches only `state` and what the loader gives.
     unsafe { libc::dl_iterate_phdr(Some(bind_object), (&raw mut state).cast()) };
-    state.1
+    state.2
 }
 
 /// The hooks (each name with this library's address, where the global
-/// scope binds the name to it) and the slots written so far.
-type State = ([(&'static CStr, Option<usize>); 2], usize);
+/// scope binds the name to it), the probe of slots' pages, and the slots
+/// written so far.
+type State = ([(&'static CStr, Option<usize>); 2], Probe, usize);
 
 /// `dl_iterate_phdr`'s callback: notes whether the object names an
 /// auditor (`DT_AUDIT`, `DT_DEPAUDIT`).
@@ -136,9 +140,9 @@ extern "C" fn bind_object(
 ) -> libc::c_int {
     // SAFETY: `state` is the `State` `bind_hooks` passes; `info` the
     // loader's description of one loaded object.
-    let ((hooks, written), info) = unsafe { (&mut *state.cast::<State>(), &*info) };
+    let ((hooks, probe, written), info) = unsafe { (&mut *state.cast::<State>(), &*info) };
     if let Some(object) = Object::of(info) {
-        *written += object.bind(hooks);
+        *written += object.bind(hooks, probe);
     }
     0
 }
@@ -181,7 +185,7 @@ impl<'a> Object<'a> {
 
     /// Writes the hooks into this object's lazy slots of them; the slots
     /// written.
-    fn bind(&self, hooks: &[(&CStr, Option<usize>); 2]) -> usize {
+    fn bind(&self, hooks: &[(&CStr, Option<usize>); 2], probe: &Probe) -> usize {
         let Some(plt) = self.plt() else {
             return 0;
         };
@@ -219,16 +223,17 @@ impl<'a> Object<'a> {
                 continue;
             }
             let slot = slot as *mut usize;
-            // SAFETY: an aligned word of a writable segment of the object,
-            // outside its RELRO region (checked above): its PLT slot.
-            let value = unsafe { slot.read_volatile() };
+            let Some(value) = probe.word(slot) else {
+                continue;
+            };
             // Still lazy: the slot leads into the object's own PLT. (One
             // bound already, to this hook or elsewhere, is left as it is.)
-            if !self.in_code(value) || !writable_now(slot, value) {
+            if !self.in_code(value) {
                 continue;
             }
-            // SAFETY: as above, and the page is writable (the kernel just
-            // wrote the slot); the resolver itself would write the slot
+            // SAFETY: an aligned word of a writable segment of the object,
+            // outside its RELRO region, on a page writable now (all checked
+            // above): its PLT slot, which the resolver itself would write
             // with one store.
             unsafe { slot.write_volatile(hook) };
             written += 1;
@@ -353,28 +358,64 @@ impl<'a> Object<'a> {
     }
 }
 
-/// Whether the word at `slot`, which holds `value`, is writable now: the
-/// kernel writes `value` back to it (so a slot torn by the write would
-/// still read `value`), and fails rather than faults where the page is
-/// not writable (made read-only since the object was loaded, say).
-fn writable_now(slot: *mut usize, value: usize) -> bool {
-    let word = std::mem::size_of::<usize>();
-    let local = libc::iovec {
-        iov_base: (&raw const value).cast_mut().cast(),
-        iov_len: word,
-    };
-    let remote = libc::iovec {
-        iov_base: slot.cast(),
-        iov_len: word,
-    };
-    let _errno = ichnos_buf::fill::ErrnoGuard::save();
-    // SAFETY: process_vm_writev on this process copies `value` to
-    // `slot` through the kernel, which checks the page; both iovecs
-    // describe one word.
-    let written = unsafe {
-        libc::process_vm_writev(libc::getpid(), &raw const local, 1, &raw const remote, 1, 0)
-    };
-    usize::try_from(written) == Ok(word)
+/// The kernel's look at a slot's page before the runtime touches it: a
+/// pipe, through which a slot's word is read out and written back with
+/// `write` and `read`, which fail (`EFAULT`) rather than fault where the
+/// page is not readable or not writable now (made so since the object
+/// was loaded, say). Plain `write` and `read` are allowed where a
+/// sandbox's system-call filter allows anything; `process_vm_writev`,
+/// which would do it in one call, is often not.
+struct Probe {
+    read: libc::c_int,
+    write: libc::c_int,
+}
+
+impl Probe {
+    fn new() -> Option<Probe> {
+        let mut ends = [0; 2];
+        // SAFETY: pipe2 fills the two descriptors it is given.
+        let made =
+            unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } == 0;
+        made.then_some(Probe {
+            read: ends[0],
+            write: ends[1],
+        })
+    }
+
+    /// The word at `slot`, when its page is readable and writable now
+    /// (the kernel read it out and wrote the same bytes back, so that a
+    /// word torn by the copy still reads as it was).
+    fn word(&self, slot: *mut usize) -> Option<usize> {
+        let word = std::mem::size_of::<usize>();
+        let _errno = ichnos_buf::fill::ErrnoGuard::save();
+        // SAFETY: the kernel reads `word` bytes at `slot` into our own
+        // pipe, or fails with EFAULT.
+        let out = unsafe { libc::write(self.write, slot.cast(), word) };
+        if usize::try_from(out) != Ok(word) {
+            return None;
+        }
+        // SAFETY: the kernel writes back the bytes it read from `slot` to
+        // `slot`, or fails with EFAULT and leaves them in the pipe.
+        let back = unsafe { libc::read(self.read, slot.cast(), word) };
+        if usize::try_from(back) != Ok(word) {
+            let mut drained = 0usize;
+            // SAFETY: reads the bytes left in our pipe into a local.
+            unsafe { libc::read(self.read, (&raw mut drained).cast(), word) };
+            return None;
+        }
+        // SAFETY: the word is readable (the kernel just read it).
+        Some(unsafe { slot.read_volatile() })
+    }
+}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        // SAFETY: our own two descriptors, closed once.
+        unsafe {
+            libc::close(self.read);
+            libc::close(self.write);
+        }
+    }
 }
 
 fn page_size() -> usize {
@@ -420,6 +461,8 @@ mod tests {
         SegmentReadOnly,
         /// The slot's page not writable now (its header says it is).
         PageReadOnly,
+        /// The slot's page not even readable now.
+        PageUnreadable,
         /// The slot bound already (it leads out of the object's code).
         Bound,
         /// The relocation of another symbol.
@@ -514,10 +557,15 @@ mod tests {
             lazy
         };
         put(SLOT, value as u64);
-        if spoil == Spoil::PageReadOnly {
+        let protect = |protection| {
             // SAFETY: the second of our own two pages.
-            let rc = unsafe { libc::mprotect((base + PAGE) as *mut c_void, PAGE, libc::PROT_READ) };
+            let rc = unsafe { libc::mprotect((base + PAGE) as *mut c_void, PAGE, protection) };
             assert_eq!(rc, 0);
+        };
+        match spoil {
+            Spoil::PageReadOnly => protect(libc::PROT_READ),
+            Spoil::PageUnreadable => protect(libc::PROT_NONE),
+            _ => {}
         }
         let (r, rw, rx) = (4, 6, 5);
         let mut headers = vec![
@@ -546,7 +594,8 @@ mod tests {
             (c"__cyg_profile_func_enter", Some(HOOK + 8)),
             (c"__cyg_profile_func_exit", Some(HOOK)),
         ];
-        let written = object.bind(&hooks);
+        let written = object.bind(&hooks, &Probe::new().unwrap());
+        protect(libc::PROT_READ);
         // SAFETY: the slot, readable in every case.
         let after = unsafe { ((base + SLOT) as *const usize).read() };
         drop(pages);
@@ -570,6 +619,7 @@ mod tests {
         lazy(Spoil::Relro);
         lazy(Spoil::SegmentReadOnly);
         lazy(Spoil::PageReadOnly);
+        lazy(Spoil::PageUnreadable);
         lazy(Spoil::OtherSymbol);
         // Bound already: left with its value.
         assert_eq!(bind(Spoil::Bound), (0, 0x7f00_0000_1000));

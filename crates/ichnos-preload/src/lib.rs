@@ -619,8 +619,10 @@ extern "C" fn init() {
     start();
 }
 
-/// Runs [`init`] when the library is loaded, before the program's own
-/// constructors (a preloaded library is initialised first).
+/// Runs [`init`] when the library is loaded: before the executable's own
+/// constructors, after those of the libraries it links (the dynamic
+/// linker initialises a preloaded library after the objects loaded
+/// after it, whose constructors' calls are then not traced).
 #[used]
 #[link_section = ".init_array"]
 static INIT: extern "C" fn() = init;

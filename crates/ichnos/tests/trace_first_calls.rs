@@ -2,20 +2,25 @@
 //! for the thread: the set-up of its buffer (a mapping, the thread's
 //! registration) and the first store into it (a page fault, about a
 //! microsecond here, now made before the first event). Measured on the
-//! trace itself: in `first_calls.c` the main thread and a thread it starts
-//! each call `leaf` first thing, so from their entry to `leaf`'s there is
-//! only the call, tens of nanoseconds. The least of a few runs is taken:
-//! an interrupt may fall in any one of them.
+//! trace itself: in `first_calls.c` the main thread and a thread it
+//! starts each call `leaf` twice first thing, so the time from their
+//! entry to the first `leaf`'s holds the hooks' work for one call, as the
+//! time from the first `leaf`'s exit to the second's entry does (each a
+//! clock reading and a write; tens of nanoseconds here, more where the
+//! clock is slow to read). The first may exceed the second by little.
+//! The least of a few runs is taken: an interrupt may fall in any one.
 
+use std::collections::HashMap;
 use std::path::Path;
 
 mod trace_support;
 
 use trace_support::*;
 
-/// Nanoseconds from the entry of `caller` to the entry of `leaf` after
-/// it, per thread, from the Chrome export of the trace.
-fn first_gaps(dir: &Path, data: &str) -> Vec<(String, f64)> {
+/// Per thread (by its first function), in nanoseconds: from its entry to
+/// the first `leaf`'s, and from the first `leaf`'s exit to the second's
+/// entry, from the Chrome export of the trace.
+fn first_gaps(dir: &Path, data: &str) -> HashMap<String, (f64, f64)> {
     let json = dir.join("first.json");
     run(ichnos()
         .args(["report", "--trace", "-q", "--format", "chrome", "-o"])
@@ -24,30 +29,32 @@ fn first_gaps(dir: &Path, data: &str) -> Vec<(String, f64)> {
         .arg(dir.join(data)));
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let events = v["traceEvents"].as_array().expect("traceEvents");
-    let begins: Vec<(i64, &str, f64)> = events
-        .iter()
-        .filter(|e| e["ph"] == "B")
-        .map(|e| {
-            (
-                e["tid"].as_i64().unwrap(),
-                e["name"].as_str().unwrap(),
+    // Each thread's begins and ends, in order.
+    let mut threads: HashMap<i64, Vec<(&str, &str, f64)>> = HashMap::new();
+    for e in events.iter().filter(|e| e["ph"] == "B" || e["ph"] == "E") {
+        threads
+            .entry(e["tid"].as_i64().unwrap())
+            .or_default()
+            .push((
+                e["ph"].as_str().unwrap(),
+                e["name"].as_str().unwrap_or(""),
                 e["ts"].as_f64().unwrap() * 1e3,
-            )
-        })
-        .collect();
-    let mut gaps = Vec::new();
-    for caller in ["main", "worker"] {
-        let (tid, _, entered) = *begins
-            .iter()
-            .find(|(_, name, _)| *name == caller)
-            .unwrap_or_else(|| panic!("no {caller} in {begins:?}"));
-        let (_, _, leaf) = *begins
-            .iter()
-            .find(|(t, name, at)| *t == tid && *name == "leaf" && *at >= entered)
-            .unwrap_or_else(|| panic!("no leaf under {caller} in {begins:?}"));
-        gaps.push((caller.to_owned(), leaf - entered));
+            ));
     }
-    gaps
+    threads
+        .into_values()
+        .map(|events| {
+            let kinds: Vec<(&str, &str)> =
+                events.iter().take(4).map(|(k, n, _)| (*k, *n)).collect();
+            assert_eq!(
+                kinds[1..],
+                [("B", "leaf"), ("E", ""), ("B", "leaf")],
+                "{events:?}"
+            );
+            let at = |i: usize| events[i].2;
+            (events[0].1.to_owned(), (at(1) - at(0), at(3) - at(2)))
+        })
+        .collect()
 }
 
 #[test]
@@ -59,18 +66,20 @@ fn a_threads_first_call_holds_none_of_its_set_up() {
     // scoped path (-D, and the clock read by clock_gettime).
     let paths: [&[&str]; 4] = [&[], &["--ring", "64K"], &["-D", "9"], &["--monotonic"]];
     for options in paths {
-        let mut least = [f64::MAX; 2];
+        let mut least: HashMap<String, (f64, f64)> = HashMap::new();
         for _ in 0..5 {
             traced(dir.path(), "t.data", options, &[exe]);
-            for (i, (_, gap)) in first_gaps(dir.path(), "t.data").iter().enumerate() {
-                least[i] = least[i].min(*gap);
+            for (thread, (first, second)) in first_gaps(dir.path(), "t.data") {
+                let l = least.entry(thread).or_insert((f64::MAX, f64::MAX));
+                *l = (l.0.min(first), l.1.min(second));
             }
         }
-        // A page fault alone is about 1,000 ns here; the set-up more.
-        for (caller, gap) in ["main", "worker"].iter().zip(least) {
+        for caller in ["main", "worker"] {
+            let (first, second) = least[caller];
+            // A page fault alone is about 1,000 ns here; the set-up more.
             assert!(
-                gap < 500.0,
-                "{options:?}: {gap} ns from {caller}'s entry to leaf's at least"
+                first < second + 400.0,
+                "{options:?}: {first} ns from {caller}'s entry to the first leaf's at least, {second} ns from its exit to the second's"
             );
         }
     }
