@@ -589,8 +589,20 @@ fn sum(profile: &Profile, filter: &Filter) -> Shown {
     shown
 }
 
-/// Where the report goes: `-o FILE` or standard output.
+/// Where the report goes: `-o FILE` or standard output. FILE is refused
+/// where it is the recording being read (made anew, it would be empty
+/// before it was read).
 fn output(args: &ReportArgs) -> Result<Box<dyn Write>> {
+    use std::os::unix::fs::MetadataExt;
+    let input = args.file.as_ref().unwrap_or(&args.input);
+    if let (Some(out), Ok(read)) = (&args.output, std::fs::metadata(input)) {
+        if std::fs::metadata(out).is_ok_and(|o| o.dev() == read.dev() && o.ino() == read.ino()) {
+            bail!(
+                "-o {}: that is the recording being read; write the report to another file",
+                out.display()
+            );
+        }
+    }
     Ok(match &args.output {
         Some(path) => Box::new(std::io::BufWriter::new(
             std::fs::File::create(path)

@@ -196,6 +196,23 @@ fn a_filter_that_names_nothing_or_a_profile_is_refused() {
         "{stderr}"
     );
     assert_eq!(std::fs::read_to_string(&kept).unwrap(), "kept");
+    // Nor is the trace itself made the output.
+    let trace = dir.path().join("t.data");
+    let before = std::fs::read(&trace).unwrap();
+    let out = ichnos()
+        .args(["report", "--trace", "--format", "folded", "-o"])
+        .arg(&trace)
+        .arg("-i")
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("that is the recording being read"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read(&trace).unwrap(), before);
     let out = run(ichnos()
         .args(["report", "--trace", "-N", "nothing_so_named", "-i"])
         .arg(dir.path().join("t.data")));

@@ -12,6 +12,15 @@
 //! runtime fits in (the `glibc.rtld.optional_static_tls` tunable, glibc
 //! 2.32 and later), unless the user's own `GLIBC_TUNABLES` sets it.
 //! Without an auditor the environment is left as it is.
+//!
+//! What is seen is `LD_AUDIT` in the recorder's environment and the
+//! auditors the command's own executable names: a program the command
+//! runs later (a script's, an exec's) that names one of its own, or an
+//! `LD_AUDIT` set on the way (`env LD_AUDIT=...`), is refused as before.
+//! The tunable reaches the command's children with the rest of the
+//! environment: each of their threads sets that much more of its stack
+//! aside for static TLS (a thread made with a very small stack of its own
+//! may then not start), which is why it is not set everywhere.
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -36,8 +45,8 @@ pub(super) fn tunables(program: &Path, preload: &Path) -> Option<(OsString, OsSt
     }
     // The runtime's TLS, and the default surplus besides for the rest.
     let room = tls_size(preload)?
-        .saturating_add(512)
-        .next_multiple_of(4096);
+        .checked_add(512)?
+        .checked_next_multiple_of(4096)?;
     let mut value = old;
     if !value.is_empty() {
         value.push(":");
