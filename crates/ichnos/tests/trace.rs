@@ -548,15 +548,7 @@ fn replay_filters_a_whole_trace_as_the_same_options_record_it() {
         "{stderr}"
     );
     // An -N pattern that names nothing hides nothing, and says so.
-    let out = run(ichnos()
-        .args(["replay", "-N", "nothing_so_named", "-i"])
-        .arg(dir.path().join("t.data")));
-    assert!(
-        String::from_utf8_lossy(&out.stderr)
-            .contains("warning: -N nothing_so_named: no function called in the trace is named so"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_warns_of_a_notrace_naming_nothing(&["replay"], &dir.path().join("t.data"));
     assert_eq!(
         replay(dir.path(), "t.data", &["-N", "nothing_so_named"]),
         replay(dir.path(), "t.data", &[])

@@ -213,15 +213,7 @@ fn a_filter_that_names_nothing_or_a_profile_is_refused() {
         "{stderr}"
     );
     assert_eq!(std::fs::read(&trace).unwrap(), before);
-    let out = run(ichnos()
-        .args(["report", "--trace", "-N", "nothing_so_named", "-i"])
-        .arg(dir.path().join("t.data")));
-    assert!(
-        String::from_utf8_lossy(&out.stderr)
-            .contains("warning: -N nothing_so_named: no function called in the trace is named so"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_warns_of_a_notrace_naming_nothing(&["report", "--trace"], &trace);
     // A sampling profile has no calls to choose.
     run(ichnos()
         .args(["record", "-q", "-o"])

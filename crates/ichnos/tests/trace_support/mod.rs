@@ -205,3 +205,18 @@ pub fn perfetto_lines(trace: &Path) -> Vec<Line> {
         })
         .collect()
 }
+
+/// Runs ichnos with `args` and `-N nothing_so_named -i data`, which must
+/// succeed and warn that the pattern hides nothing.
+pub fn assert_warns_of_a_notrace_naming_nothing(args: &[&str], data: &Path) {
+    let out = run(ichnos()
+        .args(args)
+        .args(["-N", "nothing_so_named", "-i"])
+        .arg(data));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr
+            .contains("warning: -N nothing_so_named: no function called in the trace is named so"),
+        "{args:?}: {stderr}"
+    );
+}
