@@ -54,8 +54,7 @@ impl AltStack {
         {
             return None;
         }
-        // SAFETY: sysconf has no preconditions.
-        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+        let page = crate::page_size();
         let len = STACK_BYTES + page;
         // SAFETY: a new private anonymous mapping; nothing else is touched.
         let mapping = unsafe {

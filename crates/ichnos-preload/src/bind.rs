@@ -334,7 +334,7 @@ impl<'a> Object<'a> {
                 // The loader protects the whole pages within the region
                 // (its end rounded down); taken here to its end rounded
                 // up, which can only leave more slots alone.
-                let page = page_size();
+                let page = crate::page_size();
                 let start = self.base.wrapping_add(h.p_vaddr as usize) & !(page - 1);
                 let end = self
                     .base
@@ -416,14 +416,6 @@ impl Drop for Probe {
             libc::close(self.write);
         }
     }
-}
-
-fn page_size() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
-        .ok()
-        .filter(|p| p.is_power_of_two())
-        .unwrap_or(4096)
 }
 
 #[cfg(test)]

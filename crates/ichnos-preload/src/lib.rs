@@ -140,6 +140,15 @@ fn set_active(on: bool) {
     PATH.store(path, Ordering::Release);
 }
 
+/// The system's page size (4 KiB where it cannot be told).
+pub(crate) fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+        .ok()
+        .filter(|p| p.is_power_of_two())
+        .unwrap_or(4096)
+}
+
 /// Sets up the calling thread's buffer now where the hooks read the
 /// clock before they write ([`PATH_SCOPED`], [`PATH_DIRECT`]): there a
 /// thread's first event would hold its buffer's set-up (a mapping, the
