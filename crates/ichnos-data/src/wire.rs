@@ -38,6 +38,11 @@ pub const FRAME_RESUMED: u32 = 16;
 /// `FrameHeader.flags`, with [`FRAME_LAST`]: the program is about to
 /// exec (an empty frame; a [`FRAME_RESUMED`] one follows if it fails).
 pub const FRAME_EXEC: u32 = 32;
+/// `FrameHeader.flags`: the thread's first frame of events (its buffer's
+/// first hand-over). A thread id whose last frame never came (lost: the
+/// recorder fell behind past the runtime's patience) and that a new
+/// thread now has is so told from the old thread's.
+pub const FRAME_FIRST: u32 = 64;
 /// The longest span name sent (longer ones are cut).
 pub const MAX_SPAN_NAME: usize = 256;
 

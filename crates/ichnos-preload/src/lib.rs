@@ -385,9 +385,12 @@ fn flush(f: &Flush<'_>) {
 /// `f` as one frame with `flags` (and [`wire::FRAME_LAST`] at an exit).
 pub(crate) fn send_flush(f: &Flush<'_>, flags: u32) {
     let last = matches!(f.reason, FlushReason::ThreadExit | FlushReason::ProcessExit);
+    let first = f.seq == 0 && flags & wire::FRAME_RING == 0;
     let header = FrameHeader {
         tid: f.tid.cast_unsigned(),
-        flags: flags | if last { wire::FRAME_LAST } else { 0 },
+        flags: flags
+            | if last { wire::FRAME_LAST } else { 0 }
+            | if first { wire::FRAME_FIRST } else { 0 },
         lost: f.lost_records,
         len: f.data.len() as u64,
         ticks: clock::ticks(),

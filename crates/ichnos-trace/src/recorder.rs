@@ -208,6 +208,9 @@ struct Out {
     next_stack: u64,
     next_asid: u64,
     threads: FxHashSet<(u32, u32)>,
+    /// Threads (process, thread id) with frames of events since their
+    /// last frame, each with its latest frame's time.
+    open_threads: FxHashMap<(u32, u32), u64>,
     /// Span names written, by address space and address.
     span_names: FxHashSet<(u64, u64)>,
     kept: u64,
@@ -484,6 +487,7 @@ fn open_output(path: &Path, options: &TraceOptions, tsc: bool) -> Result<Out, Tr
         next_stack: 0,
         next_asid: 1,
         threads: FxHashSet::default(),
+        open_threads: FxHashMap::default(),
         span_names: FxHashSet::default(),
         kept: 0,
         lost: 0,

@@ -302,6 +302,22 @@ fn calls(conn: &mut Conn, out: &mut Out, h: &FrameHeader, body: &[u8]) -> Result
     if h.flags & wire::FRAME_EXEC != 0 {
         flags |= ichnos_data::CALLS_EXEC;
     }
+    let thread = (conn.pid, tid);
+    if h.flags & wire::FRAME_RING == 0 {
+        if h.flags & wire::FRAME_FIRST != 0 {
+            if let Some(ended) = out.open_threads.remove(&thread) {
+                // A new thread with the id of one whose last frame never
+                // came: that one ended, at its latest frame as far as is
+                // known, and its calls still open are not this one's.
+                end_thread(conn, out, tid, ended)?;
+            }
+        }
+        if h.flags & wire::FRAME_LAST != 0 {
+            out.open_threads.remove(&thread);
+        } else {
+            out.open_threads.insert(thread, h.ticks);
+        }
+    }
     // The runtime's count is untrusted: it saturates, never wraps.
     out.lost = out.lost.saturating_add(h.lost);
     let mut blocks = Blocks {
@@ -323,6 +339,25 @@ fn calls(conn: &mut Conn, out: &mut Out, h: &FrameHeader, body: &[u8]) -> Result
         // readers that count the calls still open to there.
         blocks.write(out, false)?;
     }
+    blocks.write(out, true)?;
+    out.new_functions = blocks.new_functions;
+    Ok(())
+}
+
+/// Ends thread `tid`'s program at `ticks`: the empty last block its last
+/// frame would have ended with.
+fn end_thread(conn: &Conn, out: &mut Out, tid: u32, ticks: u64) -> Result<(), TraceError> {
+    out.encoder.start(ticks);
+    let mut blocks = Blocks {
+        pid: conn.pid,
+        tid,
+        asid: conn.asid,
+        lost: 0,
+        flags: ichnos_data::CALLS_LAST,
+        ticks,
+        written: 0,
+        new_functions: std::mem::take(&mut out.new_functions),
+    };
     blocks.write(out, true)?;
     out.new_functions = blocks.new_functions;
     Ok(())

@@ -32,7 +32,7 @@ fn sent() -> impl Strategy<Value = Sent> {
     let address = prop_oneof![Just(0u64), 0x1000u64..0x1004, any::<u64>()];
     let events = proptest::collection::vec((any::<u64>(), 0u8..16, address), 0..40);
     prop_oneof![
-        8 => (1u32..4, 0u32..64, prop_oneof![Just(0u64), any::<u64>()], events)
+        8 => (1u32..4, 0u32..128, prop_oneof![Just(0u64), any::<u64>()], events)
             .prop_map(|(tid, flags, lost, events)| Sent::Frame { tid, flags, lost, events }),
         1 => proptest::collection::vec(any::<u8>(), 0..80).prop_map(Sent::Raw),
     ]
@@ -508,4 +508,81 @@ fn a_frame_cut_short_after_a_whole_one_is_left_where_it_lies() {
     // One cut short with nothing taken before it in its read is carried.
     let left = frames::frames_read(&mut conn, &mut out, &bytes[..40], 65536, leave).unwrap();
     assert_eq!((left, conn.carry.len()), (0, 40));
+}
+
+/// A thread whose last frame never came (lost), and a new thread given
+/// its id: the new thread's first frame (`FRAME_FIRST`) ends the old
+/// one's program at its latest frame, so that the new thread's calls are
+/// not nested under the old one's still open, which run to that frame.
+/// A runtime that does not say so (no flag) gets what it always got.
+#[test]
+fn a_first_frame_ends_a_thread_of_its_id_whose_last_frame_was_lost() {
+    use crate::read::{Call, Visitor};
+
+    /// Entries (time, depth) and calls still open at an end (enter, end).
+    #[derive(Default)]
+    struct Seen {
+        entries: Vec<(u64, usize)>,
+        unfinished: Vec<(u64, u64)>,
+    }
+    impl Visitor for Seen {
+        fn enter(&mut self, _: u32, _: u32, _: u64, ticks: u64, depth: usize, _: u64) {
+            self.entries.push((ticks, depth));
+        }
+        fn exit(&mut self, _: u32, _: u32, _: &Call) {}
+        fn unfinished(&mut self, _: u32, _: u32, call: &Call) {
+            self.unfinished.push((call.enter, call.exit));
+        }
+    }
+
+    let frame = |flags: u32, ticks: u64, events: &[(u64, u8, u64)]| {
+        let header = FrameHeader {
+            tid: 7,
+            flags,
+            lost: 0,
+            len: (events.len() * wire::EVENT_BYTES) as u64,
+            ticks,
+        };
+        let mut bytes = header.encode().to_vec();
+        for &(ticks, kind, address) in events {
+            bytes.extend_from_slice(&wire::encode_event(ticks, kind, address));
+        }
+        bytes
+    };
+    for said in [wire::FRAME_FIRST, 0] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.data");
+        let mut out = open_output(&path, &options(&path), false).unwrap();
+        // The old thread enters a function and never returns; its frame
+        // of the time 20 is its latest. The new one calls another.
+        let bytes = [
+            frame(wire::FRAME_FIRST, 20, &[(10, event::ENTER, 0x1000)]),
+            frame(
+                said | wire::FRAME_LAST,
+                50,
+                &[(30, event::ENTER, 0x1010), (40, event::EXIT, 0x1010)],
+            ),
+        ]
+        .concat();
+        let mut conn = conn(bytes, vec![(0x1000, 0x2000)]);
+        frames::frames(&mut conn, &mut out).unwrap();
+        out.writer.finish().unwrap();
+
+        let symbols = ichnos_profile::report::SymbolOptions {
+            inlines: false,
+            index_dir: None,
+            debug_dirs: Vec::new(),
+            addresses: true,
+        };
+        let trace = crate::Trace::open(&path, &symbols, &mut |_, _| {}).unwrap();
+        let mut seen = Seen::default();
+        trace.walk(&mut seen).unwrap();
+        if said == 0 {
+            assert_eq!(seen.entries, [(10, 0), (30, 1)]);
+            assert_eq!(seen.unfinished, [(10, 50)]);
+        } else {
+            assert_eq!(seen.entries, [(10, 0), (30, 0)]);
+            assert_eq!(seen.unfinished, [(10, 20)]);
+        }
+    }
 }
