@@ -368,6 +368,9 @@ impl<'a> Object<'a> {
 struct Probe {
     read: libc::c_int,
     write: libc::c_int,
+    /// Bytes may be left in the pipe (a drain failed): no word read
+    /// through it can be trusted, and none is.
+    spoilt: std::cell::Cell<bool>,
 }
 
 impl Probe {
@@ -379,6 +382,7 @@ impl Probe {
         made.then_some(Probe {
             read: ends[0],
             write: ends[1],
+            spoilt: std::cell::Cell::new(false),
         })
     }
 
@@ -387,6 +391,9 @@ impl Probe {
     /// word torn by the copy still reads as it was).
     fn word(&self, slot: *mut usize) -> Option<usize> {
         let word = std::mem::size_of::<usize>();
+        if self.spoilt.get() {
+            return None;
+        }
         let _errno = ichnos_buf::fill::ErrnoGuard::save();
         // SAFETY: the kernel reads `word` bytes at `slot` into our own
         // pipe, or fails with EFAULT.
@@ -400,7 +407,10 @@ impl Probe {
         if usize::try_from(back) != Ok(word) {
             let mut drained = 0usize;
             // SAFETY: reads the bytes left in our pipe into a local.
-            unsafe { libc::read(self.read, (&raw mut drained).cast(), word) };
+            let drain = unsafe { libc::read(self.read, (&raw mut drained).cast(), word) };
+            if usize::try_from(drain) != Ok(word) {
+                self.spoilt.set(true);
+            }
             return None;
         }
         // SAFETY: the word is readable (the kernel just read it).

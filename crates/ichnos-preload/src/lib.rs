@@ -48,6 +48,7 @@ mod short;
 mod span;
 mod thread_block;
 
+use std::cell::Cell;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::OnceLock;
@@ -382,10 +383,20 @@ fn flush(f: &Flush<'_>) {
     send_flush(f, 0);
 }
 
-/// `f` as one frame with `flags` (and [`wire::FRAME_LAST`] at an exit).
+thread_local! {
+    /// A frame of events of this thread reached the shared buffer: its
+    /// next ones are not its first ([`wire::FRAME_FIRST`]). A first frame
+    /// lost (the recorder fell behind) leaves the next one first.
+    static DELIVERED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// `f` as one frame with `flags` (and [`wire::FRAME_LAST`] at an exit,
+/// [`wire::FRAME_FIRST`] until one of the thread's frames of events is
+/// delivered; not on a ring's).
 pub(crate) fn send_flush(f: &Flush<'_>, flags: u32) {
     let last = matches!(f.reason, FlushReason::ThreadExit | FlushReason::ProcessExit);
-    let first = f.seq == 0 && flags & wire::FRAME_RING == 0;
+    let ring = flags & wire::FRAME_RING != 0;
+    let first = !ring && !DELIVERED.try_with(Cell::get).unwrap_or(true);
     let header = FrameHeader {
         tid: f.tid.cast_unsigned(),
         flags: flags
@@ -395,7 +406,9 @@ pub(crate) fn send_flush(f: &Flush<'_>, flags: u32) {
         len: f.data.len() as u64,
         ticks: clock::ticks(),
     };
-    Channel::send(header, f.data);
+    if Channel::send(header, f.data) && first {
+        let _ = DELIVERED.try_with(|d| d.set(true));
+    }
 }
 
 fn hello(config: &Config) -> Hello {
@@ -530,6 +543,8 @@ extern "C" fn maps_at_exit() {
 /// parent's), its buffers already emptied by `ichnos-buf`.
 extern "C" fn after_fork_child() {
     let was = ACTIVE.load(Ordering::Relaxed);
+    // The child's thread is a new one to the recorder.
+    let _ = DELIVERED.try_with(|d| d.set(false));
     set_active(false);
     Channel::forget_after_fork();
     span::forget_after_fork();

@@ -594,13 +594,22 @@ fn sum(profile: &Profile, filter: &Filter) -> Shown {
 /// before it was read).
 fn output(args: &ReportArgs) -> Result<Box<dyn Write>> {
     use std::os::unix::fs::MetadataExt;
-    let input = args.file.as_ref().unwrap_or(&args.input);
-    if let (Some(out), Ok(read)) = (&args.output, std::fs::metadata(input)) {
-        if std::fs::metadata(out).is_ok_and(|o| o.dev() == read.dev() && o.ino() == read.ino()) {
-            bail!(
-                "-o {}: that is the recording being read; write the report to another file",
-                out.display()
-            );
+    let inputs: Vec<&PathBuf> = match &args.diff {
+        Some(paths) => paths.iter().collect(),
+        None => vec![args.file.as_ref().unwrap_or(&args.input)],
+    };
+    if let Some(out) = &args.output {
+        if let Ok(written) = std::fs::metadata(out) {
+            let same = |input: &&PathBuf| {
+                std::fs::metadata(input)
+                    .is_ok_and(|i| i.dev() == written.dev() && i.ino() == written.ino())
+            };
+            if inputs.iter().any(same) {
+                bail!(
+                    "-o {}: that is a recording being read; write the report to another file",
+                    out.display()
+                );
+            }
         }
     }
     Ok(match &args.output {

@@ -576,6 +576,25 @@ fn diff_refuses_formats_it_has_no_picture_for() {
     );
 }
 
+/// The output named as one of the recordings compared is refused, and
+/// the recording left as it was.
+#[test]
+fn diff_refuses_to_write_over_a_recording_it_compares() {
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("new.data");
+    std::fs::copy(demo(), &copy).unwrap();
+    let before = std::fs::read(&copy).unwrap();
+    let (base, new) = (demo().to_str().unwrap(), copy.to_str().unwrap());
+    let out = ichnos(&["report", "--diff", base, new, "-o", new]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("that is a recording being read"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::read(&copy).unwrap(), before);
+}
+
 /// One recording of `switch a` (built -O2 -g -fno-inline: only `mix`
 /// is inlined) for the tests of inlined frames.
 fn switch_recording() -> &'static Path {

@@ -209,7 +209,7 @@ fn a_filter_that_names_nothing_or_a_profile_is_refused() {
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("that is the recording being read"),
+        stderr.contains("that is a recording being read"),
         "{stderr}"
     );
     assert_eq!(std::fs::read(&trace).unwrap(), before);

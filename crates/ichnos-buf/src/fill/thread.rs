@@ -500,17 +500,11 @@ extern "C" fn after_fork_child() {
     for (_, slot) in mine.each() {
         // SAFETY: this thread's slot.
         let slot = unsafe { &*slot };
-        {
-            slot.reserved.store(0, Ordering::Relaxed);
-            slot.committed.store(0, Ordering::Relaxed);
-            slot.lost_records.store(0, Ordering::Relaxed);
-            slot.lost_bytes.store(0, Ordering::Relaxed);
-            slot.flushes.store(0, Ordering::Relaxed);
-            slot.busy.store(false, Ordering::Relaxed);
-        }
         // The page the child's first records go to (the buffer's start)
         // is the parent's, shared until written: its copy is made now,
-        // not in the child's first write (see `mem`).
+        // not in the child's first write (see `mem`). Before the slot is
+        // emptied: until then no record of a signal handler's goes there
+        // to be overwritten by an older kernel's read and write back.
         let base = slot.base.load(Ordering::Relaxed) as usize;
         if slot.owner.load(Ordering::Relaxed) != 0 && base != 0 {
             let first = base & !(page - 1);
@@ -519,6 +513,14 @@ extern "C" fn after_fork_child() {
             // page past this one), writable, and only this thread (the
             // child's only one) writes it.
             unsafe { super::mem::make_present(first, first + page) };
+        }
+        {
+            slot.reserved.store(0, Ordering::Relaxed);
+            slot.committed.store(0, Ordering::Relaxed);
+            slot.lost_records.store(0, Ordering::Relaxed);
+            slot.lost_bytes.store(0, Ordering::Relaxed);
+            slot.flushes.store(0, Ordering::Relaxed);
+            slot.busy.store(false, Ordering::Relaxed);
         }
     }
     unlock();

@@ -303,7 +303,9 @@ fn calls(conn: &mut Conn, out: &mut Out, h: &FrameHeader, body: &[u8]) -> Result
         flags |= ichnos_data::CALLS_EXEC;
     }
     let thread = (conn.pid, tid);
-    if h.flags & wire::FRAME_RING == 0 {
+    // Rings aside, and the empty frames that only carry a loss (the
+    // runtime sends them at its end, for threads that may have ended).
+    if h.flags & wire::FRAME_RING == 0 && !(h.flags == 0 && body.is_empty()) {
         if h.flags & wire::FRAME_FIRST != 0 {
             if let Some(ended) = out.open_threads.remove(&thread) {
                 // A new thread with the id of one whose last frame never
