@@ -571,19 +571,21 @@ fn per_thread(lines: Vec<(u32, String)>) -> Vec<Vec<String>> {
     threads
 }
 
+/// `spans.c`, built against the project's C header for spans, which
+/// must compile cleanly.
+fn build_spans(dir: &Path) -> std::path::PathBuf {
+    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../include");
+    let include = format!("-I{}", include.display());
+    build(dir, "spans.c", &["-Wall", "-Wextra", "-Werror", &include])
+}
+
 /// Named spans are recorded whatever the scope (the runtime writes them
 /// as markers), and `replay -F/-N/-D` of a whole trace keeps them so:
 /// the same lines, per thread, as a trace recorded with the options.
 #[test]
 fn replay_filters_keep_named_spans_as_the_runtime_does() {
     let dir = tempfile::tempdir().unwrap();
-    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../include");
-    let include = format!("-I{}", include.display());
-    let exe = build(
-        dir.path(),
-        "spans.c",
-        &["-Wall", "-Wextra", "-Werror", &include],
-    );
+    let exe = build_spans(dir.path());
     let exe = exe.to_str().unwrap();
     traced(dir.path(), "whole.data", &[], &[exe]);
     // (With -D, the child forked inside main keeps counting from main's
@@ -895,13 +897,7 @@ fn a_probe_keeps_the_short_calls_it_happened_in_at_replay_too() {
 #[test]
 fn named_spans_show_as_calls_of_their_names() {
     let dir = tempfile::tempdir().unwrap();
-    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../include");
-    let include = format!("-I{}", include.display());
-    let exe = build(
-        dir.path(),
-        "spans.c",
-        &["-Wall", "-Wextra", "-Werror", &include],
-    );
+    let exe = build_spans(dir.path());
     traced(dir.path(), "t.data", &[], &[exe.to_str().unwrap()]);
     let lines = replay(dir.path(), "t.data", &[]);
     // (The child's events may come first: its buffer is sent at its end.)
