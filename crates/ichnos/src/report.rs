@@ -10,6 +10,8 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use ichnos_profile::report::{self, export, Filter, Profile, Sort, SymbolOptions, Symbolized};
 
+mod function_trace;
+
 /// Output formats.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
@@ -426,16 +428,16 @@ pub fn report(args: &ReportArgs, quiet: bool, verbose: bool) -> Result<()> {
     }
     let input = args.file.as_ref().unwrap_or(&args.input);
     if args.trace {
-        return trace_report(args, format, input, quiet);
+        return function_trace::report(args, format, input, quiet);
     }
     let loaded = load(input, quiet)?;
     let profile = &loaded.profile;
     if profile.description.event.starts_with("function-trace") {
         // A function trace holds calls, not samples: read as one.
         drop(loaded);
-        return trace_report(args, format, input, quiet);
+        return function_trace::report(args, format, input, quiet);
     }
-    refuse_trace_options(args, format, input)?;
+    function_trace::refuse_for_a_profile(args, format, input)?;
     let symbolized = symbols(profile, args, quiet, verbose);
     let samples = report::weighted(profile, &symbolized, &args.filter());
     let shown = sum(profile, &args.filter());
@@ -619,66 +621,6 @@ fn output(args: &ReportArgs) -> Result<Box<dyn Write>> {
         )),
         None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
     })
-}
-
-/// Refuses what only a function trace has for the sampling profile at
-/// `input`.
-fn refuse_trace_options(args: &ReportArgs, format: Format, input: &Path) -> Result<()> {
-    if !args.call_filters().is_empty() {
-        bail!(
-            "-F, -N and -D choose a function trace's calls (made by `ichnos trace`), and {} is a sampling profile",
-            input.display()
-        );
-    }
-    if matches!(format, Format::Perfetto | Format::Chrome) {
-        bail!(
-            "--format {} writes a function trace's calls (made by `ichnos trace`), and {} is a sampling profile: it opens in Perfetto as --format firefox",
-            format.name(),
-            input.display()
-        );
-    }
-    Ok(())
-}
-
-/// `ichnos report --trace`: a function trace's per-function table,
-/// folded stacks, flame graph or timeline.
-fn trace_report(args: &ReportArgs, format: Format, input: &Path, quiet: bool) -> Result<()> {
-    use crate::trace::{TraceOutput, TraceSort};
-    if args.sort.is_some() && format != Format::Top {
-        bail!("--sort orders the table: use it with --format top");
-    }
-    if args.pid.len() + usize::from(args.comm.is_some()) > 0 {
-        bail!("a function trace is filtered by thread (--tid), not by --pid or --comm");
-    }
-    let what = match format {
-        Format::Top => TraceOutput::Top {
-            sort: match args.sort.unwrap_or(SortBy::Total) {
-                SortBy::Total => TraceSort::Total,
-                SortBy::SelfTime => TraceSort::SelfTime,
-                SortBy::Calls => TraceSort::Calls,
-                SortBy::Avg => TraceSort::Avg,
-                SortBy::Max => TraceSort::Max,
-            },
-            limit: args.limit,
-        },
-        Format::Folded => TraceOutput::Folded,
-        Format::Svg => TraceOutput::Svg(export::FlamegraphOptions {
-            title: args.title.clone(),
-            icicle: args.icicle,
-        }),
-        Format::Perfetto => TraceOutput::Perfetto,
-        Format::Chrome => TraceOutput::Chrome,
-        other => bail!(
-            "--format {}: a function trace is written as top, folded, svg, perfetto or chrome",
-            other.name()
-        ),
-    };
-    // Read (and its filters checked) before -o FILE is created: an error
-    // leaves an existing FILE as it was.
-    let trace = crate::trace::open_for_report(input, &args.call_filters(), args.no_index, quiet)?;
-    let mut out = output(args)?;
-    crate::trace::report(&trace, &what, &args.tid, quiet, &mut out)?;
-    out.flush().context("cannot write the report")
 }
 
 /// `ichnos report --diff BASE NEW`: the change of each function's share,
