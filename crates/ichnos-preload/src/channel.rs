@@ -18,7 +18,7 @@ use std::ffi::OsStr;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use ichnos_buf::topa::{AllocFlags, Config as TopaConfig, Mode, Producer, RecordError, TopaBuffer};
@@ -144,7 +144,7 @@ impl Channel {
                 .collect();
             (tids, std::mem::take(&mut c.lost_elsewhere))
         });
-        let Some((tids, elsewhere)) = pending else {
+        let Ok((tids, elsewhere)) = pending else {
             return;
         };
         let empty = |tid: u32, lost: u64| FrameHeader {
@@ -168,7 +168,8 @@ impl Channel {
     /// lost before) and the events. False if the frame was lost (and
     /// counted for the thread's next frame), or there is no channel.
     pub(crate) fn send(mut header: FrameHeader, events: &[u8]) -> bool {
-        with_channel(|c| {
+        let records = (events.len() / ichnos_data::wire::EVENT_BYTES) as u64;
+        let sent = with_channel(|c| {
             if c.dead {
                 return false;
             }
@@ -190,8 +191,7 @@ impl Channel {
                         c.dead = true;
                         crate::recorder_gone();
                     }
-                    let n = (events.len() / ichnos_data::wire::EVENT_BYTES) as u64;
-                    let lost = header.lost.saturating_add(n);
+                    let lost = header.lost.saturating_add(records);
                     match slot.or_else(|| c.lost.iter().position(|&(tid, _)| tid == 0)) {
                         Some(i) => c.lost[i] = (header.tid, lost),
                         // No slot: counted all the same, as nobody's.
@@ -200,25 +200,117 @@ impl Channel {
                     false
                 }
             }
-        })
-        .unwrap_or(false)
+        });
+        match sent {
+            Ok(sent) => sent,
+            Err(Refused::Lock) => {
+                // Counted where no lock is needed, for the next frame
+                // that gets through.
+                count_unsent(header.tid, header.lost.saturating_add(records));
+                false
+            }
+            Err(Refused::NoChannel) => false,
+        }
     }
+
+    /// Moves the counts of frames given up at the lock into the
+    /// channel's own. Under the lock.
+    fn take_unsent(&mut self) {
+        take_unsent(&mut self.lost, &mut self.lost_elsewhere);
+    }
+}
+
+/// Records of frames given up at the lock ([`ChannelLock`]), by thread:
+/// counted without it (the lock is what could not be had), in slots a
+/// thread claims once by compare-and-swap and keeps, and moved into the
+/// channel's counts by the next thread that has the lock. Async-signal-
+/// safe. A frame is given up at the lock only where its holder cannot
+/// let go (see `channel_lock`), so few threads ever need a slot.
+struct Unsent {
+    /// The thread (0: a free slot; slots are claimed in order).
+    tid: AtomicU32,
+    records: AtomicU64,
+}
+
+const UNSENT_SLOTS: usize = 16;
+static UNSENT: [Unsent; UNSENT_SLOTS] = [const {
+    Unsent {
+        tid: AtomicU32::new(0),
+        records: AtomicU64::new(0),
+    }
+}; UNSENT_SLOTS];
+/// What threads beyond the slots gave up at the lock.
+static UNSENT_ELSEWHERE: AtomicU64 = AtomicU64::new(0);
+
+/// Counts `records` that thread `tid` gave up at the lock.
+fn count_unsent(tid: u32, records: u64) {
+    if records == 0 {
+        return;
+    }
+    for slot in &UNSENT {
+        let claimed = match slot
+            .tid
+            .compare_exchange(0, tid, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => true,
+            Err(holder) => holder == tid,
+        };
+        if claimed {
+            slot.records.fetch_add(records, Ordering::Relaxed);
+            return;
+        }
+    }
+    UNSENT_ELSEWHERE.fetch_add(records, Ordering::Relaxed);
+}
+
+/// Moves the counts of frames given up at the lock into `lost` (by
+/// thread, as [`Channel::lost`]) and `elsewhere`.
+fn take_unsent(lost: &mut [(u32, u64); LOST_SLOTS], elsewhere: &mut u64) {
+    for slot in &UNSENT {
+        let tid = slot.tid.load(Ordering::Acquire);
+        if tid == 0 {
+            break;
+        }
+        let n = slot.records.swap(0, Ordering::Relaxed);
+        if n == 0 {
+            continue;
+        }
+        let at = lost.iter().position(|&(t, _)| t == tid);
+        match at.or_else(|| lost.iter().position(|&(t, _)| t == 0)) {
+            Some(i) => lost[i] = (tid, lost[i].1.saturating_add(n)),
+            // No slot: counted all the same, as nobody's.
+            None => *elsewhere = elsewhere.saturating_add(n),
+        }
+    }
+    *elsewhere = elsewhere.saturating_add(UNSENT_ELSEWHERE.swap(0, Ordering::Relaxed));
+}
+
+/// Why [`with_channel`] did not run its function.
+enum Refused {
+    /// There is no channel (none was opened, or this is a copy of the
+    /// parent's).
+    NoChannel,
+    /// The lock could not be had: its holder cannot let go.
+    Lock,
 }
 
 /// How long a thread waits for the lock before it gives the frame up: a
 /// holder keeps it at most [`BLOCK_TIMEOUT`] while the recorder is there,
 /// so only a holder that can never let go makes anyone wait this long:
 /// one that died or is stopped in the hand-over (a killed vfork child, a
-/// thread cancelled in it, one stopped by a debugger). (The code a signal
-/// handler of the same thread interrupted is known at once, and not
-/// waited for.)
+/// thread cancelled in it, one stopped by a debugger), and only the first
+/// waiter on such a hold: it marks the hold given up on, and later ones
+/// give up at once. A holder that no longer exists, and the code a signal
+/// handler of the same thread interrupted, are known at once and not
+/// waited for. A frame given up at the lock is counted ([`count_unsent`])
+/// for its thread's next frame that gets through.
 const LOCK_PATIENCE_NS: u64 = 3 * BLOCK_TIMEOUT.as_nanos() as u64;
 
-/// Runs `f` on the channel under the lock; `None` when there is none, the
-/// lock could not be had, or this process has a copy of its parent's
+/// Runs `f` on the channel under the lock; refused when there is none,
+/// the lock could not be had, or this process has a copy of its parent's
 /// (a child of vfork or of `clone(CLONE_VM)` shares its parent's, and
 /// writes through it as a thread of its parent would).
-fn with_channel<T>(f: impl FnOnce(&mut Channel) -> T) -> Option<T> {
+fn with_channel<T>(f: impl FnOnce(&mut Channel) -> T) -> Result<T, Refused> {
     // The lock's wait, the producer's wait for room, the wake-up and the
     // hang-up check set errno; a signal handler (ichnos_snapshot in one)
     // must leave it as the interrupted code had it.
@@ -227,17 +319,20 @@ fn with_channel<T>(f: impl FnOnce(&mut Channel) -> T) -> Option<T> {
         // A copy of the parent's channel, made without fork's handlers:
         // the parent's shared buffer is not this process's to write.
         crate::untraced_copy();
-        return None;
+        return Err(Refused::NoChannel);
     }
     if !LOCK.lock(LOCK_PATIENCE_NS) {
-        return None;
+        return Err(Refused::Lock);
     }
     let p = CHANNEL.load(Ordering::Acquire);
     // SAFETY: the pointer is from `install` (a leaked Box, never freed) or
     // null; the lock gives this thread the only reference.
-    let out = unsafe { p.as_mut() }.map(f);
+    let out = unsafe { p.as_mut() }.map(|c| {
+        c.take_unsent();
+        f(c)
+    });
     LOCK.unlock();
-    out
+    out.ok_or(Refused::NoChannel)
 }
 
 /// The socket the recorder is woken through, and its inode (-1: none).
@@ -391,4 +486,42 @@ fn send_with_fd(socket: &OwnedFd, bytes: &[u8], fd: i32) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_given_up_at_the_lock_are_counted_for_their_threads() {
+        // The only test that touches the process's slots.
+        count_unsent(7, 5);
+        count_unsent(9, 1);
+        count_unsent(7, 3);
+        count_unsent(11, 0);
+        let mut lost = [(0, 0); LOST_SLOTS];
+        lost[0] = (9, 2);
+        let mut elsewhere = 0;
+        take_unsent(&mut lost, &mut elsewhere);
+        // Added to what thread 9 had pending; thread 7 given a slot.
+        assert_eq!(lost[0], (9, 3));
+        assert_eq!(lost[1], (7, 8));
+        assert_eq!(lost[2], (0, 0));
+        assert_eq!(elsewhere, 0);
+        // Taken once: a second look finds nothing more.
+        take_unsent(&mut lost, &mut elsewhere);
+        assert_eq!(lost[1], (7, 8));
+
+        // Threads beyond the slots are counted as nobody's, and so are
+        // the channel's threads beyond its own slots.
+        for tid in 100..100 + UNSENT_SLOTS as u32 + 2 {
+            count_unsent(tid, 1);
+        }
+        let mut full = [(1, 1); LOST_SLOTS];
+        take_unsent(&mut full, &mut elsewhere);
+        // Two slots were claimed before (7 and 9), so 14 of the 18
+        // threads had one; none had a place in the full `lost`.
+        assert_eq!(elsewhere, 18);
+        assert!(full.iter().all(|&slot| slot == (1, 1)));
+    }
 }

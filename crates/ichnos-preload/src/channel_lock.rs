@@ -7,13 +7,27 @@
 //! until the holder lets go, as a mutex does (Drepper's "Futexes Are
 //! Tricky"). It used to yield in a loop: with two traced threads busy on
 //! a two-CPU machine, the loop's `sched_yield` calls and clock readings
-//! took 12% of the program's time in a profile of `benches/threads.c`. A
-//! wait is bounded: a holder that can never let go costs a waiter its
-//! frame, not a deadlock.
+//! took 12% of the program's time in a profile of `benches/threads.c`.
+//!
+//! A wait is bounded: a holder that can never let go (one stopped by a
+//! debugger, a killed vfork child, a thread cancelled or `longjmp`ed out
+//! of a signal handler mid hand-over) costs a waiter its frame, not a
+//! deadlock. And it costs that wait once: the waiter whose patience runs
+//! out marks the hold given up on ([`GIVEN_UP`]), and every later waiter
+//! that finds the mark gives up at once, until the holder lets go (which
+//! clears it). A holder that no longer exists is not waited for at all:
+//! a waiter asks the kernel before it sleeps, and again every
+//! [`LOOK_AGAIN_NS`], and marks the hold at once. (Before, each later
+//! hand-over of the process waited the whole patience, 6 s.)
 //!
 //! The word holds the holder's thread id (as `FUTEX_LOCK_PI`'s does), with
-//! a bit for "someone may sleep on it", so that taking it, marking it
-//! and letting it go are each one atomic step. The one holder that can
+//! a bit for "someone may sleep on it" and one for "given up on", so that
+//! taking it, marking it and letting it go are each one atomic step. The
+//! mark is put only on the hold a waiter saw (a compare-and-swap of the
+//! word), so a holder that let go meanwhile is never marked; a thread id
+//! that let go and took it again in between (within a patience) has its
+//! new hold marked, which costs the frames handed over during that one
+//! hold. The one holder that can
 //! never let go, the code a signal handler of the same thread
 //! interrupted (`ichnos_snapshot` from a handler while the thread hands a
 //! buffer over), is known at once and not waited for; the handlers that
@@ -30,8 +44,15 @@ const FREE: u32 = 0;
 /// Someone may sleep on it: the holder wakes one when it lets go. (Thread
 /// ids are below 2^22, the kernel's most.)
 const WAITERS: u32 = 1 << 31;
+/// A waiter gave up on this hold (its patience ran out, or the holder no
+/// longer exists): later waiters give up at once. Letting go clears it.
+const GIVEN_UP: u32 = 1 << 30;
 /// The holder's thread id.
-const HOLDER: u32 = WAITERS - 1;
+const HOLDER: u32 = GIVEN_UP - 1;
+
+/// How long a waiter sleeps before it looks again whether the holder
+/// still exists.
+const LOOK_AGAIN_NS: u64 = 100_000_000;
 
 /// How many times a thread looks again before it sleeps: a few
 /// microseconds, less than a copy of a buffer takes, so a waiter that
@@ -61,8 +82,9 @@ impl ChannelLock {
     }
 
     /// Takes the lock, waiting at most `patience_ns`; false if it could
-    /// not be had by then, or at once where the holder is the code this
-    /// thread's signal handler interrupted.
+    /// not be had by then, and at once where the holder is the code this
+    /// thread's signal handler interrupted, no longer exists, or was
+    /// given up on by an earlier waiter.
     pub(crate) fn lock(&self, patience_ns: u64) -> bool {
         let me = this_thread();
         let mut seen = match self.replace(FREE, me) {
@@ -82,8 +104,11 @@ impl ChannelLock {
             }
         }
         let deadline = crate::clock::monotonic_ns().saturating_add(patience_ns);
+        // The holder whose existence was last asked about (0: none yet).
+        let mut looked_at = FREE;
+        let mut look_again = 0;
         loop {
-            if seen & HOLDER == me {
+            if seen & HOLDER == me || seen & GIVEN_UP != 0 {
                 return false;
             }
             if seen == FREE {
@@ -107,18 +132,36 @@ impl ChannelLock {
                 seen |= WAITERS;
             }
             let now = crate::clock::monotonic_ns();
+            let holder = seen & HOLDER;
+            if holder != looked_at || now >= look_again {
+                looked_at = holder;
+                look_again = now.saturating_add(LOOK_AGAIN_NS);
+                if thread_gone(holder) {
+                    self.give_up_on(seen);
+                    return false;
+                }
+            }
             if now >= deadline {
+                self.give_up_on(seen);
                 return false;
             }
-            futex_wait(&self.state, seen, deadline - now);
+            futex_wait(&self.state, seen, (deadline - now).min(LOOK_AGAIN_NS));
             seen = self.state.load(Ordering::Relaxed);
+        }
+    }
+
+    /// Marks the hold `seen` given up on, if the word still holds it, and
+    /// wakes every sleeper, to give up too.
+    fn give_up_on(&self, seen: u32) {
+        if self.replace(seen, seen | GIVEN_UP).is_ok() {
+            futex_wake(&self.state, i32::MAX);
         }
     }
 
     /// Lets the lock go, waking one sleeper if any may sleep.
     pub(crate) fn unlock(&self) {
         if self.state.swap(FREE, Ordering::Release) & WAITERS != 0 {
-            futex_wake_one(&self.state);
+            futex_wake(&self.state, 1);
         }
     }
 
@@ -166,8 +209,8 @@ fn futex_wait(word: &AtomicU32, expected: u32, timeout_ns: u64) {
     }
 }
 
-/// Wakes one thread sleeping on `word`.
-fn futex_wake_one(word: &AtomicU32) {
+/// Wakes up to `n` threads sleeping on `word`.
+fn futex_wake(word: &AtomicU32, n: i32) {
     // SAFETY: FUTEX_WAKE on an aligned u32 of ours; no other argument is
     // read.
     unsafe {
@@ -175,9 +218,27 @@ fn futex_wake_one(word: &AtomicU32) {
             libc::SYS_futex,
             word.as_ptr(),
             libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-            1,
+            n,
         );
     }
+}
+
+/// Whether no thread has the id `tid` any more. `kill` takes a thread's
+/// id as well as a process's, and finds a thread of another process too
+/// (a vfork child's); signal 0 only asks. A zombie, or an id given to a
+/// new thread, still counts as there: it is waited for, to the patience.
+/// Async-signal-safe (errno is the caller's to keep).
+fn thread_gone(tid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(tid) else {
+        return false;
+    };
+    // SAFETY: signal 0 sends nothing; kill has no other effect.
+    pid > 0 && unsafe { libc::kill(pid, 0) } == -1 && errno() == libc::ESRCH
+}
+
+/// The calling thread's errno.
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -247,6 +308,115 @@ mod tests {
         lock.unlock();
         assert!(!lock.held_here());
         assert!(lock.lock(0), "free again once let go");
+        lock.reset();
+        assert!(lock.lock(0), "free after a reset");
+    }
+
+    /// A lock held by a thread that keeps it until told to let go.
+    fn held_elsewhere() -> (
+        Arc<ChannelLock>,
+        std::sync::mpsc::Sender<()>,
+        std::thread::JoinHandle<()>,
+    ) {
+        let lock = Arc::new(ChannelLock::new());
+        let (taken_tx, taken_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let l = lock.clone();
+        let holder = std::thread::spawn(move || {
+            assert!(l.lock(0));
+            taken_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+            l.unlock();
+        });
+        taken_rx.recv().unwrap();
+        (lock, go_tx, holder)
+    }
+
+    /// Whether `lock(patience)` fails within `within`.
+    fn gives_up_within(lock: &ChannelLock, patience_ns: u64, within: Duration) -> bool {
+        let start = std::time::Instant::now();
+        let took = lock.lock(patience_ns);
+        let waited = start.elapsed();
+        assert!(!took, "taken after {waited:?}");
+        waited < within
+    }
+
+    use std::time::Duration;
+
+    #[test]
+    fn a_hold_given_up_on_is_not_waited_for_again_until_let_go() {
+        let (lock, go, holder) = held_elsewhere();
+        let start = std::time::Instant::now();
+        assert!(!lock.lock(40_000_000));
+        assert!(start.elapsed() >= Duration::from_millis(40));
+        // The same hold: later waiters give up at once, not after their
+        // minute of patience.
+        assert!(gives_up_within(
+            &lock,
+            60_000_000_000,
+            Duration::from_secs(5)
+        ));
+        assert!(gives_up_within(
+            &lock,
+            60_000_000_000,
+            Duration::from_secs(5)
+        ));
+        go.send(()).unwrap();
+        holder.join().unwrap();
+        // Letting go cleared the mark: the next holder is waited for.
+        assert!(lock.lock(0));
+        let l = lock.clone();
+        let waiter = std::thread::spawn(move || {
+            let start = std::time::Instant::now();
+            assert!(l.lock(60_000_000_000));
+            l.unlock();
+            start.elapsed()
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        lock.unlock();
+        let blocked = waiter.join().unwrap();
+        assert!(blocked >= Duration::from_millis(100), "{blocked:?}");
+    }
+
+    #[test]
+    fn sleepers_are_woken_to_give_up_when_a_waiter_gives_up_on_the_hold() {
+        let (lock, go, holder) = held_elsewhere();
+        let l = lock.clone();
+        let sleeper = std::thread::spawn(move || {
+            gives_up_within(&l, 60_000_000_000, Duration::from_secs(10))
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!lock.lock(50_000_000));
+        assert!(sleeper.join().unwrap(), "the sleeper slept on");
+        go.send(()).unwrap();
+        holder.join().unwrap();
+    }
+
+    #[test]
+    fn a_holder_that_no_longer_exists_is_not_waited_for() {
+        // A thread that takes the lock and ends without letting go (as a
+        // vfork child killed in the hand-over would).
+        let lock = Arc::new(ChannelLock::new());
+        let l = lock.clone();
+        let tid = std::thread::spawn(move || {
+            assert!(l.lock(0));
+            this_thread()
+        })
+        .join()
+        .unwrap();
+        assert!(thread_gone(tid), "thread {tid} still there after its join");
+        assert!(!thread_gone(this_thread()));
+        assert!(gives_up_within(
+            &lock,
+            60_000_000_000,
+            Duration::from_secs(5)
+        ));
+        assert_ne!(lock.state.load(Ordering::Relaxed) & GIVEN_UP, 0);
+        assert!(gives_up_within(
+            &lock,
+            60_000_000_000,
+            Duration::from_secs(5)
+        ));
         lock.reset();
         assert!(lock.lock(0), "free after a reset");
     }

@@ -7,8 +7,12 @@
 //! on the cell it guards, a lost wake-up as a deadlock. Two threads are
 //! explored whole; three (what a wake-up lost between two sleepers
 //! needs) with loom's bound on preemptions, and with a waiter that gives
-//! up after marking the word. (The spinning before a sleep is left out:
-//! it only takes the lock sooner.)
+//! up after marking the word: it marks the hold given up on and wakes
+//! every sleeper, and a waiter that finds the mark gives up too; the
+//! model checks that no one is left asleep and that letting go clears
+//! the mark. (The spinning before a sleep is left out: it only takes the
+//! lock sooner. The check whether the holder exists is a patience that
+//! runs out.)
 //!
 //! Run: `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p ichnos-preload --test loom_channel_lock --release`
 #![cfg(loom)]
@@ -19,7 +23,8 @@ use loom::sync::{Arc, Condvar, Mutex};
 
 const FREE: u32 = 0;
 const WAITERS: u32 = 1 << 31;
-const HOLDER: u32 = WAITERS - 1;
+const GIVEN_UP: u32 = 1 << 30;
+const HOLDER: u32 = GIVEN_UP - 1;
 
 /// The lock's word, and the kernel side of its futex: the value is
 /// checked under the bucket lock, after a full barrier.
@@ -43,6 +48,11 @@ impl Futex {
         self.sleepers.notify_one();
     }
 
+    fn wake_all(&self) {
+        let _guard = self.bucket.lock().unwrap();
+        self.sleepers.notify_all();
+    }
+
     fn replace(&self, from: u32, to: u32) -> Result<(), u32> {
         self.word
             .compare_exchange(from, to, Ordering::Acquire, Ordering::Relaxed)
@@ -55,7 +65,8 @@ impl Futex {
     }
 
     /// `ChannelLock::lock`; with `impatient`, its patience runs out at the
-    /// first sleep it would take: false (having marked the word).
+    /// first sleep it would take: false, having marked the hold given up
+    /// on. False too where the hold it finds was given up on.
     fn lock_or_give_up(&self, me: u32, impatient: bool) -> bool {
         let mut seen = match self.replace(FREE, me) {
             Ok(()) => return true,
@@ -63,6 +74,9 @@ impl Futex {
         };
         loop {
             assert_ne!(seen & HOLDER, me, "held by the locking thread");
+            if seen & GIVEN_UP != 0 {
+                return false;
+            }
             if seen == FREE {
                 match self.replace(FREE, me | WAITERS) {
                     Ok(()) => return true,
@@ -80,6 +94,9 @@ impl Futex {
                 seen |= WAITERS;
             }
             if impatient {
+                if self.replace(seen, seen | GIVEN_UP).is_ok() {
+                    self.wake_all();
+                }
                 return false;
             }
             self.wait(seen);
@@ -152,14 +169,21 @@ fn three_threads(impatient: bool) {
             .map(|me| {
                 let (lock, count) = (lock.clone(), count.clone());
                 loom::thread::spawn(move || {
-                    lock.lock(me);
-                    // SAFETY: under the lock.
-                    count.with_mut(|c| unsafe { *c += 1 });
-                    lock.unlock();
+                    // A hold given up on by the impatient thread is
+                    // given up on by these too.
+                    if lock.lock_or_give_up(me, false) {
+                        // SAFETY: under the lock.
+                        count.with_mut(|c| unsafe { *c += 1 });
+                        lock.unlock();
+                        1
+                    } else {
+                        assert!(impatient, "a patient thread gave up with no one impatient");
+                        0
+                    }
                 })
             })
             .collect();
-        let mut entered = 2;
+        let mut entered = 0;
         if lock.lock_or_give_up(3, impatient) {
             // SAFETY: under the lock.
             count.with_mut(|c| unsafe { *c += 1 });
@@ -167,10 +191,12 @@ fn three_threads(impatient: bool) {
             entered += 1;
         }
         for t in threads {
-            t.join().unwrap();
+            entered += t.join().unwrap();
         }
         // SAFETY: every thread has finished.
         assert_eq!(count.with(|c| unsafe { *c }), entered);
+        // Every hold was let go, which clears a mark.
+        assert_eq!(lock.word.load(Ordering::Relaxed), FREE);
     });
 }
 
@@ -182,4 +208,41 @@ fn three_threads_lose_no_wake_up() {
 #[test]
 fn a_waiter_that_gives_up_after_marking_the_word_strands_no_one() {
     three_threads(true);
+}
+
+#[test]
+fn a_hold_given_up_on_is_marked_only_while_it_lasts() {
+    // Two threads, explored whole: one takes the lock twice, the other
+    // gives up once at its first sleep (marking the hold it saw) and then
+    // waits with patience. A mark put on a word the holder had let go
+    // meanwhile would outlive the hold: the patient lock would give up,
+    // or the word stay marked at the end.
+    loom::model(|| {
+        let lock = new_lock();
+        let count = Arc::new(UnsafeCell::new(0u32));
+        let other = {
+            let (lock, count) = (lock.clone(), count.clone());
+            loom::thread::spawn(move || {
+                for _ in 0..2 {
+                    lock.lock(1);
+                    // SAFETY: under the lock.
+                    count.with_mut(|c| unsafe { *c += 1 });
+                    lock.unlock();
+                }
+            })
+        };
+        let mut entered = 2;
+        if lock.lock_or_give_up(2, true) {
+            // SAFETY: under the lock.
+            count.with_mut(|c| unsafe { *c += 1 });
+            lock.unlock();
+            entered += 1;
+        }
+        other.join().unwrap();
+        lock.lock(2);
+        lock.unlock();
+        // SAFETY: the other thread has finished.
+        assert_eq!(count.with(|c| unsafe { *c }), entered);
+        assert_eq!(lock.word.load(Ordering::Relaxed), FREE);
+    });
 }
