@@ -309,10 +309,41 @@ extern "C" fn enter_hook(this_fn: *mut c_void, _call_site: *mut c_void, sp: u64)
 #[inline(never)]
 fn enter_elsewhere(path: u8, function: u64, sp: u64) {
     match path {
-        PATH_OFF => {}
+        PATH_OFF => enter_before_start(function, sp),
         PATH_DIRECT => record_direct(event::ENTER, function),
         _ => scoped_enter(function, sp),
     }
+}
+
+/// An entry while tracing is off. Where the runtime has not started yet
+/// and this is the loading thread, the call is made by a constructor of
+/// a library the program links: the dynamic linker runs those before
+/// the runtime's own (a preloaded library is initialised after the
+/// objects loaded after it). The runtime starts here, so that their calls
+/// are traced too, and records the entry. (Not in other threads: one a
+/// constructor made goes untraced until the runtime starts.)
+#[cold]
+#[inline(never)]
+fn enter_before_start(function: u64, sp: u64) {
+    if STARTED.load(Ordering::Acquire) || !loading_thread() {
+        return;
+    }
+    start();
+    let path = PATH.load(Ordering::Acquire);
+    if path == PATH_RING {
+        record_ring(event::ENTER, function);
+    } else if path == PATH_TRACE {
+        record_trace(event::ENTER, function);
+    } else if path != PATH_OFF {
+        enter_elsewhere(path, function, sp);
+    }
+}
+
+/// Whether the calling thread is the process's first, the one that
+/// loaded the program.
+fn loading_thread() -> bool {
+    // SAFETY: gettid and getpid have no preconditions.
+    unsafe { libc::gettid() == libc::getpid() }
 }
 
 /// The exit hook of `-finstrument-functions`. (It needs no stack pointer,
@@ -563,7 +594,15 @@ extern "C" fn after_fork_child() {
     }
 }
 
+/// The runtime has started, or tried to: [`start`] runs once.
+static STARTED: AtomicBool = AtomicBool::new(false);
+
+/// Starts tracing, once: from the runtime's constructor, or before it
+/// from the loading thread's first traced call ([`enter_before_start`]).
 fn start() {
+    if STARTED.swap(true, Ordering::AcqRel) {
+        return;
+    }
     let Some(config) = Config::from_env() else {
         return;
     };
@@ -649,7 +688,8 @@ extern "C" fn init() {
 /// Runs [`init`] when the library is loaded: before the executable's own
 /// constructors, after those of the libraries it links (the dynamic
 /// linker initialises a preloaded library after the objects loaded
-/// after it, whose constructors' calls are then not traced).
+/// after it). Where one of those calls a traced function first, the
+/// runtime has started there already ([`enter_before_start`]).
 #[used]
 #[link_section = ".init_array"]
 static INIT: extern "C" fn() = init;

@@ -9,6 +9,10 @@
 //! clock reading and a write; tens of nanoseconds here, more where the
 //! clock is slow to read). The first may exceed the second by little.
 //! The least of a few runs is taken: an interrupt may fall in any one.
+//!
+//! And a process's first traced calls are there at all, where a library
+//! the program links makes them from its constructor, which the dynamic
+//! linker runs before the runtime's own.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -82,5 +86,45 @@ fn a_threads_first_call_holds_none_of_its_set_up() {
                 "{options:?}: {first} ns from {caller}'s entry to the first leaf's at least, {second} ns from its exit to the second's"
             );
         }
+    }
+}
+
+#[test]
+fn calls_a_linked_library_makes_from_its_constructor_are_traced() {
+    let dir = tempfile::tempdir().unwrap();
+    let built = build(dir.path(), "ctor_lib.c", &["-shared", "-fPIC"]);
+    let library = dir.path().join("libctor_lib.so");
+    std::fs::rename(&built, &library).unwrap();
+    let rpath = format!("-Wl,-rpath,{}", dir.path().display());
+    let exe = build(
+        dir.path(),
+        "ctor_main.c",
+        &["-Wl,--no-as-needed", library.to_str().unwrap(), &rpath],
+    );
+    // From the sources: the library's constructor, then the program's,
+    // then main.
+    let expected = [
+        "ctor_lib_init() {",
+        "  ctor_work() {",
+        "    ctor_leaf();",
+        "    ctor_leaf();",
+        "    ctor_leaf();",
+        "  } /* ctor_work */",
+        "} /* ctor_lib_init */",
+        "main_init();",
+        "main() {",
+        "  lib_call() {",
+        "    ctor_leaf();",
+        "  } /* lib_call */",
+        "} /* main */",
+    ];
+    let paths: [&[&str]; 4] = [&[], &["--ring", "64K"], &["-D", "9"], &["--monotonic"]];
+    for options in paths {
+        let stderr = traced(dir.path(), "t.data", options, &[exe.to_str().unwrap()]);
+        assert_eq!(
+            replayed_calls(dir.path(), "t.data"),
+            expected,
+            "{options:?}: {stderr}"
+        );
     }
 }
