@@ -120,6 +120,7 @@ impl Channel {
             unsafe { libc::close((*parents).socket.as_raw_fd()) };
         }
         WAKE_SOCKET.store(-1, Ordering::Relaxed);
+        forget_unsent();
         LOCK.reset();
     }
 
@@ -168,7 +169,12 @@ impl Channel {
     /// lost before) and the events. False if the frame was lost (and
     /// counted for the thread's next frame), or there is no channel.
     pub(crate) fn send(mut header: FrameHeader, events: &[u8]) -> bool {
-        let records = (events.len() / ichnos_data::wire::EVENT_BYTES) as u64;
+        // A maps or names frame holds no events: lost, it loses none.
+        let records = if header.flags & (wire::FRAME_MAPS | wire::FRAME_NAMES) == 0 {
+            (events.len() / wire::EVENT_BYTES) as u64
+        } else {
+            0
+        };
         let sent = with_channel(|c| {
             if c.dead {
                 return false;
@@ -285,6 +291,16 @@ fn take_unsent(lost: &mut [(u32, u64); LOST_SLOTS], elsewhere: &mut u64) {
     *elsewhere = elsewhere.saturating_add(UNSENT_ELSEWHERE.swap(0, Ordering::Relaxed));
 }
 
+/// Forgets the counts of frames given up at the lock: in a child after
+/// `fork`, where they are the parent's to report.
+fn forget_unsent() {
+    for slot in &UNSENT {
+        slot.records.store(0, Ordering::Relaxed);
+        slot.tid.store(0, Ordering::Relaxed);
+    }
+    UNSENT_ELSEWHERE.store(0, Ordering::Relaxed);
+}
+
 /// Why [`with_channel`] did not run its function.
 enum Refused {
     /// There is no channel (none was opened, or this is a copy of the
@@ -300,10 +316,10 @@ enum Refused {
 /// one that died or is stopped in the hand-over (a killed vfork child, a
 /// thread cancelled in it, one stopped by a debugger), and only the first
 /// waiter on such a hold: it marks the hold given up on, and later ones
-/// give up at once. A holder that no longer exists, and the code a signal
-/// handler of the same thread interrupted, are known at once and not
-/// waited for. A frame given up at the lock is counted ([`count_unsent`])
-/// for its thread's next frame that gets through.
+/// give up at once. The code a signal handler of the same thread
+/// interrupted is known at once and not waited for. A frame given up at
+/// the lock is counted ([`count_unsent`]) for its thread's next frame
+/// that gets through.
 const LOCK_PATIENCE_NS: u64 = 3 * BLOCK_TIMEOUT.as_nanos() as u64;
 
 /// Runs `f` on the channel under the lock; refused when there is none,
@@ -523,5 +539,21 @@ mod tests {
         // threads had one; none had a place in the full `lost`.
         assert_eq!(elsewhere, 18);
         assert!(full.iter().all(|&slot| slot == (1, 1)));
+
+        // A fork child forgets the parent's: nothing left to take, and
+        // every slot free for its own threads.
+        count_unsent(7, 4);
+        count_unsent(500, 1);
+        forget_unsent();
+        let mut lost = [(0, 0); LOST_SLOTS];
+        let mut elsewhere = 0;
+        take_unsent(&mut lost, &mut elsewhere);
+        assert_eq!((lost[0], elsewhere), ((0, 0), 0));
+        for tid in 1..=UNSENT_SLOTS as u32 {
+            count_unsent(tid, 1);
+        }
+        take_unsent(&mut lost, &mut elsewhere);
+        assert_eq!(elsewhere, 0, "a slot still held by a parent's thread");
+        assert_eq!(lost[UNSENT_SLOTS - 1], (UNSENT_SLOTS as u32, 1));
     }
 }

@@ -12,22 +12,24 @@
 //! A wait is bounded: a holder that can never let go (one stopped by a
 //! debugger, a killed vfork child, a thread cancelled or `longjmp`ed out
 //! of a signal handler mid hand-over) costs a waiter its frame, not a
-//! deadlock. And it costs that wait once: the waiter whose patience runs
-//! out marks the hold given up on ([`GIVEN_UP`]), and every later waiter
-//! that finds the mark gives up at once, until the holder lets go (which
-//! clears it). A holder that no longer exists is not waited for at all:
-//! a waiter asks the kernel before it sleeps, and again every
-//! [`LOOK_AGAIN_NS`], and marks the hold at once. (Before, each later
-//! hand-over of the process waited the whole patience, 6 s.)
+//! deadlock. And it costs that wait once: a waiter that has seen one hold
+//! last its whole patience marks it given up on ([`GIVEN_UP`]), and every
+//! later waiter that finds the mark gives up at once, until the holder
+//! lets go (which clears it). (Before, each later hand-over of the
+//! process waited the whole patience, 6 s.) A waiter whose patience runs
+//! out over several holds, none stuck (a slow recorder, others taking
+//! the lock first), gives its own frame up and marks nothing. Time is
+//! counted in sleeps of at most [`SLEEP_NS`], so that a process stopped
+//! while a thread waits (Ctrl-Z) gives nothing up for the pause.
 //!
 //! The word holds the holder's thread id (as `FUTEX_LOCK_PI`'s does), with
 //! a bit for "someone may sleep on it" and one for "given up on", so that
 //! taking it, marking it and letting it go are each one atomic step. The
 //! mark is put only on the hold a waiter saw (a compare-and-swap of the
-//! word), so a holder that let go meanwhile is never marked; a thread id
-//! that let go and took it again in between (within a patience) has its
-//! new hold marked, which costs the frames handed over during that one
-//! hold. The one holder that can
+//! word), so a holder that let go meanwhile is never marked (unless the
+//! same thread took it again, its waiters bit set, between the waiter's
+//! look and its mark: then the new hold is marked, which costs the frames
+//! handed over during that one hold). The one holder that can
 //! never let go, the code a signal handler of the same thread
 //! interrupted (`ichnos_snapshot` from a handler while the thread hands a
 //! buffer over), is known at once and not waited for; the handlers that
@@ -50,9 +52,33 @@ const GIVEN_UP: u32 = 1 << 30;
 /// The holder's thread id.
 const HOLDER: u32 = GIVEN_UP - 1;
 
-/// How long a waiter sleeps before it looks again whether the holder
-/// still exists.
-const LOOK_AGAIN_NS: u64 = 100_000_000;
+/// The longest sleep of a waiter, and the most one sleep counts toward
+/// its patience: a process stopped (Ctrl-Z, a debugger) while a thread
+/// waits has its pause counted as one short sleep, so that its holder,
+/// stopped too, is not given up on when they go on.
+const SLEEP_NS: u64 = 100_000_000;
+
+/// What a waiter has waited, counting each sleep at most [`SLEEP_NS`].
+#[derive(Default)]
+struct Waited {
+    /// In all.
+    total: u64,
+    /// On the hold it sees now (the word unchanged since).
+    on_hold: u64,
+}
+
+impl Waited {
+    /// After a sleep of `ns`, which ended on the same hold or on another.
+    fn slept(&mut self, ns: u64, same_hold: bool) {
+        let ns = ns.min(SLEEP_NS);
+        self.total = self.total.saturating_add(ns);
+        self.on_hold = if same_hold {
+            self.on_hold.saturating_add(ns)
+        } else {
+            0
+        };
+    }
+}
 
 /// How many times a thread looks again before it sleeps: a few
 /// microseconds, less than a copy of a buffer takes, so a waiter that
@@ -81,10 +107,12 @@ impl ChannelLock {
         }
     }
 
-    /// Takes the lock, waiting at most `patience_ns`; false if it could
-    /// not be had by then, and at once where the holder is the code this
-    /// thread's signal handler interrupted, no longer exists, or was
-    /// given up on by an earlier waiter.
+    /// Takes the lock, waiting at most `patience_ns` (sleeps counted as
+    /// [`Waited`] counts them); false if it could not be had by then
+    /// (marking the hold given up on where that one hold lasted the
+    /// whole patience), and at once where the holder is the code this
+    /// thread's signal handler interrupted, or its hold was given up on
+    /// by an earlier waiter.
     pub(crate) fn lock(&self, patience_ns: u64) -> bool {
         let me = this_thread();
         let mut seen = match self.replace(FREE, me) {
@@ -103,10 +131,7 @@ impl ChannelLock {
                 return true;
             }
         }
-        let deadline = crate::clock::monotonic_ns().saturating_add(patience_ns);
-        // The holder whose existence was last asked about (0: none yet).
-        let mut looked_at = FREE;
-        let mut look_again = 0;
+        let mut waited = Waited::default();
         loop {
             if seen & HOLDER == me || seen & GIVEN_UP != 0 {
                 return false;
@@ -131,22 +156,27 @@ impl ChannelLock {
                 }
                 seen |= WAITERS;
             }
-            let now = crate::clock::monotonic_ns();
-            let holder = seen & HOLDER;
-            if holder != looked_at || now >= look_again {
-                looked_at = holder;
-                look_again = now.saturating_add(LOOK_AGAIN_NS);
-                if thread_gone(holder) {
-                    self.give_up_on(seen);
-                    return false;
-                }
-            }
-            if now >= deadline {
+            if waited.on_hold >= patience_ns {
                 self.give_up_on(seen);
                 return false;
             }
-            futex_wait(&self.state, seen, (deadline - now).min(LOOK_AGAIN_NS));
-            seen = self.state.load(Ordering::Relaxed);
+            if waited.total >= patience_ns {
+                // Several holds, none of them stuck: this frame is given
+                // up, the hold is not.
+                return false;
+            }
+            let before = crate::clock::monotonic_ns();
+            futex_wait(
+                &self.state,
+                seen,
+                (patience_ns - waited.total).min(SLEEP_NS),
+            );
+            let slept = crate::clock::monotonic_ns().saturating_sub(before);
+            let now = self.state.load(Ordering::Relaxed);
+            // The word changes only when the holder lets go (and someone
+            // takes it) or a waiter gives the hold up.
+            waited.slept(slept, now == seen);
+            seen = now;
         }
     }
 
@@ -221,24 +251,6 @@ fn futex_wake(word: &AtomicU32, n: i32) {
             n,
         );
     }
-}
-
-/// Whether no thread has the id `tid` any more. `kill` takes a thread's
-/// id as well as a process's, and finds a thread of another process too
-/// (a vfork child's); signal 0 only asks. A zombie, or an id given to a
-/// new thread, still counts as there: it is waited for, to the patience.
-/// Async-signal-safe (errno is the caller's to keep).
-fn thread_gone(tid: u32) -> bool {
-    let Ok(pid) = libc::pid_t::try_from(tid) else {
-        return false;
-    };
-    // SAFETY: signal 0 sends nothing; kill has no other effect.
-    pid > 0 && unsafe { libc::kill(pid, 0) } == -1 && errno() == libc::ESRCH
-}
-
-/// The calling thread's errno.
-fn errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -365,17 +377,17 @@ mod tests {
         holder.join().unwrap();
         // Letting go cleared the mark: the next holder is waited for.
         assert!(lock.lock(0));
-        let l = lock.clone();
+        let released = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (l, r) = (lock.clone(), released.clone());
         let waiter = std::thread::spawn(move || {
-            let start = std::time::Instant::now();
             assert!(l.lock(60_000_000_000));
             l.unlock();
-            start.elapsed()
+            r.load(Ordering::Relaxed)
         });
         std::thread::sleep(Duration::from_millis(100));
+        released.store(true, Ordering::Relaxed);
         lock.unlock();
-        let blocked = waiter.join().unwrap();
-        assert!(blocked >= Duration::from_millis(100), "{blocked:?}");
+        assert!(waiter.join().unwrap(), "taken while held");
     }
 
     #[test]
@@ -393,32 +405,56 @@ mod tests {
     }
 
     #[test]
-    fn a_holder_that_no_longer_exists_is_not_waited_for() {
-        // A thread that takes the lock and ends without letting go (as a
-        // vfork child killed in the hand-over would).
+    fn a_wait_counts_each_sleep_short_and_each_hold_apart() {
+        let mut waited = Waited::default();
+        waited.slept(30_000_000, true);
+        // A process stopped for a minute while asleep: one sleep's worth.
+        waited.slept(60_000_000_000, true);
+        assert_eq!((waited.total, waited.on_hold), (130_000_000, 130_000_000));
+        // The holder let go and someone took it: a new hold.
+        waited.slept(20_000_000, false);
+        assert_eq!((waited.total, waited.on_hold), (150_000_000, 0));
+        waited.slept(5_000_000, true);
+        assert_eq!((waited.total, waited.on_hold), (155_000_000, 5_000_000));
+    }
+
+    #[test]
+    fn a_waiter_whose_patience_runs_out_over_several_holds_marks_none() {
+        // Two threads take turns holding it, 20 ms each, for 900 ms; a
+        // waiter with 300 ms of patience sees no hold last that long.
         let lock = Arc::new(ChannelLock::new());
-        let l = lock.clone();
-        let tid = std::thread::spawn(move || {
-            assert!(l.lock(0));
-            this_thread()
-        })
-        .join()
-        .unwrap();
-        assert!(thread_gone(tid), "thread {tid} still there after its join");
-        assert!(!thread_gone(this_thread()));
-        assert!(gives_up_within(
-            &lock,
-            60_000_000_000,
-            Duration::from_secs(5)
-        ));
-        assert_ne!(lock.state.load(Ordering::Relaxed) & GIVEN_UP, 0);
-        assert!(gives_up_within(
-            &lock,
-            60_000_000_000,
-            Duration::from_secs(5)
-        ));
-        lock.reset();
-        assert!(lock.lock(0), "free after a reset");
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let holders: Vec<_> = (0..2)
+            .map(|_| {
+                let (l, stop) = (lock.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        if l.lock(10_000_000_000) {
+                            std::thread::sleep(Duration::from_millis(20));
+                            l.unlock();
+                        }
+                    }
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(10));
+        let mut marked = 0;
+        let start = std::time::Instant::now();
+        while start.elapsed() < Duration::from_millis(900) {
+            if lock.lock(300_000_000) {
+                lock.unlock();
+            } else if lock.state.load(Ordering::Relaxed) & GIVEN_UP != 0 {
+                marked += 1;
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        for h in holders {
+            h.join().unwrap();
+        }
+        assert_eq!(
+            marked, 0,
+            "a hold of 20 ms given up on with 300 ms of patience"
+        );
     }
 
     #[test]
