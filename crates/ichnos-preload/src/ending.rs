@@ -93,6 +93,29 @@ pub(crate) fn shares_owners_memory() -> bool {
     same != 1 && same != 2
 }
 
+/// Whether this process shares its parent's memory (a child of `vfork`
+/// or of `clone(CLONE_VM)`): `Some(true)` or `Some(false)` as the
+/// kernel's `kcmp` says, `None` where it cannot say. Async-signal-safe.
+pub(crate) fn shares_parents_memory() -> Option<bool> {
+    // SAFETY: getpid and getppid have no preconditions; kcmp only
+    // compares the two processes' memory.
+    let order = unsafe {
+        libc::syscall(
+            libc::SYS_kcmp,
+            libc::getpid(),
+            libc::getppid(),
+            KCMP_VM,
+            0,
+            0,
+        )
+    };
+    match order {
+        0 => Some(true),
+        1..=2 => Some(false),
+        _ => None,
+    }
+}
+
 /// `kcmp`'s type for comparing address spaces.
 const KCMP_VM: libc::c_long = 1;
 

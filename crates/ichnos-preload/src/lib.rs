@@ -320,13 +320,33 @@ fn enter_elsewhere(path: u8, function: u64, sp: u64) {
 /// a library the program links: the dynamic linker runs those before
 /// the runtime's own (a preloaded library is initialised after the
 /// objects loaded after it). The runtime starts here, so that their calls
-/// are traced too, and records the entry. (Not in other threads: one a
-/// constructor made goes untraced until the runtime starts.)
+/// are traced too, and records the entry. Not:
+/// - before the dynamic linker has relocated the runtime (an
+///   instrumented ifunc resolver of a library relocated before it):
+///   nothing here may call through the runtime's GOT before then;
+/// - in other threads: one a constructor made goes untraced until the
+///   runtime starts;
+/// - in a child of `vfork` a constructor made, which shares the
+///   program's memory: the start would be the child's, written into
+///   the program's memory.
 #[cold]
 #[inline(never)]
 fn enter_before_start(function: u64, sp: u64) {
-    if STARTED.load(Ordering::Acquire) || !loading_thread() {
+    if !relocated() || STARTED.load(Ordering::Acquire) || NO_EARLY_START.load(Ordering::Relaxed) {
         return;
+    }
+    if !loading_thread() {
+        return;
+    }
+    match ending::shares_parents_memory() {
+        Some(false) => {}
+        Some(true) => return,
+        None => {
+            // Not asked again on every call until the constructor starts
+            // the runtime.
+            NO_EARLY_START.store(true, Ordering::Relaxed);
+            return;
+        }
     }
     start();
     let path = PATH.load(Ordering::Acquire);
@@ -337,6 +357,24 @@ fn enter_before_start(function: u64, sp: u64) {
     } else if path != PATH_OFF {
         enter_elsewhere(path, function, sp);
     }
+}
+
+/// The kernel could not say whether the process shares its parent's
+/// memory: the runtime starts in its constructor only.
+static NO_EARLY_START: AtomicBool = AtomicBool::new(false);
+
+/// Holds [`STARTED`]'s address once the dynamic linker has relocated the
+/// runtime (a relative relocation writes it); before, the address the
+/// runtime was linked at, which no loaded library has.
+static RELOCATED: &AtomicBool = &STARTED;
+
+/// Whether the dynamic linker has relocated the runtime. Calls only
+/// code of its own, none through the GOT.
+fn relocated() -> bool {
+    // SAFETY: a read of a static of ours, volatile so that it is read
+    // from memory, not assumed from its initialiser.
+    let stored = unsafe { std::ptr::read_volatile(&raw const RELOCATED) };
+    std::ptr::eq(stored, &raw const STARTED)
 }
 
 /// Whether the calling thread is the process's first, the one that

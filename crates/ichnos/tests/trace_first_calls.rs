@@ -15,7 +15,7 @@
 //! linker runs before the runtime's own.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 mod trace_support;
 
@@ -89,18 +89,29 @@ fn a_threads_first_call_holds_none_of_its_set_up() {
     }
 }
 
+/// `ctor_main.c` linked with the library built from `library` (with
+/// `library_extra`).
+fn ctor_main_with(dir: &Path, library: &str, library_extra: &[&str]) -> PathBuf {
+    let mut args = vec!["-shared", "-fPIC"];
+    args.extend_from_slice(library_extra);
+    let built = build(dir, library, &args);
+    let linked = dir.join(format!(
+        "lib{}.so",
+        built.file_name().unwrap().to_str().unwrap()
+    ));
+    std::fs::rename(&built, &linked).unwrap();
+    let rpath = format!("-Wl,-rpath,{}", dir.display());
+    build(
+        dir,
+        "ctor_main.c",
+        &["-Wl,--no-as-needed", linked.to_str().unwrap(), &rpath],
+    )
+}
+
 #[test]
 fn calls_a_linked_library_makes_from_its_constructor_are_traced() {
     let dir = tempfile::tempdir().unwrap();
-    let built = build(dir.path(), "ctor_lib.c", &["-shared", "-fPIC"]);
-    let library = dir.path().join("libctor_lib.so");
-    std::fs::rename(&built, &library).unwrap();
-    let rpath = format!("-Wl,-rpath,{}", dir.path().display());
-    let exe = build(
-        dir.path(),
-        "ctor_main.c",
-        &["-Wl,--no-as-needed", library.to_str().unwrap(), &rpath],
-    );
+    let exe = ctor_main_with(dir.path(), "ctor_lib.c", &[]);
     // From the sources: the library's constructor, then the program's,
     // then main.
     let expected = [
@@ -127,4 +138,52 @@ fn calls_a_linked_library_makes_from_its_constructor_are_traced() {
             "{options:?}: {stderr}"
         );
     }
+}
+
+#[test]
+fn a_vfork_child_of_a_constructor_does_not_start_the_trace_for_the_program() {
+    // Its traced call comes first, in the program's memory; the trace
+    // starts at the program's own first call after it.
+    let dir = tempfile::tempdir().unwrap();
+    let exe = ctor_main_with(dir.path(), "vfork_ctor_lib.c", &[]);
+    let expected = [
+        "parent_work();",
+        "main_init();",
+        "main() {",
+        "  lib_call() {",
+        "    parent_work();",
+        "  } /* lib_call */",
+        "} /* main */",
+    ];
+    for options in [&[][..], &["-D", "9"]] {
+        let stderr = traced(dir.path(), "t.data", options, &[exe.to_str().unwrap()]);
+        assert!(!stderr.contains("not traced"), "{options:?}: {stderr}");
+        assert_eq!(
+            replayed_calls(dir.path(), "t.data"),
+            expected,
+            "{options:?}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn an_ifunc_resolver_run_before_the_runtime_is_relocated_does_not_start_it() {
+    // A library bound at load (-z now) whose instrumented ifunc resolver
+    // the dynamic linker runs while relocating it, before the runtime:
+    // the resolver's call is not traced, and the program runs.
+    let dir = tempfile::tempdir().unwrap();
+    let exe = ctor_main_with(dir.path(), "ifunc_lib.c", &["-Wl,-z,now"]);
+    let stderr = traced(dir.path(), "t.data", &[], &[exe.to_str().unwrap()]);
+    assert_eq!(
+        replayed_calls(dir.path(), "t.data"),
+        [
+            "main_init();",
+            "main() {",
+            "  lib_call() {",
+            "    add_one_plain();",
+            "  } /* lib_call */",
+            "} /* main */",
+        ],
+        "{stderr}"
+    );
 }
