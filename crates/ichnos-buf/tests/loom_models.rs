@@ -226,14 +226,19 @@ fn a_circular_snapshot_accepts_only_whole_current_records() {
         let _r = reserved.load(Ordering::Acquire);
         let newest = c;
         let oldest = newest.saturating_sub(2);
-        let copy: Vec<u64> = (oldest..newest)
-            .map(|p| slots[p % 2].load(Ordering::Relaxed))
-            .collect();
-        fence(Ordering::Acquire);
-        let after = reserved.load(Ordering::Acquire);
-        let first_valid = oldest.max(after.saturating_sub(2)).min(newest);
-        for (i, p) in (first_valid..newest).enumerate() {
-            let value = copy[first_valid - oldest + i];
+        // Newest first, a record (a batch of one) at a time, each kept
+        // unless the writer had reserved its place again when its copy
+        // was done; the copy stops at the first it had.
+        let mut kept = Vec::new();
+        for p in (oldest..newest).rev() {
+            let value = slots[p % 2].load(Ordering::Relaxed);
+            fence(Ordering::Acquire);
+            if reserved.load(Ordering::Acquire).saturating_sub(2) > p {
+                break;
+            }
+            kept.push((p, value));
+        }
+        for (p, value) in kept {
             let n = p as u64 + 1;
             assert_eq!(
                 value,

@@ -544,3 +544,38 @@ fn a_child_made_without_fork_handlers_leaves_the_parents_trace_whole() {
     assert_eq!(counts.get("parent_work"), Some(&2), "{counts:?} {stderr}");
     assert_eq!(counts.get("step"), Some(&10_000), "{counts:?}");
 }
+
+/// A snapshot of a thread that keeps writing its ring: the copy goes
+/// newest first while the thread overwrites the oldest, so it keeps what
+/// it reached first, at least half of a small ring here. (Oldest first,
+/// it chased the writer and kept about a quarter.)
+#[test]
+fn a_snapshot_keeps_most_of_a_busy_threads_ring() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "busy_snapshot.c", &["-pthread"]);
+    // 4 KiB of ring: 256 events. The best of a few runs: either thread may
+    // be put off its CPU during the copy.
+    let mut best = 0;
+    for _ in 0..3 {
+        let out = trace(
+            dir.path(),
+            "t.data",
+            &["--ring", "4K"],
+            &[exe.to_str().unwrap()],
+        );
+        // Killed by SIGKILL, as a shell says it.
+        assert_eq!(out.status.code(), Some(137), "{out:?}");
+        let lines = replay(dir.path(), "t.data", &[]);
+        let main = lines.first().map(|(tid, _)| *tid);
+        let busy_leaves = lines
+            .iter()
+            .filter(|(tid, f)| Some(*tid) != main && f == "busy_leaf();")
+            .count();
+        best = best.max(busy_leaves);
+    }
+    // Each busy_leaf() line is two events.
+    assert!(
+        best * 2 >= 128,
+        "at most {best} of the busy thread's ~128 calls"
+    );
+}

@@ -360,6 +360,10 @@ impl Slot {
             SnapshotBy::Owner => 1,
             SnapshotBy::OtherThread => 10_000,
         };
+        // Room made before the newest record is chosen: from then on the
+        // owner overwrites the oldest ones.
+        out.clear();
+        out.reserve(capacity);
         let mut newest = None;
         for _ in 0..tries {
             // Committed first: committed <= reserved at every instant and
@@ -380,30 +384,67 @@ impl Slot {
         }
         let newest = newest?;
         let oldest = newest.saturating_sub(capacity);
-        let mut copy = vec![0u8; newest - oldest];
-        for (i, chunk) in copy.chunks_mut(stride).enumerate() {
-            let pos = oldest + i * stride;
-            let src = base.wrapping_add(pos & (capacity - 1));
-            for (j, byte) in chunk.iter_mut().enumerate() {
-                // SAFETY: `src + j` lies inside the ring (pos is a record
-                // start, stride divides capacity). Volatile: the owner may
-                // be writing it; torn copies are discarded below.
-                *byte = unsafe { std::ptr::read_volatile(src.wrapping_add(j)) };
+        // Newest first, in batches, while the owner goes on overwriting
+        // the oldest: the two meet, and what the copy reached first is
+        // kept. (Oldest first, the copy chased the owner through the
+        // ring, and on a busy thread lost most of it.) A record is kept
+        // if the owner had not reserved its place again when the batch
+        // that holds it was copied; the copy stops at the first that it
+        // had. Looked at a batch at a time: the counter is on a line the
+        // owner writes on every record.
+        let words = stride.is_multiple_of(8) && base.align_offset(8) == 0;
+        let mut top = newest;
+        while top > oldest {
+            let bottom = top.saturating_sub(SNAPSHOT_BATCH * stride).max(oldest);
+            let batch_at = out.len();
+            let mut pos = top;
+            while pos > bottom {
+                pos -= stride;
+                let src = base.wrapping_add(pos & (capacity - 1));
+                let at = out.len();
+                out.resize(at + stride, 0);
+                let record = &mut out[at..];
+                if words {
+                    for (j, word) in record.chunks_mut(8).enumerate() {
+                        // Aligned: base is, and stride is a multiple of 8.
+                        #[allow(clippy::cast_ptr_alignment)]
+                        let at = src.wrapping_add(8 * j).cast::<u64>();
+                        // SAFETY: `at` lies inside the ring (pos is a
+                        // record start, stride divides capacity) and is
+                        // aligned. Volatile: the owner may be writing it;
+                        // a torn copy is left out below.
+                        let w = unsafe { std::ptr::read_volatile(at) };
+                        word.copy_from_slice(&w.to_ne_bytes());
+                    }
+                } else {
+                    for (j, byte) in record.iter_mut().enumerate() {
+                        // SAFETY: as above, a byte at a time.
+                        *byte = unsafe { std::ptr::read_volatile(src.wrapping_add(j)) };
+                    }
+                }
             }
-        }
-        fence(Ordering::Acquire);
-        let after = self.reserved.load(Ordering::Acquire);
-        // Position p is overwritten by the writer of p + capacity; every
-        // reservation below `after` may have written, so keep p >= after - capacity.
-        let first_valid = oldest.max(after.saturating_sub(capacity));
-        let skip = first_valid.min(newest) - oldest;
-        out.clear();
-        for record in copy[skip..].chunks(stride).rev() {
-            out.extend_from_slice(record);
+            // The batch's reads before the look at `reserved`.
+            fence(Ordering::Acquire);
+            // Position p is overwritten by the writer that reserves p +
+            // capacity: keep those above the last one that may have.
+            let first_valid = self
+                .reserved
+                .load(Ordering::Acquire)
+                .saturating_sub(capacity);
+            if bottom < first_valid {
+                let kept = top.saturating_sub(first_valid) / stride;
+                out.truncate(batch_at + kept * stride);
+                break;
+            }
+            top = bottom;
         }
         Some(newest as u64)
     }
 }
+
+/// Records a ring snapshot copies between two looks at the owner's
+/// counter.
+const SNAPSHOT_BATCH: usize = 8;
 
 /// Who reads a ring ([`Slot::ring_snapshot`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
