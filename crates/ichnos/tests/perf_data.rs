@@ -44,6 +44,34 @@ fn perf_record_call_graph_dwarf_is_unwound_completely_with_perf_reports_shares()
     assert!(text.contains("leaf_heavy"), "{text}");
 }
 
+/// `perf record` with no call graph: each sample is where the thread was,
+/// a stack of one frame, and the self shares are perf report's. (Every
+/// sample used to count as lost, "without user registers".)
+#[test]
+fn perf_record_without_a_call_graph_gives_perf_reports_self_shares() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_chains(dir.path(), Build::Sframe);
+    let data = dir.path().join("perf.data");
+    let out = Command::new("perf")
+        .args(["record", "-q", "-e", "cpu-clock", "-F", "4000", "-o"])
+        .arg(&data)
+        .arg("--")
+        .args([exe.to_str().unwrap(), "16000"])
+        .output()
+        .expect("perf runs (install linux-perf)");
+    assert!(out.status.success(), "perf record: {}", stderr(&out));
+    let theirs = perf_shares(&data);
+    let ours = self_shares(&data);
+    for function in ["leaf_heavy", "leaf_light", "unit"] {
+        let (a, b) = (ours[function], theirs[function]);
+        assert!(
+            (a - b).abs() <= 3.0,
+            "{function}: ichnos {a:.2}%, perf {b:.2}% (ours {ours:?}, perf {theirs:?})"
+        );
+    }
+    assert!((ours["leaf_heavy"] - 60.0).abs() < 10.0, "{ours:?}");
+}
+
 /// `perf script`'s user callchains of `data`, leaf first, by symbol: the
 /// count of each.
 fn perf_script_chains(data: &Path) -> HashMap<Vec<String>, u64> {

@@ -13,7 +13,9 @@ use ichnos_code::{FrameKind, Regs, StopReason, UnwindOptions};
 use ichnos_data::{LostCause, Record, StackOut, StackStop};
 use ichnos_perf::attr::regs;
 use ichnos_perf::monotonic_ns;
-use ichnos_perf::record::{Record as PerfRecord, Sample, MISC_USER, REGS_ABI_NONE};
+use ichnos_perf::record::{
+    Record as PerfRecord, Sample, MISC_CPUMODE_MASK, MISC_USER, REGS_ABI_NONE,
+};
 
 use super::events;
 use super::intern::Interner;
@@ -460,7 +462,20 @@ impl Recorder {
             }
             if s.callchain.is_some() {
                 // perf record -g: the kernel's frame-pointer chain.
-                self.sample_chain(s, pid, tid, time, cpu);
+                self.sample_chain(s.callchain(), s.period, pid, tid, time, cpu);
+                return;
+            }
+            if let Some(ip) = s.ip.filter(|_| s.misc & MISC_CPUMODE_MASK == MISC_USER) {
+                // perf record with no call graph: where the thread was,
+                // a stack of one frame.
+                self.sample_chain(
+                    [CONTEXT_USER, ip].into_iter(),
+                    s.period,
+                    pid,
+                    tid,
+                    time,
+                    cpu,
+                );
                 return;
             }
             self.lost += 1;
@@ -471,7 +486,7 @@ impl Recorder {
         let stack = s.stack_user.unwrap_or_default();
         self.spaces.get_or_synthesize(pid, time, &mut self.output);
         self.spaces.know_thread(pid, tid, time, &mut self.output);
-        let in_kernel = s.misc & ichnos_perf::record::MISC_CPUMODE_MASK != MISC_USER;
+        let in_kernel = s.misc & MISC_CPUMODE_MASK != MISC_USER;
         if in_kernel
             && !leaving
             && self
@@ -658,13 +673,24 @@ impl Recorder {
     /// It is complete only where its outermost frame's unwind row says
     /// that frame is the outermost; a chain that runs into memory no
     /// mapping covers ends before it (rbp was not a frame pointer there).
-    fn sample_chain(&mut self, s: &Sample<'_>, pid: u32, tid: u32, time: u64, cpu: u32) {
+    /// A sample whose stack is `chain`, a callchain as the kernel gives
+    /// it (context markers, then addresses, innermost first), of which the
+    /// user part is kept.
+    fn sample_chain(
+        &mut self,
+        chain: impl Iterator<Item = u64>,
+        period: Option<u64>,
+        pid: u32,
+        tid: u32,
+        time: u64,
+        cpu: u32,
+    ) {
         self.spaces.get_or_synthesize(pid, time, &mut self.output);
         self.spaces.know_thread(pid, tid, time, &mut self.output);
         let space = self.spaces.by_pid.get_mut(&pid).expect("made above");
         self.stack.clear();
         let mut user = false;
-        for address in s.callchain() {
+        for address in chain {
             if address >= CONTEXT_MAX {
                 user = address == CONTEXT_USER;
                 continue;
@@ -696,7 +722,7 @@ impl Recorder {
         } else {
             StackStop::NoUnwindInfo
         };
-        self.write_sample(pid, tid, cpu, time, stop, s.period.unwrap_or(1));
+        self.write_sample(pid, tid, cpu, time, stop, period.unwrap_or(1));
         if outermost {
             self.complete += 1;
         }
