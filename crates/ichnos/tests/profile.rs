@@ -240,6 +240,46 @@ fn a_running_process_is_recorded_with_dash_p() {
     }
 }
 
+/// `-p` naming a process twice, and by one of its thread ids: one
+/// process, each thread sampled once (it was sampled once per naming, and
+/// the thread id counted as a process of its own).
+#[test]
+fn dash_p_names_each_process_once_however_it_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_fixture(
+        dir.path(),
+        "threads",
+        &["-fomit-frame-pointer", "-Wa,--gsframe", "-pthread"],
+    );
+    let mut child = Command::new(&exe).arg("1.0").spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    let pid = child.id();
+    let thread = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .find(|&tid| tid != pid)
+        .expect("a thread besides the main one");
+    let data = dir.path().join("attached.data");
+    let ids = format!("{pid},{pid},{thread}");
+    let out = ichnos(&["record", "-o", data.to_str().unwrap(), "-p", &ids]);
+    let _ = child.wait();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report = ichnos(&["report", "-i", data.to_str().unwrap(), "--limit", "1"]);
+    let text = String::from_utf8_lossy(&report.stdout).into_owned();
+    let header = text.lines().next().unwrap_or_default();
+    assert!(header.contains("; 1 process,"), "{header}");
+    // Samples at 1 kHz of a recording of D seconds on this machine's CPUs
+    // are at most 1000 D a CPU; counted once per naming they were three
+    // times the fixture's.
+    let words: Vec<&str> = header.split_whitespace().collect();
+    let samples: f64 = words[2].replace(',', "").parse().unwrap();
+    let over = words.iter().position(|&w| w == "over").unwrap();
+    let seconds: f64 = words[over + 1].parse().unwrap();
+    let cpus = std::thread::available_parallelism().unwrap().get() as f64;
+    assert!(samples > 500.0, "{header}");
+    assert!(samples <= 1000.0 * seconds * cpus * 1.1, "{header}");
+}
+
 #[test]
 fn the_demo_shows_its_jit_frame_by_name_between_native_frames() {
     let dir = tempfile::tempdir().unwrap();

@@ -319,6 +319,26 @@ impl OutputFile {
     }
 }
 
+/// The processes `ids` name, each once: an id may be a thread's (the
+/// kernel lists every thread under `/proc`, and its `Tgid` is its
+/// process), and each must exist.
+fn processes_of(ids: &[u32]) -> Result<Vec<u32>, RecordError> {
+    let mut pids: Vec<u32> = Vec::with_capacity(ids.len());
+    for &id in ids {
+        let status = std::fs::read_to_string(format!("/proc/{id}/status"))
+            .map_err(|_| RecordError::NoSuchProcess { pid: id })?;
+        let pid = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Tgid:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(id);
+        if !pids.contains(&pid) {
+            pids.push(pid);
+        }
+    }
+    Ok(pids)
+}
+
 /// The processes' threads; each process must exist.
 fn threads_of(pids: &[u32]) -> Result<Vec<u32>, RecordError> {
     let mut tids = Vec::new();
@@ -340,6 +360,8 @@ struct Prepared {
     file: File,
     output: OutputFile,
     held: Option<launch::Held>,
+    /// The processes attached to (`-p`), each once.
+    pids: Vec<u32>,
     tids: Vec<u32>,
 }
 
@@ -358,18 +380,21 @@ fn prepare(options: &RecordOptions) -> Result<Prepared, RecordError> {
                 file,
                 output,
                 held: Some(held),
+                pids: Vec::new(),
                 tids: Vec::new(),
             }
         }
-        RecordTarget::Pids(pids) => {
+        RecordTarget::Pids(ids) => {
             crate::sys::raise_file_limit();
-            let tids = threads_of(pids)?;
+            let pids = processes_of(ids)?;
+            let tids = threads_of(&pids)?;
             let program = workload_program(options)?;
             let (file, output) = create_output(&options.output)?;
             Prepared {
                 file,
                 held: hold_workload(options, program.as_deref(), &output)?,
                 output,
+                pids,
                 tids,
             }
         }
@@ -380,6 +405,7 @@ fn prepare(options: &RecordOptions) -> Result<Prepared, RecordError> {
                 file,
                 held: hold_workload(options, program.as_deref(), &output)?,
                 output,
+                pids: Vec::new(),
                 tids: Vec::new(),
             }
         }
@@ -568,6 +594,7 @@ pub fn record(
         file,
         output: output_file,
         held,
+        pids,
         tids,
     } = prepare(options)?;
     let scope = match (&options.target, &held) {
@@ -581,8 +608,8 @@ pub fn record(
     let (mut output, writer) = output::start(file, start).inspect_err(|_| output_file.abandon())?;
     describe(&mut output, options, &events, start);
     let mut recorder = Recorder::new(options, output, &events);
-    if let RecordTarget::Pids(pids) = &options.target {
-        recorder.attach(pids, &tids, start);
+    if matches!(options.target, RecordTarget::Pids(_)) {
+        recorder.attach(&pids, &tids, start);
     }
     let mut child = match start_target(&options.target, held, &events) {
         Ok(child) => child,
