@@ -38,6 +38,12 @@ use conn::{comm, service, Conn};
 /// How often the clock is read into the recording while tracing.
 const CLOCK_EVERY: Duration = Duration::from_secs(1);
 
+/// When the clock is read the second time: soon, so that a trace cut
+/// short (the recorder killed, the file truncated) still has two
+/// readings to time its ticks by (a rate from 50 ms of both clocks is
+/// good to a few parts per million).
+const SECOND_CLOCK_AFTER: Duration = Duration::from_millis(50);
+
 /// The recording's Zstandard level: 1, not the default 3. The recorder
 /// turns each event into the recording as fast as a program makes them
 /// (tens of millions a second), on a CPU the program may need; where it
@@ -325,11 +331,13 @@ fn serve(
     let mut status = None;
     let mut signalled = false;
     let mut clock_at = Instant::now();
+    let mut clock_every = SECOND_CLOCK_AFTER;
     let mut status_at = Instant::now();
     loop {
-        if clock_at.elapsed() >= CLOCK_EVERY {
+        if clock_at.elapsed() >= clock_every {
             // A trace cut short still has two readings to time it by.
             clock_at = Instant::now();
+            clock_every = CLOCK_EVERY;
             clock_reading(out)?;
         }
         if status_at.elapsed() >= STATUS_EVERY {

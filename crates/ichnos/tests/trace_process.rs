@@ -459,6 +459,42 @@ fn the_program_runs_on_when_the_recorder_is_killed() {
     );
 }
 
+/// A trace cut short (a recorder killed, a file truncated) still times
+/// its calls in nanoseconds: the clock is read a second time 50 ms into
+/// the run, not first after a second. (Before, a trace cut within its
+/// first second had one reading, and its ticks were shown as
+/// nanoseconds, about three times too long here.)
+#[test]
+fn a_trace_cut_short_still_times_its_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "slow.c", &[]);
+    let done = dir.path().join("done");
+    traced(
+        dir.path(),
+        "t.data",
+        &[],
+        &[exe.to_str().unwrap(), "0.4", done.to_str().unwrap()],
+    );
+    let whole = std::fs::read(dir.path().join("t.data")).unwrap();
+    let cut = dir.path().join("cut.data");
+    std::fs::write(&cut, &whole[..whole.len() / 2]).unwrap();
+    let out = run(ichnos()
+        .args(["report", "--trace", "--limit", "0", "-i"])
+        .arg(&cut));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("incomplete"), "{stderr}");
+    assert!(!stderr.contains("in ticks"), "{stderr}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let tick = text
+        .lines()
+        .find(|l| l.trim_end().ends_with(" tick"))
+        .unwrap_or_else(|| panic!("{text}"));
+    let fields: Vec<&str> = tick.split_whitespace().collect();
+    let total = duration_ns(fields[0], fields[1]);
+    // Half of a 0.4 s run's calls, timed in nanoseconds: well under it.
+    assert!(total > 1e6 && total < 0.4e9, "{tick}");
+}
+
 /// `setns` into a mount namespace and `unshare` of a user namespace,
 /// which the kernel refuses to a process of more than one thread: the
 /// runtime's saver thread ends for the call and starts again after it,
