@@ -78,6 +78,20 @@ pub enum ReadError {
         /// Its value.
         value: u64,
     },
+    /// The file is cut inside its header (it starts as a recording
+    /// does): nothing in it can be read.
+    #[error("truncated: the file ends after {found} bytes, inside its {needed}-byte header")]
+    TruncatedHeader {
+        /// The header's length.
+        needed: u64,
+        /// The bytes there are.
+        found: u64,
+    },
+    /// The file holds its header and nothing after it: its recorder
+    /// stopped before it wrote a chunk (every recording's first holds
+    /// its `Meta`).
+    #[error("the recording ends after its header: it holds nothing (its recorder stopped before writing anything)")]
+    Empty,
     /// The file ends inside a chunk: everything before `offset` is sound.
     #[error("truncated: the chunk at byte {offset} needs {needed} bytes and the file ends first")]
     Truncated {

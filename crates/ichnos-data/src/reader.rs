@@ -104,6 +104,12 @@ impl<R: Read> Reader<R> {
     pub fn new(mut input: R) -> Result<Self, ReadError> {
         let mut header = [0u8; HEADER_LEN as usize];
         let n = read_full(&mut input, &mut header)?;
+        if n >= MAGIC.len() && header[..MAGIC.len()] == MAGIC && n < header.len() {
+            return Err(ReadError::TruncatedHeader {
+                needed: HEADER_LEN.into(),
+                found: n as u64,
+            });
+        }
         if n < header.len() || header[..8] != MAGIC {
             return Err(ReadError::NotARecording {
                 found: header[..n.min(8)].to_vec(),
@@ -121,10 +127,11 @@ impl<R: Read> Reader<R> {
             });
         }
         let mut rest = vec![0u8; (header_len - HEADER_LEN) as usize];
-        if read_full(&mut input, &mut rest)? < rest.len() {
-            return Err(ReadError::Truncated {
-                offset: 0,
+        let found = read_full(&mut input, &mut rest)?;
+        if found < rest.len() {
+            return Err(ReadError::TruncatedHeader {
                 needed: u64::from(header_len),
+                found: u64::from(HEADER_LEN) + found as u64,
             });
         }
         Ok(Self {

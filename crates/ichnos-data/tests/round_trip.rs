@@ -628,6 +628,22 @@ fn damage_is_named_with_its_offset() {
         read_all(b"ICHN").1,
         Some(ReadError::NotARecording { .. })
     ));
+
+    // Cut inside the header, after the magic: a recording cut short, not
+    // a foreign file.
+    let mut whole = Vec::new();
+    Writer::new(&mut whole).unwrap().finish().unwrap();
+    for cut in 8..32 {
+        let error = read_all(&whole[..cut]).1.unwrap();
+        assert!(
+            matches!(error, ReadError::TruncatedHeader { needed: 32, found } if found == cut as u64),
+            "{cut}: {error:?}"
+        );
+        assert!(
+            error.to_string().contains("inside its 32-byte header"),
+            "{error}"
+        );
+    }
 }
 
 /// A chunk of `payload` stored as is, with a checksum computed here.

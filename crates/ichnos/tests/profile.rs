@@ -692,10 +692,31 @@ fn damaged_and_foreign_recordings_are_named_with_the_offset() {
     std::fs::write(&path, &corrupt).unwrap();
     fails_with(&["report", "-i", p], &["corrupt chunk at byte 32"]);
 
-    // Cut inside a chunk: reported up to it, and the cut named.
+    // Cut inside its only chunk, which holds what the recording is:
+    // nothing to report, and the cut named. (A cut in a later chunk is
+    // reported up to it: the SIGKILL test above.)
+    assert!(
+        ichnos_data::Reader::new(&bytes[..])
+            .unwrap()
+            .next_chunk()
+            .unwrap()
+            .is_some_and(|c| c.records().count() > 0),
+        "a first chunk"
+    );
     std::fs::write(&path, &bytes[..bytes.len() - 10]).unwrap();
-    let err = fails_with(&["report", "-i", p], &["cut short", "at byte"]);
-    assert!(err.contains("did not finish"), "{err}");
+    fails_with(
+        &["report", "-i", p],
+        &["bad.data", "truncated: the chunk at byte 32"],
+    );
+    // Its header and nothing more (a recorder killed at once), or part of
+    // its header.
+    std::fs::write(&path, &bytes[..32]).unwrap();
+    fails_with(&["report", "-i", p], &["bad.data", "it holds nothing"]);
+    std::fs::write(&path, &bytes[..20]).unwrap();
+    fails_with(
+        &["report", "-i", p],
+        &["bad.data", "ends after 20 bytes, inside its 32-byte header"],
+    );
 
     fails_with(
         &["report", "-i", "/nonexistent.data"],

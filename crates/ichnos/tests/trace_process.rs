@@ -493,6 +493,18 @@ fn a_trace_cut_short_still_times_its_calls() {
     let total = duration_ns(fields[0], fields[1]);
     // Half of a 0.4 s run's calls, timed in nanoseconds: well under it.
     assert!(total > 1e6 && total < 0.4e9, "{tick}");
+    // Cut inside its first chunk, which says what the recording is: the
+    // cut is named (it was called a sampling profile).
+    std::fs::write(&cut, &whole[..100]).unwrap();
+    for args in [&["replay"][..], &["report", "--trace"]] {
+        let out = ichnos().args(args).arg("-i").arg(&cut).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("truncated: the chunk at byte 32"),
+            "{args:?}: {stderr}"
+        );
+    }
 }
 
 /// `setns` into a mount namespace and `unshare` of a user namespace,
