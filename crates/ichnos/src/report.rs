@@ -638,6 +638,14 @@ fn compare(
     }
     let base = load(base_path, quiet)?.profile;
     let new = load(new_path, quiet)?.profile;
+    for (path, profile) in [(base_path, &base), (new_path, &new)] {
+        if profile.description.event.starts_with("function-trace") {
+            bail!(
+                "{} is a function trace: --diff compares sampling profiles (ichnos record, perf.data)",
+                path.display()
+            );
+        }
+    }
     let base_symbols = symbols(&base, args, quiet, verbose);
     let new_symbols = symbols(&new, args, quiet, verbose);
     let filter = args.filter();

@@ -230,4 +230,20 @@ fn a_filter_that_names_nothing_or_a_profile_is_refused() {
         stderr.contains("-F, -N and -D choose a function trace's calls"),
         "{stderr}"
     );
+    // Nor is a trace compared as a profile (it read as 0 samples, every
+    // function shrunk by 100%), in either place.
+    let (profile, trace) = (dir.path().join("p.data"), dir.path().join("t.data"));
+    for (base, new) in [(&profile, &trace), (&trace, &profile)] {
+        let out = ichnos()
+            .args(["report", "--diff"])
+            .args([base, new])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("t.data is a function trace: --diff compares sampling profiles"),
+            "{stderr}"
+        );
+    }
 }
