@@ -240,6 +240,50 @@ fn a_running_process_is_recorded_with_dash_p() {
     }
 }
 
+/// `-e cycles`, asked for, is sampled as cycles where the machine has a
+/// hardware cycle counter, and else falls back to the CPU clock with a
+/// note, as the default does and as perf does (it was refused: "this
+/// machine has no cycles event").
+#[test]
+fn cycles_asked_for_fall_back_to_the_cpu_clock_without_a_pmu() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("cycles.data");
+    let out = ichnos(&[
+        "record",
+        "-e",
+        "cycles",
+        "-o",
+        data.to_str().unwrap(),
+        "--",
+        "true",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // The kernel lists a PMU's events under its device, `cpu` (or
+    // `cpu_core` on hybrid CPUs), and a VM without one has neither.
+    let pmu = ["cpu", "cpu_core"].iter().any(|d| {
+        Path::new("/sys/bus/event_source/devices")
+            .join(d)
+            .join("events/cpu-cycles")
+            .exists()
+    });
+    let report = ichnos(&["report", "-i", data.to_str().unwrap()]);
+    let header = String::from_utf8_lossy(&report.stdout)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    if pmu {
+        assert!(header.contains("samples of cycles"), "{header}");
+    } else {
+        assert!(
+            stderr(&out).contains("no hardware cycle counter here"),
+            "{}",
+            stderr(&out)
+        );
+        assert!(header.contains("samples of cpu-clock"), "{header}");
+    }
+}
+
 /// `-p` naming a process twice, and by one of its thread ids: one
 /// process, each thread sampled once (it was sampled once per naming, and
 /// the thread id counted as a process of its own).

@@ -488,7 +488,9 @@ fn open_events(
     events::open(
         scope,
         event_config(options, scope),
-        options.event == EventChoice::Default,
+        // Cycles asked for or by default fall back to the CPU clock where
+        // there is no PMU, with a note, as perf's do.
+        options.event != EventChoice::Exactly(EventKind::CpuClock),
         options
             .stack_size
             .is_none()

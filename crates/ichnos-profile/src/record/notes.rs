@@ -10,7 +10,7 @@ use super::{events, model, off_cpu, output, EventChoice, RecordOptions, MAX_STAC
 /// What the user should know about how the events were set up.
 pub(super) fn setup_notes(options: &RecordOptions, events: &events::Events) -> Vec<String> {
     let mut notes = Vec::new();
-    if options.event == EventChoice::Default
+    if options.event != EventChoice::Exactly(EventKind::CpuClock)
         && events.kind == EventKind::CpuClock
         && !options.off_cpu
     {
