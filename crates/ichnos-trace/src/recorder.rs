@@ -26,6 +26,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 mod audit;
 mod conn;
+mod elf;
 mod frames;
 #[cfg(test)]
 mod frames_test;
@@ -120,6 +121,9 @@ pub struct TraceSummary {
     pub tsc: bool,
     /// Processes whose shared buffer could not be read, with why.
     pub refused: Vec<String>,
+    /// The command's program is linked statically: it runs without the
+    /// dynamic linker, which is what loads the tracing runtime.
+    pub static_program: bool,
 }
 
 /// What the status line shows while a trace runs.
@@ -314,6 +318,7 @@ pub fn trace(
         status,
         tsc,
         refused,
+        static_program: elf::statically_linked(&program),
     })
 }
 

@@ -159,7 +159,8 @@ pub fn trace(args: &TraceArgs, quiet: bool) -> Result<u8> {
         );
         if summary.events == 0 {
             eprintln!(
-                "note: no function was traced: is the program built with -finstrument-functions?"
+                "note: no function was traced: {}",
+                nothing_traced_why(&summary, &options)
             );
         }
     }
@@ -167,6 +168,26 @@ pub fn trace(args: &TraceArgs, quiet: bool) -> Result<u8> {
         ichnos_profile::ExitStatus::Code(c) => u8::try_from(c).unwrap_or(1),
         ichnos_profile::ExitStatus::Signal(s) => u8::try_from(128 + s).unwrap_or(255),
     })
+}
+
+/// Why a trace holds no event, as far as the recorder can tell.
+fn nothing_traced_why(summary: &ichnos_trace::TraceSummary, options: &TraceOptions) -> String {
+    let program = options
+        .command
+        .first()
+        .map_or(String::new(), |p| p.to_string_lossy().into_owned());
+    if summary.processes > 0 {
+        "is the program built with -finstrument-functions?".to_owned()
+    } else if summary.static_program {
+        format!(
+            "{program} is linked statically: the tracing runtime is loaded by the dynamic linker \
+             (LD_PRELOAD), which a static program runs without"
+        )
+    } else {
+        "no process loaded the tracing runtime (a set-user-ID program ignores LD_PRELOAD, \
+         and a program may clear it before it runs what it runs)"
+            .to_owned()
+    }
 }
 
 /// Arguments of `ichnos replay`.

@@ -627,3 +627,28 @@ fn a_snapshot_keeps_most_of_a_busy_threads_ring() {
         "at most {best} of the busy thread's ~128 calls"
     );
 }
+
+/// A program linked statically runs without the dynamic linker, so
+/// without the runtime: the note says so, not "is the program built with
+/// -finstrument-functions?" (as uftrace says "Cannot trace static
+/// binary").
+#[test]
+fn a_static_program_is_named_as_why_nothing_was_traced() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "calls.c", &["-static"]);
+    let stderr = traced(dir.path(), "t.data", &[], &[exe.to_str().unwrap()]);
+    assert!(stderr.contains(" 0 events,"), "{stderr}");
+    assert!(
+        stderr
+            .contains("is linked statically: the tracing runtime is loaded by the dynamic linker"),
+        "{stderr}"
+    );
+    // A dynamic program built without the hooks: the other cause.
+    let stderr = traced(dir.path(), "t.data", &[], &["/bin/true"]);
+    assert!(stderr.contains(" 0 events,"), "{stderr}");
+    assert!(!stderr.contains("linked statically"), "{stderr}");
+    assert!(
+        stderr.contains("built with -finstrument-functions?"),
+        "{stderr}"
+    );
+}

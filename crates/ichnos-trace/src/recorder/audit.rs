@@ -27,7 +27,8 @@ use std::path::Path;
 
 use object::elf;
 use object::read::elf::{Dyn, FileHeader, ProgramHeader};
-use object::Endianness;
+
+use super::elf::with_elf;
 
 /// The tunable that sizes the static TLS surplus.
 const TUNABLE: &str = "glibc.rtld.optional_static_tls";
@@ -53,23 +54,6 @@ pub(super) fn tunables(program: &Path, preload: &Path) -> Option<(OsString, OsSt
     }
     value.push(format!("{TUNABLE}={room}"));
     Some((OsString::from("GLIBC_TUNABLES"), value))
-}
-
-/// The ELF file at `path`, parsed, with what `f` makes of it (none: not
-/// an ELF file of this machine's kind, or unreadable).
-fn with_elf<T>(
-    path: &Path,
-    f: impl FnOnce(
-        &elf::FileHeader64<Endianness>,
-        Endianness,
-        &object::ReadCache<std::fs::File>,
-    ) -> Option<T>,
-) -> Option<T> {
-    let file = ichnos_image::open_regular(path).ok()?;
-    let cache = object::ReadCache::new(file);
-    let header = elf::FileHeader64::<Endianness>::parse(&cache).ok()?;
-    let endian = header.endian().ok()?;
-    f(header, endian, &cache)
 }
 
 /// Whether the ELF program at `path` names an auditor in its dynamic
