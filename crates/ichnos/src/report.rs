@@ -236,6 +236,20 @@ pub fn load(path: &Path, quiet: bool) -> Result<Loaded> {
                 crate::units::counted(summary.unreadable, "record", "records")
             );
         }
+        if !quiet && !summary.left_out.is_empty() {
+            let others: Vec<String> = summary
+                .left_out
+                .iter()
+                .map(|(event, n)| format!("{} of {event}", crate::units::thousands(*n)))
+                .collect();
+            eprintln!(
+                "note: {} holds samples of more than one event: shown are those of {}; left out: {} \
+                 (their weights do not add up with its)",
+                path.display(),
+                summary.event,
+                others.join(", ")
+            );
+        }
         if !quiet && started.elapsed().as_secs() >= 1 {
             eprintln!(
                 "note: {} read as perf.data: {} unwound in {:.1} s",

@@ -72,6 +72,84 @@ fn perf_record_without_a_call_graph_gives_perf_reports_self_shares() {
     assert!((ours["leaf_heavy"] - 60.0).abs() < 10.0, "{ours:?}");
 }
 
+/// A perf.data of two events: the first's samples are the profile (as
+/// many as perf report counts of it), and the note counts the other's as
+/// perf does. (Both were summed, under the first's name, nanoseconds of
+/// cpu-clock with counts of page faults.)
+#[test]
+fn perf_data_of_two_events_shows_the_first_and_counts_the_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_chains(dir.path(), Build::Sframe);
+    let data = dir.path().join("perf.data");
+    let out = Command::new("perf")
+        .args([
+            "record",
+            "-q",
+            "-e",
+            "cpu-clock,page-faults",
+            "-F",
+            "1000",
+            "-g",
+            "-o",
+        ])
+        .arg(&data)
+        .arg("--")
+        .args([exe.to_str().unwrap(), "4000"])
+        .output()
+        .expect("perf runs (install linux-perf)");
+    assert!(out.status.success(), "perf record: {}", stderr(&out));
+    // perf report's own count of each event's samples.
+    let theirs = Command::new("perf")
+        .args(["report", "--stdio", "-i"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&theirs.stdout).into_owned();
+    let count = |event: &str| -> u64 {
+        text.lines()
+            .find_map(|l| {
+                let rest = l.strip_prefix("# Samples: ")?;
+                let (n, of) = rest.split_once(' ')?;
+                of.contains(&format!("'{event}'")).then(|| n.parse().ok())?
+            })
+            .unwrap_or_else(|| panic!("perf report names no {event} samples: {text}"))
+    };
+    let (clock, faults) = (count("cpu-clock"), count("page-faults"));
+    assert!(faults > 0 && clock > 100, "{clock} {faults}");
+    let ours = ichnos(&["report", "-i", data.to_str().unwrap(), "--limit", "1"]);
+    assert!(ours.status.success(), "{}", stderr(&ours));
+    let header = String::from_utf8_lossy(&ours.stdout)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        header.contains(&format!(": {} samples of cpu-clock", thousands(clock))),
+        "{header} (perf: {clock})"
+    );
+    assert!(
+        stderr(&ours).contains(&format!(
+            "shown are those of cpu-clock; left out: {} of page-faults",
+            thousands(faults)
+        )),
+        "{}",
+        stderr(&ours)
+    );
+}
+
+/// `n` with thousands separated by commas, as ichnos prints counts.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// `perf script`'s user callchains of `data`, leaf first, by symbol: the
 /// count of each.
 fn perf_script_chains(data: &Path) -> HashMap<Vec<String>, u64> {

@@ -104,6 +104,12 @@ pub struct PerfDataSummary {
     /// Samples with neither registers nor a callchain, or records the
     /// parser refused.
     pub unreadable: u64,
+    /// The event whose samples are the profile's.
+    pub event: String,
+    /// The other events' samples, left out: each event's name and count
+    /// (a profile weighs one event's samples: nanoseconds of cpu-clock,
+    /// page faults and cycles do not add up).
+    pub left_out: Vec<(String, u64)>,
 }
 
 /// How often (in bytes of the data section walked past) the pages
@@ -156,6 +162,7 @@ pub fn import_perf_data(
         .iter()
         .map(|a| records::format_of(&a.attr))
         .collect();
+
     let attrs = records::Attrs::new(attributes);
     let data_end = usize::try_from(data_offset + data_size).map_err(|_| {
         io(std::io::Error::other(
@@ -178,7 +185,7 @@ pub fn import_perf_data(
         .map_err(|e| write(std::io::Error::other(e.to_string())))?;
     describe(&mut out, &perf_file, mtime);
     let mut recorder = Recorder::offline(ichnos_code::UnwindOptions::default().max_frames, out);
-    let mut converted = Converted::default();
+    let mut converted = Converted::of(attributes);
     let place = read_ahead::Place::new();
     let section = usize::try_from(data_offset).unwrap_or(0);
     let release = |range: std::ops::Range<usize>| {
@@ -245,7 +252,8 @@ fn finish(
         unreadable,
         last_time,
         ..
-    } = *converted;
+    } = converted;
+    let (unreadable, last_time) = (*unreadable, *last_time);
     recorder.finish();
     if unreadable > 0 {
         recorder
@@ -256,6 +264,18 @@ fn finish(
         samples: recorder.samples,
         complete: recorder.complete,
         unreadable,
+        event: converted
+            .names
+            .get(converted.shown)
+            .cloned()
+            .unwrap_or_default(),
+        left_out: converted
+            .names
+            .iter()
+            .zip(&converted.left_out)
+            .filter(|&(_, &n)| n > 0)
+            .map(|(name, &n)| (name.clone(), n))
+            .collect(),
     };
     let (written, profile) =
         recorder
@@ -265,16 +285,35 @@ fn finish(
 }
 
 /// What handing the records to the recorder has found so far.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Default)]
 struct Converted {
     /// Records our parser refused, or of no known event.
     unreadable: u64,
+    /// The event (attr) whose samples are kept ([`shown_event`]).
+    shown: usize,
+    /// Samples of each other event, left out.
+    left_out: Vec<u64>,
+    /// Each event's name.
+    names: Vec<String>,
     /// The first record's time, which the recording's times count from.
     first_time: Option<u64>,
     last_time: u64,
 }
 
 impl Converted {
+    /// Nothing converted yet of a file of events `attributes`.
+    fn of(attributes: &[linux_perf_data::AttributeDescription]) -> Converted {
+        Converted {
+            shown: shown_event(attributes),
+            left_out: vec![0; attributes.len()],
+            names: attributes
+                .iter()
+                .map(|a| a.name().unwrap_or("perf event").to_owned())
+                .collect(),
+            ..Converted::default()
+        }
+    }
+
     /// Hands one record, in time order, to `recorder`.
     fn record(
         &mut self,
@@ -287,6 +326,11 @@ impl Converted {
             return;
         };
         match parse(format, found.bytes) {
+            Ok(ichnos_perf::record::Record::Sample(_)) if found.attr != self.shown => {
+                if let Some(n) = self.left_out.get_mut(found.attr) {
+                    *n += 1;
+                }
+            }
             Ok(parsed) => {
                 // Times count from the first record's (perf's records
                 // for what ran before it started have none, or 0).
@@ -304,18 +348,34 @@ impl Converted {
     }
 }
 
+/// The event whose samples make the profile: the first that is not
+/// perf's `dummy` (which it adds to follow mappings and tasks, and which
+/// samples nothing).
+fn shown_event(attributes: &[linux_perf_data::AttributeDescription]) -> usize {
+    use linux_perf_data::linux_perf_event_reader::{PerfEventType, SoftwareCounterType};
+    attributes
+        .iter()
+        .position(|a| {
+            !matches!(
+                a.attr.type_,
+                PerfEventType::Software(SoftwareCounterType::Dummy)
+            )
+        })
+        .unwrap_or(0)
+}
+
 /// The recording's description, from the perf.data header's features.
 fn describe(out: &mut Output, perf_file: &linux_perf_data::PerfFile, mtime: u64) {
     let host = perf_file.hostname().ok().flatten().unwrap_or_default();
     let kernel = perf_file.os_release().ok().flatten().unwrap_or_default();
     let command: Vec<&str> = perf_file.cmdline().ok().flatten().unwrap_or_default();
     let attrs = perf_file.event_attributes();
-    let event = attrs
-        .first()
+    let shown = attrs.get(shown_event(attrs));
+    let event = shown
         .and_then(|a| a.name())
         .unwrap_or("perf event")
         .to_owned();
-    let (frequency, stack_size) = attrs.first().map_or((0, 0), |a| {
+    let (frequency, stack_size) = shown.map_or((0, 0), |a| {
         let frequency = match a.attr.sampling_policy {
             linux_perf_data::linux_perf_event_reader::SamplingPolicy::Frequency(f) => f,
             _ => 0,
