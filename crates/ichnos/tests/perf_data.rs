@@ -309,6 +309,34 @@ fn leaves_recording(dir: &Path, loops: &str) -> PathBuf {
     data
 }
 
+/// A file perf wrote to a pipe (perf record -o - > FILE), whose header is
+/// the magic and its own size, 16: named as such (it was "the attrs
+/// section runs from 549755813889 for 0 bytes").
+#[test]
+fn a_perf_data_written_to_a_pipe_is_named_as_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let piped = dir.path().join("piped.data");
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "perf record -q -e cpu-clock -o - -- true > {}",
+            piped.display()
+        ))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "perf record -o -: {}", stderr(&out));
+    let bytes = std::fs::read(&piped).unwrap();
+    assert_eq!(
+        &bytes[..16],
+        b"PERFILE2\x10\0\0\0\0\0\0\0",
+        "a pipe-mode header"
+    );
+    fails_with(
+        &["report", piped.to_str().unwrap()],
+        &["piped.data", "written to a pipe (perf record -o -)"],
+    );
+}
+
 #[test]
 fn damaged_perf_data_files_are_refused_with_where() {
     let dir = tempfile::tempdir().unwrap();

@@ -29,6 +29,20 @@ pub(super) fn check_header(file: &mut File, path: &Path) -> Result<(u64, u64), P
         source,
     };
     let len = file.metadata().map_err(io)?.len();
+    // A file `perf record -o -` wrote to a pipe: its header is the magic
+    // and its own size, 16, and its attrs come as records.
+    let mut pipe_header = [0u8; 16];
+    if file.read_exact(&mut pipe_header).is_ok()
+        && &pipe_header[..8] == MAGIC
+        && u64::from_le_bytes(pipe_header[8..].try_into().expect("8 bytes")) == 16
+    {
+        return Err(header_error(
+            "written to a pipe (perf record -o -), which is not read: \
+             record to a file (perf record -o FILE)"
+                .into(),
+        ));
+    }
+    file.seek(SeekFrom::Start(0)).map_err(io)?;
     let mut header = [0u8; HEADER_LEN as usize];
     file.read_exact(&mut header)
         .map_err(|_| header_error(format!("{len} bytes, shorter than a header")))?;
