@@ -471,7 +471,12 @@ fn open_output(path: &Path, options: &TraceOptions, tsc: bool) -> Result<Out, Tr
     if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file()) {
         let mut old = path.as_os_str().to_owned();
         old.push(".old");
-        std::fs::rename(path, &old).map_err(create)?;
+        // The rename makes FILE.old: its failure is named by it (a
+        // directory of that name, say).
+        std::fs::rename(path, &old).map_err(|source| TraceError::Create {
+            path: PathBuf::from(&old),
+            source,
+        })?;
     }
     let file = File::create(path).map_err(create)?;
     let mut writer =

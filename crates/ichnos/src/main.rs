@@ -120,8 +120,8 @@ fn main() -> ExitCode {
 }
 
 /// The error and its causes, joined by `: `. Nothing is said twice: a
-/// cause whose text its error already ends with (library errors that name
-/// their source) is left out, and a cause that starts by naming the file
+/// cause whose text its error already holds (library errors that name
+/// their source, at the end or before a remark) is left out, and a cause that starts by naming the file
 /// its error ended with ("cannot load /x" then "/x: cannot open: ...")
 /// leaves the name out.
 fn error_text(e: &anyhow::Error) -> String {
@@ -132,7 +132,7 @@ fn error_text(e: &anyhow::Error) -> String {
             parts.push(text);
             continue;
         };
-        if last.ends_with(&text) {
+        if last.contains(&text) {
             continue;
         }
         let named = last.rsplit(' ').next().unwrap_or_default();
@@ -295,4 +295,53 @@ fn dump(image: &mut Image, addr: u64, len: u64) -> Result<()> {
         writeln!(out, "{:#018x}  {}", addr + 16 * i as u64, hex.join(" "))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error whose text holds its source's, the way thiserror messages
+    /// of the libraries do.
+    #[derive(Debug)]
+    struct Holding(std::io::Error);
+
+    impl std::fmt::Display for Holding {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(
+                f,
+                "cannot write /x: {} (the recording holds what was written before)",
+                self.0
+            )
+        }
+    }
+
+    impl std::error::Error for Holding {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn a_cause_is_said_once() {
+        let full = || std::io::Error::from_raw_os_error(libc::ENOSPC);
+        // Held in the middle of its error's text.
+        let e = anyhow::Error::new(Holding(full())).context("cannot record ./hot");
+        assert_eq!(
+            error_text(&e),
+            "cannot record ./hot: cannot write /x: No space left on device (os error 28) \
+             (the recording holds what was written before)"
+        );
+        // At its end, as before; and a cause said nowhere is kept.
+        let e = anyhow::Error::new(full()).context(format!("cannot write /y: {}", full()));
+        assert_eq!(
+            error_text(&e),
+            "cannot write /y: No space left on device (os error 28)"
+        );
+        let e = anyhow::Error::new(full()).context("cannot write /z");
+        assert_eq!(
+            error_text(&e),
+            "cannot write /z: No space left on device (os error 28)"
+        );
+    }
 }

@@ -11,6 +11,7 @@ use anyhow::{bail, Context, Result};
 use ichnos_profile::report::{self, export, Filter, Profile, Sort, SymbolOptions, Symbolized};
 
 mod function_trace;
+mod output;
 
 /// Output formats.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -629,11 +630,17 @@ fn output(args: &ReportArgs) -> Result<Box<dyn Write>> {
         }
     }
     Ok(match &args.output {
-        Some(path) => Box::new(std::io::BufWriter::new(
-            std::fs::File::create(path)
-                .with_context(|| format!("cannot create {}", path.display()))?,
+        Some(path) => Box::new(output::Named::new(
+            std::io::BufWriter::new(
+                std::fs::File::create(path)
+                    .with_context(|| format!("cannot create {}", path.display()))?,
+            ),
+            path.display().to_string(),
         )),
-        None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+        None => Box::new(output::Named::new(
+            std::io::BufWriter::new(std::io::stdout().lock()),
+            "standard output".to_owned(),
+        )),
     })
 }
 

@@ -933,3 +933,51 @@ fn the_flame_graph_zooms_on_a_click_in_a_real_browser_without_script_errors() {
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
     assert!(png.len() > 4096, "{} bytes", png.len());
 }
+
+/// Every format ends quietly where its reader has gone (as `| head`
+/// does), and names the file it cannot write. (The flame graph said
+/// "Broken pipe" and exited 1 where the others ended quietly, and a full
+/// disk's error named no file.)
+#[test]
+fn every_format_ends_quietly_on_a_closed_pipe_and_names_a_file_it_cannot_write() {
+    let data = demo().to_str().unwrap();
+    for format in ["top", "tree", "folded", "svg", "speedscope"] {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ichnos"))
+            .args(["report", "-q", "-i", data, "--format", format])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{format}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.stderr.is_empty(),
+            "{format}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    for format in ["top", "svg", "firefox", "pprof"] {
+        let out = ichnos(&[
+            "report",
+            "-q",
+            "-i",
+            data,
+            "--format",
+            format,
+            "-o",
+            "/dev/full",
+        ]);
+        assert_eq!(out.status.code(), Some(1), "{format}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("cannot write /dev/full: No space left on device"),
+            "{format}: {stderr}"
+        );
+    }
+}

@@ -769,6 +769,25 @@ fn damaged_and_foreign_recordings_are_named_with_the_offset() {
     fails_with(&["report", "-i", "/tmp"], &["not a regular file"]);
 }
 
+/// An existing recording is kept as FILE.old: where that cannot be made
+/// (a directory of the name), the error names FILE.old, not FILE, and
+/// FILE is left as it was; `trace` the same.
+#[test]
+fn a_recording_that_cannot_be_kept_as_old_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("x.data");
+    std::fs::write(&data, "before").unwrap();
+    std::fs::create_dir(dir.path().join("x.data.old")).unwrap();
+    for command in ["record", "trace"] {
+        let err = fails_with(
+            &[command, "-q", "-o", data.to_str().unwrap(), "--", "true"],
+            &["cannot create", "x.data.old: Is a directory"],
+        );
+        assert!(!err.contains("x.data:"), "{err}");
+        assert_eq!(std::fs::read_to_string(&data).unwrap(), "before");
+    }
+}
+
 /// Runs ichnos as the unprivileged user `nobody`.
 fn as_nobody(args: &[&str]) -> Output {
     Command::new("setpriv")

@@ -286,7 +286,12 @@ fn create_output(path: &Path) -> Result<(File, OutputFile), RecordError> {
     if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file()) {
         let mut old = path.as_os_str().to_owned();
         old.push(".old");
-        std::fs::rename(path, &old).map_err(create)?;
+        // The rename makes FILE.old: its failure is named by it (a
+        // directory of that name, say).
+        std::fs::rename(path, &old).map_err(|source| RecordError::Create {
+            path: PathBuf::from(&old),
+            source,
+        })?;
         moved = Some(PathBuf::from(old));
     }
     let file = File::create(path).map_err(create)?;

@@ -189,7 +189,8 @@ pub fn write_diff_flamegraph(
     if text.trim().is_empty() {
         return super::export::write_empty_flamegraph(&opts.title, out);
     }
-    inferno::flamegraph::from_lines(&mut opts, text.lines(), &mut *out)?;
+    inferno::flamegraph::from_lines(&mut opts, text.lines(), &mut *out)
+        .map_err(super::export::keeping_io_kind)?;
     out.flush()
 }
 

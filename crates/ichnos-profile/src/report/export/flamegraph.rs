@@ -54,8 +54,24 @@ pub fn write_folded_flamegraph(
         return write_empty_flamegraph(&opts.title, out);
     }
     inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), &mut *out)
-        .map_err(io::Error::other)?;
+        .map_err(keeping_io_kind)?;
     out.flush()
+}
+
+/// inferno's error as an `io::Error` of the kind of the write that failed
+/// in it, if one did (a closed pipe stays a broken pipe, which the
+/// command line ends quietly on, as it does for every other output).
+pub(crate) fn keeping_io_kind<E: std::error::Error + Send + Sync + 'static>(e: E) -> io::Error {
+    let mut kind = io::ErrorKind::Other;
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    while let Some(c) = cause {
+        if let Some(io) = c.downcast_ref::<io::Error>() {
+            kind = io.kind();
+            break;
+        }
+        cause = c.source();
+    }
+    io::Error::new(kind, e)
 }
 
 /// An SVG with only a title and "no samples".

@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 pub use firefox::{write_firefox, FirefoxError, SAMPLE_TEXT_BUDGET};
-pub(crate) use flamegraph::write_empty_flamegraph;
+pub(crate) use flamegraph::{keeping_io_kind, write_empty_flamegraph};
 pub use flamegraph::{write_flamegraph, write_folded_flamegraph, FlamegraphOptions};
 pub use pprof::{pprof_profile, write_pprof, PprofOptions};
 pub use speedscope::write_speedscope;
