@@ -981,3 +981,41 @@ fn every_format_ends_quietly_on_a_closed_pipe_and_names_a_file_it_cannot_write()
         );
     }
 }
+
+/// Options a sampling profile's report cannot honour are refused before
+/// anything is written (the header came out before the `--sort calls`
+/// error), and none is silently ignored.
+#[test]
+fn a_profiles_report_refuses_what_it_cannot_honour_before_writing() {
+    let data = demo().to_str().unwrap();
+    for (args, said) in [
+        (
+            &["--sort", "calls"][..],
+            "--sort calls: only a function trace",
+        ),
+        (
+            &["--sort", "total", "--format", "folded"],
+            "--sort orders the table",
+        ),
+        (
+            &["--tree", "--min-percent", "nan"],
+            "a share in percent, 0 to 100",
+        ),
+        (
+            &["--tree", "--min-percent", "101"],
+            "a share in percent, 0 to 100",
+        ),
+    ] {
+        let mut all = vec!["report", "-q", "-i", data];
+        all.extend_from_slice(args);
+        let out = ichnos(&all);
+        assert_ne!(out.status.code(), Some(0), "{args:?}");
+        assert!(
+            out.stdout.is_empty(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(said), "{args:?}: {stderr}");
+    }
+}

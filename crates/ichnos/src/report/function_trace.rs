@@ -26,6 +26,16 @@ pub(super) fn refuse_for_a_profile(args: &ReportArgs, format: Format, input: &Pa
             input.display()
         );
     }
+    // Checked before anything is written (the table's header came first).
+    if args.sort.is_some() && format != Format::Top {
+        bail!("--sort orders the table: use it with --format top");
+    }
+    if let Some(other @ (SortBy::Calls | SortBy::Avg | SortBy::Max)) = args.sort {
+        bail!(
+            "--sort {}: only a function trace (--trace) is sorted by it",
+            format!("{other:?}").to_lowercase()
+        );
+    }
     Ok(())
 }
 
