@@ -18,6 +18,14 @@ pub const EVENT_BYTES: usize = 16;
 /// most this large).
 pub const MAX_FRAME_BYTES: u64 = 1 << 30;
 
+/// The bytes of each thread's ring the runtime makes for `--ring asked`:
+/// a power of two (the ring's places are positions masked), at least a
+/// page and at most [`MAX_FRAME_BYTES`] (a ring is sent as one frame).
+#[must_use]
+pub fn ring_bytes(asked: u64) -> u64 {
+    asked.clamp(4096, MAX_FRAME_BYTES).next_power_of_two()
+}
+
 /// `FrameHeader.flags`: the events are a flight recorder's ring.
 pub const FRAME_RING: u32 = 1;
 /// `FrameHeader.flags`: the thread's last frame.
@@ -297,6 +305,15 @@ impl Hello {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rings_are_a_power_of_two_of_a_page_at_least() {
+        assert_eq!(ring_bytes(16), 4096);
+        assert_eq!(ring_bytes(4096), 4096);
+        assert_eq!(ring_bytes(5000), 8192);
+        assert_eq!(ring_bytes(1 << 20), 1 << 20);
+        assert_eq!(ring_bytes(u64::MAX), MAX_FRAME_BYTES);
+    }
 
     #[test]
     fn headers_events_and_hellos_read_back_and_bad_ones_are_named() {

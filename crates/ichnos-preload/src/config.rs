@@ -73,7 +73,7 @@ impl Config {
         // A buffer or ring is sent as one frame, at most 1 GiB.
         let most = ichnos_data::wire::MAX_FRAME_BYTES;
         let buffer = number(var::BUFFER).map_or(128 << 10, |n| round(n.clamp(4096, most)));
-        let ring = number(var::RING).map(|n| n.clamp(4096, most).next_power_of_two());
+        let ring = number(var::RING).map(ichnos_data::wire::ring_bytes);
         // A frame is a whole thread buffer or ring and its header, written
         // all or nothing: the shared buffer holds two of them at least,
         // or every frame of a large -b or --ring would be refused.

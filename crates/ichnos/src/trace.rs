@@ -24,8 +24,9 @@ pub struct TraceArgs {
     #[arg(short = 'b', long = "buffer", value_name = "SIZE", value_parser = crate::units::parse_size)]
     buffer: Option<u64>,
     /// Flight recorder: keep only the newest events, SIZE bytes (16 per
-    /// event) per thread, written when the program exits, crashes,
-    /// receives SIGUSR2 or calls `ichnos_snapshot()`.
+    /// event; a power of two, at least 4K) per thread, written when the
+    /// program exits, crashes, receives SIGUSR2 or calls
+    /// `ichnos_snapshot()`.
     #[arg(long, value_name = "SIZE", value_parser = crate::units::parse_size)]
     ring: Option<u64>,
     /// Trace calls only this many levels deep (under -F, counted from
@@ -100,6 +101,17 @@ pub fn trace(args: &TraceArgs, quiet: bool) -> Result<u8> {
     for (flag, size) in [("-b", args.buffer), ("--ring", args.ring)] {
         if size.is_some_and(|s| s > most) {
             bail!("{flag}: at most 1G (a thread's buffer or ring is sent whole)");
+        }
+    }
+    if let Some(asked) = args.ring {
+        let made = ichnos_data::wire::ring_bytes(asked);
+        if made != asked && !quiet {
+            eprintln!(
+                "note: --ring {}: each thread keeps {} ({} events): a ring is a power of two of at least 4 KiB",
+                crate::units::bytes(asked),
+                crate::units::bytes(made),
+                crate::units::thousands(made / ichnos_data::wire::EVENT_BYTES as u64)
+            );
         }
     }
     let options = TraceOptions {

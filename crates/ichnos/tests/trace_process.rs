@@ -652,3 +652,32 @@ fn a_static_program_is_named_as_why_nothing_was_traced() {
         "{stderr}"
     );
 }
+
+/// A ring asked for smaller than a page, or not a power of two, is made
+/// larger, and a note says how large: `--ring 1K` kept 4 KiB (256 events)
+/// where the docs said SIZE / 16 events, with nothing said.
+#[test]
+fn a_ring_rounded_up_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "snapshot.c", &[]);
+    let exe = exe.to_str().unwrap();
+    let stderr = traced(
+        dir.path(),
+        "t.data",
+        &["--ring", "1K"],
+        &[exe, "1000", "999"],
+    );
+    assert!(
+        stderr.contains("note: --ring 1.0 KiB: each thread keeps 4.0 KiB (256 events)"),
+        "{stderr}"
+    );
+    // 256 events a thread: the newest of the 1000 steps, four events a
+    // step (as the snapshot test above counts them), 64 at most.
+    let probes = replay(dir.path(), "t.data", &[])
+        .iter()
+        .filter(|(_, f)| f.trim().starts_with("/* probe 7 = "))
+        .count();
+    assert!((60..=64).contains(&probes), "{probes} probes in 256 events");
+    let stderr = traced(dir.path(), "t.data", &["--ring", "8K"], &[exe, "10", "5"]);
+    assert!(!stderr.contains("note: --ring"), "{stderr}");
+}
