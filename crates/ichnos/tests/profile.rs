@@ -330,6 +330,16 @@ fn the_demo_shows_its_jit_frame_by_name_between_native_frames() {
     let data = dir.path().join("demo.data");
     let out = ichnos(&["demo", "-o", data.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));
+    // The closing line names the command that shows this recording (it
+    // said `ichnos report`, which reads ichnos.data).
+    assert!(
+        stderr(&out).contains(&format!(
+            "`ichnos report -i {}` shows it again",
+            data.display()
+        )),
+        "{}",
+        stderr(&out)
+    );
     // Its JIT code is named through the code registry: no note says
     // otherwise.
     assert!(

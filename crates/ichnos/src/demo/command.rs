@@ -35,8 +35,15 @@ pub fn demo(args: &DemoArgs, quiet: bool, verbose: bool) -> Result<u8> {
         verbose,
     )?;
     if !quiet {
+        // The command that shows it: `-i` where it is not the default.
+        let shows = if args.output == std::path::Path::new("ichnos.data") {
+            "ichnos report".to_owned()
+        } else {
+            format!("ichnos report -i {}", args.output.display())
+        };
         eprintln!(
-            "\nThe recording is {}: `ichnos report` shows it again (--tree, --format folded, --comm demo-jit).",
+            "\nThe recording is {}: `{shows}` shows it again, all of it with --limit 0 \
+             (--tree, --format folded, --comm demo-jit).",
             args.output.display()
         );
     }
