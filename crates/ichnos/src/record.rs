@@ -108,6 +108,9 @@ pub fn demo_command() -> Result<Vec<OsString>> {
 
 /// The options `args` ask for.
 fn options(args: &RecordArgs) -> Result<RecordOptions> {
+    if args.output.as_os_str() == "-" {
+        bail!("-o -: a recording is written to a file, not to standard output");
+    }
     // With -p or -a, a command bounds the recording (perf's `-a -- sleep
     // 5`): it runs once the events are on, and the recording ends with it.
     let target = if let Some(pids) = &args.pid {

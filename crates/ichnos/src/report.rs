@@ -434,7 +434,10 @@ impl ReportArgs {
 /// Runs `ichnos report`.
 pub fn report(args: &ReportArgs, quiet: bool, verbose: bool) -> Result<()> {
     let format = if args.tree { Format::Tree } else { args.format };
-    if format.is_binary() && args.output.is_none() && std::io::stdout().is_terminal() {
+    if format.is_binary()
+        && args.output.as_ref().is_none_or(|o| o.as_os_str() == "-")
+        && std::io::stdout().is_terminal()
+    {
         bail!(
             "--format {} writes a binary file: name it with -o FILE (or redirect standard output)",
             format.name()
@@ -635,14 +638,15 @@ fn output(args: &ReportArgs) -> Result<Box<dyn Write>> {
         }
     }
     Ok(match &args.output {
-        Some(path) => Box::new(output::Named::new(
+        // `-o -`: standard output, as most tools take it.
+        Some(path) if path.as_os_str() != "-" => Box::new(output::Named::new(
             std::io::BufWriter::new(
                 std::fs::File::create(path)
                     .with_context(|| format!("cannot create {}", path.display()))?,
             ),
             path.display().to_string(),
         )),
-        None => Box::new(output::Named::new(
+        _ => Box::new(output::Named::new(
             std::io::BufWriter::new(std::io::stdout().lock()),
             "standard output".to_owned(),
         )),

@@ -88,6 +88,9 @@ fn runtime() -> PathBuf {
 
 /// Runs `ichnos trace`; the command's exit status is the result.
 pub fn trace(args: &TraceArgs, quiet: bool) -> Result<u8> {
+    if args.output.as_os_str() == "-" {
+        bail!("-o -: a recording is written to a file, not to standard output");
+    }
     if args.ring == Some(0) || args.buffer == Some(0) {
         bail!("buffer sizes must be above 0");
     }

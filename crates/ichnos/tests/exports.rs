@@ -1019,3 +1019,40 @@ fn a_profiles_report_refuses_what_it_cannot_honour_before_writing() {
         assert!(stderr.contains(said), "{args:?}: {stderr}");
     }
 }
+
+/// `-o -` is standard output for a report (it made a file named `-`),
+/// and refused for a recording, which is written to a file.
+#[test]
+fn dash_o_dash_is_standard_output_for_a_report_and_refused_for_a_recording() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = demo().to_str().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ichnos"))
+        .current_dir(dir.path())
+        .args(["report", "-q", "-i", data, "--limit", "1", "-o", "-"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("# "),
+        "the table on stdout"
+    );
+    assert!(!dir.path().join("-").exists(), "a file named -");
+    for command in ["record", "trace"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ichnos"))
+            .current_dir(dir.path())
+            .args([command, "-o", "-", "--", "true"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{command}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("-o -: a recording is written to a file"),
+            "{command}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!dir.path().join("-").exists(), "{command}: a file named -");
+    }
+}

@@ -607,6 +607,43 @@ fn processes_that_cannot_be_attached_to_are_named() {
         &["record", "-o", data.to_str().unwrap(), "-p", "12x"],
         &["\"12x\" is not a process id"],
     );
+    // A zombie (a child of this test, not waited for yet): it has exited
+    // (it was said not to exist).
+    let mut child = Command::new("true").spawn().unwrap();
+    let zombie = child.id().to_string();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !std::fs::read_to_string(format!("/proc/{zombie}/status"))
+        .unwrap()
+        .contains("State:\tZ")
+    {
+        assert!(std::time::Instant::now() < deadline, "true did not exit");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    fails_with(
+        &["record", "-o", data.to_str().unwrap(), "-p", &zombie],
+        &[&format!("process {zombie} has exited (a zombie")],
+    );
+    child.wait().unwrap();
+    // A kernel thread (it recorded nothing, and said nothing): the kernel
+    // marks them in their status.
+    let kernel_thread = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .find(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/status"))
+                .is_ok_and(|s| s.contains("Kthread:\t1"))
+        })
+        .expect("a kernel thread, marked Kthread: 1 (Linux 6.4 and later)");
+    fails_with(
+        &[
+            "record",
+            "-o",
+            data.to_str().unwrap(),
+            "-p",
+            &kernel_thread.to_string(),
+        ],
+        &[&format!("process {kernel_thread} ("), "is a kernel thread"],
+    );
 }
 
 #[test]

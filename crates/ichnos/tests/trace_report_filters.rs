@@ -230,6 +230,23 @@ fn a_filter_that_names_nothing_or_a_profile_is_refused() {
         stderr.contains("-F, -N and -D choose a function trace's calls"),
         "{stderr}"
     );
+    // A perf.data file is named as one (it was "not an ichnos
+    // recording").
+    let perf = dir.path().join("perf.data");
+    let mut bytes = b"PERFILE2".to_vec();
+    bytes.resize(200, 0);
+    std::fs::write(&perf, bytes).unwrap();
+    for args in [&["replay"][..], &["report", "--trace"]] {
+        let out = ichnos().args(args).arg("-i").arg(&perf).output().unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(
+                "perf.data is a perf.data file, a sampling profile, not a function trace"
+            ),
+            "{args:?}: {stderr}"
+        );
+    }
     // Nor is a trace compared as a profile (it read as 0 samples, every
     // function shrunk by 100%), in either place.
     let (profile, trace) = (dir.path().join("p.data"), dir.path().join("t.data"));

@@ -231,6 +231,24 @@ pub enum RecordError {
         /// The process.
         pid: u32,
     },
+    /// A process to attach to has exited, and its parent has not yet
+    /// reaped it: it runs nothing any more.
+    #[error(
+        "process {pid} has exited (a zombie its parent has not reaped): it runs nothing to sample"
+    )]
+    Exited {
+        /// The process.
+        pid: u32,
+    },
+    /// A process to attach to is a kernel thread: it runs no user code,
+    /// which is what is sampled.
+    #[error("process {pid} ({name}) is a kernel thread: it runs no user code to sample")]
+    KernelThread {
+        /// The process.
+        pid: u32,
+        /// Its name.
+        name: String,
+    },
     /// Profiling another user's process was refused.
     #[error("cannot profile process {pid}: it belongs to another user (uid {uid}); profiling it needs root, or CAP_PERFMON and CAP_SYS_PTRACE")]
     NotOurs {
@@ -332,11 +350,24 @@ fn processes_of(ids: &[u32]) -> Result<Vec<u32>, RecordError> {
     for &id in ids {
         let status = std::fs::read_to_string(format!("/proc/{id}/status"))
             .map_err(|_| RecordError::NoSuchProcess { pid: id })?;
-        let pid = status
-            .lines()
-            .find_map(|l| l.strip_prefix("Tgid:"))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(id);
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(str::trim)
+        };
+        let pid = field("Tgid:").and_then(|v| v.parse().ok()).unwrap_or(id);
+        if field("State:").is_some_and(|s| s.starts_with('Z')) {
+            return Err(RecordError::Exited { pid });
+        }
+        // (Kthread: since Linux 6.4; before, a kernel thread's
+        // /proc/PID/exe cannot be read either.)
+        if field("Kthread:") == Some("1") {
+            return Err(RecordError::KernelThread {
+                pid,
+                name: field("Name:").unwrap_or_default().to_owned(),
+            });
+        }
         if !pids.contains(&pid) {
             pids.push(pid);
         }

@@ -53,6 +53,12 @@ pub enum TraceReadError {
         /// The file.
         path: PathBuf,
     },
+    /// A perf.data file: samples, not function calls.
+    #[error("{} is a perf.data file, a sampling profile, not a function trace (read it with `ichnos report`)", path.display())]
+    PerfData {
+        /// The file.
+        path: PathBuf,
+    },
 }
 
 /// A function trace, read.
@@ -218,11 +224,17 @@ impl Trace {
             path: path.to_path_buf(),
             source,
         })?;
-        let mut profile =
-            Profile::read(BufReader::new(file)).map_err(|source| TraceReadError::Read {
+        let mut profile = Profile::read(BufReader::new(file)).map_err(|source| match source {
+            ReadError::NotARecording { found } if found == b"PERFILE2" || found == b"2ELIFREP" => {
+                TraceReadError::PerfData {
+                    path: path.to_path_buf(),
+                }
+            }
+            source => TraceReadError::Read {
                 path: path.to_path_buf(),
                 source,
-            })?;
+            },
+        })?;
         if !profile.description.event.starts_with("function-trace") {
             return Err(TraceReadError::NotATrace {
                 path: path.to_path_buf(),
