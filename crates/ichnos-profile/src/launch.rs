@@ -46,6 +46,18 @@ pub enum LaunchError {
         /// The error (from the child's exec).
         source: io::Error,
     },
+    /// The program is there, but what runs it is not: the interpreter its
+    /// `#!` line names, or the dynamic linker it asks for (exec says "No
+    /// such file or directory" of either).
+    #[error("cannot run {}: its {what} {} does not exist", path.display(), missing.display())]
+    Missing {
+        /// The program.
+        path: PathBuf,
+        /// "interpreter" or "dynamic linker".
+        what: &'static str,
+        /// What it names.
+        missing: PathBuf,
+    },
     /// A system call of the launch failed.
     #[error("cannot start the command: {what}: {source}")]
     Os {
@@ -187,9 +199,19 @@ impl Held {
             // The child has exited (127): reap it.
             let mut child = child;
             let _ = child.wait_blocking();
+            let errno = i32::from_le_bytes(errno);
+            if errno == libc::ENOENT {
+                if let Some((what, missing)) = missing_runner(&self.program) {
+                    return Err(LaunchError::Missing {
+                        path: self.program.clone(),
+                        what,
+                        missing,
+                    });
+                }
+            }
             return Err(LaunchError::Exec {
                 path: self.program.clone(),
-                source: io::Error::from_raw_os_error(i32::from_le_bytes(errno)),
+                source: io::Error::from_raw_os_error(errno),
             });
         }
         Ok(child)
@@ -262,4 +284,46 @@ impl Child {
     pub fn exit_fd(&self) -> io::Result<OwnedFd> {
         sys::pidfd_open(self.pid.cast_signed())
     }
+}
+
+/// What `program` (which exists) names to run it that does not exist:
+/// the interpreter of its `#!` line, or the dynamic linker of its
+/// `PT_INTERP`. Read from its first bytes, bounded.
+fn missing_runner(program: &Path) -> Option<(&'static str, PathBuf)> {
+    use std::io::Read;
+    let mut head = Vec::with_capacity(4096);
+    std::fs::File::open(program)
+        .ok()?
+        .take(4096)
+        .read_to_end(&mut head)
+        .ok()?;
+    let (what, named) = if let Some(line) = head.strip_prefix(b"#!") {
+        let line = line.split(|&b| b == b'\n').next()?;
+        let word = line
+            .split(|&b| b == b' ' || b == b'\t')
+            .find(|w| !w.is_empty())?;
+        (
+            "interpreter",
+            PathBuf::from(std::ffi::OsStr::from_bytes(word)),
+        )
+    } else {
+        ("dynamic linker", elf_interpreter(program)?)
+    };
+    (!named.exists()).then_some((what, named))
+}
+
+/// The dynamic linker an ELF program names (`PT_INTERP`).
+fn elf_interpreter(program: &Path) -> Option<PathBuf> {
+    use object::read::elf::{FileHeader, ProgramHeader};
+    let data = object::ReadCache::new(std::fs::File::open(program).ok()?);
+    let header = object::elf::FileHeader64::<object::Endianness>::parse(&data).ok()?;
+    let endian = header.endian().ok()?;
+    let segment = header
+        .program_headers(endian, &data)
+        .ok()?
+        .iter()
+        .find(|s| s.p_type(endian) == object::elf::PT_INTERP)?;
+    let bytes = segment.data(endian, &data).ok()?;
+    let name = bytes.split(|&b| b == 0).next()?;
+    Some(PathBuf::from(std::ffi::OsStr::from_bytes(name)))
 }

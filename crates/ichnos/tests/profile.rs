@@ -577,6 +577,30 @@ fn commands_that_cannot_run_are_named() {
         &["cannot run", "notes.txt", "Exec format error"],
     );
     assert_eq!(err.matches("Exec format error").count(), 1, "{err}");
+    // A script whose interpreter is missing, and a program whose dynamic
+    // linker is: exec says "No such file or directory" of the program,
+    // which is there; what is missing is named.
+    let script = dir.path().join("script.sh");
+    std::fs::write(&script, "#!/nonexistent/ichnos-interp -e\nexit 0\n").unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    fails_with(
+        &["record", "-o", data, "--", script.to_str().unwrap()],
+        &["script.sh: its interpreter /nonexistent/ichnos-interp does not exist"],
+    );
+    let mut program = std::fs::read("/bin/true").unwrap();
+    let linker = b"/lib64/ld-linux-x86-64.so.2";
+    let at = program
+        .windows(linker.len())
+        .position(|w| w == linker)
+        .expect("true names the usual dynamic linker");
+    program[at..at + linker.len()].copy_from_slice(b"/lib64/ld-nowhere-x86-64.so");
+    let elf = dir.path().join("elf");
+    std::fs::write(&elf, program).unwrap();
+    std::fs::set_permissions(&elf, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    fails_with(
+        &["record", "-o", data, "--", elf.to_str().unwrap()],
+        &["elf: its dynamic linker /lib64/ld-nowhere-x86-64.so does not exist"],
+    );
     // Nothing was left behind for a command that never ran.
     assert!(!Path::new(data).exists());
     // A refusal after the command was started and held before its exec
