@@ -99,6 +99,9 @@ pub fn diff(base: &[Weighted<'_>], new: &[Weighted<'_>]) -> Vec<DiffRow> {
             .abs()
             .total_cmp(&a.change().abs())
             .then_with(|| b.self_change.abs().total_cmp(&a.self_change.abs()))
+            // Unchanged (two recordings alike): the hottest first.
+            .then_with(|| b.new.0.weight.cmp(&a.new.0.weight))
+            .then_with(|| b.base.0.weight.cmp(&a.base.0.weight))
             .then_with(|| a.function.cmp(&b.function))
             .then_with(|| a.object.cmp(&b.object))
     });
@@ -237,14 +240,27 @@ mod tests {
         let new = [weighted(&a, 20), weighted(&b, 80)];
         let rows = diff(&base, &new);
         let names: Vec<&str> = rows.iter().map(|r| &*r.function).collect();
-        assert_eq!(names, ["a", "b", "main"]);
-        assert!((rows[0].change() - -55.0).abs() < 1e-9);
-        assert!((rows[0].self_change - -55.0).abs() < 1e-9);
-        assert!((rows[1].self_change - 55.0).abs() < 1e-9);
+        // a and b changed as much: b, hotter in NEW, first.
+        assert_eq!(names, ["b", "a", "main"]);
+        assert!((rows[1].change() - -55.0).abs() < 1e-9);
+        assert!((rows[1].self_change - -55.0).abs() < 1e-9);
+        assert!((rows[0].self_change - 55.0).abs() < 1e-9);
         assert!(rows[2].self_change.abs() < 1e-9);
         assert!(rows[2].total_change.abs() < 1e-9);
-        assert_eq!(rows[0].base.0.samples, 300);
-        assert_eq!(rows[0].new.0.samples, 20);
+        assert_eq!(rows[1].base.0.samples, 300);
+        assert_eq!(rows[1].new.0.samples, 20);
+    }
+
+    #[test]
+    fn rows_that_did_not_change_come_hottest_first() {
+        // The same recording twice: no change anywhere; "zz" holds the
+        // time, "aa" little of it (by name it came first).
+        let zz = frames(&["zz", "main"]);
+        let aa = frames(&["aa", "main"]);
+        let samples = [weighted(&zz, 90), weighted(&aa, 10)];
+        let rows = diff(&samples, &samples);
+        let names: Vec<&str> = rows.iter().map(|r| &*r.function).collect();
+        assert_eq!(names, ["zz", "aa", "main"]);
     }
 
     #[test]
