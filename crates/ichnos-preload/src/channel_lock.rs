@@ -29,7 +29,9 @@
 //! word), so a holder that let go meanwhile is never marked (unless the
 //! same thread took it again, its waiters bit set, between the waiter's
 //! look and its mark: then the new hold is marked, which costs the frames
-//! handed over during that one hold). The one holder that can
+//! handed over during that one hold). Whether a word a waiter wakes to is
+//! still the hold it slept on is told by a count of let-goes beside the
+//! word: the same thread may have let go and taken it again. The one holder that can
 //! never let go, the code a signal handler of the same thread
 //! interrupted (`ichnos_snapshot` from a handler while the thread hands a
 //! buffer over), is known at once and not waited for; the handlers that
@@ -89,6 +91,11 @@ const SPINS: u32 = 64;
 pub(crate) struct ChannelLock {
     /// The holder's thread id (0: free), and [`WAITERS`].
     state: AtomicU32,
+    /// Times the lock was let go: a waiter that finds the word as it
+    /// left it knows from this whether it is the same hold (a thread
+    /// that let go and took it again, its waiters bit set again by
+    /// another waiter, leaves the word the same).
+    releases: AtomicU32,
 }
 
 /// The calling thread's id (a system call: async-signal-safe, and right
@@ -104,6 +111,7 @@ impl ChannelLock {
     pub(crate) const fn new() -> ChannelLock {
         ChannelLock {
             state: AtomicU32::new(FREE),
+            releases: AtomicU32::new(0),
         }
     }
 
@@ -165,6 +173,7 @@ impl ChannelLock {
                 // up, the hold is not.
                 return false;
             }
+            let releases = self.releases.load(Ordering::Relaxed);
             let before = crate::clock::monotonic_ns();
             futex_wait(
                 &self.state,
@@ -172,10 +181,12 @@ impl ChannelLock {
                 (patience_ns - waited.total).min(SLEEP_NS),
             );
             let slept = crate::clock::monotonic_ns().saturating_sub(before);
-            let now = self.state.load(Ordering::Relaxed);
-            // The word changes only when the holder lets go (and someone
-            // takes it) or a waiter gives the hold up.
-            waited.slept(slept, now == seen);
+            // Acquire: a word read after a let-go and a new taking of it
+            // (the let-go's swap heads a release sequence the takings
+            // continue) shows the count the let-go raised first.
+            let now = self.state.load(Ordering::Acquire);
+            let same_hold = now == seen && self.releases.load(Ordering::Relaxed) == releases;
+            waited.slept(slept, same_hold);
             seen = now;
         }
     }
@@ -190,6 +201,8 @@ impl ChannelLock {
 
     /// Lets the lock go, waking one sleeper if any may sleep.
     pub(crate) fn unlock(&self) {
+        // Counted before the word is freed (see `releases`).
+        self.releases.fetch_add(1, Ordering::Relaxed);
         if self.state.swap(FREE, Ordering::Release) & WAITERS != 0 {
             futex_wake(&self.state, 1);
         }

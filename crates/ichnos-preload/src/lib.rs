@@ -324,6 +324,10 @@ fn enter_elsewhere(path: u8, function: u64, sp: u64) {
 /// - before the dynamic linker has relocated the runtime (an
 ///   instrumented ifunc resolver of a library relocated before it):
 ///   nothing here may call through the runtime's GOT before then;
+/// - before the C library's own initialisation (an instrumented ifunc
+///   resolver of the program, relocated after the runtime): the
+///   environment is not there to read yet, and the thread-locals the
+///   start writes are set up only after relocation;
 /// - in other threads: one a constructor made goes untraced until the
 ///   runtime starts;
 /// - in a child of `vfork` a constructor made, which shares the
@@ -333,6 +337,9 @@ fn enter_elsewhere(path: u8, function: u64, sp: u64) {
 #[inline(never)]
 fn enter_before_start(function: u64, sp: u64) {
     if !relocated() || STARTED.load(Ordering::Acquire) || NO_EARLY_START.load(Ordering::Relaxed) {
+        return;
+    }
+    if !libc_initialised() {
         return;
     }
     if !loading_thread() {
@@ -375,6 +382,16 @@ fn relocated() -> bool {
     // from memory, not assumed from its initialiser.
     let stored = unsafe { std::ptr::read_volatile(&raw const RELOCATED) };
     std::ptr::eq(stored, &raw const STARTED)
+}
+
+/// Whether the C library has initialised itself: its constructor, the
+/// first the dynamic linker runs (after every object is relocated and
+/// the thread-locals are set up), sets `environ`, which is null until
+/// then (and a pointer to a null pointer in an empty environment).
+fn libc_initialised() -> bool {
+    // SAFETY: a read of the C library's `environ`, a pointer-sized
+    // static; no thread writes it during start-up.
+    !unsafe { std::ptr::read_volatile(&raw const libc::environ) }.is_null()
 }
 
 /// Whether the calling thread is the process's first, the one that

@@ -187,3 +187,25 @@ fn an_ifunc_resolver_run_before_the_runtime_is_relocated_does_not_start_it() {
         "{stderr}"
     );
 }
+
+#[test]
+fn an_ifunc_resolver_of_the_program_run_before_the_c_library_is_up_does_not_start_it() {
+    // The program's own resolver runs while the program is relocated:
+    // the runtime is relocated by then, the C library not initialised
+    // (an early start there read no environment, and the whole program
+    // went untraced).
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "ifunc_main.c", &[]);
+    let stderr = traced(dir.path(), "t.data", &[], &[exe.to_str().unwrap()]);
+    assert_eq!(
+        replayed_calls(dir.path(), "t.data"),
+        [
+            "main() {",
+            "  work() {",
+            "    add_one_plain();",
+            "  } /* work */",
+            "} /* main */"
+        ],
+        "{stderr}"
+    );
+}
