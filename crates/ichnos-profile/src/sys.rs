@@ -314,12 +314,26 @@ pub fn uname() -> (String, String) {
     (field(&u.nodename), field(&u.release))
 }
 
-/// Whether process `pid` is alive: it exists and is not a zombie.
+/// Whether process `pid` is alive: it exists and one of its threads is
+/// not a zombie.
 pub(crate) fn alive(pid: u32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+    // Any of its threads: a process whose first thread has exited (its
+    // `pthread_exit`) shows as a zombie while the others run on.
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return false;
     };
-    // `PID (COMM) STATE ...`; the name may hold parentheses.
+    tasks
+        .filter_map(Result::ok)
+        .filter_map(|task| task.file_name().to_str()?.parse().ok())
+        .any(|tid| task_alive(pid, tid))
+}
+
+/// Whether thread `tid` of process `pid` exists and is not a zombie.
+pub(crate) fn task_alive(pid: u32, tid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")) else {
+        return false;
+    };
+    // `TID (COMM) STATE ...`; the name may hold parentheses.
     stat.rsplit_once(") ")
         .and_then(|(_, rest)| rest.chars().next())
         .is_some_and(|state| !matches!(state, 'Z' | 'X' | 'x'))

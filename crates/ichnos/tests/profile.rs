@@ -244,6 +244,49 @@ fn a_running_process_is_recorded_with_dash_p() {
 /// hardware cycle counter, and else falls back to the CPU clock with a
 /// note, as the default does and as perf does (it was refused: "this
 /// machine has no cycles event").
+/// `-p` of a process that outlives one of its threads: one whose first
+/// thread has exited (a zombie that runs on) is recorded, not refused;
+/// one named by a worker's thread id is recorded until the process ends,
+/// not until that worker does.
+#[test]
+fn dash_p_follows_the_process_not_the_thread_it_was_named_by() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_fixture(dir.path(), "leader_exits", &["-pthread"]);
+    for (mode, name_it_by) in [("leader", "pid"), ("worker", "tid")] {
+        let mut child = Command::new(&exe)
+            .args([mode, "1.5"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let worker = line.trim().to_owned();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let id = if name_it_by == "pid" {
+            child.id().to_string()
+        } else {
+            worker
+        };
+        let data = dir.path().join(format!("{mode}.data"));
+        let out = ichnos(&["record", "-q", "-o", data.to_str().unwrap(), "-p", &id]);
+        let _ = child.wait();
+        assert!(out.status.success(), "{mode}: {}", stderr(&out));
+        let report = ichnos(&["report", "-i", data.to_str().unwrap(), "--limit", "0"]);
+        let text = String::from_utf8_lossy(&report.stdout).into_owned();
+        let header = text.lines().next().unwrap_or_default();
+        let words: Vec<&str> = header.split_whitespace().collect();
+        let over = words.iter().position(|&w| w == "over").unwrap();
+        let seconds: f64 = words[over + 1].parse().unwrap();
+        // The process spins about 1.4 s more once attached.
+        assert!(seconds > 1.0, "{mode}: {header}");
+        assert!(text.contains(" spin"), "{mode}: {text}");
+    }
+}
+
 #[test]
 fn cycles_asked_for_fall_back_to_the_cpu_clock_without_a_pmu() {
     let dir = tempfile::tempdir().unwrap();

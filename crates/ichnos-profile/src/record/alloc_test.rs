@@ -145,6 +145,7 @@ pub(super) fn recorder(
     let file = std::fs::File::create(dir.join("x.data")).unwrap();
     let (output, writer) = output::start(file, start).unwrap();
     let recorder = Recorder {
+        attached: Vec::new(),
         spaces: Spaces::new(ichnos_code::elf::RowChoice::SframeThenEhFrame),
         interner: Interner::default(),
         output,

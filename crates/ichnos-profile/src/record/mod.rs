@@ -357,7 +357,8 @@ fn processes_of(ids: &[u32]) -> Result<Vec<u32>, RecordError> {
                 .map(str::trim)
         };
         let pid = field("Tgid:").and_then(|v| v.parse().ok()).unwrap_or(id);
-        if field("State:").is_some_and(|s| s.starts_with('Z')) {
+        // (Its first thread a zombie, the others may run on.)
+        if field("State:").is_some_and(|s| s.starts_with('Z')) && !crate::sys::alive(pid) {
             return Err(RecordError::Exited { pid });
         }
         // (Kthread: since Linux 6.4; before, a kernel thread's
@@ -381,8 +382,11 @@ fn threads_of(pids: &[u32]) -> Result<Vec<u32>, RecordError> {
     for &pid in pids {
         let dir = std::fs::read_dir(format!("/proc/{pid}/task"))
             .map_err(|_| RecordError::NoSuchProcess { pid })?;
+        // Not the zombies: a first thread that has exited while the
+        // others run on cannot have an event opened on it.
         let mut mine: Vec<u32> = dir
             .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .filter(|&tid| crate::sys::task_alive(pid, tid))
             .collect();
         mine.sort_unstable();
         tids.extend(mine);
@@ -657,7 +661,7 @@ pub fn record(
             return Err(e);
         }
     };
-    let result = recorder.run(&mut events, child.as_mut(), options, stop, status);
+    let result = recorder.run(&mut events, child.as_mut(), stop, status);
     for e in &events.opened {
         let _ = e.disable();
     }

@@ -342,7 +342,7 @@ impl Spaces {
         if self.offline {
             return false;
         }
-        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+        let Some(text) = process_maps(pid) else {
             return false;
         };
         let Ok(entries) = ichnos_image::parse_maps(pid, &text) else {
@@ -744,6 +744,22 @@ impl AddressSpace {
     pub fn is_mapped(&self, pc: u64) -> bool {
         self.code.find(pc).is_some() || self.mappings.iter().any(|m| m.range.contains(&pc))
     }
+}
+
+/// The memory map of process `pid`: its `/proc/PID/maps`, or, where that
+/// is empty because its first thread has exited (a zombie whose memory
+/// the kernel no longer reaches through it) while the others run on, a
+/// live thread's.
+fn process_maps(pid: u32) -> Option<String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    if !text.is_empty() {
+        return Some(text);
+    }
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .filter_map(Result::ok)
+        .filter_map(|task| std::fs::read_to_string(task.path().join("maps")).ok())
+        .find(|text| !text.is_empty())
 }
 
 #[cfg(test)]

@@ -24,7 +24,7 @@ use super::off_cpu::OffCpu;
 use super::order::{Sorter, MARGIN_NS};
 use super::output::Output;
 use super::stack_tops::StackTops;
-use super::{RecordError, RecordOptions, RecordTarget, Status};
+use super::{RecordError, RecordOptions, Status};
 use crate::launch::Child;
 use crate::sys::Epoll;
 
@@ -50,19 +50,15 @@ impl Ending {
     /// attached to did, or a stop was asked for. A command that outlives
     /// a stop by a second is sent SIGTERM, and SIGKILL three seconds
     /// later; the recording ends when it does.
-    fn over(
-        &mut self,
-        child: Option<&mut Child>,
-        target: &RecordTarget,
-        stop: &AtomicBool,
-    ) -> bool {
+    fn over(&mut self, child: Option<&mut Child>, attached: &[u32], stop: &AtomicBool) -> bool {
         let stopping = stop.load(Ordering::Relaxed);
-        // Attached processes all gone: the recording is over, and a
-        // workload bounding it is asked to end (as perf does).
+        // Attached processes (each named by its process id, however `-p`
+        // named it) all gone: the recording is over, and a workload
+        // bounding it is asked to end (as perf does).
         let mut attached_gone = || {
-            let RecordTarget::Pids(pids) = target else {
+            if attached.is_empty() {
                 return false;
-            };
+            }
             if self
                 .last_alive_check
                 .is_some_and(|t| t.elapsed() < Duration::from_millis(500))
@@ -70,7 +66,7 @@ impl Ending {
                 return false;
             }
             self.last_alive_check = Some(Instant::now());
-            pids.iter().all(|&p| !crate::sys::alive(p))
+            attached.iter().all(|&p| !crate::sys::alive(p))
         };
         let Some(child) = child else {
             return stopping || attached_gone();
@@ -99,6 +95,8 @@ impl Ending {
 
 /// The recorder's state while running.
 pub(super) struct Recorder {
+    /// The processes attached to (`-p`), by process id.
+    pub(super) attached: Vec<u32>,
     pub(super) spaces: Spaces,
     pub(super) interner: Interner,
     pub(super) output: Output,
@@ -132,8 +130,10 @@ pub(super) struct Recorder {
 }
 
 impl Recorder {
-    /// Describes the processes attached to, as they are now.
+    /// Describes the processes attached to, as they are now; the
+    /// recording ends when they have all exited.
     pub(super) fn attach(&mut self, pids: &[u32], tids: &[u32], now: u64) {
+        self.attached = pids.to_vec();
         for &pid in pids {
             self.spaces.get_or_synthesize(pid, now, &mut self.output);
         }
@@ -151,6 +151,7 @@ impl Recorder {
             .map(|(_, event)| events.opened[*event].format())
             .collect();
         Self {
+            attached: Vec::new(),
             spaces: Spaces::new(RowChoice::SframeThenEhFrame),
             interner: Interner::default(),
             output,
@@ -191,6 +192,7 @@ impl Recorder {
     /// a perf.data file, handed to [`Recorder::handle`] in time order.
     pub(super) fn offline(max_frames: usize, output: Output) -> Self {
         Self {
+            attached: Vec::new(),
             spaces: Spaces::offline(RowChoice::SframeThenEhFrame),
             interner: Interner::default(),
             output,
@@ -220,7 +222,6 @@ impl Recorder {
         &mut self,
         events: &mut events::Events,
         mut child: Option<&mut Child>,
-        options: &RecordOptions,
         stop: &AtomicBool,
         status: &mut dyn FnMut(&Status),
     ) -> Result<(), RecordError> {
@@ -268,7 +269,7 @@ impl Recorder {
                     processes: self.spaces.by_pid.len(),
                 });
             }
-            if ending.over(child.as_deref_mut(), &options.target, stop) {
+            if ending.over(child.as_deref_mut(), &self.attached, stop) {
                 return Ok(());
             }
         }
