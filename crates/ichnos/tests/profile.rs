@@ -902,6 +902,41 @@ fn a_recording_that_cannot_be_kept_as_old_is_named() {
     }
 }
 
+/// A command line larger than a record may be (800 KiB here) is cut in
+/// the recording's description, which is kept: it was dropped whole, and
+/// the report did not say what the recording was ("0 samples of  at 0
+/// Hz").
+#[test]
+fn a_long_command_line_is_cut_not_the_description_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("long.data");
+    let long = "x".repeat(4000);
+    let mut args = vec![
+        "record",
+        "-q",
+        "-o",
+        data.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        "exit 0",
+    ];
+    args.extend(std::iter::repeat_n(long.as_str(), 200));
+    let out = ichnos(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report = ichnos(&["report", "-i", data.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&report.stdout).into_owned();
+    let header: Vec<&str> = text.lines().take(2).collect();
+    assert!(header[0].contains("of cpu-clock at 1000 Hz"), "{header:?}");
+    assert!(
+        header[1].contains(": sh -c exit 0 xxxx"),
+        "{}",
+        &header[1][..200.min(header[1].len())]
+    );
+    // Cut to about 64 KiB.
+    assert!(header[1].len() < 70_000, "{}", header[1].len());
+}
+
 /// Runs ichnos as the unprivileged user `nobody`.
 fn as_nobody(args: &[&str]) -> Output {
     Command::new("setpriv")

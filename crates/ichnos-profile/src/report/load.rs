@@ -305,25 +305,24 @@ impl Profile {
     /// wrong is the error.
     ///
     /// A recording cut before its first chunk ended holds nothing, not
-    /// even what it is (its `Meta`): the cut is the error then.
+    /// even what it is (its first chunk holds its `Meta`): the cut is the
+    /// error then, and a recording of no chunk at all is
+    /// [`ReadError::Empty`].
     pub fn read(input: impl Read) -> Result<Profile, ReadError> {
         let mut reader = Reader::new(input)?;
         let mut profile = Profile::default();
-        let mut described = false;
         let mut any_chunk = false;
         loop {
             match reader.next_chunk() {
                 Ok(Some(chunk)) => {
                     any_chunk = true;
                     for record in chunk.records() {
-                        let record = record?;
-                        described |= matches!(record, Record::Meta(_));
-                        profile.add(&record);
+                        profile.add(&record?);
                     }
                 }
                 Ok(None) if !any_chunk => return Err(ReadError::Empty),
                 Ok(None) => break,
-                Err(e) if e.is_truncation() && !described => return Err(e),
+                Err(e) if e.is_truncation() && !any_chunk => return Err(e),
                 Err(e) if e.is_truncation() => {
                     profile.truncated = Some(e);
                     break;
