@@ -49,7 +49,7 @@ pub enum LaunchError {
     /// The program is there, but what runs it is not: the interpreter its
     /// `#!` line names, or the dynamic linker it asks for (exec says "No
     /// such file or directory" of either).
-    #[error("cannot run {}: its {what} {} does not exist", path.display(), missing.display())]
+    #[error("cannot run {}: its {what} {} does not exist{note}", path.display(), missing.display())]
     Missing {
         /// The program.
         path: PathBuf,
@@ -57,6 +57,8 @@ pub enum LaunchError {
         what: &'static str,
         /// What it names.
         missing: PathBuf,
+        /// More on why (or nothing).
+        note: &'static str,
     },
     /// A system call of the launch failed.
     #[error("cannot start the command: {what}: {source}")]
@@ -201,11 +203,12 @@ impl Held {
             let _ = child.wait_blocking();
             let errno = i32::from_le_bytes(errno);
             if errno == libc::ENOENT {
-                if let Some((what, missing)) = missing_runner(&self.program) {
+                if let Some((what, missing, note)) = missing_runner(&self.program) {
                     return Err(LaunchError::Missing {
                         path: self.program.clone(),
                         what,
                         missing,
+                        note,
                     });
                 }
             }
@@ -288,8 +291,8 @@ impl Child {
 
 /// What `program` (which exists) names to run it that does not exist:
 /// the interpreter of its `#!` line, or the dynamic linker of its
-/// `PT_INTERP`. Read from its first bytes, bounded.
-fn missing_runner(program: &Path) -> Option<(&'static str, PathBuf)> {
+/// `PT_INTERP`, and a note on why. Read from its first bytes, bounded.
+fn missing_runner(program: &Path) -> Option<(&'static str, PathBuf, &'static str)> {
     use std::io::Read;
     let mut head = Vec::with_capacity(4096);
     std::fs::File::open(program)
@@ -302,6 +305,17 @@ fn missing_runner(program: &Path) -> Option<(&'static str, PathBuf)> {
         let word = line
             .split(|&b| b == b' ' || b == b'\t')
             .find(|w| !w.is_empty())?;
+        // A script saved with DOS line ends names its interpreter with a
+        // carriage return after it, which printed would hide the line.
+        if let Some(word) = word.strip_suffix(b"\r") {
+            // The name the kernel looked for is not the one shown, which
+            // may well exist.
+            return Some((
+                "interpreter",
+                PathBuf::from(std::ffi::OsStr::from_bytes(word)),
+                " with a carriage return after its name: the script has DOS line ends",
+            ));
+        }
         (
             "interpreter",
             PathBuf::from(std::ffi::OsStr::from_bytes(word)),
@@ -309,21 +323,31 @@ fn missing_runner(program: &Path) -> Option<(&'static str, PathBuf)> {
     } else {
         ("dynamic linker", elf_interpreter(program)?)
     };
-    (!named.exists()).then_some((what, named))
+    (!named.exists()).then_some((what, named, ""))
 }
 
-/// The dynamic linker an ELF program names (`PT_INTERP`).
+/// The dynamic linker an ELF program names (`PT_INTERP`), 64-bit or
+/// 32-bit (a 32-bit program on a system without its libraries).
 fn elf_interpreter(program: &Path) -> Option<PathBuf> {
-    use object::read::elf::{FileHeader, ProgramHeader};
+    use object::elf::{FileHeader32, FileHeader64};
     let data = object::ReadCache::new(std::fs::File::open(program).ok()?);
-    let header = object::elf::FileHeader64::<object::Endianness>::parse(&data).ok()?;
+    interpreter_of::<FileHeader64<object::Endianness>>(&data)
+        .or_else(|| interpreter_of::<FileHeader32<object::Endianness>>(&data))
+}
+
+/// `PT_INTERP` of the ELF file `data`, read as of class `Elf`.
+fn interpreter_of<Elf: object::read::elf::FileHeader<Endian = object::Endianness>>(
+    data: &object::ReadCache<std::fs::File>,
+) -> Option<PathBuf> {
+    use object::read::elf::ProgramHeader;
+    let header = Elf::parse(data).ok()?;
     let endian = header.endian().ok()?;
     let segment = header
-        .program_headers(endian, &data)
+        .program_headers(endian, data)
         .ok()?
         .iter()
         .find(|s| s.p_type(endian) == object::elf::PT_INTERP)?;
-    let bytes = segment.data(endian, &data).ok()?;
+    let bytes = segment.data(endian, data).ok()?;
     let name = bytes.split(|&b| b == 0).next()?;
     Some(PathBuf::from(std::ffi::OsStr::from_bytes(name)))
 }

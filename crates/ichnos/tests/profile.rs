@@ -630,6 +630,14 @@ fn commands_that_cannot_run_are_named() {
         &["record", "-o", data, "--", script.to_str().unwrap()],
         &["script.sh: its interpreter /nonexistent/ichnos-interp does not exist"],
     );
+    // Saved with DOS line ends: the name has a carriage return after it
+    // (printed, it hid the line); /bin/sh itself is there.
+    std::fs::write(&script, "#!/bin/sh\r\nexit 0\r\n").unwrap();
+    let err = fails_with(
+        &["record", "-o", data, "--", script.to_str().unwrap()],
+        &["its interpreter /bin/sh does not exist with a carriage return after its name: the script has DOS line ends"],
+    );
+    assert!(!err.contains('\r'), "{err:?}");
     let mut program = std::fs::read("/bin/true").unwrap();
     let linker = b"/lib64/ld-linux-x86-64.so.2";
     let at = program
