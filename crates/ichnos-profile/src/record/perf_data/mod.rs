@@ -295,6 +295,8 @@ struct Converted {
     left_out: Vec<u64>,
     /// Each event's name.
     names: Vec<String>,
+    /// Whether each event's samples are the profile's.
+    kept: Vec<bool>,
     /// The first record's time, which the recording's times count from.
     first_time: Option<u64>,
     last_time: u64,
@@ -303,13 +305,23 @@ struct Converted {
 impl Converted {
     /// Nothing converted yet of a file of events `attributes`.
     fn of(attributes: &[linux_perf_data::AttributeDescription]) -> Converted {
+        let names: Vec<String> = attributes
+            .iter()
+            .map(|a| a.name().unwrap_or("perf event").to_owned())
+            .collect();
+        let shown = shown_event(attributes);
+        // The shown event's samples, and those of the same event on the
+        // CPU's other core types (a hybrid CPU's `cpu_core/cycles/` and
+        // `cpu_atom/cycles/`: one event, counted by two PMUs).
+        let kept = names
+            .iter()
+            .map(|n| names.get(shown).is_some_and(|s| same_event(s, n)))
+            .collect();
         Converted {
-            shown: shown_event(attributes),
+            shown,
+            kept,
             left_out: vec![0; attributes.len()],
-            names: attributes
-                .iter()
-                .map(|a| a.name().unwrap_or("perf event").to_owned())
-                .collect(),
+            names,
             ..Converted::default()
         }
     }
@@ -326,7 +338,9 @@ impl Converted {
             return;
         };
         match parse(format, found.bytes) {
-            Ok(ichnos_perf::record::Record::Sample(_)) if found.attr != self.shown => {
+            Ok(ichnos_perf::record::Record::Sample(_))
+                if !self.kept.get(found.attr).copied().unwrap_or(false) =>
+            {
                 if let Some(n) = self.left_out.get_mut(found.attr) {
                     *n += 1;
                 }
@@ -362,6 +376,19 @@ fn shown_event(attributes: &[linux_perf_data::AttributeDescription]) -> usize {
             )
         })
         .unwrap_or(0)
+}
+
+/// Whether events named `a` and `b` are one event, counted by two PMUs
+/// of a hybrid CPU: `cpu_core/cycles/` and `cpu_atom/cycles/` (perf names
+/// an event of a PMU `pmu/event/`).
+fn same_event(a: &str, b: &str) -> bool {
+    let event = |name: &str| -> String {
+        name.strip_suffix('/')
+            .and_then(|n| n.split_once('/'))
+            .map_or(name, |(_, event)| event)
+            .to_owned()
+    };
+    a == b || event(a) == event(b)
 }
 
 /// The recording's description, from the perf.data header's features.
@@ -418,6 +445,15 @@ fn describe(out: &mut Output, perf_file: &linux_perf_data::PerfFile, mtime: u64)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_event_of_two_core_types_is_one_event() {
+        assert!(same_event("cpu_core/cycles/", "cpu_atom/cycles/"));
+        assert!(same_event("cycles", "cpu_atom/cycles/"));
+        assert!(same_event("cpu-clock", "cpu-clock"));
+        assert!(!same_event("cpu-clock", "page-faults"));
+        assert!(!same_event("cpu_core/cycles/", "cpu_core/instructions/"));
+    }
 
     fn sink() -> File {
         std::fs::OpenOptions::new()
