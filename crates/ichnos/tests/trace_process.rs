@@ -595,10 +595,11 @@ fn a_child_made_without_fork_handlers_leaves_the_parents_trace_whole() {
 
 /// A snapshot of a thread that keeps writing its ring: the copy goes
 /// newest first while the thread overwrites the oldest, so it keeps what
-/// it reached first, at least half of a small ring here. (Oldest first,
-/// it chased the writer and kept about a quarter.)
+/// it reached first: two thirds or more of a small ring here, measured
+/// (oldest first, it chased the writer and kept none of this one). The
+/// bound asked is a quarter, for a machine busy with other tests.
 #[test]
-fn a_snapshot_keeps_most_of_a_busy_threads_ring() {
+fn a_snapshot_keeps_a_busy_threads_ring() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "busy_snapshot.c", &["-pthread"]);
     // 4 KiB of ring: 256 events. The best of a few runs: either thread may
@@ -621,11 +622,8 @@ fn a_snapshot_keeps_most_of_a_busy_threads_ring() {
             .count();
         best = best.max(busy_leaves);
     }
-    // Each busy_leaf() line is two events.
-    assert!(
-        best * 2 >= 128,
-        "at most {best} of the busy thread's ~128 calls"
-    );
+    // Each busy_leaf() line is two events: a quarter of 256 is 32 calls.
+    assert!(best >= 32, "at most {best} of the busy thread's ~128 calls");
 }
 
 /// A program linked statically runs without the dynamic linker, so
