@@ -244,6 +244,19 @@ fn a_running_process_is_recorded_with_dash_p() {
 /// hardware cycle counter, and else falls back to the CPU clock with a
 /// note, as the default does and as perf does (it was refused: "this
 /// machine has no cycles event").
+/// The whole top table of the recording `data`, with the samples and
+/// the seconds its header counts ("# FILE: N samples of ... over S s").
+fn report_figures(data: &Path) -> (String, f64, f64) {
+    let report = ichnos(&["report", "-i", data.to_str().unwrap(), "--limit", "0"]);
+    let text = String::from_utf8_lossy(&report.stdout).into_owned();
+    let header = text.lines().next().unwrap_or_default().to_owned();
+    let words: Vec<&str> = header.split_whitespace().collect();
+    let samples: f64 = words[2].replace(',', "").parse().unwrap();
+    let over = words.iter().position(|&w| w == "over").unwrap();
+    let seconds: f64 = words[over + 1].parse().unwrap();
+    (text, samples, seconds)
+}
+
 /// `-p` of a process that outlives one of its threads: one whose first
 /// thread has exited (a zombie that runs on) is recorded, not refused;
 /// one named by a worker's thread id is recorded until the process ends,
@@ -275,12 +288,8 @@ fn dash_p_follows_the_process_not_the_thread_it_was_named_by() {
         let out = ichnos(&["record", "-q", "-o", data.to_str().unwrap(), "-p", &id]);
         let _ = child.wait();
         assert!(out.status.success(), "{mode}: {}", stderr(&out));
-        let report = ichnos(&["report", "-i", data.to_str().unwrap(), "--limit", "0"]);
-        let text = String::from_utf8_lossy(&report.stdout).into_owned();
+        let (text, _, seconds) = report_figures(&data);
         let header = text.lines().next().unwrap_or_default();
-        let words: Vec<&str> = header.split_whitespace().collect();
-        let over = words.iter().position(|&w| w == "over").unwrap();
-        let seconds: f64 = words[over + 1].parse().unwrap();
         // The process spins about 1.4 s more once attached.
         assert!(seconds > 1.0, "{mode}: {header}");
         assert!(text.contains(" spin"), "{mode}: {text}");
@@ -351,17 +360,12 @@ fn dash_p_names_each_process_once_however_it_is_named() {
     let out = ichnos(&["record", "-o", data.to_str().unwrap(), "-p", &ids]);
     let _ = child.wait();
     assert!(out.status.success(), "{}", stderr(&out));
-    let report = ichnos(&["report", "-i", data.to_str().unwrap(), "--limit", "1"]);
-    let text = String::from_utf8_lossy(&report.stdout).into_owned();
+    let (text, samples, seconds) = report_figures(&data);
     let header = text.lines().next().unwrap_or_default();
     assert!(header.contains("; 1 process,"), "{header}");
     // Samples at 1 kHz of a recording of D seconds on this machine's CPUs
     // are at most 1000 D a CPU; counted once per naming they were three
     // times the fixture's.
-    let words: Vec<&str> = header.split_whitespace().collect();
-    let samples: f64 = words[2].replace(',', "").parse().unwrap();
-    let over = words.iter().position(|&w| w == "over").unwrap();
-    let seconds: f64 = words[over + 1].parse().unwrap();
     let cpus = std::thread::available_parallelism().unwrap().get() as f64;
     assert!(samples > 500.0, "{header}");
     assert!(samples <= 1000.0 * seconds * cpus * 1.1, "{header}");
