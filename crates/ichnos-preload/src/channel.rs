@@ -145,15 +145,22 @@ impl Channel {
                 .collect();
             (tids, std::mem::take(&mut c.lost_elsewhere))
         });
-        let Ok((tids, elsewhere)) = pending else {
-            return;
-        };
         let empty = |tid: u32, lost: u64| FrameHeader {
             tid,
             flags: 0,
             lost,
             len: 0,
             ticks: crate::clock::ticks(),
+        };
+        let (tids, elsewhere) = match pending {
+            Ok(pending) => pending,
+            Err(Refused::Lock) => {
+                // Held for good: what was given up at the lock goes on
+                // the socket, the one way left to the recorder.
+                take_unsent_each(|tid, lost| send_on_socket(&empty(tid, lost)));
+                return;
+            }
+            Err(Refused::NoChannel) => return,
         };
         for tid in tids {
             Channel::send(empty(tid, 0), &[]);
@@ -272,23 +279,36 @@ fn count_unsent(tid: u32, records: u64) {
 /// Moves the counts of frames given up at the lock into `lost` (by
 /// thread, as [`Channel::lost`]) and `elsewhere`.
 fn take_unsent(lost: &mut [(u32, u64); LOST_SLOTS], elsewhere: &mut u64) {
+    let mut nobodys = 0;
+    take_unsent_each(|tid, n| {
+        let at = lost.iter().position(|&(t, _)| t == tid);
+        match at.or_else(|| lost.iter().position(|&(t, _)| t == 0)) {
+            Some(i) => lost[i] = (tid, lost[i].1.saturating_add(n)),
+            // No slot: counted all the same, as nobody's.
+            None => nobodys += n,
+        }
+    });
+    *elsewhere = elsewhere.saturating_add(nobodys);
+}
+
+/// Takes the counts of frames given up at the lock, each thread's to `f`
+/// (what threads beyond the slots gave up, as the main thread's).
+fn take_unsent_each(mut f: impl FnMut(u32, u64)) {
     for slot in &UNSENT {
         let tid = slot.tid.load(Ordering::Acquire);
         if tid == 0 {
             break;
         }
         let n = slot.records.swap(0, Ordering::Relaxed);
-        if n == 0 {
-            continue;
-        }
-        let at = lost.iter().position(|&(t, _)| t == tid);
-        match at.or_else(|| lost.iter().position(|&(t, _)| t == 0)) {
-            Some(i) => lost[i] = (tid, lost[i].1.saturating_add(n)),
-            // No slot: counted all the same, as nobody's.
-            None => *elsewhere = elsewhere.saturating_add(n),
+        if n > 0 {
+            f(tid, n);
         }
     }
-    *elsewhere = elsewhere.saturating_add(UNSENT_ELSEWHERE.swap(0, Ordering::Relaxed));
+    let elsewhere = UNSENT_ELSEWHERE.swap(0, Ordering::Relaxed);
+    if elsewhere > 0 {
+        // SAFETY: getpid has no preconditions.
+        f(unsafe { libc::getpid() }.cast_unsigned(), elsewhere);
+    }
 }
 
 /// Forgets the counts of frames given up at the lock: in a child after
@@ -399,6 +419,31 @@ fn wake_recorder() {
             fd,
             wire::WAKE.as_ptr(),
             wire::WAKE.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            std::ptr::null::<libc::sockaddr>(),
+            0,
+        );
+    }
+}
+
+/// Sends the empty frame `header`, which only carries a loss, on the
+/// socket: where the shared buffer cannot be reached (its lock is held
+/// for good). The recorder takes it as it takes such a frame from the
+/// buffer. Never blocking, only where the descriptor is still our socket
+/// (as [`wake_recorder`]).
+fn send_on_socket(header: &FrameHeader) {
+    let fd = WAKE_SOCKET.load(Ordering::Relaxed);
+    if fd < 0 || socket_inode(fd) != Some(WAKE_INODE.load(Ordering::Relaxed)) {
+        return;
+    }
+    let bytes = header.encode();
+    // SAFETY: a send of a header's bytes we own, with no address.
+    unsafe {
+        libc::syscall(
+            libc::SYS_sendto,
+            fd,
+            bytes.as_ptr(),
+            bytes.len(),
             libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
             std::ptr::null::<libc::sockaddr>(),
             0,

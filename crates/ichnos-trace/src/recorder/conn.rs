@@ -95,6 +95,12 @@ pub(super) fn service(conn: &mut Conn, out: &mut Out) -> Result<bool, TraceError
         match socket::receive(&conn.socket) {
             Ok(None) => break,
             Ok(Some(m)) if m.bytes == wire::WAKE => busy = true,
+            // A loss the runtime could not put in its shared buffer
+            // (whose lock a thread holds for good): an empty frame.
+            Ok(Some(m)) if frames::is_loss_frame(&m.bytes) => {
+                frames::loss_on_socket(conn, out, &m.bytes)?;
+                busy = true;
+            }
             Ok(Some(_)) | Err(_) => {
                 gone = true;
                 break;

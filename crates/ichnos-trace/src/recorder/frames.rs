@@ -249,6 +249,28 @@ fn frame(conn: &mut Conn, out: &mut Out, h: &FrameHeader, body: &[u8]) -> Result
     calls(conn, out, h, body)
 }
 
+/// Whether `bytes`, a message on a process's socket, is an empty frame
+/// that only carries a loss: a frame header of no events and no flags
+/// and a loss, alone. The runtime sends one so where its shared buffer
+/// cannot be reached (its lock held for good).
+pub(super) fn is_loss_frame(bytes: &[u8]) -> bool {
+    bytes.len() == wire::FRAME_HEADER_BYTES
+        && FrameHeader::decode(bytes).is_ok_and(|h| h.len == 0 && h.flags == 0 && h.lost > 0)
+}
+
+/// Takes the loss frame `bytes` ([`is_loss_frame`]) as such a frame from
+/// the shared buffer is taken.
+pub(super) fn loss_on_socket(
+    conn: &mut Conn,
+    out: &mut Out,
+    bytes: &[u8],
+) -> Result<(), TraceError> {
+    match FrameHeader::decode(bytes) {
+        Ok(h) => calls(conn, out, &h, &[]),
+        Err(_) => Ok(()),
+    }
+}
+
 /// The flags of the empty frame the runtime sends for the calling thread
 /// and the main thread before an exec.
 const EXEC_MARK: u32 = wire::FRAME_LAST | wire::FRAME_EXEC;

@@ -586,3 +586,42 @@ fn a_first_frame_ends_a_thread_of_its_id_whose_last_frame_was_lost() {
         }
     }
 }
+
+/// A loss the runtime sends on its socket (its shared buffer's lock held
+/// for good) is told from anything else the socket carries, and written
+/// as the same empty frame from the buffer would be: a block of the
+/// thread with the loss and no events.
+#[test]
+fn a_loss_sent_on_the_socket_is_written_as_the_threads_loss() {
+    let header = |flags: u32, lost: u64, len: u64| {
+        FrameHeader {
+            tid: 9,
+            flags,
+            lost,
+            len,
+            ticks: 5000,
+        }
+        .encode()
+    };
+    let loss = header(0, 42, 0);
+    assert!(frames::is_loss_frame(&loss));
+    assert!(!frames::is_loss_frame(wire::WAKE));
+    assert!(!frames::is_loss_frame(&loss[..31]), "cut short");
+    assert!(!frames::is_loss_frame(&header(0, 0, 0)), "no loss");
+    assert!(
+        !frames::is_loss_frame(&header(wire::FRAME_LAST, 42, 0)),
+        "flags"
+    );
+    assert!(!frames::is_loss_frame(&header(0, 42, 16)), "events");
+    let mut bad = loss;
+    bad[0] ^= 1;
+    assert!(!frames::is_loss_frame(&bad), "magic");
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.data");
+    let mut out = open_output(&path, &options(&path), false).unwrap();
+    let mut conn = conn(Vec::new(), vec![(0x1000, 0x2000)]);
+    frames::loss_on_socket(&mut conn, &mut out, &loss).unwrap();
+    out.writer.finish().unwrap();
+    assert_eq!(blocks_of(&path), [(9, 42, 0, 0)]);
+}
