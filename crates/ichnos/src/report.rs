@@ -131,9 +131,9 @@ pub struct ReportArgs {
         conflicts_with = "diff"
     )]
     depth: Option<u32>,
-    /// At most this many functions in the top table (0: all).
-    #[arg(long, value_name = "N", default_value_t = 50)]
-    limit: usize,
+    /// At most this many functions in the top table (0: all; default 50).
+    #[arg(long, value_name = "N")]
+    limit: Option<usize>,
     /// In the SVG flame graph, hang the roots from the top (an icicle
     /// graph).
     #[arg(long)]
@@ -141,9 +141,10 @@ pub struct ReportArgs {
     /// The SVG flame graph's title.
     #[arg(long, value_name = "TEXT")]
     title: Option<String>,
-    /// In the tree, fold callees below this share of all samples.
-    #[arg(long, value_name = "P", default_value_t = 0.5, value_parser = parse_percent)]
-    min_percent: f64,
+    /// In the tree, fold callees below this share of all samples
+    /// (default 0.5).
+    #[arg(long, value_name = "P", value_parser = parse_percent)]
+    min_percent: Option<f64>,
     /// Only these processes (repeatable, or comma-separated).
     #[arg(long, value_name = "PID", value_delimiter = ',')]
     pid: Vec<u32>,
@@ -405,10 +406,10 @@ impl ReportArgs {
             only_functions: Vec::new(),
             not_functions: Vec::new(),
             depth: None,
-            limit: 50,
+            limit: None,
             icicle: false,
             title: None,
-            min_percent: 0.5,
+            min_percent: None,
             pid: Vec::new(),
             tid: Vec::new(),
             comm: None,
@@ -422,11 +423,15 @@ impl ReportArgs {
         }
     }
 
-    /// The same with at most `limit` rows and callees folded below
-    /// `min_percent`.
-    pub fn shortened(mut self, limit: usize, min_percent: f64) -> ReportArgs {
-        self.limit = limit;
-        self.min_percent = min_percent;
+    /// The same with at most `limit` rows in the table.
+    pub fn with_limit(mut self, limit: usize) -> ReportArgs {
+        self.limit = Some(limit);
+        self
+    }
+
+    /// The same with the tree's callees folded below `min_percent`.
+    pub fn with_min_percent(mut self, min_percent: f64) -> ReportArgs {
+        self.min_percent = Some(min_percent);
         self
     }
 }
@@ -477,11 +482,11 @@ pub fn report(args: &ReportArgs, quiet: bool, verbose: bool) -> Result<()> {
                 _ => Sort::SelfTime,
             };
             let rows = report::top(&samples, sort);
-            report::write_top(&mut out, &rows, whole(&samples), args.limit)?;
+            report::write_top(&mut out, &rows, whole(&samples), args.limit())?;
         }
         Format::Tree => {
             header(&mut out, input, profile, shown)?;
-            report::tree(&mut out, &samples, whole(&samples), args.min_percent)?;
+            report::tree(&mut out, &samples, whole(&samples), args.min_percent())?;
         }
         Format::Folded => {
             for (line, count) in report::folded(&samples) {
@@ -714,7 +719,7 @@ fn compare(
             &rows,
             whole(&base_samples),
             whole(&new_samples),
-            args.limit,
+            args.limit(),
         )?;
     }
     out.flush()?;
@@ -724,6 +729,16 @@ fn compare(
 }
 
 impl ReportArgs {
+    /// Rows of a table (`--limit`, 50 unless given).
+    fn limit(&self) -> usize {
+        self.limit.unwrap_or(50)
+    }
+
+    /// The tree's fold (`--min-percent`, 0.5 unless given).
+    fn min_percent(&self) -> f64 {
+        self.min_percent.unwrap_or(0.5)
+    }
+
     /// The calls of a function trace `-F`, `-N` and `-D` keep.
     fn call_filters(&self) -> ichnos_trace::CallFilters {
         ichnos_trace::CallFilters {

@@ -1005,6 +1005,17 @@ fn a_profiles_report_refuses_what_it_cannot_honour_before_writing() {
             &["--tree", "--min-percent", "101"],
             "a share in percent, 0 to 100",
         ),
+        // Each ignored before: the tree has no rows to count, the table
+        // no tree to fold.
+        (
+            &["--tree", "--limit", "3"],
+            "--limit counts the table's rows",
+        ),
+        (
+            &["--format", "folded", "--limit", "3"],
+            "--limit counts the table's rows",
+        ),
+        (&["--min-percent", "2"], "--min-percent folds the tree"),
     ] {
         let mut all = vec!["report", "-q", "-i", data];
         all.extend_from_slice(args);

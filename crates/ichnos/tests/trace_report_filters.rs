@@ -264,3 +264,41 @@ fn a_filter_that_names_nothing_or_a_profile_is_refused() {
         );
     }
 }
+
+/// Options of a profile's report, which a trace's ignored, are refused.
+#[test]
+fn a_traces_report_refuses_a_profiles_options() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "naps.c", &[]);
+    traced(dir.path(), "t.data", &[], &[exe.to_str().unwrap()]);
+    let trace = dir.path().join("t.data");
+    for (args, said) in [
+        (
+            &["--addresses"][..],
+            "--addresses is for a sampling profile's report",
+        ),
+        (
+            &["--no-inline"],
+            "--no-inline is for a sampling profile's report",
+        ),
+        (
+            &["--min-percent", "2"],
+            "--min-percent is for a sampling profile's report",
+        ),
+        (
+            &["--format", "folded", "--limit", "3"],
+            "--limit counts the table's rows",
+        ),
+    ] {
+        let out = ichnos()
+            .args(["report", "--trace"])
+            .args(args)
+            .arg("-i")
+            .arg(&trace)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(said), "{args:?}: {stderr}");
+    }
+}

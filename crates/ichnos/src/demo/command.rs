@@ -24,13 +24,13 @@ pub fn demo(args: &DemoArgs, quiet: bool, verbose: bool) -> Result<u8> {
     let summary = crate::record::run(&options, quiet, verbose)?;
     println!();
     crate::report::report(
-        &ReportArgs::for_file(&args.output, Format::Top).shortened(12, 1.0),
+        &ReportArgs::for_file(&args.output, Format::Top).with_limit(12),
         quiet,
         verbose,
     )?;
     println!();
     crate::report::report(
-        &ReportArgs::for_file(&args.output, Format::Tree).shortened(0, 1.0),
+        &ReportArgs::for_file(&args.output, Format::Tree).with_min_percent(1.0),
         quiet,
         verbose,
     )?;

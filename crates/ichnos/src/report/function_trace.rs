@@ -30,6 +30,12 @@ pub(super) fn refuse_for_a_profile(args: &ReportArgs, format: Format, input: &Pa
     if args.sort.is_some() && format != Format::Top {
         bail!("--sort orders the table: use it with --format top");
     }
+    if args.limit.is_some() && format != Format::Top {
+        bail!("--limit counts the table's rows: use it with --format top (the tree folds by --min-percent)");
+    }
+    if args.min_percent.is_some() && format != Format::Tree {
+        bail!("--min-percent folds the tree: use it with --tree");
+    }
     if let Some(other @ (SortBy::Calls | SortBy::Avg | SortBy::Max)) = args.sort {
         bail!(
             "--sort {}: only a function trace (--trace) is sorted by it",
@@ -49,6 +55,19 @@ pub(super) fn report(args: &ReportArgs, format: Format, input: &Path, quiet: boo
     if args.pid.len() + usize::from(args.comm.is_some()) > 0 {
         bail!("a function trace is filtered by thread (--tid), not by --pid or --comm");
     }
+    if args.limit.is_some() && format != Format::Top {
+        bail!("--limit counts the table's rows: use it with --format top");
+    }
+    // Options of a profile's report that a trace's would silently ignore.
+    for (given, option) in [
+        (args.addresses, "--addresses"),
+        (args.no_inline, "--no-inline"),
+        (args.min_percent.is_some(), "--min-percent"),
+    ] {
+        if given {
+            bail!("{option} is for a sampling profile's report; a function trace names each call's function");
+        }
+    }
     let what = match format {
         Format::Top => TraceOutput::Top {
             sort: match args.sort.unwrap_or(SortBy::Total) {
@@ -58,7 +77,7 @@ pub(super) fn report(args: &ReportArgs, format: Format, input: &Path, quiet: boo
                 SortBy::Avg => TraceSort::Avg,
                 SortBy::Max => TraceSort::Max,
             },
-            limit: args.limit,
+            limit: args.limit(),
         },
         Format::Folded => TraceOutput::Folded,
         Format::Svg => TraceOutput::Svg(export::FlamegraphOptions {
