@@ -4,7 +4,7 @@
 //! reports show, their attribution to processes and threads, and the self
 //! shares against `perf record --call-graph dwarf` + `perf report`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
@@ -244,6 +244,37 @@ fn a_running_process_is_recorded_with_dash_p() {
 /// hardware cycle counter, and else falls back to the CPU clock with a
 /// note, as the default does and as perf does (it was refused: "this
 /// machine has no cycles event").
+/// A child's samples before it executes another program are named as
+/// they were taken, by the name it had then, as perf names them: they
+/// were named by the thread's last name, the program it executed.
+#[test]
+fn samples_before_an_exec_keep_the_name_they_were_taken_under() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_fixture(dir.path(), "exec_after", &["-g"]);
+    let renamed = dir.path().join("renamed");
+    std::os::unix::fs::symlink(&exe, &renamed).unwrap();
+    let data = dir.path().join("exec.data");
+    let out = ichnos(&[
+        "record",
+        "-q",
+        "-o",
+        data.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+        renamed.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let stacks = folded(&data, &[]);
+    for (leaf, name) in [("before_exec", "exec_after"), ("after_exec", "renamed")] {
+        let roots: HashSet<&str> = stacks
+            .iter()
+            .filter(|(f, _)| f.last().is_some_and(|l| l == leaf))
+            .map(|(f, _)| f[0].as_str())
+            .collect();
+        assert_eq!(roots, HashSet::from([name]), "{leaf}: {stacks:?}");
+    }
+}
+
 /// The whole top table of the recording `data`, with the samples and
 /// the seconds its header counts ("# FILE: N samples of ... over S s").
 fn report_figures(data: &Path) -> (String, f64, f64) {

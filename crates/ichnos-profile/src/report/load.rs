@@ -162,8 +162,15 @@ pub struct Profile {
     /// Time off CPUs per (stack, process, thread, why): `samples` counts
     /// the intervals, `weight` their nanoseconds.
     pub off_cpu: FxHashMap<(u64, u32, u32, OffCpuState), Tally>,
-    /// Thread names, by (process, thread).
+    /// Thread names, by (process, thread): each thread's last.
     pub threads: HashMap<(u32, u32), Arc<str>>,
+    /// Thread names by (address space, thread): the last a thread had
+    /// while it ran that program. A child of fork runs its parent's
+    /// program under its own name until it executes another, whose name
+    /// it then takes: its samples before are named as they were taken.
+    pub space_threads: HashMap<(u64, u32), Arc<str>>,
+    /// Each process's address space as the records go (the last begun).
+    pub current_space: HashMap<u32, u64>,
     /// Process names, by process.
     pub processes: HashMap<u32, Arc<str>>,
     /// Samples and records lost, per cause.
@@ -348,6 +355,10 @@ impl Profile {
                 let name: Arc<str> = Arc::from(text(name));
                 if pid == tid {
                     self.processes.insert(*pid as u32, Arc::clone(&name));
+                }
+                if let Some(&asid) = self.current_space.get(&(*pid as u32)) {
+                    self.space_threads
+                        .insert((asid, *tid as u32), Arc::clone(&name));
                 }
                 self.threads.insert((*pid as u32, *tid as u32), name);
             }
@@ -541,6 +552,7 @@ impl Profile {
         space.pid = pid;
         space.parent = parent;
         self.spaces.insert(asid, space);
+        self.current_space.insert(pid, asid);
         self.processes.insert(pid, Arc::from(text(name)));
     }
 
@@ -668,6 +680,17 @@ impl Profile {
     #[must_use]
     pub fn thread_name(&self, pid: u32, tid: u32) -> (Option<&Arc<str>>, Option<&Arc<str>>) {
         (self.threads.get(&(pid, tid)), self.processes.get(&pid))
+    }
+
+    /// The name thread `tid` of process `pid` had while it ran the
+    /// program of address space `asid` (as perf names a sample by the
+    /// thread's name when it was taken: a child's samples before it
+    /// executed another program keep the name it had then), else its last.
+    #[must_use]
+    pub fn thread_name_in(&self, asid: u64, pid: u32, tid: u32) -> Option<&Arc<str>> {
+        self.space_threads
+            .get(&(asid, tid))
+            .or_else(|| self.threads.get(&(pid, tid)))
     }
 
     /// The JIT code name covering `pc` in address space `asid`: of the

@@ -110,20 +110,20 @@ fn keep<'a>(
     profile: &'a Profile,
     symbols: &'a Symbolized,
     filter: &Filter,
-    names: &mut HashMap<(u32, u32), Arc<str>>,
+    names: &mut HashMap<(u64, u32, u32), Arc<str>>,
     (stack, pid, tid): (u64, u32, u32),
 ) -> Option<(&'a [Frame], StackStop, Arc<str>)> {
     if !filter.keeps(profile, pid, tid) {
         return None;
     }
     let frames = symbols.stacks.get(stack as usize)?.as_deref()?;
-    let stop = profile.stacks.get(stack as usize)?.as_ref()?.stop;
+    let stored = profile.stacks.get(stack as usize)?.as_ref()?;
+    let (stop, asid) = (stored.stop, stored.asid);
     let thread = names
-        .entry((pid, tid))
+        .entry((asid, pid, tid))
         .or_insert_with(|| {
             profile
-                .thread_name(pid, tid)
-                .0
+                .thread_name_in(asid, pid, tid)
                 .cloned()
                 .unwrap_or_else(|| Arc::from(format!("thread {tid}")))
         })
@@ -139,7 +139,7 @@ pub fn weighted<'a>(
     filter: &Filter,
 ) -> Vec<Weighted<'a>> {
     let mut out = Vec::new();
-    let mut names: HashMap<(u32, u32), Arc<str>> = HashMap::new();
+    let mut names: HashMap<(u64, u32, u32), Arc<str>> = HashMap::new();
     let mut keys: Vec<_> = profile.tallies.iter().collect();
     // A stable order: by stack, then thread.
     keys.sort_unstable_by_key(|(k, _)| **k);
