@@ -91,14 +91,16 @@ pub(super) fn service(conn: &mut Conn, out: &mut Out) -> Result<bool, TraceError
     // the way, a bounded number a turn (a process that sends nothing but
     // wake-ups keeps the others waiting no longer than a turn).
     let mut gone = false;
+    // Losses the runtime could not put in its shared buffer (whose lock a
+    // thread holds for good), each an empty frame: written after what the
+    // buffer holds, which came before them.
+    let mut losses: Vec<Vec<u8>> = Vec::new();
     for _ in 0..WAKES_A_TURN {
         match socket::receive(&conn.socket) {
             Ok(None) => break,
             Ok(Some(m)) if m.bytes == wire::WAKE => busy = true,
-            // A loss the runtime could not put in its shared buffer
-            // (whose lock a thread holds for good): an empty frame.
             Ok(Some(m)) if frames::is_loss_frame(&m.bytes) => {
-                frames::loss_on_socket(conn, out, &m.bytes)?;
+                losses.push(m.bytes);
                 busy = true;
             }
             Ok(Some(_)) | Err(_) => {
@@ -108,9 +110,13 @@ pub(super) fn service(conn: &mut Conn, out: &mut Out) -> Result<bool, TraceError
         }
     }
     if let Some(mut consumer) = conn.consumer.take() {
-        let read = read_frames(conn, out, &mut consumer, gone);
+        // Everything there, where losses came: they come at the end.
+        let read = read_frames(conn, out, &mut consumer, gone || !losses.is_empty());
         conn.consumer = Some(consumer);
         busy |= read?;
+    }
+    for loss in &losses {
+        frames::loss_on_socket(conn, out, loss)?;
     }
     if gone {
         frames::end_of_connection(conn, out)?;
