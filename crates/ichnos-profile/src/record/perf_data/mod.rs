@@ -379,14 +379,16 @@ fn shown_event(attributes: &[linux_perf_data::AttributeDescription]) -> usize {
 }
 
 /// Whether events named `a` and `b` are one event, counted by two PMUs
-/// of a hybrid CPU: `cpu_core/cycles/` and `cpu_atom/cycles/` (perf names
-/// an event of a PMU `pmu/event/`).
+/// of a hybrid CPU: `cpu_core/cycles/` and `cpu_atom/cycles/`, also with
+/// modifiers (`cpu_core/cycles/u`) (perf names an event of a PMU
+/// `pmu/event/modifiers`).
 fn same_event(a: &str, b: &str) -> bool {
     let event = |name: &str| -> String {
-        name.strip_suffix('/')
-            .and_then(|n| n.split_once('/'))
-            .map_or(name, |(_, event)| event)
-            .to_owned()
+        let mut parts = name.splitn(3, '/');
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some(_pmu), Some(event), Some(modifiers)) => format!("{event}:{modifiers}"),
+            _ => name.to_owned(),
+        }
     };
     a == b || event(a) == event(b)
 }
@@ -449,7 +451,8 @@ mod tests {
     #[test]
     fn one_event_of_two_core_types_is_one_event() {
         assert!(same_event("cpu_core/cycles/", "cpu_atom/cycles/"));
-        assert!(same_event("cycles", "cpu_atom/cycles/"));
+        assert!(same_event("cpu_core/cycles/u", "cpu_atom/cycles/u"));
+        assert!(!same_event("cpu_core/cycles/u", "cpu_atom/cycles/k"));
         assert!(same_event("cpu-clock", "cpu-clock"));
         assert!(!same_event("cpu-clock", "page-faults"));
         assert!(!same_event("cpu_core/cycles/", "cpu_core/instructions/"));
