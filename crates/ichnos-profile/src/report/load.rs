@@ -688,9 +688,26 @@ impl Profile {
     /// executed another program keep the name it had then), else its last.
     #[must_use]
     pub fn thread_name_in(&self, asid: u64, pid: u32, tid: u32) -> Option<&Arc<str>> {
-        self.space_threads
-            .get(&(asid, tid))
-            .or_else(|| self.threads.get(&(pid, tid)))
+        // A space begun for the same process without an exec (the JIT
+        // names of a process renamed, `names.rs`) runs the same program:
+        // its threads' names are its parent's, up the chain (bounded).
+        let mut space = asid;
+        for _ in 0..64 {
+            if let Some(name) = self.space_threads.get(&(space, tid)) {
+                return Some(name);
+            }
+            match self.spaces.get(&space) {
+                Some(s)
+                    if s.pid == pid
+                        && s.parent != space
+                        && self.spaces.get(&s.parent).is_some_and(|p| p.pid == pid) =>
+                {
+                    space = s.parent;
+                }
+                _ => break,
+            }
+        }
+        self.threads.get(&(pid, tid))
     }
 
     /// The JIT code name covering `pc` in address space `asid`: of the
