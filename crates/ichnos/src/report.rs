@@ -671,6 +671,16 @@ fn compare(
     if !matches!(format, Format::Top | Format::Svg) {
         bail!("--diff shows a table (--format top) or a differential flame graph (--format svg)");
     }
+    // Refused rather than ignored, as for one recording's report.
+    if args.sort.is_some() {
+        bail!("--diff sorts its rows by the change: --sort is for one recording's table");
+    }
+    if args.min_percent.is_some() {
+        bail!("--min-percent folds the tree (--tree), which --diff does not draw");
+    }
+    if args.limit.is_some() && format != Format::Top {
+        bail!("--limit counts the table's rows: use it with --format top");
+    }
     let base = load(base_path, quiet)?.profile;
     let new = load(new_path, quiet)?.profile;
     for (path, profile) in [(base_path, &base), (new_path, &new)] {

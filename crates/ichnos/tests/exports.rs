@@ -574,6 +574,27 @@ fn diff_refuses_formats_it_has_no_picture_for() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // Options it would ignore, refused as one recording's report refuses
+    // them.
+    for (args, said) in [
+        (
+            &["--sort", "total"][..],
+            "--diff sorts its rows by the change",
+        ),
+        (&["--min-percent", "2"], "--min-percent folds the tree"),
+        (
+            &["--format", "svg", "--limit", "5"],
+            "--limit counts the table's rows",
+        ),
+    ] {
+        let mut all = vec!["report", "-q", "--diff", data, data];
+        all.extend_from_slice(args);
+        let out = ichnos(&all);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(said), "{args:?}: {stderr}");
+    }
 }
 
 /// The output named as one of the recordings compared is refused, and

@@ -42,8 +42,8 @@ pub fn demo(args: &DemoArgs, quiet: bool, verbose: bool) -> Result<u8> {
             format!("ichnos report -i {}", args.output.display())
         };
         eprintln!(
-            "\nThe recording is {}: `{shows}` shows it again, all of it with --limit 0 \
-             (--tree, --format folded, --comm demo-jit).",
+            "\nThe recording is {}: `{shows}` shows it again (--limit 0 lists every \
+             function; or --tree, --format folded, --comm demo-jit).",
             args.output.display()
         );
     }
