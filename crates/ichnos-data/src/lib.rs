@@ -36,8 +36,9 @@ mod writer;
 pub use error::{ChunkProblem, ReadError};
 pub use reader::{Chunk, Reader};
 pub use record::{
-    BodyError, CallEvent, CallEvents, CallEventsEncoder, Calls, CallsOut, ClockSource, Frames,
-    JitSource, LostCause, Meta, OffCpuState, OwnedCallEvents, Record, Stack, StackOut, StackStop,
-    Target, CALLS_CONTINUED, CALLS_EXEC, CALLS_LAST, CALLS_RESUMED, CALLS_RING, MAPPING_EXECUTABLE,
+    bounded_command, BodyError, CallEvent, CallEvents, CallEventsEncoder, Calls, CallsOut,
+    ClockSource, Frames, JitSource, LostCause, Meta, OffCpuState, OwnedCallEvents, Record, Stack,
+    StackOut, StackStop, Target, CALLS_CONTINUED, CALLS_EXEC, CALLS_LAST, CALLS_RESUMED,
+    CALLS_RING, MAPPING_EXECUTABLE,
 };
 pub use writer::{encoded_len, Writer, CHUNK_TARGET};

@@ -44,6 +44,33 @@ pub mod kind {
     pub const CALLS: u8 = 14;
 }
 
+/// The most bytes of a command line a description keeps, and of each
+/// argument: far below the largest record a writer takes, and the count
+/// of arguments below what a reader takes.
+pub const MAX_COMMAND_BYTES: usize = 64 << 10;
+/// See [`MAX_COMMAND_BYTES`].
+pub const MAX_ARGUMENT_BYTES: usize = 4 << 10;
+
+/// `args` as a description keeps them ([`Meta::command`]): the first
+/// ones, each cut at [`MAX_ARGUMENT_BYTES`], up to [`MAX_COMMAND_BYTES`]
+/// in all (a command line of any length, even one of a million
+/// arguments, gives a description that can be written and read).
+pub fn bounded_command<'a>(args: impl IntoIterator<Item = &'a [u8]>) -> Vec<&'a [u8]> {
+    let mut budget = MAX_COMMAND_BYTES;
+    let mut kept = Vec::new();
+    for arg in args {
+        let arg = &arg[..arg.len().min(MAX_ARGUMENT_BYTES)];
+        // Each costs its bytes and its length's varint (at most 8 here).
+        let cost = arg.len() + 8;
+        if cost > budget {
+            break;
+        }
+        budget -= cost;
+        kept.push(arg);
+    }
+    kept
+}
+
 /// The recording's description: the first record.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Meta<'a> {

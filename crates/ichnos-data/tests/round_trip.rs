@@ -808,3 +808,46 @@ fn samples_compress_to_a_few_bytes_each() {
     let per_sample = bytes.len() as f64 / 10_000.0;
     assert!(per_sample < 4.0, "{per_sample} bytes a sample");
 }
+
+/// A description of a command line of any length, kept by
+/// `bounded_command`, is written and read back: the first arguments,
+/// each whole or cut at 4 KiB, 64 KiB at most in all. (100,000 arguments
+/// were written whole, and the reader, which takes 65,536 at most,
+/// refused the recording's first record.)
+#[test]
+fn a_bounded_command_line_is_written_and_read_back() {
+    let long = vec![b'x'; 10_000];
+    let args: Vec<&[u8]> = std::iter::once(&long[..])
+        .chain(std::iter::repeat_n(&b"arg"[..], 100_000))
+        .collect();
+    let command = ichnos_data::bounded_command(args.iter().copied());
+    assert_eq!(command[0].len(), ichnos_data::record::MAX_ARGUMENT_BYTES);
+    let total: usize = command.iter().map(|a| a.len()).sum();
+    assert!(total <= ichnos_data::record::MAX_COMMAND_BYTES, "{total}");
+    assert!(command[1..].iter().all(|a| *a == b"arg"));
+    let meta = Record::Meta(Meta {
+        host: b"h",
+        kernel: b"k",
+        command: command.clone(),
+        event: b"cpu-clock",
+        frequency: 1000,
+        stack_size: 0,
+        start_monotonic_ns: 0,
+        start_realtime_ns: 0,
+        recorder: b"t",
+        target: Target::Command,
+        off_cpu_event: b"",
+    });
+    let mut bytes = Vec::new();
+    let mut writer = Writer::new(&mut bytes).unwrap();
+    writer.push(&meta).unwrap();
+    writer.finish().unwrap();
+    let mut reader = Reader::new(&bytes[..]).unwrap();
+    let chunk = reader.next_chunk().unwrap().expect("a chunk");
+    let read: Vec<_> = chunk.records().collect();
+    assert_eq!(read.len(), 1);
+    match read[0].as_ref().unwrap() {
+        Record::Meta(m) => assert_eq!(m.command, command),
+        other => panic!("{other:?}"),
+    }
+}

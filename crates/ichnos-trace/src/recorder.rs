@@ -513,11 +513,12 @@ fn open_output(path: &Path, options: &TraceOptions, tsc: bool) -> Result<Out, Tr
         refused: Vec::new(),
         read_piece: read_piece(options.buffer, options.ring),
     };
-    let command: Vec<&[u8]> = options
-        .command
-        .iter()
-        .map(|a| std::os::unix::ffi::OsStrExt::as_bytes(a.as_os_str()))
-        .collect();
+    let command = ichnos_data::bounded_command(
+        options
+            .command
+            .iter()
+            .map(|a| std::os::unix::ffi::OsStrExt::as_bytes(a.as_os_str())),
+    );
     let recorder = format!("ichnos {}", env!("CARGO_PKG_VERSION"));
     let event: &[u8] = match (options.ring.is_some(), tsc) {
         (true, _) => b"function-trace:ring",

@@ -572,31 +572,19 @@ fn event_config(options: &RecordOptions, scope: events::Scope<'_>) -> EventConfi
     }
 }
 
-/// The most bytes of the command line a recording's description keeps.
-const COMMAND_LINE_BYTES: usize = 64 << 10;
-
 /// The recording's first record.
 fn describe(output: &mut Output, options: &RecordOptions, events: &events::Events, start: u64) {
     let (host, kernel) = crate::sys::uname();
     // Bounded: the whole description is one record, well within the
     // largest the output takes (a description over it would be dropped,
-    // and the recording would not say what it is): the first arguments,
-    // each cut at 4 KiB, up to 64 KiB in all.
-    let mut budget = COMMAND_LINE_BYTES;
-    let mut command_line: Vec<Vec<u8>> = Vec::new();
-    for arg in &options.command_line {
-        let arg: Vec<u8> = arg.as_encoded_bytes().iter().copied().take(4096).collect();
-        if arg.len() + 8 > budget {
-            break;
-        }
-        budget -= arg.len() + 8;
-        command_line.push(arg);
-    }
+    // and the recording would not say what it is).
+    let command_line =
+        ichnos_data::bounded_command(options.command_line.iter().map(|a| a.as_encoded_bytes()));
     let recorder = format!("ichnos {}", env!("CARGO_PKG_VERSION"));
     output.meta(&Record::Meta(Meta {
         host: host.as_bytes(),
         kernel: kernel.as_bytes(),
-        command: command_line.iter().map(Vec::as_slice).collect(),
+        command: command_line,
         event: events.kind.name().as_bytes(),
         frequency: options.frequency,
         stack_size: u64::from(events.stack_user),
