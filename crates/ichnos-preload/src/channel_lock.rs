@@ -31,7 +31,11 @@
 //! look and its mark: then the new hold is marked, which costs the frames
 //! handed over during that one hold). Whether a word a waiter wakes to is
 //! still the hold it slept on is told by a count of let-goes beside the
-//! word: the same thread may have let go and taken it again. The one holder that can
+//! word: the same thread may have let go and taken it again. The count
+//! cannot be read in one step with the word: a let-go whose count the
+//! waiter read just before the word it sleeps on, and whose word it did
+//! not, can pass (a window of a few instructions); a generation in the
+//! word itself would close it. The one holder that can
 //! never let go, the code a signal handler of the same thread
 //! interrupted (`ichnos_snapshot` from a handler while the thread hands a
 //! buffer over), is known at once and not waited for; the handlers that
