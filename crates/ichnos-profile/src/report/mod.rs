@@ -8,6 +8,7 @@ pub mod export;
 mod load;
 mod print;
 mod symbols;
+mod timeline;
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -15,13 +16,13 @@ use std::sync::Arc;
 
 pub use diff::{diff, write_diff, write_diff_flamegraph, DiffRow};
 pub use load::{
-    for_each_sample, Description, JitName, Mapping, Place, Profile, Sample, Space, Stack, Tally,
-    TraceClock,
+    Description, JitName, Mapping, Place, Profile, Sample, Space, Stack, Tally, TraceClock,
 };
 pub use print::{folded, top, tree, write_top, Sort, TopRow, INCOMPLETE};
 pub use symbols::{
     symbolize, Frame, SymbolOptions, Symbolized, INDEX_DWARF_BYTES, INDEX_THRESHOLD, SPAN_OBJECT,
 };
+pub use timeline::for_each_sample;
 
 use ichnos_data::{OffCpuState, StackStop};
 

@@ -40,9 +40,10 @@ use rustc_hash::FxHashMap;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use super::super::load::{for_each_sample, Profile, Sample};
+use super::super::load::{Profile, Sample};
 use super::super::print::INCOMPLETE;
 use super::super::symbols::{Frame, Symbolized};
+use super::super::timeline::for_each_sample;
 use super::super::{off_cpu_frame, Filter, OFF_CPU_OBJECT};
 use super::object_files;
 
