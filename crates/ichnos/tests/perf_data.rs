@@ -21,7 +21,7 @@ fn perf_record_call_graph_dwarf_is_unwound_completely_with_perf_reports_shares()
     // Read as `ichnos report perf.data` and as `-i perf.data`.
     let stacks = folded(&data, &["--no-inline"]);
     assert_chains_complete(&stacks, "perf record --call-graph dwarf");
-    assert_self_shares_are_perf_reports(&data);
+    assert_chains_shares_agree(&self_shares(&data), &perf_shares(&data));
     let positional = ichnos(&[
         "report",
         data.to_str().unwrap(),
@@ -33,22 +33,6 @@ fn perf_record_call_graph_dwarf_is_unwound_completely_with_perf_reports_shares()
     let text = String::from_utf8_lossy(&positional.stdout);
     assert!(text.contains("recorded by perf"), "{text}");
     assert!(text.contains("leaf_heavy"), "{text}");
-}
-
-/// Each of the chains fixture's leaves has the self share in `ichnos
-/// report` of `data` that `perf report` gives it, within 3 points, and
-/// `leaf_heavy` about its 60%.
-fn assert_self_shares_are_perf_reports(data: &Path) {
-    let theirs = perf_shares(data);
-    let ours = self_shares(data);
-    for function in ["leaf_heavy", "leaf_light", "unit"] {
-        let (a, b) = (ours[function], theirs[function]);
-        assert!(
-            (a - b).abs() <= 3.0,
-            "{function}: ichnos {a:.2}%, perf {b:.2}% (ours {ours:?}, perf {theirs:?})"
-        );
-    }
-    assert!((ours["leaf_heavy"] - 60.0).abs() < 10.0, "{ours:?}");
 }
 
 /// `perf record` with no call graph: each sample is where the thread was,
@@ -67,7 +51,7 @@ fn perf_record_without_a_call_graph_gives_perf_reports_self_shares() {
         .output()
         .expect("perf runs (install linux-perf)");
     assert!(out.status.success(), "perf record: {}", stderr(&out));
-    assert_self_shares_are_perf_reports(&data);
+    assert_chains_shares_agree(&self_shares(&data), &perf_shares(&data));
 }
 
 /// A perf.data of two events: the first's samples are the profile (as

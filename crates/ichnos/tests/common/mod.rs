@@ -252,6 +252,21 @@ pub fn completeness<'s>(
     (total, complete, broken)
 }
 
+/// Asserts that each of the chains fixture's leaves has in `ours` (ichnos
+/// report's self shares) the share `theirs` (perf report's) gives it,
+/// within 3 points, and that `leaf_heavy` has about its 60% (so that the
+/// agreement is not of empty tables).
+pub fn assert_chains_shares_agree(ours: &HashMap<String, f64>, theirs: &HashMap<String, f64>) {
+    for function in ["leaf_heavy", "leaf_light", "unit"] {
+        let (a, b) = (ours[function], theirs[function]);
+        assert!(
+            (a - b).abs() <= 3.0,
+            "{function}: ichnos {a:.2}%, perf {b:.2}% (ours {ours:?}, perf {theirs:?})"
+        );
+    }
+    assert!((ours["leaf_heavy"] - 60.0).abs() < 10.0, "{ours:?}");
+}
+
 /// `perf report`'s self share of each symbol.
 pub fn perf_shares(data: &Path) -> HashMap<String, f64> {
     let out = Command::new("perf")
