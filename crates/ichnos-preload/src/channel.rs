@@ -157,7 +157,7 @@ impl Channel {
             Err(Refused::Lock) => {
                 // Held for good: what was given up at the lock goes on
                 // the socket, the one way left to the recorder.
-                take_unsent_each(|tid, lost| send_on_socket(&empty(tid, lost)));
+                take_unsent_each(|tid, lost| send_loss_on_socket(&empty(tid, lost)));
                 return;
             }
             Err(Refused::NoChannel) => return,
@@ -408,36 +408,26 @@ fn socket_inode(fd: i32) -> Option<u64> {
 /// signal handler.
 fn wake_recorder() {
     let _errno = ichnos_buf::fill::ErrnoGuard::save();
-    let fd = WAKE_SOCKET.load(Ordering::Relaxed);
-    if fd < 0 || socket_inode(fd) != Some(WAKE_INODE.load(Ordering::Relaxed)) {
-        return;
-    }
-    // SAFETY: a send of one byte from a static buffer, with no address.
-    unsafe {
-        libc::syscall(
-            libc::SYS_sendto,
-            fd,
-            wire::WAKE.as_ptr(),
-            wire::WAKE.len(),
-            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-            std::ptr::null::<libc::sockaddr>(),
-            0,
-        );
-    }
+    send_on_socket(wire::WAKE);
 }
 
 /// Sends the empty frame `header`, which only carries a loss, on the
 /// socket: where the shared buffer cannot be reached (its lock is held
 /// for good). The recorder takes it as it takes such a frame from the
-/// buffer. Never blocking, only where the descriptor is still our socket
-/// (as [`wake_recorder`]).
-fn send_on_socket(header: &FrameHeader) {
+/// buffer.
+fn send_loss_on_socket(header: &FrameHeader) {
+    send_on_socket(&header.encode());
+}
+
+/// Sends `bytes`, one message, on the socket the recorder is woken
+/// through: never blocking, and only where the descriptor is still our
+/// socket (see [`wake_recorder`]). Async-signal-safe.
+fn send_on_socket(bytes: &[u8]) {
     let fd = WAKE_SOCKET.load(Ordering::Relaxed);
     if fd < 0 || socket_inode(fd) != Some(WAKE_INODE.load(Ordering::Relaxed)) {
         return;
     }
-    let bytes = header.encode();
-    // SAFETY: a send of a header's bytes we own, with no address.
+    // SAFETY: a send of bytes we hold, with no address.
     unsafe {
         libc::syscall(
             libc::SYS_sendto,
