@@ -203,6 +203,16 @@ fn forked_and_execed_processes_keep_their_own_samples_and_names() {
     }
 }
 
+/// One at a time: the tests whose programs keep CPUs busy for a second or
+/// more, and the one whose recorder must keep up with its program while
+/// it runs (on a two-CPU machine, run together, they starved it: all of
+/// its samples were handled after the program had exited).
+fn cpu_heavy() -> std::sync::MutexGuard<'static, ()> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// The threads fixture (built in `dir`) running for a second, its
 /// threads started.
 fn running_threads(dir: &Path) -> std::process::Child {
@@ -219,6 +229,7 @@ fn running_threads(dir: &Path) -> std::process::Child {
 
 #[test]
 fn a_running_process_is_recorded_with_dash_p() {
+    let _cpu = cpu_heavy();
     let dir = tempfile::tempdir().unwrap();
     let mut child = running_threads(dir.path());
     let data = dir.path().join("attached.data");
@@ -249,6 +260,7 @@ fn a_running_process_is_recorded_with_dash_p() {
 /// were named by the thread's last name, the program it executed.
 #[test]
 fn samples_before_an_exec_keep_the_name_they_were_taken_under() {
+    let _cpu = cpu_heavy();
     let dir = tempfile::tempdir().unwrap();
     let exe = build_fixture(dir.path(), "exec_after", &["-g"]);
     let renamed = dir.path().join("renamed");
@@ -294,6 +306,7 @@ fn report_figures(data: &Path) -> (String, f64, f64) {
 /// not until that worker does.
 #[test]
 fn dash_p_follows_the_process_not_the_thread_it_was_named_by() {
+    let _cpu = cpu_heavy();
     let dir = tempfile::tempdir().unwrap();
     let exe = build_fixture(dir.path(), "leader_exits", &["-pthread"]);
     for (mode, name_it_by) in [("leader", "pid"), ("worker", "tid")] {
@@ -372,6 +385,7 @@ fn cycles_asked_for_fall_back_to_the_cpu_clock_without_a_pmu() {
 /// the thread id counted as a process of its own).
 #[test]
 fn dash_p_names_each_process_once_however_it_is_named() {
+    let _cpu = cpu_heavy();
     let dir = tempfile::tempdir().unwrap();
     let mut child = running_threads(dir.path());
     let pid = child.id();
@@ -558,6 +572,7 @@ fn stacks_deeper_than_the_copy_are_noted_and_a_larger_copy_completes_them() {
 /// their copies still anchor (the return address into the 40 KiB frame).
 #[test]
 fn stacks_handled_after_their_process_exited_go_on_over_their_threads_last_read() {
+    let _cpu = cpu_heavy();
     let dir = tempfile::tempdir().unwrap();
     let exe = build_fixture(dir.path(), "deep", &["-fomit-frame-pointer"]);
     let data = dir.path().join("exit.data");
