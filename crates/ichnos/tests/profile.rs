@@ -486,10 +486,10 @@ fn stacks_deeper_than_the_copy_are_noted_and_a_larger_copy_completes_them() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build_fixture(dir.path(), "deep", &["-fomit-frame-pointer"]);
     let data = dir.path().join("deep.data");
-    let leaf_stacks = |data: &Path| -> (u64, u64) {
+    let leaf_stacks = |data: &Path| -> (u64, u64, String) {
         let stacks = folded(data, &[]);
-        let (total, complete, _) = completeness(&stacks, &["deep_leaf"], "main");
-        (total, complete)
+        let (total, complete, broken) = completeness(&stacks, &["deep_leaf"], "main");
+        (total, complete, format!("{broken:?}"))
     };
     // A 32 KiB copy (the default where locked memory is limited) stops
     // inside the 40 KiB frame: kept to the copy, the recording says so
@@ -511,7 +511,7 @@ fn stacks_deeper_than_the_copy_are_noted_and_a_larger_copy_completes_them() {
             && err.contains("--stack-size 65528"),
         "{err}"
     );
-    let (total, complete) = leaf_stacks(&data);
+    let (total, complete, _) = leaf_stacks(&data);
     assert!(
         total >= 300 && complete * 10 < total,
         "{complete} of {total}"
@@ -538,12 +538,14 @@ fn stacks_deeper_than_the_copy_are_noted_and_a_larger_copy_completes_them() {
         err.contains("stacks went on past the copy and were read on from their threads' memory"),
         "{err}"
     );
-    let (total, complete) = leaf_stacks(&data);
+    let (total, complete, broken) = leaf_stacks(&data);
     assert!(
         total >= 300 && complete * 100 >= total * 98,
-        "{complete} of {total}: {err}"
+        "{complete} of {total}: {err}; the rest: {broken}"
     );
-    // The most the kernel copies reaches main, and nothing is noted.
+    // The most the kernel copies reaches main, and nothing is noted. Two
+    // seconds, so that 99.9% asks what it says: of 600 samples it would
+    // ask all.
     let out = ichnos(&[
         "record",
         "--stack-size",
@@ -552,17 +554,15 @@ fn stacks_deeper_than_the_copy_are_noted_and_a_larger_copy_completes_them() {
         data.to_str().unwrap(),
         "--",
         exe.to_str().unwrap(),
+        "2",
     ]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("stacks went on past"), "{err}");
+    let (total, complete, broken) = leaf_stacks(&data);
     assert!(
-        !stderr(&out).contains("stacks went on past"),
-        "{}",
-        stderr(&out)
-    );
-    let (total, complete) = leaf_stacks(&data);
-    assert!(
-        total >= 300 && complete * 1000 >= total * 999,
-        "{complete} of {total}"
+        total >= 1500 && complete * 1000 >= total * 999,
+        "{complete} of {total}: {err}; the rest: {broken}"
     );
 }
 
