@@ -604,13 +604,13 @@ fn sum(profile: &Profile, filter: &Filter) -> Shown {
         t.samples = t.samples.saturating_add(by.samples);
         t.weight = t.weight.saturating_add(by.weight);
     };
-    for (&(_, pid, tid), tally) in &profile.tallies {
-        if filter.keeps(profile, pid, tid) {
+    for (&(stack, pid, tid), tally) in &profile.tallies {
+        if filter.keeps(profile, stack, pid, tid) {
             add(&mut shown.on, tally);
         }
     }
-    for (&(_, pid, tid, state), tally) in &profile.off_cpu {
-        if filter.keeps(profile, pid, tid) {
+    for (&(stack, pid, tid, state), tally) in &profile.off_cpu {
+        if filter.keeps(profile, stack, pid, tid) {
             match state {
                 ichnos_data::OffCpuState::Preempted => add(&mut shown.preempted, tally),
                 _ => add(&mut shown.waiting, tally),

@@ -284,6 +284,14 @@ fn samples_before_an_exec_keep_the_name_they_were_taken_under() {
             .map(|(f, _)| f[0].as_str())
             .collect();
         assert_eq!(roots, HashSet::from([name]), "{leaf}: {stacks:?}");
+        // --comm keeps the samples taken under that name, and only them.
+        let only = folded(&data, &["--comm", name]);
+        let leaves: HashSet<&str> = only
+            .iter()
+            .filter_map(|(f, _)| f.last().map(String::as_str))
+            .filter(|l| l.ends_with("_exec"))
+            .collect();
+        assert_eq!(leaves, HashSet::from([leaf]), "--comm {name}: {only:?}");
     }
 }
 

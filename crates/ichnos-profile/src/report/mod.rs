@@ -38,9 +38,13 @@ pub struct Filter {
 }
 
 impl Filter {
-    /// Whether the samples of thread `tid` of process `pid` are kept.
+    /// Whether the samples of thread `tid` of process `pid` with stack
+    /// `stack` are kept. A name is matched against the names the thread
+    /// and its process had when the stack was taken, in the program its
+    /// address space ran (as `perf report --comms` matches each sample's
+    /// comm): a child's samples before an exec keep its name of then.
     #[must_use]
-    pub fn keeps(&self, profile: &Profile, pid: u32, tid: u32) -> bool {
+    pub fn keeps(&self, profile: &Profile, stack: u64, pid: u32, tid: u32) -> bool {
         if !self.pids.is_empty() && !self.pids.contains(&pid) {
             return false;
         }
@@ -50,9 +54,20 @@ impl Filter {
         let Some(comm) = &self.comm else {
             return true;
         };
-        let (thread_name, process_name) = profile.thread_name(pid, tid);
         let matches = |n: Option<&Arc<str>>| n.is_some_and(|n| **n == **comm);
-        matches(thread_name) || matches(process_name)
+        let space = usize::try_from(stack)
+            .ok()
+            .and_then(|i| profile.stacks.get(i)?.as_ref())
+            .map(|stored| stored.asid);
+        let Some(asid) = space else {
+            let (thread_name, process_name) = profile.thread_name(pid, tid);
+            return matches(thread_name) || matches(process_name);
+        };
+        // The process's name then: its first thread's.
+        let process_name = profile
+            .thread_name_in(asid, pid, pid)
+            .or_else(|| profile.thread_name(pid, tid).1);
+        matches(profile.thread_name_in(asid, pid, tid)) || matches(process_name)
     }
 }
 
@@ -114,7 +129,7 @@ fn keep<'a>(
     names: &mut HashMap<(u64, u32, u32), Arc<str>>,
     (stack, pid, tid): (u64, u32, u32),
 ) -> Option<(&'a [Frame], StackStop, Arc<str>)> {
-    if !filter.keeps(profile, pid, tid) {
+    if !filter.keeps(profile, stack, pid, tid) {
         return None;
     }
     let frames = symbols.stacks.get(stack as usize)?.as_deref()?;

@@ -301,7 +301,7 @@ impl<'a> Sampler<'a> {
         let symbolized = self.symbols.stacks.get(s.stack as usize)?.as_deref()?;
         let stack = self.profile.stacks.get(s.stack as usize)?.as_ref()?;
         self.filter
-            .keeps(self.profile, s.pid, s.tid)
+            .keeps(self.profile, s.stack, s.pid, s.tid)
             .then_some((symbolized, stack.stop))
     }
 }
