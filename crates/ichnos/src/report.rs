@@ -247,6 +247,14 @@ pub fn load(path: &Path, quiet: bool) -> Result<Loaded> {
                 crate::units::counted(summary.unreadable, "record", "records")
             );
         }
+        if !quiet && summary.unknown_id > 0 {
+            eprintln!(
+                "warning: {}: {} with an event id the header does not name (left out, counted \
+                 lost)",
+                path.display(),
+                crate::units::counted(summary.unknown_id, "sample", "samples")
+            );
+        }
         if !quiet && !summary.left_out.is_empty() {
             let others: Vec<String> = summary
                 .left_out

@@ -110,6 +110,9 @@ pub struct PerfDataSummary {
     /// (a profile weighs one event's samples: nanoseconds of cpu-clock,
     /// page faults and cycles do not add up).
     pub left_out: Vec<(String, u64)>,
+    /// Samples whose event id the header does not name, left out (as
+    /// perf report leaves them out) and counted lost.
+    pub unknown_id: u64,
 }
 
 /// How often (in bytes of the data section walked past) the pages
@@ -250,15 +253,16 @@ fn finish(
 ) {
     let Converted {
         unreadable,
+        unknown_id,
         last_time,
         ..
     } = converted;
-    let (unreadable, last_time) = (*unreadable, *last_time);
+    let (unreadable, unknown_id, last_time) = (*unreadable, *unknown_id, *last_time);
     recorder.finish();
-    if unreadable > 0 {
+    if unreadable + unknown_id > 0 {
         recorder
             .output
-            .lost(last_time, 0, unreadable, LostCause::Unreadable);
+            .lost(last_time, 0, unreadable + unknown_id, LostCause::Unreadable);
     }
     let summary = PerfDataSummary {
         samples: recorder.samples,
@@ -276,19 +280,23 @@ fn finish(
             .filter(|&(_, &n)| n > 0)
             .map(|(name, &n)| (name.clone(), n))
             .collect(),
+        unknown_id,
     };
-    let (written, profile) =
-        recorder
-            .output
-            .end_with_profile(writer, last_time, recorder.lost + unreadable);
+    let (written, profile) = recorder.output.end_with_profile(
+        writer,
+        last_time,
+        recorder.lost + unreadable + unknown_id,
+    );
     (summary, written, profile)
 }
 
 /// What handing the records to the recorder has found so far.
 #[derive(Clone, Default)]
 struct Converted {
-    /// Records our parser refused, or of no known event.
+    /// Records our parser refused.
     unreadable: u64,
+    /// Samples whose id the header does not name.
+    unknown_id: u64,
     /// The event (attr) whose samples are kept ([`shown_event`]).
     shown: usize,
     /// Samples of each other event, left out.
@@ -333,15 +341,19 @@ impl Converted {
         found: records::Found<'_>,
         recorder: &mut Recorder,
     ) {
-        let Some(format) = formats.get(found.attr) else {
+        let Some(attr) = found.attr else {
+            self.unknown_id += 1;
+            return;
+        };
+        let Some(format) = formats.get(attr) else {
             self.unreadable += 1;
             return;
         };
         match parse(format, found.bytes) {
             Ok(ichnos_perf::record::Record::Sample(_))
-                if !self.kept.get(found.attr).copied().unwrap_or(false) =>
+                if !self.kept.get(attr).copied().unwrap_or(false) =>
             {
-                if let Some(n) = self.left_out.get_mut(found.attr) {
+                if let Some(n) = self.left_out.get_mut(attr) {
                     *n += 1;
                 }
             }

@@ -22,6 +22,10 @@ use super::rounds::{Pending, Rounds};
 
 /// perf's `PERF_RECORD_FINISHED_ROUND`.
 const RECORD_FINISHED_ROUND: u32 = 68;
+/// The kernel's `PERF_RECORD_SAMPLE`.
+const RECORD_SAMPLE: u32 = 9;
+/// A pending record's event where it is a sample of no known event.
+const NO_EVENT: u32 = u32::MAX;
 /// The first of perf's own record types (the kernel's are below).
 const USER_TYPES: u32 = 64;
 /// Bytes of a record header.
@@ -73,18 +77,26 @@ impl Attrs {
     }
 
     /// The event of a record of type `kind` whose body (the bytes after
-    /// its header) is `body`; the first event when its id is not known.
-    fn attr_of(&self, kind: u32, body: &[u8]) -> usize {
-        let kind = RecordType(kind);
+    /// its header) is `body`: the first event when it carries no id, or
+    /// when it is not a sample (their ids are read where every event
+    /// keeps them); `None` for a sample whose id the header does not
+    /// name, which perf report leaves out too ("samples with id not
+    /// present in the header").
+    fn attr_of(&self, kind: u32, body: &[u8]) -> Option<usize> {
+        let record = RecordType(kind);
         let data = RawData::from(body);
         let id = match &self.by {
-            IdBy::One => return 0,
-            IdBy::Same(info) => get_record_id::<byteorder::LittleEndian>(kind, data, info),
+            IdBy::One => return Some(0),
+            IdBy::Same(info) => get_record_id::<byteorder::LittleEndian>(record, data, info),
             IdBy::Identifier(all) => {
-                get_record_identifier::<byteorder::LittleEndian>(kind, data, *all)
+                get_record_identifier::<byteorder::LittleEndian>(record, data, *all)
             }
         };
-        id.and_then(|id| self.ids.get(&id).copied()).unwrap_or(0)
+        match id.map(|id| self.ids.get(&id).copied()) {
+            Some(None) if kind == RECORD_SAMPLE => None,
+            Some(Some(attr)) => Some(attr),
+            _ => Some(0),
+        }
     }
 
     /// A record's time, if its event gives it one.
@@ -100,10 +112,11 @@ fn sample_id_all(a: &AttributeDescription) -> bool {
         .contains(linux_perf_data::linux_perf_event_reader::AttrFlags::SAMPLE_ID_ALL)
 }
 
-/// A record the walk hands on: its event, and its bytes, header included.
+/// A record the walk hands on: its event (`None`: a sample of an id the
+/// header does not name), and its bytes, header included.
 #[derive(Clone, Copy)]
 pub(super) struct Found<'a> {
-    pub attr: usize,
+    pub attr: Option<usize>,
     pub bytes: &'a [u8],
 }
 
@@ -126,7 +139,7 @@ pub(super) fn walk(
         let start = usize::try_from(p.offset()).unwrap_or(usize::MAX);
         if let Some(bytes) = data.get(start..start + p.len as usize) {
             f(Found {
-                attr: usize::try_from(p.attr).unwrap_or(usize::MAX),
+                attr: (p.attr != NO_EVENT).then_some(p.attr as usize),
                 bytes,
             });
         }
@@ -141,9 +154,9 @@ pub(super) fn walk(
         } else if kind < USER_TYPES {
             let attr = attrs.attr_of(kind, body);
             rounds.insert(Pending {
-                key: (attrs.time_of(attr, kind, body), at as u64),
+                key: (attr.and_then(|a| attrs.time_of(a, kind, body)), at as u64),
                 len: u32::try_from(len).unwrap_or(u32::MAX),
-                attr: u32::try_from(attr).unwrap_or(u32::MAX),
+                attr: attr.and_then(|a| u32::try_from(a).ok()).unwrap_or(NO_EVENT),
             });
         }
         at = next;
