@@ -23,19 +23,17 @@
 //! while a thread waits (Ctrl-Z) gives nothing up for the pause.
 //!
 //! The word holds the holder's thread id (as `FUTEX_LOCK_PI`'s does), with
-//! a bit for "someone may sleep on it" and one for "given up on", so that
-//! taking it, marking it and letting it go are each one atomic step. The
-//! mark is put only on the hold a waiter saw (a compare-and-swap of the
-//! word), so a holder that let go meanwhile is never marked (unless the
-//! same thread took it again, its waiters bit set, between the waiter's
-//! look and its mark: then the new hold is marked, which costs the frames
-//! handed over during that one hold). Whether a word a waiter wakes to is
-//! still the hold it slept on is told by a count of let-goes beside the
-//! word: the same thread may have let go and taken it again. The count
-//! cannot be read in one step with the word: a let-go whose count the
-//! waiter read just before the word it sleeps on, and whose word it did
-//! not, can pass (a window of a few instructions); a generation in the
-//! word itself would close it. The one holder that can
+//! a bit for "someone may sleep on it", one for "given up on", and the
+//! hold's generation, a count of takings, so that taking it, marking it
+//! and letting it go are each one atomic step, and each hold's word is
+//! its own: the same thread letting go and taking it again, its waiters
+//! bit set again by another waiter, makes a word of another generation.
+//! So the mark is put only on the hold a waiter saw (a compare-and-swap
+//! of the word), never on a later one, and a waiter that wakes to the
+//! word it slept on knows it is the same hold. (The generation has 8
+//! bits: a waiter could take a later hold for its own only where each of
+//! its sleeps through the whole patience woke to the same holder and a
+//! generation a multiple of 256 takings on.) The one holder that can
 //! never let go, the code a signal handler of the same thread
 //! interrupted (`ichnos_snapshot` from a handler while the thread hands a
 //! buffer over), is known at once and not waited for; the handlers that
@@ -47,16 +45,24 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-/// Nobody holds it.
+/// Nobody holds it (in a word of any generation).
 const FREE: u32 = 0;
-/// Someone may sleep on it: the holder wakes one when it lets go. (Thread
-/// ids are below 2^22, the kernel's most.)
+/// Someone may sleep on it: the holder wakes one when it lets go.
 const WAITERS: u32 = 1 << 31;
 /// A waiter gave up on this hold (its patience ran out, or the holder no
 /// longer exists): later waiters give up at once. Letting go clears it.
 const GIVEN_UP: u32 = 1 << 30;
-/// The holder's thread id.
-const HOLDER: u32 = GIVEN_UP - 1;
+/// The hold's generation: how many times the lock was taken, modulo 256.
+/// Letting go keeps it.
+const GENERATION: u32 = 0xff << 22;
+/// The holder's thread id: thread ids are below 2^22, the kernel's most
+/// (`PID_MAX_LIMIT`).
+const HOLDER: u32 = (1 << 22) - 1;
+
+/// The word of a hold of thread `me` taken from the free word `free`.
+fn taken(free: u32, me: u32) -> u32 {
+    (free.wrapping_add(1 << 22) & GENERATION) | me
+}
 
 /// The longest sleep of a waiter, and the most one sleep counts toward
 /// its patience: a process stopped (Ctrl-Z, a debugger) while a thread
@@ -93,13 +99,9 @@ const SPINS: u32 = 64;
 
 /// A lock that can be given up on after a time.
 pub(crate) struct ChannelLock {
-    /// The holder's thread id (0: free), and [`WAITERS`].
+    /// The holder's thread id (0: free), [`WAITERS`], [`GIVEN_UP`] and
+    /// the [`GENERATION`].
     state: AtomicU32,
-    /// Times the lock was let go: a waiter that finds the word as it
-    /// left it knows from this whether it is the same hold (a thread
-    /// that let go and took it again, its waiters bit set again by
-    /// another waiter, leaves the word the same).
-    releases: AtomicU32,
 }
 
 /// The calling thread's id (a system call: async-signal-safe, and right
@@ -115,7 +117,6 @@ impl ChannelLock {
     pub(crate) const fn new() -> ChannelLock {
         ChannelLock {
             state: AtomicU32::new(FREE),
-            releases: AtomicU32::new(0),
         }
     }
 
@@ -127,10 +128,13 @@ impl ChannelLock {
     /// by an earlier waiter.
     pub(crate) fn lock(&self, patience_ns: u64) -> bool {
         let me = this_thread();
-        let mut seen = match self.replace(FREE, me) {
-            Ok(()) => return true,
-            Err(seen) => seen,
-        };
+        let mut seen = self.state.load(Ordering::Relaxed);
+        if seen & HOLDER == FREE {
+            match self.replace(seen, taken(seen, me)) {
+                Ok(()) => return true,
+                Err(now) => seen = now,
+            }
+        }
         for _ in 0..SPINS {
             if seen & HOLDER == me {
                 // Held by this thread, which cannot let go while its
@@ -139,7 +143,7 @@ impl ChannelLock {
             }
             std::hint::spin_loop();
             seen = self.state.load(Ordering::Relaxed);
-            if seen == FREE && self.replace(FREE, me).is_ok() {
+            if seen & HOLDER == FREE && self.replace(seen, taken(seen, me)).is_ok() {
                 return true;
             }
         }
@@ -148,10 +152,10 @@ impl ChannelLock {
             if seen & HOLDER == me || seen & GIVEN_UP != 0 {
                 return false;
             }
-            if seen == FREE {
+            if seen & HOLDER == FREE {
                 // Taken marked: others may sleep on it still (one needless
                 // wake at most).
-                match self.replace(FREE, me | WAITERS) {
+                match self.replace(seen, taken(seen, me) | WAITERS) {
                     Ok(()) => return true,
                     Err(now) => {
                         seen = now;
@@ -177,7 +181,6 @@ impl ChannelLock {
                 // up, the hold is not.
                 return false;
             }
-            let releases = self.releases.load(Ordering::Relaxed);
             let before = crate::clock::monotonic_ns();
             futex_wait(
                 &self.state,
@@ -185,12 +188,10 @@ impl ChannelLock {
                 (patience_ns - waited.total).min(SLEEP_NS),
             );
             let slept = crate::clock::monotonic_ns().saturating_sub(before);
-            // Acquire: a word read after a let-go and a new taking of it
-            // (the let-go's swap heads a release sequence the takings
-            // continue) shows the count the let-go raised first.
-            let now = self.state.load(Ordering::Acquire);
-            let same_hold = now == seen && self.releases.load(Ordering::Relaxed) == releases;
-            waited.slept(slept, same_hold);
+            let now = self.state.load(Ordering::Relaxed);
+            // The same word is the same hold: a later one is of another
+            // generation.
+            waited.slept(slept, now == seen);
             seen = now;
         }
     }
@@ -203,11 +204,10 @@ impl ChannelLock {
         }
     }
 
-    /// Lets the lock go, waking one sleeper if any may sleep.
+    /// Lets the lock go, waking one sleeper if any may sleep: the word
+    /// keeps its generation, and nothing else.
     pub(crate) fn unlock(&self) {
-        // Counted before the word is freed (see `releases`).
-        self.releases.fetch_add(1, Ordering::Relaxed);
-        if self.state.swap(FREE, Ordering::Release) & WAITERS != 0 {
+        if self.state.fetch_and(GENERATION, Ordering::Release) & WAITERS != 0 {
             futex_wake(&self.state, 1);
         }
     }
@@ -226,7 +226,8 @@ impl ChannelLock {
     }
 
     /// Puts `to` where the word holds `from` (Acquire: when it takes
-    /// the lock); the word's value where it did not hold `from`.
+    /// the lock, after the last let-go's Release); the word's value
+    /// where it did not hold `from`.
     fn replace(&self, from: u32, to: u32) -> Result<(), u32> {
         self.state
             .compare_exchange(from, to, Ordering::Acquire, Ordering::Relaxed)
@@ -472,6 +473,42 @@ mod tests {
             marked, 0,
             "a hold of 20 ms given up on with 300 ms of patience"
         );
+    }
+
+    #[test]
+    fn a_hold_taken_again_by_its_thread_is_another_hold() {
+        let lock = ChannelLock::new();
+        assert!(lock.lock(0));
+        // A waiter sets the waiters bit and is about to mark the hold.
+        let first = lock.state.load(Ordering::Relaxed);
+        assert!(lock.replace(first, first | WAITERS).is_ok());
+        let seen = first | WAITERS;
+        // The holder lets go and takes it again, and another waiter sets
+        // the bit: the same holder, the same bits, another hold.
+        lock.unlock();
+        assert!(lock.lock(0));
+        let second = lock.state.load(Ordering::Relaxed);
+        assert!(lock.replace(second, second | WAITERS).is_ok());
+        assert_eq!(second & HOLDER, first & HOLDER);
+        assert_ne!(
+            second | WAITERS,
+            seen,
+            "a waiter would take it for its hold"
+        );
+        // The first waiter's mark misses it.
+        lock.give_up_on(seen);
+        assert_eq!(lock.state.load(Ordering::Relaxed) & GIVEN_UP, 0);
+        lock.unlock();
+        // Round the generation's 8 bits: each hold is its holder's alone,
+        // and letting go leaves no bit but the generation.
+        let me = this_thread();
+        for _ in 0..600 {
+            assert!(lock.lock(0));
+            let word = lock.state.load(Ordering::Relaxed);
+            assert_eq!(word & !GENERATION, me, "{word:#x}");
+            lock.unlock();
+            assert_eq!(lock.state.load(Ordering::Relaxed) & !GENERATION, FREE);
+        }
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! A loom model of the channel lock's protocol (`src/channel_lock.rs`):
-//! the futex word holds the holder's thread id and a waiters bit; a
+//! the futex word holds the holder's thread id, a waiters bit and the
+//! hold's generation (counted at each taking, kept at a let-go); a
 //! waiter marks the bit before it sleeps, and the holder that lets go of
 //! a marked word wakes one. Explored over every interleaving loom
 //! simulates, with the kernel's futex modelled as a mutex and a
@@ -24,7 +25,12 @@ use loom::sync::{Arc, Condvar, Mutex};
 const FREE: u32 = 0;
 const WAITERS: u32 = 1 << 31;
 const GIVEN_UP: u32 = 1 << 30;
-const HOLDER: u32 = GIVEN_UP - 1;
+const GENERATION: u32 = 0xff << 22;
+const HOLDER: u32 = (1 << 22) - 1;
+
+fn taken(free: u32, me: u32) -> u32 {
+    (free.wrapping_add(1 << 22) & GENERATION) | me
+}
 
 /// The lock's word, and the kernel side of its futex: the value is
 /// checked under the bucket lock, after a full barrier.
@@ -68,17 +74,20 @@ impl Futex {
     /// first sleep it would take: false, having marked the hold given up
     /// on. False too where the hold it finds was given up on.
     fn lock_or_give_up(&self, me: u32, impatient: bool) -> bool {
-        let mut seen = match self.replace(FREE, me) {
-            Ok(()) => return true,
-            Err(seen) => seen,
-        };
+        let mut seen = self.word.load(Ordering::Relaxed);
+        if seen & HOLDER == FREE {
+            match self.replace(seen, taken(seen, me)) {
+                Ok(()) => return true,
+                Err(now) => seen = now,
+            }
+        }
         loop {
             assert_ne!(seen & HOLDER, me, "held by the locking thread");
             if seen & GIVEN_UP != 0 {
                 return false;
             }
-            if seen == FREE {
-                match self.replace(FREE, me | WAITERS) {
+            if seen & HOLDER == FREE {
+                match self.replace(seen, taken(seen, me) | WAITERS) {
                     Ok(()) => return true,
                     Err(now) => {
                         seen = now;
@@ -106,9 +115,14 @@ impl Futex {
 
     /// `ChannelLock::unlock`.
     fn unlock(&self) {
-        if self.word.swap(FREE, Ordering::Release) & WAITERS != 0 {
+        if self.word.fetch_and(GENERATION, Ordering::Release) & WAITERS != 0 {
             self.wake_one();
         }
+    }
+
+    /// Whether the lock is free, with no bit set but the generation.
+    fn is_free(&self) -> bool {
+        self.word.load(Ordering::Relaxed) & !GENERATION == FREE
     }
 }
 
@@ -143,7 +157,7 @@ fn the_lock_lets_one_in_at_a_time_and_loses_no_wake_up() {
         other.join().unwrap();
         // SAFETY: the other thread has finished.
         assert_eq!(count.with(|c| unsafe { *c }), 3);
-        assert_eq!(lock.word.load(Ordering::Relaxed), FREE);
+        assert!(lock.is_free());
     });
 }
 
@@ -196,7 +210,7 @@ fn three_threads(impatient: bool) {
         // SAFETY: every thread has finished.
         assert_eq!(count.with(|c| unsafe { *c }), entered);
         // Every hold was let go, which clears a mark.
-        assert_eq!(lock.word.load(Ordering::Relaxed), FREE);
+        assert!(lock.is_free());
     });
 }
 
@@ -243,6 +257,6 @@ fn a_hold_given_up_on_is_marked_only_while_it_lasts() {
         lock.unlock();
         // SAFETY: the other thread has finished.
         assert_eq!(count.with(|c| unsafe { *c }), entered);
-        assert_eq!(lock.word.load(Ordering::Relaxed), FREE);
+        assert!(lock.is_free());
     });
 }
