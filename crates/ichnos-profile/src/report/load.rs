@@ -499,7 +499,11 @@ impl Profile {
         space.parent = parent;
         self.spaces.insert(asid, space);
         self.current_space.insert(pid, asid);
-        self.processes.insert(pid, Arc::from(text(name)));
+        let name: Arc<str> = Arc::from(text(name));
+        // The first thread's name in the new program, until a thread
+        // record renames it (none comes where an exec kept the name).
+        self.space_threads.insert((asid, pid), Arc::clone(&name));
+        self.processes.insert(pid, name);
     }
 
     fn describe(&mut self, m: &ichnos_data::Meta<'_>) {
@@ -760,5 +764,38 @@ mod tests {
             None,
             "copied at the fork, before the name came"
         );
+    }
+
+    /// Each program's samples are named by the name the thread had in it:
+    /// an exec that keeps the name writes no thread record, and the
+    /// program it runs is named by its process record, not by whatever
+    /// name the thread takes in a later one.
+    #[test]
+    fn a_program_whose_exec_kept_the_name_is_named_by_its_process_record() {
+        // An exec's space is of no parent (`model.rs`, `begin`).
+        let process = |asid, name| Record::Process {
+            asid,
+            pid: 7,
+            parent: 0,
+            time: 0,
+            name,
+        };
+        let thread = |name| Record::Thread {
+            pid: 7,
+            tid: 7,
+            time: 0,
+            name,
+        };
+        let mut profile = Profile::default();
+        profile.add(&process(1, b"sh"));
+        profile.add(&thread(b"sh"));
+        // `exec sh`: the same name, no thread record.
+        profile.add(&process(2, b"sh"));
+        profile.add(&process(3, b"make"));
+        profile.add(&thread(b"make"));
+        let name = |asid| profile.thread_name_in(asid, 7, 7).map(ToString::to_string);
+        assert_eq!(name(1).as_deref(), Some("sh"));
+        assert_eq!(name(2).as_deref(), Some("sh"));
+        assert_eq!(name(3).as_deref(), Some("make"));
     }
 }

@@ -40,9 +40,9 @@ pub struct Filter {
 impl Filter {
     /// Whether the samples of thread `tid` of process `pid` with stack
     /// `stack` are kept. A name is matched against the names the thread
-    /// and its process had when the stack was taken, in the program its
-    /// address space ran (as `perf report --comms` matches each sample's
-    /// comm): a child's samples before an exec keep its name of then.
+    /// and its process had in the program the stack's address space ran
+    /// (the last there), as `perf report --comms` matches each sample's
+    /// comm: a child's samples before an exec keep its name of then.
     #[must_use]
     pub fn keeps(&self, profile: &Profile, stack: u64, pid: u32, tid: u32) -> bool {
         if !self.pids.is_empty() && !self.pids.contains(&pid) {
