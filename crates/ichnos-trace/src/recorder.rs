@@ -124,6 +124,9 @@ pub struct TraceSummary {
     /// The command's program is linked statically: it runs without the
     /// dynamic linker, which is what loads the tracing runtime.
     pub static_program: bool,
+    /// Processes still running when a stop (Ctrl-C) ended the trace after
+    /// the command had ended: what they did after that is not traced.
+    pub left_running: Vec<u32>,
 }
 
 /// What the status line shows while a trace runs.
@@ -247,7 +250,8 @@ impl Out {
 }
 
 /// Runs `options.command` under the tracing runtime and records it.
-/// `stop` (set by Ctrl-C) passes SIGINT on to the command.
+/// `stop` (set by Ctrl-C) passes SIGINT on to the command, and ends the
+/// trace as [`Ending`] says.
 pub fn trace(
     options: &TraceOptions,
     stop: &AtomicBool,
@@ -279,7 +283,7 @@ pub fn trace(
     // program keeps the limits it was given.
     sys::raise_descriptor_limit();
     let _child = held.start()?;
-    let status = serve(&listener, &mut out, main_pid, stop, started, status)?;
+    let (status, left_running) = serve(&listener, &mut out, main_pid, stop, started, status)?;
     let duration = started.elapsed();
     clock_reading(&mut out)?;
     let end = out.time();
@@ -319,11 +323,59 @@ pub fn trace(
         tsc,
         refused,
         static_program: elf::statically_linked(&program),
+        left_running,
     })
 }
 
+/// How a stop (Ctrl-C, SIGTERM) ends a trace. The command is passed
+/// SIGINT; one still running a second later is sent SIGTERM, and SIGKILL
+/// three seconds after that, as `record` treats it. Once the command has
+/// ended, the processes it left running (a daemon; those in the
+/// terminal's process group had the Ctrl-C themselves) are not waited
+/// for more than a second: the trace ends with what they had handed
+/// over, and they run on untraced.
+#[derive(Debug, Default)]
+struct Ending {
+    stop_since: Option<Instant>,
+    /// Signals sent to the command since the stop.
+    signalled: u8,
+}
+
+impl Ending {
+    /// Whether the trace may end now though processes still run (the
+    /// command itself has ended: `status_known`): the time since the
+    /// stop, once it is a second. Signals the command as that time says
+    /// while it runs.
+    fn stopped(
+        &mut self,
+        stop: &AtomicBool,
+        main_pid: u32,
+        status_known: bool,
+    ) -> Option<Duration> {
+        if !stop.load(Ordering::Relaxed) {
+            return None;
+        }
+        let since = self.stop_since.get_or_insert_with(Instant::now).elapsed();
+        if status_known {
+            return (since >= Duration::from_secs(1)).then_some(since);
+        }
+        let (signal, after) = match self.signalled {
+            0 => (libc::SIGINT, Duration::ZERO),
+            1 => (libc::SIGTERM, Duration::from_secs(1)),
+            2 => (libc::SIGKILL, Duration::from_secs(4)),
+            _ => return None,
+        };
+        if since >= after {
+            sys::kill(main_pid, signal);
+            self.signalled += 1;
+        }
+        None
+    }
+}
+
 /// Serves the traced processes until every one has exited and every
-/// connection is drained; the command's exit status.
+/// connection is drained, or a stop ends the trace ([`Ending`]); the
+/// command's exit status, and the processes left running.
 fn serve(
     listener: &OwnedFd,
     out: &mut Out,
@@ -331,10 +383,10 @@ fn serve(
     stop: &AtomicBool,
     started: Instant,
     show: &mut dyn FnMut(&TraceStatus),
-) -> Result<ExitStatus, TraceError> {
+) -> Result<(ExitStatus, Vec<u32>), TraceError> {
     let mut conns: Vec<Conn> = Vec::new();
     let mut status = None;
-    let mut signalled = false;
+    let mut ending = Ending::default();
     let mut clock_at = Instant::now();
     let mut clock_every = SECOND_CLOCK_AFTER;
     let mut status_at = Instant::now();
@@ -370,9 +422,17 @@ fn serve(
                 status = Some(s);
             }
         }
-        if stop.load(Ordering::Relaxed) && !signalled && status.is_none() {
-            sys::kill(main_pid, libc::SIGINT);
-            signalled = true;
+        let stopped = ending.stopped(stop, main_pid, status.is_some());
+        if stopped.is_some_and(|since| !busy || since >= Duration::from_secs(3)) {
+            // Everything handed over so far is in (or, from a process that
+            // keeps writing, two seconds more of it): what the processes
+            // still connected hold back is theirs (they find the recorder
+            // gone and run on untraced).
+            let left_running: Vec<u32> = conns.iter().map(|c| c.pid).collect();
+            for conn in &mut conns {
+                frames::end_of_connection(conn, out)?;
+            }
+            return Ok((status.unwrap_or(ExitStatus::Code(0)), left_running));
         }
         if status.is_some() && conns.is_empty() && !sys::has_children() {
             // A connection made just before the last exit is in the
@@ -386,7 +446,7 @@ fn serve(
             sleep(listener, &conns);
         }
     }
-    Ok(status.unwrap_or(ExitStatus::Code(0)))
+    Ok((status.unwrap_or(ExitStatus::Code(0)), Vec::new()))
 }
 
 /// Sleeps until a process connects, one ends or says something (its

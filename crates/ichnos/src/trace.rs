@@ -172,6 +172,7 @@ pub fn trace(args: &TraceArgs, quiet: bool) -> Result<u8> {
             summary.output.display(),
             crate::units::bytes(summary.bytes)
         );
+        note_left_running(&summary.left_running);
         if summary.events == 0 {
             eprintln!(
                 "note: no function was traced: {}",
@@ -183,6 +184,26 @@ pub fn trace(args: &TraceArgs, quiet: bool) -> Result<u8> {
         ichnos_profile::ExitStatus::Code(c) => u8::try_from(c).unwrap_or(1),
         ichnos_profile::ExitStatus::Signal(s) => u8::try_from(128 + s).unwrap_or(255),
     })
+}
+
+/// The note of a trace stopped while processes the command started ran
+/// on (`left_running`, by process id), if any.
+fn note_left_running(left_running: &[u32]) {
+    if left_running.is_empty() {
+        return;
+    }
+    let counted = |n: usize, one, many| crate::units::counted(n as u64, one, many);
+    let pids: Vec<String> = left_running.iter().map(u32::to_string).collect();
+    let (n, one) = (left_running.len(), left_running.len() == 1);
+    eprintln!(
+        "note: the trace was stopped while {} the command started ran on ({} {}): \
+         {} threads' partly filled buffers, and what {} after, are not in the trace",
+        counted(n, "process", "processes"),
+        if one { "pid" } else { "pids" },
+        pids.join(", "),
+        if one { "its" } else { "their" },
+        if one { "it did" } else { "they did" }
+    );
 }
 
 /// Why a trace holds no event, as far as the recorder can tell.

@@ -679,3 +679,102 @@ fn a_ring_rounded_up_says_so() {
     let stderr = traced(dir.path(), "t.data", &["--ring", "8K"], &[exe, "10", "5"]);
     assert!(!stderr.contains("note: --ring"), "{stderr}");
 }
+
+/// Sends `signal` (a name `kill` takes) to process `pid`.
+fn send(signal: &str, pid: u32) -> bool {
+    Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .unwrap()
+        .success()
+}
+
+/// A process killed when the test ends, however it ends.
+struct KilledAtEnd(u32);
+
+impl Drop for KilledAtEnd {
+    fn drop(&mut self) {
+        send("KILL", self.0);
+    }
+}
+
+/// `ichnos trace` of `leaves_running` with `args`, its standard output
+/// piped; the pid the fixture prints first.
+fn trace_leaves_running(dir: &std::path::Path, args: &[&str]) -> (std::process::Child, u32) {
+    let exe = build(dir, "leaves_running.c", &[]);
+    let mut recorder = ichnos()
+        .args(["trace", "-b", "64K", "-o"])
+        .arg(dir.join("t.data"))
+        .arg("--")
+        .arg(&exe)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(recorder.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let pid = line.trim().parse().unwrap_or_else(|_| panic!("{line:?}"));
+    (recorder, pid)
+}
+
+/// Ctrl-C after the command has ended: what it left running (a daemon
+/// that would sleep a minute) is waited for a second, not to its end; the
+/// trace keeps every buffer it handed over, a note names it, and it runs
+/// on. (The trace used to end only when the daemon did.)
+#[test]
+fn a_stop_does_not_wait_for_what_the_command_left_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let calls = 20_000u64;
+    let (recorder, daemon) = trace_leaves_running(dir.path(), &["daemon", &calls.to_string()]);
+    let _daemon = KilledAtEnd(daemon);
+    assert!(send("INT", recorder.id()));
+    let asked = Instant::now();
+    let out = recorder.wait_with_output().unwrap();
+    let waited = asked.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(waited < Duration::from_secs(20), "{waited:?}: {stderr}");
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "the trace was stopped while 1 process the command started ran on (pid {daemon})"
+        )),
+        "{stderr}"
+    );
+    // 64 KiB buffers of 16-byte events: 2,048 calls each; all but the
+    // last, partly filled, were handed over.
+    let work = calls_of(dir.path(), "work");
+    assert!(
+        work <= calls && work + 2048 >= calls,
+        "{work} calls: {stderr}"
+    );
+    assert!(send("0", daemon), "the daemon runs on");
+}
+
+/// Ctrl-C of a command that ignores SIGINT: SIGTERM a second later ends
+/// it, and the trace with it.
+#[test]
+fn a_command_deaf_to_ctrl_c_is_sent_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let (recorder, pid) = trace_leaves_running(dir.path(), &["deaf"]);
+    let _deaf = KilledAtEnd(pid);
+    assert!(send("INT", recorder.id()));
+    let asked = Instant::now();
+    let out = recorder.wait_with_output().unwrap();
+    let waited = asked.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_secs(20),
+        "{waited:?}: {stderr}"
+    );
+    assert_eq!(out.status.code(), Some(128 + 15), "{stderr}");
+}
+
+/// The calls of `function` that `report --trace` counts.
+fn calls_of(dir: &std::path::Path, function: &str) -> u64 {
+    calls(dir, "t.data").get(function).copied().unwrap_or(0)
+}
