@@ -249,8 +249,7 @@ pub fn load(path: &Path, quiet: bool) -> Result<Loaded> {
         }
         if !quiet && summary.unknown_id > 0 {
             eprintln!(
-                "warning: {}: {} with an event id the header does not name (left out, counted \
-                 lost)",
+                "warning: {}: {} with an event id the header does not name (left out)",
                 path.display(),
                 crate::units::counted(summary.unknown_id, "sample", "samples")
             );

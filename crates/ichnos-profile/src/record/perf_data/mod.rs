@@ -110,8 +110,8 @@ pub struct PerfDataSummary {
     /// (a profile weighs one event's samples: nanoseconds of cpu-clock,
     /// page faults and cycles do not add up).
     pub left_out: Vec<(String, u64)>,
-    /// Samples whose event id the header does not name, left out (as
-    /// perf report leaves them out) and counted lost.
+    /// Samples whose event id the header does not name, left out as the
+    /// other events' are (of no event known, they are of no profile).
     pub unknown_id: u64,
 }
 
@@ -259,10 +259,10 @@ fn finish(
     } = converted;
     let (unreadable, unknown_id, last_time) = (*unreadable, *unknown_id, *last_time);
     recorder.finish();
-    if unreadable + unknown_id > 0 {
+    if unreadable > 0 {
         recorder
             .output
-            .lost(last_time, 0, unreadable + unknown_id, LostCause::Unreadable);
+            .lost(last_time, 0, unreadable, LostCause::Unreadable);
     }
     let summary = PerfDataSummary {
         samples: recorder.samples,
@@ -282,11 +282,10 @@ fn finish(
             .collect(),
         unknown_id,
     };
-    let (written, profile) = recorder.output.end_with_profile(
-        writer,
-        last_time,
-        recorder.lost + unreadable + unknown_id,
-    );
+    let (written, profile) =
+        recorder
+            .output
+            .end_with_profile(writer, last_time, recorder.lost + unreadable);
     (summary, written, profile)
 }
 

@@ -77,11 +77,11 @@ impl Attrs {
     }
 
     /// The event of a record of type `kind` whose body (the bytes after
-    /// its header) is `body`: the first event when it carries no id, or
-    /// when it is not a sample (their ids are read where every event
-    /// keeps them); `None` for a sample whose id the header does not
-    /// name, which perf report leaves out too ("samples with id not
-    /// present in the header").
+    /// its header) is `body`: the one its id names; the first where it
+    /// carries no id, or where the header names no event of its id and
+    /// it is not a sample (what it says of tasks and mappings is read
+    /// alike for every event); `None` for a sample of an id the header
+    /// does not name (perf report stops at one).
     fn attr_of(&self, kind: u32, body: &[u8]) -> Option<usize> {
         let record = RecordType(kind);
         let data = RawData::from(body);
