@@ -173,8 +173,16 @@ impl ChannelLock {
                 seen |= WAITERS;
             }
             if waited.on_hold >= patience_ns {
-                self.give_up_on(seen);
-                return false;
+                match self.give_up_on(seen) {
+                    Ok(()) => return false,
+                    // Let go meanwhile (or marked by another waiter): the
+                    // word says which, and a new hold is waited for anew.
+                    Err(now) => {
+                        waited.slept(0, false);
+                        seen = now;
+                        continue;
+                    }
+                }
             }
             if waited.total >= patience_ns {
                 // Several holds, none of them stuck: this frame is given
@@ -197,11 +205,11 @@ impl ChannelLock {
     }
 
     /// Marks the hold `seen` given up on, if the word still holds it, and
-    /// wakes every sleeper, to give up too.
-    fn give_up_on(&self, seen: u32) {
-        if self.replace(seen, seen | GIVEN_UP).is_ok() {
-            futex_wake(&self.state, i32::MAX);
-        }
+    /// wakes every sleeper, to give up too; else the word as it is.
+    fn give_up_on(&self, seen: u32) -> Result<(), u32> {
+        self.replace(seen, seen | GIVEN_UP)?;
+        futex_wake(&self.state, i32::MAX);
+        Ok(())
     }
 
     /// Lets the lock go, waking one sleeper if any may sleep: the word
@@ -496,7 +504,7 @@ mod tests {
             "a waiter would take it for its hold"
         );
         // The first waiter's mark misses it.
-        lock.give_up_on(seen);
+        assert_eq!(lock.give_up_on(seen), Err(second | WAITERS));
         assert_eq!(lock.state.load(Ordering::Relaxed) & GIVEN_UP, 0);
         lock.unlock();
         // Round the generation's 8 bits: each hold is its holder's alone,

@@ -72,7 +72,8 @@ impl Futex {
 
     /// `ChannelLock::lock`; with `impatient`, its patience runs out at the
     /// first sleep it would take: false, having marked the hold given up
-    /// on. False too where the hold it finds was given up on.
+    /// on (where that hold ended before the mark, it looks again). False
+    /// too where the hold it finds was given up on.
     fn lock_or_give_up(&self, me: u32, impatient: bool) -> bool {
         let mut seen = self.word.load(Ordering::Relaxed);
         if seen & HOLDER == FREE {
@@ -103,10 +104,18 @@ impl Futex {
                 seen |= WAITERS;
             }
             if impatient {
-                if self.replace(seen, seen | GIVEN_UP).is_ok() {
-                    self.wake_all();
+                match self.replace(seen, seen | GIVEN_UP) {
+                    Ok(()) => {
+                        self.wake_all();
+                        return false;
+                    }
+                    // Let go meanwhile, or marked by another: looked at
+                    // anew.
+                    Err(now) => {
+                        seen = now;
+                        continue;
+                    }
                 }
-                return false;
             }
             self.wait(seen);
             seen = self.word.load(Ordering::Relaxed);
