@@ -330,10 +330,11 @@ pub fn trace(
 /// How a stop (Ctrl-C, SIGTERM) ends a trace. The command is passed
 /// SIGINT; one still running a second later is sent SIGTERM, and SIGKILL
 /// three seconds after that, as `record` treats it. Once the command has
-/// ended, the processes it left running (a daemon; those in the
-/// terminal's process group had the Ctrl-C themselves) are not waited
-/// for more than a second: the trace ends with what they had handed
-/// over, and they run on untraced.
+/// ended and its own connection is read to its end, the processes it left
+/// running (a daemon; those in the terminal's process group had the
+/// Ctrl-C themselves) are not waited for past a second from the stop, or
+/// three while they keep handing buffers over, or five in all: the trace
+/// ends with what they had handed over, and they run on.
 #[derive(Debug, Default)]
 struct Ending {
     stop_since: Option<Instant>,
@@ -342,34 +343,42 @@ struct Ending {
 }
 
 impl Ending {
-    /// Whether the trace may end now though processes still run (the
-    /// command itself has ended: `status_known`): the time since the
-    /// stop, once it is a second. Signals the command as that time says
-    /// while it runs.
-    fn stopped(
+    /// Whether the trace may end now though processes still run: the
+    /// command itself has ended (`status_known`), its connection is read
+    /// to its end (`command_connected` false: it closes once read past
+    /// the process's end) and a second has passed since the stop, and
+    /// then no buffer was found with anything (`busy` false), or three
+    /// seconds have passed; or five, whatever holds the command's
+    /// connection open. Signals the command as the time since the stop
+    /// says while it runs.
+    fn over(
         &mut self,
         stop: &AtomicBool,
         main_pid: u32,
         status_known: bool,
-    ) -> Option<Duration> {
+        command_connected: bool,
+        busy: bool,
+    ) -> bool {
         if !stop.load(Ordering::Relaxed) {
-            return None;
+            return false;
         }
         let since = self.stop_since.get_or_insert_with(Instant::now).elapsed();
         if status_known {
-            return (since >= Duration::from_secs(1)).then_some(since);
+            let secs = |n| Duration::from_secs(n);
+            return since >= secs(5)
+                || (!command_connected && since >= secs(1) && (!busy || since >= secs(3)));
         }
         let (signal, after) = match self.signalled {
             0 => (libc::SIGINT, Duration::ZERO),
             1 => (libc::SIGTERM, Duration::from_secs(1)),
             2 => (libc::SIGKILL, Duration::from_secs(4)),
-            _ => return None,
+            _ => return false,
         };
         if since >= after {
             sys::kill(main_pid, signal);
             self.signalled += 1;
         }
-        None
+        false
     }
 }
 
@@ -422,13 +431,15 @@ fn serve(
                 status = Some(s);
             }
         }
-        let stopped = ending.stopped(stop, main_pid, status.is_some());
-        if stopped.is_some_and(|since| !busy || since >= Duration::from_secs(3)) {
+        let command_connected = conns.iter().any(|c| c.pid == main_pid);
+        if ending.over(stop, main_pid, status.is_some(), command_connected, busy) {
             // Everything handed over so far is in (or, from a process that
             // keeps writing, two seconds more of it): what the processes
             // still connected hold back is theirs (they find the recorder
-            // gone and run on untraced).
-            let left_running: Vec<u32> = conns.iter().map(|c| c.pid).collect();
+            // gone at their next hand-over, and run on untraced). A
+            // connection whose process has not said who it is yet (pid 0)
+            // is no process to name.
+            let left_running: Vec<u32> = conns.iter().map(|c| c.pid).filter(|&p| p != 0).collect();
             for conn in &mut conns {
                 frames::end_of_connection(conn, out)?;
             }

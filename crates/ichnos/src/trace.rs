@@ -196,13 +196,13 @@ fn note_left_running(left_running: &[u32]) {
     let pids: Vec<String> = left_running.iter().map(u32::to_string).collect();
     let (n, one) = (left_running.len(), left_running.len() == 1);
     eprintln!(
-        "note: the trace was stopped while {} the command started ran on ({} {}): \
-         {} threads' partly filled buffers, and what {} after, are not in the trace",
+        "note: the trace was stopped while {} the command started ran on ({} {}): only \
+         what {} handed over by then is in it (not {} threads' partly filled buffers)",
         counted(n, "process", "processes"),
         if one { "pid" } else { "pids" },
         pids.join(", "),
-        if one { "its" } else { "their" },
-        if one { "it did" } else { "they did" }
+        if one { "it" } else { "they" },
+        if one { "its" } else { "their" }
     );
 }
 
