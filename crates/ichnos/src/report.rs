@@ -342,9 +342,9 @@ fn header(out: &mut dyn Write, path: &Path, profile: &Profile, shown: Shown) -> 
     let processes = profile.processes.len();
     writeln!(
         out,
-        "# {}: {} samples of {} at {} Hz over {seconds:.2} s; {processes} process{}, {threads} thread{}",
+        "# {}: {} of {} at {} Hz over {seconds:.2} s; {processes} process{}, {threads} thread{}",
         path.display(),
-        crate::units::thousands(all.samples),
+        crate::units::counted(all.samples, "sample", "samples"),
         d.event,
         d.frequency,
         if processes == 1 { "" } else { "es" },

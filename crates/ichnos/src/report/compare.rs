@@ -63,9 +63,9 @@ pub(super) fn compare(
             let shown = whole(samples);
             writeln!(
                 out,
-                "# {label}: {}: {} samples of {} ({} shown)",
+                "# {label}: {}: {} of {} ({} shown)",
                 path.display(),
-                crate::units::thousands(profile.totals().samples),
+                crate::units::counted(profile.totals().samples, "sample", "samples"),
                 profile.description.event,
                 crate::units::thousands(shown.samples),
             )?;
