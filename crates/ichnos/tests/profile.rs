@@ -1543,7 +1543,9 @@ fn time_in_system_calls_is_sampled_as_the_callers() {
         .map(|t| t.parse().unwrap())
         .collect();
     let (user_ms, system_ms) = (times[0], times[1]);
-    assert!(system_ms > 2 * user_ms, "mostly in the kernel: {printed}");
+    // 4 to 1 on an idle machine; 2 to 1 where other work shared the
+    // CPUs (the kernel splits a process's time between the two by ticks).
+    assert!(system_ms > user_ms, "mostly in the kernel: {printed}");
     let report = ichnos(&["report", "-i", data.to_str().unwrap()]);
     let header = text(&report);
     let samples: u64 = header
@@ -1557,12 +1559,15 @@ fn time_in_system_calls_is_sampled_as_the_callers() {
         samples * 10 >= cpu_ms * 7,
         "{samples} samples for {cpu_ms} ms of CPU time ({user_ms} user)"
     );
-    // glibc's read, by whichever of its names the symbol table gives.
+    // glibc's read, by whichever of its names the symbol table gives: the
+    // fixture reads for 0.4 s of its 0.5 s of CPU time (by its CPU clock;
+    // less its clock readings, about 77% of the samples on an idle
+    // machine). Sampling user space only, it had next to none.
     let shares = self_shares(&data);
     let read: f64 = shares
         .iter()
         .filter(|(name, _)| name.ends_with("read"))
         .map(|(_, share)| share)
         .sum();
-    assert!(read > 50.0, "{shares:?}");
+    assert!(read > 60.0, "{shares:?}");
 }
