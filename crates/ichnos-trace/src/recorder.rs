@@ -226,6 +226,10 @@ struct Out {
     open_threads: FxHashMap<(u32, u32), u64>,
     /// Span names written, by address space and address.
     span_names: FxHashSet<(u64, u64)>,
+    /// Entries, exits (spans' too) and probes written: what a reader
+    /// shows (the `setjmp`, `longjmp` and catch events that keep depths
+    /// right are not counted; a program built without instrumentation
+    /// sends them too).
     kept: u64,
     lost: u64,
     processes: usize,

@@ -649,6 +649,20 @@ fn a_static_program_is_named_as_why_nothing_was_traced() {
         stderr.contains("built with -finstrument-functions?"),
         "{stderr}"
     );
+    // The same from a shell, whose setjmp calls the runtime sends (for
+    // the depths of traced calls that might come): none of them is an
+    // event shown, and none was counted (5 were).
+    let stderr = traced(
+        dir.path(),
+        "t.data",
+        &[],
+        &["sh", "-c", "/bin/true; /bin/true"],
+    );
+    assert!(stderr.contains(" 0 events,"), "{stderr}");
+    assert!(
+        stderr.contains("built with -finstrument-functions?"),
+        "{stderr}"
+    );
 }
 
 /// A ring asked for smaller than a page, or not a power of two, is made

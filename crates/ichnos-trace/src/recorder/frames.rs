@@ -437,6 +437,7 @@ impl Blocks {
             self.write_full(out)?;
         }
         out.encoder.push_call(ticks, function, !enter);
+        out.kept += 1;
         Ok(())
     }
 
@@ -466,7 +467,6 @@ impl Blocks {
         } else {
             0
         };
-        out.kept += out.encoder.len() as u64;
         out.writer
             .push(&Record::Calls(Calls {
                 pid: u64::from(self.pid),
@@ -558,6 +558,7 @@ fn convert(
             let value = ticks;
             if let Some((ticks, id)) = probe.take() {
                 blocks.push(out, &CallEvent::Probe { ticks, id, value })?;
+                out.kept += 1;
             }
             continue;
         }
