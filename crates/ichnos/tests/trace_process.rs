@@ -800,3 +800,87 @@ fn a_command_deaf_to_ctrl_c_is_sent_sigterm() {
 fn calls_of(dir: &std::path::Path, function: &str) -> u64 {
     calls(dir, "t.data").get(function).copied().unwrap_or(0)
 }
+
+/// gdb's commands for `lock_held`: at `arm()`, a breakpoint, for the
+/// holder thread alone, where the runtime writes a frame into the shared
+/// buffer (under the channel's lock); the holder run to it, and left
+/// stopped there (non-stop mode: the other threads run on) until the
+/// program has ended.
+const HOLD_THE_LOCK: &str = r#"
+set non-stop on
+set breakpoint pending on
+set pagination off
+break arm
+run
+python
+holder = [t for t in gdb.selected_inferior().threads() if t.name == "holder"][0]
+holder.switch()
+gdb.execute("break ichnos_buf::topa::producer::Producer::write_record_parts thread %d" % holder.num)
+end
+continue
+python
+import os, time
+pid = gdb.selected_inferior().pid
+def running():
+    try:
+        return open("/proc/%d/stat" % pid).read().rsplit(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+deadline = time.time() + 60
+while running() and time.time() < deadline:
+    time.sleep(0.05)
+end
+"#;
+
+/// A thread stopped for good inside a hand-over (by a debugger, here)
+/// holds the channel's lock: another thread's frames are given up at the
+/// lock, and their count reaches the recording on the runtime's socket
+/// when the process ends, charged to that thread, exactly: each of its
+/// 2,002 events.
+#[test]
+fn frames_given_up_behind_a_lock_held_for_good_are_counted_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "lock_held.c", &["-pthread"]);
+    let commands = dir.path().join("hold.gdb");
+    std::fs::write(&commands, HOLD_THE_LOCK).unwrap();
+    let out = ichnos()
+        .args(["trace", "-b", "4K", "-o"])
+        .arg(dir.path().join("t.data"))
+        .args(["--", "gdb", "-batch", "-nx", "-x"])
+        .arg(&commands)
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("\"holder\" hit Breakpoint 2, ")
+            && stdout.contains("Producer::write_record_parts ("),
+        "gdb did not stop the holder in the hand-over: {stdout}{stderr}"
+    );
+    // The program's line may land amid one of gdb's.
+    let other: u32 = stdout
+        .split("other ")
+        .skip(1)
+        .find_map(|rest| {
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().ok()
+        })
+        .unwrap_or_else(|| panic!("{stdout}"));
+    let lost: Vec<(u32, u64)> = replay(dir.path(), "t.data", &[])
+        .iter()
+        .filter_map(|(tid, f)| {
+            let n = f.trim().strip_prefix("/* LOST ")?.split(' ').next()?;
+            Some((*tid, n.parse().ok()?))
+        })
+        .collect();
+    let of_other: u64 = lost
+        .iter()
+        .filter(|(t, _)| *t == other)
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(of_other, 2002, "{lost:?}: {stderr}");
+}
