@@ -419,6 +419,13 @@ fn serve(
                 processes: conns.len(),
             });
         }
+        // Reaped first: a process is reaped only once its descriptors are
+        // closed, so its connection's end is seen in this turn's look.
+        for (pid, s) in sys::reap_children() {
+            if pid == main_pid {
+                status = Some(s);
+            }
+        }
         accept_all(listener, &mut conns)?;
         let mut busy = false;
         for conn in &mut conns {
@@ -430,11 +437,6 @@ fn serve(
             frames::end_of_connection(conn, out)?;
         }
         conns.retain(|c| !c.closed);
-        for (pid, s) in sys::reap_children() {
-            if pid == main_pid {
-                status = Some(s);
-            }
-        }
         let command_connected = conns.iter().any(|c| c.pid == main_pid);
         if ending.over(stop, main_pid, status.is_some(), command_connected, busy) {
             // Everything handed over so far is in (or, from a process that
@@ -442,8 +444,12 @@ fn serve(
             // still connected hold back is theirs (they find the recorder
             // gone at their next hand-over, and run on untraced). A
             // connection whose process has not said who it is yet (pid 0)
-            // is no process to name.
-            let left_running: Vec<u32> = conns.iter().map(|c| c.pid).filter(|&p| p != 0).collect();
+            // is no process to name, nor the command's, once it has ended
+            // (its socket kept open by a child made without fork's
+            // handlers).
+            let ended = |p: u32| p == 0 || (p == main_pid && status.is_some());
+            let left_running: Vec<u32> =
+                conns.iter().map(|c| c.pid).filter(|&p| !ended(p)).collect();
             for conn in &mut conns {
                 frames::end_of_connection(conn, out)?;
             }
