@@ -756,7 +756,8 @@ fn a_stop_does_not_wait_for_what_the_command_left_running() {
     std::mem::forget(unwaited);
     let waited = asked.elapsed();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(waited < Duration::from_secs(20), "{waited:?}: {stderr}");
+    // A second after the stop, not at the five seconds' cap.
+    assert!(waited < Duration::from_secs(4), "{waited:?}: {stderr}");
     assert!(out.status.success(), "{stderr}");
     assert!(
         stderr.contains(&format!(
@@ -805,7 +806,7 @@ fn calls_of(dir: &std::path::Path, function: &str) -> u64 {
 /// holder thread alone, where the runtime writes a frame into the shared
 /// buffer (under the channel's lock); the holder run to it, and left
 /// stopped there (non-stop mode: the other threads run on) until the
-/// program has ended.
+/// program has ended; the other thread let go once it is.
 const HOLD_THE_LOCK: &str = r#"
 set non-stop on
 set breakpoint pending on
@@ -818,6 +819,8 @@ holder.switch()
 gdb.execute("break ichnos_buf::topa::producer::Producer::write_record_parts thread %d" % holder.num)
 end
 continue
+set language c
+set var go = 1
 python
 import os, time
 pid = gdb.selected_inferior().pid
