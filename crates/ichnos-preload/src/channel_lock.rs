@@ -176,7 +176,9 @@ impl ChannelLock {
                 match self.give_up_on(seen) {
                     Ok(()) => return false,
                     // Let go meanwhile (or marked by another waiter): the
-                    // word says which, and a new hold is waited for anew.
+                    // word says which. A free lock is taken; a mark is
+                    // given up on; a new hold, the patience being spent,
+                    // is given up on unmarked.
                     Err(now) => {
                         waited.slept(0, false);
                         seen = now;

@@ -72,9 +72,11 @@ impl Futex {
 
     /// `ChannelLock::lock`; with `impatient`, its patience runs out at the
     /// first sleep it would take: false, having marked the hold given up
-    /// on (where that hold ended before the mark, it looks again). False
-    /// too where the hold it finds was given up on.
+    /// on (where that hold ended before the mark, it looks again: a free
+    /// lock is taken, a later hold given up on unmarked). False too where
+    /// the hold it finds was given up on.
     fn lock_or_give_up(&self, me: u32, impatient: bool) -> bool {
+        let mut marked_once = false;
         let mut seen = self.word.load(Ordering::Relaxed);
         if seen & HOLDER == FREE {
             match self.replace(seen, taken(seen, me)) {
@@ -104,13 +106,19 @@ impl Futex {
                 seen |= WAITERS;
             }
             if impatient {
+                if marked_once {
+                    // The hold it meant to mark ended: its patience is
+                    // spent, and a later hold is not marked.
+                    return false;
+                }
+                marked_once = true;
                 match self.replace(seen, seen | GIVEN_UP) {
                     Ok(()) => {
                         self.wake_all();
                         return false;
                     }
                     // Let go meanwhile, or marked by another: looked at
-                    // anew.
+                    // anew (a free lock is taken).
                     Err(now) => {
                         seen = now;
                         continue;
