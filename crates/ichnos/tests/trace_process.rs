@@ -737,6 +737,21 @@ fn trace_leaves_running(dir: &std::path::Path, args: &[&str]) -> (std::process::
     (recorder, pid)
 }
 
+/// Sends `recorder` SIGINT (Ctrl-C) and waits for it: its output, and the
+/// time it took to end. It (and `reaped_by_it`, a process it reaps) is
+/// killed if the test fails before it ends.
+fn interrupt(
+    recorder: std::process::Child,
+    reaped_by_it: Option<u32>,
+) -> (std::process::Output, Duration) {
+    let unwaited = (KilledAtEnd(recorder.id()), reaped_by_it.map(KilledAtEnd));
+    assert!(send("INT", recorder.id()));
+    let asked = Instant::now();
+    let out = recorder.wait_with_output().unwrap();
+    std::mem::forget(unwaited);
+    (out, asked.elapsed())
+}
+
 /// Ctrl-C after the command has ended: what it left running (a daemon
 /// that would sleep a minute) is waited for a second, not to its end; the
 /// trace keeps every buffer it handed over, a note names it, and it runs
@@ -749,12 +764,7 @@ fn a_stop_does_not_wait_for_what_the_command_left_running() {
     // The daemon outlives the recorder, and the test: it is killed at the
     // end, alive (asserted below) so its own.
     let _daemon = KilledAtEnd(daemon);
-    let unwaited = KilledAtEnd(recorder.id());
-    assert!(send("INT", recorder.id()));
-    let asked = Instant::now();
-    let out = recorder.wait_with_output().unwrap();
-    std::mem::forget(unwaited);
-    let waited = asked.elapsed();
+    let (out, waited) = interrupt(recorder, None);
     let stderr = String::from_utf8_lossy(&out.stderr);
     // A second after the stop, not at the five seconds' cap.
     assert!(waited < Duration::from_secs(4), "{waited:?}: {stderr}");
@@ -782,13 +792,7 @@ fn a_stop_does_not_wait_for_what_the_command_left_running() {
 fn a_command_deaf_to_ctrl_c_is_sent_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let (recorder, pid) = trace_leaves_running(dir.path(), &["deaf"]);
-    // Killed if the test fails before the recorder has reaped them.
-    let unwaited = (KilledAtEnd(pid), KilledAtEnd(recorder.id()));
-    assert!(send("INT", recorder.id()));
-    let asked = Instant::now();
-    let out = recorder.wait_with_output().unwrap();
-    std::mem::forget(unwaited);
-    let waited = asked.elapsed();
+    let (out, waited) = interrupt(recorder, Some(pid));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         waited >= Duration::from_millis(900) && waited < Duration::from_secs(20),
