@@ -192,13 +192,12 @@ fn note_left_running(left_running: &[u32]) {
     if left_running.is_empty() {
         return;
     }
-    let counted = |n: usize, one, many| crate::units::counted(n as u64, one, many);
     let pids: Vec<String> = left_running.iter().map(u32::to_string).collect();
-    let (n, one) = (left_running.len(), left_running.len() == 1);
+    let (n, one) = (left_running.len() as u64, left_running.len() == 1);
     eprintln!(
         "note: the trace was stopped while {} the command started ran on ({} {}): only \
          what {} handed over by then is in it (not {} threads' partly filled buffers)",
-        counted(n, "process", "processes"),
+        crate::units::counted(n, "process", "processes"),
         if one { "pid" } else { "pids" },
         pids.join(", "),
         if one { "it" } else { "they" },
