@@ -331,6 +331,17 @@ pub fn trace(
     })
 }
 
+/// The command, as a turn of the recorder ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Command {
+    /// Not reaped yet.
+    Running,
+    /// Reaped in this turn, after its look at the connections.
+    JustEnded,
+    /// Reaped before this turn's look.
+    Ended,
+}
+
 /// How a stop (Ctrl-C, SIGTERM) ends a trace. The command is passed
 /// SIGINT; one still running a second later is sent SIGTERM, and SIGKILL
 /// three seconds after that, as `record` treats it. Once the command has
@@ -348,18 +359,18 @@ struct Ending {
 
 impl Ending {
     /// Whether the trace may end now though processes still run: the
-    /// command itself has ended (`status_known`), its connection is read
-    /// to its end (`command_connected` false: it closes once read past
-    /// the process's end) and a second has passed since the stop, and
-    /// then no buffer was found with anything (`busy` false), or three
-    /// seconds have passed; or five, whatever holds the command's
-    /// connection open. Signals the command as the time since the stop
-    /// says while it runs.
+    /// command itself has ended before this turn's look (`command`), its
+    /// connection is read to its end (`command_connected` false: it
+    /// closes once read past the process's end) and a second has passed
+    /// since the stop, and then no buffer was found with anything
+    /// (`busy` false), or three seconds have passed; or five, whatever
+    /// holds the command's connection open. Signals the command as the
+    /// time since the stop says while it runs.
     fn over(
         &mut self,
         stop: &AtomicBool,
         main_pid: u32,
-        status_known: bool,
+        command: Command,
         command_connected: bool,
         busy: bool,
     ) -> bool {
@@ -367,10 +378,15 @@ impl Ending {
             return false;
         }
         let since = self.stop_since.get_or_insert_with(Instant::now).elapsed();
-        if status_known {
-            let secs = |n| Duration::from_secs(n);
-            return since >= secs(5)
-                || (!command_connected && since >= secs(1) && (!busy || since >= secs(3)));
+        match command {
+            Command::Running => {}
+            // Reaped after this turn's look: the next one reads it to its end.
+            Command::JustEnded => return false,
+            Command::Ended => {
+                let secs = |n| Duration::from_secs(n);
+                return since >= secs(5)
+                    || (!command_connected && since >= secs(1) && (!busy || since >= secs(3)));
+            }
         }
         let (signal, after) = match self.signalled {
             0 => (libc::SIGINT, Duration::ZERO),
@@ -419,13 +435,12 @@ fn serve(
                 processes: conns.len(),
             });
         }
-        // Reaped first: a process is reaped only once its descriptors are
-        // closed, so its connection's end is seen in this turn's look.
-        for (pid, s) in sys::reap_children() {
-            if pid == main_pid {
-                status = Some(s);
-            }
-        }
+        // Whether the command had ended before this turn's look: one
+        // reaped after it is looked at once more (reaped only once its
+        // descriptors are closed, its connection's end is seen then; and
+        // reaped after the look, not before, so that the look finds its
+        // /proc entry, which names its threads).
+        let ended_before_look = status.is_some();
         accept_all(listener, &mut conns)?;
         let mut busy = false;
         for conn in &mut conns {
@@ -437,8 +452,18 @@ fn serve(
             frames::end_of_connection(conn, out)?;
         }
         conns.retain(|c| !c.closed);
+        for (pid, s) in sys::reap_children() {
+            if pid == main_pid {
+                status = Some(s);
+            }
+        }
+        let command = match (status.is_some(), ended_before_look) {
+            (false, _) => Command::Running,
+            (true, false) => Command::JustEnded,
+            (true, true) => Command::Ended,
+        };
         let command_connected = conns.iter().any(|c| c.pid == main_pid);
-        if ending.over(stop, main_pid, status.is_some(), command_connected, busy) {
+        if ending.over(stop, main_pid, command, command_connected, busy) {
             // Everything handed over so far is in (or, from a process that
             // keeps writing, two seconds more of it): what the processes
             // still connected hold back is theirs (they find the recorder
