@@ -240,47 +240,57 @@ fn circular_buffer_checks_its_shape() {
     ));
 }
 
+/// Record `i` of a ring of `stride`-byte records: its number's bytes
+/// over and over, each mixed with its place, so that any record read in
+/// another's place, or any part of one, is seen.
+fn ring_record(i: u64, stride: usize) -> Vec<u8> {
+    let bytes = i.to_le_bytes();
+    (0..stride)
+        .map(|j| bytes[j % 8] ^ (j as u8).wrapping_mul(37))
+        .collect()
+}
+
 #[test]
 fn circular_buffer_reads_newest_first_after_any_number_of_writes() {
-    let capacity = 256;
-    let stride = 16;
-    let slots = capacity / stride;
-    for k in [
-        0,
-        1,
-        slots - 1,
-        slots,
-        slots + 1,
-        3 * slots,
-        3 * slots + 5,
-        1000,
-    ] {
-        // A fresh thread per case, so each starts with an empty ring.
-        std::thread::spawn(move || {
-            let ring = FillBuffer::circular(capacity, stride).unwrap();
-            for i in 0..k as u64 {
-                ring.write_with(stride, |r| {
-                    r[..8].copy_from_slice(&i.to_le_bytes());
-                    r[8..].copy_from_slice(&(!i).to_le_bytes());
-                })
-                .unwrap();
-            }
-            let records = ring.newest_first().unwrap();
-            let want: Vec<u64> = (0..k as u64).rev().take(slots).collect();
-            let got: Vec<u64> = records
-                .iter()
-                .map(|r| {
-                    let n = u64::from_le_bytes(r[..8].try_into().unwrap());
-                    assert_eq!(u64::from_le_bytes(r[8..].try_into().unwrap()), !n);
-                    n
-                })
-                .collect();
-            assert_eq!(got, want, "after {k} writes");
-            assert_eq!(records.position(), (k * stride) as u64);
-            assert_eq!(ring.stats().position, k as u64);
-        })
-        .join()
-        .unwrap();
+    // Rings of one snapshot batch (512 bytes) and of many, records of a
+    // word (copied a word at a time), of less (a byte at a time) and of
+    // more than a batch.
+    for (capacity, stride) in [(256, 16), (4096, 16), (2048, 4), (8192, 64), (4096, 1024)] {
+        let slots = capacity / stride;
+        for k in [
+            0,
+            1,
+            slots - 1,
+            slots,
+            slots + 1,
+            3 * slots,
+            3 * slots + 5,
+            1000,
+        ] {
+            // A fresh thread per case, so each starts with an empty ring.
+            std::thread::spawn(move || {
+                let ring = FillBuffer::circular(capacity, stride).unwrap();
+                for i in 0..k as u64 {
+                    ring.write_with(stride, |r| r.copy_from_slice(&ring_record(i, stride)))
+                        .unwrap();
+                }
+                let records = ring.newest_first().unwrap();
+                let want: Vec<Vec<u8>> = (0..k as u64)
+                    .rev()
+                    .take(slots)
+                    .map(|i| ring_record(i, stride))
+                    .collect();
+                let got: Vec<Vec<u8>> = records.iter().map(<[u8]>::to_vec).collect();
+                assert_eq!(
+                    got, want,
+                    "{capacity}-byte ring of {stride}: after {k} writes"
+                );
+                assert_eq!(records.position(), (k * stride) as u64);
+                assert_eq!(ring.stats().position, k as u64);
+            })
+            .join()
+            .unwrap();
+        }
     }
 }
 
