@@ -25,7 +25,9 @@ pub struct RecordArgs {
     stack_size: Option<u32>,
     /// Keep stacks to what the kernel copied: do not read on from a
     /// thread's memory where its stack goes on past the copy (by default
-    /// it is read, and kept where the memory still holds the copy's end).
+    /// it is read, and kept where the memory still holds the copy's end),
+    /// nor read in a stack page the kernel could not copy from because it
+    /// was never touched (by default the samples after are copied whole).
     #[arg(long)]
     no_stack_reads: bool,
     /// The event that triggers samples: `cycles` (hardware; falls back to

@@ -506,6 +506,93 @@ fn the_demo_shows_its_jit_frame_by_name_between_native_frames() {
     );
 }
 
+/// A function spinning under a frame whose bottom page it never touches:
+/// the kernel copies none of its samples' stacks (perf's recording of it
+/// has an empty copy in most samples: the independent truth that the
+/// fixture makes the case), and the recorder reads that page in, so that
+/// the samples after the first read of the rings are copied whole.
+#[test]
+fn a_stack_page_never_touched_is_read_in_and_later_stacks_are_complete() {
+    // The page is read in while the program runs: the recorder must.
+    let _cpu = cpu_heavy();
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_fixture(
+        dir.path(),
+        "untouched",
+        &[
+            "-fomit-frame-pointer",
+            "-fno-stack-clash-protection",
+            "-pthread",
+        ],
+    );
+    let exe = exe.to_str().unwrap();
+    let perf_data = dir.path().join("perf.data");
+    let perf = Command::new("perf")
+        .args(perf_record_command(
+            &perf_data,
+            "cpu-clock:u",
+            1000,
+            "dwarf,65528",
+            &[exe, "0.5"],
+        ))
+        .output()
+        .expect("perf runs (install linux-perf)");
+    assert!(perf.status.success(), "perf record: {}", stderr(&perf));
+    let dump = Command::new("perf")
+        .args(["report", "-D", "-i", perf_data.to_str().unwrap()])
+        .output()
+        .expect("perf report runs");
+    let dump = String::from_utf8_lossy(&dump.stdout);
+    let copies: Vec<&str> = dump
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("... ustack: size "))
+        .collect();
+    let empty = copies.iter().filter(|c| c.starts_with("0,")).count();
+    assert!(
+        copies.len() >= 200 && empty * 10 >= copies.len() * 8,
+        "perf: {empty} of {} stack copies empty",
+        copies.len()
+    );
+
+    let data = dir.path().join("untouched.data");
+    let out = record(&data, 1000, &[exe, "1.5"]);
+    let err = stderr(&out);
+    assert!(
+        err.contains("stack copy stop at a stack page never touched")
+            && err.contains("the recorder read such pages in"),
+        "{err}"
+    );
+    let stacks = folded(&data, &[]);
+    let (total, complete, broken) = completeness(&stacks, &["spin_under_buffer"], "start_thread");
+    assert!(
+        total >= 700 && complete * 10 >= total * 9,
+        "{complete} of {total}: {err}; the rest: {broken:?}"
+    );
+    // Left as the kernel copied them, and still counted.
+    let out = ichnos(&[
+        "record",
+        "--no-stack-reads",
+        "-o",
+        data.to_str().unwrap(),
+        "--",
+        exe,
+        "0.5",
+    ]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("had none of their stack copied")
+            && err.contains("without --no-stack-reads the recorder reads such pages in"),
+        "{err}"
+    );
+    let stacks = folded(&data, &[]);
+    let (total, complete, _) = completeness(&stacks, &["spin_under_buffer"], "start_thread");
+    assert!(
+        total >= 200 && complete * 10 < total,
+        "{complete} of {total}"
+    );
+}
+
 #[test]
 fn stacks_deeper_than_the_copy_are_noted_and_a_larger_copy_completes_them() {
     let dir = tempfile::tempdir().unwrap();

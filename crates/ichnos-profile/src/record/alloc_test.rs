@@ -158,6 +158,7 @@ pub(super) fn recorder(
         past_copy: 0,
         cut_short: 0,
         live_stack: None,
+        untouched: Some(super::untouched::UntouchedPages::new(true)),
         lost: 0,
         scratch: Vec::new(),
         stack_tops: super::stack_tops::StackTops::default(),
@@ -178,14 +179,23 @@ fn a_sample_seen_before_costs_no_allocation() {
         for _ in 0..records {
             // Staged as drain stages: the stack cut where the thread's
             // complete stacks end, once one has.
-            let tops = &recorder.stack_tops;
-            recorder
-                .sorter
-                .stage_record(&record, 0, start, |sample| tops.needed(sample));
+            let (tops, untouched) = (&recorder.stack_tops, &mut recorder.untouched);
+            recorder.sorter.stage_record(&record, 0, start, |sample| {
+                if let Some(untouched) = untouched.as_mut() {
+                    untouched.see(sample);
+                }
+                tops.needed(sample)
+            });
+        }
+        if let Some(untouched) = recorder.untouched.as_mut() {
+            untouched.make_present();
         }
         let mut sorter = std::mem::take(&mut recorder.sorter);
         sorter.release(u64::MAX, |r, staged| recorder.handle(r, staged.stack_cut));
         recorder.sorter = sorter;
+        if let Some(untouched) = recorder.untouched.as_mut() {
+            untouched.make_present();
+        }
     };
     // The first rounds build the process's model, intern the stack and
     // grow the buffers.

@@ -29,6 +29,7 @@ mod recorder;
 #[cfg(test)]
 mod recorder_test;
 mod stack_tops;
+mod untouched;
 
 use std::ffi::OsString;
 use std::fs::File;

@@ -750,7 +750,7 @@ impl AddressSpace {
 /// is empty because its first thread has exited (a zombie whose memory
 /// the kernel no longer reaches through it) while the others run on, a
 /// live thread's.
-fn process_maps(pid: u32) -> Option<String> {
+pub(super) fn process_maps(pid: u32) -> Option<String> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
     if !text.is_empty() {
         return Some(text);

@@ -5,6 +5,7 @@
 use ichnos_perf::EventKind;
 
 use super::recorder::Recorder;
+use super::untouched::UntouchedPages;
 use super::{events, model, off_cpu, output, EventChoice, RecordOptions, MAX_STACK_SIZE};
 
 /// What the user should know about how the events were set up.
@@ -58,6 +59,12 @@ pub(super) fn recorder_notes(recorder: &Recorder) -> Vec<String> {
         .and_then(|l| read_on_note((l.completed, l.changed, l.unreadable, l.from_kept)));
     read_on
         .into_iter()
+        .chain(
+            recorder
+                .untouched
+                .as_ref()
+                .and_then(|u| untouched_note(u, recorder.samples)),
+        )
         .chain(off_cpu_notes(&recorder.off_cpu))
         .chain(unnamed_jit_note(
             &recorder.spaces.unnamed_jit,
@@ -68,6 +75,40 @@ pub(super) fn recorder_notes(recorder: &Recorder) -> Vec<String> {
             recorder.spaces.java_skipping_processes,
         ))
         .collect()
+}
+
+/// The note on samples whose stack copy stopped at a stack page never
+/// touched (more than one in a thousand), and the pages read in for the
+/// samples after them (`untouched.rs`).
+fn untouched_note(untouched: &UntouchedPages, samples: u64) -> Option<String> {
+    let stopped = untouched.stopped;
+    if samples == 0 || stopped * 1000 <= samples {
+        return None;
+    }
+    Some(if untouched.reads() {
+        format!(
+            "{} had {} stack copy stop at a stack page never touched (the unused bottom of a \
+             large frame), where the kernel's copy stops: the recorder read such pages in \
+             ({} {}) so that the samples after could be copied whole",
+            count(stopped, "sample", "samples"),
+            if stopped == 1 { "its" } else { "their" },
+            untouched.reads_in,
+            if untouched.reads_in == 1 {
+                "read"
+            } else {
+                "reads"
+            }
+        )
+    } else {
+        format!(
+            "{} had none of {} stack copied: the page at the stack pointer was never touched \
+             (the unused bottom of a large frame), where the kernel's copy stops; without \
+             --no-stack-reads the recorder reads such pages in, and the samples after are \
+             copied whole",
+            count(stopped, "sample", "samples"),
+            if stopped == 1 { "its" } else { "their" }
+        )
+    })
 }
 
 /// The processes a note tells of: the three largest of `items` by

@@ -24,6 +24,7 @@ use super::off_cpu::OffCpu;
 use super::order::{Sorter, MARGIN_NS};
 use super::output::Output;
 use super::stack_tops::StackTops;
+use super::untouched::UntouchedPages;
 use super::{RecordError, RecordOptions, Status};
 use crate::launch::Child;
 use crate::sys::Epoll;
@@ -120,6 +121,9 @@ pub(super) struct Recorder {
     /// Stacks past the copy read from the threads' memory ([`None`]:
     /// not read, offline or asked not to).
     pub(super) live_stack: Option<super::live_stack::LiveStack>,
+    /// Stack pages a sample's copy could not start on, made present for
+    /// the samples after it unless asked not to ([`None`]: offline).
+    pub(super) untouched: Option<UntouchedPages>,
     pub(super) lost: u64,
     /// Threads off their CPUs.
     pub(super) off_cpu: OffCpu,
@@ -171,6 +175,7 @@ impl Recorder {
             live_stack: options
                 .stack_reads
                 .then(super::live_stack::LiveStack::default),
+            untouched: Some(UntouchedPages::new(options.stack_reads)),
             lost: 0,
             off_cpu: OffCpu::new(events.off_cpu_ids.clone()),
             kernel_sampled: events.kernel,
@@ -210,6 +215,7 @@ impl Recorder {
             past_copy: 0,
             cut_short: 0,
             live_stack: None,
+            untouched: None,
             lost: 0,
             off_cpu: OffCpu::default(),
             kernel_sampled: false,
@@ -280,15 +286,25 @@ impl Recorder {
         let now = monotonic_ns();
         let mut broken = 0;
         for (i, (ring, _)) in events.rings.iter_mut().enumerate() {
-            let (sorter, tops) = (&mut self.sorter, &mut self.stack_tops);
+            let (sorter, tops, untouched) =
+                (&mut self.sorter, &mut self.stack_tops, &mut self.untouched);
             let read = ring.read_records(&mut self.scratch, |record| {
-                let ended =
-                    sorter.stage_record(record, i as u16, now, |sample| tops.needed(sample));
+                let ended = sorter.stage_record(record, i as u16, now, |sample| {
+                    if let Some(untouched) = untouched.as_mut() {
+                        untouched.see(sample);
+                    }
+                    tops.needed(sample)
+                });
                 if let Some(tid) = ended {
                     tops.end(tid);
                 }
             });
             broken += u64::from(read.broken);
+        }
+        // Before the samples wait their turn: the ones after them find
+        // their pages there.
+        if let Some(untouched) = self.untouched.as_mut() {
+            untouched.make_present();
         }
         if broken > 0 {
             // The rest of a read whose framing broke is dropped: count it.
@@ -300,6 +316,10 @@ impl Recorder {
             self.handle(record, staged.stack_cut);
         });
         self.sorter = sorter;
+        // And for the copies the walks found cut short inside the stack.
+        if let Some(untouched) = self.untouched.as_mut() {
+            untouched.make_present();
+        }
         // JIT code can be named after its first samples (a runtime writes
         // its perf map late): look again while the processes live, not
         // only when a new stack comes. A GDB JIT list is read again on
@@ -363,6 +383,9 @@ impl Recorder {
                     if let Some(live) = self.live_stack.as_mut() {
                         live.new_process(c.pid);
                     }
+                    if let Some(untouched) = self.untouched.as_mut() {
+                        untouched.forget(c.pid);
+                    }
                 }
                 self.spaces
                     .name_thread(c.pid, c.tid, c.name, time, &mut self.output);
@@ -374,6 +397,9 @@ impl Recorder {
                         .fork(f.pid, f.ppid, f.tid, f.time, &mut self.output);
                     if let Some(live) = self.live_stack.as_mut() {
                         live.new_process(f.pid);
+                    }
+                    if let Some(untouched) = self.untouched.as_mut() {
+                        untouched.forget(f.pid);
                     }
                 } else if let Some((_, name)) = self.spaces.threads.get(&f.ptid).cloned() {
                     self.spaces
@@ -388,6 +414,9 @@ impl Recorder {
                 self.stack_tops.ended(e.tid);
                 if let Some(live) = self.live_stack.as_mut() {
                     live.thread_ended(e.tid);
+                }
+                if let Some(untouched) = self.untouched.as_mut().filter(|_| e.pid == e.tid) {
+                    untouched.forget(e.pid);
                 }
                 self.off_cpu.ended(e.tid);
             }
@@ -503,14 +532,18 @@ impl Recorder {
             self.off_cpu.kernel_threads += 1;
             return;
         }
-        // The kernel copied less than asked for: the stack's mapping ended.
+        // The kernel copied less than asked for: the stack's mapping ended
+        // (or a page of it was never touched).
         let copy_short = (stack.len() as u64) < s.stack_user_size;
         let stop = self.walk_sample(pid, tid, time, regs, stack, !stack_cut && !copy_short);
+        let mut stop = stack_stop(stop);
+        if stop == StackStop::StackEnd && copy_short && !stack_cut {
+            self.ran_off_copy(pid, regs.sp, s, !leaving);
+        }
         let space = self.spaces.by_pid.get_mut(&pid).expect("still there");
         // A frame-pointer chain through code that does not keep one reads
         // whatever rbp holds: a "return address" in no mapping is not one,
         // and the stack ends before it rather than with made-up frames.
-        let mut stop = stack_stop(stop);
         if let Some(bad) = self
             .frames
             .iter()
@@ -547,6 +580,22 @@ impl Recorder {
         self.learn(tid, stop, stack_cut, copy_short, leaving);
     }
 
+    /// The walk of sample `s` of `pid`, stack pointer `sp`, ran off its
+    /// copy, which the kernel cut short: at the stack mapping's end, or at
+    /// a page never touched, which a read makes present for the samples
+    /// after (an empty copy was read for when it was staged). `on_cpu`: a
+    /// sample on a CPU.
+    fn ran_off_copy(&mut self, pid: u32, sp: u64, s: &Sample<'_>, on_cpu: bool) {
+        let copied = s.stack_user.map_or(0, <[u8]>::len) as u64;
+        if let Some(untouched) = self.untouched.as_mut().filter(|_| copied > 0) {
+            let (from, to) = (
+                sp.saturating_add(copied),
+                sp.saturating_add(s.stack_user_size),
+            );
+            untouched.ran_off(pid, sp, from, to, on_cpu);
+        }
+    }
+
     /// What the walk of a sample of thread `tid` that ended with `stop`
     /// says of its thread's stacks (`stack_cut`: staged cut short;
     /// `copy_short`: the kernel copied less than asked for; `leaving`: a
@@ -576,7 +625,9 @@ impl Recorder {
             // The kernel copied less than asked for where the stack's
             // mapping ended: a walk that ran off that copy ran off the
             // stack itself (through code it could not follow), and a
-            // larger copy would not take it further.
+            // larger copy would not take it further. (Or where a page of
+            // the stack was never touched: `untouched.rs` reads it in for
+            // the samples after.)
             StackStop::StackEnd if copy_short => {}
             StackStop::StackEnd => self.past_copy += u64::from(!leaving),
             _ => {}
