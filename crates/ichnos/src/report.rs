@@ -366,7 +366,7 @@ fn header(out: &mut dyn Write, path: &Path, profile: &Profile, shown: Shown) -> 
         if d.command.is_empty() {
             String::new()
         } else {
-            format!(": {}", d.command.join(" "))
+            format!(": {}", d.command_line())
         }
     )?;
     if lost > 0 {

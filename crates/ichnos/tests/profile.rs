@@ -1665,3 +1665,28 @@ fn time_in_system_calls_is_sampled_as_the_callers() {
         .sum();
     assert!(read > 60.0, "{shares:?}");
 }
+
+/// A command line whose words hold spaces, quotes and newlines (a shell
+/// script given with `-c`) is shown in the report's header as a shell
+/// would read it back, on its one `#` line: joined with spaces, its
+/// newlines broke the header into lines that were not comments.
+#[test]
+fn the_report_header_quotes_the_command_line_on_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("sh.data");
+    let script = "i=0\nwhile [ $i -lt 300000 ]; do i=$((i+1)); done # it's done";
+    record(&data, 1000, &["sh", "-c", script]);
+    let out = ichnos(&["report", "-i", data.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let header: Vec<&str> = text
+        .lines()
+        .take_while(|l| !l.trim_start().starts_with("SELF%"))
+        .collect();
+    assert!(
+        !header.is_empty() && header.iter().all(|l| l.starts_with('#')),
+        "{text}"
+    );
+    let quoted = "sh -c $'i=0\\nwhile [ $i -lt 300000 ]; do i=$((i+1)); done # it\\'s done'";
+    assert!(header.iter().any(|l| l.ends_with(quoted)), "{text}");
+}

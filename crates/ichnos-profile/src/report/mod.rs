@@ -3,6 +3,7 @@
 //! (docs/cli.md specifies the text), or exported for the viewers people
 //! use ([`export`]).
 
+mod command_line;
 mod diff;
 pub mod export;
 mod load;
@@ -14,6 +15,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+pub use command_line::quote_words;
 pub use diff::{diff, write_diff, write_diff_flamegraph, DiffRow};
 pub use load::{
     Description, JitName, Mapping, Place, Profile, Sample, Space, Stack, Tally, TraceClock,

@@ -322,7 +322,7 @@ pub fn pprof_profile(
         comment.push(b.strings.get(c));
     }
     if !d.command.is_empty() {
-        comment.push(b.strings.get(&d.command.join(" ")));
+        comment.push(b.strings.get(&d.command_line()));
     }
     let recorded = format!(
         "recorded by {} on {} (Linux {})",

@@ -109,7 +109,7 @@ pub fn write_speedscope(
     let name = if d.command.is_empty() {
         "ichnos profile".to_owned()
     } else {
-        d.command.join(" ")
+        d.command_line()
     };
     let mut file = json!({
         "$schema": "https://www.speedscope.app/file-format-schema.json",
