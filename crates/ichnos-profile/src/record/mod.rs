@@ -29,6 +29,8 @@ mod recorder;
 #[cfg(test)]
 mod recorder_test;
 mod stack_tops;
+#[cfg(test)]
+mod test_sample;
 mod untouched;
 
 use std::ffi::OsString;

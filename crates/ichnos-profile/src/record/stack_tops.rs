@@ -93,31 +93,11 @@ impl StackTops {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ichnos_perf::attr::sample;
-    use ichnos_perf::record::{parse, Record, SampleFormat};
 
     /// A sample of thread `tid` with stack pointer `sp` and a copy of
     /// `size` bytes, parsed.
-    fn with_sample<T>(tid: u32, sp: u64, size: usize, f: impl FnOnce(&Sample<'_>) -> T) -> T {
-        let format = SampleFormat {
-            sample_type: sample::TID | sample::REGS_USER | sample::STACK_USER,
-            regs_user: 1 << regs::SP,
-            ..SampleFormat::default()
-        };
-        let mut record = vec![9, 0, 0, 0, 2, 0, 0, 0];
-        record.extend_from_slice(&tid.to_le_bytes());
-        record.extend_from_slice(&tid.to_le_bytes());
-        for v in [2u64, sp, size as u64] {
-            record.extend_from_slice(&v.to_le_bytes());
-        }
-        record.extend(std::iter::repeat_n(0, size));
-        record.extend_from_slice(&(size as u64).to_le_bytes());
-        let len = u16::try_from(record.len()).unwrap();
-        record[6..8].copy_from_slice(&len.to_le_bytes());
-        let Ok(Record::Sample(s)) = parse(&format, &record) else {
-            panic!("not a sample")
-        };
-        f(&s)
+    fn with_sample<T>(tid: u32, sp: u64, size: u64, f: impl FnOnce(&Sample<'_>) -> T) -> T {
+        super::super::test_sample::with_sample(tid, sp, size, size, f)
     }
 
     #[test]

@@ -245,34 +245,12 @@ fn stack_like_mappings(pid: u32) -> Vec<Range<u64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ichnos_perf::attr::sample;
-    use ichnos_perf::record::{parse, Record, SampleFormat};
 
     /// A sample of this process with stack pointer `sp`, a copy of
     /// `copied` bytes of the `asked` asked for, parsed, handed to `f`.
     fn with_sample<T>(sp: u64, asked: u64, copied: usize, f: impl FnOnce(&Sample<'_>) -> T) -> T {
-        let format = SampleFormat {
-            sample_type: sample::TID | sample::REGS_USER | sample::STACK_USER,
-            regs_user: 1 << regs::SP,
-            ..SampleFormat::default()
-        };
         let pid = std::process::id();
-        let mut record = vec![9, 0, 0, 0, 2, 0, 0, 0];
-        record.extend_from_slice(&pid.to_le_bytes());
-        record.extend_from_slice(&pid.to_le_bytes());
-        for v in [2u64, sp, asked] {
-            record.extend_from_slice(&v.to_le_bytes());
-        }
-        if asked > 0 {
-            record.extend(std::iter::repeat_n(0, usize::try_from(asked).unwrap()));
-            record.extend_from_slice(&(copied as u64).to_le_bytes());
-        }
-        let len = u16::try_from(record.len()).unwrap();
-        record[6..8].copy_from_slice(&len.to_le_bytes());
-        let Ok(Record::Sample(s)) = parse(&format, &record) else {
-            panic!("not a sample")
-        };
-        f(&s)
+        super::super::test_sample::with_sample(pid, sp, asked, copied as u64, f)
     }
 
     /// Whether the page at `addr` of this process is present, from
