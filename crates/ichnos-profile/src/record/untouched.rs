@@ -222,7 +222,8 @@ impl UntouchedPages {
 
 /// The mappings of process `pid` a stack may lie in and a read may make
 /// present: private anonymous memory that may be read and written (the
-/// main thread's `[stack]`, a thread's mapped stack).
+/// main thread's `[stack]`, a thread's mapped stack, named or not, the
+/// heap).
 fn stack_like_mappings(pid: u32) -> Vec<Range<u64>> {
     let Some(text) = process_maps(pid) else {
         return Vec::new();
@@ -232,14 +233,22 @@ fn stack_like_mappings(pid: u32) -> Vec<Range<u64>> {
     };
     entries
         .into_iter()
-        .filter(|m| {
-            m.perms.starts_with("rw")
-                && m.perms.ends_with('p')
-                && m.inode == 0
-                && (m.name.is_empty() || m.name == "[stack]")
-        })
+        .filter(stack_like)
         .map(|m| m.range)
         .collect()
+}
+
+/// Whether a stack may lie in mapping `m` and a read may make its pages
+/// present: private anonymous memory that may be read and written.
+fn stack_like(m: &ichnos_image::MapsEntry) -> bool {
+    m.perms.starts_with("rw")
+        && m.perms.ends_with('p')
+        && m.inode == 0
+        // No file's: `[stack]`, `[heap]` (a coroutine's stack may be in
+        // it), a thread's stack as a kernel before 4.5 named it
+        // (`[stack:TID]`), one its program named (`[anon:NAME]`: glibc's
+        // `glibc.mem.decorate_maps` names its threads' stacks).
+        && (m.name.is_empty() || m.name.starts_with('['))
 }
 
 #[cfg(test)]
@@ -371,6 +380,41 @@ mod tests {
         pages.forget(pid);
         pages.ran_off(pid, fresh.page(0) + 8, fresh.page(2), fresh.page(3), true);
         assert_eq!(pages.pending.len(), 1);
+    }
+
+    /// Which mappings a stack may lie in, as `/proc/PID/maps` shows
+    /// them: private anonymous memory that may be read and written,
+    /// named or not.
+    #[test]
+    fn stacks_are_private_anonymous_writable_mappings() {
+        let maps = "\
+7ffd0000-7ffd1000 rw-p 00000000 00:00 0                          [stack]
+7f000000-7f001000 rw-p 00000000 00:00 0 \n\
+7f001000-7f002000 rw-p 00000000 00:00 0                          [anon:glibc: pthread stack: 42]
+7f002000-7f003000 rw-p 00000000 00:00 0                          [stack:42]
+7f003000-7f004000 rw-s 00000000 00:01 7                          /dev/zero (deleted)
+7f004000-7f005000 rw-p 00001000 08:01 99                         /usr/lib/libc.so.6
+7f005000-7f006000 r--p 00000000 00:00 0 \n\
+7f006000-7f007000 ---p 00000000 00:00 0 \n\
+7f007000-7f008000 rw-p 00000000 00:00 0                          [heap]
+7f008000-7f009000 r--p 00000000 00:00 0                          [vvar]
+";
+        let stacks: Vec<u64> = ichnos_image::parse_maps(1, maps)
+            .unwrap()
+            .iter()
+            .filter(|m| stack_like(m))
+            .map(|m| m.range.start)
+            .collect();
+        assert_eq!(
+            stacks,
+            [
+                0x7ffd_0000,
+                0x7f00_0000,
+                0x7f00_1000,
+                0x7f00_2000,
+                0x7f00_7000
+            ]
+        );
     }
 
     #[test]
