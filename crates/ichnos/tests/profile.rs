@@ -591,6 +591,21 @@ fn a_stack_page_never_touched_is_read_in_and_later_stacks_are_complete() {
         total >= 200 && complete * 10 < total,
         "{complete} of {total}"
     );
+    // Below the main thread's stack mapping nothing is read (a kernel
+    // before 6.5 would grow the mapping for the read), and a note says
+    // why those stacks stay cut.
+    let out = record(&data, 1000, &[exe, "0.5", "main"]);
+    let err = stderr(&out);
+    assert!(
+        err.contains("could not read the stack page in") && !err.contains("read such pages in"),
+        "{err}"
+    );
+    let stacks = folded(&data, &[]);
+    let (total, complete, _) = completeness(&stacks, &["spin_under_deep_buffer"], "main");
+    assert!(
+        total >= 200 && complete * 10 < total,
+        "{complete} of {total}"
+    );
 }
 
 #[test]

@@ -65,6 +65,12 @@ pub(super) fn recorder_notes(recorder: &Recorder) -> Vec<String> {
                 .as_ref()
                 .and_then(|u| untouched_note(u, recorder.samples)),
         )
+        .chain(
+            recorder
+                .untouched
+                .as_ref()
+                .and_then(|u| unread_note(u.unread, recorder.samples)),
+        )
         .chain(off_cpu_notes(&recorder.off_cpu))
         .chain(unnamed_jit_note(
             &recorder.spaces.unnamed_jit,
@@ -109,6 +115,22 @@ fn untouched_note(untouched: &UntouchedPages, samples: u64) -> Option<String> {
             if stopped == 1 { "its" } else { "their" }
         )
     })
+}
+
+/// The note on samples of which the kernel copied no stack and whose
+/// place could not be read in (more than one in a thousand).
+fn unread_note(unread: u64, samples: u64) -> Option<String> {
+    if samples == 0 || unread * 1000 <= samples {
+        return None;
+    }
+    Some(format!(
+        "{} had none of {} stack copied, and the recorder could not read the stack page in \
+         for the samples after: the stack pointer lay outside the process's stack mappings \
+         (a main thread's frame deeper than its stack had grown, which only the program's \
+         own touch grows), or the process could not be read",
+        count(unread, "sample", "samples"),
+        if unread == 1 { "its" } else { "their" }
+    ))
 }
 
 /// The processes a note tells of: the three largest of `items` by

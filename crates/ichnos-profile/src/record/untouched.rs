@@ -69,6 +69,8 @@ struct Pending {
     to: u64,
     /// The samples on a CPU that stopped there (counted if it is read).
     samples: u64,
+    /// Noted for an empty copy.
+    empty: bool,
 }
 
 /// Pages to make present, and what came of it.
@@ -91,6 +93,11 @@ pub(crate) struct UntouchedPages {
     pub stopped: u64,
     /// Reads that made pages present.
     pub reads_in: u64,
+    /// Samples taken on a CPU in user mode with an empty copy whose place
+    /// could not be read in: out of the process's stack mappings (a main
+    /// thread's frame deeper than its stack has grown), or in a process
+    /// the recorder may not read.
+    pub unread: u64,
 }
 
 impl UntouchedPages {
@@ -103,6 +110,7 @@ impl UntouchedPages {
             scratch: Vec::new(),
             stopped: 0,
             reads_in: 0,
+            unread: 0,
         }
     }
 
@@ -130,13 +138,10 @@ impl UntouchedPages {
             self.stopped += u64::from(on_cpu);
             return;
         }
-        self.note(
-            pid,
-            sp,
-            sp,
-            sp.saturating_add(sample.stack_user_size),
-            on_cpu,
-        );
+        let to = sp.saturating_add(sample.stack_user_size);
+        if !self.note(pid, sp, sp, to, on_cpu, true) {
+            self.unread += u64::from(on_cpu);
+        }
     }
 
     /// A sample of `pid` with stack pointer `sp` whose walk ran off its
@@ -144,7 +149,7 @@ impl UntouchedPages {
     /// reached; `on_cpu`: a sample on a CPU, to be counted.
     pub fn ran_off(&mut self, pid: u32, sp: u64, from: u64, to: u64, on_cpu: bool) {
         if self.read && sp <= from && from < to {
-            self.note(pid, sp, from, to, on_cpu);
+            self.note(pid, sp, from, to, on_cpu, false);
         }
     }
 
@@ -156,10 +161,12 @@ impl UntouchedPages {
         }
     }
 
-    fn note(&mut self, pid: u32, sp: u64, from: u64, to: u64, on_cpu: bool) {
+    /// Notes the place, unless it is known not to be read: whether it
+    /// is to be read.
+    fn note(&mut self, pid: u32, sp: u64, from: u64, to: u64, on_cpu: bool, empty: bool) -> bool {
         let page = from & !(PAGE - 1);
         if self.failed.contains(&(pid, page)) {
-            return;
+            return false;
         }
         // Samples of one thread come in a run: the last one noted is the
         // one most likely noted again.
@@ -171,7 +178,7 @@ impl UntouchedPages {
         {
             p.samples += u64::from(on_cpu);
             p.to = p.to.max(to);
-            return;
+            return true;
         }
         self.pending.push(Pending {
             pid,
@@ -179,7 +186,9 @@ impl UntouchedPages {
             from,
             to,
             samples: u64::from(on_cpu),
+            empty,
         });
+        true
     }
 
     /// Reads the stack memory noted since the last call from each
@@ -212,8 +221,11 @@ impl UntouchedPages {
             if read {
                 self.stopped += p.samples;
                 self.reads_in += 1;
-            } else if self.failed.len() < MAX_FAILED {
-                self.failed.insert((p.pid, p.from & !(PAGE - 1)));
+            } else {
+                self.unread += if p.empty { p.samples } else { 0 };
+                if self.failed.len() < MAX_FAILED {
+                    self.failed.insert((p.pid, p.from & !(PAGE - 1)));
+                }
             }
         }
         self.pending.clear();
@@ -459,8 +471,9 @@ mod tests {
         let mut pages = UntouchedPages::new(true);
         with_sample(gone + 16, 4096, 0, |s| pages.see(s));
         pages.make_present();
-        assert_eq!((pages.stopped, pages.reads_in), (0, 0));
+        assert_eq!((pages.stopped, pages.reads_in, pages.unread), (0, 0, 1));
         with_sample(gone + 32, 4096, 0, |s| pages.see(s));
+        assert_eq!(pages.unread, 2, "counted, not noted");
         pages.ran_off(std::process::id(), gone + 16, gone + 64, gone + 4096, true);
         assert!(pages.pending.is_empty(), "{:?}", pages.pending);
     }
