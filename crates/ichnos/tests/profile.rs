@@ -1108,7 +1108,7 @@ fn a_long_command_line_is_cut_not_the_description_dropped() {
     let header: Vec<&str> = text.lines().take(2).collect();
     assert!(header[0].contains("of cpu-clock at 1000 Hz"), "{header:?}");
     assert!(
-        header[1].contains(": sh -c exit 0 xxxx"),
+        header[1].contains(": sh -c 'exit 0' xxxx"),
         "{}",
         &header[1][..200.min(header[1].len())]
     );
