@@ -62,14 +62,8 @@ pub(super) fn recorder_notes(recorder: &Recorder) -> Vec<String> {
         .chain(
             recorder
                 .untouched
-                .as_ref()
-                .and_then(|u| untouched_note(u, recorder.samples)),
-        )
-        .chain(
-            recorder
-                .untouched
-                .as_ref()
-                .and_then(|u| unread_note(u.unread, recorder.samples)),
+                .iter()
+                .flat_map(|u| untouched_notes(u, recorder.samples)),
         )
         .chain(off_cpu_notes(&recorder.off_cpu))
         .chain(unnamed_jit_note(
@@ -81,6 +75,14 @@ pub(super) fn recorder_notes(recorder: &Recorder) -> Vec<String> {
             recorder.spaces.java_skipping_processes,
         ))
         .collect()
+}
+
+/// The notes on stack pages the kernel's copies stopped at
+/// (`untouched.rs`): those read in, and those that could not be.
+fn untouched_notes(untouched: &UntouchedPages, samples: u64) -> impl Iterator<Item = String> {
+    untouched_note(untouched, samples)
+        .into_iter()
+        .chain(unread_note(untouched.unread, samples))
 }
 
 /// The note on samples whose stack copy stopped at a stack page never
