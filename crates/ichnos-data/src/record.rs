@@ -42,6 +42,8 @@ pub mod kind {
     pub const CLOCK: u8 = 13;
     /// A block of a thread's function trace.
     pub const CALLS: u8 = 14;
+    /// A kernel function's name.
+    pub const KERNEL_SYMBOL: u8 = 15;
 }
 
 /// The most bytes of a command line a description keeps, and of each
@@ -269,6 +271,19 @@ pub enum Record<'a> {
         /// The name.
         name: &'a [u8],
     },
+    /// A function of the running kernel that stacks have frames in:
+    /// machine-wide, as `/proc/kallsyms` named it while the recording was
+    /// made.
+    KernelSymbol {
+        /// Its first address.
+        start: u64,
+        /// One past its last (where the next function starts).
+        end: u64,
+        /// The kernel module it is in (empty: the kernel itself).
+        module: &'a [u8],
+        /// Its name.
+        name: &'a [u8],
+    },
     /// Lost samples or records.
     Lost {
         /// About when.
@@ -336,6 +351,7 @@ impl Record<'_> {
             Self::Sample { .. } => kind::SAMPLE,
             Self::OffCpu { .. } => kind::OFF_CPU,
             Self::JitCode { .. } => kind::JIT_CODE,
+            Self::KernelSymbol { .. } => kind::KERNEL_SYMBOL,
             Self::Lost { .. } => kind::LOST,
             Self::Throttle { .. } => kind::THROTTLE,
             Self::End { .. } => kind::END,
@@ -435,6 +451,16 @@ impl Record<'_> {
                 name,
             } => {
                 put_all(b, &[*asid, *start, *end, source.code()]);
+                put_bytes(b, name);
+            }
+            Self::KernelSymbol {
+                start,
+                end,
+                module,
+                name,
+            } => {
+                put_all(b, &[*start, *end]);
+                put_bytes(b, module);
                 put_bytes(b, name);
             }
             Self::Lost {
@@ -590,6 +616,12 @@ pub fn decode(kind: u8, body: &[u8]) -> Result<Record<'_>, BodyError> {
             start: b.u("start")?,
             end: b.u("end")?,
             source: JitSource::from_code(b.u("source")?),
+            name: b.bytes("name")?,
+        },
+        kind::KERNEL_SYMBOL => Record::KernelSymbol {
+            start: b.u("start")?,
+            end: b.u("end")?,
+            module: b.bytes("module")?,
             name: b.bytes("name")?,
         },
         kind::LOST => Record::Lost {

@@ -19,6 +19,7 @@ enum Owned {
     Sample(u64, u64, u64, u64, u64, u64),
     OffCpu([u64; 6], OffCpuState),
     Jit(u64, u64, u64, JitSource, Vec<u8>),
+    KernelSymbol(u64, u64, Vec<u8>, Vec<u8>),
     Lost(u64, u64, u64, LostCause),
     Throttle(u64, u64, bool),
     End(u64, u64, u64),
@@ -108,6 +109,12 @@ impl Owned {
                 start: *start,
                 end: *end,
                 source: *source,
+                name,
+            },
+            Self::KernelSymbol(start, end, module, name) => Record::KernelSymbol {
+                start: *start,
+                end: *end,
+                module,
                 name,
             },
             Self::Lost(time, cpu, count, cause) => Record::Lost {
@@ -244,6 +251,8 @@ fn owned() -> impl Strategy<Value = Owned> {
             .prop_map(|(a, b, c, d, e, f)| Owned::Sample(a, b, c, d, e, f)),
         (any::<u64>(), any::<u64>(), any::<u64>(), source, bytes())
             .prop_map(|(a, b, c, d, e)| Owned::Jit(a, b, c, d, e)),
+        (any::<u64>(), any::<u64>(), bytes(), bytes())
+            .prop_map(|(a, b, c, d)| Owned::KernelSymbol(a, b, c, d)),
         (
             any::<[u64; 6]>(),
             prop_oneof![

@@ -105,6 +105,8 @@ pub mod flag {
     pub const SAMPLE_ID_ALL: u64 = 1 << 18;
     /// Exclude the guest.
     pub const EXCLUDE_GUEST: u64 = 1 << 20;
+    /// Callchains leave out the user part (the kernel's own frames only).
+    pub const EXCLUDE_CALLCHAIN_USER: u64 = 1 << 22;
     /// Record mappings as MMAP2.
     pub const MMAP2: u64 = 1 << 23;
     /// Mark COMM records caused by exec.

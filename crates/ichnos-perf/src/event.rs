@@ -110,9 +110,18 @@ pub struct EventConfig {
     /// event of every task on a CPU).
     pub context_switches: bool,
     /// Count while the task is in the kernel too (a sample taken there
-    /// still carries only the user registers and stack it entered with):
-    /// time in system calls is then sampled, as the caller's.
+    /// carries the user registers and stack it entered with, and its
+    /// kernel frames only with `kernel_stacks`): time in system calls is
+    /// then sampled.
     pub kernel: bool,
+    /// With `kernel`, each sample taken there also carries up to this
+    /// many of the kernel's own frames (`PERF_SAMPLE_CALLCHAIN` without
+    /// its user part): a context marker, then the interrupted kernel
+    /// address and its callers (of a switch event, the kernel's path to
+    /// the switch). 0: none. The kernel
+    /// refuses more than `kernel.perf_event_max_stack`
+    /// ([`kernel_stack_frames`] asks for what it allows).
+    pub kernel_stacks: u16,
     /// With `kernel`, not while a CPU idles (`exclude_idle`; an event of
     /// every task on a CPU would otherwise sample its idle task).
     pub exclude_idle: bool,
@@ -120,6 +129,24 @@ pub struct EventConfig {
     /// (`PERF_SAMPLE_IDENTIFIER`, [`PerfEvent::id`]), so that events that
     /// share a ring can be told apart.
     pub identify: bool,
+}
+
+/// The most kernel frames a sample asks for with
+/// [`kernel_stack_frames`]: above the depth of the kernel's deepest
+/// common paths (storage and network stacks run 30 to 50 deep).
+pub const KERNEL_STACK_FRAMES: u16 = 64;
+
+/// The most kernel frames a sample is to carry
+/// ([`EventConfig::kernel_stacks`]): [`KERNEL_STACK_FRAMES`], or fewer
+/// where `kernel.perf_event_max_stack` allows fewer (its default is 127;
+/// an event asking for more is refused), and none where that setting
+/// cannot be read (asking blindly could have the event refused).
+#[must_use]
+pub fn kernel_stack_frames() -> u16 {
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_max_stack")
+        .ok()
+        .and_then(|s| s.trim().parse::<u16>().ok())
+        .map_or(0, |allowed| allowed.min(KERNEL_STACK_FRAMES))
 }
 
 impl EventConfig {
@@ -137,7 +164,8 @@ impl EventConfig {
     /// `sample_id`. A switch event ([`EventKind::is_switch`]) samples
     /// every switch instead of at `frequency`, and counts in the kernel,
     /// where switches happen (an event that excludes the kernel never
-    /// sees one); its samples still carry only user registers and stack.
+    /// sees one); its samples carry the user registers and stack, and
+    /// with `kernel_stacks` the kernel's path to the switch.
     #[must_use]
     pub fn attr(&self) -> PerfEventAttr {
         let (kind, config) = match self.kind {
@@ -157,10 +185,17 @@ impl EventConfig {
         if self.stack_user != 0 {
             sample_type |= sample::STACK_USER;
         }
+        let switch = self.kind.is_switch();
+        // Switch events too: events that share a ring share a sample
+        // layout, which the ring's reader parses them by.
+        let kernel_stacks = self.kernel && self.kernel_stacks > 0;
+        if kernel_stacks {
+            sample_type |= sample::CALLCHAIN;
+        }
         let mut flags =
             flag::EXCLUDE_HV | flag::SAMPLE_ID_ALL | flag::USE_CLOCKID | flag::WATERMARK;
         let on = |bit: u64, when: bool| if when { bit } else { 0 };
-        let switch = self.kind.is_switch();
+        flags |= on(flag::EXCLUDE_CALLCHAIN_USER, kernel_stacks);
         flags |= on(flag::FREQ, !switch);
         flags |= on(flag::EXCLUDE_KERNEL, !switch && !self.kernel);
         flags |= on(flag::EXCLUDE_IDLE, !switch && self.exclude_idle);
@@ -184,6 +219,7 @@ impl EventConfig {
             sample_regs_user: self.regs_user,
             sample_stack_user: self.stack_user,
             clockid: libc::CLOCK_MONOTONIC,
+            sample_max_stack: if kernel_stacks { self.kernel_stacks } else { 0 },
             ..PerfEventAttr::default()
         }
     }

@@ -22,6 +22,7 @@ fn config() -> EventConfig {
         build_ids: false,
         context_switches: false,
         kernel: false,
+        kernel_stacks: 0,
         exclude_idle: false,
         identify: false,
     }
@@ -306,5 +307,92 @@ fn the_sched_switch_tracepoint_is_found_in_tracefs_or_said_to_be_missing() {
     assert_eq!(
         ichnos_perf::event::tracepoint_id("sched", "no_such_point"),
         None
+    );
+}
+
+/// The text symbols of `/proc/kallsyms`, sorted: (address, name).
+fn kernel_text_symbols() -> Vec<(u64, String)> {
+    let text = std::fs::read_to_string("/proc/kallsyms").unwrap();
+    let mut symbols: Vec<(u64, String)> = text
+        .lines()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            let address = u64::from_str_radix(words.next()?, 16).ok()?;
+            let kind = words.next()?;
+            let name = words.next()?;
+            matches!(kind, "t" | "T" | "w" | "W").then(|| (address, name.to_owned()))
+        })
+        .collect();
+    symbols.sort();
+    symbols
+}
+
+#[test]
+fn a_sample_in_the_kernel_carries_the_kernel_frames_of_the_call_it_is_in() {
+    // This thread reads /dev/zero a MiB at a time: most of its samples
+    // are taken in the kernel, inside read(2). Each must carry its kernel
+    // frames (and no user part); samples in user space none.
+    let config = EventConfig {
+        inherit: false,
+        kernel: true,
+        kernel_stacks: ichnos_perf::event::kernel_stack_frames(),
+        ..config()
+    };
+    assert!(config.kernel_stacks > 0);
+    let event = PerfEvent::open(&config, tid().cast_signed(), -1)
+        .expect("sampling the kernel needs root or kernel.perf_event_paranoid 1 or lower");
+    let format = event.format();
+    let mut ring = Ring::new(&event, 256).unwrap();
+    let zero = std::fs::File::open("/dev/zero").unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    event.enable().unwrap();
+    let until = Instant::now() + Duration::from_millis(300);
+    let mut bytes = Vec::new();
+    while Instant::now() < until {
+        std::io::Read::read_exact(&mut &zero, &mut buf).unwrap();
+        ring.read_into(&mut bytes);
+    }
+    event.disable().unwrap();
+    ring.read_into(&mut bytes);
+    // PERF_CONTEXT_KERNEL and PERF_CONTEXT_USER of the kernel's ABI.
+    let (context_kernel, context_user) = (u64::MAX - 127, u64::MAX - 511);
+    let symbols = kernel_text_symbols();
+    let name_of = |address: u64| {
+        let i = symbols.partition_point(|(a, _)| *a <= address);
+        (i > 0).then(|| symbols[i - 1].1.as_str())
+    };
+    let (mut in_kernel, mut in_user, mut through_read) = (0, 0, 0);
+    for r in Records::new(&bytes) {
+        let (_, _, record) = r.unwrap();
+        let Record::Sample(s) = parse(&format, record).unwrap() else {
+            continue;
+        };
+        let chain: Vec<u64> = s.callchain().collect();
+        if s.misc & ichnos_perf::record::MISC_CPUMODE_MASK == ichnos_perf::record::MISC_USER {
+            assert!(chain.is_empty(), "a user-space sample with {chain:x?}");
+            in_user += 1;
+            continue;
+        }
+        in_kernel += 1;
+        assert_eq!(chain.first(), Some(&context_kernel), "{chain:x?}");
+        assert!(!chain.contains(&context_user), "{chain:x?}");
+        assert!(chain.len() <= 1 + usize::from(config.kernel_stacks));
+        // The sampled address first: the sample's own.
+        assert_eq!(chain.get(1).copied(), s.ip, "{chain:x?}");
+        for &address in &chain[1..] {
+            assert!(address >= 1 << 63, "{address:#x} is no kernel address");
+        }
+        // The callers, as the kernel's own symbol table names them,
+        // include the read system call's.
+        let callers: Vec<&str> = chain[2..].iter().filter_map(|&a| name_of(a - 1)).collect();
+        if callers.contains(&"ksys_read") && callers.contains(&"vfs_read") {
+            through_read += 1;
+        }
+    }
+    assert!(in_kernel >= 100, "{in_kernel} samples in the kernel");
+    // Nearly all of it is in read(2).
+    assert!(
+        through_read * 10 >= in_kernel * 9,
+        "{through_read} of {in_kernel} kernel samples through ksys_read and vfs_read ({in_user} in user space)"
     );
 }

@@ -113,6 +113,32 @@ fn our_self_percent() -> HashMap<String, (f64, u32)> {
         })
 }
 
+/// The functions of the demo's recording that the top table shows in
+/// the kernel: in `[kernel.kallsyms]`, or in a module's `[MODULE]`.
+fn kernel_functions() -> Vec<String> {
+    let out = ok(
+        ichnos(&[
+            "report",
+            "-q",
+            "-i",
+            demo().to_str().unwrap(),
+            "--limit",
+            "0",
+        ]),
+        "ichnos report",
+    );
+    text(&out)
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            let object = *words.last()?;
+            let other = ["[jit]", "[vdso]", "[unknown]", "[span]"];
+            (object.starts_with('[') && !other.contains(&object)).then(|| words[4].to_owned())
+        })
+        .collect()
+}
+
 /// ichnos's folded stacks: (thread, frames root first) -> samples.
 fn our_folded() -> BTreeMap<(String, Vec<String>), u64> {
     let out = ok(
@@ -801,8 +827,10 @@ meta = d["meta"]
 assert meta["preprocessedProfileVersion"] >= 40, meta["preprocessedProfileVersion"]
 assert meta["symbolicated"] is True
 cats = [c["name"] for c in meta["categories"]]
-# No off-CPU time here: the categories are those of on-CPU profiles.
-assert cats == ["Other", "Native", "JIT"], cats
+# No off-CPU time here: the categories are those of on-CPU profiles, with
+# the kernel's where the recording has kernel frames (sampled as root).
+kernel = set(n for n in sys.argv[2].split(",") if n)
+assert cats == ["Other", "Native", "JIT"] + (["Kernel"] if kernel else []), (cats, kernel)
 libs = d["libs"]
 longest = 0.0
 for t in d["threads"]:
@@ -828,6 +856,10 @@ for t in d["threads"]:
                 assert fn["resource"][func] == -1
             else:
                 assert cats[ft["category"][f]] != "JIT", name
+            # The kernel's functions, by our top table, and only they.
+            assert (cats[ft["category"][f]] == "Kernel") == (name in kernel), name
+            if name in kernel:
+                assert fn["resource"][func] == -1, name
             if name == "mix_block":
                 # Located: the demo's workload.c, where mix_block spans
                 # lines 17 to 24; in the ichnos binary, as a library.
@@ -850,7 +882,7 @@ for t in d["threads"]:
 # Milliseconds: the demo's threads sample for seconds.
 assert longest > 1000, longest
 "#,
-        &[file.to_str().unwrap()],
+        &[file.to_str().unwrap(), &kernel_functions().join(",")],
     );
     let mut theirs: BTreeMap<(String, Vec<String>), u64> = BTreeMap::new();
     for line in lines.lines() {

@@ -129,6 +129,7 @@ pub(super) fn format() -> SampleFormat {
         build_ids: false,
         context_switches: false,
         kernel: false,
+        kernel_stacks: 0,
         exclude_idle: false,
         identify: false,
     };
@@ -164,6 +165,7 @@ pub(super) fn recorder(
         stack_tops: super::stack_tops::StackTops::default(),
         off_cpu: super::off_cpu::OffCpu::default(),
         kernel_sampled: false,
+        kernel_symbols: None,
     };
     (recorder, writer)
 }

@@ -93,8 +93,8 @@ pub(crate) struct Events {
     pub off_cpu_kind: Option<EventKind>,
     /// Its events' ids.
     pub off_cpu_ids: Vec<u64>,
-    /// Whether time in the kernel is sampled (as the time of the user
-    /// code that entered it), or the kernel refused it.
+    /// Whether time in the kernel is sampled (with the kernel's frames
+    /// above the user code that entered it), or the kernel refused it.
     pub kernel: bool,
     /// Bytes of user stack each sample copies.
     pub stack_user: u32,

@@ -16,6 +16,7 @@
 mod alloc_test;
 mod events;
 mod intern;
+mod kernel_frames;
 mod live_stack;
 #[cfg(test)]
 mod live_stack_test;
@@ -564,11 +565,13 @@ fn event_config(options: &RecordOptions, scope: events::Scope<'_>) -> EventConfi
         side_band: true,
         build_ids: true,
         context_switches: options.off_cpu,
-        // Time in the kernel (system calls, page faults), sampled as the
-        // time of the user code that entered it, where the kernel allows
-        // it (events::open falls back to user space only); time on and
-        // off CPUs add up only if it counts.
+        // Time in the kernel (system calls, page faults), sampled where
+        // the kernel allows it (events::open falls back to user space
+        // only); time on and off CPUs add up only if it counts.
         kernel: true,
+        // With the kernel's own frames above the user code that entered
+        // it, named from /proc/kallsyms as the recording ends.
+        kernel_stacks: ichnos_perf::event::kernel_stack_frames(),
         // Every task on a CPU: not its idle task.
         exclude_idle: matches!(scope, events::Scope::System),
         identify: options.off_cpu,
@@ -667,7 +670,10 @@ pub fn record(
         let _ = e.disable();
     }
     recorder.drain(&mut events, u64::MAX);
-    recorder.finish();
+    // The recording's end: what finishing it takes (naming JIT code and
+    // the kernel's functions) is not recorded time.
+    let stopped = monotonic_ns();
+    recorder.finish(stopped);
     let failed = result.is_err() || recorder.output.writer_failed() || recorder.output.overflowed;
     let overflowed = recorder.output.overflowed;
     let recorder_notes = notes::recorder_notes(&recorder);
@@ -678,7 +684,7 @@ pub fn record(
         intervals: output.off_cpu,
         complete: recorder.off_cpu.complete,
     });
-    let written = close(output, writer, lost);
+    let written = close_at(output, writer, lost, stopped);
     // A recording that failed does not leave its command running.
     let exit = match child.as_mut() {
         Some(c) if failed => Some(c.terminate(Duration::from_secs(2))),
@@ -730,13 +736,22 @@ pub fn record(
 /// Writes the end record and waits for the writer: (samples written,
 /// samples dropped, bytes of the file).
 fn close(
-    mut output: Output,
+    output: Output,
     writer: std::thread::JoinHandle<output::WriterResult>,
     lost: u64,
 ) -> std::io::Result<(u64, u64, u64, u64)> {
+    close_at(output, writer, lost, monotonic_ns())
+}
+
+/// [`close`], with the recording's end at `end`.
+fn close_at(
+    mut output: Output,
+    writer: std::thread::JoinHandle<output::WriterResult>,
+    lost: u64,
+    end: u64,
+) -> std::io::Result<(u64, u64, u64, u64)> {
     let (samples, dropped, oversized) = (output.samples, output.dropped, output.oversized);
-    let now = monotonic_ns();
-    output.tell_drops(now);
-    let bytes = output.end(writer, now, lost + dropped)?;
+    output.tell_drops(end);
+    let bytes = output.end(writer, end, lost + dropped)?;
     Ok((samples, dropped, bytes, oversized))
 }

@@ -74,6 +74,12 @@ pub(super) fn recorder_notes(recorder: &Recorder) -> Vec<String> {
             &recorder.spaces.java_skipping,
             recorder.spaces.java_skipping_processes,
         ))
+        .chain(
+            recorder
+                .kernel_symbols
+                .as_ref()
+                .and_then(super::kernel_frames::KernelSymbols::unnamed_note),
+        )
         .collect()
 }
 

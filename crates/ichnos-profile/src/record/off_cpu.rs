@@ -2,8 +2,9 @@
 //!
 //! A switch event (`sched:sched_switch`, or the software event
 //! `context-switches`) samples a thread as it leaves its CPU, with its
-//! user registers and stack as they were when it entered the kernel; the
-//! sample is unwound like any other. The thread's next switch record
+//! user registers and stack as they were when it entered the kernel, and
+//! the kernel's frames down to the switch; the sample is unwound like any
+//! other. The thread's next switch record
 //! that brings it back onto a CPU ends the interval: its length is the
 //! time off. The switch record that took it off says whether it was
 //! preempted (still runnable) or went to wait. Each interval becomes one

@@ -19,6 +19,7 @@ use ichnos_perf::record::{
 
 use super::events;
 use super::intern::Interner;
+use super::kernel_frames::{push_kernel_frames, KernelSymbols};
 use super::model::Spaces;
 use super::off_cpu::OffCpu;
 use super::order::{Sorter, MARGIN_NS};
@@ -131,6 +132,10 @@ pub(super) struct Recorder {
     /// of a kernel thread, or of a task not yet or no longer in user
     /// space (an exec), not a loss.
     pub(super) kernel_sampled: bool,
+    /// The kernel's functions, to name the kernel frames that samples
+    /// taken there carry ([`None`]: offline, where the kernel that ran is
+    /// not this one, and kernel frames are not kept).
+    pub(super) kernel_symbols: Option<KernelSymbols>,
 }
 
 impl Recorder {
@@ -179,6 +184,7 @@ impl Recorder {
             lost: 0,
             off_cpu: OffCpu::new(events.off_cpu_ids.clone()),
             kernel_sampled: events.kernel,
+            kernel_symbols: events.kernel.then(KernelSymbols::default),
         }
     }
 
@@ -219,6 +225,7 @@ impl Recorder {
             lost: 0,
             off_cpu: OffCpu::default(),
             kernel_sampled: false,
+            kernel_symbols: None,
         }
     }
 
@@ -335,13 +342,17 @@ impl Recorder {
         self.output.tell_drops(now);
     }
 
-    /// Names JIT code still unnamed, while the processes live, and ends
-    /// the intervals of threads still off their CPUs.
-    pub(super) fn finish(&mut self) {
-        let now = monotonic_ns();
+    /// Names JIT code still unnamed, while the processes live, ends the
+    /// intervals of threads still off their CPUs, and names the kernel's
+    /// functions that the stacks have frames in; `now` is when the
+    /// recording stopped.
+    pub(super) fn finish(&mut self, now: u64) {
         self.off_cpu.finish(now, &mut self.output);
         self.spaces.finish(now, &mut self.output);
         self.rename_all(now);
+        if let Some(kernel) = self.kernel_symbols.as_mut() {
+            kernel.finish(&mut self.output);
+        }
     }
 
     /// Gives each process that holds names of JIT code put where other
@@ -562,12 +573,7 @@ impl Recorder {
         {
             space.walked_out_of_jit();
         }
-        self.stack.clear();
-        self.stack.extend(self.frames.iter().map(|f| match f.kind {
-            // Stored plus one so that "minus one" finds the instruction.
-            FrameKind::Interrupted => f.ip.wrapping_add(1),
-            _ => f.ip,
-        }));
+        self.store_stack(s, in_kernel);
         if leaving {
             if let Some(stack) = self.intern_stack(pid, time, stop) {
                 self.off_cpu
@@ -578,6 +584,31 @@ impl Recorder {
             self.write_sample(pid, tid, cpu, time, stop, weight);
         }
         self.learn(tid, stop, stack_cut, copy_short, leaving);
+    }
+
+    /// Puts the walked frames in `self.stack` as stacks are stored, after
+    /// the kernel's frames of sample `s` where it was taken in the kernel
+    /// (`in_kernel`) with them.
+    fn store_stack(&mut self, s: &Sample<'_>, in_kernel: bool) {
+        self.stack.clear();
+        // Taken in the kernel: the kernel's frames first, where it gave
+        // them; the user code's address where it entered the kernel is
+        // then no longer the first frame, and is stored plus one as an
+        // interrupted one is.
+        if in_kernel && self.kernel_symbols.is_some() {
+            // (Up to as many as the event asks for: a stack holds them
+            // besides its walked frames.)
+            let most = usize::from(ichnos_perf::event::KERNEL_STACK_FRAMES);
+            push_kernel_frames(s.callchain(), most, &mut self.stack);
+        }
+        let entered = !self.stack.is_empty();
+        self.stack
+            .extend(self.frames.iter().enumerate().map(|(i, f)| match f.kind {
+                // Stored plus one so that "minus one" finds the instruction.
+                FrameKind::Interrupted => f.ip.wrapping_add(1),
+                _ if i == 0 && entered => f.ip.wrapping_add(1),
+                _ => f.ip,
+            }));
     }
 
     /// The walk of sample `s` of `pid`, stack pointer `sp`, ran off its
@@ -702,6 +733,9 @@ impl Recorder {
         let space = self.spaces.by_pid.get_mut(&pid)?;
         let (id, new) = self.interner.intern(space.asid, stop, &self.stack);
         if new {
+            if let Some(kernel) = self.kernel_symbols.as_mut() {
+                kernel.name_frames(&self.stack, &mut self.output);
+            }
             self.output.meta(&Record::StackOut(StackOut {
                 id: u64::from(id),
                 asid: space.asid,

@@ -395,3 +395,72 @@ fn a_kernel_sample_with_registers_of_no_code_is_left_out() {
     }
     super::close(recorder.output, writer, 0).unwrap();
 }
+
+/// A sample taken in the kernel with the kernel's frames: they come first
+/// in its stack, innermost first, and the user address it entered the
+/// kernel at follows them stored plus one (a reader looks a frame after
+/// the first up minus one); the same sample taken in user space has its
+/// address first, as it is.
+#[test]
+fn kernel_frames_come_first_and_the_user_address_after_them_is_stored_plus_one() {
+    use ichnos_perf::attr::sample;
+    let user_format = format();
+    let format = ichnos_perf::record::SampleFormat {
+        sample_type: user_format.sample_type | sample::CALLCHAIN,
+        ..user_format
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let start = ichnos_perf::monotonic_ns();
+    let (mut recorder, writer) = recorder(format, dir.path(), start);
+    recorder.kernel_symbols = Some(super::kernel_frames::KernelSymbols::default());
+    let user = sample_here_copying(&user_format, start, 16 << 10, 16 << 10);
+    let Ok(Record::Sample(s)) = parse(&user_format, &user) else {
+        panic!("not a sample");
+    };
+    let ip = s.ip.unwrap();
+    // PERF_CONTEXT_KERNEL, then two kernel addresses.
+    let kernel = [0xffff_ffff_8120_0010u64, 0xffff_ffff_8130_0020];
+    let chain = [u64::MAX - 127, kernel[0], kernel[1]];
+    for (misc, chain) in [
+        (1u16, &chain[..]),
+        (ichnos_perf::record::MISC_USER, &[][..]),
+    ] {
+        // The callchain goes after the period: header, ip, pid and tid,
+        // time, cpu and period are 48 bytes.
+        let mut record = user[..48].to_vec();
+        record.extend_from_slice(&(chain.len() as u64).to_le_bytes());
+        for address in chain {
+            record.extend_from_slice(&address.to_le_bytes());
+        }
+        record.extend_from_slice(&user[48..]);
+        record[4..6].copy_from_slice(&misc.to_le_bytes());
+        let size = u16::try_from(record.len()).unwrap();
+        record[6..8].copy_from_slice(&size.to_le_bytes());
+        let Ok(sample @ Record::Sample(_)) = parse(&format, &record) else {
+            panic!("not a sample");
+        };
+        recorder.handle(&sample, false);
+    }
+    assert_eq!(recorder.samples, 2);
+    super::close(recorder.output, writer, 0).unwrap();
+
+    let file = std::fs::File::open(dir.path().join("x.data")).unwrap();
+    let mut reader = Reader::new(std::io::BufReader::new(file)).unwrap();
+    let mut stacks = Vec::new();
+    while let Some(chunk) = reader.next_chunk().unwrap() {
+        for record in chunk.records() {
+            if let Stored::Stack(stack) = record.unwrap() {
+                stacks.push(stack.frames.iter().collect::<Vec<u64>>());
+            }
+        }
+    }
+    assert_eq!(stacks.len(), 2, "{stacks:x?}");
+    assert_eq!(
+        stacks[0][..3],
+        [kernel[0], kernel[1], ip + 1],
+        "{stacks:x?}"
+    );
+    assert_eq!(stacks[1][0], ip, "{stacks:x?}");
+    // The same walk after them.
+    assert_eq!(stacks[0][3..], stacks[1][1..], "{stacks:x?}");
+}

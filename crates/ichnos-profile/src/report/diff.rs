@@ -212,6 +212,7 @@ mod tests {
                 source: None,
                 inlined: false,
                 jit: false,
+                kernel: false,
             })
             .collect()
     }

@@ -41,6 +41,22 @@ pub struct JitName {
     pub source: JitSource,
 }
 
+/// A function of the kernel the recording ran on, as the recording names
+/// it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelFunction {
+    /// One past its last address.
+    pub end: u64,
+    /// Its name.
+    pub name: Arc<str>,
+    /// Its kernel module (empty: the kernel itself).
+    pub module: Arc<str>,
+}
+
+/// The least kernel address (the upper half of x86-64's address space):
+/// a stack's frames at or above it are the kernel's.
+pub const KERNEL_HALF: u64 = 1 << 63;
+
 /// One address space.
 #[derive(Clone, Debug, Default)]
 pub struct Space {
@@ -98,6 +114,8 @@ pub enum Place {
     },
     /// In no mapping of its address space.
     Unmapped,
+    /// In the kernel (a sample taken there, with the kernel's frames).
+    Kernel,
 }
 
 /// An interned stack, resolved.
@@ -179,6 +197,8 @@ pub struct Profile {
     pub throttled: u64,
     /// Some of the names are a function trace's named spans.
     pub has_span_names: bool,
+    /// The kernel's functions that stacks have frames in, by start.
+    pub kernel_functions: BTreeMap<u64, KernelFunction>,
     /// The recording's end time (nanoseconds since the start), if it has
     /// its end record.
     pub end: Option<u64>,
@@ -226,6 +246,9 @@ const MAX_RENEWALS_WALKED: usize = 512;
 
 /// Most frames of a stack kept (a damaged recording may claim more).
 const MAX_FRAMES: usize = 4096;
+/// The most kernel functions a report holds (a kernel has about 100,000;
+/// a recording names those its stacks touch).
+const MAX_KERNEL_FUNCTIONS: usize = 1 << 20;
 /// Most stacks a recording may hold.
 const MAX_STACKS: u64 = 1 << 26;
 
@@ -367,6 +390,12 @@ impl Profile {
                 };
                 self.name_jit(*asid, name);
             }
+            Record::KernelSymbol {
+                start,
+                end,
+                module,
+                name,
+            } => self.name_kernel_function(*start, *end, module, name),
             Record::Lost { count, cause, .. } => {
                 *self.lost.entry(*cause).or_default() += count;
             }
@@ -388,6 +417,19 @@ impl Profile {
             | Record::Calls(_)
             | Record::CallsOut(_)
             | Record::Unknown { .. } => {}
+        }
+    }
+
+    /// The kernel function `name` (of `module`) is `[start, end)`, within
+    /// the report's bound on them.
+    fn name_kernel_function(&mut self, start: u64, end: u64, module: &[u8], name: &[u8]) {
+        if self.kernel_functions.len() < MAX_KERNEL_FUNCTIONS {
+            let function = KernelFunction {
+                end,
+                name: Arc::from(text(name)),
+                module: Arc::from(text(module)),
+            };
+            self.kernel_functions.insert(start, function);
         }
     }
 
@@ -570,6 +612,9 @@ impl Profile {
 
     /// Where `pc` lies in address space `asid` now.
     fn place(&self, asid: u64, pc: u64) -> Place {
+        if pc >= KERNEL_HALF {
+            return Place::Kernel;
+        }
         let Some(m) = self.spaces.get(&asid).and_then(|s| s.mapping_at(pc)) else {
             return Place::Unmapped;
         };
@@ -658,6 +703,13 @@ impl Profile {
             }
         }
         self.threads.get(&(pid, tid))
+    }
+
+    /// The kernel function `pc` lies in, if the recording names one there.
+    #[must_use]
+    pub fn kernel_function(&self, pc: u64) -> Option<&KernelFunction> {
+        let (_, function) = self.kernel_functions.range(..=pc).next_back()?;
+        (pc < function.end).then_some(function)
     }
 
     /// The JIT code name covering `pc` in address space `asid`: of the

@@ -45,7 +45,7 @@ fn unmapped_frames_are_placed_in_the_final_mappings_and_placed_ones_kept() {
             String::from_utf8_lossy(&p.mappings[mapping].path).into_owned(),
             offset,
         ),
-        Place::Unmapped => (String::new(), 0),
+        Place::Unmapped | Place::Kernel => (String::new(), 0),
     };
     assert_eq!(
         name(&profile, place(&profile, 1)),
@@ -127,4 +127,44 @@ fn a_program_whose_exec_kept_the_name_is_named_by_its_process_record() {
     assert_eq!(name(1).as_deref(), Some("sh"));
     assert_eq!(name(2).as_deref(), Some("sh"));
     assert_eq!(name(3).as_deref(), Some("make"));
+}
+
+/// Frames in the kernel's half of the address space are the kernel's,
+/// whatever the mappings say, and are named by the kernel functions the
+/// recording holds, each up to its end.
+#[test]
+fn kernel_frames_are_placed_in_the_kernel_and_named_by_its_functions() {
+    let mut profile = Profile::default();
+    profile.add(&mapping(0x5000, 0, b"/bin/prog"));
+    let (read, ext4) = (0xffff_ffff_8120_0000u64, 0xffff_ffff_c000_0000u64);
+    profile.add(&Record::KernelSymbol {
+        start: read,
+        end: read + 0x100,
+        module: b"",
+        name: b"vfs_read",
+    });
+    profile.add(&Record::KernelSymbol {
+        start: ext4,
+        end: ext4 + 0x40,
+        module: b"ext4",
+        name: b"ext4_file_read_iter",
+    });
+    // The first frame is looked up at itself, the others minus one.
+    profile.add(&stack(
+        0,
+        &[ext4 + 0x10, read + 0x100, read + 0x101, 0x5011],
+    ));
+    let frames = &profile.stacks[0].as_ref().unwrap().frames;
+    let places: Vec<Place> = frames.iter().map(|&(_, p)| p).collect();
+    assert_eq!(&places[..3], [Place::Kernel; 3]);
+    assert!(matches!(places[3], Place::Mapped { offset: 0x10, .. }));
+    let names: Vec<Option<&str>> = frames[..3]
+        .iter()
+        .map(|&(pc, _)| profile.kernel_function(pc).map(|f| &*f.name))
+        .collect();
+    // vfs_read's last byte is at +0xff: a return to +0x100 is from a
+    // call in it, a return to +0x101 from past it.
+    assert_eq!(names, [Some("ext4_file_read_iter"), Some("vfs_read"), None]);
+    assert_eq!(profile.kernel_function(read - 1), None);
+    assert_eq!(&*profile.kernel_function(ext4).unwrap().module, "ext4");
 }

@@ -118,6 +118,7 @@ pub fn off_cpu_frame(state: OffCpuState) -> Frame {
         source: None,
         inlined: false,
         jit: false,
+        kernel: false,
     }
 }
 

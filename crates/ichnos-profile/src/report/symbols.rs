@@ -44,6 +44,8 @@ pub struct Frame {
     pub inlined: bool,
     /// JIT code.
     pub jit: bool,
+    /// The kernel's code (the kernel itself, or a module).
+    pub kernel: bool,
 }
 
 /// Symbolized stacks, by stack number: frames innermost first.
@@ -294,12 +296,14 @@ fn assemble(
             Place::Unmapped if profile.jit_name(stack.asid, pc).is_some() => {
                 frames.push(jit_frame(profile, stack.asid, pc, options));
             }
+            Place::Kernel => frames.push(kernel_frame(profile, pc, options)),
             Place::Unmapped => frames.push(Frame {
                 function: Arc::from(format!("{pc:#x}")),
                 object: Arc::from("[unknown]"),
                 source: None,
                 inlined: false,
                 jit: false,
+                kernel: false,
             }),
         }
     }
@@ -358,6 +362,7 @@ fn name_object(
                 source: f.file.zip(f.line.filter(|&l| l > 0)),
                 inlined: f.inlined,
                 jit: false,
+                kernel: false,
             });
         }
         // A known object with no function for the address.
@@ -380,6 +385,7 @@ fn unknown(object: &Arc<str>, addr: u64) -> Frame {
         source: None,
         inlined: false,
         jit: false,
+        kernel: false,
     }
 }
 
@@ -401,7 +407,35 @@ fn span_frame(profile: &Profile, asid: u64, pc: u64) -> Option<Frame> {
         source: None,
         inlined: false,
         jit: false,
+        kernel: false,
     })
+}
+
+/// The object the kernel's own functions are shown in, as perf names it;
+/// a module's are shown in `[module]`.
+pub const KERNEL_OBJECT: &str = "[kernel.kallsyms]";
+
+/// A frame in the kernel: by the function the recording names there
+/// (from `/proc/kallsyms` as it was), else by its address, as it is with
+/// `--addresses`.
+fn kernel_frame(profile: &Profile, pc: u64, options: &SymbolOptions) -> Frame {
+    let function = profile.kernel_function(pc);
+    let object = match function {
+        Some(f) if !f.module.is_empty() => Arc::from(format!("[{}]", f.module)),
+        _ => Arc::from(KERNEL_OBJECT),
+    };
+    let function = match function {
+        Some(f) if !options.addresses => Arc::clone(&f.name),
+        _ => Arc::from(format!("{pc:#x}")),
+    };
+    Frame {
+        function,
+        object,
+        source: None,
+        inlined: false,
+        jit: false,
+        kernel: true,
+    }
 }
 
 /// The function JIT code that nothing named is shown as (with
@@ -424,5 +458,6 @@ fn jit_frame(profile: &Profile, asid: u64, pc: u64, options: &SymbolOptions) -> 
         source: None,
         inlined: false,
         jit: true,
+        kernel: false,
     }
 }

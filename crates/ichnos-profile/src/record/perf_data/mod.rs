@@ -258,7 +258,7 @@ fn finish(
         ..
     } = converted;
     let (unreadable, unknown_id, last_time) = (*unreadable, *unknown_id, *last_time);
-    recorder.finish();
+    recorder.finish(ichnos_perf::monotonic_ns());
     if unreadable > 0 {
         recorder
             .output

@@ -183,6 +183,7 @@ impl Builder<'_> {
                 source: None,
                 inlined: false,
                 jit: false,
+                kernel: false,
             };
             location_id.push(self.location(std::slice::from_ref(&incomplete)));
         }
@@ -359,6 +360,7 @@ mod tests {
             source: None,
             inlined,
             jit: false,
+            kernel: false,
         }
     }
 

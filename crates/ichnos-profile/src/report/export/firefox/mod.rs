@@ -10,8 +10,9 @@
 //! stands for it, and the tables it writes are then completed: each label
 //! becomes its function's name, functions of one name, object and file
 //! become one, with their source file, their object as a library, and
-//! each frame's line. JIT frames carry the "JIT" category, native ones
-//! "Native", frames in no object "Other".
+//! each frame's line. JIT frames carry the "JIT" category, the kernel's
+//! "Kernel" (as samply has them), native ones "Native", frames in no
+//! object "Other".
 //!
 //! Time off the CPU is a sample at the moment the thread left, with no
 //! CPU time, its stack topped by the `[waiting]` or `[preempted]` frame
@@ -141,6 +142,7 @@ struct Timeline<'a> {
     profile: &'a Profile,
     fxp: fx::Profile,
     native: fx::CategoryPairHandle,
+    kernel: fx::CategoryPairHandle,
     jit: fx::CategoryPairHandle,
     off_cpu: fx::CategoryPairHandle,
     /// The frames the labels stand for (label `\u{1}N` is `frames[N]`).
@@ -211,6 +213,8 @@ impl Timeline<'_> {
         };
         let category = if f.jit {
             self.jit
+        } else if f.kernel {
+            self.kernel
         } else if &*f.object == OFF_CPU_OBJECT {
             self.off_cpu
         } else if f.object.is_empty() || f.object.starts_with('[') {
@@ -246,6 +250,7 @@ impl Timeline<'_> {
                 source: None,
                 inlined: false,
                 jit: false,
+                kernel: false,
             }));
         }
         for f in symbolized.iter().rev() {
@@ -419,6 +424,29 @@ struct Tables {
     placement: Placement,
 }
 
+/// The categories of frames: native, JIT, the kernel's and off-CPU time,
+/// the last two only where the profile has them (else "Other", so that
+/// other profiles keep their categories as they were).
+fn categories(fxp: &mut fx::Profile, profile: &Profile) -> [fx::CategoryPairHandle; 4] {
+    let native = fxp.add_category("Native", fx::CategoryColor::Blue).into();
+    let jit = fxp.add_category("JIT", fx::CategoryColor::Green).into();
+    // Only where the kernel's frames were recorded, as off-CPU time below.
+    let kernel = if profile.kernel_functions.is_empty() {
+        fx::CategoryHandle::OTHER.into()
+    } else {
+        fxp.add_category("Kernel", fx::CategoryColor::Orange).into()
+    };
+    // Only where there is off-CPU time: other profiles keep their
+    // categories as they were.
+    let off_cpu = if profile.has_off_cpu() {
+        fxp.add_category("Off-CPU", fx::CategoryColor::Transparent)
+            .into()
+    } else {
+        fx::CategoryHandle::OTHER.into()
+    };
+    [native, jit, kernel, off_cpu]
+}
+
 /// Reads the recording once for its threads and their distinct stacks,
 /// and has the crate serialize them.
 fn thread_tables(sampler: &Sampler<'_>, recording: impl Read) -> Result<Tables, FirefoxError> {
@@ -436,20 +464,12 @@ fn thread_tables(sampler: &Sampler<'_>, recording: impl Read) -> Result<Tables, 
     );
     fxp.set_os_name("Linux");
     fxp.set_symbolicated(true);
-    let native = fxp.add_category("Native", fx::CategoryColor::Blue).into();
-    let jit = fxp.add_category("JIT", fx::CategoryColor::Green).into();
-    // Only where there is off-CPU time: other profiles keep their
-    // categories as they were.
-    let off_cpu = if profile.has_off_cpu() {
-        fxp.add_category("Off-CPU", fx::CategoryColor::Transparent)
-            .into()
-    } else {
-        fx::CategoryHandle::OTHER.into()
-    };
+    let [native, jit, kernel, off_cpu] = categories(&mut fxp, profile);
     let mut timeline = Timeline {
         profile,
         fxp,
         native,
+        kernel,
         jit,
         off_cpu,
         frames: Vec::new(),
