@@ -115,6 +115,7 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
                             source: None,
                             inlined: false,
                             jit: addr & 2 == 2,
+                            kernel: addr & 6 == 4,
                         })
                         .collect()
                 })
