@@ -42,6 +42,15 @@ pub const RECORD_SWITCH: u32 = 14;
 /// `PERF_RECORD_SWITCH_CPU_WIDE`.
 pub const RECORD_SWITCH_CPU_WIDE: u32 = 15;
 
+/// A callchain's marker before the kernel's addresses
+/// (`PERF_CONTEXT_KERNEL`).
+pub const CONTEXT_KERNEL: u64 = u64::MAX - 127;
+/// A callchain's marker before user addresses (`PERF_CONTEXT_USER`).
+pub const CONTEXT_USER: u64 = u64::MAX - 511;
+/// The least callchain marker (`PERF_CONTEXT_MAX`): a callchain word at
+/// or above it is a marker, not an address.
+pub const CONTEXT_MAX: u64 = u64::MAX - 4094;
+
 /// `misc`: the sample's CPU mode bits.
 pub const MISC_CPUMODE_MASK: u16 = 7;
 /// CPU mode: user space.

@@ -356,6 +356,13 @@ fn a_sample_in_the_kernel_carries_the_kernel_frames_of_the_call_it_is_in() {
     ring.read_into(&mut bytes);
     // PERF_CONTEXT_KERNEL and PERF_CONTEXT_USER of the kernel's ABI.
     let (context_kernel, context_user) = (u64::MAX - 127, u64::MAX - 511);
+    assert_eq!(
+        (
+            ichnos_perf::record::CONTEXT_KERNEL,
+            ichnos_perf::record::CONTEXT_USER
+        ),
+        (context_kernel, context_user)
+    );
     let symbols = kernel_text_symbols();
     let name_of = |address: u64| {
         let i = symbols.partition_point(|(a, _)| *a <= address);

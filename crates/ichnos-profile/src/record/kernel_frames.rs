@@ -26,6 +26,8 @@ use std::collections::HashSet;
 
 use ichnos_data::Record;
 
+use ichnos_perf::record::{CONTEXT_KERNEL, CONTEXT_MAX};
+
 use super::output::Output;
 
 /// Where the table is read from.
@@ -33,11 +35,6 @@ const KALLSYMS: &str = "/proc/kallsyms";
 
 /// The least kernel address: the upper half of x86-64's address space.
 pub(crate) const KERNEL_HALF: u64 = 1 << 63;
-
-/// The callchain marker before kernel addresses (`PERF_CONTEXT_KERNEL`),
-/// and the least marker value (`PERF_CONTEXT_MAX`).
-const CONTEXT_KERNEL: u64 = u64::MAX - 127;
-const CONTEXT_MAX: u64 = u64::MAX - 4094;
 
 /// The kernel's own frames of a sample's callchain `chain` (taken without
 /// its user part: `PERF_CONTEXT_KERNEL`, then kernel addresses, innermost
@@ -361,7 +358,7 @@ ffffffffc0000000 t ext4_read [ext4]
             push_kernel_frames(chain.iter().copied(), max, &mut stack);
             stack
         };
-        let user = u64::MAX - 511;
+        let user = ichnos_perf::record::CONTEXT_USER;
         assert_eq!(
             frames(&[CONTEXT_KERNEL, k(1), k(2), user, 0x4000], 64),
             [k(1), k(2)]

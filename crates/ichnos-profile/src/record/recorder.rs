@@ -14,7 +14,8 @@ use ichnos_data::{LostCause, Record, StackOut, StackStop};
 use ichnos_perf::attr::regs;
 use ichnos_perf::monotonic_ns;
 use ichnos_perf::record::{
-    Record as PerfRecord, Sample, MISC_CPUMODE_MASK, MISC_USER, REGS_ABI_NONE,
+    Record as PerfRecord, Sample, CONTEXT_MAX, CONTEXT_USER, MISC_CPUMODE_MASK, MISC_USER,
+    REGS_ABI_NONE,
 };
 
 use super::events;
@@ -747,11 +748,6 @@ impl Recorder {
         Some((id, new))
     }
 }
-
-/// The callchain marker before user addresses, and the least marker
-/// value (`PERF_CONTEXT_USER`, `PERF_CONTEXT_MAX` of the kernel's ABI).
-const CONTEXT_USER: u64 = u64::MAX - 511;
-const CONTEXT_MAX: u64 = u64::MAX - 4094;
 
 impl Recorder {
     /// A sample that carries the kernel's callchain and no registers

@@ -418,9 +418,9 @@ fn kernel_frames_come_first_and_the_user_address_after_them_is_stored_plus_one()
         panic!("not a sample");
     };
     let ip = s.ip.unwrap();
-    // PERF_CONTEXT_KERNEL, then two kernel addresses.
+    // The marker, then two kernel addresses.
     let kernel = [0xffff_ffff_8120_0010u64, 0xffff_ffff_8130_0020];
-    let chain = [u64::MAX - 127, kernel[0], kernel[1]];
+    let chain = [ichnos_perf::record::CONTEXT_KERNEL, kernel[0], kernel[1]];
     for (misc, chain) in [
         (1u16, &chain[..]),
         (ichnos_perf::record::MISC_USER, &[][..]),
