@@ -12,6 +12,17 @@ mod common;
 
 use common::*;
 
+/// One perf run at a time: two at once here made perf's build-id code
+/// fail (`assertion failed at util/build-id.c:1010`, then a smashed
+/// stack), in `perf record` or `perf report`; and the whole machine's
+/// recording is compared with perf's, which another recording's load
+/// would skew.
+fn one_perf_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static PERF: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    PERF.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// A program that spends most of its CPU time reading /dev/zero has
 /// about as many samples as it has milliseconds of CPU time (its own
 /// account, getrusage), most of them under `read`. Sampling user space
@@ -111,6 +122,7 @@ fn most_common<T: std::hash::Hash + Eq + Clone>(stacks: impl Iterator<Item = T>)
 /// kernel's in the top table.
 #[test]
 fn kernel_frames_and_their_shares_agree_with_perf_record_g() {
+    let _perf = one_perf_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let exe = build_fixture(dir.path(), "syscalls", &["-g"]);
     let exe = exe.to_str().unwrap();
@@ -187,4 +199,124 @@ fn kernel_frames_and_their_shares_agree_with_perf_record_g() {
         callers[0] == "main" && callers[1] == "read_zeros" && callers[2].ends_with("read"),
         "{our_stack:?}"
     );
+}
+
+/// Each sample's thread id and period (nanoseconds of `cpu-clock`), and
+/// the outermost kernel frame of its stack, from `perf script`.
+fn perf_script_threads(data: &Path) -> Vec<(String, u32, u64, String)> {
+    let out = Command::new("perf")
+        .args([
+            "script",
+            "-i",
+            data.to_str().unwrap(),
+            "-F",
+            "comm,tid,period,ip,sym",
+        ])
+        .output()
+        .expect("perf runs (install linux-perf)");
+    assert!(out.status.success(), "perf script: {}", stderr(&out));
+    let mut samples = Vec::new();
+    for block in String::from_utf8_lossy(&out.stdout).split("\n\n") {
+        let lines: Vec<&str> = block.lines().filter(|l| !l.trim().is_empty()).collect();
+        let Some((head, frames)) = lines.split_first() else {
+            continue;
+        };
+        // "kworker/u8:2-kv    37    1000000 " (a name may hold spaces)
+        let words: Vec<&str> = head.split_whitespace().collect();
+        let [.., tid, period] = words[..] else {
+            continue;
+        };
+        let (Ok(tid), Ok(period)) = (tid.parse(), period.parse()) else {
+            continue;
+        };
+        let comm = words[..words.len() - 2].join(" ");
+        let outermost = frames
+            .last()
+            .and_then(|l| l.split_whitespace().nth(1))
+            .map(|s| s.split("+0x").next().unwrap().to_owned())
+            .unwrap_or_default();
+        samples.push((comm, tid, period, outermost));
+    }
+    samples
+}
+
+/// The whole machine recorded by both at once (`perf record -a -g` run
+/// under `ichnos record -a`) while a program writes 300 MB and syncs:
+/// the kernel threads that write it back (kworkers) are sampled, with
+/// no user code, in their kernel frames alone. Each such thread that
+/// perf gives 10 ms or more has about as much time in ichnos (within 5
+/// ms and a fifth), and its stacks are complete, rooted where perf's
+/// are.
+#[test]
+fn kernel_threads_are_recorded_with_dash_a_in_their_kernel_frames() {
+    let _perf = one_perf_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("all.data");
+    let perf_data = dir.path().join("perf.data");
+    let big = dir.path().join("big");
+    let write = format!(
+        "dd if=/dev/zero of={} bs=1M count=300 2>/dev/null; sync; rm -f {}",
+        big.display(),
+        big.display()
+    );
+    let out = ichnos(&[
+        "record",
+        "-q",
+        "-a",
+        "-o",
+        data.to_str().unwrap(),
+        "--",
+        "perf",
+        "record",
+        "-q",
+        "-a",
+        "-g",
+        "-e",
+        "cpu-clock",
+        "-F",
+        "1000",
+        "-o",
+        perf_data.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        &write,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let perf = perf_script_threads(&perf_data);
+    // Time per kernel thread, by perf: milliseconds, and where its
+    // stacks start.
+    let mut theirs: HashMap<u32, (f64, String)> = HashMap::new();
+    for (comm, tid, period, outermost) in &perf {
+        if comm.starts_with("kworker") {
+            let entry = theirs.entry(*tid).or_insert((0.0, outermost.clone()));
+            entry.0 += *period as f64 / 1e6;
+        }
+    }
+    theirs.retain(|_, (ms, _)| *ms >= 10.0);
+    assert!(!theirs.is_empty(), "no kernel thread wrote back: {perf:?}");
+    for (tid, (ms, outermost)) in &theirs {
+        let stacks = folded(&data, &["--tid", &tid.to_string()]);
+        let ours: u64 = stacks.iter().map(|(_, n)| n).sum();
+        assert!(
+            (ours as f64 - ms).abs() <= 5.0 + ms / 5.0,
+            "thread {tid}: ichnos {ours} samples, perf {ms:.1} ms; {}",
+            text(&ichnos(&[
+                "report",
+                "-i",
+                data.to_str().unwrap(),
+                "--limit",
+                "1"
+            ]))
+        );
+        let complete: u64 = stacks
+            .iter()
+            .filter(|(frames, _)| frames.get(1) == Some(outermost))
+            .map(|(_, n)| n)
+            .sum();
+        assert!(
+            complete * 10 >= ours * 9,
+            "thread {tid}: {complete} of {ours} from {outermost}: {stacks:?}"
+        );
+    }
 }

@@ -496,6 +496,9 @@ impl Recorder {
                 bx: r.get(regs::BX),
             })
         }) else {
+            if !leaving && self.kernel_only_sample(s, pid, tid, time, cpu) {
+                return;
+            }
             if leaving || self.off_cpu.enabled() || self.kernel_sampled {
                 // A kernel thread (sampled in the kernel, or switching):
                 // no program's time.
@@ -697,6 +700,42 @@ impl Recorder {
 }
 
 impl Recorder {
+    /// Sample `s` of thread `tid` of `pid`, taken in the kernel with no
+    /// user code to walk (a kernel thread's, or a task's that has left
+    /// its user memory behind as it exits), whose stack is the kernel's
+    /// frames alone: written where the kernel gave them. The kernel walks
+    /// its own stack to the thread's start, so the stack is complete
+    /// unless it filled the frames asked for. Whether it was written.
+    fn kernel_only_sample(
+        &mut self,
+        s: &Sample<'_>,
+        pid: u32,
+        tid: u32,
+        time: u64,
+        cpu: u32,
+    ) -> bool {
+        if self.kernel_symbols.is_none() {
+            return false;
+        }
+        let most = usize::from(ichnos_perf::event::KERNEL_STACK_FRAMES);
+        self.stack.clear();
+        push_kernel_frames(s.callchain(), most, &mut self.stack);
+        if self.stack.is_empty() {
+            return false;
+        }
+        self.spaces.get_or_synthesize(pid, time, &mut self.output);
+        self.spaces.know_thread(pid, tid, time, &mut self.output);
+        let stop = if self.stack.len() >= most {
+            StackStop::DepthLimit
+        } else {
+            StackStop::Complete
+        };
+        let weight = self.off_cpu.sample_weight(tid, time, s.period.unwrap_or(1));
+        self.write_sample(pid, tid, cpu, time, stop, weight);
+        self.complete += u64::from(stop == StackStop::Complete);
+        true
+    }
+
     /// Thread `tid` of `pid` left `cpu` at `time` and its switch sample
     /// was lost: its interval starts with a stack without frames.
     fn left_unsampled(&mut self, pid: Option<u32>, tid: u32, cpu: Option<u32>, time: u64) {
