@@ -254,6 +254,17 @@ pub fn load(path: &Path, quiet: bool) -> Result<Loaded> {
                 crate::units::counted(summary.unknown_id, "sample", "samples")
             );
         }
+        if let (n @ 1.., why) = &summary.kernel_frames_left_out {
+            if !quiet {
+                eprintln!(
+                    "note: {}: the kernel frames of {} are not shown: {}",
+                    path.display(),
+                    crate::units::counted(*n, "sample", "samples"),
+                    why.as_deref()
+                        .unwrap_or("the file does not say where its kernel ran")
+                );
+            }
+        }
         if !quiet && !summary.left_out.is_empty() {
             let others: Vec<String> = summary
                 .left_out

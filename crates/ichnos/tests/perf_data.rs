@@ -213,8 +213,8 @@ fn thousands(n: u64) -> String {
     out
 }
 
-/// `perf script`'s user callchains of `data`, leaf first, by symbol: the
-/// count of each.
+/// `perf script`'s callchains of `data` (kernel frames and user ones),
+/// leaf first, by symbol: the count of each.
 fn perf_script_chains(data: &Path) -> HashMap<Vec<String>, u64> {
     let out = Command::new("perf")
         .args(["script", "-F", "ip,sym", "--no-inline", "-i"])
@@ -229,11 +229,9 @@ fn perf_script_chains(data: &Path) -> HashMap<Vec<String>, u64> {
             .lines()
             .filter_map(|l| {
                 let mut words = l.split_whitespace();
-                let ip = words.next()?;
-                // Kernel addresses are not the user stack ichnos keeps.
-                if ip.starts_with("ffffffff") {
-                    return None;
-                }
+                // Kernel frames too: ichnos keeps them, of a file recorded
+                // on this boot.
+                words.next()?;
                 Some(words.next().unwrap_or("[unknown]").to_owned())
             })
             .collect();

@@ -320,3 +320,71 @@ fn kernel_threads_are_recorded_with_dash_a_in_their_kernel_frames() {
         );
     }
 }
+
+/// A perf.data file recorded here, on this boot (`perf record -g`, and
+/// `--call-graph dwarf`), is reported with its kernel frames, named as
+/// perf names them: the same samples give each kernel function the self
+/// share `perf report` gives it (within a point). The same file with its
+/// kernel's text moved (as another boot's, under KASLR) keeps no kernel
+/// frames, and a note says why.
+#[test]
+fn a_perf_data_file_of_this_boot_shows_its_kernel_frames() {
+    let _perf = one_perf_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_fixture(dir.path(), "syscalls", &["-g"]);
+    let exe = exe.to_str().unwrap();
+    for graph in ["fp", "dwarf"] {
+        let perf_data = dir.path().join(format!("{graph}.data"));
+        perf_record(&perf_data, 1000, graph, &[exe]);
+        let theirs = perf_shares(&perf_data);
+        let ours = self_shares(&perf_data);
+        let top = text(&ichnos(&[
+            "report",
+            "-i",
+            perf_data.to_str().unwrap(),
+            "--limit",
+            "0",
+        ]));
+        let kernel_rows: Vec<&str> = top
+            .lines()
+            .filter(|l| l.ends_with(" [kernel.kallsyms]"))
+            .collect();
+        assert!(!kernel_rows.is_empty(), "{graph}: {top}");
+        for row in kernel_rows {
+            let words: Vec<&str> = row.split_whitespace().collect();
+            let (name, share) = (words[4], ours[words[4]]);
+            let perf_share = theirs.get(name).copied().unwrap_or(0.0);
+            assert!(
+                (share - perf_share).abs() <= 1.0,
+                "{graph}: {name}: ichnos {share:.2}%, perf {perf_share:.2}% ({theirs:?})"
+            );
+        }
+        assert!(ours["read_zero"] > 40.0, "{graph}: {ours:?}");
+
+        // The kernel's text moved by 2 MiB in the file.
+        let mut bytes = std::fs::read(&perf_data).unwrap();
+        let name = b"[kernel.kallsyms]_text";
+        let at = bytes
+            .windows(name.len())
+            .position(|w| w == name)
+            .expect("the kernel's mapping");
+        // MMAP: header, pid, tid, addr, len, then pgoff (the address of
+        // _text) before the name.
+        let pgoff = u64::from_le_bytes(bytes[at - 8..at].try_into().unwrap());
+        bytes[at - 8..at].copy_from_slice(&(pgoff + (2 << 20)).to_le_bytes());
+        let moved = dir.path().join(format!("{graph}-moved.data"));
+        std::fs::write(&moved, &bytes).unwrap();
+        let out = ichnos(&["report", "-i", moved.to_str().unwrap(), "--limit", "0"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(
+            !text(&out).contains("[kernel.kallsyms]"),
+            "{graph}: {}",
+            text(&out)
+        );
+        let err = stderr(&out);
+        assert!(
+            err.contains("kernel frames of") && err.contains("another boot of this kernel"),
+            "{graph}: {err}"
+        );
+    }
+}

@@ -166,6 +166,7 @@ pub(super) fn recorder(
         off_cpu: super::off_cpu::OffCpu::default(),
         kernel_sampled: false,
         kernel_symbols: None,
+        kernel_frames_left_out: 0,
     };
     (recorder, writer)
 }

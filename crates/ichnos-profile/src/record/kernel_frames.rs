@@ -79,6 +79,26 @@ struct Function {
     name_at: usize,
 }
 
+/// Where the running kernel's text starts (`_text`, among the first
+/// lines of `/proc/kallsyms`), if it shows it: a boot with KASLR moves
+/// it, so a recording made elsewhere whose kernel starts there was made
+/// on this kernel as it runs now.
+pub(crate) fn running_kernel_text() -> Option<u64> {
+    use std::io::BufRead;
+    let file = std::fs::File::open(KALLSYMS).ok()?;
+    std::io::BufReader::new(file)
+        .lines()
+        .take(1000)
+        .map_while(Result::ok)
+        .find_map(|line| {
+            let mut words = line.split_whitespace();
+            let address = u64::from_str_radix(words.next()?, 16).ok()?;
+            let kind = words.next()?;
+            (matches!(kind, "T" | "t") && words.next()? == "_text").then_some(address)
+        })
+        .filter(|&address| address != 0)
+}
+
 /// The most distinct kernel addresses held until the end; as many read
 /// the table at once.
 const MAX_WAITING: usize = 1 << 20;

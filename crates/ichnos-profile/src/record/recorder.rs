@@ -14,13 +14,13 @@ use ichnos_data::{LostCause, Record, StackOut, StackStop};
 use ichnos_perf::attr::regs;
 use ichnos_perf::monotonic_ns;
 use ichnos_perf::record::{
-    Record as PerfRecord, Sample, CONTEXT_MAX, CONTEXT_USER, MISC_CPUMODE_MASK, MISC_USER,
-    REGS_ABI_NONE,
+    Record as PerfRecord, Sample, CONTEXT_KERNEL, CONTEXT_MAX, CONTEXT_USER, MISC_CPUMODE_MASK,
+    MISC_USER, REGS_ABI_NONE,
 };
 
 use super::events;
 use super::intern::Interner;
-use super::kernel_frames::{push_kernel_frames, KernelSymbols};
+use super::kernel_frames::{push_kernel_frames, KernelSymbols, KERNEL_HALF};
 use super::model::Spaces;
 use super::off_cpu::OffCpu;
 use super::order::{Sorter, MARGIN_NS};
@@ -137,6 +137,9 @@ pub(super) struct Recorder {
     /// taken there carry ([`None`]: offline, where the kernel that ran is
     /// not this one, and kernel frames are not kept).
     pub(super) kernel_symbols: Option<KernelSymbols>,
+    /// Samples whose kernel frames were left out: offline, of a kernel
+    /// not running here (no names for them).
+    pub(super) kernel_frames_left_out: u64,
 }
 
 impl Recorder {
@@ -186,6 +189,7 @@ impl Recorder {
             off_cpu: OffCpu::new(events.off_cpu_ids.clone()),
             kernel_sampled: events.kernel,
             kernel_symbols: events.kernel.then(KernelSymbols::default),
+            kernel_frames_left_out: 0,
         }
     }
 
@@ -227,6 +231,7 @@ impl Recorder {
             off_cpu: OffCpu::default(),
             kernel_sampled: false,
             kernel_symbols: None,
+            kernel_frames_left_out: 0,
         }
     }
 
@@ -599,6 +604,10 @@ impl Recorder {
         // them; the user code's address where it entered the kernel is
         // then no longer the first frame, and is stored plus one as an
         // interrupted one is.
+        if in_kernel && self.kernel_symbols.is_none() && s.callchain().any(|a| a == CONTEXT_KERNEL)
+        {
+            self.kernel_frames_left_out += 1;
+        }
         if in_kernel && self.kernel_symbols.is_some() {
             // (Up to as many as the event asks for: a stack holds them
             // besides its walked frames.)
@@ -714,7 +723,9 @@ impl Recorder {
         time: u64,
         cpu: u32,
     ) -> bool {
-        if self.kernel_symbols.is_none() {
+        // (A sample without registers asked for is perf record -g's,
+        // whose chain has the user frames too.)
+        if self.kernel_symbols.is_none() || s.regs_user.is_none() {
             return false;
         }
         let most = usize::from(ichnos_perf::event::KERNEL_STACK_FRAMES);
@@ -810,24 +821,43 @@ impl Recorder {
         self.spaces.know_thread(pid, tid, time, &mut self.output);
         let space = self.spaces.by_pid.get_mut(&pid).expect("made above");
         self.stack.clear();
-        let mut user = false;
+        let (mut context, mut kernel, mut user, mut kernel_left_out) = (0, 0, false, false);
+        let most_kernel = usize::from(ichnos_perf::event::KERNEL_STACK_FRAMES);
         for address in chain {
             if address >= CONTEXT_MAX {
-                user = address == CONTEXT_USER;
+                context = address;
+                user |= address == CONTEXT_USER;
                 continue;
             }
-            if !user || self.stack.len() >= self.options.max_frames {
+            // The kernel's frames, first, where they can be named.
+            if context == CONTEXT_KERNEL {
+                match self.kernel_symbols {
+                    None => kernel_left_out = true,
+                    Some(_) if address >= KERNEL_HALF && kernel < most_kernel => {
+                        self.stack.push(address);
+                        kernel += 1;
+                    }
+                    Some(_) => {}
+                }
+                continue;
+            }
+            if context != CONTEXT_USER || self.stack.len() - kernel >= self.options.max_frames {
                 continue;
             }
             // The first is where the thread was, stored as it is (a
             // stack's first frame is looked up at itself), the rest return
-            // addresses (looked up minus one).
-            let first = self.stack.is_empty();
+            // addresses (looked up minus one); after kernel frames it is
+            // stored plus one, as an interrupted frame is.
+            let first = self.stack.len() == kernel;
             let lookup = address.wrapping_sub(1);
             if !space.is_mapped(if first { address } else { lookup }) {
                 break;
             }
-            self.stack.push(address);
+            self.stack.push(if first && kernel > 0 {
+                address.wrapping_add(1)
+            } else {
+                address
+            });
         }
         let only_one = self.stack.len() == 1;
         let outermost = self.stack.last().is_some_and(|&a| {
@@ -838,7 +868,11 @@ impl Recorder {
                 .and_then(|o| o.find_row(pc))
                 .is_some_and(|row| row.is_outermost())
         });
-        let stop = if outermost {
+        self.kernel_frames_left_out += u64::from(kernel_left_out);
+        // A chain of kernel frames alone (a kernel thread's) goes down to
+        // the thread's start.
+        let kernel_only = !user && !self.stack.is_empty() && self.stack.len() < most_kernel;
+        let stop = if outermost || kernel_only {
             StackStop::Complete
         } else {
             StackStop::NoUnwindInfo

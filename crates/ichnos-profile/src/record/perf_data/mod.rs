@@ -113,6 +113,9 @@ pub struct PerfDataSummary {
     /// Samples whose event id the header does not name, left out as the
     /// other events' are (of no event known, they are of no profile).
     pub unknown_id: u64,
+    /// Samples whose kernel frames were left out, and why: the file's
+    /// kernel is not the one running here, whose names would be wrong.
+    pub kernel_frames_left_out: (u64, Option<String>),
 }
 
 /// How often (in bytes of the data section walked past) the pages
@@ -188,7 +191,8 @@ pub fn import_perf_data(
         .map_err(|e| write(std::io::Error::other(e.to_string())))?;
     describe(&mut out, &perf_file, mtime);
     let mut recorder = Recorder::offline(ichnos_code::UnwindOptions::default().max_frames, out);
-    let mut converted = Converted::of(attributes);
+    let release = perf_file.os_release().ok().flatten().unwrap_or_default();
+    let mut converted = Converted::of(attributes, release);
     let place = read_ahead::Place::new();
     let section = usize::try_from(data_offset).unwrap_or(0);
     let release = |range: std::ops::Range<usize>| {
@@ -281,6 +285,10 @@ fn finish(
             .map(|(name, &n)| (name.clone(), n))
             .collect(),
         unknown_id,
+        kernel_frames_left_out: (
+            recorder.kernel_frames_left_out,
+            converted.kernel.clone().and_then(Result::err),
+        ),
     };
     let (written, profile) =
         recorder
@@ -307,11 +315,17 @@ struct Converted {
     /// The first record's time, which the recording's times count from.
     first_time: Option<u64>,
     last_time: u64,
+    /// The kernel the file was recorded on, its release; then, once its
+    /// text's mapping is read, whether it is the one running here (its
+    /// frames then named as it names its functions), or why not.
+    kernel_release: String,
+    kernel: Option<Result<(), String>>,
 }
 
 impl Converted {
-    /// Nothing converted yet of a file of events `attributes`.
-    fn of(attributes: &[linux_perf_data::AttributeDescription]) -> Converted {
+    /// Nothing converted yet of a file of events `attributes`, recorded
+    /// on kernel release `kernel_release`.
+    fn of(attributes: &[linux_perf_data::AttributeDescription], kernel_release: &str) -> Converted {
         let names: Vec<String> = attributes
             .iter()
             .map(|a| a.name().unwrap_or("perf event").to_owned())
@@ -329,6 +343,7 @@ impl Converted {
             kept,
             left_out: vec![0; attributes.len()],
             names,
+            kernel_release: kernel_release.to_owned(),
             ..Converted::default()
         }
     }
@@ -357,6 +372,9 @@ impl Converted {
                 }
             }
             Ok(parsed) => {
+                if let ichnos_perf::record::Record::Mmap(m) = &parsed {
+                    self.see_kernel(m, recorder);
+                }
                 // Times count from the first record's (perf's records
                 // for what ran before it started have none, or 0).
                 if let Some(t) = parsed.time().filter(|&t| t > 0) {
@@ -370,6 +388,47 @@ impl Converted {
             }
             Err(_) => self.unreadable += 1,
         }
+    }
+}
+
+impl Converted {
+    /// Mapping `m`, where it is the kernel's text (`[kernel.kallsyms]_text`
+    /// of no process, at the address of `_text`): whether that kernel is
+    /// the one running here, the same release started at the same
+    /// address (KASLR moves it at each boot), whose functions
+    /// `/proc/kallsyms` then names; the recorder keeps kernel frames only
+    /// then.
+    fn see_kernel(&mut self, m: &ichnos_perf::record::Mmap<'_>, recorder: &mut Recorder) {
+        if m.pid != u32::MAX
+            || !m.filename.starts_with(b"[kernel.kallsyms]")
+            || self.kernel.is_some()
+        {
+            return;
+        }
+        let (_, running) = crate::sys::uname();
+        let here = super::kernel_frames::running_kernel_text();
+        let verdict = if self.kernel_release != running {
+            Err(format!(
+                "it was recorded on Linux {}, and this is Linux {running}",
+                self.kernel_release
+            ))
+        } else if here != Some(m.pgoff) {
+            Err(here.map_or_else(
+                || "this kernel does not show where its text starts (/proc/kallsyms)".to_owned(),
+                |here| {
+                    format!(
+                        "it was recorded on another boot of this kernel (its text at {:#x} then, at {here:#x} now)",
+                        m.pgoff
+                    )
+                },
+            ))
+        } else {
+            Ok(())
+        };
+        if verdict.is_ok() {
+            recorder.kernel_symbols = Some(super::kernel_frames::KernelSymbols::default());
+        }
+        self.kernel = Some(verdict);
     }
 }
 
