@@ -26,3 +26,15 @@ pub use record::{
 };
 pub use stop::catch_stop_signals;
 pub use sys::{uname, ExitStatus};
+
+/// Where ichnos keeps what it makes once and reads again (symbol indexes,
+/// the running kernel's table of functions): `$XDG_CACHE_HOME/ichnos`,
+/// else `~/.cache/ichnos`.
+#[must_use]
+pub fn cache_dir() -> Option<std::path::PathBuf> {
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|d| !d.is_empty())
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache")))?;
+    Some(cache.join("ichnos"))
+}

@@ -209,11 +209,7 @@ pub(crate) fn chosen_index_dir(no_index: bool, index_dir: Option<&PathBuf>) -> O
 
 /// Where symbol indexes are kept unless `--index-dir` says.
 pub(crate) fn default_index_dir() -> Option<PathBuf> {
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .filter(|d| !d.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
-    Some(cache.join("ichnos").join("symbols"))
+    Some(ichnos_profile::cache_dir()?.join("symbols"))
 }
 
 /// The process of `-p`, if any, checked to be one whose mappings can be

@@ -16,6 +16,7 @@
 mod alloc_test;
 mod events;
 mod intern;
+mod kallsyms;
 mod kernel_frames;
 mod live_stack;
 #[cfg(test)]

@@ -406,7 +406,7 @@ impl Converted {
             return;
         }
         let (_, running) = crate::sys::uname();
-        let here = super::kernel_frames::running_kernel_text();
+        let here = super::kallsyms::running_kernel_text();
         let verdict = if self.kernel_release != running {
             Err(format!(
                 "it was recorded on Linux {}, and this is Linux {running}",
