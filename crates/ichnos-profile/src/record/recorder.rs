@@ -14,13 +14,13 @@ use ichnos_data::{LostCause, Record, StackOut, StackStop};
 use ichnos_perf::attr::regs;
 use ichnos_perf::monotonic_ns;
 use ichnos_perf::record::{
-    Record as PerfRecord, Sample, CONTEXT_KERNEL, CONTEXT_MAX, CONTEXT_USER, MISC_CPUMODE_MASK,
-    MISC_USER, REGS_ABI_NONE,
+    Record as PerfRecord, Sample, CONTEXT_KERNEL, CONTEXT_USER, MISC_CPUMODE_MASK, MISC_USER,
+    REGS_ABI_NONE,
 };
 
 use super::events;
 use super::intern::Interner;
-use super::kernel_frames::{push_kernel_frames, KernelSymbols, KERNEL_HALF};
+use super::kernel_frames::{push_kernel_frames, KernelSymbols};
 use super::model::Spaces;
 use super::off_cpu::OffCpu;
 use super::order::{Sorter, MARGIN_NS};
@@ -31,6 +31,7 @@ use super::{RecordError, RecordOptions, Status};
 use crate::launch::Child;
 use crate::sys::Epoll;
 
+mod chains;
 mod walk;
 
 fn pid_of(tid: u32, pids: &[u32]) -> Option<u32> {
@@ -709,44 +710,6 @@ impl Recorder {
 }
 
 impl Recorder {
-    /// Sample `s` of thread `tid` of `pid`, taken in the kernel with no
-    /// user code to walk (a kernel thread's, or a task's that has left
-    /// its user memory behind as it exits), whose stack is the kernel's
-    /// frames alone: written where the kernel gave them. The kernel walks
-    /// its own stack to the thread's start, so the stack is complete
-    /// unless it filled the frames asked for. Whether it was written.
-    fn kernel_only_sample(
-        &mut self,
-        s: &Sample<'_>,
-        pid: u32,
-        tid: u32,
-        time: u64,
-        cpu: u32,
-    ) -> bool {
-        // (A sample without registers asked for is perf record -g's,
-        // whose chain has the user frames too.)
-        if self.kernel_symbols.is_none() || s.regs_user.is_none() {
-            return false;
-        }
-        let most = usize::from(ichnos_perf::event::KERNEL_STACK_FRAMES);
-        self.stack.clear();
-        push_kernel_frames(s.callchain(), most, &mut self.stack);
-        if self.stack.is_empty() {
-            return false;
-        }
-        self.spaces.get_or_synthesize(pid, time, &mut self.output);
-        self.spaces.know_thread(pid, tid, time, &mut self.output);
-        let stop = if self.stack.len() >= most {
-            StackStop::DepthLimit
-        } else {
-            StackStop::Complete
-        };
-        let weight = self.off_cpu.sample_weight(tid, time, s.period.unwrap_or(1));
-        self.write_sample(pid, tid, cpu, time, stop, weight);
-        self.complete += u64::from(stop == StackStop::Complete);
-        true
-    }
-
     /// Thread `tid` of `pid` left `cpu` at `time` and its switch sample
     /// was lost: its interval starts with a stack without frames.
     fn left_unsampled(&mut self, pid: Option<u32>, tid: u32, cpu: Option<u32>, time: u64) {
@@ -796,91 +759,6 @@ impl Recorder {
             space.note_jit_frames(&self.stack, &mut self.output, time);
         }
         Some((id, new))
-    }
-}
-
-impl Recorder {
-    /// A sample that carries the kernel's callchain and no registers
-    /// (`perf record -g`): its user addresses are the stack as they are.
-    /// It is complete only where its outermost frame's unwind row says
-    /// that frame is the outermost; a chain that runs into memory no
-    /// mapping covers ends before it (rbp was not a frame pointer there).
-    /// A sample whose stack is `chain`, a callchain as the kernel gives
-    /// it (context markers, then addresses, innermost first), of which the
-    /// user part is kept.
-    fn sample_chain(
-        &mut self,
-        chain: impl Iterator<Item = u64>,
-        period: Option<u64>,
-        pid: u32,
-        tid: u32,
-        time: u64,
-        cpu: u32,
-    ) {
-        self.spaces.get_or_synthesize(pid, time, &mut self.output);
-        self.spaces.know_thread(pid, tid, time, &mut self.output);
-        let space = self.spaces.by_pid.get_mut(&pid).expect("made above");
-        self.stack.clear();
-        let (mut context, mut kernel, mut user, mut kernel_left_out) = (0, 0, false, false);
-        let most_kernel = usize::from(ichnos_perf::event::KERNEL_STACK_FRAMES);
-        for address in chain {
-            if address >= CONTEXT_MAX {
-                context = address;
-                user |= address == CONTEXT_USER;
-                continue;
-            }
-            // The kernel's frames, first, where they can be named.
-            if context == CONTEXT_KERNEL {
-                match self.kernel_symbols {
-                    None => kernel_left_out = true,
-                    Some(_) if address >= KERNEL_HALF && kernel < most_kernel => {
-                        self.stack.push(address);
-                        kernel += 1;
-                    }
-                    Some(_) => {}
-                }
-                continue;
-            }
-            if context != CONTEXT_USER || self.stack.len() - kernel >= self.options.max_frames {
-                continue;
-            }
-            // The first is where the thread was, stored as it is (a
-            // stack's first frame is looked up at itself), the rest return
-            // addresses (looked up minus one); after kernel frames it is
-            // stored plus one, as an interrupted frame is.
-            let first = self.stack.len() == kernel;
-            let lookup = address.wrapping_sub(1);
-            if !space.is_mapped(if first { address } else { lookup }) {
-                break;
-            }
-            self.stack.push(if first && kernel > 0 {
-                address.wrapping_add(1)
-            } else {
-                address
-            });
-        }
-        let only_one = self.stack.len() == 1;
-        let outermost = self.stack.last().is_some_and(|&a| {
-            let pc = if only_one { a } else { a.wrapping_sub(1) };
-            space
-                .code
-                .find(pc)
-                .and_then(|o| o.find_row(pc))
-                .is_some_and(|row| row.is_outermost())
-        });
-        self.kernel_frames_left_out += u64::from(kernel_left_out);
-        // A chain of kernel frames alone (a kernel thread's) goes down to
-        // the thread's start.
-        let kernel_only = !user && !self.stack.is_empty() && self.stack.len() < most_kernel;
-        let stop = if outermost || kernel_only {
-            StackStop::Complete
-        } else {
-            StackStop::NoUnwindInfo
-        };
-        self.write_sample(pid, tid, cpu, time, stop, period.unwrap_or(1));
-        if outermost {
-            self.complete += 1;
-        }
     }
 }
 
