@@ -83,10 +83,8 @@ fn our_top() -> HashMap<String, (u64, u64)> {
     rows
 }
 
-/// ichnos's top table: function -> self share (percent of the weight)
-/// and the number of rows of that name (`_start` of the program and of
-/// the dynamic linker, say), whose shares are summed.
-fn our_self_percent() -> HashMap<String, (f64, u32)> {
+/// ichnos's whole top table of the demo's recording.
+fn demo_top_table() -> String {
     let out = ok(
         ichnos(&[
             "report",
@@ -99,6 +97,13 @@ fn our_self_percent() -> HashMap<String, (f64, u32)> {
         "ichnos report",
     );
     text(&out)
+}
+
+/// ichnos's top table: function -> self share (percent of the weight)
+/// and the number of rows of that name (`_start` of the program and of
+/// the dynamic linker, say), whose shares are summed.
+fn our_self_percent() -> HashMap<String, (f64, u32)> {
+    demo_top_table()
         .lines()
         .filter(|l| !l.starts_with('#') && !l.trim_start().starts_with("SELF%"))
         .filter_map(|l| {
@@ -116,18 +121,7 @@ fn our_self_percent() -> HashMap<String, (f64, u32)> {
 /// The functions of the demo's recording that the top table shows in
 /// the kernel: in `[kernel.kallsyms]`, or in a module's `[MODULE]`.
 fn kernel_functions() -> Vec<String> {
-    let out = ok(
-        ichnos(&[
-            "report",
-            "-q",
-            "-i",
-            demo().to_str().unwrap(),
-            "--limit",
-            "0",
-        ]),
-        "ichnos report",
-    );
-    text(&out)
+    demo_top_table()
         .lines()
         .filter(|l| !l.starts_with('#'))
         .filter_map(|l| {
