@@ -1,5 +1,5 @@
-//! Crashes and SIGUSR2: the trace saved by a thread of the runtime's
-//! own, never inside a signal handler.
+//! Crashes, signals that end the program, and SIGUSR2: the trace saved
+//! by a thread of the runtime's own, never inside a signal handler.
 //!
 //! Saving copies the rings or flushes the buffers, allocating and taking
 //! the channel's lock, which no signal handler may do (a handler that
@@ -14,7 +14,10 @@
 //! runs again and the signal takes its course (a core dump, the program's
 //! own handler); a signal that was sent rather than raised by a fault
 //! (`kill`, `raise`) is sent again, and `abort` raises SIGABRT again
-//! itself. Both handlers keep the interrupted code's `errno`. A crash may
+//! itself. A signal whose default action ends the program ([`ENDINGS`]:
+//! Ctrl-C's SIGINT, SIGTERM, a closed pipe's SIGPIPE) is handled the same
+//! way where it has its default action at the start, and always sent
+//! again. Both handlers keep the interrupted code's `errno`. A crash may
 //! lose the save (the saver may find the lock held by the thread that
 //! crashed), never the crash.
 
@@ -31,6 +34,26 @@ const CRASHES: [libc::c_int; 5] = [
     libc::SIGILL,
     libc::SIGFPE,
     libc::SIGABRT,
+];
+
+/// Signals whose default action ends the program (without a fault to
+/// come back): saved first, where the program has not set them otherwise
+/// when the runtime starts. A program stopped by Ctrl-C, `kill`, a closed
+/// pipe or its own `alarm` so keeps its trace, as a crashing one does.
+/// SIGUSR2 is among them in the full trace only (in flight-recorder mode
+/// it asks for a snapshot).
+const ENDINGS: [libc::c_int; 11] = [
+    libc::SIGHUP,
+    libc::SIGINT,
+    libc::SIGQUIT,
+    libc::SIGPIPE,
+    libc::SIGALRM,
+    libc::SIGTERM,
+    libc::SIGUSR1,
+    libc::SIGXCPU,
+    libc::SIGXFSZ,
+    libc::SIGVTALRM,
+    libc::SIGPROF,
 ];
 
 /// The handlers before ours, by signal number.
@@ -349,10 +372,12 @@ extern "C" fn on_crash(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut lib
     restore(sig);
     // A fault comes back when its instruction runs again; a signal that
     // was sent (kill, raise, sigqueue: si_code <= 0) does not, so it is
-    // sent again, to the handler put back. It is blocked until this
-    // handler returns.
+    // sent again, to the handler put back, and so is every signal that
+    // is not a fault's (SIGTERM, or SIGALRM, whose si_code from the
+    // kernel is above 0). It is blocked until this handler returns.
+    let fault = CRASHES.contains(&sig) && sig != libc::SIGABRT;
     // SAFETY: the kernel's siginfo for this delivery, read only.
-    if !info.is_null() && unsafe { (*info).si_code } <= 0 {
+    if !fault || (!info.is_null() && unsafe { (*info).si_code } <= 0) {
         // SAFETY: raise is async-signal-safe.
         unsafe { libc::raise(sig) };
     }
@@ -415,7 +440,26 @@ pub(crate) fn install(snapshots: bool) {
     for sig in CRASHES {
         handle(sig, on_crash as Crash as usize, libc::SA_SIGINFO);
     }
+    let usr2 = (!snapshots).then_some(libc::SIGUSR2);
+    for sig in ENDINGS.into_iter().chain(usr2) {
+        // A signal the program was started with ignored (`nohup`, a
+        // shell's `&`) or caught stays as it is.
+        if default_action(sig) {
+            handle(sig, on_crash as Crash as usize, libc::SA_SIGINFO);
+        }
+    }
     if snapshots {
         handle(libc::SIGUSR2, on_usr2 as Plain as usize, 0);
+    }
+}
+
+/// Whether `sig` has its default action now.
+fn default_action(sig: libc::c_int) -> bool {
+    // SAFETY: sigaction with no new action only reads the current one
+    // into a struct of ours.
+    unsafe {
+        let mut now: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(sig, std::ptr::null(), &raw mut now) == 0
+            && now.sa_sigaction == libc::SIG_DFL
     }
 }
