@@ -16,6 +16,7 @@
 
 pub mod launch;
 mod mapping;
+pub mod output;
 pub mod record;
 pub mod report;
 mod stop;

@@ -574,16 +574,10 @@ fn open_output(path: &Path, options: &TraceOptions, tsc: bool) -> Result<Out, Tr
         path: path.to_path_buf(),
         source,
     };
-    if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file()) {
-        let mut old = path.as_os_str().to_owned();
-        old.push(".old");
-        // The rename makes FILE.old: its failure is named by it (a
-        // directory of that name, say).
-        std::fs::rename(path, &old).map_err(|source| TraceError::Create {
-            path: PathBuf::from(&old),
-            source,
-        })?;
-    }
+    // The rename makes FILE.old: its failure is named by it (a directory
+    // of that name, say).
+    ichnos_profile::output::move_aside(path)
+        .map_err(|(path, source)| TraceError::Create { path, source })?;
     let file = File::create(path).map_err(create)?;
     let mut writer =
         ichnos_data::Writer::with_level(BufWriter::with_capacity(1 << 20, file), ZSTD_LEVEL)

@@ -305,18 +305,10 @@ fn create_output(path: &Path) -> Result<(File, OutputFile), RecordError> {
         path: path.to_path_buf(),
         source,
     };
-    let mut moved = None;
-    if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file()) {
-        let mut old = path.as_os_str().to_owned();
-        old.push(".old");
-        // The rename makes FILE.old: its failure is named by it (a
-        // directory of that name, say).
-        std::fs::rename(path, &old).map_err(|source| RecordError::Create {
-            path: PathBuf::from(&old),
-            source,
-        })?;
-        moved = Some(PathBuf::from(old));
-    }
+    // The rename makes FILE.old: its failure is named by it (a directory
+    // of that name, say).
+    let moved = crate::output::move_aside(path)
+        .map_err(|(path, source)| RecordError::Create { path, source })?;
     let file = File::create(path).map_err(create)?;
     Ok((
         file,
