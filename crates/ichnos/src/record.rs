@@ -49,8 +49,14 @@ pub struct RecordArgs {
     /// `kernel.perf_event_paranoid` 1 or lower).
     #[arg(long)]
     off_cpu: bool,
-    /// At most this many frames per stack.
-    #[arg(long, value_name = "N", default_value_t = 256, hide = true)]
+    /// At most this many frames per stack: deeper stacks are cut there,
+    /// and a note at the end counts them.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = ichnos_profile::record::DEFAULT_MAX_FRAMES,
+        value_parser = parse_max_frames
+    )]
     max_frames: usize,
     /// The command to run and record, with its arguments (default: the
     /// built-in demo); with -p or -a, a command run while they are
@@ -62,6 +68,14 @@ pub struct RecordArgs {
         value_name = "COMMAND"
     )]
     command: Vec<OsString>,
+}
+
+fn parse_max_frames(text: &str) -> Result<usize, String> {
+    let max = ichnos_profile::record::MAX_FRAMES;
+    match text.parse::<usize>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(format!("a number of frames from 1 to {max}")),
+    }
 }
 
 fn parse_stack_size(text: &str) -> Result<u32, String> {
@@ -138,7 +152,7 @@ fn options(args: &RecordArgs) -> Result<RecordOptions> {
         .event
         .map_or(EventChoice::Default, EventChoice::Exactly);
     options.output.clone_from(&args.output);
-    options.max_frames = args.max_frames.max(1);
+    options.max_frames = args.max_frames;
     options.off_cpu = args.off_cpu;
     options.stack_reads = !args.no_stack_reads;
     options.command_line = match &options.target {

@@ -158,6 +158,7 @@ pub(super) fn recorder(
         complete: 0,
         past_copy: 0,
         cut_short: 0,
+        at_frame_limit: 0,
         live_stack: None,
         untouched: Some(super::untouched::UntouchedPages::new(true)),
         lost: 0,

@@ -122,7 +122,7 @@ impl RecordOptions {
             stack_size: None,
             event: EventChoice::Default,
             output: PathBuf::from("ichnos.data"),
-            max_frames: 256,
+            max_frames: DEFAULT_MAX_FRAMES,
             command_line: Vec::new(),
             off_cpu: false,
             stack_reads: true,
@@ -169,6 +169,14 @@ pub const LOCK_LIMITED_STACK_SIZE: u32 = 32 << 10;
 /// The most user stack the kernel copies per sample (a sample record's
 /// size is 16 bits, and the copy a multiple of 8).
 pub const MAX_STACK_SIZE: u32 = 65_528;
+
+/// The frames a stack keeps by default: deeper ones are cut there,
+/// with a note (perf's default, `kernel.perf_event_max_stack`, is 127).
+pub const DEFAULT_MAX_FRAMES: usize = 256;
+
+/// The most frames a stack may be asked to keep: a stack of them (and
+/// the kernel's) is a record well below the largest one written.
+pub const MAX_FRAMES: usize = 16_384;
 
 /// What the status line shows.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -671,7 +679,12 @@ pub fn record(
     let overflowed = recorder.output.overflowed;
     let recorder_notes = notes::recorder_notes(&recorder);
     let (output, complete, lost) = (recorder.output, recorder.complete, recorder.lost);
-    let (past_copy, cut_short) = (recorder.past_copy, recorder.cut_short);
+    let (past_copy, cut_short, at_frame_limit, max_frames) = (
+        recorder.past_copy,
+        recorder.cut_short,
+        recorder.at_frame_limit,
+        recorder.options.max_frames,
+    );
     let off_cpu = events.off_cpu_kind.map(|event| OffCpuSummary {
         event,
         intervals: output.off_cpu,
@@ -710,6 +723,7 @@ pub fn record(
         events.stack_user_gave_way || events.rings_limited(),
         samples,
         [past_copy, cut_short, oversized],
+        (at_frame_limit, max_frames),
     ));
     notes.extend(recorder_notes);
     Ok(Summary {

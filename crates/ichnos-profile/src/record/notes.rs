@@ -6,7 +6,9 @@ use ichnos_perf::EventKind;
 
 use super::recorder::Recorder;
 use super::untouched::UntouchedPages;
-use super::{events, model, off_cpu, output, EventChoice, RecordOptions, MAX_STACK_SIZE};
+use super::{
+    events, model, off_cpu, output, EventChoice, RecordOptions, MAX_FRAMES, MAX_STACK_SIZE,
+};
 
 /// What the user should know about how the events were set up.
 pub(super) fn setup_notes(options: &RecordOptions, events: &events::Events) -> Vec<String> {
@@ -288,15 +290,28 @@ fn read_on_note(
     ))
 }
 
-/// The notes a recording ends with: stacks that went past the copy, or
-/// that the recorder cut short, and records left out.
+/// The notes a recording ends with: stacks that went past the copy, that
+/// the recorder cut short, or that reached the frame limit
+/// (`at_frame_limit` samples, at `max_frames`), and records left out.
 pub(super) fn closing_notes(
     stack_size: u32,
     lock_limited: bool,
     samples: u64,
     [past_copy, cut_short, oversized]: [u64; 3],
+    (at_frame_limit, max_frames): (u64, usize),
 ) -> Vec<String> {
     let mut notes = Vec::new();
+    // Any: a deep recursion's samples are otherwise incomplete stacks
+    // with nothing said of why.
+    if at_frame_limit > 0 {
+        notes.push(format!(
+            "{} ({:.1}%) reached the limit of {max_frames} frames and {} cut there: \
+             --max-frames N walks deeper (up to {MAX_FRAMES})",
+            count(at_frame_limit, "stack", "stacks"),
+            100.0 * at_frame_limit as f64 / samples.max(1) as f64,
+            were(at_frame_limit)
+        ));
+    }
     // More than the completeness the defaults aim at: say what helps.
     if samples > 0 && past_copy * 1000 > samples {
         let share = 100.0 * past_copy as f64 / samples as f64;

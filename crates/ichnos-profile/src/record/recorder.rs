@@ -121,6 +121,8 @@ pub(super) struct Recorder {
     /// Samples whose stack was cut short by the recorder (its thread's
     /// frames reached higher than its complete stacks had).
     pub(super) cut_short: u64,
+    /// Samples whose walk stopped at the frame limit.
+    pub(super) at_frame_limit: u64,
     /// Stacks past the copy read from the threads' memory ([`None`]:
     /// not read, offline or asked not to).
     pub(super) live_stack: Option<super::live_stack::LiveStack>,
@@ -164,6 +166,7 @@ impl Recorder {
             .iter()
             .map(|(_, event)| events.opened[*event].format())
             .collect();
+        let max_frames = options.max_frames.clamp(1, super::MAX_FRAMES);
         Self {
             attached: Vec::new(),
             spaces: Spaces::new(RowChoice::SframeThenEhFrame),
@@ -173,15 +176,16 @@ impl Recorder {
             scratch: Vec::new(),
             stack_tops: StackTops::default(),
             options: UnwindOptions {
-                max_frames: options.max_frames,
+                max_frames,
                 frame_pointer_fallback: true,
             },
-            frames: Vec::with_capacity(options.max_frames),
-            stack: Vec::with_capacity(options.max_frames),
+            frames: Vec::with_capacity(max_frames),
+            stack: Vec::with_capacity(max_frames),
             samples: 0,
             complete: 0,
             past_copy: 0,
             cut_short: 0,
+            at_frame_limit: 0,
             live_stack: options
                 .stack_reads
                 .then(super::live_stack::LiveStack::default),
@@ -226,6 +230,7 @@ impl Recorder {
             complete: 0,
             past_copy: 0,
             cut_short: 0,
+            at_frame_limit: 0,
             live_stack: None,
             untouched: None,
             lost: 0,
@@ -675,6 +680,7 @@ impl Recorder {
             // the samples after.)
             StackStop::StackEnd if copy_short => {}
             StackStop::StackEnd => self.past_copy += u64::from(!leaving),
+            StackStop::DepthLimit => self.at_frame_limit += u64::from(!leaving),
             _ => {}
         }
     }

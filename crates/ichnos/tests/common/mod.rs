@@ -224,8 +224,6 @@ pub const CHAINS_FUNCTIONS: [&str; 6] = [
     "leaf_light",
 ];
 
-/// Of the samples whose leaf is one of `own` functions: how many, and how
-/// many of those have a complete stack through `root`.
 /// Of the samples whose leaf is one of `own`: how many, how many reach
 /// `root` unbroken, and the stacks of the rest.
 pub fn completeness<'s>(
