@@ -697,3 +697,100 @@ fn the_profile_made_while_converting_is_the_recording_read_back() {
     );
     assert!(made.truncated.is_none() && read.truncated.is_none());
 }
+
+/// `ichnos` with `args` and `HOME` at `home` (where perf keeps its build
+/// id cache, and ichnos its own).
+fn ichnos_at_home(home: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_ichnos"))
+        .env("HOME", home)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// The folded stacks of `ichnos report --format folded` of `data` with
+/// `HOME` at `home`, and its standard error.
+fn folded_at_home(home: &Path, data: &Path) -> (Vec<String>, String) {
+    let out = ichnos_at_home(
+        home,
+        &[
+            "report",
+            "--no-inline",
+            "--format",
+            "folded",
+            "-i",
+            data.to_str().unwrap(),
+        ],
+    );
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    let mut lines: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    lines.sort();
+    (lines, err)
+}
+
+/// A perf.data file read after its program was rebuilt at the same path:
+/// the build it recorded is found by the build id its header lists, in
+/// perf's build-id cache, and the report is the one made before the
+/// rebuild; with the cache gone, the program is named changed and its
+/// frames are kept as addresses, never named from the new build. (The new
+/// build used to be read as the one recorded, its names given to the old
+/// addresses, with nothing said.)
+#[test]
+fn a_program_rebuilt_since_perf_recorded_it_is_read_from_perfs_cache_or_named_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    let exe = build_chains(dir.path(), Build::EhFrame);
+    let data = dir.path().join("perf.data");
+    let mut args = perf_record_command(
+        &data,
+        "cpu-clock",
+        2000,
+        "dwarf",
+        &[exe.to_str().unwrap(), "6000"],
+    );
+    args.retain(|a| a != "-q");
+    let out = Command::new("perf")
+        .env("HOME", &home)
+        .args(&args)
+        .output()
+        .expect("perf runs (install linux-perf)");
+    assert!(out.status.success(), "perf record: {}", stderr(&out));
+    assert!(
+        home.join(".debug/.build-id").is_dir(),
+        "perf keeps its cache in HOME"
+    );
+    let (before, err) = folded_at_home(&home, &data);
+    assert!(
+        before.iter().any(|l| l.contains(";leaf_heavy ")),
+        "{before:?}: {err}"
+    );
+    // Another program at the same path.
+    let other = build_fixture(dir.path(), "recursion", &["-fomit-frame-pointer"]);
+    std::fs::rename(&other, &exe).unwrap();
+    let (after, err) = folded_at_home(&home, &data);
+    assert_eq!(after, before, "{err}");
+    assert!(!err.contains("changed"), "{err}");
+    // No copy kept: the program is named changed, and no frame is named
+    // by the new build.
+    std::fs::remove_dir_all(home.join(".debug")).unwrap();
+    let (gone, err) = folded_at_home(&home, &data);
+    assert!(
+        err.contains(&format!(
+            "{} has changed since the recording",
+            exe.display()
+        )),
+        "{err}"
+    );
+    let names = ["leaf_heavy", "stage_a", "descend", "bottom"];
+    assert!(
+        !gone.iter().any(|l| names.iter().any(|n| l.contains(n))),
+        "{gone:?}"
+    );
+    assert!(gone.iter().any(|l| l.contains("chains+0x")), "{gone:?}");
+}

@@ -91,13 +91,7 @@ fn display_name(path: &[u8]) -> Arc<str> {
     Arc::from(text.rsplit('/').next().unwrap_or(&text))
 }
 
-fn hex(build_id: &[u8]) -> String {
-    use std::fmt::Write;
-    build_id.iter().fold(String::new(), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
-}
+use crate::mapping::hex;
 
 /// Where to read the object recorded as `path` with `build_id`: the file
 /// itself if it is the same build, else a copy by build id in the debug
@@ -125,16 +119,14 @@ fn locate(path: &[u8], build_id: &[u8], debug_dirs: &[PathBuf]) -> Result<PathBu
                     .join(format!("{tail}.debug")),
             );
         }
-        if let Some(home) = std::env::var_os("HOME") {
-            let cache = PathBuf::from(home).join(".debug/.build-id").join(head);
-            candidates.push(cache.join(tail).join("elf"));
-            candidates.push(cache.join(tail));
-        }
         for c in candidates {
             if c.is_file() && ichnos_code::elf::identity_of_file(&c).0.as_deref() == Some(build_id)
             {
                 return Ok(c);
             }
+        }
+        if let Some(copy) = crate::mapping::perf_cached_copy(build_id) {
+            return Ok(copy);
         }
     }
     Err(if exists {

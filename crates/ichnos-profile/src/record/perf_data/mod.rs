@@ -24,6 +24,7 @@ mod read_ahead;
 mod records;
 mod rounds;
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
@@ -193,6 +194,7 @@ pub fn import_perf_data(
     let mut recorder = Recorder::offline(ichnos_code::UnwindOptions::default().max_frames, out);
     let release = perf_file.os_release().ok().flatten().unwrap_or_default();
     let mut converted = Converted::of(attributes, release);
+    converted.build_ids = user_build_ids(&perf_file);
     let place = read_ahead::Place::new();
     let section = usize::try_from(data_offset).unwrap_or(0);
     let release = |range: std::ops::Range<usize>| {
@@ -241,6 +243,20 @@ pub fn import_perf_data(
         profile: profile.unwrap_or_default(),
         summary,
     })
+}
+
+/// The build ids the header of `perf_file` lists for user-space objects,
+/// by path (none where it lists none, or its list cannot be read).
+fn user_build_ids(perf_file: &linux_perf_data::PerfFile) -> HashMap<Vec<u8>, Vec<u8>> {
+    perf_file
+        .build_ids()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(key, info)| {
+            matches!(key, linux_perf_data::DsoKey::User { .. }) && !info.build_id.is_empty()
+        })
+        .map(|(_, info)| (info.path, info.build_id))
+        .collect()
 }
 
 /// Ends the recording: the last JIT names, the records refused counted
@@ -320,6 +336,12 @@ struct Converted {
     /// frames then named as it names its functions), or why not.
     kernel_release: String,
     kernel: Option<Result<(), String>>,
+    /// The build ids the file's header lists for user-space objects, by
+    /// path: a mapping whose record carries none has its object's, so
+    /// that a file rebuilt since is found changed (and perf's copy of the
+    /// build recorded is used where it kept one), not read as the build
+    /// recorded.
+    build_ids: HashMap<Vec<u8>, Vec<u8>>,
 }
 
 impl Converted {
@@ -371,9 +393,12 @@ impl Converted {
                     *n += 1;
                 }
             }
-            Ok(parsed) => {
-                if let ichnos_perf::record::Record::Mmap(m) = &parsed {
+            Ok(mut parsed) => {
+                if let ichnos_perf::record::Record::Mmap(m) = &mut parsed {
                     self.see_kernel(m, recorder);
+                    if m.build_id.is_none() {
+                        m.build_id = self.build_ids.get(m.filename).map(Vec::as_slice);
+                    }
                 }
                 // Times count from the first record's (perf's records
                 // for what ran before it started have none, or 0).
