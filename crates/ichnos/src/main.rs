@@ -40,6 +40,7 @@ macro_rules! println {
 }
 
 mod demo;
+mod ending;
 mod progress;
 mod record;
 mod report;

@@ -3,6 +3,7 @@
 
 use std::ffi::OsString;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 
 use anyhow::{bail, Context, Result};
 use ichnos_perf::EventKind;
@@ -212,6 +213,9 @@ pub fn run(options: &RecordOptions, quiet: bool, verbose: bool) -> Result<Summar
             eprintln!("note: {note}");
         }
         eprintln!("{}", summary_line(&summary));
+        if let Some(note) = crate::ending::signal_note(summary.exit, stop.load(Ordering::Relaxed)) {
+            eprintln!("note: {note}");
+        }
         if let Some(line) = off_cpu_line(&summary) {
             eprintln!("{line}");
         }
@@ -257,9 +261,5 @@ pub fn off_cpu_line(s: &Summary) -> Option<String> {
 /// The command's exit status as ours: its code, or 128 + the signal
 /// that killed it, as shells report it.
 pub fn exit_code(s: &Summary) -> u8 {
-    match s.exit {
-        Some(ichnos_profile::ExitStatus::Code(c)) => u8::try_from(c).unwrap_or(1),
-        Some(ichnos_profile::ExitStatus::Signal(sig)) => u8::try_from(128 + sig).unwrap_or(255),
-        None => 0,
-    }
+    crate::ending::exit_code(s.exit)
 }

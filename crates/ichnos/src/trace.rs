@@ -31,7 +31,7 @@ pub struct TraceArgs {
     ring: Option<u64>,
     /// Trace calls only this many levels deep (under -F, counted from
     /// the innermost call of a -F function).
-    #[arg(short = 'D', long = "depth", value_name = "DEPTH")]
+    #[arg(short = 'D', long = "depth", value_name = "DEPTH", value_parser = clap::value_parser!(u32).range(1..))]
     depth: Option<u32>,
     /// Leave out calls shorter than this (10us, 1.5ms; plain
     /// numbers are nanoseconds) and the calls they made, as the program
@@ -172,6 +172,12 @@ pub fn trace(args: &TraceArgs, quiet: bool) -> Result<u8> {
             summary.output.display(),
             crate::units::bytes(summary.bytes)
         );
+        if let Some(note) = crate::ending::signal_note(
+            Some(summary.status),
+            stop.load(std::sync::atomic::Ordering::Relaxed),
+        ) {
+            eprintln!("note: {note}");
+        }
         note_left_running(&summary.left_running);
         if summary.events == 0 {
             eprintln!(
@@ -180,10 +186,7 @@ pub fn trace(args: &TraceArgs, quiet: bool) -> Result<u8> {
             );
         }
     }
-    Ok(match summary.status {
-        ichnos_profile::ExitStatus::Code(c) => u8::try_from(c).unwrap_or(1),
-        ichnos_profile::ExitStatus::Signal(s) => u8::try_from(128 + s).unwrap_or(255),
-    })
+    Ok(crate::ending::exit_code(Some(summary.status)))
 }
 
 /// The note of a trace stopped while processes the command started ran
@@ -211,7 +214,22 @@ fn nothing_traced_why(summary: &ichnos_trace::TraceSummary, options: &TraceOptio
         .command
         .first()
         .map_or(String::new(), |p| p.to_string_lossy().into_owned());
-    if summary.processes > 0 {
+    let filters: Vec<&str> = [
+        ("-F", !options.only.is_empty()),
+        ("-N", !options.not.is_empty()),
+        ("-D", options.depth.is_some()),
+        ("-t", options.min_duration.is_some_and(|t| t > 0)),
+    ]
+    .into_iter()
+    .filter_map(|(flag, given)| given.then_some(flag))
+    .collect();
+    if summary.processes > 0 && !filters.is_empty() {
+        format!(
+            "no call passed the filters ({}), or the program is not built with \
+             -finstrument-functions",
+            filters.join(", ")
+        )
+    } else if summary.processes > 0 {
         "is the program built with -finstrument-functions?".to_owned()
     } else if summary.static_program {
         format!(
@@ -246,7 +264,7 @@ pub struct ReplayArgs {
     notrace: Vec<String>,
     /// Calls only this many levels deep, as `trace -D` (under -F, counted
     /// from the innermost call of a -F function).
-    #[arg(short = 'D', long = "depth", value_name = "DEPTH")]
+    #[arg(short = 'D', long = "depth", value_name = "DEPTH", value_parser = clap::value_parser!(u32).range(1..))]
     depth: Option<u32>,
     /// Read and make no symbol index.
     #[arg(long)]

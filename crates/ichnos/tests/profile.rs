@@ -916,6 +916,12 @@ fn the_commands_exit_status_is_ichnos_s() {
     // Killed by a signal: 128 + its number, as a shell reports it.
     let out = ichnos(&["record", "-o", data, "--", "sh", "-c", "kill -9 $$"]);
     assert_eq!(out.status.code(), Some(137), "{}", stderr(&out));
+    // And said: ichnos itself exits normally, so a shell would not.
+    assert!(
+        stderr(&out).contains("note: the command was killed by SIGKILL (signal 9)"),
+        "{}",
+        stderr(&out)
+    );
     // The recording of a command killed midway is whole.
     let report = ichnos(&["report", "-i", data]);
     assert!(report.status.success(), "{}", stderr(&report));
