@@ -187,5 +187,11 @@ pub fn write_totals(
             r.name
         )?;
     }
+    // Said, as the profile's table says it: a table cut short reads as
+    // whole otherwise.
+    let more = rows.len().saturating_sub(limit.unwrap_or(usize::MAX));
+    if more > 0 {
+        writeln!(out, "# {more} more functions (--limit 0 shows all)")?;
+    }
     out.flush()
 }

@@ -53,6 +53,16 @@ fn replay_and_totals_follow_the_known_call_structure() {
     ] {
         assert_eq!(counts.get(name), Some(&n), "{name}: {counts:?}");
     }
+    // A table cut short says how much it left out.
+    let out = run(ichnos()
+        .args(["report", "--trace", "--limit", "3", "-i"])
+        .arg(dir.path().join("t.data")));
+    let table = String::from_utf8(out.stdout).unwrap();
+    // Seven functions, three shown.
+    assert!(
+        table.ends_with("# 4 more functions (--limit 0 shows all)\n"),
+        "{table}"
+    );
 }
 
 #[test]
