@@ -62,6 +62,24 @@ fn assert_same_calls(what: &str, exported: &[Line], replayed: &[Line]) {
 
 /// The Chrome export's B and E events, nested per thread as the replay
 /// prints them.
+/// The first and the last `B`/`E` event's times in the Chrome trace at
+/// `trace`, in nanoseconds (its `ts` are microseconds).
+#[allow(clippy::cast_sign_loss, clippy::cast_possible_truncation)] // asserted positive below
+fn chrome_span(trace: &Path) -> (u64, u64) {
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(trace).unwrap()).expect("the export is JSON");
+    let times: Vec<u64> = v["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "B" || e["ph"] == "E")
+        .map(|e| e["ts"].as_f64().unwrap() * 1e3)
+        .inspect(|&ns| assert!(ns > 0.0, "{ns}"))
+        .map(|ns| ns.round() as u64)
+        .collect();
+    (*times.iter().min().unwrap(), *times.iter().max().unwrap())
+}
+
 fn chrome_lines(trace: &Path) -> Vec<Line> {
     let v: serde_json::Value =
         serde_json::from_slice(&std::fs::read(trace).unwrap()).expect("the export is JSON");
@@ -125,7 +143,9 @@ fn chrome_lines(trace: &Path) -> Vec<Line> {
 fn perfetto_and_chrome_exports_hold_the_replays_calls() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "threads.c", &["-pthread"]);
+    let before = monotonic_ns();
     traced(dir.path(), "t.data", &[], &[exe.to_str().unwrap(), "300"]);
+    let after = monotonic_ns();
     let replayed = replay_lines(dir.path(), "t.data");
     assert!(replayed.len() > 1200, "{}", replayed.len());
     // (The JSON without --trace: a function trace is read as one.)
@@ -143,6 +163,17 @@ fn perfetto_and_chrome_exports_hold_the_replays_calls() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains("on 5 threads"), "{stderr}");
         let path = dir.path().join(file);
+        // Timed on CLOCK_MONOTONIC, as perf and Perfetto's own traces are:
+        // within the run's. (They counted from the trace's start.)
+        let (first, last) = if format == "perfetto" {
+            perfetto_span(&path)
+        } else {
+            chrome_span(&path)
+        };
+        assert!(
+            before <= first && first <= last && last <= after,
+            "{format}: {first}..{last} outside {before}..{after}"
+        );
         let exported = if format == "perfetto" {
             perfetto_lines(&path)
         } else {

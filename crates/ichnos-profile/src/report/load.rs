@@ -155,6 +155,9 @@ pub struct Description {
     pub frequency: u64,
     /// The start, in nanoseconds since 1970.
     pub start_realtime_ns: u64,
+    /// The start on `CLOCK_MONOTONIC`, which the recording's times count
+    /// from (0: not known, a perf.data file's).
+    pub start_monotonic_ns: u64,
     /// The recorder.
     pub recorder: String,
     /// Whom it recorded.
@@ -556,6 +559,7 @@ impl Profile {
             event: text(m.event),
             frequency: m.frequency,
             start_realtime_ns: m.start_realtime_ns,
+            start_monotonic_ns: m.start_monotonic_ns,
             recorder: text(m.recorder),
             target: Some(m.target),
             off_cpu_event: text(m.off_cpu_event),

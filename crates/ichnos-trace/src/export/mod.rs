@@ -137,10 +137,14 @@ impl<T: Timeline> Events<'_, T> {
         true
     }
 
+    /// The `CLOCK_MONOTONIC` time of `ticks`, as the system's other
+    /// traces (perf's, Perfetto's own) are timed, so that they line up.
     fn ns(&self, ticks: u64) -> u64 {
         // Rounding keeps the order of ticks (the conversion is linear and
-        // rising).
+        // rising). The start is added in whole nanoseconds: a double holds
+        // a day's nanoseconds exactly, not a long uptime's.
         whole_ns(self.trace.time_ns(ticks))
+            .saturating_add(self.trace.profile.description.start_monotonic_ns)
     }
 
     fn done(&mut self, result: io::Result<()>) {

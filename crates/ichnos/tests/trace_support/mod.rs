@@ -206,6 +206,28 @@ pub fn perfetto_lines(trace: &Path) -> Vec<Line> {
         .collect()
 }
 
+/// The first and the last event's timestamps in the Perfetto trace at
+/// `trace`, read with Perfetto's own protos.
+pub fn perfetto_span(trace: &Path) -> (u64, u64) {
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/trace/perfetto_slices.py");
+    let out = run(Command::new("python3").arg(script).arg(trace).arg("--span"));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let (first, last) = text.trim().split_once(' ').unwrap();
+    (first.parse().unwrap(), last.parse().unwrap())
+}
+
+/// `CLOCK_MONOTONIC` now, in nanoseconds.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
+    ts.tv_sec.cast_unsigned() * 1_000_000_000 + ts.tv_nsec.cast_unsigned()
+}
+
 /// Runs ichnos with `args` and `-N nothing_so_named -i data`, which must
 /// succeed and warn that the pattern hides nothing.
 pub fn assert_warns_of_a_notrace_naming_nothing(args: &[&str], data: &Path) {
