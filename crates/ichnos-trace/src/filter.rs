@@ -173,7 +173,50 @@ pub(crate) fn names_by(name: &str, demangled: Option<&str>, pattern: &str) -> bo
     // The name without its parameters is the start of the name with
     // them: each scope starts in both.
     let bare = without_parameters(demangled);
-    scopes(bare).any(|from| glob(pattern, &bare[from..]) || glob(pattern, &demangled[from..]))
+    if scopes(bare).any(|from| glob(pattern, &bare[from..]) || glob(pattern, &demangled[from..])) {
+        return true;
+    }
+    // A template's instance by its template's name (`twice` names
+    // `int twice<int>(int)`, as gdb's `break twice` takes every instance).
+    let plain = without_template_arguments(bare);
+    plain.len() < bare.len() && scopes(plain).any(|from| glob(pattern, &plain[from..]))
+}
+
+/// A name without the template arguments it ends with: `ns::twice` of
+/// `ns::twice<std::pair<int, int> >`. Others (`operator>>`, a name with
+/// none) are themselves.
+fn without_template_arguments(name: &str) -> &str {
+    if !name.ends_with('>') {
+        return name;
+    }
+    let mut depth = 0usize;
+    for (at, c) in name.char_indices().rev() {
+        match c {
+            '>' => depth += 1,
+            '<' => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    let head = name[..at].trim_end();
+                    // `operator<` itself, not its arguments.
+                    return if head.is_empty() || head.ends_with("operator") {
+                        name
+                    } else {
+                        head
+                    };
+                }
+            }
+            // An operator's symbols, or a mismatch: not arguments.
+            '(' | ')' if depth == 0 => return name,
+            _ => {}
+        }
+    }
+    name
+}
+
+/// Whether the demangled `name` ends with its parameters (and their
+/// qualifiers): `shapes::S::area(int) const`, not `main`.
+pub(crate) fn has_parameters(name: &str) -> bool {
+    without_parameters(name).len() < name.len()
 }
 
 /// A demangled C++ name without its parameters and what follows them
@@ -322,6 +365,33 @@ mod tests {
         assert!(names(&g, "thrower"));
         assert!(!names(&g, "hrower"));
         assert!(!names(&g, "s::thrower"));
+    }
+
+    /// A template's instances by the template's name, as gdb's `break`
+    /// takes them; operators whose symbols are angle brackets are not
+    /// taken apart.
+    #[test]
+    fn template_instances_are_named_by_their_template() {
+        let twice = f("_Z5twiceIiET_S0_", Some("int twice<int>(int)"));
+        assert!(names(&twice, "twice"));
+        assert!(names(&twice, "twice<int>"));
+        assert!(!names(&twice, "twic"));
+        let nested = f("_Z1x", Some("void ns::keep<std::pair<int, int> >(int)"));
+        assert!(names(&nested, "ns::keep"));
+        assert!(names(&nested, "keep"));
+        assert!(!names(&nested, "pair"));
+        assert_eq!(without_template_arguments("S::operator>>"), "S::operator>>");
+        assert_eq!(without_template_arguments("S::operator>"), "S::operator>");
+        assert_eq!(
+            without_template_arguments("S::operator<=>"),
+            "S::operator<=>"
+        );
+        assert_eq!(without_template_arguments("operator< <int>"), "operator<");
+        assert_eq!(without_template_arguments("main"), "main");
+        assert!(has_parameters("shapes::S::area(int) const"));
+        assert!(has_parameters("int twice<int>(int)"));
+        assert!(has_parameters("f() &&"));
+        assert!(!has_parameters("main"));
     }
 
     /// Names that open with a parenthesis (an anonymous namespace),

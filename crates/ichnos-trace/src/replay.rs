@@ -8,6 +8,7 @@ use std::io::{self, Write};
 
 use rustc_hash::FxHashMap;
 
+use crate::filter::has_parameters;
 use crate::read::{Call, Trace, TraceReadError, Visitor};
 
 /// What to print.
@@ -175,8 +176,8 @@ impl<W: Write> Visitor for Printer<'_, W> {
             return;
         }
         let name = self.trace.name(function);
-        // C++ names keep their parameters: `thrower(int)`.
-        let parens = if name.ends_with(')') { "" } else { "()" };
+        // C++ names keep their parameters: `thrower(int)`, `area(int) const`.
+        let parens = if has_parameters(name) { "" } else { "()" };
         self.line(None, tid, depth, format_args!("{name}{parens} {{"));
     }
 
@@ -187,7 +188,7 @@ impl<W: Write> Visitor for Printer<'_, W> {
         let took = Some(self.trace.ns(call.exit - call.enter));
         let name = self.trace.name(call.function);
         if self.shape.is_leaf(pid, tid, call.index) {
-            let parens = if name.ends_with(')') { "" } else { "()" };
+            let parens = if has_parameters(name) { "" } else { "()" };
             self.line(took, tid, call.depth, format_args!("{name}{parens};"));
         } else {
             self.line(took, tid, call.depth, format_args!("}} /* {name} */"));

@@ -302,3 +302,58 @@ fn a_traces_report_refuses_a_profiles_options() {
         assert!(stderr.contains(said), "{args:?}: {stderr}");
     }
 }
+
+/// The demangled names `nm -C` gives the functions of `exe` that contain
+/// `part`.
+fn nm_names(exe: &Path, part: &str) -> Vec<String> {
+    let out = run(Command::new("nm").arg("-C").arg(exe));
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.splitn(3, ' ').nth(2))
+        .filter(|name| name.contains(part))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// C++ names: a const method prints as its demangled name, with no `()`
+/// added after its qualifier (`area(int) const();` was printed), and a
+/// template's instances are taken by the template's name (`-F twice`
+/// was refused as naming nothing), at record and at replay time.
+#[test]
+fn cxx_methods_print_whole_and_templates_are_named_by_their_template() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "names.cc", &[]);
+    let area = nm_names(&exe, "::area(");
+    let twice = nm_names(&exe, "twice<");
+    assert_eq!(area, ["shapes::S::area(int) const"]);
+    assert_eq!(twice.len(), 2, "{twice:?}");
+    traced(dir.path(), "t.data", &[], &[exe.to_str().unwrap()]);
+    let lines = replayed_calls(dir.path(), "t.data");
+    assert!(lines.contains(&format!("    {};", area[0])), "{lines:#?}");
+    // In the order called, each as nm names it.
+    let called = |lines: &[String]| -> Vec<String> {
+        lines
+            .iter()
+            .filter(|l| l.contains("twice<"))
+            .map(|l| l.trim().trim_end_matches(';').to_owned())
+            .collect()
+    };
+    let mut expected = twice.clone();
+    expected.sort_by_key(|n| !n.contains("<int>"));
+    assert_eq!(called(&lines), expected, "{lines:#?}");
+    // -F twice: both instances, at record time and at replay time.
+    traced(
+        dir.path(),
+        "f.data",
+        &["-F", "twice"],
+        &[exe.to_str().unwrap()],
+    );
+    assert_eq!(called(&replayed_calls(dir.path(), "f.data")), expected);
+    let only: Vec<String> = replay(dir.path(), "t.data", &["-F", "twice"])
+        .into_iter()
+        .map(|(_, l)| l)
+        .collect();
+    assert_eq!(called(&only), expected, "{only:#?}");
+    assert_eq!(only.len(), 2, "{only:#?}");
+}
