@@ -132,6 +132,10 @@ struct Printer<'a, W: Write> {
     out: W,
     options: &'a ReplayOptions,
     shape: Shape,
+    /// Per thread, the depth of the line an event inside its innermost
+    /// open call prints at (a probe, a loss: indented as uftrace indents
+    /// its event lines).
+    depth: FxHashMap<(u32, u32), usize>,
     error: Option<io::Error>,
 }
 
@@ -166,6 +170,7 @@ impl<W: Write> Printer<'_, W> {
 
 impl<W: Write> Visitor for Printer<'_, W> {
     fn enter(&mut self, pid: u32, tid: u32, function: u64, _: u64, depth: usize, index: u64) {
+        self.depth.insert((pid, tid), depth + 1);
         // A hidden call prints nothing (and so does not open its caller:
         // a caller whose calls are all hidden prints as one line); a
         // leaf prints when it returns, with its duration.
@@ -182,6 +187,7 @@ impl<W: Write> Visitor for Printer<'_, W> {
     }
 
     fn exit(&mut self, pid: u32, tid: u32, call: &Call) {
+        self.depth.insert((pid, tid), call.depth);
         if !self.shown(tid) || self.shape.is_hidden(pid, tid, call.index) {
             return;
         }
@@ -195,16 +201,28 @@ impl<W: Write> Visitor for Printer<'_, W> {
         }
     }
 
-    fn probe(&mut self, _: u32, tid: u32, _: u64, id: u64, value: u64) {
+    fn probe(&mut self, pid: u32, tid: u32, _: u64, id: u64, value: u64) {
         if self.shown(tid) {
-            self.line(None, tid, 0, format_args!("/* probe {id} = {value} */"));
+            let depth = self.depth.get(&(pid, tid)).copied().unwrap_or(0);
+            self.line(None, tid, depth, format_args!("/* probe {id} = {value} */"));
         }
     }
 
-    fn lost(&mut self, _: u32, tid: u32, _: u64, count: u64) {
+    fn lost(&mut self, pid: u32, tid: u32, _: u64, count: u64) {
         if self.shown(tid) {
-            self.line(None, tid, 0, format_args!("/* LOST {count} records!! */"));
+            let depth = self.depth.get(&(pid, tid)).copied().unwrap_or(0);
+            self.line(
+                None,
+                tid,
+                depth,
+                format_args!("/* LOST {count} records!! */"),
+            );
         }
+    }
+
+    fn abandon(&mut self, pid: u32, tid: u32, _: usize, _: u64) {
+        // The thread's next events start afresh.
+        self.depth.remove(&(pid, tid));
     }
 }
 
@@ -227,6 +245,7 @@ pub fn replay(trace: &Trace, options: &ReplayOptions, out: impl Write) -> Result
         out,
         options,
         shape,
+        depth: FxHashMap::default(),
         error: None,
     };
     if let Err(e) = writeln!(printer.out, "# DURATION     TID     FUNCTION") {

@@ -871,18 +871,19 @@ fn short_calls_are_hidden_by_the_time_filter() {
 }
 
 /// What naps.c's trace keeps under a 5 ms time filter, at record time
-/// and at replay alike. (Probes print at the left margin.)
+/// and at replay alike. (Probes are indented inside the call they fired
+/// in, as uftrace indents its event lines.)
 const NAPS_KEPT: [&str; 13] = [
     "main() {",
     "  brief() {",
-    "/* probe 7 = 42 */",
+    "    /* probe 7 = 42 */",
     "  } /* brief */",
     "  outer() {",
     "    napping();",
     "  } /* outer */",
     "  wrapped() {",
     "    brief() {",
-    "/* probe 7 = 42 */",
+    "      /* probe 7 = 42 */",
     "    } /* brief */",
     "  } /* wrapped */",
     "} /* main */",
@@ -961,7 +962,7 @@ fn named_spans_show_as_calls_of_their_names() {
         .chain(step)
         .chain(step)
         .chain(step)
-        .chain(["/* probe 1 = 2 */", "} /* main */"])
+        .chain(["  /* probe 1 = 2 */", "} /* main */"])
         .collect();
     assert_eq!(of(true), expected, "{lines:#?}");
     assert_eq!(

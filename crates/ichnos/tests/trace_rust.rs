@@ -65,11 +65,11 @@ fn main() {
     let inner = |i: u64| {
         [
             "  inner() {".to_owned(),
-            format!("/* probe 8 = {i} */"),
+            format!("    /* probe 8 = {i} */"),
             "  } /* inner */".to_owned(),
         ]
     };
-    let mut expected = vec!["outer() {".to_owned(), "/* probe 7 = 1 */".to_owned()];
+    let mut expected = vec!["outer() {".to_owned(), "  /* probe 7 = 1 */".to_owned()];
     for i in 0..3 {
         expected.extend(inner(i));
     }
