@@ -30,6 +30,27 @@ macro_rules! eprint {
     }};
 }
 
+/// A command line that asks for what cannot be (options that do not go
+/// together, a value out of range): exit status 2, as clap's own checks
+/// give, where other errors give 1 (docs/cli.md).
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// Returns a [`UsageError`] made as `format!` makes a string.
+macro_rules! usage {
+    ($($arg:tt)*) => {
+        return Err(anyhow::Error::new(crate::UsageError(format!($($arg)*))))
+    };
+}
+
 /// `println!` that cannot panic: output that cannot be written is lost
 /// (the reports themselves write through handles and report errors).
 macro_rules! println {
@@ -115,7 +136,11 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             eprintln!("error: {}", error_text(&e));
-            ExitCode::from(1)
+            ExitCode::from(if e.downcast_ref::<UsageError>().is_some() {
+                2
+            } else {
+                1
+            })
         }
     }
 }
@@ -183,9 +208,10 @@ pub(crate) fn parse_pid(text: &str) -> Result<u32> {
     if text == "self" {
         return Ok(std::process::id());
     }
-    text.trim()
-        .parse()
-        .with_context(|| format!("{text:?} is not a process id (a number, or self)"))
+    match text.trim().parse() {
+        Ok(pid) => Ok(pid),
+        Err(_) => usage!("{text:?} is not a process id (a number, or self)"),
+    }
 }
 
 fn image(cli: &Cli, args: &ImageArgs) -> Result<()> {

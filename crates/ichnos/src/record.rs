@@ -5,7 +5,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use ichnos_perf::EventKind;
 use ichnos_profile::{EventChoice, RecordOptions, RecordTarget, Status, Summary};
 
@@ -102,15 +102,7 @@ fn parse_event(text: &str) -> Result<EventKind, String> {
 fn parse_pids(text: &str) -> Result<Vec<u32>> {
     text.split(',')
         .filter(|p| !p.is_empty())
-        .map(|p| {
-            if p == "self" {
-                Ok(std::process::id())
-            } else {
-                p.trim()
-                    .parse()
-                    .with_context(|| format!("{p:?} is not a process id"))
-            }
-        })
+        .map(crate::parse_pid)
         .collect()
 }
 
@@ -126,14 +118,14 @@ pub fn demo_command() -> Result<Vec<OsString>> {
 /// The options `args` ask for.
 fn options(args: &RecordArgs) -> Result<RecordOptions> {
     if args.output.as_os_str() == "-" {
-        bail!("-o -: a recording is written to a file, not to standard output");
+        usage!("-o -: a recording is written to a file, not to standard output");
     }
     // With -p or -a, a command bounds the recording (perf's `-a -- sleep
     // 5`): it runs once the events are on, and the recording ends with it.
     let target = if let Some(pids) = &args.pid {
         let pids = parse_pids(pids)?;
         if pids.is_empty() {
-            bail!("-p needs at least one process id");
+            usage!("-p needs at least one process id");
         }
         RecordTarget::Pids(pids)
     } else if args.all {
@@ -144,7 +136,7 @@ fn options(args: &RecordArgs) -> Result<RecordOptions> {
         RecordTarget::Command(args.command.clone())
     };
     if args.frequency == 0 {
-        bail!("-F must be at least 1 Hz");
+        usage!("-F must be at least 1 Hz");
     }
     let mut options = RecordOptions::new(target);
     options.frequency = args.frequency;

@@ -468,10 +468,10 @@ pub fn report(args: &ReportArgs, quiet: bool, verbose: bool) -> Result<()> {
         );
     }
     if (args.icicle || args.title.is_some()) && format != Format::Svg {
-        bail!("--icicle and --title draw flame graphs: use them with --format svg");
+        usage!("--icicle and --title draw flame graphs: use them with --format svg");
     }
     if args.icicle && args.diff.is_some() {
-        bail!("--icicle is not drawn for --diff: the differential flame graph stands upright");
+        usage!("--icicle is not drawn for --diff: the differential flame graph stands upright");
     }
     if let Some(paths) = &args.diff {
         return compare::compare(args, format, &paths[0], &paths[1], quiet, verbose);

@@ -5,7 +5,7 @@ use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use ichnos_profile::report::SymbolOptions;
 use ichnos_trace::replay::ReplayOptions;
 use ichnos_trace::totals::TotalsSort;
@@ -89,21 +89,23 @@ fn runtime() -> PathBuf {
 /// Runs `ichnos trace`; the command's exit status is the result.
 pub fn trace(args: &TraceArgs, quiet: bool) -> Result<u8> {
     if args.output.as_os_str() == "-" {
-        bail!("-o -: a recording is written to a file, not to standard output");
+        usage!("-o -: a recording is written to a file, not to standard output");
     }
-    if args.ring == Some(0) || args.buffer == Some(0) {
-        bail!("buffer sizes must be above 0");
+    for (flag, size) in [("-b", args.buffer), ("--ring", args.ring)] {
+        if size == Some(0) {
+            usage!("{flag} 0: a thread's buffer must hold events");
+        }
     }
     if args.ring.is_some() && args.time_filter.is_some_and(|t| t > 0) {
         // Held entries are written late, with their own older times; a
         // ring saved again skips events older than the ones it read.
-        bail!("-t is not for the flight recorder (--ring): replay -t hides short calls of a ring's trace");
+        usage!("-t is not for the flight recorder (--ring): replay -t hides short calls of a ring's trace");
     }
     // A buffer or ring goes to the recorder as one frame, at most 1 GiB.
     let most = ichnos_data::wire::MAX_FRAME_BYTES;
     for (flag, size) in [("-b", args.buffer), ("--ring", args.ring)] {
         if size.is_some_and(|s| s > most) {
-            bail!("{flag}: at most 1G (a thread's buffer or ring is sent whole)");
+            usage!("{flag}: at most 1G (a thread's buffer or ring is sent whole)");
         }
     }
     if let Some(asked) = args.ring {

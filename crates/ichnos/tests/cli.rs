@@ -158,6 +158,46 @@ fn usage_errors_exit_2() {
         Some(2)
     );
     assert_eq!(ichnos(&["image"]).status.code(), Some(1));
+    // Options that do not go together, or values out of range, that
+    // clap does not check: usage errors too.
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("t.data");
+    let data = data.to_str().unwrap();
+    let out = ichnos(&["record", "-o", data, "--", "true"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (args, said) in [
+        (
+            &["report", "--min-percent", "5", "-i", data][..],
+            "use it with --tree",
+        ),
+        (
+            &["report", "--limit", "5", "--tree", "-i", data],
+            "use it with --format top",
+        ),
+        (
+            &["report", "--icicle", "-i", data],
+            "use them with --format svg",
+        ),
+        (
+            &["record", "-F", "0", "--", "true"],
+            "-F must be at least 1 Hz",
+        ),
+        (&["record", "-p", "abc"], "\"abc\" is not a process id"),
+        (
+            &["trace", "-b", "0", "--", "true"],
+            "-b 0: a thread's buffer must hold events",
+        ),
+        (&["trace", "--ring", "0", "--", "true"], "--ring 0:"),
+    ] {
+        let out = ichnos(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(said), "{args:?}: {err}");
+    }
 }
 
 /// Compiles a C fixture (a path relative to this crate) with `flags` into

@@ -595,7 +595,7 @@ for g in ET.parse(sys.argv[1]).getroot().iter(ns + "g"):
 fn diff_refuses_formats_it_has_no_picture_for() {
     let data = demo().to_str().unwrap();
     let out = ichnos(&["report", "--diff", data, data, "--format", "pprof"]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("--diff shows a table"),
         "{}",
@@ -617,7 +617,7 @@ fn diff_refuses_formats_it_has_no_picture_for() {
         let mut all = vec!["report", "-q", "--diff", data, data];
         all.extend_from_slice(args);
         let out = ichnos(&all);
-        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
         assert!(out.stdout.is_empty(), "{args:?}");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(said), "{args:?}: {stderr}");
@@ -797,7 +797,7 @@ fn flame_graph_options_are_refused_with_other_formats() {
         ],
     ] {
         let out = ichnos(&args);
-        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
         assert!(
             String::from_utf8_lossy(&out.stderr).contains("use them with --format svg"),
             "{}",
@@ -1112,7 +1112,7 @@ fn dash_o_dash_is_standard_output_for_a_report_and_refused_for_a_recording() {
             .args([command, "-o", "-", "--", "true"])
             .output()
             .unwrap();
-        assert_eq!(out.status.code(), Some(1), "{command}");
+        assert_eq!(out.status.code(), Some(2), "{command}");
         assert!(
             String::from_utf8_lossy(&out.stderr).contains("-o -: a recording is written to a file"),
             "{command}: {}",

@@ -1007,7 +1007,7 @@ fn bad_input_gets_clear_errors() {
         &["--ring", "64K", "-t", "1ms"],
         &["true"],
     );
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("-t is not for the flight recorder"),
         "{}",
@@ -1015,7 +1015,7 @@ fn bad_input_gets_clear_errors() {
     );
     // A ring the wire cannot carry as one frame is refused up front.
     let out = trace(dir.path(), "t.data", &["--ring", "2G"], &["true"]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("--ring: at most 1G"),
         "{}",

@@ -297,7 +297,7 @@ fn a_traces_report_refuses_a_profiles_options() {
             .arg(&trace)
             .output()
             .unwrap();
-        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(said), "{args:?}: {stderr}");
     }

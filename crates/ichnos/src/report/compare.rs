@@ -20,17 +20,17 @@ pub(super) fn compare(
     verbose: bool,
 ) -> Result<()> {
     if !matches!(format, Format::Top | Format::Svg) {
-        bail!("--diff shows a table (--format top) or a differential flame graph (--format svg)");
+        usage!("--diff shows a table (--format top) or a differential flame graph (--format svg)");
     }
     // Refused rather than ignored, as for one recording's report.
     if args.sort.is_some() {
-        bail!("--diff sorts its rows by the change: --sort is for one recording's table");
+        usage!("--diff sorts its rows by the change: --sort is for one recording's table");
     }
     if args.min_percent.is_some() {
-        bail!("--min-percent folds the tree (--tree), which --diff does not draw");
+        usage!("--min-percent folds the tree (--tree), which --diff does not draw");
     }
     if args.limit.is_some() && format != Format::Top {
-        bail!("--limit counts the table's rows: use it with --format top");
+        usage!("--limit counts the table's rows: use it with --format top");
     }
     let base = load(base_path, quiet)?.profile;
     let new = load(new_path, quiet)?.profile;

@@ -28,16 +28,16 @@ pub(super) fn refuse_for_a_profile(args: &ReportArgs, format: Format, input: &Pa
     }
     // Checked before anything is written (the table's header came first).
     if args.sort.is_some() && format != Format::Top {
-        bail!("--sort orders the table: use it with --format top");
+        usage!("--sort orders the table: use it with --format top");
     }
     if args.limit.is_some() && format != Format::Top {
-        bail!("--limit counts the table's rows: use it with --format top (the tree folds by --min-percent)");
+        usage!("--limit counts the table's rows: use it with --format top (the tree folds by --min-percent)");
     }
     if args.min_percent.is_some() && format != Format::Tree {
-        bail!("--min-percent folds the tree: use it with --tree");
+        usage!("--min-percent folds the tree: use it with --tree");
     }
     if let Some(other @ (SortBy::Calls | SortBy::Avg | SortBy::Max)) = args.sort {
-        bail!(
+        usage!(
             "--sort {}: only a function trace (--trace) is sorted by it",
             format!("{other:?}").to_lowercase()
         );
@@ -50,13 +50,13 @@ pub(super) fn refuse_for_a_profile(args: &ReportArgs, format: Format, input: &Pa
 pub(super) fn report(args: &ReportArgs, format: Format, input: &Path, quiet: bool) -> Result<()> {
     use crate::trace::{TraceOutput, TraceSort};
     if args.sort.is_some() && format != Format::Top {
-        bail!("--sort orders the table: use it with --format top");
+        usage!("--sort orders the table: use it with --format top");
     }
     if args.pid.len() + usize::from(args.comm.is_some()) > 0 {
-        bail!("a function trace is filtered by thread (--tid), not by --pid or --comm");
+        usage!("a function trace is filtered by thread (--tid), not by --pid or --comm");
     }
     if args.limit.is_some() && format != Format::Top {
-        bail!("--limit counts the table's rows: use it with --format top");
+        usage!("--limit counts the table's rows: use it with --format top");
     }
     // Options of a profile's report that a trace's would silently ignore.
     for (given, option) in [
@@ -65,7 +65,7 @@ pub(super) fn report(args: &ReportArgs, format: Format, input: &Path, quiet: boo
         (args.min_percent.is_some(), "--min-percent"),
     ] {
         if given {
-            bail!("{option} is for a sampling profile's report; a function trace names each call's function");
+            usage!("{option} is for a sampling profile's report; a function trace names each call's function");
         }
     }
     let what = match format {
