@@ -18,8 +18,9 @@ pub struct RecordArgs {
     /// The recording to write (an existing one is kept as FILE.old).
     #[arg(short, long, value_name = "FILE", default_value = "ichnos.data")]
     output: PathBuf,
-    /// Bytes of user stack copied per sample (K/M suffixes; a multiple of
-    /// 8, at most 65528). Default: 65528, the most the kernel copies; 32K
+    /// Bytes of user stack copied per sample (a K suffix; a multiple of
+    /// 8, at most 65528, which 64K also names). Default: 65528, the most
+    /// the kernel copies; 32K
     /// where the kernel limits the memory perf rings may lock, or on
     /// machines of more than 32 CPUs.
     #[arg(long, value_name = "BYTES", value_parser = parse_stack_size)]
@@ -82,6 +83,11 @@ fn parse_max_frames(text: &str) -> Result<usize, String> {
 fn parse_stack_size(text: &str) -> Result<u32, String> {
     let bytes = crate::units::parse_size(text)?;
     let max = ichnos_profile::record::MAX_STACK_SIZE;
+    // `64K` is what one types for the most: the kernel's most is 8
+    // bytes less (a sample record's size is 16 bits).
+    if bytes == 64 << 10 {
+        return Ok(max);
+    }
     if bytes == 0 || bytes > u64::from(max) || bytes % 8 != 0 {
         return Err(format!(
             "{text}: the stack copy must be a multiple of 8 between 8 and {max} bytes"
@@ -254,4 +260,24 @@ pub fn off_cpu_line(s: &Summary) -> Option<String> {
 /// that killed it, as shells report it.
 pub fn exit_code(s: &Summary) -> u8 {
     crate::ending::exit_code(s.exit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stack_sizes_are_multiples_of_8_up_to_the_kernels_most() {
+        assert_eq!(parse_stack_size("8K"), Ok(8192));
+        assert_eq!(parse_stack_size("65528"), Ok(65528));
+        // What one types for the most.
+        assert_eq!(parse_stack_size("64K"), Ok(65528));
+        for bad in ["0", "65530", "65544", "1M", "12"] {
+            assert!(parse_stack_size(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_max_frames("1"), Ok(1));
+        assert_eq!(parse_max_frames("16384"), Ok(16384));
+        assert!(parse_max_frames("0").is_err());
+        assert!(parse_max_frames("16385").is_err());
+    }
 }
