@@ -388,3 +388,61 @@ fn a_perf_data_file_of_this_boot_shows_its_kernel_frames() {
         );
     }
 }
+
+/// A `perf record -a` file's idle-CPU samples (the idle task, pid 0,
+/// for which the kernel sends no name) are named `swapper` as perf names
+/// them, and `--comm swapper` keeps the share `perf report --sort comm`
+/// gives them. (They were nameless, and no --comm could pick them.)
+#[test]
+fn the_idle_task_of_a_perf_record_a_file_is_named_swapper() {
+    let _perf = one_perf_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("a.data");
+    let out = Command::new("perf")
+        .args([
+            "record",
+            "-q",
+            "-a",
+            "-g",
+            "-e",
+            "cpu-clock",
+            "-F",
+            "1000",
+            "-o",
+        ])
+        .arg(&data)
+        .args(["--", "sleep", "0.5"])
+        .output()
+        .expect("perf runs (install linux-perf)");
+    assert!(out.status.success(), "perf record: {}", stderr(&out));
+    let report = Command::new("perf")
+        .args(["report", "--stdio", "--sort", "comm", "-g", "none", "-i"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let theirs: f64 = String::from_utf8_lossy(&report.stdout)
+        .lines()
+        .find(|l| l.trim_end().ends_with(" swapper"))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|share| share.trim_end_matches('%').parse().ok())
+        .expect("perf report names swapper");
+    assert!(theirs > 5.0, "idle CPUs: {theirs}%");
+    let top = text(&ichnos(&[
+        "report",
+        "-i",
+        data.to_str().unwrap(),
+        "--comm",
+        "swapper",
+    ]));
+    let ours: f64 = top
+        .lines()
+        .find_map(|l| l.strip_prefix("# shown: "))
+        .and_then(|l| l.split_once('(')?.1.split_once('%')?.0.parse().ok())
+        .unwrap_or_else(|| panic!("{top}"));
+    assert!(
+        (ours - theirs).abs() <= 0.5,
+        "ichnos {ours}%, perf {theirs}%"
+    );
+    let folded = folded(&data, &["--pid", "0"]);
+    assert!(!folded.is_empty() && folded.iter().all(|(frames, _)| frames[0] == "swapper"));
+}

@@ -245,6 +245,26 @@ pub fn import_perf_data(
     })
 }
 
+/// Names the idle task (pid and tid 0, whose samples `perf record -a`
+/// takes on idle CPUs) `swapper`, as perf does, after its first sample
+/// (at `time`, which made its process): the kernel sends no COMM record
+/// for it.
+fn name_idle_task(time: Option<u64>, recorder: &mut Recorder) {
+    let comm = ichnos_perf::record::Comm {
+        pid: 0,
+        tid: 0,
+        name: b"swapper",
+        exec: false,
+        sample_id: ichnos_perf::record::SampleId {
+            pid: Some(0),
+            tid: Some(0),
+            time,
+            ..ichnos_perf::record::SampleId::default()
+        },
+    };
+    recorder.handle(&ichnos_perf::record::Record::Comm(comm), false);
+}
+
 /// The build ids the header of `perf_file` lists for user-space objects,
 /// by path (none where it lists none, or its list cannot be read).
 fn user_build_ids(perf_file: &linux_perf_data::PerfFile) -> HashMap<Vec<u8>, Vec<u8>> {
@@ -342,6 +362,9 @@ struct Converted {
     /// build recorded is used where it kept one), not read as the build
     /// recorded.
     build_ids: HashMap<Vec<u8>, Vec<u8>>,
+    /// The idle task (pid 0) was named: the kernel sends no COMM record
+    /// for it, and perf names it `swapper` itself.
+    idle_named: bool,
 }
 
 impl Converted {
@@ -410,6 +433,13 @@ impl Converted {
                     self.last_time = self.last_time.max(t);
                 }
                 recorder.handle(&parsed, false);
+                if let ichnos_perf::record::Record::Sample(s) = &parsed {
+                    if s.id.pid == Some(0) && !self.idle_named {
+                        // After its first sample, which made its process.
+                        self.idle_named = true;
+                        name_idle_task(s.id.time, recorder);
+                    }
+                }
             }
             Err(_) => self.unreadable += 1,
         }
