@@ -119,8 +119,11 @@ pub(crate) fn frames(
         };
         if let Ok(mut iter) = found {
             while let Ok(Some(f)) = iter.next() {
-                let (function, raw_function) =
-                    f.function.as_ref().map(|n| name(n.name.bytes())).unzip();
+                let (function, raw_function) = f
+                    .function
+                    .as_ref()
+                    .map(|n| name(without_internal_alias(n.name.bytes())))
+                    .unzip();
                 frames.push(Frame {
                     function,
                     raw_function,
@@ -205,6 +208,17 @@ pub(crate) fn frames(
 /// Whether `symbol`, a mangled name, is the function whose DWARF name is
 /// the unmangled `short`: demangled, it names `short` with its
 /// parameters, alone or after a scope (`ns::short(int)`).
+/// A function's DWARF name without glibc's prefix for its names inside
+/// the library (`__GI_setlocale`, an assembler label that DWARF gives as
+/// the linkage name): its own name, `setlocale`, which DWARF's
+/// `DW_AT_name` holds and gdb's backtrace and perf show.
+fn without_internal_alias(name: &[u8]) -> &[u8] {
+    match name.strip_prefix(b"__GI_") {
+        Some(own) if !own.is_empty() => own,
+        _ => name,
+    }
+}
+
 fn names_short(symbol: &str, short: &str) -> bool {
     let mangled = |n: &str| n.starts_with("_Z") || n.starts_with("_R");
     if short.is_empty() || mangled(short) || !mangled(symbol) {

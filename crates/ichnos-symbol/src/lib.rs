@@ -7,6 +7,10 @@
 //! what `addr2line -f -i -C` prints. Names come from DWARF where there is
 //! debug information, else from the ELF symbol tables (`.symtab`, then
 //! `.dynsym`); Rust and C++ names are demangled, the raw name is kept.
+//! Two choices differ from binutils' and gdb's, and follow perf's and
+//! uftrace's: a name DWARF gives as glibc's internal label
+//! (`__GI_setlocale`) is the function's own (`setlocale`), and at an
+//! address several symbols name, a global one wins over a local alias.
 //!
 //! Debug information is found the way distributions ship it: in the file
 //! itself, then under `.build-id/xx/yyyy.debug` in the debug directories,

@@ -39,6 +39,10 @@ pub(crate) struct Sym {
     /// An assembler label in code, not a function symbol: it names only
     /// code no function holds ([`named_code`]).
     pub label: bool,
+    /// Of local binding (`STB_LOCAL`): at an address a global or weak
+    /// symbol also names, the global name is the one given (glibc's
+    /// `setlocale`, not its internal `__GI_setlocale`).
+    pub local: bool,
 }
 
 /// A parsed object.
@@ -653,6 +657,7 @@ mod tests {
             name: name.to_owned(),
             file: None,
             label,
+            local: false,
         }
     }
 
@@ -691,6 +696,26 @@ mod tests {
                 ("after_no_size", 0x2008),
                 ("f", 0x3000),
             ]
+        );
+    }
+
+    /// glibc's debug file names its functions' internal aliases
+    /// (`__GI_setlocale`, local) in `.symtab`, read before `.dynsym`'s
+    /// `setlocale`: the global name is given, as `nm -D` and perf give it.
+    #[test]
+    fn at_one_address_a_global_function_wins_over_a_local_alias() {
+        let local = |name, addr| Sym {
+            local: true,
+            ..sym(name, addr, 0x40, false)
+        };
+        let symbols = vec![
+            local("__GI_setlocale", 0x1000),
+            sym("setlocale", 0x1000, 0x40, false),
+            local("only_local", 0x2000),
+        ];
+        assert_eq!(
+            names(&named_code(symbols)),
+            [("setlocale", 0x1000), ("only_local", 0x2000)]
         );
     }
 

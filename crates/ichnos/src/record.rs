@@ -170,6 +170,12 @@ fn options(args: &RecordArgs) -> Result<RecordOptions> {
 /// Runs `ichnos record`; the exit status is the command's.
 pub fn record(args: &RecordArgs, quiet: bool, verbose: bool) -> Result<u8> {
     let options = options(args)?;
+    if args.command.is_empty() && args.pid.is_none() && !args.all && !quiet {
+        // A command forgotten should not pass for one recorded.
+        eprintln!(
+            "note: no command given: recording the built-in demo (ichnos record -- COMMAND records a command)"
+        );
+    }
     let summary = run(&options, quiet, verbose)?;
     Ok(exit_code(&summary))
 }
@@ -226,11 +232,18 @@ pub fn run(options: &RecordOptions, quiet: bool, verbose: bool) -> Result<Summar
 
 /// The one line printed at the end.
 pub fn summary_line(s: &Summary) -> String {
-    let share = if s.samples == 0 {
-        0.0
-    } else {
-        100.0 * s.complete as f64 / s.samples as f64
-    };
+    if s.samples == 0 {
+        // No share of no stacks: a 0% would read as broken stacks.
+        return format!(
+            "recorded no samples in {:.2} s ({} lost; a command that ran less than a \
+             sampling period of CPU time, or slept, has none) to {} ({})",
+            s.duration.as_secs_f64(),
+            crate::units::thousands(s.lost),
+            s.path.display(),
+            crate::units::bytes(s.bytes)
+        );
+    }
+    let share = 100.0 * s.complete as f64 / s.samples as f64;
     format!(
         "recorded {} in {:.2} s ({share:.1}% complete stacks, {} lost) to {} ({})",
         crate::units::counted(s.samples, "sample", "samples"),

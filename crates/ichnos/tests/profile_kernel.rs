@@ -141,7 +141,7 @@ fn kernel_frames_and_their_shares_agree_with_perf_record_g() {
         // perf names glibc's read by its symbol table, ichnos by its
         // DWARF (libc6-dbg).
         let ours_named = match name.as_str() {
-            "read" if !ours.contains_key("read") => "__GI___libc_read",
+            "read" if !ours.contains_key("read") => "__libc_read",
             name => name,
         };
         let our_share = share(&ours, ours_named);

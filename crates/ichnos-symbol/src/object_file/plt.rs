@@ -56,6 +56,7 @@ pub(super) fn plt_symbols(file: &object::File<'_>) -> Vec<Sym> {
                     name: name.clone(),
                     file: None,
                     label: false,
+                    local: false,
                 });
             }
         }

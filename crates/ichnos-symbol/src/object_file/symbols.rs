@@ -56,6 +56,7 @@ pub(super) fn go_function_symbols(file: &object::File<'_>) -> Vec<Sym> {
             name: f.name,
             file: None,
             label: false,
+            local: false,
         })
         .collect()
 }
@@ -91,6 +92,7 @@ pub(super) fn unwind_entry_symbols(file: &object::File<'_>, named: &[Sym]) -> Ve
                 name: format!("sub_{start:x}"),
                 file: None,
                 label: true,
+                local: false,
             })
         })
         .take(MAX_UNWIND_ENTRY_SYMBOLS)
@@ -152,6 +154,7 @@ pub(super) fn function_symbols(file: &object::File<'_>) -> Vec<Sym> {
                 None
             },
             label,
+            local: s.is_local(),
         });
     }
     out
@@ -160,7 +163,9 @@ pub(super) fn function_symbols(file: &object::File<'_>) -> Vec<Sym> {
 /// One name per address from the symbols of every table read (the
 /// object's own, a debug file's, MiniDebugInfo's), sorted: at one
 /// address a function wins over a label, a sized function over one
-/// without a size, and otherwise the first read.
+/// without a size, a global or weak one over a local one (an alias for
+/// use inside the library: glibc's `__GI_setlocale` of `setlocale`, as
+/// perf and uftrace choose), and otherwise the first read.
 ///
 /// Labels count where no function symbol holds them: an assembler label
 /// in code (`STT_NOTYPE`, no size) names the code from it to the next
@@ -172,7 +177,7 @@ pub(super) fn function_symbols(file: &object::File<'_>) -> Vec<Sym> {
 /// functions whose symbols are only in `.dynsym`.
 pub(super) fn named_code(mut symbols: Vec<Sym>) -> Vec<Sym> {
     // Stable: among equals the first read stays first.
-    symbols.sort_by_key(|s| (s.addr, s.label, s.size == 0));
+    symbols.sort_by_key(|s| (s.addr, s.label, s.size == 0, s.local));
     symbols.dedup_by_key(|s| s.addr);
     // The end of the code the functions so far hold (they may nest or
     // overlap: the furthest end counts).
