@@ -64,6 +64,10 @@ pub enum ReadError {
         /// The first bytes.
         found: Vec<u8>,
     },
+    /// The file has no byte at all: a recorder killed before it wrote
+    /// anything leaves one.
+    #[error("the file is empty (a recorder stopped before it wrote its header leaves one)")]
+    EmptyFile,
     /// Another version of the format.
     #[error("recording format version {version}; this ichnos reads version 1")]
     UnsupportedVersion {

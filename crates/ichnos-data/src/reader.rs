@@ -104,6 +104,9 @@ impl<R: Read> Reader<R> {
     pub fn new(mut input: R) -> Result<Self, ReadError> {
         let mut header = [0u8; HEADER_LEN as usize];
         let n = read_full(&mut input, &mut header)?;
+        if n == 0 {
+            return Err(ReadError::EmptyFile);
+        }
         if n >= MAGIC.len() && header[..MAGIC.len()] == MAGIC && n < header.len() {
             return Err(ReadError::TruncatedHeader {
                 needed: HEADER_LEN.into(),

@@ -637,6 +637,10 @@ fn damage_is_named_with_its_offset() {
         read_all(b"ICHN").1,
         Some(ReadError::NotARecording { .. })
     ));
+    // Nothing at all: said so, not as a foreign file starting with [].
+    let empty = read_all(b"").1.unwrap();
+    assert!(matches!(empty, ReadError::EmptyFile), "{empty:?}");
+    assert!(empty.to_string().contains("the file is empty"), "{empty}");
 
     // Cut inside the header, after the magic: a recording cut short, not
     // a foreign file.

@@ -1013,6 +1013,12 @@ fn damaged_and_foreign_recordings_are_named_with_the_offset() {
         &["report", "-i", p],
         &["bad.data", "not an ichnos recording"],
     );
+    // An empty file (a recorder killed before it wrote anything) is
+    // called empty, by ichnos report and replay alike.
+    std::fs::write(&path, b"").unwrap();
+    for command in ["report", "replay"] {
+        fails_with(&[command, "-i", p], &["bad.data", "the file is empty"]);
+    }
     // A perf.data magic is read as perf.data, and refused as one.
     std::fs::write(&path, b"PERFILE2 and more bytes of a perf.data file").unwrap();
     fails_with(
