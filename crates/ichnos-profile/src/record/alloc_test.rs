@@ -80,12 +80,21 @@ pub(super) fn sample_here_copying(
     let n = {
         use ichnos_code::memory::Memory as _;
         let mut m = ichnos_code::memory::ProcessMemory::current();
-        // Up to the end of the stack mapping: halve until it reads.
-        let mut n = most.min(size);
-        while n >= 64 && m.read(sp, &mut stack[..n]).is_err() {
-            n /= 2;
+        // Up to the end of the stack mapping, as the kernel copies: the
+        // longest read that succeeds (halving until one did dropped up to
+        // half the stack, and the walk, through a debug build's large
+        // frames, ran off the copy where this thread's stack lay near its
+        // mapping's end).
+        let (mut good, mut bad) = (0, most.min(size) + 8);
+        while bad - good > 8 {
+            let mid = usize::midpoint(good, bad) / 8 * 8;
+            if m.read(sp, &mut stack[..mid]).is_ok() {
+                good = mid;
+            } else {
+                bad = mid;
+            }
         }
-        n
+        good
     };
     let pid = std::process::id();
     // SAFETY: gettid has no preconditions.
