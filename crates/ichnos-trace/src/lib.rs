@@ -21,6 +21,7 @@ mod filter;
 mod read;
 mod recorder;
 pub mod replay;
+mod ring_repeats;
 mod scoped;
 mod socket;
 mod sys;

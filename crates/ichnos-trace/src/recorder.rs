@@ -229,8 +229,12 @@ struct Out {
     /// Entries, exits (spans' too) and probes written: what a reader
     /// shows (the `setjmp`, `longjmp` and catch events that keep depths
     /// right are not counted; a program built without instrumentation
-    /// sends them too).
+    /// sends them too; nor are the events a ring saved again repeats).
     kept: u64,
+    /// What each thread's flight-recorder rings sent so far hold, by
+    /// process and thread: a ring saved again is counted for its new
+    /// events only, as a reader reads it.
+    rings: FxHashMap<(u32, u32), crate::ring_repeats::RingSeen>,
     lost: u64,
     processes: usize,
     refused: Vec<String>,
@@ -606,6 +610,7 @@ fn open_output(path: &Path, options: &TraceOptions, tsc: bool) -> Result<Out, Tr
         next_asid: 1,
         threads: FxHashSet::default(),
         open_threads: FxHashMap::default(),
+        rings: FxHashMap::default(),
         span_names: FxHashSet::default(),
         kept: 0,
         lost: 0,

@@ -175,6 +175,10 @@ impl Stream {
         if let Some(event) = block.next {
             return Ok(Some(event.ticks()));
         }
+        // For a block that goes on from this one, as in the file's order.
+        if let Some(ring) = block.ring.take() {
+            ring.end(&mut self.thread);
+        }
         block.head.end(&mut self.thread, pid, tid, visitor);
         self.block = None;
         chunks.closed();

@@ -14,6 +14,7 @@ use ichnos_data::{CallEvent, Calls, ClockSource, ReadError, Reader, Record};
 use ichnos_profile::report::{symbolize, Profile, SymbolOptions};
 use rustc_hash::FxHashMap;
 
+use crate::ring_repeats::{RingSeen, SaveRead};
 use crate::scoped::{CallFilters, Scope, ScopeError, Scoped};
 use by_time::ChunkCache;
 pub use by_time::ThreadBlocks;
@@ -141,14 +142,10 @@ struct Thread {
     /// The time of the thread's newest event, or of its end where its
     /// last block (of a program's end) is dated later.
     last_ticks: u64,
-    /// The newest event of the thread's flight-recorder rings read so
-    /// far: a later ring of the same thread (a snapshot, then the exit)
-    /// holds these events again.
-    ring_newest: Option<u64>,
-    /// How many of the events read carry that newest time (a coarse
-    /// clock gives several events one time: those after the ones read
-    /// are new).
-    at_newest: usize,
+    /// What the thread's flight-recorder rings read so far hold: a later
+    /// save of the same ring (a snapshot, then the exit) holds those
+    /// events again.
+    rings: RingSeen,
     /// `setjmp` places: the depth (open calls) at each, by `jmp_buf`
     /// address.
     jumps: FxHashMap<u64, usize>,
@@ -555,18 +552,14 @@ impl BlockHead {
     }
 }
 
-/// How a block of a flight recorder's ring is read: what earlier rings
-/// of the thread did not hold. A ring repeats what an earlier ring of the
-/// thread saved and has lost what was overwritten since: the events
-/// already read are skipped, and where nothing overlaps, the calls open
-/// before the gap end at the last event seen (their exits are gone). A
-/// block that goes on from the one before is the same ring: neither.
-struct RingRead {
-    /// The newest event time read before this block.
-    seen: Option<u64>,
-    /// Of the events at that time, those still to skip.
-    repeated_at_seen: usize,
-}
+/// How a block of a flight recorder's ring is read: what earlier saves
+/// of the thread's ring did not hold ([`crate::ring_repeats`]). Where
+/// nothing overlaps, the calls open before the gap end at the last event
+/// seen (their exits are gone). A block that goes on from the one before
+/// is the same save, read on as it was: the events it repeats are skipped
+/// too (a ring larger than one block, saved twice, was read whole from its
+/// second block on), and no gap lies before it.
+struct RingRead(SaveRead);
 
 impl RingRead {
     /// At the start of a block with `flags` whose first event is at
@@ -581,44 +574,30 @@ impl RingRead {
         visitor: &mut dyn Visitor,
     ) -> Option<RingRead> {
         if flags & ichnos_data::CALLS_RING == 0 {
+            thread.rings.not_a_ring();
             return None;
         }
         let continued = flags & ichnos_data::CALLS_CONTINUED != 0;
-        let seen = thread.ring_newest.filter(|_| !continued);
-        if let (Some(seen), Some(first)) = (seen, first) {
-            if first > seen {
-                close_above(thread, pid, tid, 0, seen, visitor);
-                thread.jumps.clear();
-                thread.lose_live();
+        if !continued {
+            if let (Some(seen), Some(first)) = (thread.rings.newest(), first) {
+                if first > seen {
+                    close_above(thread, pid, tid, 0, seen, visitor);
+                    thread.jumps.clear();
+                    thread.lose_live();
+                }
             }
         }
-        Some(RingRead {
-            seen,
-            // Of the events at the newest time read, those read already.
-            repeated_at_seen: if seen.is_some() { thread.at_newest } else { 0 },
-        })
+        Some(RingRead(thread.rings.begin(continued)))
     }
 
     /// Whether the block's next event, at `ticks`, is new.
     fn take(&mut self, thread: &mut Thread, ticks: u64) -> bool {
-        if let Some(s) = self.seen {
-            if ticks < s {
-                return false;
-            }
-            if ticks == s && self.repeated_at_seen > 0 {
-                self.repeated_at_seen -= 1;
-                return false;
-            }
-        }
-        match thread.ring_newest {
-            Some(n) if n == ticks => thread.at_newest += 1,
-            Some(n) if n > ticks => {}
-            _ => {
-                thread.ring_newest = Some(ticks);
-                thread.at_newest = 1;
-            }
-        }
-        true
+        thread.rings.take(&mut self.0, ticks)
+    }
+
+    /// After the block's last event.
+    fn end(self, thread: &mut Thread) {
+        thread.rings.end(self.0);
     }
 }
 
@@ -638,6 +617,10 @@ fn read_block(
         if ring.as_mut().is_none_or(|r| r.take(thread, event.ticks())) {
             step(thread, pid, tid, event, visitor);
         }
+    }
+    // For a block that goes on from this one.
+    if let Some(ring) = ring {
+        ring.end(thread);
     }
     head.end(thread, pid, tid, visitor);
 }

@@ -65,6 +65,45 @@ fn a_ring_saved_again_adds_only_its_new_events_even_at_the_same_time() {
     assert_eq!(closed.0, [(30, 5, 6), (20, 5, 7), (10, 1, 8)]);
 }
 
+/// A ring of more events than one block holds, saved twice: the second
+/// save's blocks repeat the first's, its continued blocks too, and only
+/// the events after the first save are read from it. (Its continued
+/// blocks were read whole: every call in them twice.)
+#[test]
+fn a_large_ring_saved_again_repeats_nothing_from_its_continued_blocks() {
+    const CONTINUED: u64 = ichnos_data::CALLS_CONTINUED;
+    let mut thread = Thread::default();
+    let mut closed = Closed::default();
+    // Calls of function 1 at 10, 20, ..., one enter and exit each.
+    let calls = |from: u64, to: u64| -> Vec<CallEvent> {
+        (from..to)
+            .flat_map(|i| [enter(10 * i, 1), exit(10 * i + 5, 1)])
+            .collect()
+    };
+    // The snapshot: calls 0..6 in two blocks; the exit's save: calls
+    // 2..9 in three, the first two wholly repeated.
+    let saves = [
+        vec![(RING, calls(0, 3)), (RING | CONTINUED, calls(3, 6))],
+        vec![
+            (RING, calls(2, 4)),
+            (RING | CONTINUED, calls(4, 6)),
+            (RING | CONTINUED, calls(6, 9)),
+        ],
+    ];
+    for (flags, events) in saves.into_iter().flatten() {
+        read_block(
+            &mut thread,
+            1,
+            1,
+            head(flags),
+            events.into_iter(),
+            &mut closed,
+        );
+    }
+    let expected: Vec<(u64, u64, u64)> = (0..9).map(|i| (1, 10 * i, 10 * i + 5)).collect();
+    assert_eq!(closed.0, expected);
+}
+
 #[test]
 fn a_ring_that_goes_on_from_the_block_before_skips_and_drops_nothing() {
     let mut thread = Thread::default();

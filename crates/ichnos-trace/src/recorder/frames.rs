@@ -344,6 +344,12 @@ fn calls(conn: &mut Conn, out: &mut Out, h: &FrameHeader, body: &[u8]) -> Result
     }
     // The runtime's count is untrusted: it saturates, never wraps.
     out.lost = out.lost.saturating_add(h.lost);
+    // A ring's save: counted for what earlier saves did not hold.
+    let ring = (h.flags & wire::FRAME_RING != 0).then(|| {
+        let mut seen = out.rings.remove(&thread).unwrap_or_default();
+        let read = seen.begin(false);
+        (seen, read)
+    });
     let mut blocks = Blocks {
         pid: conn.pid,
         tid,
@@ -353,9 +359,14 @@ fn calls(conn: &mut Conn, out: &mut Out, h: &FrameHeader, body: &[u8]) -> Result
         ticks: h.ticks,
         written: 0,
         new_functions: std::mem::take(&mut out.new_functions),
+        ring,
     };
     out.encoder.start(h.ticks);
-    convert(conn, out, h, body, &mut blocks)?;
+    let converted = convert(conn, out, h, body, &mut blocks);
+    if let Some((seen, _)) = blocks.ring.take() {
+        out.rings.insert(thread, seen);
+    }
+    converted?;
     if h.flags & wire::FRAME_LAST != 0 && h.flags & wire::FRAME_RING == 0 && !out.encoder.is_empty()
     {
         // The thread's end is the last frame's time, after its last
@@ -381,6 +392,7 @@ fn end_thread(conn: &Conn, out: &mut Out, tid: u32, ticks: u64) -> Result<(), Tr
         ticks,
         written: 0,
         new_functions: std::mem::take(&mut out.new_functions),
+        ring: None,
     };
     blocks.write(out, true)?;
     out.new_functions = blocks.new_functions;
@@ -405,6 +417,9 @@ struct Blocks {
     written: usize,
     /// Functions numbered since the last block: (number, address).
     new_functions: Vec<(u64, u64)>,
+    /// A ring's save: what the thread's saves before held, and how this
+    /// one's events are told new ([`crate::ring_repeats`]).
+    ring: Option<(crate::ring_repeats::RingSeen, crate::ring_repeats::SaveRead)>,
 }
 
 impl Blocks {
@@ -412,12 +427,24 @@ impl Blocks {
     /// full.
     #[inline(always)]
     #[allow(clippy::inline_always)] // on every event of a trace
-    fn push(&mut self, out: &mut Out, event: &CallEvent) -> Result<(), TraceError> {
+    fn push(&mut self, out: &mut Out, event: &CallEvent) -> Result<bool, TraceError> {
         if out.encoder.len() == EVENTS_PER_RECORD {
             self.write_full(out)?;
         }
         out.encoder.push(event);
-        Ok(())
+        Ok(self.is_new(event.ticks()))
+    }
+
+    /// Whether the event at `ticks` just pushed is new: not one an
+    /// earlier save of the thread's ring held (every event of a frame
+    /// that is not a ring's is).
+    #[inline(always)]
+    #[allow(clippy::inline_always)] // on every event of a trace
+    fn is_new(&mut self, ticks: u64) -> bool {
+        match &mut self.ring {
+            None => true,
+            Some((seen, read)) => seen.take(read, ticks),
+        }
     }
 
     /// Adds the entry (`enter`) or exit of the function at `address` of
@@ -437,7 +464,7 @@ impl Blocks {
             self.write_full(out)?;
         }
         out.encoder.push_call(ticks, function, !enter);
-        out.kept += 1;
+        out.kept += u64::from(self.is_new(ticks));
         Ok(())
     }
 
@@ -557,8 +584,9 @@ fn convert(
             // A value event carries the value where a time would be.
             let value = ticks;
             if let Some((ticks, id)) = probe.take() {
-                blocks.push(out, &CallEvent::Probe { ticks, id, value })?;
-                out.kept += 1;
+                if blocks.push(out, &CallEvent::Probe { ticks, id, value })? {
+                    out.kept += 1;
+                }
             }
             continue;
         }
@@ -571,14 +599,16 @@ fn convert(
                 blocks.push_call(out, conn.asid, ticks, address, kind == event::SPAN_BEGIN)?;
             }
             event::PROBE => probe = Some((ticks, address)),
-            event::SETJMP | event::LONGJMP => blocks.push(
-                out,
-                &CallEvent::Jump {
-                    ticks,
-                    buffer: address,
-                    long: kind == event::LONGJMP,
-                },
-            )?,
+            event::SETJMP | event::LONGJMP => {
+                blocks.push(
+                    out,
+                    &CallEvent::Jump {
+                        ticks,
+                        buffer: address,
+                        long: kind == event::LONGJMP,
+                    },
+                )?;
+            }
             event::LIVE => {
                 // A frame the catch after these leaves: only the frames of
                 // functions traced (entered before, so numbered) can hold
