@@ -27,6 +27,8 @@ use std::sync::{Mutex, MutexGuard, TryLockError};
 
 use ichnos_buf::fill::ErrnoGuard;
 
+use crate::dispositions::real_sigaction;
+
 /// Signals that end a program with a core: saved first.
 const CRASHES: [libc::c_int; 5] = [
     libc::SIGSEGV,
@@ -83,6 +85,9 @@ static EXIT_SAVE_DONE: AtomicBool = AtomicBool::new(false);
 const ASK_EXIT_SAVE: u8 = 3;
 /// The saver ends (it is paused: `pause_saver`).
 const ASK_STOP: u8 = 4;
+/// With a signal's number in the low bits: save, then send that signal
+/// again ([`end_by_signal`]).
+const ASK_END_BY: u8 = 0x40;
 
 /// The saver thread, to join when it is paused (0: none).
 static SAVER: AtomicUsize = AtomicUsize::new(0);
@@ -301,6 +306,7 @@ fn saver(read: libc::c_int) {
                 crate::end_of_process();
                 EXIT_SAVE_DONE.store(true, Ordering::Release);
             }
+            end if end & ASK_END_BY != 0 => end_by_signal(libc::c_int::from(end & !ASK_END_BY)),
             _ => {
                 if let Some(buf) = crate::BUFFER.get() {
                     crate::ring::save(buf);
@@ -355,6 +361,20 @@ fn wait_for(done: &AtomicBool) {
 
 extern "C" fn on_crash(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
     let _errno = ErrnoGuard::save();
+    // A signal that ends the program, arriving inside the runtime on
+    // this thread (a write to its buffer open, or a hand-over holding
+    // the channel; likely in a program that makes calls without pause):
+    // a save now would wait in vain for what this thread has open, or
+    // leave its buffer out. The saver saves once the thread has left the
+    // runtime, then sends the signal again itself; the handler returns
+    // at once. (Not a fault, which would come back.)
+    if !CRASHES.contains(&sig)
+        && crate::ending::owning_process()
+        && inside_the_runtime()
+        && u8::try_from(sig).is_ok_and(|s| s < ASK_END_BY && ask(ASK_END_BY | s))
+    {
+        return;
+    }
     // The first crash asks for the save; every crashing thread waits for
     // it, so that none ends the process while the rings are sent. A
     // process that is not the buffers' owner (a child of vfork, whose
@@ -383,6 +403,51 @@ extern "C" fn on_crash(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut lib
     }
 }
 
+/// Whether this thread is inside the runtime's write or hand-over
+/// (async-signal-safe).
+fn inside_the_runtime() -> bool {
+    crate::channel::Channel::held_here()
+        || crate::BUFFER
+            .get()
+            .is_some_and(ichnos_buf::fill::FillBuffer::writing_here)
+}
+
+/// On the saver: the save for signal `sig`, which arrived inside the
+/// runtime ([`on_crash`]), then the signal sent again to the process, to
+/// the default action put back (or to a handler the program installed
+/// since).
+fn end_by_signal(sig: libc::c_int) {
+    if !SAVED_FOR_CRASH.swap(true, Ordering::SeqCst) {
+        crate::save_for_crash();
+    }
+    CRASH_SAVE_DONE.store(true, Ordering::Release);
+    if handler_is_ours(sig) {
+        restore(sig);
+    }
+    // SAFETY: kill and getpid have no preconditions; the saver has every
+    // signal blocked, so another thread takes it.
+    unsafe { libc::kill(libc::getpid(), sig) };
+}
+
+/// Whether `handler`, found as `sig`'s action, is the runtime's own in
+/// place of the default: for a signal that ends the program, where the
+/// runtime installed it over the default (the program sees the default).
+pub(crate) fn stands_in_for_default(sig: libc::c_int, handler: libc::sighandler_t) -> bool {
+    type Crash = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
+    !CRASHES.contains(&sig) && handler == on_crash as Crash as usize
+}
+
+/// Whether the runtime's handler is `sig`'s now.
+fn handler_is_ours(sig: libc::c_int) -> bool {
+    type Crash = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
+    // SAFETY: sigaction with no new action only reads the current one.
+    unsafe {
+        let mut now: libc::sigaction = std::mem::zeroed();
+        real_sigaction(sig, std::ptr::null(), &raw mut now) == 0
+            && now.sa_sigaction == on_crash as Crash as usize
+    }
+}
+
 extern "C" fn on_usr2(_sig: libc::c_int) {
     let _errno = ErrnoGuard::save();
     ask(ASK_SNAPSHOT);
@@ -400,11 +465,12 @@ fn restore(sig: libc::c_int) {
     };
     // SAFETY: sigaction with a valid action (the old one, or the default).
     unsafe {
-        if let Some(old) = previous {
-            libc::sigaction(sig, &raw const old, std::ptr::null_mut());
-        } else {
-            libc::signal(sig, libc::SIG_DFL);
-        }
+        let action = previous.unwrap_or_else(|| {
+            let mut default: libc::sigaction = std::mem::zeroed();
+            default.sa_sigaction = libc::SIG_DFL;
+            default
+        });
+        real_sigaction(sig, &raw const action, std::ptr::null_mut());
     }
 }
 
@@ -419,7 +485,7 @@ fn handle(sig: libc::c_int, handler: usize, flags: libc::c_int) {
         action.sa_flags = libc::SA_RESTART | libc::SA_ONSTACK | flags;
         libc::sigemptyset(&raw mut action.sa_mask);
         let mut old: libc::sigaction = std::mem::zeroed();
-        if libc::sigaction(sig, &raw const action, &raw mut old) == 0 {
+        if real_sigaction(sig, &raw const action, &raw mut old) == 0 {
             (*std::ptr::addr_of_mut!(PREVIOUS))[sig.unsigned_abs() as usize] = Some(old);
         }
     }
@@ -459,7 +525,7 @@ fn default_action(sig: libc::c_int) -> bool {
     // into a struct of ours.
     unsafe {
         let mut now: libc::sigaction = std::mem::zeroed();
-        libc::sigaction(sig, std::ptr::null(), &raw mut now) == 0
+        real_sigaction(sig, std::ptr::null(), &raw mut now) == 0
             && now.sa_sigaction == libc::SIG_DFL
     }
 }

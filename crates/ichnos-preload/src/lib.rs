@@ -15,8 +15,9 @@
 //! In flight-recorder mode (`ichnos trace --ring`) each thread keeps
 //! only its newest events in a ring, and the rings are handed over when
 //! the process exits, crashes (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT:
-//! saved, then the signal takes its course), receives SIGUSR2 or calls
-//! [`ichnos_snapshot`].
+//! saved, then the signal takes its course), receives a signal that ends
+//! it (SIGINT, SIGTERM, SIGPIPE and the others of `crash.rs`: saved in the
+//! full trace too), receives SIGUSR2 or calls [`ichnos_snapshot`].
 //!
 //! Without `ICHNOS_TRACE_SOCKET` in its environment the library does
 //! nothing: the hooks return after two comparisons and a call.
@@ -37,6 +38,7 @@ mod clock;
 mod compiler;
 mod config;
 mod crash;
+mod dispositions;
 mod ending;
 mod hooks;
 #[cfg(target_arch = "x86_64")]
@@ -664,6 +666,7 @@ fn start() {
     // The C library's functions the runtime wraps, looked up while it is
     // safe to.
     ending::resolve();
+    dispositions::resolve();
     namespaces::resolve();
     #[cfg(target_arch = "x86_64")]
     jump::resolve();

@@ -770,25 +770,6 @@ fn a_ring_rounded_up_says_so() {
     assert!(!stderr.contains("note: --ring"), "{stderr}");
 }
 
-/// Sends `signal` (a name `kill` takes) to process `pid`.
-fn send(signal: &str, pid: u32) -> bool {
-    Command::new("kill")
-        .args([&format!("-{signal}"), &pid.to_string()])
-        .status()
-        .unwrap()
-        .success()
-}
-
-/// A process killed when the test ends, however it ends, unless it is
-/// known to be gone (`forget`: a pid reaped may be another's).
-struct KilledAtEnd(u32);
-
-impl Drop for KilledAtEnd {
-    fn drop(&mut self) {
-        send("KILL", self.0);
-    }
-}
-
 /// `ichnos trace` of `leaves_running` with `args`, its standard output
 /// piped; the pid the fixture prints first.
 fn trace_leaves_running(dir: &std::path::Path, args: &[&str]) -> (std::process::Child, u32) {
@@ -811,21 +792,6 @@ fn trace_leaves_running(dir: &std::path::Path, args: &[&str]) -> (std::process::
     .unwrap();
     let pid = line.trim().parse().unwrap_or_else(|_| panic!("{line:?}"));
     (recorder, pid)
-}
-
-/// Sends `recorder` SIGINT (Ctrl-C) and waits for it: its output, and the
-/// time it took to end. It (and `reaped_by_it`, a process it reaps) is
-/// killed if the test fails before it ends.
-fn interrupt(
-    recorder: std::process::Child,
-    reaped_by_it: Option<u32>,
-) -> (std::process::Output, Duration) {
-    let unwaited = (KilledAtEnd(recorder.id()), reaped_by_it.map(KilledAtEnd));
-    assert!(send("INT", recorder.id()));
-    let asked = Instant::now();
-    let out = recorder.wait_with_output().unwrap();
-    std::mem::forget(unwaited);
-    (out, asked.elapsed())
 }
 
 /// Ctrl-C after the command has ended: what it left running (a daemon
@@ -966,100 +932,4 @@ fn frames_given_up_behind_a_lock_held_for_good_are_counted_lost() {
         .map(|(_, n)| n)
         .sum();
     assert_eq!(of_other, 2002, "{lost:?}: {stderr}");
-}
-
-/// `ichnos trace` of `stopped` (CALLS calls on each of two threads,
-/// buffers far from full), with `args`; the recorder, and the pid the
-/// fixture prints once its calls are made.
-fn trace_stopped(dir: &std::path::Path, args: &[&str], calls: u64) -> (std::process::Child, u32) {
-    let exe = build(dir, "stopped.c", &["-pthread"]);
-    let mut recorder = ichnos()
-        .arg("trace")
-        .args(args)
-        .arg("-o")
-        .arg(dir.join("t.data"))
-        .arg("--")
-        .arg(&exe)
-        .arg(calls.to_string())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(recorder.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    let pid = line.trim().parse().unwrap_or_else(|_| panic!("{line:?}"));
-    (recorder, pid)
-}
-
-/// Ctrl-C while the program runs: it is passed SIGINT, and the calls its
-/// threads made before, which no buffer had filled up to hand over, are
-/// all in the trace. (They were all lost: the program died of SIGINT
-/// with nothing handed over.)
-#[test]
-fn ctrl_c_keeps_the_calls_the_buffers_held() {
-    let dir = tempfile::tempdir().unwrap();
-    let (recorder, pid) = trace_stopped(dir.path(), &[], 1000);
-    let (out, _) = interrupt(recorder, Some(pid));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(128 + 2), "{stderr}");
-    assert!(stderr.contains("0 lost"), "{stderr}");
-    let counts = calls(dir.path(), "t.data");
-    assert_eq!(counts.get("work"), Some(&1000), "{counts:?}");
-    assert_eq!(counts.get("side"), Some(&1000), "{counts:?}");
-}
-
-/// SIGTERM sent to the program itself, in the full trace and in the
-/// flight recorder: the calls are saved and the program dies of the
-/// signal. SIGHUP, which the program was started with ignored, stays
-/// ignored: the program runs on after one.
-#[test]
-fn a_program_ended_by_sigterm_keeps_its_trace_and_ignored_signals_stay_ignored() {
-    let dir = tempfile::tempdir().unwrap();
-    for ring in [false, true] {
-        let args: &[&str] = if ring { &["--ring", "64K"] } else { &[] };
-        let exe = build(dir.path(), "stopped.c", &["-pthread"]);
-        let mut recorder = Command::new("sh")
-            .arg("-c")
-            .arg("trap '' HUP; exec \"$@\"")
-            .arg("sh")
-            .arg(env!("CARGO_BIN_EXE_ichnos"))
-            .arg("trace")
-            .args(args)
-            .arg("-o")
-            .arg(dir.path().join("t.data"))
-            .arg("--")
-            .arg(&exe)
-            .arg("1000")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let unwaited = KilledAtEnd(recorder.id());
-        let mut line = String::new();
-        std::io::BufRead::read_line(
-            &mut std::io::BufReader::new(recorder.stdout.take().unwrap()),
-            &mut line,
-        )
-        .unwrap();
-        let pid: u32 = line.trim().parse().unwrap_or_else(|_| panic!("{line:?}"));
-        let _program = KilledAtEnd(pid);
-        assert!(send("HUP", pid));
-        std::thread::sleep(Duration::from_millis(300));
-        assert!(
-            send("0", pid),
-            "ring {ring}: SIGHUP, ignored, ended the program"
-        );
-        assert!(send("TERM", pid));
-        let out = recorder.wait_with_output().unwrap();
-        std::mem::forget(unwaited);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(128 + 15), "ring {ring}: {stderr}");
-        let counts = calls(dir.path(), "t.data");
-        assert_eq!(counts.get("work"), Some(&1000), "ring {ring}: {counts:?}");
-        assert_eq!(counts.get("side"), Some(&1000), "ring {ring}: {counts:?}");
-    }
 }

@@ -557,6 +557,27 @@ impl FillBuffer {
         Ok(())
     }
 
+    /// Whether this thread has a record of this buffer reserved and not
+    /// yet committed: true in a signal handler that interrupted one of
+    /// its writes. Async-signal-safe (it reads the thread's slot where its
+    /// block holds it, allocating nothing; a thread that never wrote has
+    /// none open).
+    #[must_use]
+    pub fn writing_here(&self) -> bool {
+        let block = match fast_tls::provided_at(self.key.block_offset) {
+            Some(block) => block,
+            None => fast_tls::block(),
+        };
+        let slot_ptr = thread::slot_in_block(block, self.key.index);
+        if slot_ptr.is_null() {
+            return false;
+        }
+        // SAFETY: this thread's slot, which lives as long as the thread.
+        let slot = unsafe { &*slot_ptr };
+        slot.owner.load(Ordering::Relaxed) == self.key.id
+            && slot.committed.load(Ordering::Acquire) != slot.reserved.load(Ordering::Acquire)
+    }
+
     /// Sets up this thread's buffer now, without writing. A thread whose
     /// first write may happen inside a signal handler should call this at
     /// its start: setting up maps memory and registers the thread, which

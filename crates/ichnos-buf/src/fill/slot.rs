@@ -50,6 +50,10 @@ pub(crate) struct Slot {
     pub(crate) handle: AtomicPtr<()>,
 }
 
+/// How many 50 µs steps a flush of another thread's buffer waits for a
+/// write that thread has open.
+const OPEN_WRITE_PATIENCE_STEPS: u32 = 100;
+
 impl Slot {
     pub(crate) const fn new() -> Slot {
         Slot {
@@ -204,6 +208,8 @@ impl Slot {
     }
 
     /// [`Slot::trace_flush`] for a caller that already holds `busy`.
+    /// Another thread's buffer with a write open is waited for, at most
+    /// 100 steps of 50 µs (5 ms), before it is left out.
     ///
     /// With `reset` false (another thread's buffer, at process exit) the
     /// counters are left alone — only their owner may write them — and the
@@ -219,8 +225,31 @@ impl Slot {
         self.limit.store(0, Ordering::Relaxed);
         compiler_fence(Ordering::SeqCst);
         // Committed first, as in `ring_snapshot`.
-        let committed = self.committed.load(Ordering::Acquire);
-        let reserved = self.reserved.load(Ordering::Relaxed);
+        let mut committed = self.committed.load(Ordering::Acquire);
+        let mut reserved = self.reserved.load(Ordering::Relaxed);
+        if !reset {
+            // Another thread's buffer, which may be in the middle of a
+            // write (its fast path was open until just now): that write
+            // commits in moments, and no other can begin; the buffer is
+            // handed over once it has (a thread that runs calls without
+            // pause is inside one a good share of the time, and its whole
+            // buffer was left out). One stopped inside its write for good
+            // (in a signal handler waiting for this save, or by a
+            // debugger) is waited for at most OPEN_WRITE_PATIENCE_STEPS steps.
+            let pause = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 50_000,
+            };
+            for _ in 0..OPEN_WRITE_PATIENCE_STEPS {
+                if reserved == committed {
+                    break;
+                }
+                // SAFETY: a valid timespec; the remainder is not wanted.
+                unsafe { libc::nanosleep(&raw const pause, std::ptr::null_mut()) };
+                committed = self.committed.load(Ordering::Acquire);
+                reserved = self.reserved.load(Ordering::Relaxed);
+            }
+        }
         if reserved != committed || reserved > capacity {
             if reset {
                 self.limit.store(capacity, Ordering::Relaxed);
@@ -488,6 +517,51 @@ mod tests {
             .chunks(STRIDE)
             .map(|r| u64::from_le_bytes(r.try_into().unwrap()))
             .collect()
+    }
+
+    /// Another thread's trace buffer flushed at the process's end while
+    /// that thread has a write open: the flush waits for the write's
+    /// commit (it comes in moments from a running thread) and hands over
+    /// every record, the open one too; a write that never commits (its
+    /// thread stopped inside it) is waited for a bounded while and the
+    /// buffer is left out, as before.
+    #[test]
+    fn another_threads_open_write_is_waited_for_before_its_buffer_is_flushed() {
+        const CAPACITY: usize = 64;
+        let mut memory = [0u8; CAPACITY];
+        let slot = Slot::new();
+        slot.install(1, memory.as_mut_ptr(), CAPACITY);
+        let at = slot.trace_reserve(16).unwrap();
+        // SAFETY: 16 bytes reserved at `at`.
+        unsafe { at.write_bytes(7, 16) };
+        slot.commit(16);
+        // The next write reserved, its commit to come.
+        let open = slot.trace_reserve(16).unwrap() as usize;
+        let flushed = std::thread::scope(|scope| {
+            scope.spawn(|| {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+                // SAFETY: the second reservation's 16 bytes.
+                unsafe { (open as *mut u8).write_bytes(9, 16) };
+                slot.commit(16);
+            });
+            let mut flushed = Vec::new();
+            let done = slot.trace_flush_claimed(CAPACITY, false, &mut |_, data| {
+                flushed.extend_from_slice(data);
+            });
+            assert!(done);
+            flushed
+        });
+        assert_eq!(flushed, [[7u8; 16], [9u8; 16]].concat());
+
+        // Never committed: left out after the wait.
+        let slot = Slot::new();
+        slot.install(1, memory.as_mut_ptr(), CAPACITY);
+        let _ = slot.trace_reserve(16).unwrap();
+        let started = std::time::Instant::now();
+        let mut called = false;
+        assert!(!slot.trace_flush_claimed(CAPACITY, false, &mut |_, _| called = true));
+        assert!(!called);
+        assert!(started.elapsed() < std::time::Duration::from_secs(1));
     }
 
     /// The reservations and commit with the size known when compiled

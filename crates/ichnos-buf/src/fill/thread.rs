@@ -423,6 +423,11 @@ extern "C" fn at_exit() {
 /// a second call (the hook after an explicit call) hands nothing over
 /// again, since another thread's buffer is read up to what it had
 /// committed, not emptied.
+/// How many 50 µs steps the last flush waits for another thread's slot
+/// that thread's slow path holds (100 ms in all, for a hand-over that
+/// waits for room in the recorder's channel).
+const BUSY_PATIENCE_STEPS: u32 = 2000;
+
 pub(crate) fn flush_for_the_last_time() {
     static DONE: AtomicBool = AtomicBool::new(false);
     if DONE.swap(true, Ordering::AcqRel) {
@@ -451,12 +456,30 @@ pub(crate) fn flush_for_the_last_time() {
             let Some(shared) = shared else { continue };
             // Claim the slot while the thread is known to be registered:
             // an exiting thread waits for `busy` before it unregisters
-            // and frees its TLS.
-            let claimed = with_registry(|r| {
-                r.threads.iter().any(|t| t.table == table)
-                    // SAFETY: the thread is registered (checked under the lock).
-                    && unsafe { (*table.slot(index)).try_claim() }
-            });
+            // and frees its TLS. A slot busy in its thread's slow path (a
+            // full buffer being handed over: a thread making calls without
+            // pause is there a good share of the time) is let go in
+            // moments: it is waited for, at most BUSY_PATIENCE_STEPS steps
+            // of 50 µs, so that its buffer is not left out. (One whose
+            // thread stopped there, in a signal handler waiting for this
+            // flush, never is.)
+            let mut claimed = None;
+            for _ in 0..BUSY_PATIENCE_STEPS {
+                claimed = with_registry(|r| {
+                    r.threads.iter().any(|t| t.table == table)
+                        // SAFETY: the thread is registered (checked under the lock).
+                        && unsafe { (*table.slot(index)).try_claim() }
+                });
+                if claimed != Some(false) || tid == me {
+                    break;
+                }
+                let pause = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 50_000,
+                };
+                // SAFETY: a valid timespec; the remainder is not wanted.
+                unsafe { libc::nanosleep(&raw const pause, std::ptr::null_mut()) };
+            }
             if claimed != Some(true) {
                 continue;
             }

@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
 pub fn ichnos() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ichnos"))
@@ -241,4 +242,38 @@ pub fn assert_warns_of_a_notrace_naming_nothing(args: &[&str], data: &Path) {
             .contains("warning: -N nothing_so_named: no function called in the trace is named so"),
         "{args:?}: {stderr}"
     );
+}
+
+/// Sends `signal` (a name `kill` takes) to process `pid`.
+pub fn send(signal: &str, pid: u32) -> bool {
+    Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .unwrap()
+        .success()
+}
+
+/// A process killed when the test ends, however it ends, unless it is
+/// known to be gone (`forget`: a pid reaped may be another's).
+pub struct KilledAtEnd(pub u32);
+
+impl Drop for KilledAtEnd {
+    fn drop(&mut self) {
+        send("KILL", self.0);
+    }
+}
+
+/// Sends `recorder` SIGINT (Ctrl-C) and waits for it: its output, and the
+/// time it took to end. It (and `reaped_by_it`, a process it reaps) is
+/// killed if the test fails before it ends.
+pub fn interrupt(
+    recorder: std::process::Child,
+    reaped_by_it: Option<u32>,
+) -> (std::process::Output, Duration) {
+    let unwaited = (KilledAtEnd(recorder.id()), reaped_by_it.map(KilledAtEnd));
+    assert!(send("INT", recorder.id()));
+    let asked = Instant::now();
+    let out = recorder.wait_with_output().unwrap();
+    std::mem::forget(unwaited);
+    (out, asked.elapsed())
 }

@@ -1,0 +1,113 @@
+//! `sigaction` and `signal`, wrapped, so that the program sees the
+//! default action where the runtime's handler of a signal that ends the
+//! program stands in for it (`crash.rs`, `ENDINGS`): a program that
+//! decides by the action it finds at its start (`CPython` installs its
+//! `KeyboardInterrupt` handler for SIGINT only over the default; a
+//! handler found there is taken for one the embedding program installed)
+//! behaves as it does untraced. Setting an action is passed through: a
+//! handler the program installs replaces the runtime's, as before. The
+//! runtime's own calls use the C library's functions directly
+//! ([`real_sigaction`]).
+
+use std::ffi::c_int;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// The C library's `sigaction` and `signal` (0: not looked up yet).
+static REAL_SIGACTION: AtomicUsize = AtomicUsize::new(0);
+static REAL_SIGNAL: AtomicUsize = AtomicUsize::new(0);
+
+type Sigaction = extern "C" fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int;
+type Signal = extern "C" fn(c_int, libc::sighandler_t) -> libc::sighandler_t;
+
+/// Looks both up, at the start (before the runtime installs a handler).
+pub(crate) fn resolve() {
+    let _ = real(&REAL_SIGACTION, &[c"sigaction", c"__sigaction"]);
+    let _ = real(&REAL_SIGNAL, &[c"signal", c"__sysv_signal"]);
+}
+
+/// The next definition of the first of `names` there is, kept in `slot`.
+fn real(slot: &AtomicUsize, names: &[&std::ffi::CStr]) -> usize {
+    let known = slot.load(Ordering::Relaxed);
+    if known != 0 {
+        return known;
+    }
+    for name in names {
+        // SAFETY: dlsym with a NUL-terminated name.
+        let address = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
+        if address != 0 {
+            slot.store(address, Ordering::Relaxed);
+            return address;
+        }
+    }
+    0
+}
+
+/// The C library's `sigaction`, not the program's view of it.
+///
+/// # Safety
+/// As `sigaction(2)`: `act` and `old` null or valid.
+pub(crate) unsafe fn real_sigaction(
+    sig: c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> c_int {
+    match real(&REAL_SIGACTION, &[c"sigaction", c"__sigaction"]) {
+        0 => {
+            // SAFETY: errno is this thread's.
+            unsafe { *libc::__errno_location() = libc::ENOSYS };
+            -1
+        }
+        address => {
+            // SAFETY: dlsym's address of the C library's `sigaction`,
+            // which has this signature; the arguments are the caller's.
+            let real = unsafe { std::mem::transmute::<usize, Sigaction>(address) };
+            real(sig, act, old)
+        }
+    }
+}
+
+/// The C library's `sigaction`, whose previous action is reported as the
+/// default where it was the runtime's stand-in for it.
+///
+/// # Safety
+/// As `sigaction(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn sigaction(
+    sig: c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> c_int {
+    // SAFETY: the caller's arguments, passed on.
+    let result = unsafe { real_sigaction(sig, act, old) };
+    if result == 0 && !old.is_null() {
+        // SAFETY: filled in by the call above.
+        let previous = unsafe { &mut *old };
+        if crate::crash::stands_in_for_default(sig, previous.sa_sigaction) {
+            previous.sa_sigaction = libc::SIG_DFL;
+            previous.sa_flags = 0;
+            // SAFETY: a sigset_t of the caller's to empty.
+            unsafe { libc::sigemptyset(&raw mut previous.sa_mask) };
+        }
+    }
+    result
+}
+
+/// The C library's `signal`, whose previous handler is reported as the
+/// default where it was the runtime's stand-in for it.
+#[no_mangle]
+pub extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    let previous = match real(&REAL_SIGNAL, &[c"signal", c"__sysv_signal"]) {
+        0 => return libc::SIG_ERR,
+        address => {
+            // SAFETY: dlsym's address of the C library's `signal`, which
+            // has this signature.
+            let real = unsafe { std::mem::transmute::<usize, Signal>(address) };
+            real(sig, handler)
+        }
+    };
+    if crate::crash::stands_in_for_default(sig, previous) {
+        libc::SIG_DFL
+    } else {
+        previous
+    }
+}

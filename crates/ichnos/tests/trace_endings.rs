@@ -1,0 +1,202 @@
+//! `ichnos trace` of a program that a signal ends: Ctrl-C, SIGTERM to the
+//! program, a signal arriving while the program makes calls without
+//! pause; signals the program was started with ignored stay so, and the
+//! program sees the default action where the runtime's handler stands in
+//! for it.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+mod trace_support;
+
+use trace_support::*;
+
+/// `ichnos trace` of `stopped` (CALLS calls on each of two threads,
+/// buffers far from full), with `args`; the recorder, and the pid the
+/// fixture prints once its calls are made.
+fn trace_stopped(dir: &std::path::Path, args: &[&str], calls: u64) -> (std::process::Child, u32) {
+    let exe = build(dir, "stopped.c", &["-pthread"]);
+    let mut recorder = ichnos()
+        .arg("trace")
+        .args(args)
+        .arg("-o")
+        .arg(dir.join("t.data"))
+        .arg("--")
+        .arg(&exe)
+        .arg(calls.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(recorder.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let pid = line.trim().parse().unwrap_or_else(|_| panic!("{line:?}"));
+    (recorder, pid)
+}
+
+/// Ctrl-C while the program runs: it is passed SIGINT, and the calls its
+/// threads made before, which no buffer had filled up to hand over, are
+/// all in the trace. (They were all lost: the program died of SIGINT
+/// with nothing handed over.)
+#[test]
+fn ctrl_c_keeps_the_calls_the_buffers_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let (recorder, pid) = trace_stopped(dir.path(), &[], 1000);
+    let (out, _) = interrupt(recorder, Some(pid));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(128 + 2), "{stderr}");
+    assert!(stderr.contains("0 lost"), "{stderr}");
+    let counts = calls(dir.path(), "t.data");
+    assert_eq!(counts.get("work"), Some(&1000), "{counts:?}");
+    assert_eq!(counts.get("side"), Some(&1000), "{counts:?}");
+}
+
+/// SIGTERM sent to the program itself, in the full trace and in the
+/// flight recorder: the calls are saved and the program dies of the
+/// signal. SIGHUP, which the program was started with ignored, stays
+/// ignored: the program runs on after one.
+#[test]
+fn a_program_ended_by_sigterm_keeps_its_trace_and_ignored_signals_stay_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    for ring in [false, true] {
+        let args: &[&str] = if ring { &["--ring", "64K"] } else { &[] };
+        let exe = build(dir.path(), "stopped.c", &["-pthread"]);
+        let mut recorder = Command::new("sh")
+            .arg("-c")
+            .arg("trap '' HUP; exec \"$@\"")
+            .arg("sh")
+            .arg(env!("CARGO_BIN_EXE_ichnos"))
+            .arg("trace")
+            .args(args)
+            .arg("-o")
+            .arg(dir.path().join("t.data"))
+            .arg("--")
+            .arg(&exe)
+            .arg("1000")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let unwaited = KilledAtEnd(recorder.id());
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(recorder.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let pid: u32 = line.trim().parse().unwrap_or_else(|_| panic!("{line:?}"));
+        let _program = KilledAtEnd(pid);
+        assert!(send("HUP", pid));
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(
+            send("0", pid),
+            "ring {ring}: SIGHUP, ignored, ended the program"
+        );
+        assert!(send("TERM", pid));
+        let out = recorder.wait_with_output().unwrap();
+        std::mem::forget(unwaited);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(128 + 15), "ring {ring}: {stderr}");
+        let counts = calls(dir.path(), "t.data");
+        assert_eq!(counts.get("work"), Some(&1000), "ring {ring}: {counts:?}");
+        assert_eq!(counts.get("side"), Some(&1000), "ring {ring}: {counts:?}");
+    }
+}
+
+/// SIGTERM to a program whose two threads make calls without pause, so
+/// that it lands, as often as not, inside the runtime's write of an event
+/// on the thread it is delivered to, or on the other: every call each
+/// thread counted (in a file the program maps) before the signal was sent
+/// is in the trace, five times over. (A buffer with a write open was left
+/// out of the save, with its last calls, and the thread the signal
+/// interrupted mid-write waited for a save that could not take its
+/// buffer.) Calls made after the signal, until the process ends, may be
+/// in it or not.
+#[test]
+fn sigterm_amid_calls_keeps_every_threads_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "busy.c", &["-pthread"]);
+    let counts_file = dir.path().join("counts");
+    let counted = |i: usize| {
+        let bytes = std::fs::read(&counts_file).unwrap();
+        u64::from_le_bytes(bytes[8 * i..8 * i + 8].try_into().unwrap())
+    };
+    for round in 0..5 {
+        let mut recorder = ichnos()
+            .args(["trace", "-o"])
+            .arg(dir.path().join("t.data"))
+            .arg("--")
+            .arg(&exe)
+            .arg(&counts_file)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let unwaited = KilledAtEnd(recorder.id());
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(recorder.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let pid: i32 = line.trim().parse().unwrap_or_else(|_| panic!("{line:?}"));
+        let _program = KilledAtEnd(pid.cast_unsigned());
+        std::thread::sleep(Duration::from_millis(200));
+        // Read, then the signal at once (not through kill(1), whose start
+        // takes long enough for thousands of calls).
+        let before = [counted(0), counted(1)];
+        // SAFETY: kill has no preconditions.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+        let out = recorder.wait_with_output().unwrap();
+        std::mem::forget(unwaited);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(128 + 15), "round {round}: {stderr}");
+        let traced = calls(dir.path(), "t.data");
+        for (i, function) in ["step_a", "step_b"].into_iter().enumerate() {
+            let n = traced.get(function).copied().unwrap_or(0);
+            let after = counted(i);
+            assert!(
+                n >= before[i] && n <= after + 1,
+                "round {round}: {function}: {n} traced, {} counted before the signal, {after} \
+                 at the end: {stderr}",
+                before[i]
+            );
+        }
+    }
+}
+
+/// The runtime's handlers of the signals that end a program are not what
+/// the program finds: `sigaction` and `signal` report the default action
+/// it had, as the program run alone finds it; `CPython`, which installs its
+/// `KeyboardInterrupt` handler only over the default, installs it. (They
+/// reported a handler, and `CPython` left SIGINT to it: Ctrl-C killed a
+/// traced Python instead of raising `KeyboardInterrupt`.)
+#[test]
+fn the_program_finds_the_default_action_where_the_runtime_stands_in_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "dispositions.c", &[]);
+    let alone = run(&mut Command::new(&exe));
+    assert_eq!(
+        String::from_utf8_lossy(&alone.stdout),
+        "SIGINT default\nSIGTERM default\n"
+    );
+    let traced = trace(dir.path(), "t.data", &[], &[exe.to_str().unwrap()]);
+    assert!(
+        traced.status.success(),
+        "{}",
+        String::from_utf8_lossy(&traced.stderr)
+    );
+    assert_eq!(traced.stdout, alone.stdout);
+    assert_eq!(calls(dir.path(), "t.data").get("work"), Some(&1));
+    // CPython decides by what it finds.
+    let script =
+        "import signal; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)";
+    let alone = run(Command::new("python3").args(["-c", script]));
+    assert_eq!(String::from_utf8_lossy(&alone.stdout), "True\n");
+    let traced = trace(dir.path(), "p.data", &[], &["python3", "-c", script]);
+    assert_eq!(String::from_utf8_lossy(&traced.stdout), "True\n");
+}
