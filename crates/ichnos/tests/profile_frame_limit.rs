@@ -77,3 +77,51 @@ fn stacks_past_the_frame_limit_are_noted_and_a_higher_limit_walks_them_whole() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("from 1 to 16384"), "{}", stderr(&out));
 }
+
+/// Samples taken in a signal handler: their stacks go through the
+/// kernel's signal trampoline, named as the C library's symbol table
+/// names it (`__restore_rt`, as `nm` lists it in glibc's debug file),
+/// down to the function the signal interrupted and `main`. (The
+/// trampoline was an address: the handler returns to its first byte,
+/// and the byte before, which "minus one" looked up, is no function's.)
+#[test]
+fn stacks_through_a_signal_handler_name_the_trampoline() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_fixture(dir.path(), "handler", &["-fomit-frame-pointer"]);
+    let data = dir.path().join("h.data");
+    let out = ichnos(&[
+        "record",
+        "-o",
+        data.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+        "1",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let in_handler: Vec<(Vec<String>, u64)> = folded(&data, &["--no-inline"])
+        .into_iter()
+        .filter(|(frames, _)| {
+            frames.len() > 2
+                && frames[frames.len() - 2] == "handler_work"
+                && frames.last().unwrap() == "spin"
+        })
+        .collect();
+    let samples: u64 = in_handler.iter().map(|(_, n)| n).sum();
+    assert!(samples >= 100, "{samples} samples in the handler");
+    // Innermost first: the handler, the trampoline, then where the signal
+    // came (the C library's raise), interrupted_work and main.
+    let through: u64 = in_handler
+        .iter()
+        .filter(|(frames, _)| {
+            let inner: Vec<&str> = frames.iter().rev().map(String::as_str).collect();
+            inner.starts_with(&["spin", "handler_work", "on_signal", "__restore_rt"])
+                && inner[4..].contains(&"interrupted_work")
+                && inner[4..].contains(&"main")
+        })
+        .map(|(_, n)| n)
+        .sum();
+    assert!(
+        through * 100 >= samples * 99,
+        "{through} of {samples}: {in_handler:?}"
+    );
+}

@@ -621,13 +621,27 @@ impl Recorder {
             push_kernel_frames(s.callchain(), most, &mut self.stack);
         }
         let entered = !self.stack.is_empty();
-        self.stack
-            .extend(self.frames.iter().enumerate().map(|(i, f)| match f.kind {
+        let frames = &self.frames;
+        self.stack.extend(frames.iter().enumerate().map(|(i, f)| {
+            match f.kind {
                 // Stored plus one so that "minus one" finds the instruction.
                 FrameKind::Interrupted => f.ip.wrapping_add(1),
                 _ if i == 0 && entered => f.ip.wrapping_add(1),
+                // The signal trampoline (`__restore_rt`), below the frame
+                // it interrupted: the handler returns to its first
+                // instruction, which no call precedes (its unwind entry
+                // starts a byte early for unwinders that look up minus
+                // one, and that byte is no function's): plus one, so that
+                // the trampoline is named.
+                _ if frames
+                    .get(i + 1)
+                    .is_some_and(|next| next.kind == FrameKind::Interrupted) =>
+                {
+                    f.ip.wrapping_add(1)
+                }
                 _ => f.ip,
-            }));
+            }
+        }));
     }
 
     /// The walk of sample `s` of `pid`, stack pointer `sp`, ran off its
