@@ -35,6 +35,12 @@ pub enum LaunchError {
         /// The path.
         path: PathBuf,
     },
+    /// The path names a directory.
+    #[error("{}: is a directory, not a program", path.display())]
+    Directory {
+        /// The path.
+        path: PathBuf,
+    },
     /// An argument holds a NUL byte.
     #[error("an argument holds a NUL byte")]
     Nul,
@@ -81,6 +87,9 @@ pub fn resolve(name: &OsStr) -> Result<PathBuf, LaunchError> {
         let path = PathBuf::from(name);
         if !path.exists() {
             return Err(LaunchError::NoSuchFile { path });
+        }
+        if path.is_dir() {
+            return Err(LaunchError::Directory { path });
         }
         if !is_exe(&path) {
             return Err(LaunchError::NotExecutable { path });

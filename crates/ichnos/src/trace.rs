@@ -316,6 +316,18 @@ pub fn replay(args: &ReplayArgs, quiet: bool) -> Result<()> {
     };
     restrict(&mut trace, &filters, quiet)
         .with_context(|| format!("cannot replay {}", args.input.display()))?;
+    if !quiet {
+        // A thread asked for that the trace has not: said, where the
+        // replay would print only its header.
+        for tid in &args.tid {
+            if !trace.profile.threads.keys().any(|&(_, t)| t == *tid) {
+                eprintln!(
+                    "warning: --tid {tid}: {} has no thread of that id",
+                    args.input.display()
+                );
+            }
+        }
+    }
     let options = ReplayOptions {
         tids: args.tid.clone(),
         min_ns: args.min.map(|n| n as f64),

@@ -778,6 +778,11 @@ fn commands_that_cannot_run_are_named() {
         &["record", "-o", data, "--", "no-such-command-ichnos"],
         &["no-such-command-ichnos", "command not found"],
     );
+    // A directory: said to be one (it was "permission denied").
+    fails_with(
+        &["record", "-o", data, "--", dir.path().to_str().unwrap()],
+        &["is a directory, not a program"],
+    );
     let text = dir.path().join("notes.txt");
     std::fs::write(&text, "not a program").unwrap();
     fails_with(

@@ -436,6 +436,15 @@ fn threads_forks_and_signal_handlers_are_each_traced_in_full() {
             .count(),
         5
     );
+    // A thread the trace has not: a warning, not a bare header.
+    let out = run(ichnos()
+        .args(["replay", "--tid", "4194305", "-i"])
+        .arg(dir.path().join("t.data")));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("warning: --tid 4194305:") && err.contains("has no thread of that id"),
+        "{err}"
+    );
 }
 
 #[test]
