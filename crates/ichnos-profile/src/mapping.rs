@@ -1,6 +1,6 @@
 //! What a mapping's name says it is, as the kernel names mappings in mmap
-//! records and `/proc/PID/maps`: the same rules for the recorder and the
-//! report.
+//! records and `/proc/PID/maps`, and where the build it was recorded with
+//! is read from: the same rules for the recorder and the report.
 
 /// Anonymous executable memory (where JIT code lives): perf's `//anon`,
 /// the kernel's `[anon:NAME]` for named anonymous memory, or no name.
@@ -32,8 +32,11 @@ pub(crate) fn perf_cached_copy(build_id: &[u8]) -> Option<std::path::PathBuf> {
     let dir = std::path::PathBuf::from(home)
         .join(".debug/.build-id")
         .join(head);
+    // The older layout's `yyyy` is a link into the cache's tree by path,
+    // which the identity check (that follows no link) is given resolved.
     [dir.join(tail).join("elf"), dir.join(tail)]
         .into_iter()
+        .filter_map(|c| std::fs::canonicalize(c).ok())
         .find(|c| {
             c.is_file() && ichnos_code::elf::identity_of_file(c).0.as_deref() == Some(build_id)
         })
@@ -46,4 +49,24 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
         let _ = write!(s, "{b:02x}");
         s
     })
+}
+
+/// The file to read for a mapping of `open` whose build was recorded as
+/// `recorded` (where known), the build id `open` has now, and whether
+/// the mapping's build is not to be had: `open` is of another build (a
+/// perf.data file read after a rebuild) or gone, and perf's build-id
+/// cache kept no copy of the build recorded (which is read instead where
+/// it did).
+pub(crate) fn build_mapped(
+    open: std::path::PathBuf,
+    recorded: Option<&[u8]>,
+) -> (std::path::PathBuf, Option<Vec<u8>>, bool) {
+    let (file_id, _) = ichnos_code::elf::identity_of_file(&open);
+    let Some(recorded) = recorded.filter(|&r| file_id.as_deref() != Some(r)) else {
+        return (open, file_id, false);
+    };
+    match perf_cached_copy(recorded) {
+        Some(copy) => (copy, file_id, false),
+        None => (open, file_id, true),
+    }
 }

@@ -205,9 +205,6 @@ pub(crate) fn frames(
     frames
 }
 
-/// Whether `symbol`, a mangled name, is the function whose DWARF name is
-/// the unmangled `short`: demangled, it names `short` with its
-/// parameters, alone or after a scope (`ns::short(int)`).
 /// A function's DWARF name without glibc's prefix for its names inside
 /// the library (`__GI_setlocale`, an assembler label that DWARF gives as
 /// the linkage name): its own name, `setlocale`, which DWARF's
@@ -219,6 +216,9 @@ fn without_internal_alias(name: &[u8]) -> &[u8] {
     }
 }
 
+/// Whether `symbol`, a mangled name, is the function whose DWARF name is
+/// the unmangled `short`: demangled, it names `short` with its
+/// parameters, alone or after a scope (`ns::short(int)`).
 fn names_short(symbol: &str, short: &str) -> bool {
     let mangled = |n: &str| n.starts_with("_Z") || n.starts_with("_R");
     if short.is_empty() || mangled(short) || !mangled(symbol) {

@@ -6,7 +6,8 @@
 //! inlined functions first and the function they were inlined into last —
 //! what `addr2line -f -i -C` prints. Names come from DWARF where there is
 //! debug information, else from the ELF symbol tables (`.symtab`, then
-//! `.dynsym`); Rust and C++ names are demangled, the raw name is kept.
+//! `.dynsym`); Rust and C++ names are demangled, the raw name is kept
+//! (without glibc's `__GI_` prefix, below).
 //! Two choices differ from binutils' and gdb's, and follow perf's and
 //! uftrace's: a name DWARF gives as glibc's internal label
 //! (`__GI_setlocale`) is the function's own (`setlocale`), and at an

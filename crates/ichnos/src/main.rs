@@ -244,7 +244,7 @@ fn image(cli: &Cli, args: &ImageArgs) -> Result<()> {
         image = process.image;
         print_sections(image.sections(), &process.live_ranges)?;
     } else if args.elf.is_empty() {
-        bail!("nothing to load: give --elf FILE[:BIAS] or -p PID");
+        usage!("nothing to load: give --elf FILE[:BIAS] or -p PID");
     } else {
         for spec in &args.elf {
             let (path, bias) = match spec.rsplit_once(':') {

@@ -129,7 +129,8 @@ pub struct ReportArgs {
         short = 'D',
         long = "depth",
         value_name = "DEPTH",
-        conflicts_with = "diff"
+        conflicts_with = "diff",
+        value_parser = clap::value_parser!(u32).range(1..)
     )]
     depth: Option<u32>,
     /// At most this many functions in the top table (0: all; default 50).

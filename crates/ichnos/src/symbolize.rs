@@ -307,7 +307,7 @@ pub fn symbolize(args: &SymbolizeArgs, verbose: bool, quiet: bool) -> Result<()>
                 .into_iter()
                 .map(|p| (p.symbolized, Some(p.place)))
                 .unzip(),
-            (None, None) => anyhow::bail!("give -e FILE or -p PID"),
+            (None, None) => usage!("give -e FILE or -p PID"),
         };
         for place in places.iter().flatten() {
             warn_refused_in(&symbolizer, place, &mut warned);

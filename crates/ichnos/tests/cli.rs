@@ -157,7 +157,7 @@ fn usage_errors_exit_2() {
         ichnos(&["image", "--elf", "x", "-p", "1"]).status.code(),
         Some(2)
     );
-    assert_eq!(ichnos(&["image"]).status.code(), Some(1));
+    assert_eq!(ichnos(&["image"]).status.code(), Some(2));
     // Options that do not go together, or values out of range, that
     // clap does not check: usage errors too.
     let dir = tempfile::tempdir().unwrap();

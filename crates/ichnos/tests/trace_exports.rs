@@ -60,8 +60,6 @@ fn assert_same_calls(what: &str, exported: &[Line], replayed: &[Line]) {
     }
 }
 
-/// The Chrome export's B and E events, nested per thread as the replay
-/// prints them.
 /// The first and the last `B`/`E` event's times in the Chrome trace at
 /// `trace`, in nanoseconds (its `ts` are microseconds).
 #[allow(clippy::cast_sign_loss, clippy::cast_possible_truncation)] // asserted positive below
@@ -80,6 +78,8 @@ fn chrome_span(trace: &Path) -> (u64, u64) {
     (*times.iter().min().unwrap(), *times.iter().max().unwrap())
 }
 
+/// The Chrome export's B and E events, nested per thread as the replay
+/// prints them.
 fn chrome_lines(trace: &Path) -> Vec<Line> {
     let v: serde_json::Value =
         serde_json::from_slice(&std::fs::read(trace).unwrap()).expect("the export is JSON");

@@ -534,7 +534,8 @@ impl Spaces {
             } else {
                 file_path.to_path_buf()
             };
-            let (open, file_id, changed) = build_mapped(open, recorded_id.as_deref());
+            let (open, file_id, changed) =
+                crate::mapping::build_mapped(open, recorded_id.as_deref());
             if recorded_id.is_none() {
                 recorded_id = file_id;
             }
@@ -693,23 +694,6 @@ fn read_comm(pid: u32, tid: u32) -> Option<Vec<u8>> {
 
 /// The code object of a process's vDSO, from its memory (if its rows can
 /// be made), and its build id (which names it in a report either way).
-/// The file to read for a mapping of `open` whose build was recorded as
-/// `recorded` (where known), the build id `open` has now, and whether
-/// the mapping's build is not to be had: `open` is of another build (a
-/// perf.data file read after a rebuild) or gone, and perf's build-id
-/// cache kept no copy of the build recorded (which is read instead where
-/// it did).
-fn build_mapped(open: PathBuf, recorded: Option<&[u8]>) -> (PathBuf, Option<Vec<u8>>, bool) {
-    let (file_id, _) = ichnos_code::elf::identity_of_file(&open);
-    let Some(recorded) = recorded.filter(|&r| file_id.as_deref() != Some(r)) else {
-        return (open, file_id, false);
-    };
-    match crate::mapping::perf_cached_copy(recorded) {
-        Some(copy) => (copy, file_id, false),
-        None => (open, file_id, true),
-    }
-}
-
 fn vdso_object(
     pid: u32,
     range: &Range<u64>,
