@@ -7,6 +7,22 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// Set by the handler.
 static STOP: AtomicBool = AtomicBool::new(false);
 
+/// SIGINT and SIGTERM were ignored when ichnos started (a shell's `&`,
+/// `nohup`): a command it runs is started with them ignored, as it would
+/// be run alone.
+static INT_IGNORED: AtomicBool = AtomicBool::new(false);
+static TERM_IGNORED: AtomicBool = AtomicBool::new(false);
+
+/// Whether `sig` (SIGINT or SIGTERM) was ignored before
+/// [`catch_stop_signals`] caught it. Async-signal-safe.
+pub(crate) fn ignored_at_start(sig: libc::c_int) -> bool {
+    match sig {
+        libc::SIGINT => INT_IGNORED.load(Ordering::Relaxed),
+        libc::SIGTERM => TERM_IGNORED.load(Ordering::Relaxed),
+        _ => false,
+    }
+}
+
 extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, Ordering::Relaxed);
 }
@@ -22,8 +38,14 @@ pub fn catch_stop_signals() -> &'static AtomicBool {
         action.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
         action.sa_flags = libc::SA_RESTART;
         libc::sigemptyset(&raw mut action.sa_mask);
-        libc::sigaction(libc::SIGINT, &raw const action, std::ptr::null_mut());
-        libc::sigaction(libc::SIGTERM, &raw const action, std::ptr::null_mut());
+        for (sig, ignored) in [(libc::SIGINT, &INT_IGNORED), (libc::SIGTERM, &TERM_IGNORED)] {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(sig, &raw const action, &raw mut old) == 0
+                && old.sa_sigaction == libc::SIG_IGN
+            {
+                ignored.store(true, Ordering::Relaxed);
+            }
+        }
     }
     &STOP
 }

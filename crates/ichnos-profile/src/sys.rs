@@ -38,7 +38,8 @@ pub(crate) struct LaunchPipes<'a> {
 /// `report_write` and exits with 127. The child closes the parent's ends
 /// first (so that the parent closing `go_write` is seen), and starts with
 /// the default signal mask and the default handling of SIGINT, SIGTERM,
-/// SIGPIPE and SIGCHLD.
+/// SIGPIPE and SIGCHLD (SIGINT and SIGTERM ignored where ichnos started
+/// with them ignored).
 ///
 /// Between the fork and the exec the child makes only async-signal-safe
 /// calls on memory prepared before the fork, so the parent may have other
@@ -102,8 +103,16 @@ unsafe fn child_after_fork(
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&raw mut set);
         libc::sigprocmask(libc::SIG_SETMASK, &raw const set, std::ptr::null_mut());
+        // The default action for what ichnos catches (or Rust ignores,
+        // SIGPIPE); SIGINT and SIGTERM stay ignored where ichnos was
+        // started with them ignored, as the command alone would be.
         for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGPIPE, libc::SIGCHLD] {
-            libc::signal(sig, libc::SIG_DFL);
+            let action = if crate::stop::ignored_at_start(sig) {
+                libc::SIG_IGN
+            } else {
+                libc::SIG_DFL
+            };
+            libc::signal(sig, action);
         }
         let mut byte = 0u8;
         loop {

@@ -179,7 +179,11 @@ fn sigterm_amid_calls_keeps_every_threads_calls() {
 fn the_program_finds_the_default_action_where_the_runtime_stands_in_for_it() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "dispositions.c", &[]);
-    let alone = run(&mut Command::new(&exe));
+    // Both started with SIGINT's default action (a shell's `&` would
+    // have it ignored, which ichnos keeps).
+    let mut alone = Command::new(&exe);
+    default_sigint(&mut alone);
+    let alone = run(&mut alone);
     assert_eq!(
         String::from_utf8_lossy(&alone.stdout),
         "SIGINT default\nSIGTERM default\n"
@@ -192,10 +196,30 @@ fn the_program_finds_the_default_action_where_the_runtime_stands_in_for_it() {
     );
     assert_eq!(traced.stdout, alone.stdout);
     assert_eq!(calls(dir.path(), "t.data").get("work"), Some(&1));
+    // Started with SIGINT ignored (as a shell's `&` starts it), ichnos
+    // starts the command so, traced or recorded, as it would run alone.
+    for command in ["trace", "record"] {
+        let out = run(Command::new("sh")
+            .arg("-c")
+            .arg("trap '' INT; exec \"$@\"")
+            .arg("sh")
+            .arg(env!("CARGO_BIN_EXE_ichnos"))
+            .args([command, "-o"])
+            .arg(dir.path().join("i.data"))
+            .arg("--")
+            .arg(&exe));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "SIGINT ignored\nSIGTERM default\n",
+            "{command}"
+        );
+    }
     // CPython decides by what it finds.
     let script =
         "import signal; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)";
-    let alone = run(Command::new("python3").args(["-c", script]));
+    let mut alone = Command::new("python3");
+    default_sigint(alone.args(["-c", script]));
+    let alone = run(&mut alone);
     assert_eq!(String::from_utf8_lossy(&alone.stdout), "True\n");
     let traced = trace(dir.path(), "p.data", &[], &["python3", "-c", script]);
     assert_eq!(String::from_utf8_lossy(&traced.stdout), "True\n");

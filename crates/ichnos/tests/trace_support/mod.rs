@@ -8,8 +8,27 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+/// ichnos, started with SIGINT's default action whatever this test was
+/// started with (a shell's `&` ignores it, and ichnos keeps a command's
+/// ignored signals ignored): the tests of Ctrl-C and of what a program
+/// finds need it.
 pub fn ichnos() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_ichnos"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ichnos"));
+    default_sigint(&mut command);
+    command
+}
+
+/// Starts `command` with SIGINT's default action.
+pub fn default_sigint(command: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: signal is async-signal-safe, as the time between fork and
+    // exec asks.
+    unsafe {
+        command.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
 }
 
 /// Builds `fixtures/trace/NAME` with gcc (g++ for `.cc`) and
