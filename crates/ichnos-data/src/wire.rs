@@ -51,6 +51,21 @@ pub const FRAME_EXEC: u32 = 32;
 /// recorder fell behind past the runtime's patience) and that a new
 /// thread now has is so told from the old thread's.
 pub const FRAME_FIRST: u32 = 64;
+/// `FrameHeader.flags`: not events but the name of thread `tid` (its
+/// `comm`), 16 bytes, NUL-padded: sent before the thread's last frame (at
+/// its exit, or the process's), so that a thread gone before the recorder
+/// could read its name from `/proc` is named, by its last name.
+pub const FRAME_THREAD_NAME: u32 = 128;
+
+/// The name a [`FRAME_THREAD_NAME`] body holds: up to its first NUL, at
+/// most 16 bytes.
+#[must_use]
+pub fn thread_name(body: &[u8]) -> &[u8] {
+    let body = &body[..body.len().min(16)];
+    let end = body.iter().position(|&b| b == 0).unwrap_or(body.len());
+    &body[..end]
+}
+
 /// The longest span name sent (longer ones are cut).
 pub const MAX_SPAN_NAME: usize = 256;
 

@@ -177,11 +177,13 @@ impl Channel {
     /// counted for the thread's next frame), or there is no channel.
     pub(crate) fn send(mut header: FrameHeader, events: &[u8]) -> bool {
         // A maps or names frame holds no events: lost, it loses none.
-        let records = if header.flags & (wire::FRAME_MAPS | wire::FRAME_NAMES) == 0 {
-            (events.len() / wire::EVENT_BYTES) as u64
-        } else {
-            0
-        };
+        let records =
+            if header.flags & (wire::FRAME_MAPS | wire::FRAME_NAMES | wire::FRAME_THREAD_NAME) == 0
+            {
+                (events.len() / wire::EVENT_BYTES) as u64
+            } else {
+                0
+            };
         let sent = with_channel(|c| {
             if c.dead {
                 return false;

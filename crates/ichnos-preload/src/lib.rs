@@ -483,6 +483,9 @@ thread_local! {
 /// delivered; not on a ring's).
 pub(crate) fn send_flush(f: &Flush<'_>, flags: u32) {
     let last = matches!(f.reason, FlushReason::ThreadExit | FlushReason::ProcessExit);
+    if last {
+        send_thread_name(f.tid);
+    }
     let ring = flags & wire::FRAME_RING != 0;
     let first = !ring && !DELIVERED.try_with(Cell::get).unwrap_or(true);
     let header = FrameHeader {
@@ -497,6 +500,35 @@ pub(crate) fn send_flush(f: &Flush<'_>, flags: u32) {
     if Channel::send(header, f.data) && first {
         let _ = DELIVERED.try_with(|d| d.set(true));
     }
+}
+
+/// Sends thread `tid`'s name (its `comm`) in a frame of its own, before
+/// its last frame: the recorder reads a thread's name from `/proc` when
+/// its first frame comes, and a thread that had none before it ended (a
+/// short one, whose only frame is its last) or renamed itself since is
+/// named all the same. Not from a signal handler.
+pub(crate) fn send_thread_name(tid: i32) {
+    let mut name = [0u8; 16];
+    // SAFETY: gettid has no preconditions.
+    if tid == unsafe { libc::gettid() } {
+        // SAFETY: PR_GET_NAME writes at most 16 bytes, NUL included.
+        unsafe { libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr()) };
+    } else if let Ok(comm) = std::fs::read(format!("/proc/self/task/{tid}/comm")) {
+        let comm = comm.strip_suffix(b"\n").unwrap_or(&comm);
+        let n = comm.len().min(15);
+        name[..n].copy_from_slice(&comm[..n]);
+    }
+    if name[0] == 0 {
+        return;
+    }
+    let header = FrameHeader {
+        tid: tid.cast_unsigned(),
+        flags: wire::FRAME_THREAD_NAME,
+        lost: 0,
+        len: name.len() as u64,
+        ticks: clock::ticks(),
+    };
+    Channel::send(header, &name);
 }
 
 fn hello(config: &Config) -> Hello {

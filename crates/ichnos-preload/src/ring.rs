@@ -14,6 +14,7 @@ use crate::channel::Channel;
 pub(crate) fn save(buf: &FillBuffer) {
     let now = crate::clock::ticks();
     for (tid, records) in buf.snapshot_threads() {
+        crate::send_thread_name(tid);
         // Newest first in the ring; oldest first in the frame.
         let mut events = Vec::with_capacity(records.len() * EVENT_BYTES);
         let all: Vec<&[u8]> = records.iter().collect();

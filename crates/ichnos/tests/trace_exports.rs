@@ -336,3 +336,47 @@ fn folded_stacks_weigh_each_path_by_its_self_time() {
         "{svg}"
     );
 }
+
+/// Threads that name themselves and end before the recorder could read
+/// their names from `/proc` (their only frame of events is their last):
+/// each is named as it named itself, in the Chrome export's thread names
+/// and in the folded stacks. (They were "thread N", or an empty name,
+/// depending on when the recorder looked.)
+#[test]
+fn threads_that_end_early_keep_the_names_they_gave_themselves() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "named_threads.c", &["-pthread"]);
+    traced(dir.path(), "t.data", &[], &[exe.to_str().unwrap(), "20"]);
+    let json = dir.path().join("t.json");
+    run(ichnos()
+        .args(["report", "--format", "chrome", "-i"])
+        .arg(dir.path().join("t.data"))
+        .arg("-o")
+        .arg(&json));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let mut names: Vec<String> = v["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "M" && e["name"] == "thread_name")
+        .map(|e| e["args"]["name"].as_str().unwrap().to_owned())
+        .filter(|n| n != "named_threads")
+        .collect();
+    names.sort();
+    let mut expected: Vec<String> = (0..20).map(|i| format!("worker-{i}")).collect();
+    expected.sort();
+    assert_eq!(names, expected);
+    // The folded stacks: each worker's calls under its own name.
+    let folded = run(ichnos()
+        .args(["report", "--format", "folded", "-i"])
+        .arg(dir.path().join("t.data")));
+    let folded = String::from_utf8(folded.stdout).unwrap();
+    for i in 0..20 {
+        assert!(
+            folded
+                .lines()
+                .any(|l| l.starts_with(&format!("worker-{i};worker;work "))),
+            "worker-{i}: {folded}"
+        );
+    }
+}

@@ -218,6 +218,20 @@ fn whole_frames(
 
 /// One frame: a thread's events as a `Calls` record.
 fn frame(conn: &mut Conn, out: &mut Out, h: &FrameHeader, body: &[u8]) -> Result<(), TraceError> {
+    let not_events = wire::FRAME_MAPS | wire::FRAME_NAMES | wire::FRAME_THREAD_NAME;
+    if h.flags & not_events != 0 && h.lost > 0 {
+        // The runtime gives a thread's losses to its next frame, whatever
+        // it holds: counted as an empty frame's (they were dropped).
+        let loss = FrameHeader {
+            flags: 0,
+            len: 0,
+            ..*h
+        };
+        calls(conn, out, &loss, &[])?;
+    }
+    if h.flags & wire::FRAME_THREAD_NAME != 0 {
+        return thread_named(conn, out, h.tid, wire::thread_name(body));
+    }
     if h.flags & wire::FRAME_MAPS != 0 {
         // The runtime's copy of /proc/self/maps, NUL-padded. Copied out of
         // the shared buffer before it is read as text: the process could
@@ -774,6 +788,22 @@ impl Out {
 /// Span names recorded at most (over all processes); past it, spans go
 /// unnamed.
 const MAX_SPAN_NAMES: usize = 1 << 16;
+
+/// A thread's name as the runtime sent it, before the thread's last
+/// frame: the thread's `Thread` record (again, where the name changed).
+fn thread_named(conn: &Conn, out: &mut Out, tid: u32, name: &[u8]) -> Result<(), TraceError> {
+    if name.is_empty() {
+        return Ok(());
+    }
+    out.threads.insert((conn.pid, tid));
+    let time = out.time();
+    out.push(&Record::Thread {
+        pid: u64::from(conn.pid),
+        tid: u64::from(tid),
+        time,
+        name,
+    })
+}
 
 /// A names frame: each span name new to the address space becomes a
 /// `JitCode` record (source: span) over the one byte at its address.
