@@ -58,8 +58,18 @@ const ENDINGS: [libc::c_int; 11] = [
     libc::SIGPROF,
 ];
 
+/// The crash handler's type, as `sa_sigaction` holds it.
+type Crash = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
+
 /// The handlers before ours, by signal number.
 static mut PREVIOUS: [Option<libc::sigaction>; 32] = [None; 32];
+/// Ours, by signal number, for the signals that end the program whose
+/// default we stand in for: put back where the program sets the default
+/// (`dispositions.rs`).
+static mut OURS: [Option<libc::sigaction>; 32] = [None; 32];
+/// A signal that ends the program, which arrived inside the runtime and
+/// whose save the saver makes ([`end_by_signal`]); 0: none.
+static PENDING_END: AtomicI32 = AtomicI32::new(0);
 /// The rings were saved for a crash already (a second fault while saving
 /// must not save again).
 static SAVED_FOR_CRASH: AtomicBool = AtomicBool::new(false);
@@ -368,12 +378,14 @@ extern "C" fn on_crash(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut lib
     // leave its buffer out. The saver saves once the thread has left the
     // runtime, then sends the signal again itself; the handler returns
     // at once. (Not a fault, which would come back.)
-    if !CRASHES.contains(&sig)
-        && crate::ending::owning_process()
-        && inside_the_runtime()
-        && u8::try_from(sig).is_ok_and(|s| s < ASK_END_BY && ask(ASK_END_BY | s))
-    {
-        return;
+    if !CRASHES.contains(&sig) && crate::ending::owning_process() && inside_the_runtime() {
+        if let Some(s) = u8::try_from(sig).ok().filter(|&s| s < ASK_END_BY) {
+            PENDING_END.store(sig, Ordering::Release);
+            if ask(ASK_END_BY | s) {
+                return;
+            }
+            PENDING_END.store(0, Ordering::Release);
+        }
     }
     // The first crash asks for the save; every crashing thread waits for
     // it, so that none ends the process while the rings are sent. A
@@ -421,31 +433,51 @@ fn end_by_signal(sig: libc::c_int) {
         crate::save_for_crash();
     }
     CRASH_SAVE_DONE.store(true, Ordering::Release);
-    if handler_is_ours(sig) {
-        restore(sig);
-    }
+    // The signal came under the default action: the process ends of it,
+    // whatever the program installed since (untraced, it was gone).
+    restore(sig);
     // SAFETY: kill and getpid have no preconditions; the saver has every
     // signal blocked, so another thread takes it.
     unsafe { libc::kill(libc::getpid(), sig) };
+}
+
+/// Before the process ends by itself (`exit`, `_exit`) or executes a
+/// program, while a signal that ends it waits for its save
+/// ([`end_by_signal`]): waits for the save, then ends of the signal, as
+/// it would have untraced. Not on the saver.
+pub(crate) fn finish_pending_ending() {
+    let sig = PENDING_END.load(Ordering::Acquire);
+    // SAFETY: gettid has no preconditions.
+    if sig == 0 || unsafe { libc::gettid() } == SAVER_TID.load(Ordering::Relaxed) {
+        return;
+    }
+    wait_for(&CRASH_SAVE_DONE);
+    restore(sig);
+    // SAFETY: raise is async-signal-safe; the default action ends the
+    // process.
+    unsafe { libc::raise(sig) };
+}
+
+/// The runtime's action for `sig` where it stands in for the default of
+/// a signal that ends the program (`None` elsewhere).
+pub(crate) fn standing_in_for(sig: libc::c_int) -> Option<libc::sigaction> {
+    if CRASHES.contains(&sig) {
+        return None;
+    }
+    // SAFETY: OURS is written in `install`, before the program runs.
+    unsafe {
+        (*std::ptr::addr_of!(OURS))
+            .get(sig.unsigned_abs() as usize)
+            .copied()
+            .flatten()
+    }
 }
 
 /// Whether `handler`, found as `sig`'s action, is the runtime's own in
 /// place of the default: for a signal that ends the program, where the
 /// runtime installed it over the default (the program sees the default).
 pub(crate) fn stands_in_for_default(sig: libc::c_int, handler: libc::sighandler_t) -> bool {
-    type Crash = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
     !CRASHES.contains(&sig) && handler == on_crash as Crash as usize
-}
-
-/// Whether the runtime's handler is `sig`'s now.
-fn handler_is_ours(sig: libc::c_int) -> bool {
-    type Crash = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
-    // SAFETY: sigaction with no new action only reads the current one.
-    unsafe {
-        let mut now: libc::sigaction = std::mem::zeroed();
-        real_sigaction(sig, std::ptr::null(), &raw mut now) == 0
-            && now.sa_sigaction == on_crash as Crash as usize
-    }
 }
 
 extern "C" fn on_usr2(_sig: libc::c_int) {
@@ -486,7 +518,11 @@ fn handle(sig: libc::c_int, handler: usize, flags: libc::c_int) {
         libc::sigemptyset(&raw mut action.sa_mask);
         let mut old: libc::sigaction = std::mem::zeroed();
         if real_sigaction(sig, &raw const action, &raw mut old) == 0 {
-            (*std::ptr::addr_of_mut!(PREVIOUS))[sig.unsigned_abs() as usize] = Some(old);
+            let at = sig.unsigned_abs() as usize;
+            (*std::ptr::addr_of_mut!(PREVIOUS))[at] = Some(old);
+            if !CRASHES.contains(&sig) && handler == on_crash as Crash as usize {
+                (*std::ptr::addr_of_mut!(OURS))[at] = Some(action);
+            }
         }
     }
 }
@@ -500,7 +536,6 @@ pub(crate) fn saved() -> bool {
 /// Starts the saver and installs the crash handlers, and with `snapshots`
 /// (flight-recorder mode) SIGUSR2's.
 pub(crate) fn install(snapshots: bool) {
-    type Crash = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
     type Plain = extern "C" fn(libc::c_int);
     start_saver();
     for sig in CRASHES {

@@ -5,9 +5,11 @@
 //! `KeyboardInterrupt` handler for SIGINT only over the default; a
 //! handler found there is taken for one the embedding program installed)
 //! behaves as it does untraced. Setting an action is passed through: a
-//! handler the program installs replaces the runtime's, as before. The
-//! runtime's own calls use the C library's functions directly
-//! ([`real_sigaction`]).
+//! handler the program installs replaces the runtime's, as before; but
+//! the default set again (a program that saved the action it found and
+//! puts it back, as readline does around its own handlers) puts the
+//! runtime's back, reported as the default. The runtime's own calls use
+//! the C library's functions directly ([`real_sigaction`]).
 
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -22,7 +24,7 @@ type Signal = extern "C" fn(c_int, libc::sighandler_t) -> libc::sighandler_t;
 /// Looks both up, at the start (before the runtime installs a handler).
 pub(crate) fn resolve() {
     let _ = real(&REAL_SIGACTION, &[c"sigaction", c"__sigaction"]);
-    let _ = real(&REAL_SIGNAL, &[c"signal", c"__sysv_signal"]);
+    let _ = real(&REAL_SIGNAL, &[c"signal", c"bsd_signal"]);
 }
 
 /// The next definition of the first of `names` there is, kept in `slot`.
@@ -77,7 +79,13 @@ pub unsafe extern "C" fn sigaction(
     act: *const libc::sigaction,
     old: *mut libc::sigaction,
 ) -> c_int {
-    // SAFETY: the caller's arguments, passed on.
+    // The default set where the runtime stands in for it: the runtime's.
+    // SAFETY: `act` is null or the caller's valid action.
+    let ours = (!act.is_null() && unsafe { (*act).sa_sigaction } == libc::SIG_DFL)
+        .then(|| crate::crash::standing_in_for(sig))
+        .flatten();
+    let act = ours.as_ref().map_or(act, std::ptr::from_ref);
+    // SAFETY: the caller's arguments (or the runtime's action), passed on.
     let result = unsafe { real_sigaction(sig, act, old) };
     if result == 0 && !old.is_null() {
         // SAFETY: filled in by the call above.
@@ -96,7 +104,25 @@ pub unsafe extern "C" fn sigaction(
 /// default where it was the runtime's stand-in for it.
 #[no_mangle]
 pub extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
-    let previous = match real(&REAL_SIGNAL, &[c"signal", c"__sysv_signal"]) {
+    if handler == libc::SIG_DFL {
+        if let Some(ours) = crate::crash::standing_in_for(sig) {
+            // The default set where the runtime stands in for it: the
+            // runtime's, as `sigaction` puts it.
+            // SAFETY: sigaction is plain data, all-zero valid.
+            let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+            // SAFETY: a valid action of the runtime's; a struct of ours
+            // for the previous one.
+            if unsafe { real_sigaction(sig, &raw const ours, &raw mut old) } != 0 {
+                return libc::SIG_ERR;
+            }
+            return if crate::crash::stands_in_for_default(sig, old.sa_sigaction) {
+                libc::SIG_DFL
+            } else {
+                old.sa_sigaction
+            };
+        }
+    }
+    let previous = match real(&REAL_SIGNAL, &[c"signal", c"bsd_signal"]) {
         0 => return libc::SIG_ERR,
         address => {
             // SAFETY: dlsym's address of the C library's `signal`, which

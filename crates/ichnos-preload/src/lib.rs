@@ -580,6 +580,8 @@ fn send_maps() {
 /// The process ends without its `atexit` hooks (`_exit`): what they
 /// would have sent goes now, the mappings first.
 pub(crate) fn end_of_process() {
+    // A signal that ends the process waits for its save: ended of it.
+    crash::finish_pending_ending();
     send_maps();
     if CONFIG.get().is_some_and(|c| c.ring.is_some()) {
         ring::save_at_exit();
@@ -604,6 +606,7 @@ pub(crate) fn save_for_crash() {
 /// The program is about to exec: the mappings, then the calling
 /// thread's buffer (every ring, in flight-recorder mode), go now.
 pub(crate) fn before_exec() {
+    crash::finish_pending_ending();
     send_maps();
     if CONFIG.get().is_some_and(|c| c.ring.is_some()) {
         ring::save_at_exit();

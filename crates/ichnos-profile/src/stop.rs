@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// Set by the handler.
 static STOP: AtomicBool = AtomicBool::new(false);
 
-/// SIGINT and SIGTERM were ignored when ichnos started (a shell's `&`,
-/// `nohup`): a command it runs is started with them ignored, as it would
-/// be run alone.
+/// SIGINT and SIGTERM were ignored when ichnos started (a shell's `&`
+/// ignores SIGINT): a command it runs is started with them ignored, as
+/// it would be run alone.
 static INT_IGNORED: AtomicBool = AtomicBool::new(false);
 static TERM_IGNORED: AtomicBool = AtomicBool::new(false);
 
@@ -43,6 +43,9 @@ pub fn catch_stop_signals() -> &'static AtomicBool {
             if libc::sigaction(sig, &raw const action, &raw mut old) == 0
                 && old.sa_sigaction == libc::SIG_IGN
             {
+                // Still caught by ichnos (`kill -INT` stops a recording
+                // made in the background; the terminal's Ctrl-C does not
+                // reach a background job), but not by its command.
                 ignored.store(true, Ordering::Relaxed);
             }
         }

@@ -235,6 +235,9 @@ struct Out {
     /// process and thread: a ring saved again is counted for its new
     /// events only, as a reader reads it.
     rings: FxHashMap<(u32, u32), crate::ring_repeats::RingSeen>,
+    /// The names thread-name frames gave, by process and thread: a name
+    /// sent again (with each ring saved) is written once.
+    thread_names: FxHashMap<(u32, u32), [u8; 16]>,
     lost: u64,
     processes: usize,
     refused: Vec<String>,
@@ -611,6 +614,7 @@ fn open_output(path: &Path, options: &TraceOptions, tsc: bool) -> Result<Out, Tr
         threads: FxHashSet::default(),
         open_threads: FxHashMap::default(),
         rings: FxHashMap::default(),
+        thread_names: FxHashMap::default(),
         span_names: FxHashSet::default(),
         kept: 0,
         lost: 0,

@@ -89,7 +89,7 @@ fn a_program_ended_by_sigterm_keeps_its_trace_and_ignored_signals_stay_ignored()
         )
         .unwrap();
         let pid: u32 = line.trim().parse().unwrap_or_else(|_| panic!("{line:?}"));
-        let _program = KilledAtEnd(pid);
+        let program = KilledAtEnd(pid);
         assert!(send("HUP", pid));
         std::thread::sleep(Duration::from_millis(300));
         assert!(
@@ -99,6 +99,8 @@ fn a_program_ended_by_sigterm_keeps_its_trace_and_ignored_signals_stay_ignored()
         assert!(send("TERM", pid));
         let out = recorder.wait_with_output().unwrap();
         std::mem::forget(unwaited);
+        // Reaped by the recorder: its pid may be another's now.
+        std::mem::forget(program);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(128 + 15), "ring {ring}: {stderr}");
         let counts = calls(dir.path(), "t.data");
@@ -144,7 +146,7 @@ fn sigterm_amid_calls_keeps_every_threads_calls() {
         )
         .unwrap();
         let pid: i32 = line.trim().parse().unwrap_or_else(|_| panic!("{line:?}"));
-        let _program = KilledAtEnd(pid.cast_unsigned());
+        let program = KilledAtEnd(pid.cast_unsigned());
         std::thread::sleep(Duration::from_millis(200));
         // Read, then the signal at once (not through kill(1), whose start
         // takes long enough for thousands of calls).
@@ -153,6 +155,8 @@ fn sigterm_amid_calls_keeps_every_threads_calls() {
         assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
         let out = recorder.wait_with_output().unwrap();
         std::mem::forget(unwaited);
+        // Reaped by the recorder: its pid may be another's now.
+        std::mem::forget(program);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(128 + 15), "round {round}: {stderr}");
         let traced = calls(dir.path(), "t.data");
@@ -196,6 +200,17 @@ fn the_program_finds_the_default_action_where_the_runtime_stands_in_for_it() {
     );
     assert_eq!(traced.stdout, alone.stdout);
     assert_eq!(calls(dir.path(), "t.data").get("work"), Some(&1));
+    // The action found put back (as readline does around its own
+    // handlers): the runtime's handler is back, and SIGTERM raised then
+    // saves the trace. (The default was put back, and the calls lost.)
+    let raised = trace(dir.path(), "r.data", &[], &[exe.to_str().unwrap(), "raise"]);
+    assert_eq!(
+        raised.status.code(),
+        Some(128 + 15),
+        "{}",
+        String::from_utf8_lossy(&raised.stderr)
+    );
+    assert_eq!(calls(dir.path(), "r.data").get("work"), Some(&2));
     // Started with SIGINT ignored (as a shell's `&` starts it), ichnos
     // starts the command so, traced or recorded, as it would run alone.
     for command in ["trace", "record"] {

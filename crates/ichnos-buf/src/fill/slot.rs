@@ -539,7 +539,11 @@ mod tests {
         let open = slot.trace_reserve(16).unwrap() as usize;
         let flushed = std::thread::scope(|scope| {
             scope.spawn(|| {
-                std::thread::sleep(std::time::Duration::from_millis(2));
+                // Once the flush has closed the fast path (and so is
+                // waiting for this write), not before.
+                while slot.limit.load(Ordering::Relaxed) != 0 {
+                    std::hint::spin_loop();
+                }
                 // SAFETY: the second reservation's 16 bytes.
                 unsafe { (open as *mut u8).write_bytes(9, 16) };
                 slot.commit(16);

@@ -419,15 +419,15 @@ extern "C" fn at_exit() {
     flush_for_the_last_time();
 }
 
-/// [`at_exit`], for a process that ends without its `atexit` hooks. Once:
-/// a second call (the hook after an explicit call) hands nothing over
-/// again, since another thread's buffer is read up to what it had
-/// committed, not emptied.
 /// How many 50 µs steps the last flush waits for another thread's slot
 /// that thread's slow path holds (100 ms in all, for a hand-over that
 /// waits for room in the recorder's channel).
 const BUSY_PATIENCE_STEPS: u32 = 2000;
 
+/// [`at_exit`], for a process that ends without its `atexit` hooks. Once:
+/// a second call (the hook after an explicit call) hands nothing over
+/// again, since another thread's buffer is read up to what it had
+/// committed, not emptied.
 pub(crate) fn flush_for_the_last_time() {
     static DONE: AtomicBool = AtomicBool::new(false);
     if DONE.swap(true, Ordering::AcqRel) {

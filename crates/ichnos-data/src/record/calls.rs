@@ -408,6 +408,14 @@ impl CallEventsEncoder {
         self.first
     }
 
+    /// The time the last event pushed is stored at, as a reader reads it:
+    /// its own, or the one before it where it was earlier (times in a
+    /// block never go back) or further on than one step stores.
+    #[must_use]
+    pub fn last_ticks(&self) -> u64 {
+        self.prev
+    }
+
     /// The events, for a [`Calls`] record.
     #[must_use]
     pub fn events(&self) -> CallEvents<'_> {

@@ -446,11 +446,11 @@ impl Blocks {
             self.write_full(out)?;
         }
         out.encoder.push(event);
-        Ok(self.is_new(event.ticks()))
+        Ok(self.is_new(out.encoder.last_ticks()))
     }
 
-    /// Whether the event at `ticks` just pushed is new: not one an
-    /// earlier save of the thread's ring held (every event of a frame
+    /// Whether the event just pushed, stored at `ticks`, is new: not one
+    /// an earlier save of the thread's ring held (every event of a frame
     /// that is not a ring's is).
     #[inline(always)]
     #[allow(clippy::inline_always)] // on every event of a trace
@@ -478,7 +478,7 @@ impl Blocks {
             self.write_full(out)?;
         }
         out.encoder.push_call(ticks, function, !enter);
-        out.kept += u64::from(self.is_new(ticks));
+        out.kept += u64::from(self.is_new(out.encoder.last_ticks()));
         Ok(())
     }
 
@@ -793,6 +793,11 @@ const MAX_SPAN_NAMES: usize = 1 << 16;
 /// frame: the thread's `Thread` record (again, where the name changed).
 fn thread_named(conn: &Conn, out: &mut Out, tid: u32, name: &[u8]) -> Result<(), TraceError> {
     if name.is_empty() {
+        return Ok(());
+    }
+    let mut key = [0u8; 16];
+    key[..name.len()].copy_from_slice(name);
+    if out.thread_names.insert((conn.pid, tid), key) == Some(key) {
         return Ok(());
     }
     out.threads.insert((conn.pid, tid));
