@@ -31,6 +31,7 @@ mod frames;
 #[cfg(test)]
 mod frames_test;
 pub mod fuzzing;
+mod side_band;
 
 use crate::filter::{self, FilterError};
 use crate::{clock, socket, sys};

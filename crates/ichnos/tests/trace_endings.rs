@@ -4,7 +4,7 @@
 //! program sees the default action where the runtime's handler stands in
 //! for it.
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 mod trace_support;
@@ -16,26 +16,16 @@ use trace_support::*;
 /// fixture prints once its calls are made.
 fn trace_stopped(dir: &std::path::Path, args: &[&str], calls: u64) -> (std::process::Child, u32) {
     let exe = build(dir, "stopped.c", &["-pthread"]);
-    let mut recorder = ichnos()
-        .arg("trace")
-        .args(args)
-        .arg("-o")
-        .arg(dir.join("t.data"))
-        .arg("--")
-        .arg(&exe)
-        .arg(calls.to_string())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(recorder.stdout.take().unwrap()),
-        &mut line,
+    spawn_reading_pid(
+        ichnos()
+            .arg("trace")
+            .args(args)
+            .arg("-o")
+            .arg(dir.join("t.data"))
+            .arg("--")
+            .arg(&exe)
+            .arg(calls.to_string()),
     )
-    .unwrap();
-    let pid = line.trim().parse().unwrap_or_else(|_| panic!("{line:?}"));
-    (recorder, pid)
 }
 
 /// Ctrl-C while the program runs: it is passed SIGINT, and the calls its
@@ -65,30 +55,21 @@ fn a_program_ended_by_sigterm_keeps_its_trace_and_ignored_signals_stay_ignored()
     for ring in [false, true] {
         let args: &[&str] = if ring { &["--ring", "64K"] } else { &[] };
         let exe = build(dir.path(), "stopped.c", &["-pthread"]);
-        let mut recorder = Command::new("sh")
-            .arg("-c")
-            .arg("trap '' HUP; exec \"$@\"")
-            .arg("sh")
-            .arg(env!("CARGO_BIN_EXE_ichnos"))
-            .arg("trace")
-            .args(args)
-            .arg("-o")
-            .arg(dir.path().join("t.data"))
-            .arg("--")
-            .arg(&exe)
-            .arg("1000")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let (recorder, pid) = spawn_reading_pid(
+            Command::new("sh")
+                .arg("-c")
+                .arg("trap '' HUP; exec \"$@\"")
+                .arg("sh")
+                .arg(env!("CARGO_BIN_EXE_ichnos"))
+                .arg("trace")
+                .args(args)
+                .arg("-o")
+                .arg(dir.path().join("t.data"))
+                .arg("--")
+                .arg(&exe)
+                .arg("1000"),
+        );
         let unwaited = KilledAtEnd(recorder.id());
-        let mut line = String::new();
-        std::io::BufRead::read_line(
-            &mut std::io::BufReader::new(recorder.stdout.take().unwrap()),
-            &mut line,
-        )
-        .unwrap();
-        let pid: u32 = line.trim().parse().unwrap_or_else(|_| panic!("{line:?}"));
         let program = KilledAtEnd(pid);
         assert!(send("HUP", pid));
         std::thread::sleep(Duration::from_millis(300));
@@ -128,25 +109,17 @@ fn sigterm_amid_calls_keeps_every_threads_calls() {
         u64::from_le_bytes(bytes[8 * i..8 * i + 8].try_into().unwrap())
     };
     for round in 0..5 {
-        let mut recorder = ichnos()
-            .args(["trace", "-o"])
-            .arg(dir.path().join("t.data"))
-            .arg("--")
-            .arg(&exe)
-            .arg(&counts_file)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let (recorder, pid) = spawn_reading_pid(
+            ichnos()
+                .args(["trace", "-o"])
+                .arg(dir.path().join("t.data"))
+                .arg("--")
+                .arg(&exe)
+                .arg(&counts_file),
+        );
         let unwaited = KilledAtEnd(recorder.id());
-        let mut line = String::new();
-        std::io::BufRead::read_line(
-            &mut std::io::BufReader::new(recorder.stdout.take().unwrap()),
-            &mut line,
-        )
-        .unwrap();
-        let pid: i32 = line.trim().parse().unwrap_or_else(|_| panic!("{line:?}"));
-        let program = KilledAtEnd(pid.cast_unsigned());
+        let program = KilledAtEnd(pid);
+        let pid = pid.cast_signed();
         std::thread::sleep(Duration::from_millis(200));
         // Read, then the signal at once (not through kill(1), whose start
         // takes long enough for thousands of calls).

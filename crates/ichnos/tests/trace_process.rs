@@ -774,24 +774,14 @@ fn a_ring_rounded_up_says_so() {
 /// piped; the pid the fixture prints first.
 fn trace_leaves_running(dir: &std::path::Path, args: &[&str]) -> (std::process::Child, u32) {
     let exe = build(dir, "leaves_running.c", &[]);
-    let mut recorder = ichnos()
-        .args(["trace", "-b", "64K", "-o"])
-        .arg(dir.join("t.data"))
-        .arg("--")
-        .arg(&exe)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(recorder.stdout.take().unwrap()),
-        &mut line,
+    spawn_reading_pid(
+        ichnos()
+            .args(["trace", "-b", "64K", "-o"])
+            .arg(dir.join("t.data"))
+            .arg("--")
+            .arg(&exe)
+            .args(args),
     )
-    .unwrap();
-    let pid = line.trim().parse().unwrap_or_else(|_| panic!("{line:?}"));
-    (recorder, pid)
 }
 
 /// Ctrl-C after the command has ended: what it left running (a daemon

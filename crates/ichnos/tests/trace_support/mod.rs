@@ -296,3 +296,22 @@ pub fn interrupt(
     std::mem::forget(unwaited);
     (out, asked.elapsed())
 }
+
+/// Spawns `command` (a recorder, whose traced program prints its pid
+/// first) with its standard output and error piped: the recorder, and the
+/// pid the program printed.
+pub fn spawn_reading_pid(command: &mut Command) -> (std::process::Child, u32) {
+    let mut recorder = command
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(recorder.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let pid = line.trim().parse().unwrap_or_else(|_| panic!("{line:?}"));
+    (recorder, pid)
+}
