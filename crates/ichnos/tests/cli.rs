@@ -1123,3 +1123,24 @@ fn vdso_addresses_are_named_from_the_process_memory() {
         "{ours} not among {names_at:?} ({name})"
     );
 }
+
+/// A recording of no sample says so, with no share of complete stacks
+/// (a 0.0% read as broken stacks).
+#[test]
+fn a_recording_of_no_sample_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("t.data");
+    let out = ichnos(&[
+        "record",
+        "-F",
+        "1",
+        "-o",
+        data.to_str().unwrap(),
+        "--",
+        "true",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("recorded no samples in "), "{err}");
+    assert!(!err.contains("complete stacks"), "{err}");
+}
