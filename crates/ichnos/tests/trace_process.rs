@@ -26,11 +26,7 @@ fn a_crash_leaves_the_flight_recorders_newest_calls() {
     );
     assert_eq!(out.status.code(), Some(128 + 6), "SIGABRT is the status");
     let lines = replay(dir.path(), "t.data", &[]);
-    let values: Vec<u64> = lines
-        .iter()
-        .filter_map(|(_, f)| f.trim().strip_prefix("/* probe 7 = "))
-        .map(|v| v.trim_end_matches(" */").parse().unwrap())
-        .collect();
+    let values = probe_7_values(&lines);
     assert!(values.len() >= 60, "{} probes", values.len());
     let n = values.len() as u64;
     let expected: Vec<u64> = (100_000 - n..100_000).collect();
@@ -338,11 +334,7 @@ fn a_ring_saved_twice_is_read_once() {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let values: Vec<u64> = replay(dir.path(), "t.data", &[])
-            .iter()
-            .filter_map(|(_, f)| f.trim().strip_prefix("/* probe 7 = "))
-            .map(|v| v.trim_end_matches(" */").parse().unwrap())
-            .collect();
+        let values = probe_7_values(&replay(dir.path(), "t.data", &[]));
         assert_eq!(values.last(), Some(&999), "{values:?}");
         assert!(
             values.windows(2).all(|w| w[0] < w[1]),
@@ -386,11 +378,7 @@ fn a_large_ring_saved_twice_is_read_and_counted_once() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let lines = replay(dir.path(), "t.data", &[]);
-    let values: Vec<u64> = lines
-        .iter()
-        .filter_map(|(_, f)| f.trim().strip_prefix("/* probe 7 = "))
-        .map(|v| v.trim_end_matches(" */").parse().unwrap())
-        .collect();
+    let values = probe_7_values(&lines);
     // A 4 MiB ring holds 262,144 events: 65,536 steps of four (an entry,
     // the probe's two, an exit).
     assert!(values.len() > 60_000, "{}", values.len());
@@ -922,4 +910,13 @@ fn frames_given_up_behind_a_lock_held_for_good_are_counted_lost() {
         .map(|(_, n)| n)
         .sum();
     assert_eq!(of_other, 2002, "{lost:?}: {stderr}");
+}
+
+/// The values of probe 7, in the order the replay `lines` print them.
+fn probe_7_values(lines: &[(u32, String)]) -> Vec<u64> {
+    lines
+        .iter()
+        .filter_map(|(_, f)| f.trim().strip_prefix("/* probe 7 = "))
+        .map(|v| v.trim_end_matches(" */").parse().unwrap())
+        .collect()
 }
