@@ -66,6 +66,7 @@ mod progress;
 mod record;
 mod report;
 mod stack;
+mod status_line;
 mod symbolize;
 mod trace;
 mod units;

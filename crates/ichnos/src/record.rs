@@ -183,10 +183,10 @@ pub fn record(args: &RecordArgs, quiet: bool, verbose: bool) -> Result<u8> {
 /// Records with `options`, showing progress unless `quiet`.
 pub fn run(options: &RecordOptions, quiet: bool, verbose: bool) -> Result<Summary> {
     let stop = ichnos_profile::catch_stop_signals();
-    let progress = crate::progress::status_line(quiet);
+    let mut status_line = crate::status_line::StatusLine::start(quiet);
     let mut show = |s: &Status| {
-        if let Some(bar) = &progress {
-            bar.set_message(format!(
+        if let Some(line) = status_line.as_mut() {
+            line.show(&format!(
                 "recording: {:.1} s, {}, {} lost, {}",
                 s.elapsed.as_secs_f64(),
                 crate::units::counted(s.samples, "sample", "samples"),
@@ -196,9 +196,7 @@ pub fn run(options: &RecordOptions, quiet: bool, verbose: bool) -> Result<Summar
         }
     };
     let result = ichnos_profile::record(options, stop, &mut show);
-    if let Some(bar) = progress {
-        bar.finish_and_clear();
-    }
+    drop(status_line);
     let summary = result.with_context(|| match &options.target {
         RecordTarget::Command(c) => format!(
             "cannot record {}",

@@ -133,10 +133,10 @@ pub fn trace(args: &TraceArgs, quiet: bool) -> Result<u8> {
         compress_on_a_thread: None,
     };
     let stop = ichnos_profile::catch_stop_signals();
-    let progress = crate::progress::status_line(quiet);
+    let mut status_line = crate::status_line::StatusLine::start(quiet);
     let mut show = |s: &ichnos_trace::TraceStatus| {
-        if let Some(bar) = &progress {
-            bar.set_message(format!(
+        if let Some(line) = status_line.as_mut() {
+            line.show(&format!(
                 "tracing: {:.1} s, {}, {} lost, {}",
                 s.elapsed.as_secs_f64(),
                 crate::units::counted(s.events, "event", "events"),
@@ -146,9 +146,7 @@ pub fn trace(args: &TraceArgs, quiet: bool) -> Result<u8> {
         }
     };
     let result = ichnos_trace::trace(&options, stop, &mut show);
-    if let Some(bar) = progress {
-        bar.finish_and_clear();
-    }
+    drop(status_line);
     let summary = result?;
     if !quiet {
         for r in &summary.refused {

@@ -1,0 +1,175 @@
+//! The live status line of `record` and `trace` on a terminal, with a
+//! command that prints while it runs: the command's lines stay whole and
+//! the status stays on the last row.
+//!
+//! ichnos runs on a pseudo-terminal of 24 rows by 80 columns (`script`,
+//! from util-linux), and everything written to that terminal is played
+//! through a terminal emulator (the `vt100` crate): what a user would see
+//! is the truth here, not the escape sequences ichnos writes.
+
+mod common;
+
+use std::process::{Command, Stdio};
+
+use common::ICHNOS;
+
+const ROWS: u16 = 24;
+const COLUMNS: u16 = 80;
+/// Lines the command prints, one every 30 ms: about six status draws.
+const LINES: usize = 50;
+
+/// What a terminal received from `ichnos ARGS` run on it.
+fn on_terminal(args: &[&str]) -> Vec<u8> {
+    let quoted: Vec<String> = std::iter::once(ICHNOS)
+        .chain(args.iter().copied())
+        .map(|a| format!("'{}'", a.replace('\'', r"'\''")))
+        .collect();
+    let inner = format!("stty rows {ROWS} cols {COLUMNS} && {}", quoted.join(" "));
+    let out = Command::new("script")
+        .args(["-q", "-e", "-c", &inner, "/dev/null"])
+        .env("TERM", "xterm")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run script (util-linux)");
+    assert!(
+        out.status.success(),
+        "ichnos {args:?} on a terminal: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    out.stdout
+}
+
+/// The command: `LINES` numbered lines, paced so the status is drawn
+/// between them.
+fn printer() -> String {
+    format!("i=0; while [ $i -lt {LINES} ]; do echo \"line $i\"; i=$((i+1)); sleep 0.03; done")
+}
+
+/// Plays `bytes` through a terminal, a few at a time, checking after
+/// each step that `status` (the status line's first word) is only ever
+/// on the last row; returns every row the terminal showed at the end,
+/// scrolled-off rows first, and how many steps showed the status.
+fn play(bytes: &[u8], status: &str) -> (Vec<String>, usize) {
+    let size = |n| std::num::NonZeroU16::new(n).unwrap();
+    let mut terminal = vt100::Parser::new(size(ROWS), size(COLUMNS), 10_000);
+    let mut shown = 0;
+    for step in bytes.chunks(7) {
+        terminal.process(step);
+        let rows: Vec<String> = terminal.screen().rows(0, COLUMNS).collect();
+        for (n, row) in rows.iter().enumerate().take(usize::from(ROWS) - 1) {
+            assert!(
+                !row.contains(status),
+                "the status is on row {n}, among the command's lines: {row:?}\n{}",
+                rows.join("\n")
+            );
+        }
+        shown += usize::from(rows[usize::from(ROWS) - 1].starts_with(status));
+    }
+    let screen = terminal.screen_mut();
+    let mut all = Vec::new();
+    let scrolled = screen.scrollback_len();
+    for back in (1..=scrolled).rev() {
+        screen.set_scrollback(back);
+        all.extend(screen.rows(0, COLUMNS).next());
+    }
+    screen.set_scrollback(0);
+    all.extend(screen.rows(0, COLUMNS));
+    (all, shown)
+}
+
+/// Every line the command printed is a row of its own, in order.
+fn assert_lines_whole(rows: &[String]) {
+    let lines: Vec<&String> = rows.iter().filter(|r| r.contains("line ")).collect();
+    let wanted: Vec<String> = (0..LINES).map(|i| format!("line {i}")).collect();
+    assert_eq!(
+        lines.iter().map(|r| r.trim_end()).collect::<Vec<_>>(),
+        wanted,
+        "the command's lines as the terminal shows them:\n{}",
+        rows.join("\n")
+    );
+}
+
+#[test]
+fn record_keeps_its_status_off_the_commands_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("status.data");
+    let shown_by = on_terminal(&[
+        "record",
+        "-o",
+        data.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        &printer(),
+    ]);
+    let (rows, shown) = play(&shown_by, "recording:");
+    assert!(shown > 0, "no status line was drawn:\n{}", rows.join("\n"));
+    assert_lines_whole(&rows);
+    // The summary line starts a row of its own, after the command's lines,
+    // and the status row it drew on is cleared.
+    let last_line = rows.iter().rposition(|r| r.starts_with("line ")).unwrap();
+    let summary = rows
+        .iter()
+        .rposition(|r| r.starts_with("recorded "))
+        .unwrap_or_else(|| {
+            panic!("no summary row:\n{}", rows.join("\n"));
+        });
+    assert!(summary > last_line, "{}", rows.join("\n"));
+    assert!(
+        !rows.iter().any(|r| r.contains("recording:")),
+        "the status line was left on the terminal:\n{}",
+        rows.join("\n")
+    );
+}
+
+#[test]
+fn trace_keeps_its_status_off_the_commands_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("status.trace");
+    let shown_by = on_terminal(&[
+        "trace",
+        "-o",
+        data.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        &printer(),
+    ]);
+    let (rows, shown) = play(&shown_by, "tracing:");
+    assert!(shown > 0, "no status line was drawn:\n{}", rows.join("\n"));
+    assert_lines_whole(&rows);
+    assert!(
+        rows.iter().any(|r| r.starts_with("ichnos: traced ")),
+        "no summary row:\n{}",
+        rows.join("\n")
+    );
+    assert!(
+        !rows.iter().any(|r| r.contains("tracing:")),
+        "the status line was left on the terminal:\n{}",
+        rows.join("\n")
+    );
+}
+
+#[test]
+fn a_quiet_record_draws_nothing_but_the_commands_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("quiet.data");
+    let shown_by = on_terminal(&[
+        "-q",
+        "record",
+        "-o",
+        data.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        &printer(),
+    ]);
+    let (rows, shown) = play(&shown_by, "recording:");
+    assert_eq!(shown, 0);
+    assert_lines_whole(&rows);
+    assert!(
+        !shown_by.contains(&0x1b),
+        "escape sequences written with -q: {:?}",
+        String::from_utf8_lossy(&shown_by)
+    );
+}
