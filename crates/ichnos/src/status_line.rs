@@ -13,9 +13,11 @@
 //! when the line goes (also on unwinding); a terminal left with it after
 //! `ichnos` was killed outright is put right by `reset`.
 //!
-//! Nothing is drawn when standard error is not a terminal, a `dumb` one,
-//! or one whose size is not known, nor before the first status: a command
-//! that ends at once leaves the terminal untouched.
+//! A terminal that does not say its size (a pseudo-terminal whose size
+//! was never set) or has too few rows gets the plain line, redrawn in
+//! place. Nothing is drawn when standard error is not a terminal or a
+//! `dumb` one, nor before the first status: a command that ends at once
+//! leaves the terminal untouched.
 
 use std::io::{IsTerminal, Write};
 
@@ -24,17 +26,27 @@ use console::Term;
 /// Fewer rows than this leave no room for output above the line.
 const MIN_ROWS: u16 = 3;
 
-/// The status line, drawn on the terminal's last row.
+/// The status line on standard error.
 pub struct StatusLine {
     term: Term,
-    /// The terminal's rows when the region was set, once the line is
-    /// drawn.
-    rows: Option<u16>,
+    drawn: Drawn,
+}
+
+/// Where the line is drawn.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Drawn {
+    /// Not yet.
+    Nothing,
+    /// On the last row of a terminal of this many rows, the rows above
+    /// made the scrolling region.
+    LastRow(u16),
+    /// Where the cursor stands, redrawn in place.
+    InPlace,
 }
 
 impl StatusLine {
-    /// A status line on standard error, if it is a terminal that can keep
-    /// one and not `quiet`.
+    /// A status line on standard error, if it is a terminal and not
+    /// `quiet`.
     pub fn start(quiet: bool) -> Option<StatusLine> {
         if quiet || !std::io::stderr().is_terminal() {
             return None;
@@ -42,44 +54,61 @@ impl StatusLine {
         if std::env::var_os("TERM").is_some_and(|t| t == "dumb") {
             return None;
         }
-        let term = Term::stderr();
-        let (rows, _) = term.size_checked()?;
-        (rows >= MIN_ROWS).then_some(StatusLine { term, rows: None })
+        Some(StatusLine {
+            term: Term::stderr(),
+            drawn: Drawn::Nothing,
+        })
     }
 
     /// Shows `text` as the status, cut to the terminal's width.
     pub fn show(&mut self, text: &str) {
-        let Some((rows, columns)) = self.term.size_checked() else {
-            return;
-        };
+        let size = self.term.size_checked();
+        let rows = size.map(|(rows, _)| rows).filter(|&r| r >= MIN_ROWS);
         let mut out = Vec::with_capacity(128);
-        if self.rows != Some(rows) {
-            if rows < MIN_ROWS {
-                self.release(&mut out);
-            } else {
-                if let Some(old) = self.rows {
+        match (rows, self.drawn) {
+            (Some(rows), Drawn::LastRow(old)) if rows == old => {}
+            (Some(rows), drawn) => {
+                match drawn {
                     // Resized: the old last row is cleared before it joins
                     // the region (a terminal that shrank has dropped it).
-                    clear_row(&mut out, old);
+                    Drawn::LastRow(old) => clear_row(&mut out, old),
+                    Drawn::InPlace => out.extend_from_slice(b"\r\x1b[2K"),
+                    Drawn::Nothing => {}
                 }
-                reserve(&mut out, rows, self.rows.is_none());
-                self.rows = Some(rows);
+                reserve(&mut out, rows, !matches!(drawn, Drawn::LastRow(_)));
+                self.drawn = Drawn::LastRow(rows);
+            }
+            (None, _) => {
+                self.release(&mut out);
+                self.drawn = Drawn::InPlace;
             }
         }
-        if let Some(rows) = self.rows {
-            let text = console::truncate_str(text, usize::from(columns.saturating_sub(1)), "");
+        let width = size.map_or(usize::MAX, |(_, columns)| {
+            usize::from(columns.saturating_sub(1))
+        });
+        let text = console::truncate_str(text, width, "");
+        match self.drawn {
             // Saved cursor, last row, row cleared, text, cursor restored.
-            let _ = write!(out, "\x1b7\x1b[{rows};1H\x1b[2K{text}\x1b8");
+            Drawn::LastRow(rows) => {
+                let _ = write!(out, "\x1b7\x1b[{rows};1H\x1b[2K{text}\x1b8");
+            }
+            _ => {
+                let _ = write!(out, "\r\x1b[2K{text}");
+            }
         }
         write_terminal(&out);
     }
 
-    /// Gives the terminal back its whole height, the last row cleared.
+    /// Takes the line off the terminal, which gets its whole height back.
     fn release(&mut self, out: &mut Vec<u8>) {
-        if let Some(rows) = self.rows.take() {
-            clear_row(out, rows);
-            // Setting the region moves the cursor home: saved around it.
-            out.extend_from_slice(b"\x1b7\x1b[r\x1b8");
+        match std::mem::replace(&mut self.drawn, Drawn::Nothing) {
+            Drawn::LastRow(rows) => {
+                clear_row(out, rows);
+                // Setting the region moves the cursor home: saved around it.
+                out.extend_from_slice(b"\x1b7\x1b[r\x1b8");
+            }
+            Drawn::InPlace => out.extend_from_slice(b"\r\x1b[2K"),
+            Drawn::Nothing => {}
         }
     }
 }

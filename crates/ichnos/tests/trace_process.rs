@@ -429,7 +429,9 @@ fn a_terminal_shows_a_status_line_while_the_program_runs() {
     let data = dir.path().join("t.data");
     let done = dir.path().join("done");
     // `script` (util-linux) runs ichnos on a pseudo-terminal and copies
-    // what it writes there.
+    // what it writes there. Its size is never set here, so the line is
+    // the plain one redrawn in place (status_line.rs checks the one kept
+    // on the last row of a terminal of known size).
     let command = format!(
         "{} trace -o {} -- {} 1.2 {}",
         env!("CARGO_BIN_EXE_ichnos"),
