@@ -8,7 +8,7 @@
 
 use std::io::{self, Write};
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::read::{Call, Trace, TraceReadError, Visitor};
 use crate::replay::duration;
@@ -47,23 +47,54 @@ pub enum TotalsSort {
     Max,
 }
 
+/// The table, and what the trace's header says of the calls it sums.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Totals {
+    /// One row per function, in the order asked for.
+    pub rows: Vec<FunctionTotals>,
+    /// Calls summed (every row's calls).
+    pub calls: u64,
+    /// Events the runtime counted as lost in the threads summed.
+    pub lost: u64,
+    /// Threads with an event, by (process, thread).
+    pub threads: usize,
+    /// Processes with an event.
+    pub processes: usize,
+    /// From the first event summed to the last, in nanoseconds.
+    pub span_ns: f64,
+}
+
 #[derive(Default)]
 struct Sums {
     by_function: FxHashMap<u64, (u64, u64, u64, u64)>,
     tids: Vec<u32>,
     /// Per thread, the calls of each function open in it.
     open: FxHashMap<(u32, u32), FxHashMap<u64, u32>>,
+    lost: u64,
+    /// Threads with an event summed.
+    threads: FxHashSet<(u32, u32)>,
+    /// The first and last event summed (ticks).
+    span: Option<(u64, u64)>,
 }
 
 impl Sums {
     fn kept(&self, tid: u32) -> bool {
         self.tids.is_empty() || self.tids.contains(&tid)
     }
+
+    /// An event of a kept thread at `ticks`.
+    fn seen(&mut self, pid: u32, tid: u32, ticks: u64) {
+        self.threads.insert((pid, tid));
+        self.span = Some(self.span.map_or((ticks, ticks), |(first, last)| {
+            (first.min(ticks), last.max(ticks))
+        }));
+    }
 }
 
 impl Visitor for Sums {
-    fn enter(&mut self, pid: u32, tid: u32, function: u64, _: u64, _: usize, _: u64) {
+    fn enter(&mut self, pid: u32, tid: u32, function: u64, ticks: u64, _: usize, _: u64) {
         if self.kept(tid) {
+            self.seen(pid, tid, ticks);
             *self
                 .open
                 .entry((pid, tid))
@@ -79,6 +110,13 @@ impl Visitor for Sums {
 
     fn unfinished(&mut self, pid: u32, tid: u32, call: &Call) {
         self.count(pid, tid, call);
+    }
+
+    fn lost(&mut self, pid: u32, tid: u32, ticks: u64, count: u64) {
+        if self.kept(tid) {
+            self.seen(pid, tid, ticks);
+            self.lost = self.lost.saturating_add(count);
+        }
     }
 
     fn abandon(&mut self, pid: u32, tid: u32, _: usize, _: u64) {
@@ -105,6 +143,7 @@ impl Sums {
                 *n = n.saturating_sub(1);
                 *n > 0
             });
+        self.seen(pid, tid, call.exit);
         let took = call.exit - call.enter;
         let e = self.by_function.entry(call.function).or_default();
         e.0 += 1;
@@ -118,11 +157,7 @@ impl Sums {
 
 /// Sums `trace` per function (only threads `tids`, unless empty); the
 /// same name in the same object is one function, wherever it was mapped.
-pub fn totals(
-    trace: &Trace,
-    tids: &[u32],
-    sort: TotalsSort,
-) -> Result<Vec<FunctionTotals>, TraceReadError> {
+pub fn totals(trace: &Trace, tids: &[u32], sort: TotalsSort) -> Result<Totals, TraceReadError> {
     let mut sums = Sums {
         tids: tids.to_vec(),
         ..Sums::default()
@@ -158,7 +193,17 @@ pub fn totals(
         TotalsSort::Max => r.max_ns,
     };
     rows.sort_by(|a, b| key(b).total_cmp(&key(a)).then_with(|| a.name.cmp(&b.name)));
-    Ok(rows)
+    let processes: FxHashSet<u32> = sums.threads.iter().map(|&(pid, _)| pid).collect();
+    Ok(Totals {
+        calls: rows.iter().map(|r| r.calls).sum(),
+        rows,
+        lost: sums.lost,
+        threads: sums.threads.len(),
+        processes: processes.len(),
+        span_ns: sums
+            .span
+            .map_or(0.0, |(first, last)| trace.ns(last - first)),
+    })
 }
 
 /// Prints the table.

@@ -410,6 +410,63 @@ pub fn open_for_report(
     Ok(trace)
 }
 
+/// The header lines of a function trace's table, as the profile's top
+/// table has them: what was recorded, where, when, and how much of it.
+fn trace_header(
+    out: &mut dyn Write,
+    trace: &Trace,
+    totals: &ichnos_trace::totals::Totals,
+    tids: &[u32],
+) -> std::io::Result<()> {
+    let d = &trace.profile.description;
+    let counted = |n: usize, one, many| crate::units::counted(n as u64, one, many);
+    let shown = match (tids, trace.is_restricted()) {
+        ([], false) => String::new(),
+        ([], true) => " (the calls the filters keep)".to_owned(),
+        (tids, restricted) => format!(
+            " (thread{} {}{})",
+            if tids.len() == 1 { "" } else { "s" },
+            tids.iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+            if restricted {
+                ", the calls the filters keep"
+            } else {
+                ""
+            }
+        ),
+    };
+    writeln!(
+        out,
+        "# {}: {} of {} over {}{shown}; {}, {}; {} lost",
+        trace.path().display(),
+        if d.event.ends_with(":ring") {
+            "flight-recorder trace"
+        } else {
+            "function trace"
+        },
+        crate::units::counted(totals.calls, "call", "calls"),
+        ichnos_trace::replay::duration(totals.span_ns).trim_start(),
+        counted(totals.processes, "process", "processes"),
+        counted(totals.threads, "thread", "threads"),
+        crate::units::thousands(totals.lost),
+    )?;
+    writeln!(
+        out,
+        "# recorded by {} on {} (Linux {}) at {}{}",
+        d.recorder,
+        d.host,
+        d.kernel,
+        crate::units::utc(d.start_realtime_ns),
+        if d.command.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", d.command_line())
+        }
+    )
+}
+
 /// `ichnos report --trace`: the per-function table, folded stacks, a
 /// flame graph, or a timeline for Perfetto or Chrome's viewers, of
 /// threads `tids` (none: all).
@@ -430,9 +487,10 @@ pub fn report(
                 TraceSort::Avg => TotalsSort::Average,
                 TraceSort::Max => TotalsSort::Max,
             };
-            let rows = ichnos_trace::totals::totals(trace, tids, sort)?;
+            let totals = ichnos_trace::totals::totals(trace, tids, sort)?;
             let limit = (*limit > 0).then_some(*limit);
-            ichnos_trace::totals::write_totals(&rows, limit, out)
+            trace_header(out, trace, &totals, tids)
+                .and_then(|()| ichnos_trace::totals::write_totals(&totals.rows, limit, &mut *out))
         }
         TraceOutput::Folded => {
             let lines = export::folded(trace, tids)?;

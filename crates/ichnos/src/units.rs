@@ -82,8 +82,65 @@ pub fn bytes(n: u64) -> String {
     }
 }
 
+/// A time in nanoseconds since 1970 as `2026-12-07 07:50:12 UTC` (the
+/// recording keeps no time zone; UTC reads the same on every machine).
+pub fn utc(ns_since_1970: u64) -> String {
+    let seconds = ns_since_1970 / 1_000_000_000;
+    let (days, of_day) = (seconds / 86_400, seconds % 86_400);
+    let (year, month, day) = civil_from_days(days);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        of_day / 3600,
+        of_day / 60 % 60,
+        of_day % 60
+    )
+}
+
+/// The proleptic Gregorian date `days` after 1970-01-01 (Howard
+/// Hinnant's `civil_from_days`, for days not before 1970).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    // Counted from 0000-03-01, so that a leap day ends each year.
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let day_of_era = z % 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_from_march = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
+    let month = if month_from_march < 10 {
+        month_from_march + 3
+    } else {
+        month_from_march - 9
+    };
+    let year = year_of_era + era * 400 + u64::from(month <= 2);
+    (year, month, day)
+}
+
 #[cfg(test)]
 mod tests {
+    /// Dates as GNU date prints them, leap days and century ends included.
+    #[test]
+    fn utc_dates_agree_with_date() {
+        let seconds: [u64; 7] = [
+            0,
+            951_782_400,   // 2000-02-29
+            951_868_799,   // 2000-03-01 23:59:59
+            1_709_164_800, // 2024-02-29
+            1_796_601_012,
+            4_107_542_400, // 2100-03-01
+            4_102_444_799, // 2099-12-31 23:59:59
+        ];
+        for s in seconds {
+            let out = std::process::Command::new("date")
+                .args(["-u", "-d", &format!("@{s}"), "+%Y-%m-%d %H:%M:%S UTC"])
+                .output()
+                .expect("run date");
+            let theirs = String::from_utf8(out.stdout).unwrap();
+            assert_eq!(super::utc(s * 1_000_000_000 + 999), theirs.trim(), "{s}");
+        }
+    }
+
     #[test]
     fn durations() {
         assert_eq!(super::parse_duration("10us"), Ok(10_000));

@@ -65,6 +65,83 @@ fn replay_and_totals_follow_the_known_call_structure() {
     );
 }
 
+/// Seconds since 1970, now.
+fn now_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// A word of `uname`'s (`-n`, `-r`).
+fn uname(option: &str) -> String {
+    let out = run(std::process::Command::new("uname").arg(option));
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+#[test]
+fn the_trace_table_says_what_was_recorded_where_and_when() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "calls.c", &[]);
+    let before = now_s();
+    traced(dir.path(), "t.data", &[], &[exe.to_str().unwrap(), "2"]);
+    traced(
+        dir.path(),
+        "r.data",
+        &["--ring", "64K"],
+        &[exe.to_str().unwrap(), "2"],
+    );
+    let after = now_s();
+    let header = |data: &str| -> Vec<String> {
+        let out = run(ichnos()
+            .args(["report", "--trace", "-i"])
+            .arg(dir.path().join(data)));
+        let text = String::from_utf8(out.stdout).unwrap();
+        let header: Vec<String> = text
+            .lines()
+            .take_while(|l| l.starts_with('#'))
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(header.len(), 2, "{text}");
+        header
+    };
+    // 13 calls from the source (see the test above): main, top, jumper,
+    // deep, after_jump once, middle twice, leaf six times.
+    let full = header("t.data");
+    let path = dir.path().join("t.data");
+    let first = format!("# {}: function trace of 13 calls over ", path.display());
+    assert!(full[0].starts_with(&first), "{full:?}");
+    assert!(
+        full[0].ends_with("; 1 process, 1 thread; 0 lost"),
+        "{full:?}"
+    );
+    let second = format!(
+        "# recorded by ichnos {} on {} (Linux {}) at ",
+        env!("CARGO_PKG_VERSION"),
+        uname("-n"),
+        uname("-r")
+    );
+    assert!(full[1].starts_with(&second), "{full:?}");
+    assert!(
+        full[1].ends_with(&format!(": {} 2", exe.display())),
+        "{full:?}"
+    );
+    // The date, read back by GNU date, is the run's.
+    let date = &full[1][second.len()..full[1].find(" UTC").unwrap() + 4];
+    let out = run(std::process::Command::new("date").args(["-d", date, "+%s"]));
+    let at: u64 = String::from_utf8(out.stdout)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!((before..=after).contains(&at), "{date}: {before}..{after}");
+    let ring = header("r.data");
+    assert!(
+        ring[0].contains(": flight-recorder trace of 13 calls over "),
+        "{ring:?}"
+    );
+}
+
 #[test]
 fn a_depth_limit_keeps_the_shallow_calls_and_survives_a_longjmp() {
     let dir = tempfile::tempdir().unwrap();

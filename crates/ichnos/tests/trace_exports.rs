@@ -312,7 +312,7 @@ fn folded_stacks_weigh_each_path_by_its_self_time() {
         .args(["report", "--trace", "--limit", "0", "-i"])
         .arg(dir.path().join("t.data")));
     let table = String::from_utf8(table.stdout).unwrap();
-    for line in table.lines().skip(2) {
+    for line in table.lines().filter(|l| !l.starts_with('#')).skip(2) {
         let f: Vec<&str> = line.split_whitespace().collect();
         let self_ns = f[2].parse::<f64>().unwrap() * if f[3] == "ms" { 1e6 } else { 1e3 };
         let name = f[9];

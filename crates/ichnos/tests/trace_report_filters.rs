@@ -21,7 +21,7 @@ fn table(dir: &Path, data: &str, options: &[&str]) -> HashMap<String, (u64, f64,
         .args(options));
     let text = String::from_utf8(out.stdout).unwrap();
     let mut rows = HashMap::new();
-    for line in text.lines().skip(2) {
+    for line in text.lines().filter(|l| !l.starts_with('#')).skip(2) {
         // total self calls avg max name: durations are "N.NNN us".
         let fields: Vec<&str> = line.split_whitespace().collect();
         assert!(fields.len() >= 10, "{line}");

@@ -297,6 +297,18 @@ impl Trace {
         Ok(unmatched)
     }
 
+    /// The file the trace was read from.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether a walk keeps only some calls ([`Trace::restrict`]).
+    #[must_use]
+    pub fn is_restricted(&self) -> bool {
+        self.scope.is_some()
+    }
+
     /// Function `id`, named.
     #[must_use]
     pub fn function(&self, id: u64) -> Option<&Function> {

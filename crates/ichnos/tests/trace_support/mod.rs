@@ -103,7 +103,7 @@ pub fn calls(dir: &Path, data: &str) -> HashMap<String, u64> {
         .arg(dir.join(data)));
     let text = String::from_utf8(out.stdout).unwrap();
     let mut calls = HashMap::new();
-    for line in text.lines().skip(2) {
+    for line in text.lines().filter(|l| !l.starts_with('#')).skip(2) {
         // total self calls avg max name: durations are "N.NNN us".
         let fields: Vec<&str> = line.split_whitespace().collect();
         assert!(fields.len() >= 10, "{line}");
