@@ -108,7 +108,7 @@ pub struct TraceSummary {
     /// Events lost (counted by the runtime, or in frames that were
     /// damaged).
     pub lost: u64,
-    /// Processes that connected.
+    /// Processes that connected (by process id: one that execs is one).
     pub processes: usize,
     /// Threads that sent events.
     pub threads: usize,
@@ -240,7 +240,9 @@ struct Out {
     /// sent again (with each ring saved) is written once.
     thread_names: FxHashMap<(u32, u32), [u8; 16]>,
     lost: u64,
-    processes: usize,
+    /// Processes that connected, by id: a program that execs another
+    /// connects again from the same process.
+    processes: FxHashSet<u32>,
     refused: Vec<String>,
     /// Bytes read from a shared buffer at a time ([`read_piece`]).
     read_piece: u64,
@@ -327,7 +329,7 @@ pub fn trace(
         duration,
         events: kept,
         lost,
-        processes,
+        processes: processes.len(),
         threads: threads.len(),
         output: path,
         bytes,
@@ -619,7 +621,7 @@ fn open_output(path: &Path, options: &TraceOptions, tsc: bool) -> Result<Out, Tr
         span_names: FxHashSet::default(),
         kept: 0,
         lost: 0,
-        processes: 0,
+        processes: FxHashSet::default(),
         refused: Vec::new(),
         read_piece: read_piece(options.buffer, options.ring),
     };

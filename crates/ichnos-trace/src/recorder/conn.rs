@@ -240,7 +240,7 @@ fn welcome(
     conn.pid = hello.pid;
     conn.asid = out.next_asid;
     out.next_asid += 1;
-    out.processes += 1;
+    out.processes.insert(hello.pid);
     let name = comm(hello.pid, hello.pid);
     let time = out.time();
     out.push(&Record::Process {
