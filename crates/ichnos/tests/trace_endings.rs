@@ -147,7 +147,8 @@ fn sigterm_amid_calls_keeps_every_threads_calls() {
 }
 
 /// The runtime's handlers of the signals that end a program are not what
-/// the program finds: `sigaction` and `signal` report the default action
+/// the program finds: `sigaction`, `signal` (and `bsd_signal`,
+/// `sysv_signal`, `sigset`, `ssignal`) report the default action
 /// it had, as the program run alone finds it; `CPython`, which installs its
 /// `KeyboardInterrupt` handler only over the default, installs it. (They
 /// reported a handler, and `CPython` left SIGINT to it: Ctrl-C killed a
@@ -163,7 +164,8 @@ fn the_program_finds_the_default_action_where_the_runtime_stands_in_for_it() {
     let alone = run(&mut alone);
     assert_eq!(
         String::from_utf8_lossy(&alone.stdout),
-        "SIGINT default\nSIGTERM default\n"
+        "SIGINT default\nSIGTERM default\nSIGHUP default\nSIGQUIT default\n\
+         SIGUSR1 default\nSIGALRM default\n"
     );
     let traced = trace(dir.path(), "t.data", &[], &[exe.to_str().unwrap()]);
     assert!(
@@ -198,7 +200,8 @@ fn the_program_finds_the_default_action_where_the_runtime_stands_in_for_it() {
             .arg(&exe));
         assert_eq!(
             String::from_utf8_lossy(&out.stdout),
-            "SIGINT ignored\nSIGTERM default\n",
+            "SIGINT ignored\nSIGTERM default\nSIGHUP default\nSIGQUIT default\n\
+             SIGUSR1 default\nSIGALRM default\n",
             "{command}"
         );
     }
