@@ -15,7 +15,7 @@
 use std::ffi::{c_int, c_void, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use ichnos_data::wire::{event, MAX_ADDRESS};
+use ichnos_data::wire::MAX_ADDRESS;
 
 /// The functions wrapped, by number.
 const NAMES: [&CStr; 7] = [
@@ -62,7 +62,7 @@ fn real(which: usize) -> usize {
 extern "C" fn on_setjmp(env: *mut c_void, which: usize) -> usize {
     let buffer = env as u64 & MAX_ADDRESS;
     crate::scope::note_jump(buffer);
-    crate::record_marker(event::SETJMP, buffer);
+    crate::record_setjmp(buffer);
     real(which)
 }
 
@@ -109,9 +109,10 @@ macro_rules! longjmp_wrapper {
         #[no_mangle]
         pub unsafe extern "C" fn $name(env: *mut c_void, value: c_int) -> ! {
             let buffer = env as u64 & MAX_ADDRESS;
-            // The event first: the entries the time filter holds are
-            // written before it, and the reader closes them at it.
-            crate::record_marker(event::LONGJMP, buffer);
+            // The event first: the entries the time filter holds of the
+            // calls it ends that are kept are written before it, and the
+            // reader closes them at it.
+            crate::record_longjmp(buffer);
             crate::scope::back_to_jump(buffer);
             let address = real($which);
             // SAFETY: the address dlsym gave for this very function of

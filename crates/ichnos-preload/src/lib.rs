@@ -253,6 +253,41 @@ pub(crate) fn record_marker(kind: u8, address: u64) {
     }
 }
 
+/// A `setjmp` filled `buffer`: its marker, when tracing is on, held back
+/// with the entries the time filter holds ([`short::setjmp`]).
+pub(crate) fn record_setjmp(buffer: u64) {
+    if ACTIVE.load(Ordering::Relaxed) {
+        if short::holding() {
+            short::setjmp(buffer);
+        } else {
+            record(event::SETJMP, buffer);
+        }
+    }
+}
+
+/// A `longjmp` goes back to `buffer`: its marker, when tracing is on,
+/// unless the time filter left out every call it ends and the `setjmp`
+/// ([`short::longjmp`]).
+pub(crate) fn record_longjmp(buffer: u64) {
+    if !ACTIVE.load(Ordering::Relaxed) {
+        return;
+    }
+    let marker = if !short::holding() {
+        true
+    } else if let Some(target) = scope::jump_target(buffer) {
+        short::longjmp(buffer, target)
+    } else if short::jump_held(buffer) {
+        // Not written, its setjmp is not the reader's to go back to.
+        false
+    } else {
+        short::before_marker();
+        true
+    };
+    if marker {
+        record(event::LONGJMP, buffer);
+    }
+}
+
 /// An entry on [`PATH_SCOPED`]; `sp` is the traced function's stack
 /// pointer at its call of the hook (0: not known).
 #[inline(never)]

@@ -399,6 +399,16 @@ fn record_catch(open: usize) {
     crate::record_marker(event::CATCH, left);
 }
 
+/// The calls the time filter's stack had open at the `setjmp` into
+/// `buffer`, if its place is known.
+pub(crate) fn jump_target(buffer: u64) -> Option<usize> {
+    if plain() || buffer == 0 {
+        return None;
+    }
+    let places = JUMPS.with(Cell::get);
+    places.iter().find(|p| p.0 == buffer).map(|p| p.2)
+}
+
 /// A `longjmp` goes back to `buffer`: the calls since its `setjmp` will
 /// never exit, so the thread's place is what it was then (if known).
 pub(crate) fn back_to_jump(buffer: u64) {

@@ -6,9 +6,20 @@
 //! happened, so the events still come in time order. A call shorter than
 //! MIN, with everything it called, leaves nothing.
 //!
-//! An explicit event (a probe, a `setjmp`, a `longjmp`, a snapshot)
-//! writes the entries held first: it is kept, and so is where it
-//! happened. Calls deeper than the stack holds are written as they come.
+//! An explicit event (a probe, a snapshot, a catch) writes the entries
+//! held first: it is kept, and so is where it happened. Calls deeper than
+//! the stack holds are written as they come.
+//!
+//! A `setjmp` is not kept for its own sake: its marker only tells a
+//! reader which calls a later `longjmp` leaves. So it is held back too,
+//! at its place among the entries (after the calls open then, before any
+//! entered since), and written with them when they are; one whose caller
+//! returns first leaves nothing. A `longjmp` ends the calls entered since
+//! its `setjmp`: those that lasted MIN until it are written (and the
+//! reader closes them at its marker), the others leave nothing, and where
+//! none of them, nor the `setjmp`, was written, the `longjmp` leaves
+//! nothing either. (Written at once, a `setjmp` in a short function, as
+//! Lua's every protected call makes, kept that call and its callers.)
 //! Entries still held when a thread ends (calls that never returned) are
 //! not written, nor the calls of a signal handler that interrupts this
 //! module's few instructions of bookkeeping for a call.
@@ -37,16 +48,32 @@ thread_local! {
     /// changed, so its calls are left out (the window is a few
     /// instructions of each call).
     static BUSY: Cell<bool> = const { Cell::new(false) };
+    /// `setjmp` markers held back: `jmp_buf`, open calls then, ticks
+    /// (`jmp_buf` 0: a free slot).
+    static JUMPS: [Cell<(u64, usize, u64)>; HELD_JUMPS] =
+        const { [const { Cell::new((0, 0, 0)) }; HELD_JUMPS] };
+    /// How many of `JUMPS` are taken (most exits look no further).
+    static HELD_JUMP_COUNT: Cell<usize> = const { Cell::new(0) };
 }
+
+/// `setjmp` markers a thread holds back at most (past them, one is
+/// written at once, with the entries held below it).
+const HELD_JUMPS: usize = 8;
 
 /// Runs `f` as the thread's only user of the stack; nothing if a call
 /// interrupted by a signal handler is in it already.
 fn exclusively(f: impl FnOnce()) {
+    let _ = try_exclusively(f);
+}
+
+/// [`exclusively`], with `f`'s result if it ran.
+fn try_exclusively<R>(f: impl FnOnce() -> R) -> Option<R> {
     if BUSY.with(|b| b.replace(true)) {
-        return;
+        return None;
     }
-    f();
+    let result = f();
     BUSY.with(|b| b.set(false));
+    Some(result)
 }
 
 /// Sets the time filter (ticks; 0 for none), once, at the start.
@@ -72,12 +99,118 @@ fn write_held(upto: usize) {
         return;
     }
     STACK.with(|stack| {
-        for held in &stack[from..upto] {
+        for (at, held) in stack.iter().enumerate().take(upto).skip(from) {
+            write_jumps_at(at);
             let (function, ticks) = held.get();
             crate::record_at(ticks, event::ENTER, function);
         }
     });
+    write_jumps_at(upto);
     WRITTEN.with(|w| w.set(upto));
+}
+
+/// Writes the `setjmp` markers held back with `open` calls open then, in
+/// the order they came.
+fn write_jumps_at(open: usize) {
+    if HELD_JUMP_COUNT.with(Cell::get) == 0 {
+        return;
+    }
+    JUMPS.with(|jumps| loop {
+        let first = jumps
+            .iter()
+            .filter(|j| j.get().0 != 0 && j.get().1 == open)
+            .min_by_key(|j| j.get().2);
+        let Some(jump) = first else { break };
+        let (buffer, _, ticks) = jump.replace((0, 0, 0));
+        HELD_JUMP_COUNT.with(|n| n.set(n.get() - 1));
+        crate::record_at(ticks, event::SETJMP, buffer);
+    });
+}
+
+/// Forgets the `setjmp` markers held back with more than `open` calls
+/// open then: their callers have returned (or been left by a `longjmp`),
+/// and their `jmp_buf`s are dead.
+fn forget_jumps_above(open: usize) {
+    if HELD_JUMP_COUNT.with(Cell::get) == 0 {
+        return;
+    }
+    JUMPS.with(|jumps| {
+        for jump in jumps {
+            if jump.get().0 != 0 && jump.get().1 > open {
+                jump.set((0, 0, 0));
+                HELD_JUMP_COUNT.with(|n| n.set(n.get() - 1));
+            }
+        }
+    });
+}
+
+/// Whether the marker of a `setjmp` into `buffer` is held back.
+pub(crate) fn jump_held(buffer: u64) -> bool {
+    HELD_JUMP_COUNT.with(Cell::get) != 0
+        && JUMPS.with(|jumps| jumps.iter().any(|j| j.get().0 == buffer))
+}
+
+/// A `setjmp` filled `buffer` (tracing on, entries held): its marker is
+/// written now if every entry below it is, else held back with them.
+pub(crate) fn setjmp(buffer: u64) {
+    let ticks = crate::clock::ticks();
+    let written = try_exclusively(|| {
+        let open = OPEN.with(Cell::get);
+        // The same jmp_buf filled again: its place is the new one.
+        JUMPS.with(|jumps| {
+            for jump in jumps {
+                if jump.get().0 == buffer {
+                    jump.set((0, 0, 0));
+                    HELD_JUMP_COUNT.with(|n| n.set(n.get() - 1));
+                }
+            }
+        });
+        if open <= WRITTEN.with(Cell::get) {
+            return false;
+        }
+        let free = JUMPS.with(|jumps| {
+            let free = jumps.iter().find(|j| j.get().0 == 0)?;
+            free.set((buffer, open, ticks));
+            Some(())
+        });
+        if free.is_some() {
+            HELD_JUMP_COUNT.with(|n| n.set(n.get() + 1));
+            true
+        } else {
+            // No room: the entries below it go now, and it after them.
+            write_held(open);
+            false
+        }
+    });
+    if written != Some(true) {
+        crate::record_at(ticks, event::SETJMP, buffer);
+    }
+}
+
+/// A `longjmp` goes back to `buffer`, whose `setjmp` had `target` calls
+/// open: the calls above them end here. Those that lasted the minimum
+/// until now are written (with the entries below them), the others are
+/// not. Whether the `longjmp`'s marker is to be written: not where its
+/// `setjmp`'s is still held back (then no call it ends was written).
+pub(crate) fn longjmp(buffer: u64, target: usize) -> bool {
+    let now = crate::clock::ticks();
+    try_exclusively(|| {
+        let open = OPEN.with(Cell::get);
+        let held = open.min(HELD);
+        let min = MIN_TICKS.load(Ordering::Relaxed);
+        // The calls it ends entered one after another: the longest first.
+        let mut kept = target.min(open);
+        STACK.with(|stack| {
+            while kept < held && now.wrapping_sub(stack[kept].get().1) >= min {
+                kept += 1;
+            }
+        });
+        if kept > target {
+            write_held(kept);
+        }
+        !jump_held(buffer)
+    })
+    .unwrap_or(true)
 }
 
 /// `function` is entered (a traced call).
@@ -113,6 +246,7 @@ fn held_exit(function: u64) {
     }
     let at = open - 1;
     OPEN.with(|o| o.set(at));
+    forget_jumps_above(at);
     let written = WRITTEN.with(Cell::get);
     if at < written {
         crate::record_at(ticks, event::EXIT, function);
@@ -140,13 +274,14 @@ pub(crate) fn open() -> usize {
 }
 
 /// A `longjmp` went back to a place with `open` calls open: the calls
-/// above it will never return (their entries were written by the
-/// `longjmp`'s own event; the reader closes them there).
+/// above it will never return (those whose entries were written, the
+/// reader closes at the `longjmp`'s marker).
 pub(crate) fn back_to(open: usize) {
     exclusively(|| {
         if OPEN.with(Cell::get) > open {
             OPEN.with(|o| o.set(open));
             WRITTEN.with(|w| w.set(w.get().min(open)));
+            forget_jumps_above(open);
         }
     });
 }

@@ -1003,6 +1003,42 @@ fn short_calls_are_left_out_as_the_program_runs() {
     assert!(napping.ns >= 20e6, "{napping:?}");
 }
 
+/// The time filter at record time with `setjmp` and `longjmp`: a
+/// `setjmp` keeps no call (1000 short protected calls leave nothing; each
+/// `setjmp` wrote the calls open then, and the filter kept them all),
+/// and the calls a `longjmp` ends are kept by how long they ran until it
+/// (slow, 20 ms, is; thrower is not). The replay's own `-t` of the whole
+/// trace agrees.
+#[test]
+fn a_time_filter_keeps_no_short_call_around_setjmp_and_longjmp() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "jumps_filtered.c", &[]);
+    let kept = ["main() {", "  slow();", "} /* main */"];
+    let out = trace(
+        dir.path(),
+        "t.data",
+        &["-t", "5ms"],
+        &[exe.to_str().unwrap()],
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "500\n");
+    let lines = replayed_calls(dir.path(), "t.data");
+    assert_eq!(lines, kept, "{lines:#?}");
+    let slow = replay_lines(dir.path(), "t.data")
+        .into_iter()
+        .find(|l| l.name == "slow")
+        .unwrap();
+    assert!(slow.ns >= 20e6, "{slow:?}");
+    traced(dir.path(), "all.data", &[], &[exe.to_str().unwrap()]);
+    let counts = calls(dir.path(), "all.data");
+    assert_eq!(counts.get("protected_call"), Some(&1000), "{counts:?}");
+    assert_eq!(counts.get("thrower"), Some(&501), "{counts:?}");
+    let lines: Vec<String> = replay(dir.path(), "all.data", &["-t", "5ms"])
+        .into_iter()
+        .map(|(_, f)| f)
+        .collect();
+    assert_eq!(lines, kept, "{lines:#?}");
+}
+
 /// The replay's own `-t` keeps a short call a probe happened in, and
 /// its callers, as the record-time filter does (`wrapped`, whose only
 /// call is short, was printed as a call without lines inside it).
