@@ -137,7 +137,7 @@ pub fn trace(args: &TraceArgs, quiet: bool) -> Result<u8> {
     let mut show = |s: &ichnos_trace::TraceStatus| {
         if let Some(line) = status_line.as_mut() {
             line.show(&format!(
-                "tracing: {:.1} s, {}, {} lost, {}",
+                "tracing: {:.1} s, {} received, {} lost, {}",
                 s.elapsed.as_secs_f64(),
                 crate::units::counted(s.events, "event", "events"),
                 crate::units::thousands(s.lost),
