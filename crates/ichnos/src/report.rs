@@ -333,6 +333,32 @@ fn symbols(profile: &Profile, args: &ReportArgs, quiet: bool, verbose: bool) -> 
     symbolized
 }
 
+/// What a recording is of, for the end of its header's second line: the
+/// command line, the processes `-p` attached to (with the children they
+/// made meanwhile), or the machine.
+fn recorded_what(profile: &Profile) -> String {
+    const NAMED: usize = 4;
+    let d = &profile.description;
+    match d.target {
+        Some(ichnos_data::Target::Processes) => {
+            let mut processes: Vec<_> = profile.processes.iter().collect();
+            processes.sort();
+            let mut named: Vec<String> = processes
+                .iter()
+                .take(NAMED)
+                .map(|(pid, name)| format!("{pid} ({name})"))
+                .collect();
+            if processes.len() > NAMED {
+                named.push(format!("{} more", processes.len() - NAMED));
+            }
+            format!(": attached (-p) to {}", named.join(", "))
+        }
+        Some(ichnos_data::Target::System) => ": every process on the machine (-a)".to_owned(),
+        _ if d.command.is_empty() => String::new(),
+        _ => format!(": {}", d.command_line()),
+    }
+}
+
 /// The header lines of the text reports.
 fn header(out: &mut dyn Write, path: &Path, profile: &Profile, shown: Shown) -> Result<()> {
     let d = &profile.description;
@@ -375,11 +401,7 @@ fn header(out: &mut dyn Write, path: &Path, profile: &Profile, shown: Shown) -> 
         d.recorder,
         d.host,
         d.kernel,
-        if d.command.is_empty() {
-            String::new()
-        } else {
-            format!(": {}", d.command_line())
-        }
+        recorded_what(profile)
     )?;
     if lost > 0 {
         writeln!(out, "# lost: {}", lost_causes(profile))?;

@@ -253,6 +253,16 @@ fn a_running_process_is_recorded_with_dash_p() {
     let out = ichnos(&["record", "-o", data.to_str().unwrap(), "-p", &pid]);
     let _ = child.wait();
     assert!(out.status.success(), "{}", stderr(&out));
+    // The header says whom it attached to.
+    let report = text(&ok(
+        ichnos(&["report", "-i", data.to_str().unwrap()]),
+        "report",
+    ));
+    let second = report.lines().nth(1).unwrap_or_default();
+    assert!(
+        second.ends_with(&format!(": attached (-p) to {pid} (threads)")),
+        "{report}"
+    );
     let stacks = folded(&data, &[]);
     for (thread, work) in [("worker-a", "work_a"), ("worker-b", "work_b")] {
         let mine: Vec<_> = stacks
@@ -1645,6 +1655,18 @@ fn the_whole_machine_is_recorded_with_dash_a_until_stopped() {
         .success());
     let out = recorder.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
+    let report = text(&ok(
+        ichnos(&["report", "-i", data.to_str().unwrap()]),
+        "report",
+    ));
+    assert!(
+        report
+            .lines()
+            .nth(1)
+            .unwrap_or_default()
+            .ends_with(": every process on the machine (-a)"),
+        "{report}"
+    );
     let stacks = folded(&data, &["--comm", "chains", "--no-inline"]);
     let (total, complete, broken) = completeness(&stacks, &CHAINS_FUNCTIONS, "main");
     assert!(total >= 300, "{total}: {stacks:?}");
