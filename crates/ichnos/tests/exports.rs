@@ -826,6 +826,15 @@ cats = [c["name"] for c in meta["categories"]]
 kernel = set(n for n in sys.argv[2].split(",") if n)
 assert cats == ["Other", "Native", "JIT"] + (["Kernel"] if kernel else []), (cats, kernel)
 libs = d["libs"]
+# A library's debug id is its build id's first 16 bytes read as a GUID
+# whose first three fields are little-endian (Breakpad's and the Firefox
+# Profiler's rule; Python's uuid reads such bytes with bytes_le), age 0.
+import uuid
+for lib in libs:
+    if lib["codeId"]:
+        guid = uuid.UUID(bytes_le=bytes.fromhex(lib["codeId"])[:16])
+        assert lib["breakpadId"] == guid.hex.upper() + "0", (lib, guid)
+assert any(lib["codeId"] for lib in libs), libs
 longest = 0.0
 for t in d["threads"]:
     strings = t["stringArray"]

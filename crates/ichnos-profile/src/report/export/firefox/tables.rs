@@ -24,14 +24,12 @@ fn library(name: &str, file: &ObjectFile) -> Value {
         String::new()
     } else {
         // The first 16 bytes as a GUID, its first three fields read as
-        // little-endian (how ELF build ids become debug ids), age 0.
+        // little-endian (how ELF build ids become debug ids), age 0:
+        // `from_guid_age` takes the bytes so and swaps the fields itself.
         let mut guid = [0u8; 16];
         for (slot, b) in guid.iter_mut().zip(&build_id) {
             *slot = *b;
         }
-        guid[..4].reverse();
-        guid[4..6].reverse();
-        guid[6..8].reverse();
         fx::debugid::DebugId::from_guid_age(&guid, 0)
             .map(|id| id.breakpad().to_string())
             .unwrap_or_default()
