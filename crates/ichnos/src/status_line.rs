@@ -37,9 +37,9 @@ pub struct StatusLine {
 enum Drawn {
     /// Not yet.
     Nothing,
-    /// On the last row of a terminal of this many rows, the rows above
-    /// made the scrolling region.
-    LastRow(u16),
+    /// On the last row of a terminal of this size (rows, columns), the
+    /// rows above made the scrolling region.
+    LastRow(u16, u16),
     /// Where the cursor stands, redrawn in place.
     InPlace,
 }
@@ -63,20 +63,22 @@ impl StatusLine {
     /// Shows `text` as the status, cut to the terminal's width.
     pub fn show(&mut self, text: &str) {
         let size = self.term.size_checked();
-        let rows = size.map(|(rows, _)| rows).filter(|&r| r >= MIN_ROWS);
         let mut out = Vec::with_capacity(128);
-        match (rows, self.drawn) {
-            (Some(rows), Drawn::LastRow(old)) if rows == old => {}
-            (Some(rows), drawn) => {
+        match (size.filter(|&(rows, _)| rows >= MIN_ROWS), self.drawn) {
+            (Some((rows, columns)), Drawn::LastRow(r, c)) if (rows, columns) == (r, c) => {}
+            (Some((rows, columns)), drawn) => {
                 match drawn {
-                    // Resized: the old last row is cleared before it joins
-                    // the region (a terminal that shrank has dropped it).
-                    Drawn::LastRow(old) => clear_row(&mut out, old),
+                    // Resized: terminals give a resized screen its whole
+                    // height as the region (xterm does on any resize), and
+                    // what they keep of the rows differs: set up afresh.
+                    // (The old last row is left as it is: where a terminal
+                    // moved the rows, clearing it could wipe output.)
+                    Drawn::LastRow(..) => out.extend_from_slice(b"\x1b7\x1b[r\x1b8"),
                     Drawn::InPlace => out.extend_from_slice(b"\r\x1b[2K"),
                     Drawn::Nothing => {}
                 }
-                reserve(&mut out, rows, !matches!(drawn, Drawn::LastRow(_)));
-                self.drawn = Drawn::LastRow(rows);
+                reserve(&mut out, rows);
+                self.drawn = Drawn::LastRow(rows, columns);
             }
             (None, _) => {
                 self.release(&mut out);
@@ -88,9 +90,10 @@ impl StatusLine {
         });
         let text = console::truncate_str(text, width, "");
         match self.drawn {
-            // Saved cursor, last row, row cleared, text, cursor restored.
-            Drawn::LastRow(rows) => {
-                let _ = write!(out, "\x1b7\x1b[{rows};1H\x1b[2K{text}\x1b8");
+            // Saved cursor (with the command's colours and character set),
+            // plain text, last row, row cleared, text, cursor restored.
+            Drawn::LastRow(rows, _) => {
+                let _ = write!(out, "\x1b7\x1b[0m\x1b(B\x1b[{rows};1H\x1b[2K{text}\x1b8");
             }
             _ => {
                 let _ = write!(out, "\r\x1b[2K{text}");
@@ -102,7 +105,9 @@ impl StatusLine {
     /// Takes the line off the terminal, which gets its whole height back.
     fn release(&mut self, out: &mut Vec<u8>) {
         match std::mem::replace(&mut self.drawn, Drawn::Nothing) {
-            Drawn::LastRow(rows) => {
+            Drawn::LastRow(rows, _) => {
+                // The last row now, if the terminal was resized since.
+                let rows = self.term.size_checked().map_or(rows, |(r, _)| r);
                 clear_row(out, rows);
                 // Setting the region moves the cursor home: saved around it.
                 out.extend_from_slice(b"\x1b7\x1b[r\x1b8");
@@ -121,17 +126,15 @@ impl Drop for StatusLine {
     }
 }
 
-/// Makes rows 1 to `rows - 1` the scrolling region. The `first` time, a
-/// new line makes the last row free (scrolling the screen up by one when
-/// the cursor is on it) and the cursor goes back up to where it was.
-fn reserve(out: &mut Vec<u8>, rows: u16, first: bool) {
-    if first {
-        out.push(b'\n');
-    }
-    let _ = write!(out, "\x1b7\x1b[1;{}r\x1b8", rows - 1);
-    if first {
-        out.extend_from_slice(b"\x1b[1A");
-    }
+/// Makes rows 1 to `rows - 1` the scrolling region: a line feed first
+/// frees the last row (scrolling the screen up by one where the cursor is
+/// on it), and the cursor goes back up to where it was. The line feed is
+/// a vertical tab, which terminals take as one, but which the terminal
+/// driver does not turn into a carriage return and a new line as it does
+/// `\n`: the cursor keeps its column, and a line the command has half
+/// written goes on where it stopped.
+fn reserve(out: &mut Vec<u8>, rows: u16) {
+    let _ = write!(out, "\x0b\x1b7\x1b[1;{}r\x1b8\x1b[1A", rows - 1);
 }
 
 /// Clears row `row`, the cursor saved around it.

@@ -50,30 +50,52 @@ fn printer() -> String {
 /// on the last row; returns every row the terminal showed at the end,
 /// scrolled-off rows first, and how many steps showed the status.
 fn play(bytes: &[u8], status: &str) -> (Vec<String>, usize) {
+    play_resized(bytes, status, None)
+}
+
+/// [`play`], the terminal resized to `resize` (rows, columns) once the
+/// command's line `RESIZE` shows, as the command resizes its own.
+fn play_resized(
+    bytes: &[u8],
+    status: &str,
+    mut resize: Option<(u16, u16)>,
+) -> (Vec<String>, usize) {
     let size = |n| std::num::NonZeroU16::new(n).unwrap();
     let mut terminal = vt100::Parser::new(size(ROWS), size(COLUMNS), 10_000);
     let mut shown = 0;
     for step in bytes.chunks(7) {
         terminal.process(step);
-        let rows: Vec<String> = terminal.screen().rows(0, COLUMNS).collect();
-        for (n, row) in rows.iter().enumerate().take(usize::from(ROWS) - 1) {
+        let (rows, columns) = terminal.screen().size();
+        let (rows, columns) = (rows.get(), columns.get());
+        let shown_rows: Vec<String> = terminal.screen().rows(0, columns).collect();
+        if let Some((r, c)) = resize {
+            if shown_rows.iter().any(|row| row.starts_with("RESIZE")) {
+                terminal.screen_mut().set_size(size(r), size(c));
+                resize = None;
+                continue;
+            }
+        }
+        let rows_now = usize::from(rows);
+        let rows = shown_rows;
+        for (n, row) in rows.iter().enumerate().take(rows_now - 1) {
             assert!(
                 !row.contains(status),
                 "the status is on row {n}, among the command's lines: {row:?}\n{}",
                 rows.join("\n")
             );
         }
-        shown += usize::from(rows[usize::from(ROWS) - 1].starts_with(status));
+        shown += usize::from(rows[rows_now - 1].starts_with(status));
     }
     let screen = terminal.screen_mut();
+    let columns = screen.size().1.get();
     let mut all = Vec::new();
     let scrolled = screen.scrollback_len();
     for back in (1..=scrolled).rev() {
         screen.set_scrollback(back);
-        all.extend(screen.rows(0, COLUMNS).next());
+        all.extend(screen.rows(0, columns).next());
     }
     screen.set_scrollback(0);
-    all.extend(screen.rows(0, COLUMNS));
+    all.extend(screen.rows(0, columns));
     (all, shown)
 }
 
@@ -171,5 +193,50 @@ fn a_quiet_record_draws_nothing_but_the_commands_lines() {
         !shown_by.contains(&0x1b),
         "escape sequences written with -q: {:?}",
         String::from_utf8_lossy(&shown_by)
+    );
+}
+
+/// A line the command has half written when the status is first drawn
+/// goes on where it stopped (`configure`'s `checking for gcc... ` and its
+/// answer later); a terminal the command resizes while it runs (rows and
+/// columns) keeps the status on its new last row, and the command's lines
+/// whole.
+#[test]
+fn half_written_lines_and_a_resize_keep_the_commands_lines_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("resized.data");
+    let lines = |from: usize, to: usize| {
+        format!(
+            "i={from}; while [ $i -lt {to} ]; do echo \"line $i\"; i=$((i+1)); sleep 0.03; done"
+        )
+    };
+    let command = format!(
+        "printf 'checking for gcc... '; sleep 0.6; echo yes; {}; echo RESIZE; \
+         stty rows 20 cols 60; sleep 0.6; {}",
+        lines(0, 20),
+        lines(20, LINES)
+    );
+    let shown_by = on_terminal(&[
+        "record",
+        "-o",
+        data.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        &command,
+    ]);
+    let (rows, shown) = play_resized(&shown_by, "recording:", Some((20, 60)));
+    assert!(shown > 0, "no status line was drawn:\n{}", rows.join("\n"));
+    assert!(
+        rows.iter()
+            .any(|r| r.trim_end() == "checking for gcc... yes"),
+        "the half-written line:\n{}",
+        rows.join("\n")
+    );
+    assert_lines_whole(&rows);
+    assert!(
+        !rows.iter().any(|r| r.contains("recording:")),
+        "the status line was left on the terminal:\n{}",
+        rows.join("\n")
     );
 }
