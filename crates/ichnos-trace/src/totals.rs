@@ -56,11 +56,11 @@ pub struct Totals {
     pub calls: u64,
     /// Events the runtime counted as lost in the threads summed.
     pub lost: u64,
-    /// Threads with an event, by (process, thread).
+    /// Threads with a call summed, by (process, thread).
     pub threads: usize,
-    /// Processes with an event.
+    /// Processes with a call summed.
     pub processes: usize,
-    /// From the first event summed to the last, in nanoseconds.
+    /// From the first call summed to the last return, in nanoseconds.
     pub span_ns: f64,
 }
 
@@ -71,9 +71,9 @@ struct Sums {
     /// Per thread, the calls of each function open in it.
     open: FxHashMap<(u32, u32), FxHashMap<u64, u32>>,
     lost: u64,
-    /// Threads with an event summed.
+    /// Threads with a call summed.
     threads: FxHashSet<(u32, u32)>,
-    /// The first and last event summed (ticks).
+    /// The first entry and last return summed (ticks).
     span: Option<(u64, u64)>,
 }
 
@@ -82,7 +82,7 @@ impl Sums {
         self.tids.is_empty() || self.tids.contains(&tid)
     }
 
-    /// An event of a kept thread at `ticks`.
+    /// An entry or return of a kept thread at `ticks`.
     fn seen(&mut self, pid: u32, tid: u32, ticks: u64) {
         self.threads.insert((pid, tid));
         self.span = Some(self.span.map_or((ticks, ticks), |(first, last)| {
@@ -112,9 +112,10 @@ impl Visitor for Sums {
         self.count(pid, tid, call);
     }
 
-    fn lost(&mut self, pid: u32, tid: u32, ticks: u64, count: u64) {
+    fn lost(&mut self, _: u32, tid: u32, _: u64, count: u64) {
+        // Counted, not seen: a thread whose only events are losses made
+        // none of the calls summed.
         if self.kept(tid) {
-            self.seen(pid, tid, ticks);
             self.lost = self.lost.saturating_add(count);
         }
     }
