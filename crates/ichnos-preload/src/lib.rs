@@ -272,18 +272,30 @@ pub(crate) fn record_longjmp(buffer: u64) {
     if !ACTIVE.load(Ordering::Relaxed) {
         return;
     }
-    let marker = if !short::holding() {
-        true
-    } else if let Some(target) = scope::jump_target(buffer) {
-        short::longjmp(buffer, target)
-    } else if short::jump_held(buffer) {
-        // Not written, its setjmp is not the reader's to go back to.
-        false
+    if !short::holding() {
+        record(event::LONGJMP, buffer);
+        return;
+    }
+    if let Some((target, busy_then)) = scope::jump_target(buffer) {
+        if !busy_then {
+            // Out of a signal handler that interrupted the time filter's
+            // bookkeeping, back to a place outside it: it is left for good.
+            short::leave_interrupted();
+        }
+        if short::longjmp(buffer, target) {
+            record(event::LONGJMP, buffer);
+        }
+    } else if let Some(target) = short::held_jump_level(buffer) {
+        // The table of places lost it, but its setjmp is held back here
+        // (made outside the bookkeeping, as every one held is): the same,
+        // and the time filter's stack put back here, as back_to_jump would.
+        short::leave_interrupted();
+        if short::longjmp(buffer, target) {
+            record(event::LONGJMP, buffer);
+        }
+        short::back_to(target);
     } else {
         short::before_marker();
-        true
-    };
-    if marker {
         record(event::LONGJMP, buffer);
     }
 }

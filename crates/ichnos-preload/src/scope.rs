@@ -99,9 +99,10 @@ const JUMP_PLACES: usize = 16;
 thread_local! {
     static PLACE: Cell<Place> = const { Cell::new(OUTSIDE) };
     /// By `jmp_buf` address (0: a free slot), with the time filter's open
-    /// calls there.
-    static JUMPS: Cell<[(u64, Place, usize); JUMP_PLACES]> =
-        const { Cell::new([(0, OUTSIDE, 0); JUMP_PLACES]) };
+    /// calls there, and whether the `setjmp` ran inside the time filter's
+    /// bookkeeping (a signal handler's, interrupting it).
+    static JUMPS: Cell<[(u64, Place, usize, bool); JUMP_PLACES]> =
+        const { Cell::new([(0, OUTSIDE, 0, false); JUMP_PLACES]) };
     /// The outermost open calls.
     static CALLS: [Cell<Kept>; KEPT_CALLS] = const { [const { Cell::new(Kept::NONE) }; KEPT_CALLS] };
     /// For the open `-F` calls, outermost first: the traced depth before
@@ -260,7 +261,7 @@ pub(crate) fn note_jump(buffer: u64) {
                 .max_by_key(|&i| (places[i].1.depth, places[i].2))
                 .unwrap_or(0)
         });
-    places[slot] = (buffer, now, open);
+    places[slot] = (buffer, now, open, crate::short::busy());
     JUMPS.with(|p| p.set(places));
 }
 
@@ -400,13 +401,14 @@ fn record_catch(open: usize) {
 }
 
 /// The calls the time filter's stack had open at the `setjmp` into
-/// `buffer`, if its place is known.
-pub(crate) fn jump_target(buffer: u64) -> Option<usize> {
+/// `buffer`, and whether it ran inside the filter's bookkeeping, if its
+/// place is known.
+pub(crate) fn jump_target(buffer: u64) -> Option<(usize, bool)> {
     if plain() || buffer == 0 {
         return None;
     }
     let places = JUMPS.with(Cell::get);
-    places.iter().find(|p| p.0 == buffer).map(|p| p.2)
+    places.iter().find(|p| p.0 == buffer).map(|p| (p.2, p.3))
 }
 
 /// A `longjmp` goes back to `buffer`: the calls since its `setjmp` will
@@ -416,7 +418,7 @@ pub(crate) fn back_to_jump(buffer: u64) {
         return;
     }
     let places = JUMPS.with(Cell::get);
-    if let Some(&(_, place, open)) = places.iter().find(|p| p.0 == buffer) {
+    if let Some(&(_, place, open, _)) = places.iter().find(|p| p.0 == buffer) {
         PLACE.with(|p| p.set(place));
         crate::short::back_to(open);
     }

@@ -66,6 +66,42 @@ fn exclusively(f: impl FnOnce()) {
     let _ = try_exclusively(f);
 }
 
+/// Whether the thread is inside the bookkeeping (a signal handler that
+/// interrupted it is running).
+pub(crate) fn busy() -> bool {
+    BUSY.with(Cell::get)
+}
+
+/// A `longjmp` out of a signal handler that interrupted the bookkeeping
+/// (to a `setjmp` made outside it) leaves it unfinished for good: the
+/// thread's stack is made whole again (the count of held `setjmp`s from
+/// their slots, no more entries written than are open) and usable.
+pub(crate) fn leave_interrupted() {
+    if !BUSY.with(Cell::get) {
+        return;
+    }
+    let held = JUMPS.with(|jumps| jumps.iter().filter(|j| j.get().0 != 0).count());
+    HELD_JUMP_COUNT.with(|n| n.set(held));
+    let open = OPEN.with(Cell::get);
+    WRITTEN.with(|w| w.set(w.get().min(open)));
+    BUSY.with(|b| b.set(false));
+}
+
+/// The open calls a held-back `setjmp` into `buffer` had (its place,
+/// where the thread's table of places has lost it).
+pub(crate) fn held_jump_level(buffer: u64) -> Option<usize> {
+    if HELD_JUMP_COUNT.with(Cell::get) == 0 {
+        return None;
+    }
+    JUMPS.with(|jumps| {
+        jumps
+            .iter()
+            .map(Cell::get)
+            .find(|j| j.0 == buffer)
+            .map(|j| j.1)
+    })
+}
+
 /// [`exclusively`], with `f`'s result if it ran.
 fn try_exclusively<R>(f: impl FnOnce() -> R) -> Option<R> {
     if BUSY.with(|b| b.replace(true)) {
@@ -103,6 +139,9 @@ fn write_held(upto: usize) {
             write_jumps_at(at);
             let (function, ticks) = held.get();
             crate::record_at(ticks, event::ENTER, function);
+            // Kept as it goes: bookkeeping a signal handler leaves for good
+            // (by a longjmp) writes no entry twice.
+            WRITTEN.with(|w| w.set(at + 1));
         }
     });
     write_jumps_at(upto);
@@ -122,7 +161,7 @@ fn write_jumps_at(open: usize) {
             .min_by_key(|j| j.get().2);
         let Some(jump) = first else { break };
         let (buffer, _, ticks) = jump.replace((0, 0, 0));
-        HELD_JUMP_COUNT.with(|n| n.set(n.get() - 1));
+        HELD_JUMP_COUNT.with(|n| n.set(n.get().saturating_sub(1)));
         crate::record_at(ticks, event::SETJMP, buffer);
     });
 }
@@ -138,7 +177,7 @@ fn forget_jumps_above(open: usize) {
         for jump in jumps {
             if jump.get().0 != 0 && jump.get().1 > open {
                 jump.set((0, 0, 0));
-                HELD_JUMP_COUNT.with(|n| n.set(n.get() - 1));
+                HELD_JUMP_COUNT.with(|n| n.set(n.get().saturating_sub(1)));
             }
         }
     });
@@ -161,7 +200,7 @@ pub(crate) fn setjmp(buffer: u64) {
             for jump in jumps {
                 if jump.get().0 == buffer {
                     jump.set((0, 0, 0));
-                    HELD_JUMP_COUNT.with(|n| n.set(n.get() - 1));
+                    HELD_JUMP_COUNT.with(|n| n.set(n.get().saturating_sub(1)));
                 }
             }
         });
@@ -284,4 +323,69 @@ pub(crate) fn back_to(open: usize) {
             forget_jumps_above(open);
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// This thread's stack: open calls, entries written, held `setjmp`s.
+    fn state() -> (usize, usize, usize, bool) {
+        (
+            OPEN.with(Cell::get),
+            WRITTEN.with(Cell::get),
+            HELD_JUMP_COUNT.with(Cell::get),
+            BUSY.with(Cell::get),
+        )
+    }
+
+    /// A `setjmp` made above entries not written is held back at its
+    /// place, found by its `jmp_buf` (the longjmp's fallback where the
+    /// table of places lost it); one made with every entry written is not.
+    #[test]
+    fn a_setjmp_above_held_entries_is_held_at_its_place() {
+        OPEN.with(|o| o.set(2));
+        WRITTEN.with(|w| w.set(0));
+        setjmp(0x1000);
+        assert_eq!(held_jump_level(0x1000), Some(2));
+        assert_eq!(state(), (2, 0, 1, false));
+        // Filled again deeper: its place is the new one, held once.
+        OPEN.with(|o| o.set(3));
+        setjmp(0x1000);
+        assert_eq!(held_jump_level(0x1000), Some(3));
+        assert_eq!(state().2, 1);
+        // Its caller returns: forgotten.
+        forget_jumps_above(2);
+        assert_eq!(held_jump_level(0x1000), None);
+        assert_eq!(state().2, 0);
+        // Every entry written: written at once, not held.
+        WRITTEN.with(|w| w.set(3));
+        setjmp(0x2000);
+        assert_eq!(held_jump_level(0x2000), None);
+    }
+
+    /// Bookkeeping a signal handler interrupted, then left for good by a
+    /// `siglongjmp`, is made whole: not busy (it was, for good, and every
+    /// later call went untraced), no more entries written than are open,
+    /// and the held `setjmp`s counted from their slots.
+    #[test]
+    fn bookkeeping_left_by_a_longjmp_is_made_whole() {
+        OPEN.with(|o| o.set(4));
+        WRITTEN.with(|w| w.set(0));
+        setjmp(0x3000);
+        OPEN.with(|o| o.set(5));
+        setjmp(0x4000);
+        // Interrupted between a slot's filling and its count, with an
+        // exit half done (fewer open than written).
+        HELD_JUMP_COUNT.with(|n| n.set(1));
+        OPEN.with(|o| o.set(2));
+        WRITTEN.with(|w| w.set(3));
+        BUSY.with(|b| b.set(true));
+        leave_interrupted();
+        assert_eq!(state(), (2, 2, 2, false));
+        // Not busy: nothing to make whole.
+        HELD_JUMP_COUNT.with(|n| n.set(7));
+        leave_interrupted();
+        assert_eq!(state().2, 7);
+    }
 }
