@@ -35,6 +35,48 @@ fn perf_record_call_graph_dwarf_is_unwound_completely_with_perf_reports_shares()
     assert!(text.contains("leaf_heavy"), "{text}");
 }
 
+/// The vDSO of a perf.data of this kernel is named from the reporting
+/// process's own, as in ichnos's recordings: perf's header lists its
+/// build id. (Its frames were `[vdso]+0xOFFSET`, one row per address,
+/// where perf report names `__vdso_clock_gettime`.)
+#[test]
+fn perf_datas_vdso_frames_are_named_with_perf_reports_share() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_fixture(dir.path(), "clocks", &["-g"]);
+    let data = dir.path().join("perf.data");
+    perf_record(&data, 4000, "dwarf", &[exe.to_str().unwrap(), "0.5"]);
+    let theirs = perf_shares(&data);
+    let vdso_theirs = theirs
+        .get("__vdso_clock_gettime")
+        .copied()
+        .unwrap_or_else(|| {
+            panic!("perf report names no __vdso_clock_gettime: {theirs:?}");
+        });
+    let out = ok(
+        ichnos(&["report", "-i", data.to_str().unwrap(), "--limit", "0"]),
+        "report",
+    );
+    let table = text(&out);
+    // `SELF% TOTAL% SELF TOTAL FUNCTION OBJECT` rows of the vDSO.
+    let vdso: Vec<(f64, &str)> = table
+        .lines()
+        .filter(|l| !l.starts_with('#') && l.trim_end().ends_with(" [vdso]"))
+        .map(|l| {
+            let fields: Vec<&str> = l.split_whitespace().collect();
+            (fields[0].trim_end_matches('%').parse().unwrap(), fields[4])
+        })
+        .collect();
+    assert!(
+        vdso.iter().all(|(_, f)| !f.starts_with("[vdso]+")),
+        "unnamed vDSO frames:\n{table}"
+    );
+    let share: f64 = vdso.iter().map(|(s, _)| s).sum();
+    assert!(
+        (share - vdso_theirs).abs() <= 3.0,
+        "the vDSO's self share {share}% against perf report's {vdso_theirs}%:\n{table}"
+    );
+}
+
 /// `perf record` with no call graph: each sample is where the thread was,
 /// a stack of one frame, and the self shares are perf report's. (Every
 /// sample used to count as lost, "without user registers".)

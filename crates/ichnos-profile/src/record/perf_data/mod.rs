@@ -265,15 +265,20 @@ fn name_idle_task(time: Option<u64>, recorder: &mut Recorder) {
     recorder.handle(&ichnos_perf::record::Record::Comm(comm), false);
 }
 
-/// The build ids the header of `perf_file` lists for user-space objects,
-/// by path (none where it lists none, or its list cannot be read).
+/// The build ids the header of `perf_file` lists for user-space objects
+/// and the vDSO (`[vdso]`, which a report names from its own where the
+/// build is the same), by path (none where it lists none, or its list
+/// cannot be read).
 fn user_build_ids(perf_file: &linux_perf_data::PerfFile) -> HashMap<Vec<u8>, Vec<u8>> {
     perf_file
         .build_ids()
         .unwrap_or_default()
         .into_iter()
         .filter(|(key, info)| {
-            matches!(key, linux_perf_data::DsoKey::User { .. }) && !info.build_id.is_empty()
+            matches!(
+                key,
+                linux_perf_data::DsoKey::User { .. } | linux_perf_data::DsoKey::Vdso64
+            ) && !info.build_id.is_empty()
         })
         .map(|(_, info)| (info.path, info.build_id))
         .collect()
