@@ -380,11 +380,17 @@ fn header(out: &mut dyn Write, path: &Path, profile: &Profile, shown: Shown) -> 
     let processes = profile.processes.len();
     writeln!(
         out,
-        "# {}: {} of {} at {} Hz over {seconds:.2} s; {processes} process{}, {threads} thread{}",
+        "# {}: {} of {}{} over {seconds:.2} s; {processes} process{}, {threads} thread{}",
         path.display(),
         crate::units::counted(all.samples, "sample", "samples"),
         d.event,
-        d.frequency,
+        // Not known for a perf.data event of a fixed period other than
+        // a clock's (`perf record -c N -e page-faults`).
+        if d.frequency > 0 {
+            format!(" at {} Hz", d.frequency)
+        } else {
+            String::new()
+        },
         if processes == 1 { "" } else { "es" },
         if threads == 1 { "" } else { "s" },
     )?;

@@ -77,6 +77,85 @@ fn perf_datas_vdso_frames_are_named_with_perf_reports_share() {
     );
 }
 
+/// A perf.data of a fixed period (`perf record -c N`), whose samples
+/// carry no period: each weighs the period, so the exports' CPU time is
+/// perf report's event count, and the header gives the clock's rate.
+/// (Each weighed 1 ns, and the header read "at 0 Hz".)
+#[test]
+fn perf_data_of_a_fixed_period_weighs_each_sample_the_period() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_chains(dir.path(), Build::Sframe);
+    let data = dir.path().join("perf.data");
+    let out = Command::new("perf")
+        .args([
+            "record",
+            "-q",
+            "-e",
+            "cpu-clock",
+            "-c",
+            "250000",
+            "-g",
+            "-o",
+        ])
+        .arg(&data)
+        .arg("--")
+        .args([exe.to_str().unwrap(), "4000"])
+        .output()
+        .expect("perf runs (install linux-perf)");
+    assert!(out.status.success(), "perf record: {}", stderr(&out));
+    let perf = Command::new("perf")
+        .args(["report", "--stdio", "-i"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let events: u64 = String::from_utf8_lossy(&perf.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("# Event count (approx.): "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{}", String::from_utf8_lossy(&perf.stdout)));
+    let report = text(&ok(
+        ichnos(&["report", "-i", data.to_str().unwrap(), "--limit", "1"]),
+        "report",
+    ));
+    assert!(
+        report
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .contains(" of cpu-clock at 4000 Hz over "),
+        "{report}"
+    );
+    let pprof = dir.path().join("p.pb.gz");
+    ok(
+        ichnos(&[
+            "report",
+            "-i",
+            data.to_str().unwrap(),
+            "--format",
+            "pprof",
+            "-o",
+            pprof.to_str().unwrap(),
+        ]),
+        "pprof",
+    );
+    // `-raw` lists each sample's values: samples, then nanoseconds.
+    let raw = go_pprof(&["-raw"], &pprof);
+    let ns: u64 = raw
+        .lines()
+        .skip_while(|l| !l.starts_with("Samples:"))
+        .skip(2)
+        .take_while(|l| l.contains(':'))
+        .filter_map(|l| {
+            l.split_whitespace()
+                .nth(1)?
+                .trim_end_matches(':')
+                .parse::<u64>()
+                .ok()
+        })
+        .sum();
+    assert_eq!(ns, events, "{raw}");
+}
+
 /// `perf record` with no call graph: each sample is where the thread was,
 /// a stack of one frame, and the self shares are perf report's. (Every
 /// sample used to count as lost, "without user registers".)

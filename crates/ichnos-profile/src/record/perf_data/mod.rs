@@ -353,6 +353,9 @@ struct Converted {
     names: Vec<String>,
     /// Whether each event's samples are the profile's.
     kept: Vec<bool>,
+    /// Each event's fixed sampling period (`perf record -c N`), if it has
+    /// one: its samples carry no period of their own, and each weighs it.
+    fixed_periods: Vec<Option<u64>>,
     /// The first record's time, which the recording's times count from.
     first_time: Option<u64>,
     last_time: u64,
@@ -388,9 +391,11 @@ impl Converted {
             .iter()
             .map(|n| names.get(shown).is_some_and(|s| same_event(s, n)))
             .collect();
+        let fixed_periods = attributes.iter().map(fixed_period).collect();
         Converted {
             shown,
             kept,
+            fixed_periods,
             left_out: vec![0; attributes.len()],
             names,
             kernel_release: kernel_release.to_owned(),
@@ -422,6 +427,11 @@ impl Converted {
                 }
             }
             Ok(mut parsed) => {
+                if let ichnos_perf::record::Record::Sample(s) = &mut parsed {
+                    if s.period.is_none() {
+                        s.period = self.fixed_periods.get(attr).copied().flatten();
+                    }
+                }
                 if let ichnos_perf::record::Record::Mmap(m) = &mut parsed {
                     self.see_kernel(m, recorder);
                     if m.build_id.is_none() {
@@ -523,6 +533,20 @@ fn same_event(a: &str, b: &str) -> bool {
     a == b || event(a) == event(b)
 }
 
+/// The fixed sampling period of an event recorded with one (`perf record
+/// -c N`), whose samples carry none of their own.
+fn fixed_period(attribute: &linux_perf_data::AttributeDescription) -> Option<u64> {
+    match attribute.attr.sampling_policy {
+        linux_perf_data::linux_perf_event_reader::SamplingPolicy::Period(p) => Some(p.get()),
+        _ => None,
+    }
+}
+
+/// Whether `event` counts time in nanoseconds (the CPU or task clock).
+fn is_clock(event: &str) -> bool {
+    matches!(event, "cpu-clock" | "task-clock")
+}
+
 /// The recording's description, from the perf.data header's features.
 fn describe(out: &mut Output, perf_file: &linux_perf_data::PerfFile, mtime: u64) {
     let host = perf_file.hostname().ok().flatten().unwrap_or_default();
@@ -535,8 +559,10 @@ fn describe(out: &mut Output, perf_file: &linux_perf_data::PerfFile, mtime: u64)
         .unwrap_or("perf event")
         .to_owned();
     let (frequency, stack_size) = shown.map_or((0, 0), |a| {
-        let frequency = match a.attr.sampling_policy {
-            linux_perf_data::linux_perf_event_reader::SamplingPolicy::Frequency(f) => f,
+        let frequency = match (a.attr.sampling_policy, fixed_period(a)) {
+            (linux_perf_data::linux_perf_event_reader::SamplingPolicy::Frequency(f), _) => f,
+            // A clock's fixed period is nanoseconds: samples a second.
+            (_, Some(period)) if is_clock(&event) => 1_000_000_000 / period,
             _ => 0,
         };
         (frequency, u64::from(a.attr.sample_stack_user))
