@@ -37,7 +37,7 @@ fn perf_record_call_graph_dwarf_is_unwound_completely_with_perf_reports_shares()
 
 /// The vDSO of a perf.data of this kernel is named from the reporting
 /// process's own, as in ichnos's recordings: perf's header lists its
-/// build id. (Its frames were `[vdso]+0xOFFSET`, one row per address,
+/// build id. The header counts the program's one process and thread. (Its frames were `[vdso]+0xOFFSET`, one row per address,
 /// where perf report names `__vdso_clock_gettime`.)
 #[test]
 fn perf_datas_vdso_frames_are_named_with_perf_reports_share() {
@@ -57,6 +57,16 @@ fn perf_datas_vdso_frames_are_named_with_perf_reports_share() {
         "report",
     );
     let table = text(&out);
+    // One process of one thread: not perf, nor the kernel's mappings
+    // (pid -1) as a process of their own, as they were counted.
+    assert!(
+        table
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .ends_with("; 1 process, 1 thread"),
+        "{table}"
+    );
     // `SELF% TOTAL% SELF TOTAL FUNCTION OBJECT` rows of the vDSO.
     let vdso: Vec<(f64, &str)> = table
         .lines()

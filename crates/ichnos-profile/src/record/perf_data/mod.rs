@@ -447,7 +447,15 @@ impl Converted {
                     }
                     self.last_time = self.last_time.max(t);
                 }
-                recorder.handle(&parsed, false);
+                // The kernel's and its modules' mappings (pid -1) are seen
+                // above; handed on, they made a process of pid -1.
+                let kernels = matches!(
+                    &parsed,
+                    ichnos_perf::record::Record::Mmap(m) if m.pid == u32::MAX
+                );
+                if !kernels {
+                    recorder.handle(&parsed, false);
+                }
                 if let ichnos_perf::record::Record::Sample(s) = &parsed {
                     if s.id.pid == Some(0) && !self.idle_named {
                         // After its first sample, which made its process.
