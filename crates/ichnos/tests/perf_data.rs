@@ -529,6 +529,41 @@ fn a_perf_data_written_to_a_pipe_is_named_as_one() {
     );
 }
 
+/// A perf.data left by a perf record killed outright: the data section's
+/// size is still 0, as perf writes it at its end (with the feature
+/// sections), and the records follow the header all the same. (It was
+/// refused for a feature section at an absurd offset.)
+#[test]
+fn a_perf_data_a_killed_perf_record_left_is_refused_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let killed = dir.path().join("killed.data");
+    let _ = Command::new("timeout")
+        .args([
+            "-s",
+            "KILL",
+            "0.5",
+            "perf",
+            "record",
+            "-q",
+            "-e",
+            "cpu-clock",
+            "-g",
+            "-o",
+        ])
+        .arg(&killed)
+        .args(["--", "sleep", "2"])
+        .output()
+        .expect("timeout runs perf");
+    fails_with(
+        &["report", killed.to_str().unwrap()],
+        &[
+            "killed.data",
+            "the data section's size (header byte 48) is 0",
+            "did not finish (was it killed?)",
+        ],
+    );
+}
+
 #[test]
 fn damaged_perf_data_files_are_refused_with_where() {
     let dir = tempfile::tempdir().unwrap();

@@ -64,6 +64,15 @@ pub(super) fn check_header(file: &mut File, path: &Path) -> Result<(u64, u64), P
     let (attrs_offset, attrs_size) = within("attrs", 24)?;
     let (data_offset, data_size) = within("data", 40)?;
     within("event types", 56)?;
+    if data_size == 0 && len > data_offset {
+        // perf writes the data section's size (and the feature sections
+        // after it) when it ends: a perf record killed leaves 0, as perf
+        // report warns ("data size field is 0").
+        return Err(header_error(format!(
+            "the data section's size (header byte 48) is 0 though {} bytes follow its start:              the perf record that wrote it did not finish (was it killed?)",
+            len - data_offset
+        )));
+    }
     // Each entry of the attrs section is a perf_event_attr (64 bytes in
     // its first version, grown by words since) and the section of its
     // event ids (16 bytes): attr_size is the entry's.
