@@ -59,7 +59,7 @@ pub enum ChunkProblem {
 #[non_exhaustive]
 pub enum ReadError {
     /// The file is not an ichnos recording.
-    #[error("not an ichnos recording (it starts with {found:02x?}, not ICHNOSRC)")]
+    #[error("not an ichnos recording (it starts with \"{}\", not \"ICHNOSRC\")", found.escape_ascii())]
     NotARecording {
         /// The first bytes.
         found: Vec<u8>,

@@ -54,7 +54,7 @@ pub enum Error {
         bias: u64,
     },
     /// No section covers the address and no callback supplied it (libipt `pte_nomap`).
-    #[error("no section covers address {vaddr:#x} in address space {asid}")]
+    #[error("no section covers address {vaddr:#x}{}", in_space(asid))]
     NoMapping {
         /// The address space that was searched.
         asid: Asid,
@@ -256,4 +256,14 @@ pub fn error_chain(error: &dyn std::error::Error) -> String {
         cause = c.source();
     }
     text
+}
+
+/// ` in address space ASID`, or nothing for the wildcard (an image read
+/// without naming its address space has only one).
+fn in_space(asid: &Asid) -> String {
+    if *asid == Asid::default() {
+        String::new()
+    } else {
+        format!(" in address space {asid}")
+    }
 }

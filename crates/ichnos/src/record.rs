@@ -72,7 +72,7 @@ pub struct RecordArgs {
     command: Vec<OsString>,
 }
 
-fn parse_max_frames(text: &str) -> Result<usize, String> {
+pub(crate) fn parse_max_frames(text: &str) -> Result<usize, String> {
     let max = ichnos_profile::record::MAX_FRAMES;
     match text.parse::<usize>() {
         Ok(n) if (1..=max).contains(&n) => Ok(n),

@@ -37,8 +37,13 @@ pub struct StackArgs {
     /// Do not follow frame pointers where no unwind information applies.
     #[arg(long)]
     no_frame_pointers: bool,
-    /// At most this many frames per thread.
-    #[arg(long, default_value_t = 256, value_name = "N")]
+    /// At most this many frames per thread (1 to 16384).
+    #[arg(
+        long,
+        default_value_t = 256,
+        value_name = "N",
+        value_parser = crate::record::parse_max_frames
+    )]
     max_frames: usize,
     /// Print each frame's address and object only, without naming its
     /// function (no symbol table or DWARF is read: the stacks print at

@@ -147,12 +147,27 @@ fn user_errors_exit_1_and_name_the_file() {
     let exe = env!("CARGO_BIN_EXE_ichnos");
     let out = ichnos(&["image", "--elf", exe, "--read", "0xffffffff00000000"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("0xffffffff00000000"));
+    // The image has one address space: not named (it read "in address
+    // space any", the library's wildcard).
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .ends_with("no section covers address 0xffffffff00000000\n"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
 fn usage_errors_exit_2() {
     assert_eq!(ichnos(&["image", "--no-such-flag"]).status.code(), Some(2));
+    // No stack is zero frames deep: refused as record refuses it.
+    let out = ichnos(&["stack", "-p", "1", "--max-frames", "0"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("a number of frames from 1 to 16384"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(
         ichnos(&["image", "--elf", "x", "-p", "1"]).status.code(),
         Some(2)
