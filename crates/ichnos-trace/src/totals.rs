@@ -237,7 +237,8 @@ pub fn write_totals(
     // whole otherwise.
     let more = rows.len().saturating_sub(limit.unwrap_or(usize::MAX));
     if more > 0 {
-        writeln!(out, "# {more} more functions (--limit 0 shows all)")?;
+        let s = if more == 1 { "" } else { "s" };
+        writeln!(out, "# {more} more function{s} (--limit 0 shows all)")?;
     }
     out.flush()
 }

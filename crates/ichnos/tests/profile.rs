@@ -1024,9 +1024,13 @@ fn damaged_and_foreign_recordings_are_named_with_the_offset() {
     let p = path.to_str().unwrap();
 
     std::fs::write(&path, b"\x7fELF and more bytes of some other file").unwrap();
+    // Its first bytes as text, as a shell's string shows them.
     fails_with(
         &["report", "-i", p],
-        &["bad.data", "not an ichnos recording"],
+        &[
+            "bad.data",
+            "not an ichnos recording (it starts with \"\\x7fELF and\", not \"ICHNOSRC\")",
+        ],
     );
     // An empty file (a recorder killed before it wrote anything) is
     // called empty, by ichnos report and replay alike.
@@ -1674,6 +1678,42 @@ fn the_whole_machine_is_recorded_with_dash_a_until_stopped() {
         complete * 1000 >= total * 999,
         "{complete} of {total}; the rest: {broken:?}"
     );
+}
+
+/// A thread named with a newline and a tab (a program's name is any
+/// bytes; here a shell run through a link so named) is one node of the
+/// call tree, on one line. (The newline split it in two.)
+#[test]
+fn the_tree_keeps_a_thread_name_with_a_newline_on_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let named = dir.path().join("ab\ncd\tef");
+    std::os::unix::fs::symlink("/bin/sh", &named).unwrap();
+    let data = dir.path().join("named.data");
+    record(
+        &data,
+        1000,
+        &[
+            named.to_str().unwrap(),
+            "-c",
+            "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done",
+        ],
+    );
+    let out = ok(
+        ichnos(&["report", "-i", data.to_str().unwrap(), "--tree"]),
+        "report --tree",
+    );
+    let tree = text(&out);
+    let nodes: Vec<&str> = tree
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.contains("CALL TREE"))
+        .collect();
+    assert!(
+        nodes
+            .iter()
+            .all(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit())),
+        "{tree}"
+    );
+    assert!(nodes.iter().any(|l| l.ends_with("  ab cd ef")), "{tree}");
 }
 
 /// A command line whose words hold spaces, quotes and newlines (a shell

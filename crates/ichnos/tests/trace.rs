@@ -63,6 +63,14 @@ fn replay_and_totals_follow_the_known_call_structure() {
         table.ends_with("# 4 more functions (--limit 0 shows all)\n"),
         "{table}"
     );
+    let out = run(ichnos()
+        .args(["report", "--trace", "--limit", "6", "-i"])
+        .arg(dir.path().join("t.data")));
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        table.ends_with("# 1 more function (--limit 0 shows all)\n"),
+        "{table}"
+    );
 }
 
 /// Seconds since 1970, now.

@@ -107,7 +107,8 @@ pub(super) fn shown_rows(rows: usize, limit: usize) -> usize {
 pub(super) fn write_more(out: &mut dyn Write, rows: usize, limit: usize) -> io::Result<()> {
     let more = rows - shown_rows(rows, limit);
     if more > 0 {
-        writeln!(out, "# {more} more functions (--limit 0 shows all)")?;
+        let s = if more == 1 { "" } else { "s" };
+        writeln!(out, "# {more} more function{s} (--limit 0 shows all)")?;
     }
     Ok(())
 }
@@ -289,7 +290,12 @@ fn write_nodes(
                 percent(n.self_tally.weight, whole.weight),
                 n.total.samples,
                 "",
-                n.function,
+                // One line a node: a thread named with a newline or a tab
+                // (prctl takes any bytes) is not split.
+                n.function
+                    .chars()
+                    .map(|c| if c.is_control() { ' ' } else { c })
+                    .collect::<String>(),
                 indent = (depth - 1) * 2
             )?;
         }
