@@ -13,14 +13,132 @@ pub fn demangle(name: &str) -> Option<String> {
         return Some(format!("{d:#}"));
     }
     if name.starts_with("_Z") {
-        let symbol = cpp_demangle::Symbol::new(name).ok()?;
-        // Back-references let a short name expand exponentially; a name
-        // whose demangled form outgrows the bound is shown as stored.
-        let mut out = Bounded(String::new());
-        symbol
-            .structured_demangle(&mut out, &cpp_demangle::DemangleOptions::default())
-            .ok()?;
-        return Some(out.0);
+        let demangled = demangle_cpp(name)?;
+        return Some(templated_constructor(name, &demangled).unwrap_or(demangled));
+    }
+    None
+}
+
+/// `cpp_demangle`'s form of the C++ name `name`.
+fn demangle_cpp(name: &str) -> Option<String> {
+    let symbol = cpp_demangle::Symbol::new(name).ok()?;
+    // Back-references let a short name expand exponentially; a name
+    // whose demangled form outgrows the bound is shown as stored.
+    let mut out = Bounded(String::new());
+    symbol
+        .structured_demangle(&mut out, &cpp_demangle::DemangleOptions::default())
+        .ok()?;
+    Some(out.0)
+}
+
+/// The right form of a templated constructor or destructor, where
+/// `cpp_demangle` (0.5, its issue 129) drops the first parameter:
+/// `_ZN1SC1IcEEiT_l` is `S::S<char>(int, char, long)`, which it gives as
+/// `S::S<char>(char, long)`. A template function's first type is its
+/// return type, but constructors and destructors have none (the Itanium
+/// ABI, "Function types"), and `cpp_demangle` takes it as one all the same.
+///
+/// Mended by handing `cpp_demangle` the name with a `void` return type
+/// (`v`, which takes no substitution) put where the function's types
+/// start: after the `E` that ends its nested name. That is the first `E`
+/// after which the `v` leaves the function's name as it was (one inside
+/// the name changes it, or leaves no name at all). `None` where
+/// `demangled` is no templated constructor or destructor.
+fn templated_constructor(name: &str, demangled: &str) -> Option<String> {
+    let (function, _) = split_parameters(demangled)?;
+    if !is_templated_constructor(function) {
+        return None;
+    }
+    (4..name.len())
+        .filter(|&end| name.as_bytes()[end - 1] == b'E')
+        .find_map(|end| {
+            let mended = demangle_cpp(&format!("{}v{}", &name[..end], &name[end..]))?;
+            let (mended_function, _) = split_parameters(&mended)?;
+            (mended_function == function).then_some(mended)
+        })
+}
+
+/// A demangled function's name and its parameter list with what follows
+/// it (`S::S<char>`, `(char, long) const`): split at the `(` that matches
+/// the last top-level `)`.
+fn split_parameters(demangled: &str) -> Option<(&str, &str)> {
+    let close = demangled.rfind(')')?;
+    let mut depth = 0usize;
+    for (at, c) in demangled[..=close].char_indices().rev() {
+        match c {
+            ')' => depth += 1,
+            '(' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some((&demangled[..at], &demangled[at..]));
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Whether `function` (a demangled name without its parameters) is a
+/// constructor or destructor with template arguments of its own:
+/// `A<int>::B::B<char>`, `S::~S<T>`. Its last component, less its
+/// template arguments, is the one before it less theirs (or that with a
+/// `~`), and it has template arguments.
+fn is_templated_constructor(function: &str) -> bool {
+    let components = top_level_components(function);
+    let [.., class, last] = components.as_slice() else {
+        return false;
+    };
+    let Some(open) = template_start(last) else {
+        return false;
+    };
+    let member = &last[..open];
+    let class = template_start(class).map_or(*class, |at| &class[..at]);
+    !class.is_empty() && (member == class || member.strip_prefix('~') == Some(class))
+}
+
+/// `a<b::c>::d` as `a<b::c>`, `d`: split at the `::` outside template
+/// arguments and parentheses.
+fn top_level_components(name: &str) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let (mut depth, mut start) = (0i32, 0);
+    let bytes = name.as_bytes();
+    let mut at = 0;
+    while at < bytes.len() {
+        match bytes[at] {
+            b'<' | b'(' => depth += 1,
+            b'>' | b')' => depth -= 1,
+            b':' if depth == 0 && bytes.get(at + 1) == Some(&b':') => {
+                parts.push(&name[start..at]);
+                start = at + 2;
+                at += 1;
+            }
+            _ => {}
+        }
+        at += 1;
+    }
+    parts.push(&name[start..]);
+    parts
+}
+
+/// Where the template arguments that end `name` (`b<c<d>>`) begin: the
+/// `<` matching its last `>`.
+fn template_start(name: &str) -> Option<usize> {
+    if !name.ends_with('>') {
+        return None;
+    }
+    let mut depth = 0usize;
+    for (at, c) in name.char_indices().rev() {
+        match c {
+            '>' => depth += 1,
+            '<' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(at);
+                }
+            }
+            _ => {}
+        }
     }
     None
 }
@@ -54,6 +172,126 @@ mod tests {
         );
         assert_eq!(demangle("_Z3fooi").as_deref(), Some("foo(int)"));
         assert_eq!(demangle("main"), None);
+    }
+
+    /// How many parameters a list `(a, b<c, d>) const` holds.
+    fn parameters(list: &str) -> usize {
+        let inner = &list[1..list.rfind(')').unwrap_or(1)];
+        if inner.trim().is_empty() {
+            return 0;
+        }
+        let mut depth = 0i32;
+        1 + inner
+            .chars()
+            .filter(|&c| {
+                match c {
+                    '<' | '(' => depth += 1,
+                    '>' | ')' => depth -= 1,
+                    _ => {}
+                }
+                c == ',' && depth == 0
+            })
+            .count()
+    }
+
+    /// Templated constructors keep their first parameter (`cpp_demangle`
+    /// drops it, taking it for a return type): every one a C++ program's
+    /// object names (its own, and libstdc++'s it instantiates) demangles
+    /// as c++filt demangles it.
+    #[test]
+    fn templated_constructors_as_cxxfilt_gives_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path().join("ctors.cc");
+        std::fs::write(
+            &source,
+            r#"
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+struct S { int a; template <typename T> S(int x, T y, long z); };
+template <typename T> S::S(int x, T y, long z) : a(x + y + z) {}
+template S::S(int, char, long);
+template <typename K> struct Box {
+    struct Inner { template <typename U> Inner(K k, U u, const Box &b); };
+};
+template <typename K> template <typename U> Box<K>::Inner::Inner(K, U, const Box &) {}
+template Box<int>::Inner::Inner(int, double, const Box<int> &);
+int main() {
+    std::map<std::string, long> m;
+    m["a"] = 1;
+    std::vector<std::string> v(3, "x");
+    std::sort(v.begin(), v.end());
+    std::string s(5, 'c');
+    return int(m.size() + s.size());
+}
+"#,
+        )
+        .unwrap();
+        let object = dir.path().join("ctors.o");
+        let built = std::process::Command::new("g++")
+            .args(["-O0", "-c", "-o"])
+            .arg(&object)
+            .arg(&source)
+            .status()
+            .expect("g++ runs");
+        assert!(built.success());
+        let nm = std::process::Command::new("nm")
+            .arg(&object)
+            .output()
+            .unwrap();
+        let names: Vec<String> = String::from_utf8(nm.stdout)
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.split_whitespace().last())
+            .filter(|n| n.starts_with("_Z"))
+            .map(str::to_owned)
+            .collect();
+        let cxxfilt = std::process::Command::new("c++filt")
+            .args(&names)
+            .output()
+            .unwrap();
+        let theirs: Vec<String> = String::from_utf8(cxxfilt.stdout)
+            .unwrap()
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(theirs.len(), names.len());
+        let mut checked = 0;
+        for (name, theirs) in names.iter().zip(&theirs) {
+            let constructor = super::split_parameters(theirs)
+                .is_some_and(|(function, _)| super::is_templated_constructor(function));
+            // Not `C5`, the name gcc gives a constructor's COMDAT group
+            // (not a function's), which cpp_demangle does not read.
+            if constructor && !name.contains("C5") {
+                // As many parameters: how the two spell template
+                // arguments inside them differs apart (`(unsigned long)0`
+                // and `0ul`, packs).
+                let ours = demangle(name).unwrap_or_default();
+                assert_eq!(
+                    super::split_parameters(&ours).map(|(_, p)| parameters(p)),
+                    super::split_parameters(theirs).map(|(_, p)| parameters(p)),
+                    "{name}: {ours} against {theirs}"
+                );
+                checked += 1;
+            }
+        }
+        // Ours, whole.
+        for (mangled, whole) in [
+            ("_ZN1SC1IcEEiT_l", "S::S<char>(int, char, long)"),
+            (
+                "_ZN3BoxIiE5InnerC2IdEEiT_RKS0_",
+                "Box<int>::Inner::Inner<double>(int, double, Box<int> const&)",
+            ),
+        ] {
+            assert!(names.iter().any(|n| n == mangled), "{names:#?}");
+            assert_eq!(demangle(mangled).as_deref(), Some(whole));
+        }
+        // S's, Inner's, and libstdc++'s basic_string(n, c, alloc) at least.
+        assert!(
+            checked >= 3,
+            "{checked} templated constructors: {theirs:#?}"
+        );
     }
 
     /// A PLT stub's name demangles as its function's (as `objdump -C`

@@ -404,7 +404,7 @@ fn the_generator_fingerprints_the_crate_sources() {
 fn index_from_the_spec(ranges: &[(u64, u32)], frames: &[[u32; 8]], strings: &[&str]) -> Vec<u8> {
     let mut f = Vec::new();
     f.extend_from_slice(b"ICHNSYMI");
-    f.extend_from_slice(&4u32.to_le_bytes());
+    f.extend_from_slice(&5u32.to_le_bytes());
     f.extend_from_slice(&4u32.to_le_bytes());
     let mut id = [0u8; 64];
     id[..4].copy_from_slice(&[0xde, 0xad, 0xbe, 0xef]);

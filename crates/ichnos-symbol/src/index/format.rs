@@ -9,7 +9,7 @@ pub(crate) const MAGIC: [u8; 8] = *b"ICHNSYMI";
 /// The version this crate writes and reads: of the layout, and of the
 /// rules answers are made by, so that indexes made before a change in
 /// what some address answers are not used (docs/symbol-index.md).
-pub(crate) const VERSION: u32 = 4;
+pub(crate) const VERSION: u32 = 5;
 /// Bytes before the first table.
 pub(crate) const HEADER_SIZE: usize = 136;
 /// The fingerprint of the code that makes answers (build.rs).
