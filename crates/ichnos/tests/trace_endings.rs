@@ -160,7 +160,7 @@ fn the_program_finds_the_default_action_where_the_runtime_stands_in_for_it() {
     // Both started with SIGINT's default action (a shell's `&` would
     // have it ignored, which ichnos keeps).
     let mut alone = Command::new(&exe);
-    default_sigint(&mut alone);
+    default_endings(&mut alone);
     let alone = run(&mut alone);
     assert_eq!(
         String::from_utf8_lossy(&alone.stdout),
@@ -189,7 +189,9 @@ fn the_program_finds_the_default_action_where_the_runtime_stands_in_for_it() {
     // Started with SIGINT ignored (as a shell's `&` starts it), ichnos
     // starts the command so, traced or recorded, as it would run alone.
     for command in ["trace", "record"] {
-        let out = run(Command::new("sh")
+        let mut sh = Command::new("sh");
+        default_endings(&mut sh);
+        let out = run(sh
             .arg("-c")
             .arg("trap '' INT; exec \"$@\"")
             .arg("sh")
@@ -209,7 +211,7 @@ fn the_program_finds_the_default_action_where_the_runtime_stands_in_for_it() {
     let script =
         "import signal; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)";
     let mut alone = Command::new("python3");
-    default_sigint(alone.args(["-c", script]));
+    default_endings(alone.args(["-c", script]));
     let alone = run(&mut alone);
     assert_eq!(String::from_utf8_lossy(&alone.stdout), "True\n");
     let traced = trace(dir.path(), "p.data", &[], &["python3", "-c", script]);

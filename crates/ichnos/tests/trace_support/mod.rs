@@ -8,24 +8,42 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-/// ichnos, started with SIGINT's default action whatever this test was
-/// started with (a shell's `&` ignores it, and ichnos keeps a command's
-/// ignored signals ignored): the tests of Ctrl-C and of what a program
-/// finds need it.
+/// ichnos, started with the default actions of the signals that end a
+/// program whatever this test was started with (a shell's `&` ignores
+/// SIGINT, and ichnos keeps a command's ignored signals ignored): the
+/// tests of Ctrl-C and of what a program finds need it.
 pub fn ichnos() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_ichnos"));
-    default_sigint(&mut command);
+    default_endings(&mut command);
     command
 }
 
-/// Starts `command` with SIGINT's default action.
-pub fn default_sigint(command: &mut Command) {
+/// Starts `command` with the default action of every signal that ends a
+/// program whose action the runtime stands in for: a shell's `&` ignores
+/// SIGINT and SIGQUIT, `nohup` SIGHUP (as CI runs the tests), and what a
+/// program finds is compared with what it finds traced.
+pub fn default_endings(command: &mut Command) {
     use std::os::unix::process::CommandExt;
     // SAFETY: signal is async-signal-safe, as the time between fork and
     // exec asks.
     unsafe {
         command.pre_exec(|| {
-            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            for sig in [
+                libc::SIGHUP,
+                libc::SIGINT,
+                libc::SIGQUIT,
+                libc::SIGPIPE,
+                libc::SIGALRM,
+                libc::SIGTERM,
+                libc::SIGUSR1,
+                libc::SIGUSR2,
+                libc::SIGXCPU,
+                libc::SIGXFSZ,
+                libc::SIGVTALRM,
+                libc::SIGPROF,
+            ] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
             Ok(())
         });
     }
