@@ -40,23 +40,46 @@ fn demangle_cpp(name: &str) -> Option<String> {
 ///
 /// Mended by handing `cpp_demangle` the name with a `void` return type
 /// (`v`, which takes no substitution) put where the function's types
-/// start: after the `E` that ends its nested name. That is the first `E`
-/// after which the `v` leaves the function's name as it was (one inside
-/// the name changes it, or leaves no name at all). `None` where
-/// `demangled` is no templated constructor or destructor.
+/// start: after the `E` that ends its nested name. That is the `E` after
+/// which the `v` leaves the function's name as it was (one inside the
+/// name changes it, or leaves no name at all) and adds one parameter in
+/// front of the others (one among the parameters adds a `void` after
+/// the first). Tried at the first [`MENDING_TRIES`] `E`s of names of at
+/// most [`MENDED_LENGTH`] bytes, each try a whole demangling. `None`
+/// where `demangled` is no templated constructor or destructor, or no
+/// try mends it.
 fn templated_constructor(name: &str, demangled: &str) -> Option<String> {
-    let (function, _) = split_parameters(demangled)?;
+    if name.len() > MENDED_LENGTH {
+        return None;
+    }
+    let (function, parameters) = split_parameters(demangled)?;
     if !is_templated_constructor(function) {
         return None;
     }
+    // `(char, long) const` mended is `(int, char, long) const`; `() const`
+    // is `(int) const`: the first parameter, then what followed `(`.
+    let rest = parameters.strip_prefix('(')?;
     (4..name.len())
         .filter(|&end| name.as_bytes()[end - 1] == b'E')
+        .take(MENDING_TRIES)
         .find_map(|end| {
             let mended = demangle_cpp(&format!("{}v{}", &name[..end], &name[end..]))?;
-            let (mended_function, _) = split_parameters(&mended)?;
-            (mended_function == function).then_some(mended)
+            let (mended_function, mended_parameters) = split_parameters(&mended)?;
+            let first = mended_parameters.strip_prefix('(')?.strip_suffix(rest)?;
+            let one_more = if rest.starts_with(')') {
+                !first.is_empty()
+            } else {
+                first.len() > 2 && first.ends_with(", ")
+            };
+            (mended_function == function && one_more).then_some(mended)
         })
 }
+
+/// The longest name [`templated_constructor`] mends.
+const MENDED_LENGTH: usize = 16 << 10;
+
+/// The `E`s [`templated_constructor`] tries, at most.
+const MENDING_TRIES: usize = 64;
 
 /// A demangled function's name and its parameter list with what follows
 /// it (`S::S<char>`, `(char, long) const`): split at the `(` that matches

@@ -95,75 +95,73 @@ fn perf_datas_vdso_frames_are_named_with_perf_reports_share() {
 fn perf_data_of_a_fixed_period_weighs_each_sample_the_period() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build_chains(dir.path(), Build::Sframe);
-    let data = dir.path().join("perf.data");
-    let out = Command::new("perf")
-        .args([
-            "record",
-            "-q",
-            "-e",
-            "cpu-clock",
-            "-c",
-            "250000",
-            "-g",
-            "-o",
-        ])
-        .arg(&data)
-        .arg("--")
-        .args([exe.to_str().unwrap(), "4000"])
-        .output()
-        .expect("perf runs (install linux-perf)");
-    assert!(out.status.success(), "perf record: {}", stderr(&out));
-    let perf = Command::new("perf")
-        .args(["report", "--stdio", "-i"])
-        .arg(&data)
-        .output()
-        .unwrap();
-    let events: u64 = String::from_utf8_lossy(&perf.stdout)
-        .lines()
-        .find_map(|l| l.strip_prefix("# Event count (approx.): "))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{}", String::from_utf8_lossy(&perf.stdout)));
-    let report = text(&ok(
-        ichnos(&["report", "-i", data.to_str().unwrap(), "--limit", "1"]),
-        "report",
-    ));
-    assert!(
-        report
+    // A period a second holds whole gives the header its rate; another
+    // (7 ms: 142.86 a second) none, and the samples are counted one each.
+    for (period, rate) in [
+        ("250000", " of cpu-clock at 4000 Hz over "),
+        ("7000000", " of cpu-clock over "),
+    ] {
+        let data = dir.path().join(format!("perf-{period}.data"));
+        let out = Command::new("perf")
+            .args(["record", "-q", "-e", "cpu-clock", "-c", period, "-g", "-o"])
+            .arg(&data)
+            .arg("--")
+            .args([exe.to_str().unwrap(), "4000"])
+            .output()
+            .expect("perf runs (install linux-perf)");
+        assert!(out.status.success(), "perf record: {}", stderr(&out));
+        // Each sample's period as perf script gives it: their count and
+        // sum (perf report's header rounds counts: "1K").
+        let script = Command::new("perf")
+            .args(["script", "-F", "period", "-i"])
+            .arg(&data)
+            .output()
+            .unwrap();
+        let periods: Vec<u64> = String::from_utf8_lossy(&script.stdout)
             .lines()
-            .next()
-            .unwrap_or_default()
-            .contains(" of cpu-clock at 4000 Hz over "),
-        "{report}"
-    );
-    let pprof = dir.path().join("p.pb.gz");
-    ok(
-        ichnos(&[
+            .filter_map(|l| l.trim().parse().ok())
+            .collect();
+        let (samples, events) = (periods.len() as u64, periods.iter().sum::<u64>());
+        assert!(samples > 10, "{periods:?}");
+        let report = text(&ok(
+            ichnos(&["report", "-i", data.to_str().unwrap(), "--limit", "1"]),
             "report",
-            "-i",
-            data.to_str().unwrap(),
-            "--format",
+        ));
+        assert!(
+            report.lines().next().unwrap_or_default().contains(rate),
+            "{period}: {report}"
+        );
+        let pprof = dir.path().join(format!("p-{period}.pb.gz"));
+        ok(
+            ichnos(&[
+                "report",
+                "-i",
+                data.to_str().unwrap(),
+                "--format",
+                "pprof",
+                "-o",
+                pprof.to_str().unwrap(),
+            ]),
             "pprof",
-            "-o",
-            pprof.to_str().unwrap(),
-        ]),
-        "pprof",
-    );
-    // `-raw` lists each sample's values: samples, then nanoseconds.
-    let raw = go_pprof(&["-raw"], &pprof);
-    let ns: u64 = raw
-        .lines()
-        .skip_while(|l| !l.starts_with("Samples:"))
-        .skip(2)
-        .take_while(|l| l.contains(':'))
-        .filter_map(|l| {
-            l.split_whitespace()
-                .nth(1)?
-                .trim_end_matches(':')
-                .parse::<u64>()
-                .ok()
-        })
-        .sum();
-    assert_eq!(ns, events, "{raw}");
+        );
+        // `-raw` lists each sample's values: samples, then nanoseconds.
+        let raw = go_pprof(&["-raw"], &pprof);
+        let values: Vec<(u64, u64)> = raw
+            .lines()
+            .skip_while(|l| !l.starts_with("Samples:"))
+            .skip(2)
+            .take_while(|l| l.contains(':'))
+            .filter_map(|l| {
+                let mut fields = l.split_whitespace();
+                let count = fields.next()?.parse().ok()?;
+                let ns = fields.next()?.trim_end_matches(':').parse().ok()?;
+                Some((count, ns))
+            })
+            .collect();
+        let ns: u64 = values.iter().map(|v| v.1).sum();
+        let counted: u64 = values.iter().map(|v| v.0).sum();
+        assert_eq!((counted, ns), (samples, events), "{period}: {raw}");
+    }
 }
 
 /// `perf record` with no call graph: each sample is where the thread was,

@@ -276,12 +276,19 @@ fn write_nodes(
         };
         let n = &nodes[at];
         if at != 0 {
+            // One line a node: a thread or a file named with a newline or
+            // a tab (names and paths take any bytes) does not split it.
+            let one_line = |name: &str| -> String {
+                name.chars()
+                    .map(|c| if c.is_control() { ' ' } else { c })
+                    .collect()
+            };
             let object = if n.object.is_empty() {
                 String::new()
             } else if n.object.starts_with('[') {
-                format!("  {}", n.object)
+                format!("  {}", one_line(&n.object))
             } else {
-                format!("  [{}]", n.object)
+                format!("  [{}]", one_line(&n.object))
             };
             writeln!(
                 out,
@@ -290,12 +297,7 @@ fn write_nodes(
                 percent(n.self_tally.weight, whole.weight),
                 n.total.samples,
                 "",
-                // One line a node: a thread named with a newline or a tab
-                // (prctl takes any bytes) is not split.
-                n.function
-                    .chars()
-                    .map(|c| if c.is_control() { ' ' } else { c })
-                    .collect::<String>(),
+                one_line(&n.function),
                 indent = (depth - 1) * 2
             )?;
         }

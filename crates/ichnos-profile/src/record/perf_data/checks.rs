@@ -64,15 +64,6 @@ pub(super) fn check_header(file: &mut File, path: &Path) -> Result<(u64, u64), P
     let (attrs_offset, attrs_size) = within("attrs", 24)?;
     let (data_offset, data_size) = within("data", 40)?;
     within("event types", 56)?;
-    if data_size == 0 && len > data_offset {
-        // perf writes the data section's size (and the feature sections
-        // after it) when it ends: a perf record killed leaves 0, as perf
-        // report warns ("data size field is 0").
-        return Err(header_error(format!(
-            "the data section's size (header byte 48) is 0 though {} bytes follow its start:              the perf record that wrote it did not finish (was it killed?)",
-            len - data_offset
-        )));
-    }
     // Each entry of the attrs section is a perf_event_attr (64 bytes in
     // its first version, grown by words since) and the section of its
     // event ids (16 bytes): attr_size is the entry's.
@@ -95,15 +86,27 @@ pub(super) fn check_header(file: &mut File, path: &Path) -> Result<(u64, u64), P
     // for each feature bit set.
     let features: u32 = header[72..104].iter().map(|b| b.count_ones()).sum();
     let table = data_offset + data_size;
-    if table + 16 * u64::from(features) > len {
+    if table + 16 * u64::from(features) > len && data_size > 0 {
         return Err(header_error(format!(
             "the table of {features} feature sections at byte {table} runs past the file's {len} bytes"
         )));
     }
-    check_features(file, len, &header, table).map_err(|e| match e {
+    let features_read = check_features(file, len, &header, table).map_err(|e| match e {
         Framing::Io(source) => io(source),
         Framing::Bad(what) => header_error(what),
-    })?;
+    });
+    if data_size == 0 && features_read.is_err() {
+        // perf writes the data section's size (and the feature sections
+        // after it) when it ends: a perf record killed leaves 0, and no
+        // feature table where one should be, as perf report warns ("data
+        // size field is 0"). A finished recording of no records has both.
+        return Err(header_error(
+            "the data section's size (header byte 48) is 0 and no feature sections follow \
+             its start: the perf record that wrote it did not finish (was it killed?)"
+                .to_owned(),
+        ));
+    }
+    features_read?;
     file.seek(SeekFrom::Start(0)).map_err(io)?;
     Ok((data_offset, data_size))
 }

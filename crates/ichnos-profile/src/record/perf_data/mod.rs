@@ -270,15 +270,18 @@ fn name_idle_task(time: Option<u64>, recorder: &mut Recorder) {
 /// build is the same), by path (none where it lists none, or its list
 /// cannot be read).
 fn user_build_ids(perf_file: &linux_perf_data::PerfFile) -> HashMap<Vec<u8>, Vec<u8>> {
-    perf_file
-        .build_ids()
-        .unwrap_or_default()
+    use linux_perf_data::DsoKey;
+    let listed = perf_file.build_ids().unwrap_or_default();
+    // A 32-bit process's vDSO is mapped as `[vdso]` too: where the file
+    // lists one, which build a `[vdso]` mapping is cannot be told.
+    let vdso = !listed
+        .keys()
+        .any(|key| matches!(key, DsoKey::Vdso32 | DsoKey::VdsoX32));
+    listed
         .into_iter()
         .filter(|(key, info)| {
-            matches!(
-                key,
-                linux_perf_data::DsoKey::User { .. } | linux_perf_data::DsoKey::Vdso64
-            ) && !info.build_id.is_empty()
+            (matches!(key, DsoKey::User { .. }) || (vdso && *key == DsoKey::Vdso64))
+                && !info.build_id.is_empty()
         })
         .map(|(_, info)| (info.path, info.build_id))
         .collect()
@@ -550,9 +553,14 @@ fn fixed_period(attribute: &linux_perf_data::AttributeDescription) -> Option<u64
     }
 }
 
-/// Whether `event` counts time in nanoseconds (the CPU or task clock).
-fn is_clock(event: &str) -> bool {
-    matches!(event, "cpu-clock" | "task-clock")
+/// Whether `attribute`'s event counts time in nanoseconds (the CPU or
+/// task clock, whatever perf named it: `cpu-clock:u`, `cpu-clock:pppH`).
+fn is_clock(attribute: &linux_perf_data::AttributeDescription) -> bool {
+    use linux_perf_data::linux_perf_event_reader::{PerfEventType, SoftwareCounterType};
+    matches!(
+        attribute.attr.type_,
+        PerfEventType::Software(SoftwareCounterType::CpuClock | SoftwareCounterType::TaskClock)
+    )
 }
 
 /// The recording's description, from the perf.data header's features.
@@ -569,8 +577,12 @@ fn describe(out: &mut Output, perf_file: &linux_perf_data::PerfFile, mtime: u64)
     let (frequency, stack_size) = shown.map_or((0, 0), |a| {
         let frequency = match (a.attr.sampling_policy, fixed_period(a)) {
             (linux_perf_data::linux_perf_event_reader::SamplingPolicy::Frequency(f), _) => f,
-            // A clock's fixed period is nanoseconds: samples a second.
-            (_, Some(period)) if is_clock(&event) => 1_000_000_000 / period,
+            // A clock's fixed period is nanoseconds: samples a second,
+            // where a second holds whole periods (a report counts a
+            // clock's samples by its rate's period; else one a sample).
+            (_, Some(period)) if is_clock(a) && 1_000_000_000 % period == 0 => {
+                1_000_000_000 / period
+            }
             _ => 0,
         };
         (frequency, u64::from(a.attr.sample_stack_user))
