@@ -320,7 +320,15 @@ impl LoadedObject {
         let mut source = DebugSource::SymbolsOnly;
         // Debug information that cannot be read is reported and passed
         // over: the symbol tables still name addresses.
-        if has_dwarf(&file) {
+        if has_dwarf(&file) && file.kind() == object::ObjectKind::Relocatable {
+            // A `.o`'s DWARF holds its references to strings, lines and
+            // code as relocations, resolved only when it is linked: read
+            // as it stands, every name is the first string (`tn.c`).
+            refused.push(format!(
+                "{}: a relocatable object (not linked): its debug information                  is not read, as its relocations are not applied; its symbol                  table names addresses (link it, or use addr2line)",
+                path.display()
+            ));
+        } else if has_dwarf(&file) {
             match load_dwarf(path, &bytes, &file, debug_dirs, &mut refused) {
                 Ok(((d, all), extra)) => {
                     mapped_bytes += extra;

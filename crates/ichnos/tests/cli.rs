@@ -556,6 +556,56 @@ fn stack_errors_name_the_process() {
     );
 }
 
+/// A relocatable object (`gcc -c -g`): its DWARF is not read unrelocated
+/// (every name read so was its first string, the file's `tn.c`, and the
+/// paths `tn.c/tn.c`), a warning says why, and its symbol table names
+/// the function as addr2line does.
+#[test]
+fn symbolize_an_object_file_names_from_its_symbols_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("tn.c");
+    std::fs::write(
+        &source,
+        "static volatile unsigned long s;\n\
+         void spin(unsigned long n) { for (unsigned long i = 0; i < n; i++) s++; }\n",
+    )
+    .unwrap();
+    let object = dir.path().join("tn.o");
+    let built = Command::new("gcc")
+        .args(["-O2", "-gdwarf-4", "-c", "-o"])
+        .arg(&object)
+        .arg(&source)
+        .status()
+        .unwrap();
+    assert!(built.success());
+    let out = ichnos(&["symbolize", "-e", object.to_str().unwrap(), "0x0", "0x4"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let theirs = Command::new("addr2line")
+        .args(["-f", "-e"])
+        .arg(&object)
+        .args(["0x0", "0x4"])
+        .output()
+        .unwrap();
+    let functions =
+        |text: &str| -> Vec<String> { text.lines().step_by(2).map(str::to_owned).collect() };
+    assert_eq!(
+        functions(&stdout(&out)),
+        functions(&String::from_utf8_lossy(&theirs.stdout)),
+        "{}",
+        stdout(&out)
+    );
+    assert!(!stdout(&out).contains("tn.c/tn.c"), "{}", stdout(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("a relocatable object (not linked)"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// `ichnos symbolize` prints what `addr2line -f -i -C` prints for the same
 /// addresses of a C program built with `-O2 -g` (inlined frames included),
 /// discriminators aside; addresses come from the command line or stdin.
