@@ -72,6 +72,21 @@ fn time_in_system_calls_is_sampled() {
         .map(|(_, n)| n)
         .sum();
     assert!(under_read * 10 > total * 6, "{under_read} of {total}");
+    // By address, the kernel's frames keep their object, as every other
+    // frame does (they were a bare 0xffff...).
+    let by_address = folded(&data, &["--no-inline", "--addresses"]);
+    let kernel: Vec<&String> = by_address
+        .iter()
+        .flat_map(|(frames, _)| frames)
+        .filter(|f| f.contains("0xffff"))
+        .collect();
+    assert!(!kernel.is_empty(), "{by_address:?}");
+    assert!(
+        kernel
+            .iter()
+            .all(|f| f.starts_with("[kernel.kallsyms]+0xffff") || f.contains("]+0xffff")),
+        "{kernel:?}"
+    );
 }
 
 /// The frames of each sample of `perf script`'s output (innermost

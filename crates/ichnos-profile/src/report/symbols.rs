@@ -408,17 +408,18 @@ fn span_frame(profile: &Profile, asid: u64, pc: u64) -> Option<Frame> {
 pub const KERNEL_OBJECT: &str = "[kernel.kallsyms]";
 
 /// A frame in the kernel: by the function the recording names there
-/// (from `/proc/kallsyms` as it was), else by its address, as it is with
-/// `--addresses`.
+/// (from `/proc/kallsyms` as it was), else by its object and address
+/// (`[kernel.kallsyms]+0xffffffff81000e05`: the kernel's addresses are
+/// its own), as it is with `--addresses`.
 fn kernel_frame(profile: &Profile, pc: u64, options: &SymbolOptions) -> Frame {
     let function = profile.kernel_function(pc);
-    let object = match function {
+    let object: Arc<str> = match function {
         Some(f) if !f.module.is_empty() => Arc::from(format!("[{}]", f.module)),
         _ => Arc::from(KERNEL_OBJECT),
     };
     let function = match function {
         Some(f) if !options.addresses => Arc::clone(&f.name),
-        _ => Arc::from(format!("{pc:#x}")),
+        _ => Arc::from(format!("{object}+{pc:#x}")),
     };
     Frame {
         function,
