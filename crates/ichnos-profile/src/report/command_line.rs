@@ -15,23 +15,28 @@ use super::Description;
 
 impl Description {
     /// The recorded command line, each word quoted as a shell would need
-    /// it (empty where nothing was recorded).
+    /// it (empty where nothing was recorded): from the words' bytes, so
+    /// that one not valid UTF-8 reads back as it was.
     #[must_use]
     pub fn command_line(&self) -> String {
-        quote_words(&self.command)
+        if self.command_bytes.len() == self.command.len() {
+            quote_words(&self.command_bytes)
+        } else {
+            quote_words(&self.command)
+        }
     }
 }
 
-/// `words` quoted for a shell (bash, for a word with control characters)
-/// and joined with spaces.
+/// `words` quoted for a shell (bash, for a word with control characters
+/// or bytes that are not UTF-8) and joined with spaces.
 #[must_use]
-pub fn quote_words(words: &[String]) -> String {
+pub fn quote_words<W: AsRef<[u8]>>(words: &[W]) -> String {
     let mut out = String::new();
     for (i, word) in words.iter().enumerate() {
         if i > 0 {
             out.push(' ');
         }
-        quote_word(word, &mut out);
+        quote_word(word.as_ref(), &mut out);
     }
     out
 }
@@ -41,30 +46,37 @@ fn plain(c: char) -> bool {
     c.is_ascii_alphanumeric() || "_@%+=:,./-".contains(c)
 }
 
-fn quote_word(word: &str, out: &mut String) {
-    if !word.is_empty() && word.chars().all(plain) {
-        out.push_str(word);
-    } else if !word.chars().any(|c| c == '\'' || c.is_control()) {
+fn quote_word(word: &[u8], out: &mut String) {
+    let text = std::str::from_utf8(word).ok();
+    if let Some(text) = text.filter(|t| !t.is_empty() && t.chars().all(plain)) {
+        out.push_str(text);
+    } else if let Some(text) = text.filter(|t| !t.chars().any(|c| c == '\'' || c.is_control())) {
         out.push('\'');
-        out.push_str(word);
+        out.push_str(text);
         out.push('\'');
     } else {
         out.push_str("$'");
-        for c in word.chars() {
-            match c {
-                '\'' => out.push_str("\\'"),
-                '\\' => out.push_str("\\\\"),
-                '\n' => out.push_str("\\n"),
-                '\t' => out.push_str("\\t"),
-                '\r' => out.push_str("\\r"),
-                // Writing to a String cannot fail.
-                c if c.is_control() => {
-                    let mut bytes = [0u8; 4];
-                    for b in c.encode_utf8(&mut bytes).bytes() {
-                        let _ = write!(out, "\\x{b:02x}");
+        for chunk in word.utf8_chunks() {
+            for c in chunk.valid().chars() {
+                match c {
+                    '\'' => out.push_str("\\'"),
+                    '\\' => out.push_str("\\\\"),
+                    '\n' => out.push_str("\\n"),
+                    '\t' => out.push_str("\\t"),
+                    '\r' => out.push_str("\\r"),
+                    // Writing to a String cannot fail.
+                    c if c.is_control() => {
+                        let mut bytes = [0u8; 4];
+                        for b in c.encode_utf8(&mut bytes).bytes() {
+                            let _ = write!(out, "\\x{b:02x}");
+                        }
                     }
+                    c => out.push(c),
                 }
-                c => out.push(c),
+            }
+            // Bytes that are no UTF-8, each as itself.
+            for b in chunk.invalid() {
+                let _ = write!(out, "\\x{b:02x}");
             }
         }
         out.push('\'');
@@ -133,5 +145,30 @@ mod tests {
             .map(str::to_owned)
             .collect();
         assert_eq!(back, words);
+    }
+
+    /// A word that is not UTF-8 (a file name of any bytes) reads back as
+    /// its bytes: each byte that is no UTF-8 escaped as itself.
+    #[test]
+    fn bash_reads_back_words_that_are_not_utf8() {
+        let words: Vec<Vec<u8>> = vec![
+            b"./uselib".to_vec(),
+            b"/tmp/nonutf\xff/lib\xfe.so".to_vec(),
+            b"\xc3\xa9t\xc3".to_vec(),
+        ];
+        let quoted = quote_words(&words);
+        assert!(!quoted.contains('\u{fffd}'), "{quoted}");
+        let script = format!("printf '%s\\0' {quoted}");
+        let out = std::process::Command::new("bash")
+            .args(["-c", &script])
+            .output()
+            .expect("bash runs");
+        let back: Vec<Vec<u8>> = out
+            .stdout
+            .split(|&b| b == 0)
+            .filter(|w| !w.is_empty())
+            .map(<[u8]>::to_vec)
+            .collect();
+        assert_eq!(back, words, "{quoted}");
     }
 }

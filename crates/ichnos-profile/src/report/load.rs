@@ -147,8 +147,11 @@ pub struct Description {
     pub host: String,
     /// Its kernel.
     pub kernel: String,
-    /// What was run.
+    /// What was run (each word as text, any bytes not UTF-8 replaced).
     pub command: Vec<String>,
+    /// What was run, each word's bytes as recorded (empty where not
+    /// known; `command_line` quotes these).
+    pub command_bytes: Vec<Vec<u8>>,
     /// The event.
     pub event: String,
     /// Samples per second asked for.
@@ -556,6 +559,7 @@ impl Profile {
             host: text(m.host),
             kernel: text(m.kernel),
             command: m.command.iter().map(|a| text(a)).collect(),
+            command_bytes: m.command.iter().map(|a| a.to_vec()).collect(),
             event: text(m.event),
             frequency: m.frequency,
             start_realtime_ns: m.start_realtime_ns,
