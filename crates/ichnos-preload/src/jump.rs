@@ -15,7 +15,7 @@
 use std::ffi::{c_int, c_void, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use ichnos_data::wire::MAX_ADDRESS;
+use ichnos_data::wire::{event, MAX_ADDRESS};
 
 /// The functions wrapped, by number.
 const NAMES: [&CStr; 7] = [
@@ -57,12 +57,59 @@ fn real(which: usize) -> usize {
     p
 }
 
+/// A `setjmp` filled `buffer`: its marker, when tracing is on, held back
+/// with the entries the time filter holds ([`crate::short::setjmp`]).
+fn record_setjmp(buffer: u64) {
+    if crate::ACTIVE.load(Ordering::Relaxed) {
+        if crate::short::holding() {
+            crate::short::setjmp(buffer);
+        } else {
+            crate::record(event::SETJMP, buffer);
+        }
+    }
+}
+
+/// A `longjmp` goes back to `buffer`: its marker, when tracing is on,
+/// unless the time filter left out every call it ends and the `setjmp`
+/// ([`crate::short::longjmp`]).
+fn record_longjmp(buffer: u64) {
+    if !crate::ACTIVE.load(Ordering::Relaxed) {
+        return;
+    }
+    if !crate::short::holding() {
+        crate::record(event::LONGJMP, buffer);
+        return;
+    }
+    if let Some((target, busy_then)) = crate::scope::jump_target(buffer) {
+        if !busy_then {
+            // Out of a signal handler that interrupted the time filter's
+            // bookkeeping, back to a place outside it: it is left for good.
+            crate::short::leave_interrupted();
+        }
+        if crate::short::longjmp(buffer, target) {
+            crate::record(event::LONGJMP, buffer);
+        }
+    } else if let Some(target) = crate::short::held_jump_level(buffer) {
+        // The table of places lost it, but its setjmp is held back here
+        // (made outside the bookkeeping, as every one held is): the same,
+        // and the time filter's stack put back here, as back_to_jump would.
+        crate::short::leave_interrupted();
+        if crate::short::longjmp(buffer, target) {
+            crate::record(event::LONGJMP, buffer);
+        }
+        crate::short::back_to(target);
+    } else {
+        crate::short::before_marker();
+        crate::record(event::LONGJMP, buffer);
+    }
+}
+
 /// What the `setjmp` trampolines call: records the place, answers with
 /// the real function.
 extern "C" fn on_setjmp(env: *mut c_void, which: usize) -> usize {
     let buffer = env as u64 & MAX_ADDRESS;
     crate::scope::note_jump(buffer);
-    crate::record_setjmp(buffer);
+    record_setjmp(buffer);
     real(which)
 }
 
@@ -112,7 +159,7 @@ macro_rules! longjmp_wrapper {
             // The event first: the entries the time filter holds of the
             // calls it ends that are kept are written before it, and the
             // reader closes them at it.
-            crate::record_longjmp(buffer);
+            record_longjmp(buffer);
             crate::scope::back_to_jump(buffer);
             let address = real($which);
             // SAFETY: the address dlsym gave for this very function of

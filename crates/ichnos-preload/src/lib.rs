@@ -253,53 +253,6 @@ pub(crate) fn record_marker(kind: u8, address: u64) {
     }
 }
 
-/// A `setjmp` filled `buffer`: its marker, when tracing is on, held back
-/// with the entries the time filter holds ([`short::setjmp`]).
-pub(crate) fn record_setjmp(buffer: u64) {
-    if ACTIVE.load(Ordering::Relaxed) {
-        if short::holding() {
-            short::setjmp(buffer);
-        } else {
-            record(event::SETJMP, buffer);
-        }
-    }
-}
-
-/// A `longjmp` goes back to `buffer`: its marker, when tracing is on,
-/// unless the time filter left out every call it ends and the `setjmp`
-/// ([`short::longjmp`]).
-pub(crate) fn record_longjmp(buffer: u64) {
-    if !ACTIVE.load(Ordering::Relaxed) {
-        return;
-    }
-    if !short::holding() {
-        record(event::LONGJMP, buffer);
-        return;
-    }
-    if let Some((target, busy_then)) = scope::jump_target(buffer) {
-        if !busy_then {
-            // Out of a signal handler that interrupted the time filter's
-            // bookkeeping, back to a place outside it: it is left for good.
-            short::leave_interrupted();
-        }
-        if short::longjmp(buffer, target) {
-            record(event::LONGJMP, buffer);
-        }
-    } else if let Some(target) = short::held_jump_level(buffer) {
-        // The table of places lost it, but its setjmp is held back here
-        // (made outside the bookkeeping, as every one held is): the same,
-        // and the time filter's stack put back here, as back_to_jump would.
-        short::leave_interrupted();
-        if short::longjmp(buffer, target) {
-            record(event::LONGJMP, buffer);
-        }
-        short::back_to(target);
-    } else {
-        short::before_marker();
-        record(event::LONGJMP, buffer);
-    }
-}
-
 /// An entry on [`PATH_SCOPED`]; `sp` is the traced function's stack
 /// pointer at its call of the hook (0: not known).
 #[inline(never)]
