@@ -84,7 +84,8 @@ const MENDING_TRIES: usize = 64;
 /// A demangled function's name and its parameter list with what follows
 /// it (`S::S<char>`, `(char, long) const`): split at the `(` that matches
 /// the last top-level `)`.
-fn split_parameters(demangled: &str) -> Option<(&str, &str)> {
+#[must_use]
+pub fn split_parameters(demangled: &str) -> Option<(&str, &str)> {
     let close = demangled.rfind(')')?;
     let mut depth = 0usize;
     for (at, c) in demangled[..=close].char_indices().rev() {

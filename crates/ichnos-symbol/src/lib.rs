@@ -49,7 +49,7 @@ mod process;
 mod symbolizer;
 
 pub use debug_file::{crc32_of_file, DebugSource};
-pub use demangle::demangle;
+pub use demangle::{demangle, split_parameters};
 pub use error::SymbolError;
 pub use frame::{Frame, Symbolized, Unnamed};
 pub use functions::{functions_of, FunctionSymbol};

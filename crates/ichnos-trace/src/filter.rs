@@ -239,21 +239,8 @@ fn without_parameters(demangled: &str) -> &str {
     if !name.ends_with(')') {
         return demangled;
     }
-    // The `(` that opens the last parameter list.
-    let mut depth = 0usize;
-    for (at, c) in name.char_indices().rev() {
-        match c {
-            ')' => depth += 1,
-            '(' => {
-                depth -= 1;
-                if depth == 0 {
-                    return &name[..at];
-                }
-            }
-            _ => {}
-        }
-    }
-    demangled
+    // Before the `(` that opens the last parameter list.
+    ichnos_symbol::split_parameters(name).map_or(demangled, |(function, _)| function)
 }
 
 /// Where each way of naming `name` starts: at its start, and after each
