@@ -111,12 +111,15 @@ fn assert_lines_whole(rows: &[String]) {
     );
 }
 
-#[test]
-fn record_keeps_its_status_off_the_commands_lines() {
+/// `ichnos SUBCOMMAND -o FILE -- sh -c PRINTER` on a terminal: its
+/// status line (first word `status`) was drawn, on the last row only; the
+/// command's lines are whole; the summary (starting `summary`) starts a
+/// row of its own after them; and no status is left.
+fn status_kept_off_the_lines(subcommand: &str, status: &str, summary: &str) {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("status.data");
     let shown_by = on_terminal(&[
-        "record",
+        subcommand,
         "-o",
         data.to_str().unwrap(),
         "--",
@@ -124,52 +127,32 @@ fn record_keeps_its_status_off_the_commands_lines() {
         "-c",
         &printer(),
     ]);
-    let (rows, shown) = play(&shown_by, "recording:");
+    let (rows, shown) = play(&shown_by, status);
     assert!(shown > 0, "no status line was drawn:\n{}", rows.join("\n"));
     assert_lines_whole(&rows);
-    // The summary line starts a row of its own, after the command's lines,
-    // and the status row it drew on is cleared.
     let last_line = rows.iter().rposition(|r| r.starts_with("line ")).unwrap();
     let summary = rows
         .iter()
-        .rposition(|r| r.starts_with("recorded "))
+        .rposition(|r| r.starts_with(summary))
         .unwrap_or_else(|| {
             panic!("no summary row:\n{}", rows.join("\n"));
         });
     assert!(summary > last_line, "{}", rows.join("\n"));
     assert!(
-        !rows.iter().any(|r| r.contains("recording:")),
+        !rows.iter().any(|r| r.contains(status)),
         "the status line was left on the terminal:\n{}",
         rows.join("\n")
     );
 }
 
 #[test]
+fn record_keeps_its_status_off_the_commands_lines() {
+    status_kept_off_the_lines("record", "recording:", "recorded ");
+}
+
+#[test]
 fn trace_keeps_its_status_off_the_commands_lines() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("status.trace");
-    let shown_by = on_terminal(&[
-        "trace",
-        "-o",
-        data.to_str().unwrap(),
-        "--",
-        "sh",
-        "-c",
-        &printer(),
-    ]);
-    let (rows, shown) = play(&shown_by, "tracing:");
-    assert!(shown > 0, "no status line was drawn:\n{}", rows.join("\n"));
-    assert_lines_whole(&rows);
-    assert!(
-        rows.iter().any(|r| r.starts_with("ichnos: traced ")),
-        "no summary row:\n{}",
-        rows.join("\n")
-    );
-    assert!(
-        !rows.iter().any(|r| r.contains("tracing:")),
-        "the status line was left on the terminal:\n{}",
-        rows.join("\n")
-    );
+    status_kept_off_the_lines("trace", "tracing:", "ichnos: traced ");
 }
 
 #[test]
