@@ -236,30 +236,3 @@ unsafe fn forward(signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut
         f(signal);
     }
 }
-
-/// Runs `f` with every asynchronous signal blocked on this thread, so that
-/// no handler writes to a buffer while the thread flushes and resets it.
-/// (A guarded write has no bounds check that a flush could close, unlike
-/// the checked path.) Faults stay deliverable.
-pub(crate) fn with_signals_blocked<R>(f: impl FnOnce() -> R) -> R {
-    // SAFETY: sigset manipulation on local values and pthread_sigmask on
-    // the calling thread, restored below.
-    unsafe {
-        let mut block: libc::sigset_t = std::mem::zeroed();
-        let mut previous: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&raw mut block);
-        for sync in [
-            libc::SIGSEGV,
-            libc::SIGBUS,
-            libc::SIGILL,
-            libc::SIGFPE,
-            libc::SIGTRAP,
-        ] {
-            libc::sigdelset(&raw mut block, sync);
-        }
-        libc::pthread_sigmask(libc::SIG_BLOCK, &raw const block, &raw mut previous);
-        let result = f();
-        libc::pthread_sigmask(libc::SIG_SETMASK, &raw const previous, std::ptr::null_mut());
-        result
-    }
-}

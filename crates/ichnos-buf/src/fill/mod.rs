@@ -23,6 +23,12 @@
 //! cannot be served — a handler's record that would need a flush while the
 //! interrupted write is still open — drops the handler's record and counts
 //! it ([`Stats::lost_records`], and in the next [`Flush`]).
+//! A handler that never returns (a `siglongjmp` out of it) abandons the
+//! write it interrupted; a runtime that follows its program's handlers
+//! closes it through [`Interrupted`], else the buffer is never flushed
+//! again. A flush by the owning thread runs with its asynchronous
+//! signals blocked, by default, so that no handler is left inside one
+//! ([`FillBuffer::set_flush_blocks_signals`]).
 //!
 //! ```
 //! use ichnos_buf::fill::FillBuffer;
@@ -48,9 +54,11 @@
 #![allow(clippy::inline_always)]
 
 mod block_writer;
+mod blocked;
 mod fast_tls;
 #[cfg(target_arch = "x86_64")]
 mod guard;
+mod interrupted;
 mod mem;
 mod rings;
 mod sigatomic;
@@ -60,6 +68,7 @@ mod write_path;
 
 pub use block_writer::{RingWriter, TraceWriter};
 pub use fast_tls::{provide_thread_block, ProvideError, THREAD_BLOCK_ALIGN, THREAD_BLOCK_SIZE};
+pub use interrupted::{Interrupted, MAX_HANDLER_LEVELS};
 pub use rings::RingRecords;
 pub use thread::MAX_BUFFERS;
 
@@ -85,7 +94,7 @@ pub fn flush_at_exit() {
 
 use slot::Slot;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// What a buffer does when it is full.
@@ -252,6 +261,9 @@ pub(crate) struct Shared {
     kind: Kind,
     /// Guard-page mode (trace buffers on x86-64).
     guarded: bool,
+    /// Whether an owner's flush blocks the thread's asynchronous signals
+    /// (`blocked.rs`; always in guard-page mode).
+    flush_blocks_signals: AtomicBool,
     flush: Option<Box<FlushFn>>,
 }
 
@@ -368,6 +380,7 @@ impl FillBuffer {
                 index: index.unwrap_or(usize::MAX),
                 kind,
                 guarded,
+                flush_blocks_signals: AtomicBool::new(true),
                 flush,
             }
         });
@@ -384,6 +397,24 @@ impl FillBuffer {
             block_offset: fast_tls::decide(),
         };
         Ok(FillBuffer { shared, key })
+    }
+
+    /// Whether a thread's own flushes of this buffer (a full buffer's,
+    /// an explicit one, its exit's) run with its asynchronous signals
+    /// blocked: on by default. Blocked, no signal handler runs inside a
+    /// flush, so none is left inside one for good by a `longjmp` (which
+    /// would keep the buffer from being flushed again) and none has its
+    /// records dropped for one; the cost is two `pthread_sigmask` calls
+    /// per flush (in a trace runtime handing 128 KiB buffers over, 0.1
+    /// to 0.15 ns per 16-byte record: BENCHMARKS.md). A program that
+    /// knows no handler of
+    /// its own writes to the buffer or leaves by a `longjmp` may turn it
+    /// off, and on again when one is installed. Guard-page mode always
+    /// blocks them.
+    pub fn set_flush_blocks_signals(&self, on: bool) {
+        self.shared
+            .flush_blocks_signals
+            .store(on, Ordering::Relaxed);
     }
 
     /// The buffer's kind and sizes.
@@ -564,18 +595,9 @@ impl FillBuffer {
     /// none open).
     #[must_use]
     pub fn writing_here(&self) -> bool {
-        let block = match fast_tls::provided_at(self.key.block_offset) {
-            Some(block) => block,
-            None => fast_tls::block(),
-        };
-        let slot_ptr = thread::slot_in_block(block, self.key.index);
-        if slot_ptr.is_null() {
-            return false;
-        }
-        // SAFETY: this thread's slot, which lives as long as the thread.
-        let slot = unsafe { &*slot_ptr };
-        slot.owner.load(Ordering::Relaxed) == self.key.id
-            && slot.committed.load(Ordering::Acquire) != slot.reserved.load(Ordering::Acquire)
+        self.own_slot().is_some_and(|slot| {
+            slot.committed.load(Ordering::Acquire) != slot.reserved.load(Ordering::Acquire)
+        })
     }
 
     /// Sets up this thread's buffer now, without writing. A thread whose

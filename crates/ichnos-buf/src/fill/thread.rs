@@ -486,7 +486,15 @@ pub(crate) fn flush_for_the_last_time() {
             // SAFETY: claimed above; the thread cannot free it meanwhile.
             let slot = unsafe { &*table.slot(index) };
             if slot.owner.load(Ordering::Acquire) == shared.id {
-                shared.flush_claimed(slot, super::FlushReason::ProcessExit, tid, tid == me);
+                let flush =
+                    || shared.flush_claimed(slot, super::FlushReason::ProcessExit, tid, tid == me);
+                if tid == me {
+                    // The own buffer's counters are reset: as any flush
+                    // of one's own, with signals blocked.
+                    shared.with_signals_blocked(flush);
+                } else {
+                    flush();
+                }
             }
             slot.release();
         }

@@ -4,6 +4,7 @@
 //! and reading (`mod.rs`) because it runs in signal handlers and on every
 //! record.
 
+use super::blocked::with_signals_blocked;
 #[cfg(target_arch = "x86_64")]
 use super::guard;
 use super::slot::{Slot, SnapshotBy};
@@ -98,9 +99,14 @@ impl Shared {
     }
 
     /// Maps this thread's memory for the slot; a record of `len` bytes is
-    /// counted lost if that cannot be done here and now.
+    /// counted lost if that cannot be done here and now. With the slot
+    /// claimed meanwhile, as a flush claims it: signals blocked alike.
     #[cold]
     pub(super) fn attach(&self, slot: &Slot, len: usize) -> Result<(), WriteError> {
+        self.with_signals_blocked(|| self.attach_blocked(slot, len))
+    }
+
+    fn attach_blocked(&self, slot: &Slot, len: usize) -> Result<(), WriteError> {
         let _errno = ErrnoGuard::save();
         let (bytes, limit) = match self.kind {
             Kind::Trace { capacity } => (capacity, capacity),
@@ -124,9 +130,34 @@ impl Shared {
         Ok(())
     }
 
+    /// A trace buffer's write that did not fit (its reservation at `old`
+    /// is held): the buffer handed over and the record placed at the start
+    /// of the emptied one. Signals are blocked first, before anything else
+    /// is done: until then a handler that never returns leaves the
+    /// reservation past the end (which `Interrupted` gives back).
     #[cold]
     #[inline(never)]
     pub(crate) fn overflow(
+        &self,
+        slot: &Slot,
+        old: usize,
+        len: usize,
+        capacity: usize,
+    ) -> Result<*mut u8, WriteError> {
+        self.with_signals_blocked(|| self.overflow_blocked(slot, old, len, capacity))
+    }
+
+    /// Runs `f` (a flush by the owning thread) with the thread's signals
+    /// blocked where the buffer asks for it (`blocked.rs`).
+    pub(crate) fn with_signals_blocked<R>(&self, f: impl FnOnce() -> R) -> R {
+        if self.guarded || self.flush_blocks_signals.load(Ordering::Relaxed) {
+            with_signals_blocked(f)
+        } else {
+            f()
+        }
+    }
+
+    fn overflow_blocked(
         &self,
         slot: &Slot,
         old: usize,
@@ -157,7 +188,8 @@ impl Shared {
             Kind::Circular { capacity, stride } => {
                 return reason == FlushReason::ThreadExit
                     && self.flush.is_some()
-                    && self.deliver_ring(slot, capacity, stride, tid);
+                    && self
+                        .with_signals_blocked(|| self.deliver_ring(slot, capacity, stride, tid));
             }
         };
         if thread::EXITING.load(Ordering::Acquire) {
@@ -165,16 +197,11 @@ impl Shared {
             // flushing again would deliver the same bytes twice.
             return false;
         }
-        let flush = || {
+        self.with_signals_blocked(|| {
             slot.trace_flush(capacity, &mut |slot, data| {
                 self.deliver(slot, data, reason, tid);
             })
-        };
-        #[cfg(target_arch = "x86_64")]
-        if self.guarded {
-            return guard::with_signals_blocked(flush);
-        }
-        flush()
+        })
     }
 
     /// [`Shared::flush_slot`] with `busy` already held by the caller.
