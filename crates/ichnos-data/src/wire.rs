@@ -126,6 +126,11 @@ pub mod event {
     /// there: the address is the start of the frame's function (by its
     /// unwind entry).
     pub const LIVE: u8 = 9;
+    /// No event: the place of one a signal handler interrupted and a
+    /// `longjmp` out of the handler left unfinished, marked so by the
+    /// runtime (its bytes were stale or half written). Readers pass over
+    /// it, as over any kind they do not know.
+    pub const ABANDONED: u8 = 10;
 }
 
 /// The largest address or probe id an event holds (48 bits).

@@ -50,6 +50,11 @@ fn hand_over() {
     if crate::channel::Channel::held_here() {
         return;
     }
+    // From inside handlers (a timeout's handler that ends the process),
+    // the writes they interrupted are closed here, on this thread: the
+    // saver can hand its buffer over only with no write open.
+    #[cfg(target_arch = "x86_64")]
+    crate::handlers::leave_all();
     if owner() && !crate::crash::save_for_exit() {
         crate::end_of_process();
     }

@@ -109,6 +109,7 @@ fn record_longjmp(buffer: u64) {
 extern "C" fn on_setjmp(env: *mut c_void, which: usize) -> usize {
     let buffer = env as u64 & MAX_ADDRESS;
     crate::scope::note_jump(buffer);
+    crate::handlers::note_setjmp(buffer);
     record_setjmp(buffer);
     real(which)
 }
@@ -156,7 +157,10 @@ macro_rules! longjmp_wrapper {
         #[no_mangle]
         pub unsafe extern "C" fn $name(env: *mut c_void, value: c_int) -> ! {
             let buffer = env as u64 & MAX_ADDRESS;
-            // The event first: the entries the time filter holds of the
+            // Out of signal handlers, the writes they interrupted are
+            // closed first: the event may need the buffer handed over.
+            crate::handlers::before_longjmp(buffer);
+            // The event next: the entries the time filter holds of the
             // calls it ends that are kept are written before it, and the
             // reader closes them at it.
             record_longjmp(buffer);

@@ -40,6 +40,7 @@ mod config;
 mod crash;
 mod dispositions;
 mod ending;
+mod handlers;
 mod hooks;
 #[cfg(target_arch = "x86_64")]
 mod jump;
@@ -607,6 +608,8 @@ pub(crate) fn save_for_crash() {
 /// thread's buffer (every ring, in flight-recorder mode), go now.
 pub(crate) fn before_exec() {
     crash::finish_pending_ending();
+    #[cfg(target_arch = "x86_64")]
+    handlers::leave_all();
     send_maps();
     if CONFIG.get().is_some_and(|c| c.ring.is_some()) {
         ring::save_at_exit();
@@ -658,6 +661,9 @@ extern "C" fn losses_at_exit() {
 
 extern "C" fn maps_at_exit() {
     if ACTIVE.load(Ordering::Relaxed) {
+        // `exit` from inside handlers: they never return.
+        #[cfg(target_arch = "x86_64")]
+        handlers::leave_all();
         send_maps();
     }
 }
@@ -672,6 +678,9 @@ extern "C" fn after_fork_child() {
     Channel::forget_after_fork();
     span::forget_after_fork();
     crash::forget_after_fork();
+    handlers::forget_installing();
+    #[cfg(target_arch = "x86_64")]
+    handlers::after_fork_child();
     ending::own();
     if was {
         if let Some(config) = CONFIG.get() {
@@ -739,6 +748,10 @@ fn start() {
     scope::configure(config.depth, only, not);
     short::configure(config.min_ticks.unwrap_or(0));
     let ring = config.ring.is_some();
+    // Flushes block signals only once the program installs a handler of
+    // its own (`handlers.rs`), which may run inside one: the runtime's
+    // own handlers neither write events nor leave by a longjmp.
+    buffer.set_flush_blocks_signals(false);
     let _ = BUFFER.set(buffer);
     if let Some(buffer) = BUFFER.get() {
         if let Some(w) = buffer.ring_writer() {

@@ -116,6 +116,12 @@ pub fn trace(dir: &Path, data: &str, args: &[&str], command: &[&str]) -> Output 
 
 /// Calls per function, from `report --trace`.
 pub fn calls(dir: &Path, data: &str) -> HashMap<String, u64> {
+    calls_and_lost(dir, data).0
+}
+
+/// Calls per function, and the events lost, from `report --trace` (its
+/// first header line ends "...; 1 process, 1 thread; 4 lost").
+pub fn calls_and_lost(dir: &Path, data: &str) -> (HashMap<String, u64>, u64) {
     let out = run(ichnos()
         .args(["report", "--trace", "--limit", "0", "-i"])
         .arg(dir.join(data)));
@@ -128,7 +134,14 @@ pub fn calls(dir: &Path, data: &str) -> HashMap<String, u64> {
         let name = fields[9..].join(" ");
         calls.insert(name, fields[4].parse().unwrap());
     }
-    calls
+    let header = text.lines().next().unwrap_or_default();
+    let lost = header
+        .rsplit("; ")
+        .next()
+        .and_then(|last| last.strip_suffix(" lost"))
+        .and_then(|n| n.replace(',', "").parse().ok())
+        .unwrap_or_else(|| panic!("no loss count in {header:?}"));
+    (calls, lost)
 }
 
 /// The replay's function column for each line, with the thread id.
