@@ -90,6 +90,8 @@ pub unsafe extern "C" fn sigaction(
     act: *const libc::sigaction,
     old: *mut libc::sigaction,
 ) -> c_int {
+    // Looked up before the lock (`handlers::installing`).
+    let _ = real(&REAL_SIGACTION, &[c"sigaction", c"__sigaction"]);
     // SAFETY: the caller's arguments, passed on.
     handlers::installing(|| unsafe { set_action(sig, act, old) })
 }
@@ -189,23 +191,25 @@ fn set_handler(
     slot: &AtomicUsize,
     names: &[&std::ffi::CStr],
 ) -> libc::sighandler_t {
-    handlers::installing(|| set_handler_alone(sig, handler, flags, slot, names))
+    // Looked up before the lock (`handlers::installing`).
+    let _ = real(&REAL_SIGACTION, &[c"sigaction", c"__sigaction"]);
+    let address = real(slot, names);
+    handlers::installing(|| set_handler_alone(sig, handler, flags, address))
 }
 
-/// [`set_handler`], [`handlers::installing`].
+/// [`set_handler`], [`handlers::installing`], with the C library's
+/// function at `address` (0: none found).
 fn set_handler_alone(
     sig: c_int,
     handler: libc::sighandler_t,
     flags: c_int,
-    slot: &AtomicUsize,
-    names: &[&std::ffi::CStr],
+    address: usize,
 ) -> libc::sighandler_t {
     if handler == libc::SIG_DFL {
         if let Some(previous) = default_kept_ours(sig) {
             return previous;
         }
     }
-    let address = real(slot, names);
     if address == 0 {
         return libc::SIG_ERR;
     }

@@ -607,9 +607,10 @@ pub(crate) fn save_for_crash() {
 /// The program is about to exec: the mappings, then the calling
 /// thread's buffer (every ring, in flight-recorder mode), go now.
 pub(crate) fn before_exec() {
+    // Not `handlers::leave_all`, as `_exit` and `exit` do: an exec that
+    // fails returns, and so may the handler it was made in; the write it
+    // interrupted, closed here, would then count twice.
     crash::finish_pending_ending();
-    #[cfg(target_arch = "x86_64")]
-    handlers::leave_all();
     send_maps();
     if CONFIG.get().is_some_and(|c| c.ring.is_some()) {
         ring::save_at_exit();

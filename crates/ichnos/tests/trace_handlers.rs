@@ -102,21 +102,21 @@ fn a_jump_that_stays_inside_the_handler_leaves_it_running() {
     run.assert_once_per_handler("inner");
 }
 
-/// A handler that ends the process with `_exit` after its calls, from
-/// inside (it never returns): what the thread's last buffer held reaches
-/// the trace, the handler's own calls included. Three runs, since the
-/// handler interrupts a write of the hooks only part of the time. (When
-/// it did, the buffer, with its write open, was not handed over at the
-/// exit: no `after` call and little else.)
+/// A handler that ends the process with `_exit` or `exit` after its
+/// calls, from inside (it never returns): what the thread's last buffer
+/// held reaches the trace, the handler's own calls included. Runs of
+/// each, since the handler interrupts a write of the hooks only part of
+/// the time. (When it did, the buffer, with its write open, was not
+/// handed over at the exit: no `after` call and little else.)
 #[test]
 fn a_handler_that_ends_the_process_keeps_the_last_buffer() {
     let dir = tempfile::tempdir().unwrap();
-    for _ in 0..3 {
-        let run = timeouts(dir.path(), &["-b", "1M"], &["exit"]);
+    for mode in ["exit", "exit-hooks", "exit", "exit-hooks", "exit"] {
+        let run = timeouts(dir.path(), &["-b", "1M"], &[mode]);
         let after = run.calls.get("after").copied().unwrap_or(0);
         assert!(
             after <= 1000 && after + run.lost >= 1000,
-            "{after} calls of after, {} events lost\n{:?}",
+            "{mode}: {after} calls of after, {} events lost\n{:?}",
             run.lost,
             run.calls
         );

@@ -163,9 +163,10 @@ fn leave_to(target: u32) -> usize {
     closed
 }
 
-/// The process ends, or execs, from inside handlers (`_exit` in a
+/// The process ends from inside handlers (`_exit` or `exit` in a
 /// timeout's handler): they never return, and the writes they interrupted
-/// are closed, so that the thread's last buffer is handed over.
+/// are closed, so that the thread's last buffer is handed over. (Not
+/// before an exec, which may fail and return.)
 pub(crate) fn leave_all() {
     if RUNNING.with(|r| r.get().levels()) == 0 || !crate::ending::owning_process() {
         return;

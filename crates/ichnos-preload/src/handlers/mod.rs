@@ -36,7 +36,7 @@
 mod levels;
 
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) use levels::{after_fork_child, before_longjmp, leave_all, note_setjmp};
@@ -49,8 +49,9 @@ const SIGNALS: usize = 65;
 static PROGRAM: [AtomicUsize; SIGNALS] = [const { AtomicUsize::new(0) }; SIGNALS];
 /// Its flags (`sa_flags`).
 static FLAGS: [AtomicI32; SIGNALS] = [const { AtomicI32::new(0) }; SIGNALS];
-/// Held while an action is installed (and [`PROGRAM`] kept with it).
-static INSTALLING: AtomicBool = AtomicBool::new(false);
+/// Held while an action is installed (and [`PROGRAM`] kept with it): the
+/// holder's thread id, 0 when free.
+static INSTALLING: AtomicI32 = AtomicI32::new(0);
 
 /// The program's handler as the entry point calls it: with the siginfo
 /// and context the kernel gave (a handler of one argument ignores them).
@@ -80,25 +81,71 @@ fn slot(sig: c_int) -> Option<usize> {
 /// Runs `install` (a change of an action and of what is kept here) alone:
 /// under [`INSTALLING`], with the thread's asynchronous signals blocked
 /// (a handler of this thread's that installed an action meanwhile would
-/// wait for itself).
+/// wait for itself). The C library's functions `install` calls must be
+/// looked up before: `dlsym` takes the loader's lock, which a constructor
+/// that installs a handler holds.
 pub(crate) fn installing<R>(install: impl FnOnce() -> R) -> R {
     let was = block_signals();
-    while INSTALLING
-        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-        .is_err()
-    {
-        std::hint::spin_loop();
-    }
+    // SAFETY: gettid has no preconditions.
+    let me = unsafe { libc::gettid() };
+    let taken = take_install_lock(me);
     let result = install();
-    INSTALLING.store(false, Ordering::Release);
+    if taken {
+        INSTALLING.store(0, Ordering::Release);
+    }
     restore_signals(&was);
     result
+}
+
+/// Takes [`INSTALLING`] for thread `me`: true once taken; false where
+/// `me` holds it already (a fault inside an install, whose handler
+/// installs an action in turn: it goes on, not waiting for itself). A
+/// holder that is no thread of this process (the lock as a fork or a
+/// `clone` copied it, held by a thread the copy does not have) never
+/// lets go: the lock is taken from it.
+fn take_install_lock(me: i32) -> bool {
+    let mut spins = 0u32;
+    loop {
+        match INSTALLING.compare_exchange_weak(0, me, Ordering::Acquire, Ordering::Relaxed) {
+            Ok(_) => return true,
+            Err(holder) if holder == me => return false,
+            Err(0) => {}
+            Err(holder) => {
+                spins = spins.wrapping_add(1);
+                if spins.is_multiple_of(128) {
+                    if !thread_of_this_process(holder)
+                        && INSTALLING
+                            .compare_exchange(holder, me, Ordering::Acquire, Ordering::Relaxed)
+                            .is_ok()
+                    {
+                        return true;
+                    }
+                    // SAFETY: sched_yield has no preconditions. (A spinner
+                    // of a real-time priority would otherwise keep the
+                    // holder from its CPU.)
+                    unsafe { libc::sched_yield() };
+                }
+            }
+        }
+        std::hint::spin_loop();
+    }
+}
+
+/// Whether `tid` is a thread of this process (`tgkill` of no signal
+/// finds none elsewhere). Keeps `errno`.
+fn thread_of_this_process(tid: i32) -> bool {
+    let _errno = ichnos_buf::fill::ErrnoGuard::save();
+    // SAFETY: tgkill with signal 0 only checks that the thread exists;
+    // getpid has no preconditions.
+    let found = unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, 0) } == 0;
+    // SAFETY: errno is this thread's.
+    found || unsafe { *libc::__errno_location() } != libc::ESRCH
 }
 
 /// In the child of a fork: the lock as the fork found it may be another
 /// thread's, which the child does not have.
 pub(crate) fn forget_installing() {
-    INSTALLING.store(false, Ordering::Relaxed);
+    INSTALLING.store(0, Ordering::Relaxed);
 }
 
 /// Blocks the thread's asynchronous signals; the mask before.
@@ -214,4 +261,28 @@ fn stand_in_again(sig: c_int) {
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One test, since both use the process's one lock: an install inside
+    /// an install on the same thread (a fault inside one, whose handler
+    /// installs in turn) goes on, not waiting for itself, and the outer
+    /// one still lets the lock go; a lock held by a thread that is gone
+    /// (as a fork's child finds one another thread of its parent held) is
+    /// taken from it.
+    #[test]
+    fn the_install_lock_never_waits_for_a_holder_that_cannot_let_go() {
+        assert_eq!(installing(|| installing(|| 7)), 7);
+        assert_eq!(INSTALLING.load(Ordering::Relaxed), 0);
+        // SAFETY: gettid has no preconditions.
+        let gone = std::thread::spawn(|| unsafe { libc::gettid() })
+            .join()
+            .unwrap();
+        INSTALLING.store(gone, Ordering::Relaxed);
+        assert_eq!(installing(|| 8), 8);
+        assert_eq!(INSTALLING.load(Ordering::Relaxed), 0);
+    }
 }
