@@ -16,10 +16,14 @@
 //! guarded buffer's guard page (`guard.rs`) is found by one.
 
 /// Runs `f` with every asynchronous signal blocked on this thread, so that
-/// no handler runs while the thread flushes and resets a buffer. (A
+/// no handler runs while the thread flushes and resets a buffer (or, for
+/// a runtime, while it does what a handler must not interrupt). (A
 /// guarded write, besides, has no bounds check that a flush could close,
-/// unlike the checked path.) Faults stay deliverable.
-pub(crate) fn with_signals_blocked<R>(f: impl FnOnce() -> R) -> R {
+/// unlike the checked path.) Faults (SIGSEGV, SIGBUS, SIGILL, SIGFPE,
+/// SIGTRAP) and SIGSYS stay deliverable. The mask is put back as it was,
+/// `errno` as `pthread_sigmask` leaves it (untouched on success).
+/// Async-signal-safe.
+pub fn with_signals_blocked<R>(f: impl FnOnce() -> R) -> R {
     // SAFETY: sigset manipulation on local values and pthread_sigmask on
     // the calling thread, restored below.
     unsafe {

@@ -67,6 +67,7 @@ mod thread;
 mod write_path;
 
 pub use block_writer::{RingWriter, TraceWriter};
+pub use blocked::with_signals_blocked;
 pub use fast_tls::{provide_thread_block, ProvideError, THREAD_BLOCK_ALIGN, THREAD_BLOCK_SIZE};
 pub use interrupted::{Interrupted, MAX_HANDLER_LEVELS};
 pub use rings::RingRecords;

@@ -15,7 +15,7 @@
 
 use std::cell::Cell;
 
-use ichnos_buf::fill::Interrupted;
+use ichnos_buf::fill::{with_signals_blocked, Interrupted};
 use ichnos_data::wire::{self, event, EVENT_BYTES};
 
 /// `setjmp` places made inside handlers a thread keeps.
@@ -123,10 +123,7 @@ pub(crate) fn before_longjmp(buffer: u64) -> usize {
     }
     // Alone on the thread: a handler arriving amid the notes' closing
     // would close them again.
-    let was = super::block_signals();
-    let closed = leave_to_place(buffer);
-    super::restore_signals(&was);
-    closed
+    with_signals_blocked(|| leave_to_place(buffer))
 }
 
 fn leave_to_place(buffer: u64) -> usize {
@@ -171,9 +168,7 @@ pub(crate) fn leave_all() {
     if RUNNING.with(|r| r.get().levels()) == 0 || !crate::ending::owning_process() {
         return;
     }
-    let was = super::block_signals();
-    leave_to(0);
-    super::restore_signals(&was);
+    with_signals_blocked(|| leave_to(0));
 }
 
 /// In the child of a fork: its buffers start afresh, and the writes its

@@ -38,6 +38,8 @@ mod levels;
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 
+use ichnos_buf::fill::with_signals_blocked;
+
 #[cfg(target_arch = "x86_64")]
 pub(crate) use levels::{after_fork_child, before_longjmp, leave_all, note_setjmp};
 
@@ -85,16 +87,16 @@ fn slot(sig: c_int) -> Option<usize> {
 /// looked up before: `dlsym` takes the loader's lock, which a constructor
 /// that installs a handler holds.
 pub(crate) fn installing<R>(install: impl FnOnce() -> R) -> R {
-    let was = block_signals();
-    // SAFETY: gettid has no preconditions.
-    let me = unsafe { libc::gettid() };
-    let taken = take_install_lock(me);
-    let result = install();
-    if taken {
-        INSTALLING.store(0, Ordering::Release);
-    }
-    restore_signals(&was);
-    result
+    with_signals_blocked(|| {
+        // SAFETY: gettid has no preconditions.
+        let me = unsafe { libc::gettid() };
+        let taken = take_install_lock(me);
+        let result = install();
+        if taken {
+            INSTALLING.store(0, Ordering::Release);
+        }
+        result
+    })
 }
 
 /// Takes [`INSTALLING`] for thread `me`: true once taken; false where
@@ -146,35 +148,6 @@ fn thread_of_this_process(tid: i32) -> bool {
 /// thread's, which the child does not have.
 pub(crate) fn forget_installing() {
     INSTALLING.store(0, Ordering::Relaxed);
-}
-
-/// Blocks the thread's asynchronous signals; the mask before.
-pub(crate) fn block_signals() -> libc::sigset_t {
-    // SAFETY: sigset manipulation on local values and pthread_sigmask on
-    // the calling thread.
-    unsafe {
-        let mut block: libc::sigset_t = std::mem::zeroed();
-        let mut was: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&raw mut block);
-        for sync in [
-            libc::SIGSEGV,
-            libc::SIGBUS,
-            libc::SIGILL,
-            libc::SIGFPE,
-            libc::SIGTRAP,
-            libc::SIGSYS,
-        ] {
-            libc::sigdelset(&raw mut block, sync);
-        }
-        libc::pthread_sigmask(libc::SIG_BLOCK, &raw const block, &raw mut was);
-        was
-    }
-}
-
-/// Puts back the mask [`block_signals`] found.
-pub(crate) fn restore_signals(was: &libc::sigset_t) {
-    // SAFETY: a mask pthread_sigmask gave, on the calling thread.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, was, std::ptr::null_mut()) };
 }
 
 /// The program's handler of `sig` kept here (0: none), and its flags.
