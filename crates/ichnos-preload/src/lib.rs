@@ -45,6 +45,7 @@ mod hooks;
 #[cfg(target_arch = "x86_64")]
 mod jump;
 mod namespaces;
+mod program_end;
 mod ring;
 mod scope;
 mod short;
@@ -61,6 +62,7 @@ use ichnos_data::wire::{self, event, FrameHeader, Hello, EVENT_BYTES};
 
 use channel::Channel;
 use config::Config;
+pub(crate) use program_end::{after_failed_exec, before_exec, end_of_process, save_for_crash};
 
 /// Tracing is on: the recorder is there and the buffers exist.
 static ACTIVE: AtomicBool = AtomicBool::new(false);
@@ -561,7 +563,7 @@ fn open_channel(config: &Config) -> bool {
 }
 
 /// Sends the process's mappings (`/proc/self/maps`) as a frame.
-fn send_maps() {
+pub(crate) fn send_maps() {
     let Ok(mut text) = std::fs::read("/proc/self/maps") else {
         return;
     };
@@ -576,82 +578,6 @@ fn send_maps() {
         ticks: clock::ticks(),
     };
     Channel::send(header, &text);
-}
-
-/// The process ends without its `atexit` hooks (`_exit`): what they
-/// would have sent goes now, the mappings first.
-pub(crate) fn end_of_process() {
-    // A signal that ends the process waits for its save: ended of it.
-    crash::finish_pending_ending();
-    send_maps();
-    if CONFIG.get().is_some_and(|c| c.ring.is_some()) {
-        ring::save_at_exit();
-    } else {
-        ichnos_buf::fill::flush_at_exit();
-    }
-    Channel::report_losses();
-}
-
-/// The save for a crash, on the saver thread: the mappings, then every
-/// thread's ring or buffer.
-pub(crate) fn save_for_crash() {
-    send_maps();
-    match BUFFER.get() {
-        Some(buf) if CONFIG.get().is_some_and(|c| c.ring.is_some()) => ring::save(buf),
-        Some(_) => ichnos_buf::fill::flush_at_exit(),
-        None => {}
-    }
-    Channel::report_losses();
-}
-
-/// The program is about to exec: the mappings, then the calling
-/// thread's buffer (every ring, in flight-recorder mode), go now.
-pub(crate) fn before_exec() {
-    // Not `handlers::leave_all`, as `_exit` and `exit` do: an exec that
-    // fails returns, and so may the handler it was made in; the write it
-    // interrupted, closed here, would then count twice.
-    crash::finish_pending_ending();
-    send_maps();
-    if CONFIG.get().is_some_and(|c| c.ring.is_some()) {
-        ring::save_at_exit();
-    } else {
-        short::before_marker();
-        if let Some(buf) = BUFFER.get() {
-            let _ = buf.flush();
-        }
-    }
-    // The last frame of this program for the calling thread and for the
-    // main thread (the new program runs as the process's id, whichever
-    // thread exec'ed): empty frames flagged last, after which a reader
-    // starts the thread afresh.
-    mark_program_end(wire::FRAME_LAST | wire::FRAME_EXEC);
-}
-
-/// The exec failed, and the program goes on: the frames flagged last
-/// before it are taken back (empty frames flagged resumed).
-pub(crate) fn after_failed_exec() {
-    mark_program_end(wire::FRAME_RESUMED);
-}
-
-/// An empty frame flagged `flag` for the calling thread and the main
-/// thread (the new program runs as the process's id, whichever thread
-/// exec'ed).
-fn mark_program_end(flag: u32) {
-    // SAFETY: gettid and getpid have no preconditions.
-    let (tid, pid) = unsafe { (libc::gettid(), libc::getpid()) };
-    for thread in [tid, pid] {
-        let header = FrameHeader {
-            tid: thread.cast_unsigned(),
-            flags: flag,
-            lost: 0,
-            len: 0,
-            ticks: clock::ticks(),
-        };
-        Channel::send(header, &[]);
-        if tid == pid {
-            break;
-        }
-    }
 }
 
 extern "C" fn losses_at_exit() {
