@@ -138,8 +138,11 @@ fn a_flight_recorder_keeps_its_ring_after_jumps_out_of_handlers() {
 /// installed, traced as untraced (the runtime runs them through an entry
 /// point of its own); a child of `vfork` that sets a default leaves its
 /// parent's handler running (it cleared the runtime's record of it, which
-/// the two share: gdb hung at its first `run`); a handler installed to reset to the default as it
-/// runs (`sysv_signal`) leaves the default, and SIGTERM raised then ends
+/// the two share: gdb hung at its first `run`); an install that faults,
+/// its fault's handler jumping out, leaves the next install free (the
+/// install lock stayed with the thread that jumped: a second thread's
+/// install waited for good); a handler installed to reset to the default
+/// as it runs (`sysv_signal`) leaves the default, and SIGTERM raised then ends
 /// the program with its trace saved. (The kernel's reset left the real
 /// default, not the runtime's stand-in: the trace was lost.)
 #[test]
@@ -152,7 +155,8 @@ fn handlers_the_program_installs_are_what_it_finds() {
     assert_eq!(
         String::from_utf8_lossy(&alone.stdout),
         "SIGUSR1 mine\nSIGHUP mine\nSIGWINCH with_info\nsiginfo ok\n\
-         SIGUSR1 after vfork ran 1\nSIGTERM counted 1, then default\n"
+         SIGUSR1 after vfork ran 1\ninstall after a faulting one made\n\
+         SIGTERM counted 1, then default\n"
     );
     assert_eq!(alone.status.signal(), Some(libc::SIGTERM));
     let traced = trace(dir.path(), "t.data", &[], &[exe.to_str().unwrap()]);

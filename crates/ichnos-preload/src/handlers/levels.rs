@@ -90,6 +90,11 @@ pub(super) fn leave(followed: bool) {
     });
 }
 
+/// How many of the program's handlers run on this thread.
+pub(super) fn levels() -> u32 {
+    RUNNING.with(|r| r.get().levels())
+}
+
 /// A `setjmp` filled `buffer`: inside handlers, how many is noted.
 pub(crate) fn note_setjmp(buffer: u64) {
     let levels = RUNNING.with(|r| r.get().levels());
@@ -152,6 +157,7 @@ fn leave_to(target: u32) -> usize {
         wire::store_event(record, 0, wire::event_word(event::ABANDONED, 0));
     });
     RUNNING.with(|r| r.set(running));
+    super::abandon_install(target);
     INSIDE.with(|p| {
         let mut places = p.get();
         places.above(target);

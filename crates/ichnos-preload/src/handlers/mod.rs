@@ -19,7 +19,11 @@
 //! writes they interrupted (`levels.rs`). The program sees its own
 //! handler wherever it asks for the action. Installs are made one at a
 //! time, under a lock held with the thread's signals blocked, so that
-//! the kernel's action and the handler kept here always agree.
+//! the kernel's action and the handler kept here always agree. (A fault
+//! inside an install whose handler installs in turn goes on under its
+//! thread's lock; one whose handler `longjmp`s out lets the lock go. A
+//! holder that is gone, the lock as a `fork` or `clone` copied it, is
+//! not waited for.)
 //!
 //! Where a handler resets to the default as it runs (`SA_RESETHAND`, as
 //! `sysv_signal` installs it) and the runtime stands in for that default
@@ -36,7 +40,7 @@
 mod levels;
 
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicUsize, Ordering};
 
 use ichnos_buf::fill::with_signals_blocked;
 
@@ -54,6 +58,9 @@ static FLAGS: [AtomicI32; SIGNALS] = [const { AtomicI32::new(0) }; SIGNALS];
 /// Held while an action is installed (and [`PROGRAM`] kept with it): the
 /// holder's thread id, 0 when free.
 static INSTALLING: AtomicI32 = AtomicI32::new(0);
+/// How many of the program's handlers ran on the holder's thread when it
+/// took [`INSTALLING`].
+static INSTALL_LEVELS: AtomicU32 = AtomicU32::new(0);
 
 /// The program's handler as the entry point calls it: with the siginfo
 /// and context the kernel gave (a handler of one argument ignores them).
@@ -81,22 +88,56 @@ fn slot(sig: c_int) -> Option<usize> {
 }
 
 /// Runs `install` (a change of an action and of what is kept here) alone:
-/// under [`INSTALLING`], with the thread's asynchronous signals blocked
-/// (a handler of this thread's that installed an action meanwhile would
-/// wait for itself). The C library's functions `install` calls must be
-/// looked up before: `dlsym` takes the loader's lock, which a constructor
-/// that installs a handler holds.
+/// under [`INSTALLING`], with the thread's asynchronous signals blocked,
+/// so that no handler of the program's installs an action while one is
+/// half made. (A fault inside the install, whose handler installs in
+/// turn, goes on under the lock its thread holds.) Not in a process that
+/// is not the runtime's owner (a child of `vfork` or of `clone` sharing
+/// its memory, or a copy that does not trace), where nothing is kept
+/// here ([`keep`]): there it would wait for, or be taken over by, the
+/// owner's threads, which are none of its own. The C library's functions
+/// `install` calls must be looked up before: `dlsym` takes the loader's
+/// lock, which a constructor that installs a handler holds.
 pub(crate) fn installing<R>(install: impl FnOnce() -> R) -> R {
     with_signals_blocked(|| {
+        if !crate::ending::owning_process() {
+            return install();
+        }
         // SAFETY: gettid has no preconditions.
         let me = unsafe { libc::gettid() };
         let taken = take_install_lock(me);
+        if taken {
+            INSTALL_LEVELS.store(handler_levels(), Ordering::Relaxed);
+        }
         let result = install();
         if taken {
             INSTALLING.store(0, Ordering::Release);
         }
         result
     })
+}
+
+/// The program's handlers running on this thread.
+fn handler_levels() -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    return levels::levels();
+    #[cfg(not(target_arch = "x86_64"))]
+    0
+}
+
+/// A `longjmp` leaves this thread's handlers down to `target` running:
+/// where the thread holds [`INSTALLING`], taken with that many running
+/// or fewer, a fault inside its install ran the handler now left, and the
+/// install never finishes: the lock is let go (else every other thread's
+/// install would wait for it for good).
+#[cfg(target_arch = "x86_64")]
+fn abandon_install(target: u32) {
+    // SAFETY: gettid has no preconditions.
+    let me = unsafe { libc::gettid() };
+    if INSTALLING.load(Ordering::Relaxed) == me && INSTALL_LEVELS.load(Ordering::Relaxed) >= target
+    {
+        INSTALLING.store(0, Ordering::Release);
+    }
 }
 
 /// Takes [`INSTALLING`] for thread `me`: true once taken; false where
@@ -122,9 +163,10 @@ fn take_install_lock(me: i32) -> bool {
                     {
                         return true;
                     }
-                    // SAFETY: sched_yield has no preconditions. (A spinner
-                    // of a real-time priority would otherwise keep the
-                    // holder from its CPU.)
+                    // SAFETY: sched_yield has no preconditions. (It gives
+                    // the CPU to a holder of the same priority waiting for
+                    // it; one of a lower real-time priority than the
+                    // spinner's still waits.)
                     unsafe { libc::sched_yield() };
                 }
             }
@@ -240,14 +282,33 @@ fn stand_in_again(sig: c_int) {
 mod tests {
     use super::*;
 
-    /// One test, since both use the process's one lock: an install inside
-    /// an install on the same thread (a fault inside one, whose handler
-    /// installs in turn) goes on, not waiting for itself, and the outer
-    /// one still lets the lock go; a lock held by a thread that is gone
-    /// (as a fork's child finds one another thread of its parent held) is
-    /// taken from it.
+    /// One test, since all use the process's one lock: a process that is
+    /// not the runtime's owner (a child of `vfork`, sharing its parent's
+    /// memory) installs without the lock, neither waiting for a holder
+    /// of its parent's nor taking the lock from it; in the owner, an
+    /// install inside an install on the same thread (a fault inside one,
+    /// whose handler installs in turn) goes on, not waiting for itself,
+    /// and the outer one still lets the lock go; a lock held by a thread
+    /// that is gone (as a fork's child finds one another thread of its
+    /// parent held) is taken from it.
     #[test]
     fn the_install_lock_never_waits_for_a_holder_that_cannot_let_go() {
+        let (tell, told) = std::sync::mpsc::channel();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let holder = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tell.send(unsafe { libc::gettid() }).unwrap();
+            released.recv().unwrap();
+        });
+        let live = told.recv().unwrap();
+        INSTALLING.store(live, Ordering::Relaxed);
+        assert_eq!(installing(|| 6), 6);
+        assert_eq!(INSTALLING.load(Ordering::Relaxed), live);
+        INSTALLING.store(0, Ordering::Relaxed);
+        release.send(()).unwrap();
+        holder.join().unwrap();
+
+        crate::ending::own();
         assert_eq!(installing(|| installing(|| 7)), 7);
         assert_eq!(INSTALLING.load(Ordering::Relaxed), 0);
         // SAFETY: gettid has no preconditions.
