@@ -18,6 +18,14 @@
 //! place. Nothing is drawn when standard error is not a terminal or a
 //! `dumb` one, nor before the first status: a command that ends at once
 //! leaves the terminal untouched.
+//!
+//! Nor while `ichnos` runs in the background (`ichnos record ... &`, or
+//! stopped by Ctrl-Z and sent on with `bg`): the terminal then belongs to
+//! the shell and whatever runs in the foreground, and a line drawn there
+//! would land in their prompt and screens (and with `stty tostop`, each
+//! draw would stop `ichnos`). A line already drawn is taken off, once, when
+//! `ichnos` finds itself in the background, and drawn again if it is
+//! brought back to the foreground (`fg`).
 
 use std::io::{IsTerminal, Write};
 
@@ -60,10 +68,16 @@ impl StatusLine {
         })
     }
 
-    /// Shows `text` as the status, cut to the terminal's width.
+    /// Shows `text` as the status, cut to the terminal's width (nothing
+    /// while `ichnos` is in the background).
     pub fn show(&mut self, text: &str) {
-        let size = self.term.size_checked();
         let mut out = Vec::with_capacity(128);
+        if !in_foreground() {
+            self.release(&mut out);
+            write_terminal(&out);
+            return;
+        }
+        let size = self.term.size_checked();
         match (size.filter(|&(rows, _)| rows >= MIN_ROWS), self.drawn) {
             (Some((rows, columns)), Drawn::LastRow(r, c)) if (rows, columns) == (r, c) => {}
             (Some((rows, columns)), drawn) => {
@@ -123,6 +137,16 @@ impl Drop for StatusLine {
         let mut out = Vec::new();
         self.release(&mut out);
         write_terminal(&out);
+    }
+}
+
+/// Whether this process's group is the foreground group of the terminal
+/// on standard error. A terminal that is not the controlling one (no job
+/// control between the two) counts as foreground.
+fn in_foreground() -> bool {
+    match rustix::termios::tcgetpgrp(std::io::stderr()) {
+        Ok(group) => group == rustix::process::getpgrp(),
+        Err(_) => true,
     }
 }
 

@@ -20,11 +20,21 @@ const LINES: usize = 50;
 
 /// What a terminal received from `ichnos ARGS` run on it.
 fn on_terminal(args: &[&str]) -> Vec<u8> {
+    on_terminal_as(&ichnos_line(args))
+}
+
+/// `ichnos ARGS` as a line of shell.
+fn ichnos_line(args: &[&str]) -> String {
     let quoted: Vec<String> = std::iter::once(ICHNOS)
         .chain(args.iter().copied())
         .map(|a| format!("'{}'", a.replace('\'', r"'\''")))
         .collect();
-    let inner = format!("stty rows {ROWS} cols {COLUMNS} && {}", quoted.join(" "));
+    quoted.join(" ")
+}
+
+/// What a terminal received from the shell line `line` run on it.
+fn on_terminal_as(line: &str) -> Vec<u8> {
+    let inner = format!("stty rows {ROWS} cols {COLUMNS} && {line}");
     let out = Command::new("script")
         .args(["-q", "-e", "-c", &inner, "/dev/null"])
         .env("TERM", "xterm")
@@ -33,7 +43,7 @@ fn on_terminal(args: &[&str]) -> Vec<u8> {
         .expect("run script (util-linux)");
     assert!(
         out.status.success(),
-        "ichnos {args:?} on a terminal: {}",
+        "{line} on a terminal: {}",
         String::from_utf8_lossy(&out.stdout)
     );
     out.stdout
@@ -99,9 +109,11 @@ fn play_resized(
     (all, shown)
 }
 
-/// Every line the command printed is a row of its own, in order.
+/// Every line the command printed is a row of its own, in order: the
+/// rows that begin `line ` are those lines (a line glued behind a status
+/// is missing from them, one with a status glued behind is not whole).
 fn assert_lines_whole(rows: &[String]) {
-    let lines: Vec<&String> = rows.iter().filter(|r| r.contains("line ")).collect();
+    let lines: Vec<&String> = rows.iter().filter(|r| r.starts_with("line ")).collect();
     let wanted: Vec<String> = (0..LINES).map(|i| format!("line {i}")).collect();
     assert_eq!(
         lines.iter().map(|r| r.trim_end()).collect::<Vec<_>>(),
@@ -222,4 +234,101 @@ fn half_written_lines_and_a_resize_keep_the_commands_lines_whole() {
         "the status line was left on the terminal:\n{}",
         rows.join("\n")
     );
+}
+
+/// `ichnos record` started in the background (`&` in a shell with job
+/// control): the terminal is the shell's, and no status line is drawn
+/// on it, nor a scrolling region set.
+#[test]
+fn a_record_in_the_background_draws_no_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("background.data");
+    let record = ichnos_line(&[
+        "record",
+        "-o",
+        data.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        &printer(),
+    ]);
+    let shown_by = on_terminal_as(&format!("set -m; {record} & wait $!"));
+    let (rows, shown) = play(&shown_by, "recording:");
+    assert_eq!(shown, 0, "{}", rows.join("\n"));
+    assert_lines_whole(&rows);
+    assert!(
+        rows.iter().any(|r| r.starts_with("recorded ")),
+        "no summary:\n{}",
+        rows.join("\n")
+    );
+    assert!(
+        !shown_by.windows(2).any(|w| w == b"\x1b7"),
+        "the terminal was drawn on: {:?}",
+        String::from_utf8_lossy(&shown_by)
+    );
+}
+
+/// `ichnos record` sent to the background while it runs (its command
+/// hands the terminal's foreground to the shell, as Ctrl-Z and `bg` do):
+/// the status line drawn before is taken off at the next draw, and none
+/// is drawn after.
+#[test]
+fn a_record_sent_to_the_background_takes_its_status_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("sent.data");
+    // The shell's process group is its own pid (it leads the session
+    // `script` made).
+    let command = r#"
+import os, sys, time
+def lines(a, b):
+    for i in range(a, b):
+        print(f"line {i}", flush=True)
+        time.sleep(0.03)
+lines(0, 25)
+os.tcsetpgrp(2, int(sys.argv[1]))
+print("MOVED", flush=True)
+time.sleep(1)
+print("SETTLED", flush=True)
+lines(25, 50)
+"#;
+    let record = ichnos_line(&[
+        "record",
+        "-o",
+        data.to_str().unwrap(),
+        "--",
+        "python3",
+        "-c",
+        command,
+    ]);
+    // `exit` after it keeps the shell from making itself `ichnos` (exec,
+    // for a last command), which would leave one process group.
+    let shown_by = on_terminal_as(&format!("set -m; {record} \"$$\"; exit $?"));
+    let (before, after) = {
+        let settled = find(&shown_by, b"SETTLED").expect("the command's SETTLED line");
+        shown_by.split_at(settled)
+    };
+    let (rows, shown) = play(before, "recording:");
+    assert!(
+        shown > 0,
+        "no status line was drawn in the foreground:\n{}",
+        rows.join("\n")
+    );
+    let (rows, shown_after) = play(&shown_by, "recording:");
+    assert_eq!(
+        shown_after,
+        shown,
+        "the status line was drawn, or left, after ichnos went to the background:\n{}",
+        rows.join("\n")
+    );
+    assert_lines_whole(&rows);
+    assert!(
+        !after.windows(2).any(|w| w == b"\x1b7"),
+        "drawn on after going to the background: {:?}",
+        String::from_utf8_lossy(after)
+    );
+}
+
+/// Where `needle` first starts in `haystack`.
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
 }
