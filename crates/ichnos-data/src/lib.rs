@@ -39,6 +39,6 @@ pub use record::{
     bounded_command, BodyError, CallEvent, CallEvents, CallEventsEncoder, Calls, CallsOut,
     ClockSource, Frames, JitSource, LostCause, Meta, OffCpuState, OwnedCallEvents, Record, Stack,
     StackOut, StackStop, Target, CALLS_CONTINUED, CALLS_EXEC, CALLS_LAST, CALLS_RESUMED,
-    CALLS_RING, MAPPING_EXECUTABLE,
+    CALLS_RING, EXIT_CUT_SHORT, MAPPING_EXECUTABLE,
 };
 pub use writer::{encoded_len, Writer, CHUNK_TARGET};

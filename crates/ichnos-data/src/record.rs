@@ -164,6 +164,12 @@ pub struct StackOut<'a> {
     pub frames: &'a [u64],
 }
 
+/// `Exit.flags` bit, in a function trace: the process ended before its
+/// tracing runtime could hand its threads' last buffers over (it was
+/// killed by SIGKILL, or by a signal the runtime does not save for), so
+/// their last events are missing; how many is not known.
+pub const EXIT_CUT_SHORT: u64 = 1;
+
 /// A record.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Record<'a> {
@@ -201,6 +207,9 @@ pub enum Record<'a> {
         tid: u64,
         /// When.
         time: u64,
+        /// [`EXIT_CUT_SHORT`], or 0 (and 0 in the recordings made before
+        /// the field, whose bodies end before it).
+        flags: u64,
     },
     /// A file mapping.
     Mapping {
@@ -396,8 +405,13 @@ impl Record<'_> {
                 put_all(b, &[*pid, *tid, *time]);
                 put_bytes(b, name);
             }
-            Self::Exit { pid, tid, time } => {
-                put_all(b, &[*pid, *tid, *time]);
+            Self::Exit {
+                pid,
+                tid,
+                time,
+                flags,
+            } => {
+                put_all(b, &[*pid, *tid, *time, *flags]);
             }
             Self::Mapping {
                 asid,
@@ -582,6 +596,7 @@ pub fn decode(kind: u8, body: &[u8]) -> Result<Record<'_>, BodyError> {
             pid: b.u("pid")?,
             tid: b.u("tid")?,
             time: b.u("time")?,
+            flags: if b.c.is_empty() { 0 } else { b.u("flags")? },
         },
         kind::MAPPING => Record::Mapping {
             asid: b.u("asid")?,

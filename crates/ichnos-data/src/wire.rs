@@ -56,6 +56,15 @@ pub const FRAME_FIRST: u32 = 64;
 /// its exit, or the process's), so that a thread gone before the recorder
 /// could read its name from `/proc` is named, by its last name.
 pub const FRAME_THREAD_NAME: u32 = 128;
+/// `FrameHeader.flags`: the process's last word, an empty frame of the
+/// main thread's id sent on the socket (not in the shared buffer, which
+/// may have no room left): everything its threads wrote was handed over
+/// or counted lost (at `exit`, `_exit`, or the save before a fatal
+/// signal). A process whose connection ends without it and without
+/// marking an exec ended before its runtime could hand its threads' last
+/// buffers over (killed by SIGKILL, or by a signal the runtime does not
+/// save for): their last events are missing.
+pub const FRAME_END: u32 = 256;
 
 /// The name a [`FRAME_THREAD_NAME`] body holds: up to its first NUL, at
 /// most 16 bytes.

@@ -13,7 +13,7 @@ enum Owned {
     Meta(Vec<u8>, Vec<Vec<u8>>, u64, u64),
     Process(u64, u64, u64, u64, Vec<u8>),
     Thread(u64, u64, u64, Vec<u8>),
-    Exit(u64, u64, u64),
+    Exit(u64, u64, u64, u64),
     Mapping(u64, u64, u64, u64, u64, Vec<u8>, Vec<u8>, u64),
     Stack(u64, u64, StackStop, Vec<u64>),
     Sample(u64, u64, u64, u64, u64, u64),
@@ -64,10 +64,11 @@ impl Owned {
                 time: *time,
                 name,
             },
-            Self::Exit(pid, tid, time) => Record::Exit {
+            Self::Exit(pid, tid, time, flags) => Record::Exit {
                 pid: *pid,
                 tid: *tid,
                 time: *time,
+                flags: *flags,
             },
             Self::Mapping(asid, start, len, pgoff, time, path, build_id, flags) => {
                 Record::Mapping {
@@ -221,7 +222,8 @@ fn owned() -> impl Strategy<Value = Owned> {
             .prop_map(|(a, b, c, d, e)| Owned::Process(a, b, c, d, e)),
         (any::<u64>(), any::<u64>(), any::<u64>(), bytes())
             .prop_map(|(a, b, c, d)| Owned::Thread(a, b, c, d)),
-        (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(a, b, c)| Owned::Exit(a, b, c)),
+        (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>())
+            .prop_map(|(a, b, c, d)| Owned::Exit(a, b, c, d)),
         (
             any::<u64>(),
             any::<u64>(),
@@ -797,8 +799,9 @@ fn a_meta_record_of_the_first_recordings_has_no_off_cpu_event() {
 
 #[test]
 fn unknown_kinds_and_longer_bodies_are_skipped() {
-    // Kind 200 (unknown), then an Exit whose body has two extra bytes.
-    let payload = [200u8, 2, 9, 9, 4, 5, 1, 2, 3, 0xaa, 0xbb];
+    // Kind 200 (unknown), then an Exit whose body has two bytes more than
+    // its fields (flags 1, then 0xaa 0xbb).
+    let payload = [200u8, 2, 9, 9, 4, 6, 1, 2, 3, 1, 0xaa, 0xbb];
     let file = file_with(&raw_chunk(&payload, 2));
     let mut reader = Reader::new(&file[..]).unwrap();
     let chunk = reader.next_chunk().unwrap().unwrap();
@@ -809,8 +812,28 @@ fn unknown_kinds_and_longer_bodies_are_skipped() {
         Record::Exit {
             pid: 1,
             tid: 2,
-            time: 3
+            time: 3,
+            flags: 1
         }
+    );
+}
+
+#[test]
+fn an_exit_record_of_the_first_recordings_has_no_flags() {
+    // Written before `flags` was added: the body ends at `time`.
+    let payload = [4u8, 3, 1, 2, 3];
+    let file = file_with(&raw_chunk(&payload, 1));
+    let mut reader = Reader::new(&file[..]).unwrap();
+    let chunk = reader.next_chunk().unwrap().unwrap();
+    let records: Vec<Record<'_>> = chunk.records().map(Result::unwrap).collect();
+    assert_eq!(
+        records,
+        [Record::Exit {
+            pid: 1,
+            tid: 2,
+            time: 3,
+            flags: 0
+        }]
     );
 }
 

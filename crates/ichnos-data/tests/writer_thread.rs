@@ -31,6 +31,7 @@ fn record(kind: u8, n: [u64; 3], name: &[u8]) -> Record<'_> {
             pid: n[0],
             tid: n[1],
             time: n[2],
+            flags: 0,
         },
     }
 }

@@ -413,6 +413,27 @@ fn wake_recorder() {
     send_on_socket(wire::WAKE);
 }
 
+/// The process's last word to the recorder, on the socket
+/// ([`wire::FRAME_END`]): everything its threads wrote has been handed
+/// over or counted lost. Sent last at each of the process's ends (on the
+/// socket, so that a shared buffer with no room left cannot drop it);
+/// only by the process the channel is of (a child of `vfork` shares the
+/// socket). Async-signal-safe.
+pub(crate) fn say_ended() {
+    if !crate::ending::owning_process() {
+        return;
+    }
+    let header = FrameHeader {
+        // SAFETY: getpid has no preconditions.
+        tid: unsafe { libc::getpid() }.cast_unsigned(),
+        flags: wire::FRAME_END,
+        lost: 0,
+        len: 0,
+        ticks: crate::clock::ticks(),
+    };
+    send_on_socket(&header.encode());
+}
+
 /// Sends the empty frame `header`, which only carries a loss, on the
 /// socket: where the shared buffer cannot be reached (its lock is held
 /// for good). The recorder takes it as it takes such a frame from the

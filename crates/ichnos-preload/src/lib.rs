@@ -583,6 +583,7 @@ pub(crate) fn send_maps() {
 extern "C" fn losses_at_exit() {
     if ACTIVE.load(Ordering::Relaxed) {
         Channel::report_losses();
+        channel::say_ended();
     }
 }
 

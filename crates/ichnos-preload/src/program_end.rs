@@ -20,6 +20,7 @@ pub(crate) fn end_of_process() {
         ichnos_buf::fill::flush_at_exit();
     }
     Channel::report_losses();
+    crate::channel::say_ended();
 }
 
 /// The save for a crash, on the saver thread: the mappings, then every
@@ -32,6 +33,7 @@ pub(crate) fn save_for_crash() {
         None => {}
     }
     Channel::report_losses();
+    crate::channel::say_ended();
 }
 
 /// The program is about to exec: the mappings, then the calling

@@ -128,6 +128,11 @@ pub struct TraceSummary {
     /// Processes still running when a stop (Ctrl-C) ended the trace after
     /// the command had ended: what they did after that is not traced.
     pub left_running: Vec<u32>,
+    /// Processes that ended before their runtime could hand their
+    /// threads' last buffers over (killed by SIGKILL, or by a signal the
+    /// runtime does not save for), by id: their last events are missing,
+    /// how many is not known.
+    pub cut_short: Vec<u32>,
 }
 
 /// What the status line shows while a trace runs.
@@ -244,6 +249,9 @@ struct Out {
     /// connects again from the same process.
     processes: FxHashSet<u32>,
     refused: Vec<String>,
+    /// Processes that ended without their runtime's last word
+    /// ([`ichnos_data::wire::FRAME_END`]), by id.
+    cut_short: Vec<u32>,
     /// Bytes read from a shared buffer at a time ([`read_piece`]).
     read_piece: u64,
 }
@@ -314,6 +322,7 @@ pub fn trace(
         threads,
         processes,
         refused,
+        cut_short,
         ..
     } = out;
     let file = writer
@@ -338,6 +347,7 @@ pub fn trace(
         refused,
         static_program: elf::statically_linked(&program),
         left_running,
+        cut_short,
     })
 }
 
@@ -623,6 +633,7 @@ fn open_output(path: &Path, options: &TraceOptions, tsc: bool) -> Result<Out, Tr
         lost: 0,
         processes: FxHashSet::default(),
         refused: Vec::new(),
+        cut_short: Vec::new(),
         read_piece: read_piece(options.buffer, options.ring),
     };
     let command = ichnos_data::bounded_command(

@@ -179,6 +179,7 @@ pub fn trace(args: &TraceArgs, quiet: bool) -> Result<u8> {
             eprintln!("note: {note}");
         }
         note_left_running(&summary.left_running);
+        note_cut_short(&summary.cut_short);
         if summary.events == 0 {
             eprintln!(
                 "note: no function was traced: {}",
@@ -208,6 +209,28 @@ fn note_left_running(left_running: &[u32]) {
     );
 }
 
+/// The note of processes that ended before their runtime could hand
+/// their threads' last buffers over (`cut_short`, by process id), if any.
+fn note_cut_short(cut_short: &[u32]) {
+    const NAMED: usize = 10;
+    if cut_short.is_empty() {
+        return;
+    }
+    let mut pids: Vec<String> = cut_short.iter().take(NAMED).map(u32::to_string).collect();
+    if cut_short.len() > NAMED {
+        pids.push("...".to_owned());
+    }
+    let one = cut_short.len() == 1;
+    eprintln!(
+        "note: {} {} ended before the tracing runtime could hand over {} threads' last \
+         buffers (killed by SIGKILL, or by a signal the runtime does not save for): their \
+         last events, up to a buffer's worth a thread, are not in the trace",
+        if one { "process" } else { "processes" },
+        pids.join(", "),
+        if one { "its" } else { "their" },
+    );
+}
+
 /// Why a trace holds no event, as far as the recorder can tell.
 fn nothing_traced_why(summary: &ichnos_trace::TraceSummary, options: &TraceOptions) -> String {
     let program = options
@@ -223,7 +246,9 @@ fn nothing_traced_why(summary: &ichnos_trace::TraceSummary, options: &TraceOptio
     .into_iter()
     .filter_map(|(flag, given)| given.then_some(flag))
     .collect();
-    if summary.processes > 0 && !filters.is_empty() {
+    if !summary.cut_short.is_empty() {
+        "what was called was never handed over (the processes ended first: above)".to_owned()
+    } else if summary.processes > 0 && !filters.is_empty() {
         format!(
             "no call passed the filters ({}), or the program is not built with \
              -finstrument-functions",

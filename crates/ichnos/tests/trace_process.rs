@@ -660,14 +660,19 @@ fn a_snapshot_keeps_a_busy_threads_ring() {
     // be put off its CPU during the copy.
     let mut best = 0;
     for _ in 0..3 {
-        let out = trace(
+        let out = trace_cut_short(
             dir.path(),
             "t.data",
             &["--ring", "4K"],
             &[exe.to_str().unwrap()],
         );
-        // Killed by SIGKILL, as a shell says it.
+        // Killed by SIGKILL, as a shell says it, and so said to have kept
+        // only what it saved before.
         assert_eq!(out.status.code(), Some(137), "{out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(CUT_SHORT),
+            "{out:?}"
+        );
         let lines = replay(dir.path(), "t.data", &[]);
         let main = lines.first().map(|(tid, _)| *tid);
         let busy_leaves = lines

@@ -447,6 +447,7 @@ impl Spaces {
             pid: u64::from(pid),
             tid: u64::from(tid),
             time: out.rel(time),
+            flags: 0,
         });
         self.threads.remove(&tid);
         // The process ends with its last thread: a leader that exits while

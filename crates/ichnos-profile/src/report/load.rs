@@ -170,6 +170,10 @@ pub struct Description {
     pub off_cpu_event: String,
 }
 
+/// Processes a [`Profile`] names as cut short at most (a hostile or huge
+/// recording's others are counted).
+pub const CUT_SHORT_NAMED: usize = 16;
+
 /// A recording, read.
 #[derive(Debug, Default)]
 pub struct Profile {
@@ -226,6 +230,13 @@ pub struct Profile {
     /// A function trace's clock: its first and last readings, as
     /// (ticks, time), and what the ticks count.
     pub trace_clock: Option<TraceClock>,
+    /// A function trace's processes that ended before the tracing runtime
+    /// could hand their threads' last buffers over
+    /// ([`ichnos_data::EXIT_CUT_SHORT`]): the first [`CUT_SHORT_NAMED`]
+    /// by id, in the order they ended, and how many in all.
+    pub cut_short: Vec<u64>,
+    /// How many processes ended so ([`Profile::cut_short`]).
+    pub cut_short_total: u64,
     /// Mapping entries copied into address spaces so far.
     copied: u64,
 }
@@ -419,10 +430,19 @@ impl Profile {
                 time,
                 source,
             } => self.clock_reading(*ticks, *time, *source),
-            Record::Exit { .. }
-            | Record::Calls(_)
-            | Record::CallsOut(_)
-            | Record::Unknown { .. } => {}
+            Record::Exit { pid, flags, .. } => self.exited(*pid, *flags),
+            Record::Calls(_) | Record::CallsOut(_) | Record::Unknown { .. } => {}
+        }
+    }
+
+    /// Process (or thread) `pid` ended, as its `Exit` record's `flags`
+    /// say: a function trace's process cut short is noted.
+    fn exited(&mut self, pid: u64, flags: u64) {
+        if flags & ichnos_data::EXIT_CUT_SHORT != 0 {
+            if self.cut_short.len() < CUT_SHORT_NAMED {
+                self.cut_short.push(pid);
+            }
+            self.cut_short_total += 1;
         }
     }
 

@@ -256,6 +256,22 @@ impl Trace {
             })
             .collect();
         let mut warnings = symbolized.warnings;
+        if profile.cut_short_total > 0 {
+            let mut pids: Vec<String> = profile.cut_short.iter().map(u64::to_string).collect();
+            let unnamed = profile.cut_short_total - pids.len() as u64;
+            if unnamed > 0 {
+                pids.push(format!("and {unnamed} more"));
+            }
+            let one = profile.cut_short_total == 1;
+            warnings.push(format!(
+                "{} {} ended before the tracing runtime could hand over {} threads' last buffers \
+                 (killed by SIGKILL, or by a signal the runtime does not save for): their last \
+                 calls are not in the trace",
+                if one { "process" } else { "processes" },
+                pids.join(", "),
+                if one { "its" } else { "their" },
+            ));
+        }
         let (ns_per_tick, origin) = match profile.trace_clock {
             Some(c) if c.source == ClockSource::Monotonic => (1.0, c.first),
             Some(c) if c.last.0 > c.first.0 && c.last.1 > c.first.1 => (

@@ -32,6 +32,9 @@ pub(super) struct Conn {
     /// Frames of a catch to come, by thread, where a frame of events
     /// ended amid them.
     pub(super) walks: FxHashMap<u32, frames::Walked>,
+    /// The runtime said its last word ([`wire::FRAME_END`]): everything
+    /// the process's threads wrote was handed over.
+    pub(super) ended: bool,
     pub(super) closed: bool,
 }
 
@@ -48,6 +51,7 @@ impl Conn {
             exec_hit: 0,
             exec_marks: Vec::new(),
             walks: FxHashMap::default(),
+            ended: false,
             closed: false,
         }
     }
@@ -99,6 +103,10 @@ pub(super) fn service(conn: &mut Conn, out: &mut Out) -> Result<bool, TraceError
         match socket::receive(&conn.socket) {
             Ok(None) => break,
             Ok(Some(m)) if m.bytes == wire::WAKE => busy = true,
+            Ok(Some(m)) if frames::is_end_frame(&m.bytes) => {
+                conn.ended = true;
+                busy = true;
+            }
             Ok(Some(m)) if frames::is_loss_frame(&m.bytes) => {
                 losses.push(m.bytes);
                 busy = true;
@@ -119,12 +127,23 @@ pub(super) fn service(conn: &mut Conn, out: &mut Out) -> Result<bool, TraceError
         frames::loss_on_socket(conn, out, loss)?;
     }
     if gone {
+        // Neither its last word nor an exec's marks: the process ended
+        // before its runtime could hand its threads' last buffers over.
+        let cut_short = !conn.ended && conn.exec_marks.is_empty();
+        if cut_short {
+            out.cut_short.push(conn.pid);
+        }
         frames::end_of_connection(conn, out)?;
         let time = out.time();
         out.push(&Record::Exit {
             pid: u64::from(conn.pid),
             tid: u64::from(conn.pid),
             time,
+            flags: if cut_short {
+                ichnos_data::EXIT_CUT_SHORT
+            } else {
+                0
+            },
         })?;
         if !conn.carry.is_empty() {
             out.refused.push(format!(

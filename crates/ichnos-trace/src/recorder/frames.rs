@@ -220,6 +220,15 @@ pub(super) fn is_loss_frame(bytes: &[u8]) -> bool {
         && FrameHeader::decode(bytes).is_ok_and(|h| h.len == 0 && h.flags == 0 && h.lost > 0)
 }
 
+/// Whether `bytes`, a message on a process's socket, is its runtime's
+/// last word ([`wire::FRAME_END`]): a frame header of no events, that
+/// flag alone, and no loss.
+pub(super) fn is_end_frame(bytes: &[u8]) -> bool {
+    bytes.len() == wire::FRAME_HEADER_BYTES
+        && FrameHeader::decode(bytes)
+            .is_ok_and(|h| h.len == 0 && h.flags == wire::FRAME_END && h.lost == 0)
+}
+
 /// Takes the loss frame `bytes` ([`is_loss_frame`]) as such a frame from
 /// the shared buffer is taken.
 pub(super) fn loss_on_socket(

@@ -102,7 +102,25 @@ pub fn run(cmd: &mut Command) -> Output {
     out
 }
 
+/// `ichnos trace -o DIR/DATA ARGS -- COMMAND`, whose processes all end
+/// with their runtime's last word (none killed before it could hand
+/// their threads' buffers over, as `trace` would note).
 pub fn trace(dir: &Path, data: &str, args: &[&str], command: &[&str]) -> Output {
+    let out = trace_cut_short(dir, data, args, command);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains(CUT_SHORT),
+        "a process was taken for cut short:\n{stderr}"
+    );
+    out
+}
+
+/// What `trace` notes of a process that ended before its runtime could
+/// hand its threads' last buffers over.
+pub const CUT_SHORT: &str = "ended before the tracing runtime could hand over";
+
+/// [`trace`], whatever its processes' ends.
+pub fn trace_cut_short(dir: &Path, data: &str, args: &[&str], command: &[&str]) -> Output {
     ichnos()
         .arg("trace")
         .arg("-o")
