@@ -165,9 +165,9 @@ pub struct StackOut<'a> {
 }
 
 /// `Exit.flags` bit, in a function trace: the process ended before its
-/// tracing runtime could hand its threads' last buffers over (it was
-/// killed by SIGKILL, or by a signal the runtime does not save for), so
-/// their last events are missing; how many is not known.
+/// tracing runtime handed its threads' last buffers over (it was killed
+/// by SIGKILL, or ended in a way the runtime does not see), so their last
+/// events are missing; how many is not known.
 pub const EXIT_CUT_SHORT: u64 = 1;
 
 /// A record.

@@ -418,11 +418,14 @@ fn wake_recorder() {
 /// over or counted lost. Sent last at each of the process's ends (on the
 /// socket, so that a shared buffer with no room left cannot drop it);
 /// only by the process the channel is of (a child of `vfork` shares the
-/// socket). Async-signal-safe.
+/// socket). A socket with no room (a recorder stalled while wake-ups
+/// piled up) is waited for half a second at most: without the last word
+/// the process reads as cut short. Async-signal-safe, `errno` kept.
 pub(crate) fn say_ended() {
     if !crate::ending::owning_process() {
         return;
     }
+    let _errno = ichnos_buf::fill::ErrnoGuard::save();
     let header = FrameHeader {
         // SAFETY: getpid has no preconditions.
         tid: unsafe { libc::getpid() }.cast_unsigned(),
@@ -431,7 +434,39 @@ pub(crate) fn say_ended() {
         len: 0,
         ticks: crate::clock::ticks(),
     };
-    send_on_socket(&header.encode());
+    for _ in 0..5 {
+        if !send_on_socket(&header.encode()) {
+            return;
+        }
+        wait_for_room(100);
+    }
+}
+
+/// Waits up to `ms` milliseconds for room on the socket the recorder is
+/// woken through. A raw system call: async-signal-safe, and not glibc's
+/// `poll`, a cancellation point.
+fn wait_for_room(ms: i64) {
+    let mut pfd = libc::pollfd {
+        fd: WAKE_SOCKET.load(Ordering::Relaxed),
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    let wait = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: ms * 1_000_000,
+    };
+    // SAFETY: one pollfd and a timeout of ours that outlive the call; no
+    // signal mask.
+    unsafe {
+        libc::syscall(
+            libc::SYS_ppoll,
+            &raw mut pfd,
+            1,
+            &raw const wait,
+            std::ptr::null::<libc::sigset_t>(),
+            0,
+        );
+    }
 }
 
 /// Sends the empty frame `header`, which only carries a loss, on the
@@ -444,14 +479,15 @@ fn send_loss_on_socket(header: &FrameHeader) {
 
 /// Sends `bytes`, one message, on the socket the recorder is woken
 /// through: never blocking, and only where the descriptor is still our
-/// socket (see [`wake_recorder`]). Async-signal-safe.
-fn send_on_socket(bytes: &[u8]) {
+/// socket (see [`wake_recorder`]). True if the socket had no room (the
+/// message was not sent, and could be later). Async-signal-safe.
+fn send_on_socket(bytes: &[u8]) -> bool {
     let fd = WAKE_SOCKET.load(Ordering::Relaxed);
     if fd < 0 || socket_inode(fd) != Some(WAKE_INODE.load(Ordering::Relaxed)) {
-        return;
+        return false;
     }
     // SAFETY: a send of bytes we hold, with no address.
-    unsafe {
+    let sent = unsafe {
         libc::syscall(
             libc::SYS_sendto,
             fd,
@@ -460,8 +496,10 @@ fn send_on_socket(bytes: &[u8]) {
             libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
             std::ptr::null::<libc::sockaddr>(),
             0,
-        );
-    }
+        )
+    };
+    // SAFETY: errno is this thread's.
+    sent < 0 && unsafe { *libc::__errno_location() } == libc::EAGAIN
 }
 
 /// Whether the recorder closed its end of the socket. Under the channel's

@@ -669,6 +669,10 @@ fn start() {
         Ok(b) => b,
         Err(e) => {
             eprintln!("ichnos: cannot create the trace buffers: {e}; the program runs untraced");
+            // Nothing will come: said now, or the process would read as
+            // one that ended before handing its buffers over.
+            ending::own();
+            channel::say_ended();
             return;
         }
     };

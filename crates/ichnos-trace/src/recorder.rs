@@ -128,10 +128,10 @@ pub struct TraceSummary {
     /// Processes still running when a stop (Ctrl-C) ended the trace after
     /// the command had ended: what they did after that is not traced.
     pub left_running: Vec<u32>,
-    /// Processes that ended before their runtime could hand their
-    /// threads' last buffers over (killed by SIGKILL, or by a signal the
-    /// runtime does not save for), by id: their last events are missing,
-    /// how many is not known.
+    /// Processes that ended before their runtime handed their threads'
+    /// last buffers over (killed by SIGKILL, or ended in a way the
+    /// runtime does not see), by id: their last events are missing, how
+    /// many is not known.
     pub cut_short: Vec<u32>,
 }
 

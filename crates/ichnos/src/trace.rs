@@ -218,13 +218,13 @@ fn note_cut_short(cut_short: &[u32]) {
     }
     let mut pids: Vec<String> = cut_short.iter().take(NAMED).map(u32::to_string).collect();
     if cut_short.len() > NAMED {
-        pids.push("...".to_owned());
+        pids.push(format!("and {} more", cut_short.len() - NAMED));
     }
     let one = cut_short.len() == 1;
     eprintln!(
-        "note: {} {} ended before the tracing runtime could hand over {} threads' last \
-         buffers (killed by SIGKILL, or by a signal the runtime does not save for): their \
-         last events, up to a buffer's worth a thread, are not in the trace",
+        "note: {} {} ended before the tracing runtime handed over {} threads' last buffers \
+         (killed by SIGKILL, or ended in a way the runtime does not see): their last \
+         events, up to a buffer's worth a thread, are not in the trace",
         if one { "process" } else { "processes" },
         pids.join(", "),
         if one { "its" } else { "their" },
@@ -246,16 +246,31 @@ fn nothing_traced_why(summary: &ichnos_trace::TraceSummary, options: &TraceOptio
     .into_iter()
     .filter_map(|(flag, given)| given.then_some(flag))
     .collect();
-    if !summary.cut_short.is_empty() {
-        "what was called was never handed over (the processes ended first: above)".to_owned()
-    } else if summary.processes > 0 && !filters.is_empty() {
+    let cut_short = summary.cut_short.len();
+    if cut_short > 0 && cut_short >= summary.processes {
         format!(
-            "no call passed the filters ({}), or the program is not built with \
-             -finstrument-functions",
-            filters.join(", ")
+            "what was called was never handed over (the {} first: above)",
+            if cut_short == 1 {
+                "process ended"
+            } else {
+                "processes ended"
+            }
         )
     } else if summary.processes > 0 {
-        "is the program built with -finstrument-functions?".to_owned()
+        let why = if filters.is_empty() {
+            "is the program built with -finstrument-functions?".to_owned()
+        } else {
+            format!(
+                "no call passed the filters ({}), or the program is not built with \
+                 -finstrument-functions",
+                filters.join(", ")
+            )
+        };
+        if cut_short > 0 {
+            format!("{why} (or its calls were in the buffers never handed over: above)")
+        } else {
+            why
+        }
     } else if summary.static_program {
         format!(
             "{program} is linked statically: the tracing runtime is loaded by the dynamic linker \

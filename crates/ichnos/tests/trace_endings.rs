@@ -252,7 +252,7 @@ fn a_process_killed_outright_is_named_as_cut_short() {
     assert!(replayed.status.success());
     assert!(
         String::from_utf8_lossy(&replayed.stderr).contains(&format!(
-            "warning: process {child} ended before the tracing runtime could hand over"
+            "warning: process {child} ended before the tracing runtime handed over"
         )),
         "{}",
         String::from_utf8_lossy(&replayed.stderr)
@@ -263,7 +263,33 @@ fn a_process_killed_outright_is_named_as_cut_short() {
     assert_eq!(out.status.code(), Some(128 + libc::SIGKILL), "{stderr}");
     assert!(stderr.contains(CUT_SHORT), "{stderr}");
     assert!(
-        stderr.contains("note: no function was traced: what was called was never handed over"),
+        stderr.contains(
+            "note: no function was traced: what was called was never handed over (the process \
+             ended first: above)"
+        ),
         "{stderr}"
     );
+}
+
+/// A process that closes the runtime's socket (as a child that closes
+/// every descriptor before it executes another program does) and runs on
+/// is not taken for one killed: its connection ends while it runs.
+#[test]
+fn a_process_that_closes_the_runtimes_socket_is_not_taken_for_killed() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "killed.c", &[]);
+    // `trace` checks that no process was taken for cut short.
+    let out = trace(
+        dir.path(),
+        "t.data",
+        &[],
+        &[exe.to_str().unwrap(), "closes"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let calls = calls(dir.path(), "t.data");
+    assert_eq!(calls.get("step"), Some(&10), "{calls:?}");
 }

@@ -264,8 +264,8 @@ impl Trace {
             }
             let one = profile.cut_short_total == 1;
             warnings.push(format!(
-                "{} {} ended before the tracing runtime could hand over {} threads' last buffers \
-                 (killed by SIGKILL, or by a signal the runtime does not save for): their last \
+                "{} {} ended before the tracing runtime handed over {} threads' last buffers \
+                 (killed by SIGKILL, or ended in a way the runtime does not see): their last \
                  calls are not in the trace",
                 if one { "process" } else { "processes" },
                 pids.join(", "),

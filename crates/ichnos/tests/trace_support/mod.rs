@@ -117,7 +117,7 @@ pub fn trace(dir: &Path, data: &str, args: &[&str], command: &[&str]) -> Output 
 
 /// What `trace` notes of a process that ended before its runtime could
 /// hand its threads' last buffers over.
-pub const CUT_SHORT: &str = "ended before the tracing runtime could hand over";
+pub const CUT_SHORT: &str = "ended before the tracing runtime handed over";
 
 /// [`trace`], whatever its processes' ends.
 pub fn trace_cut_short(dir: &Path, data: &str, args: &[&str], command: &[&str]) -> Output {
