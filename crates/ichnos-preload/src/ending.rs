@@ -2,7 +2,10 @@
 //!
 //! `_exit` and `_Exit` run no hook, so the runtime's own wrappers hand the
 //! trace over first (the mappings, then every thread's buffer or ring),
-//! and then call the C library's. `exit` itself reaches `_exit` inside the
+//! and then call the C library's. `quick_exit` runs only the
+//! `at_quick_exit` hooks, then the C library's own `_exit`, past the
+//! wrapper: the runtime's hook, registered at the start (so run after the
+//! program's), hands the trace over there. `exit` itself reaches `_exit` inside the
 //! C library, past these wrappers, after its hooks have done the same.
 //! Its wrapper only says which thread calls it: `exit` runs that
 //! thread's TLS destructors before its `atexit` hooks and static
@@ -357,6 +360,21 @@ fn end_with(which: usize, status: c_int) -> ! {
     // which has this signature.
     let real = unsafe { std::mem::transmute::<usize, extern "C" fn(c_int) -> !>(found) };
     real(status)
+}
+
+unsafe extern "C" {
+    /// Registers a hook `quick_exit` runs (C11; glibc 2.18 and later).
+    fn at_quick_exit(hook: extern "C" fn()) -> c_int;
+}
+
+/// Registers the hook that hands the trace over at `quick_exit`.
+pub(crate) fn hook_quick_exit() {
+    extern "C" fn at_quick_exit_hook() {
+        hand_over();
+    }
+    // SAFETY: registering a hook, a function of ours that lives as long
+    // as the process.
+    unsafe { at_quick_exit(at_quick_exit_hook) };
 }
 
 /// The C library's `_exit`, after the trace is handed over.

@@ -705,6 +705,7 @@ fn start() {
     // the last events.
     // SAFETY: registering an exit hook.
     unsafe { libc::atexit(maps_at_exit) };
+    ending::hook_quick_exit();
     send_maps();
     ending::own();
     // After everything a first call could need: binding makes the

@@ -293,3 +293,23 @@ fn a_process_that_closes_the_runtimes_socket_is_not_taken_for_killed() {
     let calls = calls(dir.path(), "t.data");
     assert_eq!(calls.get("step"), Some(&10), "{calls:?}");
 }
+
+/// `quick_exit` ends the process through the C library's own `_exit`,
+/// past the runtime's wrapper: the runtime's `at_quick_exit` hook hands
+/// the trace over (the calls were lost, and the process taken for one
+/// killed).
+#[test]
+fn quick_exit_keeps_the_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "killed.c", &[]);
+    // `trace` checks that no process was taken for cut short.
+    let out = trace(dir.path(), "t.data", &[], &[exe.to_str().unwrap(), "quick"]);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let calls = calls(dir.path(), "t.data");
+    assert_eq!(calls.get("step"), Some(&10), "{calls:?}");
+}
