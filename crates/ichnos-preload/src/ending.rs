@@ -380,6 +380,12 @@ pub(crate) fn hook_quick_exit() {
 /// The C library's `_exit`, after the trace is handed over.
 #[no_mangle]
 pub extern "C" fn _exit(status: c_int) -> ! {
+    exit_without_hooks(status)
+}
+
+/// Ends the process as `_exit` does (no `atexit` hook run), the trace
+/// handed over first.
+pub(crate) fn exit_without_hooks(status: c_int) -> ! {
     hand_over();
     end_with(0, status)
 }

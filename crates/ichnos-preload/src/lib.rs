@@ -38,6 +38,7 @@ mod clock;
 mod compiler;
 mod config;
 mod crash;
+mod daemon;
 mod dispositions;
 mod ending;
 mod handlers;

@@ -313,3 +313,60 @@ fn quick_exit_keeps_the_trace() {
     let calls = calls(dir.path(), "t.data");
     assert_eq!(calls.get("step"), Some(&10), "{calls:?}");
 }
+
+/// `daemon` ends the parent inside the C library, through its own
+/// `_exit`: the runtime's `daemon` does what the C library's does, the
+/// parent's end through the runtime's `_exit`, so the parent's calls
+/// before it are kept (they were lost, and the parent taken for one
+/// killed), and the daemon's after it (traced to its end).
+#[test]
+fn a_daemon_keeps_its_parents_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "killed.c", &[]);
+    // `trace` checks that no process was taken for cut short.
+    let out = trace(
+        dir.path(),
+        "t.data",
+        &[],
+        &[exe.to_str().unwrap(), "daemon"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let calls = calls(dir.path(), "t.data");
+    assert_eq!(calls.get("step"), Some(&15), "{calls:?}");
+
+    // The daemon it makes is the C library's daemon's: run untraced (the
+    // C library's) and traced (the runtime's), the same directory,
+    // session and standard streams.
+    let made = |traced: bool| {
+        let file = dir.path().join(format!("made-{traced}"));
+        let args = [exe.to_str().unwrap(), "detach", file.to_str().unwrap()];
+        if traced {
+            trace(dir.path(), "d.data", &[], &args);
+        } else {
+            assert!(Command::new(args[0])
+                .args(&args[1..])
+                .status()
+                .unwrap()
+                .success());
+        }
+        // The daemon writes once its parent has ended.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let text = std::fs::read_to_string(&file).unwrap_or_default();
+            if text.contains("fd 2") || std::time::Instant::now() > deadline {
+                return text;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let untraced = made(false);
+    assert_eq!(
+        untraced,
+        "cwd /\nsession leader 1\nfd 0 null 1\nfd 1 null 1\nfd 2 null 1\n"
+    );
+    assert_eq!(made(true), untraced);
+}
