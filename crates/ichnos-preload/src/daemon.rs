@@ -45,24 +45,35 @@ pub extern "C" fn daemon(nochdir: c_int, noclose: c_int) -> c_int {
 }
 
 /// Makes standard input, output and error `/dev/null`: 0, or -1 with
-/// `errno` set (`ENODEV` where `/dev/null` is not that device).
+/// `errno` set (`ENODEV` where `/dev/null` is not that device). The open
+/// and the closes of a failure are system calls, as the C library's are
+/// (no cancellation point, no other library's wrapper); the last close
+/// is the C library's `close`, as there.
 fn null_standard_streams() -> c_int {
-    // SAFETY: open of a NUL-terminated path; fstat into a stat of ours;
+    // SAFETY: openat of a NUL-terminated path; fstat into a stat of ours;
     // dup2 and close of the descriptor opened here.
     unsafe {
-        let fd = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        let fd = libc::syscall(
+            libc::SYS_openat,
+            libc::AT_FDCWD,
+            c"/dev/null".as_ptr(),
+            libc::O_RDWR,
+        ) as c_int;
         if fd == -1 {
             return -1;
         }
+        let close_quietly = |fd: c_int| {
+            let _errno = ichnos_buf::fill::ErrnoGuard::save();
+            libc::syscall(libc::SYS_close, fd);
+        };
         let mut st: libc::stat = std::mem::zeroed();
         if libc::fstat(fd, &raw mut st) != 0 {
-            let _errno = ichnos_buf::fill::ErrnoGuard::save();
-            libc::close(fd);
+            close_quietly(fd);
             return -1;
         }
         let device = (libc::major(st.st_rdev), libc::minor(st.st_rdev));
         if st.st_mode & libc::S_IFMT != libc::S_IFCHR || device != DEV_NULL {
-            libc::close(fd);
+            close_quietly(fd);
             *libc::__errno_location() = libc::ENODEV;
             return -1;
         }

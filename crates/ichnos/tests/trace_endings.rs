@@ -297,7 +297,7 @@ fn a_process_that_closes_the_runtimes_socket_is_not_taken_for_killed() {
 /// `quick_exit` ends the process through the C library's own `_exit`,
 /// past the runtime's wrapper: the runtime's `at_quick_exit` hook hands
 /// the trace over (the calls were lost, and the process taken for one
-/// killed).
+/// killed), after the program's own hook (whose call is kept).
 #[test]
 fn quick_exit_keeps_the_trace() {
     let dir = tempfile::tempdir().unwrap();
@@ -311,7 +311,8 @@ fn quick_exit_keeps_the_trace() {
         String::from_utf8_lossy(&out.stderr)
     );
     let calls = calls(dir.path(), "t.data");
-    assert_eq!(calls.get("step"), Some(&10), "{calls:?}");
+    assert_eq!(calls.get("step"), Some(&11), "{calls:?}");
+    assert_eq!(calls.get("last_step"), Some(&1), "{calls:?}");
 }
 
 /// `daemon` ends the parent inside the C library, through its own
@@ -339,21 +340,26 @@ fn a_daemon_keeps_its_parents_calls() {
     assert_eq!(calls.get("step"), Some(&15), "{calls:?}");
 
     // The daemon it makes is the C library's daemon's: run untraced (the
-    // C library's) and traced (the runtime's), the same directory,
-    // session and standard streams.
-    let made = |traced: bool| {
-        let file = dir.path().join(format!("made-{traced}"));
-        let args = [exe.to_str().unwrap(), "detach", file.to_str().unwrap()];
-        if traced {
-            trace(dir.path(), "d.data", &[], &args);
+    // C library's) and traced (the runtime's), each started with the same
+    // standard streams, the same directory, session and streams, whichever
+    // of `nochdir` and `noclose` is asked (swapped, they differ).
+    let made = |traced: bool, nochdir: &str, noclose: &str| {
+        let file = dir.path().join(format!("made-{traced}-{nochdir}{noclose}"));
+        let args = [
+            exe.to_str().unwrap(),
+            "detach",
+            file.to_str().unwrap(),
+            nochdir,
+            noclose,
+        ];
+        let out = if traced {
+            trace(dir.path(), "d.data", &[], &args)
         } else {
-            assert!(Command::new(args[0])
-                .args(&args[1..])
-                .status()
-                .unwrap()
-                .success());
-        }
-        // The daemon writes once its parent has ended.
+            Command::new(args[0]).args(&args[1..]).output().unwrap()
+        };
+        assert!(out.status.success(), "{out:?}");
+        // The daemon writes once its parent has ended (the recorder waits
+        // for it; a run untraced does not).
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         loop {
             let text = std::fs::read_to_string(&file).unwrap_or_default();
@@ -363,10 +369,17 @@ fn a_daemon_keeps_its_parents_calls() {
             std::thread::sleep(Duration::from_millis(20));
         }
     };
-    let untraced = made(false);
-    assert_eq!(
-        untraced,
-        "cwd /\nsession leader 1\nfd 0 null 1\nfd 1 null 1\nfd 2 null 1\n"
-    );
-    assert_eq!(made(true), untraced);
+    let here = std::env::current_dir().unwrap();
+    for (nochdir, noclose, cwd, null) in [("1", "0", here.to_str().unwrap(), 1), ("0", "1", "/", 0)]
+    {
+        let untraced = made(false, nochdir, noclose);
+        // Standard input is /dev/null in both runs (as `output` sets it).
+        assert_eq!(
+            untraced,
+            format!(
+                "cwd {cwd}\nsession leader 1\nfd 0 null 1\nfd 1 null {null}\nfd 2 null {null}\n"
+            )
+        );
+        assert_eq!(made(true, nochdir, noclose), untraced);
+    }
 }
