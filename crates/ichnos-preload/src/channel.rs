@@ -562,7 +562,7 @@ fn connect(path: &OsStr) -> io::Result<OwnedFd> {
     if r != 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(fd)
+    Ok(crate::descriptors::out_of_the_way(fd))
 }
 
 /// Sends `bytes` with descriptor `fd` attached (`SCM_RIGHTS`), never

@@ -137,6 +137,7 @@ pub(crate) fn start_saver() {
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         return;
     }
+    let fds = fds.map(crate::descriptors::raw_out_of_the_way);
     if spawn_saver(fds[0]) {
         REQUESTS_READ.store(fds[0], Ordering::Relaxed);
         REQUESTS.store(fds[1], Ordering::Release);

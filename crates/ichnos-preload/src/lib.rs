@@ -39,6 +39,7 @@ mod compiler;
 mod config;
 mod crash;
 mod daemon;
+mod descriptors;
 mod dispositions;
 mod ending;
 mod handlers;

@@ -383,3 +383,22 @@ fn a_daemon_keeps_its_parents_calls() {
         assert_eq!(made(true, nochdir, noclose), untraced);
     }
 }
+
+/// A program started with its standard streams closed, which makes
+/// `/dev/null` of them (`dup2`, as `daemon` does): the runtime's socket
+/// is not among the numbers it writes over (it took 0, the program's
+/// `dup2` closed it, and every call was lost).
+#[test]
+fn a_program_started_without_standard_streams_keeps_its_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "stdio_closed.c", &[]);
+    let command = format!("exec 0<&- 1>&- 2>&- '{}'", exe.display());
+    let out = trace(dir.path(), "t.data", &[], &["sh", "-c", &command]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let calls = calls(dir.path(), "t.data");
+    assert_eq!(calls.get("step"), Some(&15), "{calls:?}");
+}
