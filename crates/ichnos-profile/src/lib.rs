@@ -26,7 +26,7 @@ pub use record::{
     record, EventChoice, OffCpuSummary, RecordError, RecordOptions, RecordTarget, Status, Summary,
 };
 pub use stop::catch_stop_signals;
-pub use sys::{uname, ExitStatus};
+pub use sys::{alive, uname, ExitStatus};
 
 /// Where ichnos keeps what it makes once and reads again (symbol indexes,
 /// the running kernel's table of functions): `$XDG_CACHE_HOME/ichnos`,

@@ -323,9 +323,10 @@ pub fn uname() -> (String, String) {
     (field(&u.nodename), field(&u.release))
 }
 
-/// Whether process `pid` is alive: it exists and one of its threads is
-/// not a zombie.
-pub(crate) fn alive(pid: u32) -> bool {
+/// Whether process `pid` is alive: it exists and one of its threads runs
+/// on (is neither a zombie nor exiting).
+#[must_use]
+pub fn alive(pid: u32) -> bool {
     // Any of its threads: a process whose first thread has exited (its
     // `pthread_exit`) shows as a zombie while the others run on.
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
@@ -337,15 +338,24 @@ pub(crate) fn alive(pid: u32) -> bool {
         .any(|tid| task_alive(pid, tid))
 }
 
-/// Whether thread `tid` of process `pid` exists and is not a zombie.
+/// Whether thread `tid` of process `pid` exists and runs on: it is
+/// neither a zombie nor exiting (`PF_EXITING`, set as its exit begins,
+/// before it lets go of its memory and descriptors).
 pub(crate) fn task_alive(pid: u32, tid: u32) -> bool {
+    /// `task_struct.flags`: the task is exiting.
+    const PF_EXITING: u64 = 0x4;
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")) else {
         return false;
     };
-    // `TID (COMM) STATE ...`; the name may hold parentheses.
-    stat.rsplit_once(") ")
-        .and_then(|(_, rest)| rest.chars().next())
-        .is_some_and(|state| !matches!(state, 'Z' | 'X' | 'x'))
+    // `TID (COMM) STATE PPID PGRP SESSION TTY TPGID FLAGS ...`; the name
+    // may hold parentheses.
+    let Some((_, rest)) = stat.rsplit_once(") ") else {
+        return false;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let state = fields.first().copied().unwrap_or("X");
+    let flags: u64 = fields.get(6).and_then(|f| f.parse().ok()).unwrap_or(0);
+    !matches!(state, "Z" | "X" | "x") && flags & PF_EXITING == 0
 }
 
 /// Our effective user id.

@@ -209,25 +209,16 @@ fn note_left_running(left_running: &[u32]) {
     );
 }
 
-/// The note of processes that ended before their runtime could hand
-/// their threads' last buffers over (`cut_short`, by process id), if any.
+/// The note of processes that ended before their runtime handed their
+/// threads' last buffers over (`cut_short`, by process id), if any.
 fn note_cut_short(cut_short: &[u32]) {
-    const NAMED: usize = 10;
     if cut_short.is_empty() {
         return;
     }
-    let mut pids: Vec<String> = cut_short.iter().take(NAMED).map(u32::to_string).collect();
-    if cut_short.len() > NAMED {
-        pids.push(format!("and {} more", cut_short.len() - NAMED));
-    }
-    let one = cut_short.len() == 1;
+    let pids: Vec<u64> = cut_short.iter().map(|&p| u64::from(p)).collect();
     eprintln!(
-        "note: {} {} ended before the tracing runtime handed over {} threads' last buffers \
-         (killed by SIGKILL, or ended in a way the runtime does not see): their last \
-         events, up to a buffer's worth a thread, are not in the trace",
-        if one { "process" } else { "processes" },
-        pids.join(", "),
-        if one { "its" } else { "their" },
+        "note: {}",
+        ichnos_trace::cut_short_note(&pids, pids.len() as u64)
     );
 }
 

@@ -231,7 +231,7 @@ pub struct Profile {
     /// (ticks, time), and what the ticks count.
     pub trace_clock: Option<TraceClock>,
     /// A function trace's processes that ended before the tracing runtime
-    /// could hand their threads' last buffers over
+    /// handed their threads' last buffers over
     /// ([`ichnos_data::EXIT_CUT_SHORT`]): the first [`CUT_SHORT_NAMED`]
     /// by id, in the order they ended, and how many in all.
     pub cut_short: Vec<u64>,

@@ -257,19 +257,9 @@ impl Trace {
             .collect();
         let mut warnings = symbolized.warnings;
         if profile.cut_short_total > 0 {
-            let mut pids: Vec<String> = profile.cut_short.iter().map(u64::to_string).collect();
-            let unnamed = profile.cut_short_total - pids.len() as u64;
-            if unnamed > 0 {
-                pids.push(format!("and {unnamed} more"));
-            }
-            let one = profile.cut_short_total == 1;
-            warnings.push(format!(
-                "{} {} ended before the tracing runtime handed over {} threads' last buffers \
-                 (killed by SIGKILL, or ended in a way the runtime does not see): their last \
-                 calls are not in the trace",
-                if one { "process" } else { "processes" },
-                pids.join(", "),
-                if one { "its" } else { "their" },
+            warnings.push(crate::cut_short_note(
+                &profile.cut_short,
+                profile.cut_short_total,
             ));
         }
         let (ns_per_tick, origin) = match profile.trace_clock {

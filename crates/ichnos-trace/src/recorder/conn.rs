@@ -131,7 +131,8 @@ pub(super) fn service(conn: &mut Conn, out: &mut Out) -> Result<bool, TraceError
         // (a program may close the socket, as one that closes every
         // descriptor before an exec does): the process ended before its
         // runtime handed its threads' last buffers over.
-        let cut_short = !conn.ended && conn.exec_marks.is_empty() && !running_on(conn.pid);
+        let cut_short =
+            !conn.ended && conn.exec_marks.is_empty() && !ichnos_profile::alive(conn.pid);
         if cut_short {
             out.cut_short.push(conn.pid);
         }
@@ -162,29 +163,6 @@ pub(super) fn service(conn: &mut Conn, out: &mut Out) -> Result<bool, TraceError
         busy = true;
     }
     Ok(busy)
-}
-
-/// Whether process `pid` runs on, as `/proc/PID/stat` says: not ending
-/// (`PF_EXITING`, set as its exit begins, before its descriptors are
-/// closed), nor a zombie, nor reaped.
-fn running_on(pid: u32) -> bool {
-    /// `task_struct.flags`: the task is exiting.
-    const PF_EXITING: u64 = 0x4;
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    // After the command name, which may hold anything, in parentheses:
-    // the state, then (at the seventh field) the flags.
-    let Some(after_name) = stat.rfind(')').map(|at| &stat[at + 1..]) else {
-        return false;
-    };
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    let state = fields.first().copied().unwrap_or("X");
-    let flags: u64 = fields
-        .get(6)
-        .and_then(|f| f.parse().ok())
-        .unwrap_or(PF_EXITING);
-    !matches!(state, "Z" | "X" | "x") && flags & PF_EXITING == 0
 }
 
 /// Reads the frames in the process's shared buffer where they lie, a
