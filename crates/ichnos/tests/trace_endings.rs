@@ -228,7 +228,7 @@ fn the_program_finds_the_default_action_where_the_runtime_stands_in_for_it() {
 #[test]
 fn a_process_killed_outright_is_named_as_cut_short() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = build(dir.path(), "killed.c", &[]);
+    let exe = build(dir.path(), "process_ends.c", &[]);
     let exe = exe.to_str().unwrap();
     let out = trace_cut_short(dir.path(), "t.data", &[], &[exe]);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -277,21 +277,27 @@ fn a_process_killed_outright_is_named_as_cut_short() {
 #[test]
 fn a_process_that_closes_the_runtimes_socket_is_not_taken_for_killed() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = build(dir.path(), "killed.c", &[]);
-    // `trace` checks that no process was taken for cut short.
-    let out = trace(
-        dir.path(),
-        "t.data",
-        &[],
-        &[exe.to_str().unwrap(), "closes"],
-    );
-    assert!(
-        out.status.success(),
+    let calls = process_ends(dir.path(), "closes", 0);
+    assert_eq!(calls.get("step"), Some(&10), "{calls:?}");
+}
+
+/// `process_ends` traced in `mode`: it exits with `code`, none of its
+/// processes taken for cut short (as `trace` checks); its calls per
+/// function.
+fn process_ends(
+    dir: &std::path::Path,
+    mode: &str,
+    code: i32,
+) -> std::collections::HashMap<String, u64> {
+    let exe = build(dir, "process_ends.c", &[]);
+    let out = trace(dir, "t.data", &[], &[exe.to_str().unwrap(), mode]);
+    assert_eq!(
+        out.status.code(),
+        Some(code),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let calls = calls(dir.path(), "t.data");
-    assert_eq!(calls.get("step"), Some(&10), "{calls:?}");
+    calls(dir, "t.data")
 }
 
 /// `quick_exit` ends the process through the C library's own `_exit`,
@@ -301,16 +307,7 @@ fn a_process_that_closes_the_runtimes_socket_is_not_taken_for_killed() {
 #[test]
 fn quick_exit_keeps_the_trace() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = build(dir.path(), "killed.c", &[]);
-    // `trace` checks that no process was taken for cut short.
-    let out = trace(dir.path(), "t.data", &[], &[exe.to_str().unwrap(), "quick"]);
-    assert_eq!(
-        out.status.code(),
-        Some(3),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let calls = calls(dir.path(), "t.data");
+    let calls = process_ends(dir.path(), "quick", 3);
     assert_eq!(calls.get("step"), Some(&11), "{calls:?}");
     assert_eq!(calls.get("last_step"), Some(&1), "{calls:?}");
 }
@@ -323,21 +320,9 @@ fn quick_exit_keeps_the_trace() {
 #[test]
 fn a_daemon_keeps_its_parents_calls() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = build(dir.path(), "killed.c", &[]);
-    // `trace` checks that no process was taken for cut short.
-    let out = trace(
-        dir.path(),
-        "t.data",
-        &[],
-        &[exe.to_str().unwrap(), "daemon"],
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let calls = calls(dir.path(), "t.data");
+    let calls = process_ends(dir.path(), "daemon", 0);
     assert_eq!(calls.get("step"), Some(&15), "{calls:?}");
+    let exe = build(dir.path(), "process_ends.c", &[]);
 
     // The daemon it makes is the C library's daemon's: run untraced (the
     // C library's) and traced (the runtime's), each started with the same
