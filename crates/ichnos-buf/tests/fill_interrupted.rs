@@ -41,14 +41,22 @@ fn records(bytes: &[u8]) -> Vec<u8> {
 
 const MARK: u8 = 0xEE;
 
-#[test]
-fn a_write_a_longjmp_abandoned_is_marked_and_the_buffer_flushes_again() {
+/// The sequence most tests start from: in a buffer of 1 KiB, record 1
+/// written, then the write of a record left open (its bytes 0xAA) as a
+/// handler interrupts it, and the handler's record 2 written.
+fn inside_a_handler() -> (FillBuffer, Arc<Mutex<Vec<u8>>>, Interrupted) {
     let (buf, out) = traced(1024);
     let mut handlers = Interrupted::new(16);
     write(&buf, 1);
     open_write(&buf, 0xAA);
     handlers.enter(&buf);
     write(&buf, 2);
+    (buf, out, handlers)
+}
+
+#[test]
+fn a_write_a_longjmp_abandoned_is_marked_and_the_buffer_flushes_again() {
+    let (buf, out, mut handlers) = inside_a_handler();
     write(&buf, 3);
     // What the bug was: the open write keeps every flush from happening.
     assert!(!buf.flush(), "flushed with a write open");
@@ -99,12 +107,7 @@ fn a_write_committed_after_a_handler_returned_is_not_taken_for_the_next() {
 
 #[test]
 fn a_longjmp_inside_a_handler_closes_only_the_writes_above_its_place() {
-    let (buf, out) = traced(1024);
-    let mut handlers = Interrupted::new(16);
-    write(&buf, 1);
-    open_write(&buf, 0xAA);
-    handlers.enter(&buf);
-    write(&buf, 2);
+    let (buf, out, mut handlers) = inside_a_handler();
     // The handler's own write, interrupted by a second handler ...
     open_write(&buf, 0xBB);
     handlers.enter(&buf);
@@ -122,12 +125,7 @@ fn a_longjmp_inside_a_handler_closes_only_the_writes_above_its_place() {
 
 #[test]
 fn a_handler_that_returns_closes_nothing() {
-    let (buf, out) = traced(1024);
-    let mut handlers = Interrupted::new(16);
-    write(&buf, 1);
-    open_write(&buf, 0xAA);
-    handlers.enter(&buf);
-    write(&buf, 2);
+    let (buf, out, mut handlers) = inside_a_handler();
     handlers.leave(&buf);
     buf.commit_raw(16);
     // A later longjmp with no handler running has nothing to close.
@@ -138,12 +136,7 @@ fn a_handler_that_returns_closes_nothing() {
 
 #[test]
 fn a_write_no_longer_open_as_noted_is_left_alone() {
-    let (buf, out) = traced(1024);
-    let mut handlers = Interrupted::new(16);
-    write(&buf, 1);
-    open_write(&buf, 0xAA);
-    handlers.enter(&buf);
-    write(&buf, 2);
+    let (buf, out, mut handlers) = inside_a_handler();
     // The handler is left without a trace (as `setcontext` would): the
     // write commits, the buffer flushes and fills again.
     buf.commit_raw(16);
@@ -236,12 +229,7 @@ fn more_bytes_open_than_one_write_are_left_alone() {
 
 #[test]
 fn a_write_finished_after_its_handler_was_left_unseen_is_left_alone() {
-    let (buf, out) = traced(1024);
-    let mut handlers = Interrupted::new(16);
-    write(&buf, 1);
-    open_write(&buf, 0xAA);
-    handlers.enter(&buf);
-    write(&buf, 2);
+    let (buf, out, mut handlers) = inside_a_handler();
     // Left unseen (`setcontext` back to the interrupted code), which
     // finishes its write and goes on, no flush between.
     buf.commit_raw(16);
