@@ -443,12 +443,19 @@ pub(crate) fn say_ended() {
 }
 
 /// Waits up to `ms` milliseconds for room on the socket the recorder is
-/// woken through. A raw system call: async-signal-safe, and not glibc's
-/// `poll`, a cancellation point.
+/// woken through.
 fn wait_for_room(ms: i64) {
+    poll_one(WAKE_SOCKET.load(Ordering::Relaxed), libc::POLLOUT, ms);
+}
+
+/// Polls descriptor `fd` for `events`, waiting up to `ms` milliseconds:
+/// the events it has (0 where none came, or the poll failed). A raw
+/// system call: async-signal-safe, and not glibc's `poll`, a
+/// cancellation point.
+fn poll_one(fd: i32, events: libc::c_short, ms: i64) -> libc::c_short {
     let mut pfd = libc::pollfd {
-        fd: WAKE_SOCKET.load(Ordering::Relaxed),
-        events: libc::POLLOUT,
+        fd,
+        events,
         revents: 0,
     };
     let wait = libc::timespec {
@@ -457,7 +464,7 @@ fn wait_for_room(ms: i64) {
     };
     // SAFETY: one pollfd and a timeout of ours that outlive the call; no
     // signal mask.
-    unsafe {
+    let n = unsafe {
         libc::syscall(
             libc::SYS_ppoll,
             &raw mut pfd,
@@ -465,7 +472,12 @@ fn wait_for_room(ms: i64) {
             &raw const wait,
             std::ptr::null::<libc::sigset_t>(),
             0,
-        );
+        )
+    };
+    if n > 0 {
+        pfd.revents
+    } else {
+        0
     }
 }
 
@@ -505,28 +517,8 @@ fn send_on_socket(bytes: &[u8]) -> bool {
 /// Whether the recorder closed its end of the socket. Under the channel's
 /// lock: a raw system call, not glibc's `poll`, a cancellation point.
 fn hung_up(socket: &OwnedFd) -> bool {
-    let mut pfd = libc::pollfd {
-        fd: socket.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: one valid pollfd and a zero timeout that outlive the call;
-    // no signal mask.
-    let n = unsafe {
-        libc::syscall(
-            libc::SYS_ppoll,
-            &raw mut pfd,
-            1,
-            &raw const now,
-            std::ptr::null::<libc::sigset_t>(),
-            0,
-        )
-    };
-    n > 0 && pfd.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLIN) != 0
+    poll_one(socket.as_raw_fd(), libc::POLLIN, 0) & (libc::POLLHUP | libc::POLLERR | libc::POLLIN)
+        != 0
 }
 
 /// A `SOCK_SEQPACKET` connection to `path`, close-on-exec.
