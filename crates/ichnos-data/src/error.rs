@@ -82,6 +82,16 @@ pub enum ReadError {
         /// Its value.
         value: u64,
     },
+    /// `header_len` says the header is longer than 32 bytes, but a chunk
+    /// starts at byte 32: the field is damaged, and following it would
+    /// skip chunks without a word.
+    #[error(
+        "the file header's header_len is {header_len}, but a chunk starts at byte 32: the header is damaged"
+    )]
+    HeaderSkipsChunks {
+        /// The damaged field's value.
+        header_len: u32,
+    },
     /// The file is cut inside its header (it starts as a recording
     /// does): nothing in it can be read.
     #[error("truncated: the file ends after {found} bytes, inside its {needed}-byte header")]

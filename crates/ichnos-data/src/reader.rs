@@ -137,6 +137,12 @@ impl<R: Read> Reader<R> {
                 found: u64::from(HEADER_LEN) + found as u64,
             });
         }
+        // The header is outside every checksum. A longer header's added
+        // bytes never begin as a chunk does, so a chunk at byte 32 means
+        // `header_len` was damaged, not lengthened.
+        if rest.starts_with(&CHUNK_MAGIC) {
+            return Err(ReadError::HeaderSkipsChunks { header_len });
+        }
         Ok(Self {
             input,
             offset: u64::from(header_len),

@@ -592,6 +592,37 @@ fn a_seek_to_a_chunk_reads_it_and_what_follows_and_a_wrong_offset_is_named() {
     assert!(reader.next_chunk().unwrap().is_none());
 }
 
+/// The file header has no checksum. A `header_len` damaged so that it
+/// lands on a later chunk's start would skip the chunks before it without
+/// a word; a header that a later version lengthened is still read.
+#[test]
+fn a_header_len_that_would_skip_chunks_is_refused_and_a_longer_header_is_read() {
+    let records = sample_records(40);
+    let bytes = write(&records, 50);
+    let (chunks, error) = read_all(&bytes);
+    assert!(error.is_none());
+    for &(offset, _) in &chunks[1..] {
+        let mut damaged = bytes.clone();
+        damaged[12..16].copy_from_slice(&(offset as u32).to_le_bytes());
+        match Reader::new(&damaged[..]) {
+            Err(ReadError::HeaderSkipsChunks { header_len }) => {
+                assert_eq!(u64::from(header_len), offset);
+            }
+            other => panic!("header_len {offset}: {other:?}"),
+        }
+    }
+    // Sixteen bytes a later version might add, which do not begin as a
+    // chunk does: skipped, and every chunk read.
+    let mut longer = bytes[..32].to_vec();
+    longer[12..16].copy_from_slice(&48u32.to_le_bytes());
+    longer.extend_from_slice(b"later header....");
+    longer.extend_from_slice(&bytes[32..]);
+    let (got, error) = read_all(&longer);
+    assert!(error.is_none(), "{error:?}");
+    let moved: Vec<_> = chunks.iter().map(|&(o, n)| (o + 16, n)).collect();
+    assert_eq!(got, moved);
+}
+
 #[test]
 fn damage_is_named_with_its_offset() {
     let bytes = write(&sample_records(30), 60);
