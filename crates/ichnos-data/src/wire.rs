@@ -58,13 +58,13 @@ pub const FRAME_FIRST: u32 = 64;
 pub const FRAME_THREAD_NAME: u32 = 128;
 /// `FrameHeader.flags`: the process's last word, an empty frame of the
 /// main thread's id sent on the socket (not in the shared buffer, which
-/// may have no room left): everything its threads wrote was handed over
-/// or counted lost (at `exit`, `_exit`, or the save before a fatal
-/// signal). A process whose connection ends without it and without
-/// marking an exec, and that is not running on (it closed the socket),
-/// ended before its runtime handed its threads' last buffers over (killed
-/// by SIGKILL, or ended in a way the runtime does not see): their last
-/// events are missing.
+/// may have no room left; there only where the program closed the
+/// socket): everything its threads wrote was handed over or counted lost
+/// (at `exit`, `_exit`, or the save before a fatal signal). A process
+/// that ends without it and without marking an exec ended before its
+/// runtime handed its threads' last buffers over (killed by SIGKILL, or
+/// ended in a way the runtime does not see): their last events are
+/// missing.
 pub const FRAME_END: u32 = 256;
 
 /// The name a [`FRAME_THREAD_NAME`] body holds: up to its first NUL, at

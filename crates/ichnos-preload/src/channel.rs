@@ -420,7 +420,10 @@ fn wake_recorder() {
 /// only by the process the channel is of (a child of `vfork` shares the
 /// socket). A socket with no room (a recorder stalled while wake-ups
 /// piled up) is waited for half a second at most: without the last word
-/// the process reads as cut short. Async-signal-safe, `errno` kept.
+/// the process reads as cut short. Where the program closed the socket
+/// (and ran on: the recorder reads its shared buffer until it ends), the
+/// last word goes in the shared buffer, after everything else there.
+/// Async-signal-safe, `errno` kept.
 pub(crate) fn say_ended() {
     if !crate::ending::owning_process() {
         return;
@@ -435,11 +438,34 @@ pub(crate) fn say_ended() {
         ticks: crate::clock::ticks(),
     };
     for _ in 0..5 {
-        if !send_on_socket(&header.encode()) {
-            return;
+        match send_on_socket(&header.encode()) {
+            OnSocket::NoRoom => wait_for_room(100),
+            OnSocket::NotOurs => {
+                // Refused where the lock is held for good: then the last
+                // hand-overs were given up too, and the process rightly
+                // reads as cut short.
+                let _ = with_channel(|c| {
+                    if !c.dead {
+                        let _ = c.producer.write_record_parts(&[&header.encode()]);
+                    }
+                });
+                return;
+            }
+            OnSocket::Sent | OnSocket::Failed => return,
         }
-        wait_for_room(100);
     }
+}
+
+/// What became of a message sent on the socket ([`send_on_socket`]).
+enum OnSocket {
+    Sent,
+    /// The socket had no room: not sent, and could be later.
+    NoRoom,
+    /// The descriptor is not the socket the runtime connected (the
+    /// program closed it, and may have reused the number): not sent.
+    NotOurs,
+    /// Any other failure (the recorder gone).
+    Failed,
 }
 
 /// Waits up to `ms` milliseconds for room on the socket the recorder is
@@ -491,12 +517,11 @@ fn send_loss_on_socket(header: &FrameHeader) {
 
 /// Sends `bytes`, one message, on the socket the recorder is woken
 /// through: never blocking, and only where the descriptor is still our
-/// socket (see [`wake_recorder`]). True if the socket had no room (the
-/// message was not sent, and could be later). Async-signal-safe.
-fn send_on_socket(bytes: &[u8]) -> bool {
+/// socket (see [`wake_recorder`]). Async-signal-safe.
+fn send_on_socket(bytes: &[u8]) -> OnSocket {
     let fd = WAKE_SOCKET.load(Ordering::Relaxed);
-    if fd < 0 || socket_inode(fd) != Some(WAKE_INODE.load(Ordering::Relaxed)) {
-        return false;
+    if !ours(fd) {
+        return OnSocket::NotOurs;
     }
     // SAFETY: a send of bytes we hold, with no address.
     let sent = unsafe {
@@ -510,15 +535,34 @@ fn send_on_socket(bytes: &[u8]) -> bool {
             0,
         )
     };
+    if sent >= 0 {
+        return OnSocket::Sent;
+    }
     // SAFETY: errno is this thread's.
-    sent < 0 && unsafe { *libc::__errno_location() } == libc::EAGAIN
+    if unsafe { *libc::__errno_location() } == libc::EAGAIN {
+        OnSocket::NoRoom
+    } else {
+        OnSocket::Failed
+    }
+}
+
+/// Whether descriptor `fd` is the socket the runtime connected (the
+/// program may have closed it and reused the number). Async-signal-safe.
+fn ours(fd: i32) -> bool {
+    fd >= 0 && socket_inode(fd) == Some(WAKE_INODE.load(Ordering::Relaxed))
 }
 
 /// Whether the recorder closed its end of the socket. Under the channel's
 /// lock: a raw system call, not glibc's `poll`, a cancellation point.
+/// Where the program closed the socket nothing is known from it (the
+/// number may be another file's now, with bytes to read): a recorder
+/// that is gone is then known from its shared buffer alone
+/// ([`RecordError::ConsumerGone`]).
 fn hung_up(socket: &OwnedFd) -> bool {
-    poll_one(socket.as_raw_fd(), libc::POLLIN, 0) & (libc::POLLHUP | libc::POLLERR | libc::POLLIN)
-        != 0
+    ours(socket.as_raw_fd())
+        && poll_one(socket.as_raw_fd(), libc::POLLIN, 0)
+            & (libc::POLLHUP | libc::POLLERR | libc::POLLIN)
+            != 0
 }
 
 /// A `SOCK_SEQPACKET` connection to `path`, close-on-exec.

@@ -466,6 +466,7 @@ fn serve(
         for conn in &mut conns {
             busy |= service(conn, out)?;
         }
+        conn::note_execs(&mut conns);
         // However a connection ends (the process gone, or refused), the
         // ends of its program held for it are written.
         for conn in conns.iter_mut().filter(|c| c.closed) {
@@ -531,8 +532,13 @@ fn sleep(listener: &OwnedFd, conns: &[Conn]) {
             }
         }
     }
+    // A process running on without its socket is woken for by its end.
+    let watched = conns.iter().map(|c| match &c.pidfd {
+        Some(pidfd) if c.end_by == conn::EndBy::Pidfd => pidfd.as_raw_fd(),
+        _ => c.socket.as_raw_fd(),
+    });
     sys::wait_readable(
-        std::iter::once(listener.as_raw_fd()).chain(conns.iter().map(|c| c.socket.as_raw_fd())),
+        std::iter::once(listener.as_raw_fd()).chain(watched),
         LOOK_AGAIN,
     );
 }

@@ -1,7 +1,8 @@
 //! Processes and descriptors: the few system calls the recorder makes
 //! directly, fenced here.
 
-use std::os::fd::RawFd;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 use ichnos_profile::ExitStatus;
@@ -69,6 +70,32 @@ pub(crate) fn has_children() -> bool {
 pub(crate) fn kill(pid: u32, signal: i32) {
     // SAFETY: kill has no memory preconditions.
     unsafe { libc::kill(pid.cast_signed(), signal) };
+}
+
+/// A pidfd of process `pid`: readable once the process has ended.
+/// Fails where there is no such process (`ESRCH`) or the kernel has no
+/// pidfds (before Linux 5.3).
+pub(crate) fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags; it returns a new
+    // descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the descriptor was just made, and is ours alone.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Whether the process of `pidfd` has ended.
+pub(crate) fn has_ended(pidfd: &OwnedFd) -> bool {
+    let mut pfd = libc::pollfd {
+        fd: pidfd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd of ours, no wait.
+    let n = unsafe { libc::poll(&raw mut pfd, 1, 0) };
+    n > 0 && pfd.revents & libc::POLLIN != 0
 }
 
 /// Waits until one of `fds` is readable (or hung up), or `timeout`.

@@ -281,6 +281,39 @@ fn a_process_that_closes_the_runtimes_socket_is_not_taken_for_killed() {
     assert_eq!(calls.get("step"), Some(&10), "{calls:?}");
 }
 
+/// A process that closes every descriptor but the standard ones (the
+/// runtime's socket with them), as daemons do, and runs on is traced to
+/// its end: its runtime writes on into the shared buffer, which the
+/// recorder reads until the process ends. Its calls after the close
+/// were all lost, several buffers' worth. Its last word goes in the
+/// buffer: a normal end, or an exec of a program whose runtime connects
+/// anew, is not taken for cut short; SIGKILL still is.
+#[test]
+fn a_process_that_closes_the_runtimes_socket_and_runs_on_is_traced_to_its_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let counts = process_ends_with(dir.path(), &["runs-on", "exit"], 0);
+    assert_eq!(counts.get("step"), Some(&20_010), "{counts:?}");
+    let counts = process_ends_with(dir.path(), &["runs-on", "exec"], 0);
+    assert_eq!(counts.get("step"), Some(&20_017), "{counts:?}");
+
+    let exe = build(dir.path(), "process_ends.c", &[]);
+    let out = trace_cut_short(
+        dir.path(),
+        "k.data",
+        &[],
+        &[exe.to_str().unwrap(), "runs-on", "kill"],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(128 + 9), "{stderr}");
+    assert!(stderr.contains(CUT_SHORT), "{stderr}");
+    // What the full buffers handed over before the kill is there.
+    let kept = calls(dir.path(), "k.data")
+        .get("step")
+        .copied()
+        .unwrap_or(0);
+    assert!((10_000..20_010).contains(&kept), "{kept} calls kept");
+}
+
 /// `process_ends` traced in `mode`: it exits with `code`, none of its
 /// processes taken for cut short (as `trace` checks); its calls per
 /// function.
@@ -289,8 +322,20 @@ fn process_ends(
     mode: &str,
     code: i32,
 ) -> std::collections::HashMap<String, u64> {
+    process_ends_with(dir, &[mode], code)
+}
+
+/// [`process_ends`] with the arguments `args`.
+fn process_ends_with(
+    dir: &std::path::Path,
+    args: &[&str],
+    code: i32,
+) -> std::collections::HashMap<String, u64> {
     let exe = build(dir, "process_ends.c", &[]);
-    let out = trace(dir, "t.data", &[], &[exe.to_str().unwrap(), mode]);
+    let command: Vec<&str> = std::iter::once(exe.to_str().unwrap())
+        .chain(args.iter().copied())
+        .collect();
+    let out = trace(dir, "t.data", &[], &command);
     assert_eq!(
         out.status.code(),
         Some(code),

@@ -12,7 +12,7 @@ use ichnos_data::Record;
 use rustc_hash::FxHashMap;
 
 use super::{frames, Out, TraceError, WAKES_A_TURN};
-use crate::socket;
+use crate::{socket, sys};
 
 /// One traced process (one connection: a process between two execs).
 pub(super) struct Conn {
@@ -35,7 +35,26 @@ pub(super) struct Conn {
     /// The runtime said its last word ([`wire::FRAME_END`]): everything
     /// the process's threads wrote was handed over.
     pub(super) ended: bool,
+    /// A pidfd of the process, opened at its hello (`None` where the
+    /// kernel has none): readable once it has ended.
+    pub(super) pidfd: Option<OwnedFd>,
+    /// What tells the connection's end.
+    pub(super) end_by: EndBy,
     pub(super) closed: bool,
+}
+
+/// What tells a connection's end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum EndBy {
+    /// Its socket's end.
+    Socket,
+    /// The process's, as its pidfd tells: it closed its end of the
+    /// socket and runs on (a program that closes every descriptor, as
+    /// daemons do), its runtime writing on into the shared buffer.
+    Pidfd,
+    /// Ended: running on, the process executed another program, whose
+    /// runtime connected ([`note_execs`]).
+    Exec,
 }
 
 impl Conn {
@@ -52,6 +71,8 @@ impl Conn {
             exec_marks: Vec::new(),
             walks: FxHashMap::default(),
             ended: false,
+            pidfd: None,
+            end_by: EndBy::Socket,
             closed: false,
         }
     }
@@ -99,7 +120,16 @@ pub(super) fn service(conn: &mut Conn, out: &mut Out) -> Result<bool, TraceError
     // thread holds for good), each an empty frame: written after what the
     // buffer holds, which came before them.
     let mut losses: Vec<Vec<u8>> = Vec::new();
+    match conn.end_by {
+        EndBy::Socket => {}
+        // No socket to read: its end is the process's.
+        EndBy::Pidfd => gone = conn.pidfd.as_ref().is_none_or(sys::has_ended),
+        EndBy::Exec => gone = true,
+    }
     for _ in 0..WAKES_A_TURN {
+        if conn.end_by != EndBy::Socket {
+            break;
+        }
         match socket::receive(&conn.socket) {
             Ok(None) => break,
             Ok(Some(m)) if m.bytes == wire::WAKE => busy = true,
@@ -126,43 +156,88 @@ pub(super) fn service(conn: &mut Conn, out: &mut Out) -> Result<bool, TraceError
     for loss in &losses {
         frames::loss_on_socket(conn, out, loss)?;
     }
+    // Where its socket ended with neither its last word nor an exec's
+    // marks, the process was killed, or closed the socket and runs on:
+    // its end is waited for on its pidfd (a process that has begun to
+    // exit too, which may still hand its last buffers over).
+    let mut let_go_running = false;
+    if gone && conn.end_by == EndBy::Socket && !conn.ended && conn.exec_marks.is_empty() {
+        if conn.pidfd.is_some() {
+            conn.end_by = EndBy::Pidfd;
+            return Ok(true);
+        }
+        // No pidfd: one that runs on is let go; one that has ended may
+        // have handed over more since the drain above, read to the end
+        // now.
+        let_go_running = ichnos_profile::alive(conn.pid);
+        if let Some(mut consumer) = conn.consumer.take() {
+            let read = read_frames(conn, out, &mut consumer, true);
+            conn.consumer = Some(consumer);
+            read?;
+        }
+    }
     if gone {
-        // Neither its last word nor an exec's marks, and not running on
-        // (a program may close the socket, as one that closes every
-        // descriptor before an exec does): the process ended before its
-        // runtime handed its threads' last buffers over.
-        let cut_short =
-            !conn.ended && conn.exec_marks.is_empty() && !ichnos_profile::alive(conn.pid);
-        if cut_short {
-            out.cut_short.push(conn.pid);
-        }
-        frames::end_of_connection(conn, out)?;
-        let time = out.time();
-        out.push(&Record::Exit {
-            pid: u64::from(conn.pid),
-            tid: u64::from(conn.pid),
-            time,
-            flags: if cut_short {
-                ichnos_data::EXIT_CUT_SHORT
-            } else {
-                0
-            },
-        })?;
-        if !conn.carry.is_empty() {
-            out.refused.push(format!(
-                "process {}: its last {} not a whole frame",
-                conn.pid,
-                if conn.carry.len() == 1 {
-                    "byte was".to_owned()
-                } else {
-                    format!("{} bytes were", conn.carry.len())
-                }
-            ));
-        }
-        conn.closed = true;
+        end(conn, out, let_go_running)?;
         busy = true;
     }
     Ok(busy)
+}
+
+/// The connection's end: the process's `Exit` record, flagged where it
+/// was cut short; `let_go_running` where it runs on unread (no pidfd to
+/// wait on).
+fn end(conn: &mut Conn, out: &mut Out, let_go_running: bool) -> Result<(), TraceError> {
+    // Neither its last word nor an exec's marks, and not now running
+    // another program, nor let go running: the process ended before
+    // its runtime handed its threads' last buffers over.
+    let cut_short =
+        !conn.ended && conn.exec_marks.is_empty() && conn.end_by != EndBy::Exec && !let_go_running;
+    if cut_short {
+        out.cut_short.push(conn.pid);
+    }
+    frames::end_of_connection(conn, out)?;
+    let time = out.time();
+    out.push(&Record::Exit {
+        pid: u64::from(conn.pid),
+        tid: u64::from(conn.pid),
+        time,
+        flags: if cut_short {
+            ichnos_data::EXIT_CUT_SHORT
+        } else {
+            0
+        },
+    })?;
+    if !conn.carry.is_empty() {
+        out.refused.push(format!(
+            "process {}: its last {} not a whole frame",
+            conn.pid,
+            if conn.carry.len() == 1 {
+                "byte was".to_owned()
+            } else {
+                format!("{} bytes were", conn.carry.len())
+            }
+        ));
+    }
+    conn.closed = true;
+    Ok(())
+}
+
+/// Marks each connection that runs on without its socket
+/// ([`EndBy::Pidfd`]) and whose pid has a connection that said hello
+/// since: its process executed another program, whose runtime connected.
+/// What the process wrote before it is all in its old buffer, which the
+/// next turn reads to the end.
+pub(super) fn note_execs(conns: &mut [Conn]) {
+    let fresh: Vec<u32> = conns
+        .iter()
+        .filter(|c| c.end_by == EndBy::Socket && c.consumer.is_some())
+        .map(|c| c.pid)
+        .collect();
+    for conn in conns.iter_mut().filter(|c| c.end_by == EndBy::Pidfd) {
+        if fresh.contains(&conn.pid) {
+            conn.end_by = EndBy::Exec;
+        }
+    }
 }
 
 /// Reads the frames in the process's shared buffer where they lie, a
@@ -260,6 +335,8 @@ fn welcome(
     };
     conn.consumer = Some(consumer);
     conn.pid = hello.pid;
+    // Opened while the process is certainly this one: it is connected.
+    conn.pidfd = sys::pidfd_open(hello.pid).ok();
     conn.asid = out.next_asid;
     out.next_asid += 1;
     out.processes.insert(hello.pid);

@@ -201,6 +201,12 @@ fn frame(conn: &mut Conn, out: &mut Out, h: &FrameHeader, body: &[u8]) -> Result
         conn.exec_marks.push(*h);
         return Ok(());
     }
+    if body.is_empty() && h.flags == wire::FRAME_END && h.lost == 0 {
+        // The last word, in the buffer where the program had closed the
+        // socket: everything before it is all there is.
+        conn.ended = true;
+        return Ok(());
+    }
     if body.is_empty() && h.flags & wire::FRAME_RESUMED != 0 {
         if let Some(at) = conn.exec_marks.iter().position(|m| m.tid == h.tid) {
             // The exec failed: the program goes on, and neither is said.

@@ -691,3 +691,36 @@ fn jumps_are_written_but_not_counted_as_events() {
         "{events:?}"
     );
 }
+
+/// The last word in the shared buffer (where the program closed the
+/// socket) ends the connection as the one on the socket does, whatever
+/// came before it; a frame with that flag and anything else (events, a
+/// loss, another flag) is not it.
+#[test]
+fn the_last_word_in_the_buffer_is_taken_and_nothing_else_for_it() {
+    let end = |flags: u32, lost: u64, events: Vec<(u64, u8, u64)>| Sent::Frame {
+        tid: 1,
+        flags,
+        lost,
+        events,
+    };
+    let calls = end(0, 0, vec![(10, 0, 0x1000), (20, 1, 0x1000)]);
+    let cases = [
+        (vec![calls.clone(), end(wire::FRAME_END, 0, vec![])], true),
+        (vec![end(wire::FRAME_END, 3, vec![])], false),
+        (
+            vec![end(wire::FRAME_END | wire::FRAME_LAST, 0, vec![])],
+            false,
+        ),
+        (vec![end(wire::FRAME_END, 0, vec![(30, 0, 0x1000)])], false),
+        (vec![calls], false),
+    ];
+    for (sent, ended) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.data");
+        let mut out = open_output(&path, &options(&path), false).unwrap();
+        let mut conn = conn(bytes_of(&sent), vec![(0x1000, 0x2000)]);
+        frames::frames(&mut conn, &mut out).unwrap();
+        assert_eq!(conn.ended, ended, "{sent:?}");
+    }
+}
