@@ -61,8 +61,9 @@ pub const FRAME_THREAD_NAME: u32 = 128;
 /// may have no room left; there only where the program closed the
 /// socket): everything its threads wrote was handed over or counted lost
 /// (at `exit`, `_exit`, or the save before a fatal signal). A process
-/// that ends without it and without marking an exec ended before its
-/// runtime handed its threads' last buffers over (killed by SIGKILL, or
+/// that ends without it, without marking an exec and without executing
+/// a program whose runtime connected, ended before its runtime handed
+/// its threads' last buffers over (killed by SIGKILL, or
 /// ended in a way the runtime does not see): their last events are
 /// missing.
 pub const FRAME_END: u32 = 256;

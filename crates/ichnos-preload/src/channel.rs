@@ -115,9 +115,15 @@ impl Channel {
             // of its socket would keep it open, and the recorder would
             // see the parent end only when the child does. (The channel
             // itself stays leaked: its buffer is the parent's.)
-            // SAFETY: the channel installed before the fork, never freed;
-            // its socket is closed here once and never used again.
-            unsafe { libc::close((*parents).socket.as_raw_fd()) };
+            // SAFETY: the channel installed before the fork, never freed.
+            let fd = unsafe { (*parents).socket.as_raw_fd() };
+            // Only where the number is still the socket: the program may
+            // have closed it and opened a file of its own under it.
+            if ours(fd) {
+                // SAFETY: the socket is closed here once and never used
+                // again.
+                unsafe { libc::close(fd) };
+            }
         }
         WAKE_SOCKET.store(-1, Ordering::Relaxed);
         forget_unsent();

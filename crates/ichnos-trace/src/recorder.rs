@@ -462,11 +462,10 @@ fn serve(
         // /proc entry, which names its threads).
         let ended_before_look = status.is_some();
         accept_all(listener, &mut conns)?;
-        let mut busy = false;
+        let mut busy = conn::greet(&mut conns, out)?;
         for conn in &mut conns {
             busy |= service(conn, out)?;
         }
-        conn::note_execs(&mut conns);
         // However a connection ends (the process gone, or refused), the
         // ends of its program held for it are written.
         for conn in conns.iter_mut().filter(|c| c.closed) {

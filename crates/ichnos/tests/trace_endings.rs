@@ -293,8 +293,17 @@ fn a_process_that_closes_the_runtimes_socket_and_runs_on_is_traced_to_its_end() 
     let dir = tempfile::tempdir().unwrap();
     let counts = process_ends_with(dir.path(), &["runs-on", "exit"], 0);
     assert_eq!(counts.get("step"), Some(&20_010), "{counts:?}");
+    assert_eq!(process_records(&dir.path().join("t.data")), "P C+ E");
     let counts = process_ends_with(dir.path(), &["runs-on", "exec"], 0);
     assert_eq!(counts.get("step"), Some(&20_017), "{counts:?}");
+    // The first program's calls and end come before the second's start,
+    // as at an exec of a process that kept its socket: its connection is
+    // read to the end and ended (not cut short) before the new hello.
+    assert_eq!(
+        process_records(&dir.path().join("t.data")),
+        "P C+ E P C+ E",
+        "Process, Calls, Exit records in order"
+    );
 
     let exe = build(dir.path(), "process_ends.c", &[]);
     let out = trace_cut_short(
@@ -312,6 +321,30 @@ fn a_process_that_closes_the_runtimes_socket_and_runs_on_is_traced_to_its_end() 
         .copied()
         .unwrap_or(0);
     assert!((10_000..20_010).contains(&kept), "{kept} calls kept");
+    assert_eq!(process_records(&dir.path().join("k.data")), "P C+ E!");
+}
+
+/// The recording's `Process` (P), `Calls` (C) and `Exit` (E) records in
+/// order, a run of `Calls` as `C+`, an `Exit` flagged cut short as `E!`.
+fn process_records(data: &std::path::Path) -> String {
+    let bytes = std::fs::read(data).unwrap();
+    let mut reader = ichnos_data::Reader::new(&bytes[..]).unwrap();
+    let mut seen: Vec<&str> = Vec::new();
+    while let Some(chunk) = reader.next_chunk().unwrap() {
+        for record in chunk.records() {
+            let kind = match record.unwrap() {
+                ichnos_data::Record::Process { .. } => "P",
+                ichnos_data::Record::Calls(_) => "C+",
+                ichnos_data::Record::Exit { flags, .. } if flags != 0 => "E!",
+                ichnos_data::Record::Exit { .. } => "E",
+                _ => continue,
+            };
+            if !(kind == "C+" && seen.last() == Some(&"C+")) {
+                seen.push(kind);
+            }
+        }
+    }
+    seen.join(" ")
 }
 
 /// `process_ends` traced in `mode`: it exits with `code`, none of its

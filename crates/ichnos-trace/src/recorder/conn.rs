@@ -53,7 +53,7 @@ pub(super) enum EndBy {
     /// daemons do), its runtime writing on into the shared buffer.
     Pidfd,
     /// Ended: running on, the process executed another program, whose
-    /// runtime connected ([`note_execs`]).
+    /// runtime connected ([`greet`]).
     Exec,
 }
 
@@ -90,26 +90,58 @@ impl Conn {
     }
 }
 
-/// Serves one connection: its hello, its frames, its end. True if it
-/// did any work.
-pub(super) fn service(conn: &mut Conn, out: &mut Out) -> Result<bool, TraceError> {
+/// Takes the hellos of the connections that have not said one yet. A
+/// hello from the pid of a process running on without its socket
+/// ([`EndBy::Pidfd`]) is of the program that process executed: what the
+/// process wrote before is read to the end and its connection ended
+/// first, as the socket's end at an exec ends it, before any record of
+/// the new program. True if there was anything.
+pub(super) fn greet(conns: &mut [Conn], out: &mut Out) -> Result<bool, TraceError> {
     let mut busy = false;
-    if conn.consumer.is_none() {
-        match socket::receive(&conn.socket) {
-            Ok(None) => return Ok(false),
-            Ok(Some(m)) if m.bytes.is_empty() => {
-                conn.closed = true;
-                return Ok(true);
-            }
-            Ok(Some(m)) => {
-                welcome(conn, out, &m.bytes, m.fd)?;
+    for i in 0..conns.len() {
+        if conns[i].consumer.is_some() || conns[i].closed {
+            continue;
+        }
+        let message = match socket::receive(&conns[i].socket) {
+            Ok(None) => continue,
+            Ok(Some(m)) if !m.bytes.is_empty() => m,
+            // Gone before its hello.
+            Ok(Some(_)) | Err(_) => {
+                conns[i].closed = true;
                 busy = true;
+                continue;
             }
-            Err(_) => {
-                conn.closed = true;
-                return Ok(true);
+        };
+        busy = true;
+        if let Some(pid) = socket::peer_pid(&conns[i].socket) {
+            for old in conns
+                .iter_mut()
+                .filter(|c| c.end_by == EndBy::Pidfd && c.pid == pid && !c.closed)
+            {
+                // Its process has not ended: it executed this program
+                // (where it has, the pid is another process's now).
+                if !old.pidfd.as_ref().is_some_and(sys::has_ended) {
+                    old.end_by = EndBy::Exec;
+                }
+                if let Some(mut consumer) = old.consumer.take() {
+                    let read = read_frames(old, out, &mut consumer, true);
+                    old.consumer = Some(consumer);
+                    read?;
+                }
+                end(old, out, false)?;
             }
         }
+        welcome(&mut conns[i], out, &message.bytes, message.fd)?;
+    }
+    Ok(busy)
+}
+
+/// Serves one connection that has said its hello ([`greet`]): its
+/// frames, its end. True if it did any work.
+pub(super) fn service(conn: &mut Conn, out: &mut Out) -> Result<bool, TraceError> {
+    let mut busy = false;
+    if conn.consumer.is_none() || conn.closed {
+        return Ok(false);
     }
     // Whether the process is gone: looked at before draining, so that
     // what it wrote before it went is all read. Its wake-ups are read on
@@ -120,11 +152,12 @@ pub(super) fn service(conn: &mut Conn, out: &mut Out) -> Result<bool, TraceError
     // thread holds for good), each an empty frame: written after what the
     // buffer holds, which came before them.
     let mut losses: Vec<Vec<u8>> = Vec::new();
-    match conn.end_by {
-        EndBy::Socket => {}
+    // Only the socket's end (not anything else on it, which means the
+    // process is gone) may be of a process that runs on.
+    let mut hung_up = false;
+    if conn.end_by == EndBy::Pidfd {
         // No socket to read: its end is the process's.
-        EndBy::Pidfd => gone = conn.pidfd.as_ref().is_none_or(sys::has_ended),
-        EndBy::Exec => gone = true,
+        gone = conn.pidfd.as_ref().is_none_or(sys::has_ended);
     }
     for _ in 0..WAKES_A_TURN {
         if conn.end_by != EndBy::Socket {
@@ -141,7 +174,12 @@ pub(super) fn service(conn: &mut Conn, out: &mut Out) -> Result<bool, TraceError
                 losses.push(m.bytes);
                 busy = true;
             }
-            Ok(Some(_)) | Err(_) => {
+            Ok(Some(m)) => {
+                hung_up = m.bytes.is_empty();
+                gone = true;
+                break;
+            }
+            Err(_) => {
                 gone = true;
                 break;
             }
@@ -161,7 +199,7 @@ pub(super) fn service(conn: &mut Conn, out: &mut Out) -> Result<bool, TraceError
     // its end is waited for on its pidfd (a process that has begun to
     // exit too, which may still hand its last buffers over).
     let mut let_go_running = false;
-    if gone && conn.end_by == EndBy::Socket && !conn.ended && conn.exec_marks.is_empty() {
+    if hung_up && !conn.ended && conn.exec_marks.is_empty() {
         if conn.pidfd.is_some() {
             conn.end_by = EndBy::Pidfd;
             return Ok(true);
@@ -220,24 +258,6 @@ fn end(conn: &mut Conn, out: &mut Out, let_go_running: bool) -> Result<(), Trace
     }
     conn.closed = true;
     Ok(())
-}
-
-/// Marks each connection that runs on without its socket
-/// ([`EndBy::Pidfd`]) and whose pid has a connection that said hello
-/// since: its process executed another program, whose runtime connected.
-/// What the process wrote before it is all in its old buffer, which the
-/// next turn reads to the end.
-pub(super) fn note_execs(conns: &mut [Conn]) {
-    let fresh: Vec<u32> = conns
-        .iter()
-        .filter(|c| c.end_by == EndBy::Socket && c.consumer.is_some())
-        .map(|c| c.pid)
-        .collect();
-    for conn in conns.iter_mut().filter(|c| c.end_by == EndBy::Pidfd) {
-        if fresh.contains(&conn.pid) {
-            conn.end_by = EndBy::Exec;
-        }
-    }
 }
 
 /// Reads the frames in the process's shared buffer where they lie, a
@@ -318,7 +338,8 @@ fn welcome(
         }
     };
     // The process is the one the kernel saw connect, whatever it says.
-    if let Some(pid) = socket::peer_pid(&conn.socket) {
+    let peer_pid = socket::peer_pid(&conn.socket);
+    if let Some(pid) = peer_pid {
         hello.pid = pid;
     }
     let Some(fd) = fd else {
@@ -335,8 +356,13 @@ fn welcome(
     };
     conn.consumer = Some(consumer);
     conn.pid = hello.pid;
-    // Opened while the process is certainly this one: it is connected.
-    conn.pidfd = sys::pidfd_open(hello.pid).ok();
+    // Opened while the process is certainly this one (it is connected),
+    // and only for the pid the kernel gave: one the process says itself
+    // may be another namespace's, another process's.
+    conn.pidfd = peer_pid
+        .is_some()
+        .then(|| sys::pidfd_open(hello.pid).ok())
+        .flatten();
     conn.asid = out.next_asid;
     out.next_asid += 1;
     out.processes.insert(hello.pid);
