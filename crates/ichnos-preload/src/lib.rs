@@ -582,6 +582,17 @@ pub(crate) fn send_maps() {
     Channel::send(header, &text);
 }
 
+/// Registers `hook` to run at `exit`, bound to the process rather than
+/// to the runtime's object: `atexit`'s hooks would run when the dynamic
+/// linker finalises the runtime, before the libraries the program links
+/// (initialised before a preloaded library, finalised after it), whose
+/// destructors and exit hooks would then run after the hand-over and be
+/// lost. Registered while the objects are initialised, before the C
+/// library registers their finalisation, these run after it.
+fn at_exit(hook: extern "C" fn()) {
+    ichnos_buf::fill::at_process_exit(hook);
+}
+
 extern "C" fn losses_at_exit() {
     if ACTIVE.load(Ordering::Relaxed) {
         Channel::report_losses();
@@ -656,8 +667,9 @@ fn start() {
     // Registered before the buffers exist, so it runs after their own
     // exit hook (hooks run last first): the losses of the last frames are
     // known by then.
-    // SAFETY: registering an exit hook.
-    unsafe { libc::atexit(losses_at_exit) };
+    at_exit(losses_at_exit);
+    // The buffers' own hook, too, after every object's destructors.
+    ichnos_buf::fill::bind_exit_flush_to_the_process();
     // Before the buffers exist, as the fill buffers ask. Where it is
     // refused, every record would take the buffers' slow path: say so.
     if !thread_block::provide() {
@@ -705,8 +717,7 @@ fn start() {
     // Registered after the buffers' own exit hook, so it runs before it:
     // the mappings (with what was loaded since the start) arrive before
     // the last events.
-    // SAFETY: registering an exit hook.
-    unsafe { libc::atexit(maps_at_exit) };
+    at_exit(maps_at_exit);
     ending::hook_quick_exit();
     send_maps();
     ending::own();

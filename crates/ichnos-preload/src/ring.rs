@@ -54,8 +54,7 @@ pub(crate) fn save_at_exit() {
     }
 }
 
-/// Installs the exit hook.
+/// Installs the exit hook (bound to the process: see [`crate::at_exit`]).
 pub(crate) fn install() {
-    // SAFETY: registering an exit hook.
-    unsafe { libc::atexit(at_exit) };
+    crate::at_exit(at_exit);
 }

@@ -94,6 +94,67 @@ fn calls_after_main_returns_are_traced() {
     }
 }
 
+/// A library the program links is initialised before the preloaded
+/// runtime and finalised after it. Its calls at the process's exit — its
+/// destructor function, its static object's destructor and the `atexit`
+/// hook its constructor registered, the last two run when the dynamic
+/// linker finalises it — are traced, in both modes, whether the runtime
+/// started at the library's first traced call or in its own constructor,
+/// after the library had registered them. (They were all lost: the
+/// runtime's exit hooks, tied to its own object, ran when it was
+/// finalised, before the library.) The order after `main` is the C
+/// library's: the library's destructor functions, then what it
+/// registered, last first.
+#[test]
+fn calls_at_exit_of_a_library_finalised_after_the_runtime_are_traced() {
+    let dir = tempfile::tempdir().unwrap();
+    let rpath = format!("-Wl,-rpath,{}", dir.path().display());
+    let repeated = |line: &str, n| std::iter::repeat_n(line.to_owned(), n);
+    let expected: Vec<String> = ["unloading() {"]
+        .map(str::to_owned)
+        .into_iter()
+        .chain(repeated("  unloading_work();", 5))
+        .chain(["} /* unloading() */", "Held::~Held() {"].map(str::to_owned))
+        .chain(repeated("  object_gone();", 4))
+        .chain(["} /* Held::~Held() */", "hook() {"].map(str::to_owned))
+        .chain(repeated("  hook_work();", 3))
+        .chain(["} /* hook() */".to_owned()])
+        .collect();
+    let untraced_init = "-finstrument-functions-exclude-function-list=_GLOBAL__sub_I,__static_initialization,Held::Held";
+    for library_extra in [&[][..], &[untraced_init]] {
+        let mut args = vec!["-shared", "-fPIC"];
+        args.extend_from_slice(library_extra);
+        let built = build(dir.path(), "exit_lib.cc", &args);
+        let linked = dir.path().join("libexit_lib.so");
+        std::fs::rename(&built, &linked).unwrap();
+        let exe = build(
+            dir.path(),
+            "exit_lib_main.c",
+            &["-Wl,--no-as-needed", linked.to_str().unwrap(), &rpath],
+        );
+        for options in [&[][..], &["--ring", "64K"]] {
+            traced(dir.path(), "t.data", options, &[exe.to_str().unwrap()]);
+            let lines = replayed_calls(dir.path(), "t.data");
+            let after_main = lines
+                .iter()
+                .position(|l| l == "} /* main */")
+                .unwrap_or_else(|| panic!("{lines:?}"));
+            assert_eq!(
+                lines[after_main + 1..],
+                expected[..],
+                "library {library_extra:?}, ichnos trace {options:?}"
+            );
+            // The library's initialisation is traced only where it was
+            // instrumented.
+            assert_eq!(
+                lines[0] == "_GLOBAL__sub_I_exit_lib.cc() {",
+                library_extra.is_empty(),
+                "{lines:?}"
+            );
+        }
+    }
+}
+
 /// Calls still open when the program ends (main waiting in
 /// `pthread_join`, a worker that calls `exit` after sleeping 20 ms) count
 /// in `report --trace` to their thread's end, as `uftrace report` counts

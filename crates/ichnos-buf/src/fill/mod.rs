@@ -60,6 +60,7 @@ mod fast_tls;
 mod guard;
 mod interrupted;
 mod mem;
+mod process_exit;
 mod rings;
 mod sigatomic;
 mod slot;
@@ -70,6 +71,7 @@ pub use block_writer::{RingWriter, TraceWriter};
 pub use blocked::with_signals_blocked;
 pub use fast_tls::{provide_thread_block, ProvideError, THREAD_BLOCK_ALIGN, THREAD_BLOCK_SIZE};
 pub use interrupted::{Interrupted, MAX_HANDLER_LEVELS};
+pub use process_exit::{at_process_exit, bind_exit_flush_to_the_process};
 pub use rings::RingRecords;
 pub use thread::MAX_BUFFERS;
 

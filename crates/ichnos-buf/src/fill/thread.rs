@@ -399,10 +399,10 @@ pub(crate) fn for_each_thread_slot(index: usize, mut f: impl FnMut(i32, &Slot)) 
 fn install_hooks() {
     static HOOKS: Once = Once::new();
     HOOKS.call_once(|| {
+        super::process_exit::register_flush(at_exit);
         // SAFETY: the hooks are `extern "C"` functions without arguments
         // that live for the whole program.
         unsafe {
-            libc::atexit(at_exit);
             libc::pthread_atfork(
                 Some(before_fork),
                 Some(after_fork_parent),
