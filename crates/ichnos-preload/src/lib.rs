@@ -590,7 +590,8 @@ pub(crate) fn send_maps() {
 /// lost. Registered while the objects are initialised, before the C
 /// library registers their finalisation, these run after it.
 fn at_exit(hook: extern "C" fn()) {
-    ichnos_buf::fill::at_process_exit(hook);
+    // Refused only out of memory at the start: traced on, unsaved at exit.
+    let _ = ichnos_buf::fill::at_process_exit(hook);
 }
 
 extern "C" fn losses_at_exit() {
@@ -668,8 +669,10 @@ fn start() {
     // exit hook (hooks run last first): the losses of the last frames are
     // known by then.
     at_exit(losses_at_exit);
-    // The buffers' own hook, too, after every object's destructors.
-    ichnos_buf::fill::bind_exit_flush_to_the_process();
+    // The buffers' own exit hook, too, after every object's destructors,
+    // and their fork hooks for a fork among those. Before any buffer.
+    let bound = ichnos_buf::fill::bind_hooks_to_the_process();
+    debug_assert!(bound, "a fill buffer was made before the runtime started");
     // Before the buffers exist, as the fill buffers ask. Where it is
     // refused, every record would take the buffers' slow path: say so.
     if !thread_block::provide() {
@@ -707,8 +710,10 @@ fn start() {
         }
     }
     let _ = CONFIG.set(config);
-    // SAFETY: registering a handler with no preconditions.
-    unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
+    // Bound to the process, as the buffers' own (registered before it, so
+    // run before it in the child): a fork in a library's destructor,
+    // after the runtime's object is finalised, still has it.
+    let _ = ichnos_buf::fill::at_process_fork(None, None, Some(after_fork_child));
     crash::install(ring);
     altstack::install();
     if ring {

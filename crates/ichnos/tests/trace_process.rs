@@ -108,7 +108,6 @@ fn calls_after_main_returns_are_traced() {
 #[test]
 fn calls_at_exit_of_a_library_finalised_after_the_runtime_are_traced() {
     let dir = tempfile::tempdir().unwrap();
-    let rpath = format!("-Wl,-rpath,{}", dir.path().display());
     let repeated = |line: &str, n| std::iter::repeat_n(line.to_owned(), n);
     let expected: Vec<String> = ["unloading() {"]
         .map(str::to_owned)
@@ -122,16 +121,7 @@ fn calls_at_exit_of_a_library_finalised_after_the_runtime_are_traced() {
         .collect();
     let untraced_init = "-finstrument-functions-exclude-function-list=_GLOBAL__sub_I,__static_initialization,Held::Held";
     for library_extra in [&[][..], &[untraced_init]] {
-        let mut args = vec!["-shared", "-fPIC"];
-        args.extend_from_slice(library_extra);
-        let built = build(dir.path(), "exit_lib.cc", &args);
-        let linked = dir.path().join("libexit_lib.so");
-        std::fs::rename(&built, &linked).unwrap();
-        let exe = build(
-            dir.path(),
-            "exit_lib_main.c",
-            &["-Wl,--no-as-needed", linked.to_str().unwrap(), &rpath],
-        );
+        let exe = exit_lib_main(dir.path(), library_extra);
         for options in [&[][..], &["--ring", "64K"]] {
             traced(dir.path(), "t.data", options, &[exe.to_str().unwrap()]);
             let lines = replayed_calls(dir.path(), "t.data");
@@ -152,6 +142,54 @@ fn calls_at_exit_of_a_library_finalised_after_the_runtime_are_traced() {
                 "{lines:?}"
             );
         }
+    }
+}
+
+/// `exit_lib_main.c` linked with `exit_lib.cc` built with
+/// `library_extra`.
+fn exit_lib_main(dir: &std::path::Path, library_extra: &[&str]) -> std::path::PathBuf {
+    let mut args = vec!["-shared", "-fPIC"];
+    args.extend_from_slice(library_extra);
+    let built = build(dir, "exit_lib.cc", &args);
+    let linked = dir.join("libexit_lib.so");
+    std::fs::rename(&built, &linked).unwrap();
+    let rpath = format!("-Wl,-rpath,{}", dir.display());
+    build(
+        dir,
+        "exit_lib_main.c",
+        &["-Wl,--no-as-needed", linked.to_str().unwrap(), &rpath],
+    )
+}
+
+/// A `fork` in the destructor of a library finalised after the runtime
+/// has the runtime's fork hooks, bound to the process as its exit hooks
+/// are: the child is traced as its own process (it was taken for one made
+/// without fork's handlers, and left untraced, once the runtime's object
+/// was finalised and the hooks dropped with it).
+#[test]
+fn a_fork_in_a_library_destructor_is_traced_as_its_own_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = exit_lib_main(dir.path(), &[]);
+    for options in [&[][..], &["--ring", "64K"]] {
+        let stderr = traced(
+            dir.path(),
+            "t.data",
+            options,
+            &[exe.to_str().unwrap(), "fork"],
+        );
+        assert!(!stderr.contains("without fork's handlers"), "{stderr}");
+        assert!(stderr.contains("2 processes"), "{stderr}");
+        let counts = calls(dir.path(), "t.data");
+        assert_eq!(
+            counts.get("forked_work"),
+            Some(&2),
+            "{options:?}: {counts:?}"
+        );
+        assert_eq!(
+            counts.get("unloading_work"),
+            Some(&5),
+            "{options:?}: {counts:?}"
+        );
     }
 }
 

@@ -60,7 +60,7 @@ mod fast_tls;
 mod guard;
 mod interrupted;
 mod mem;
-mod process_exit;
+mod process_hooks;
 mod rings;
 mod sigatomic;
 mod slot;
@@ -71,7 +71,7 @@ pub use block_writer::{RingWriter, TraceWriter};
 pub use blocked::with_signals_blocked;
 pub use fast_tls::{provide_thread_block, ProvideError, THREAD_BLOCK_ALIGN, THREAD_BLOCK_SIZE};
 pub use interrupted::{Interrupted, MAX_HANDLER_LEVELS};
-pub use process_exit::{at_process_exit, bind_exit_flush_to_the_process};
+pub use process_hooks::{at_process_exit, at_process_fork, bind_hooks_to_the_process};
 pub use rings::RingRecords;
 pub use thread::MAX_BUFFERS;
 
@@ -88,7 +88,7 @@ pub fn before_exit() {
 }
 
 /// Flushes every registered thread's trace buffers for the last time, as
-/// the `atexit` hook does (reason [`FlushReason::ProcessExit`]): for a
+/// the exit hook does (reason [`FlushReason::ProcessExit`]): for a
 /// process that ends without running its hooks (`_exit`). Records
 /// written after it are dropped.
 pub fn flush_at_exit() {

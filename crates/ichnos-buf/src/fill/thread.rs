@@ -1,5 +1,6 @@
 //! Per-thread slots, the registry of live threads, and the lifecycle
-//! hooks: thread exit, process exit (`atexit`) and `fork`.
+//! hooks: thread exit, process exit (an exit hook, `atexit`'s or one
+//! bound to the process: `process_hooks.rs`) and `fork`.
 //!
 //! Each thread has a fixed [`Table`] of [`Slot`]s in TLS, one per possible
 //! buffer handle, so the fast path is a TLS-relative access as with
@@ -307,12 +308,12 @@ static mut REGISTRY: Registry = Registry {
     threads: Vec::new(),
     handles: [const { None }; MAX_BUFFERS],
 };
-/// Set by the `atexit` hook: buffers have been flushed for the last time.
+/// Set by the exit hook: buffers have been flushed for the last time.
 pub(crate) static EXITING: AtomicBool = AtomicBool::new(false);
 
 /// The calling thread is about to call `exit`: its TLS destructors, which
-/// `exit` runs before the `atexit` hooks, keep its buffers for the exit
-/// hook, as the main thread's do.
+/// `exit` runs before the exit hooks, keep its buffers for the last
+/// flush's hook, as the main thread's do.
 pub(crate) fn before_exit() {
     let _ = CALLS_EXIT.try_with(|c| c.set(true));
 }
@@ -396,20 +397,18 @@ pub(crate) fn for_each_thread_slot(index: usize, mut f: impl FnMut(i32, &Slot)) 
     });
 }
 
+/// The process's exit and fork hooks, registered with the first buffer.
+static HOOKS: Once = Once::new();
+
 fn install_hooks() {
-    static HOOKS: Once = Once::new();
     HOOKS.call_once(|| {
-        super::process_exit::register_flush(at_exit);
-        // SAFETY: the hooks are `extern "C"` functions without arguments
-        // that live for the whole program.
-        unsafe {
-            libc::pthread_atfork(
-                Some(before_fork),
-                Some(after_fork_parent),
-                Some(after_fork_child),
-            );
-        }
+        super::process_hooks::register(at_exit, before_fork, after_fork_parent, after_fork_child);
     });
+}
+
+/// Whether the exit and fork hooks are registered (a buffer was made).
+pub(crate) fn hooks_installed() -> bool {
+    HOOKS.is_completed()
 }
 
 /// Flushes every trace buffer of every registered thread for the last
