@@ -36,6 +36,9 @@ const LOST_SLOTS: usize = 64;
 /// An open channel.
 pub(crate) struct Channel {
     socket: OwnedFd,
+    /// The recorder's listening socket, asked whether the recorder is
+    /// there where the program closed `socket` ([`recorder_gone`]).
+    listener: libc::sockaddr_un,
     producer: Producer,
     /// Records of frames that could not be written, by thread, to be
     /// reported in the thread's next frame.
@@ -85,13 +88,15 @@ impl Channel {
         let mut producer = buffer
             .producer()
             .map_err(|e| format!("shared trace buffer: {e}"))?;
-        let socket = connect(socket).map_err(os("cannot reach the recorder"))?;
+        let listener = socket_address(socket).map_err(os("cannot reach the recorder"))?;
+        let socket = connect(&listener).map_err(os("cannot reach the recorder"))?;
         send_with_fd(&socket, &hello.encode(), buffer.fd().as_raw_fd())
             .map_err(os("cannot hand the trace buffer to the recorder"))?;
         wake_through(&socket);
         producer.set_wakeup_hook(wake_recorder);
         Ok(Channel {
             socket,
+            listener,
             producer,
             lost: [(0, 0); LOST_SLOTS],
             lost_elsewhere: 0,
@@ -207,7 +212,7 @@ impl Channel {
                 }
                 Err(e) => {
                     if matches!(e, RecordError::ConsumerGone)
-                        || (matches!(e, RecordError::TimedOut { .. }) && hung_up(&c.socket))
+                        || (matches!(e, RecordError::TimedOut { .. }) && recorder_gone(c))
                     {
                         c.dead = true;
                         crate::recorder_gone();
@@ -558,21 +563,60 @@ fn ours(fd: i32) -> bool {
     fd >= 0 && socket_inode(fd) == Some(WAKE_INODE.load(Ordering::Relaxed))
 }
 
-/// Whether the recorder closed its end of the socket. Under the channel's
-/// lock: a raw system call, not glibc's `poll`, a cancellation point.
-/// Where the program closed the socket nothing is known from it (the
-/// number may be another file's now, with bytes to read): a recorder
-/// that is gone is then known from its shared buffer alone
-/// ([`RecordError::ConsumerGone`]).
-fn hung_up(socket: &OwnedFd) -> bool {
-    ours(socket.as_raw_fd())
-        && poll_one(socket.as_raw_fd(), libc::POLLIN, 0)
-            & (libc::POLLHUP | libc::POLLERR | libc::POLLIN)
-            != 0
+/// Whether the recorder is gone, where a hand-over waited for room in
+/// vain. Under the channel's lock; raw system calls (not glibc's `poll`
+/// or `connect`, cancellation points), async-signal-safe.
+///
+/// Known from the socket where it is still the runtime's: the recorder
+/// closed its end. Where the program closed it (its number may be
+/// another file's now, with bytes to read), the recorder's listening
+/// socket is asked instead: a recorder that is gone has closed it
+/// (refused) or removed it. (Else the program would wait for room for
+/// every buffer, for ever, after a recorder killed by SIGKILL.)
+fn recorder_gone(c: &Channel) -> bool {
+    let fd = c.socket.as_raw_fd();
+    if ours(fd) {
+        return poll_one(fd, libc::POLLIN, 0) & (libc::POLLHUP | libc::POLLERR | libc::POLLIN) != 0;
+    }
+    listener_gone(&c.listener)
 }
 
-/// A `SOCK_SEQPACKET` connection to `path`, close-on-exec.
-fn connect(path: &OsStr) -> io::Result<OwnedFd> {
+/// Whether no recorder listens at `listener`: a connection to it is
+/// refused, or it is no longer there. A connection made is closed at
+/// once (the recorder takes it for one that ended before its hello);
+/// one that cannot be told (a full queue, no descriptor left) is taken
+/// for a recorder there. Async-signal-safe.
+fn listener_gone(listener: &libc::sockaddr_un) -> bool {
+    // SAFETY: a raw socket creation.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_socket,
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+            0,
+        )
+    };
+    if fd < 0 {
+        return false;
+    }
+    // SAFETY: the address is a valid sockaddr_un of its size.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_connect,
+            fd,
+            std::ptr::from_ref(listener),
+            std::mem::size_of::<libc::sockaddr_un>(),
+        )
+    };
+    // SAFETY: errno is this thread's.
+    let error = unsafe { *libc::__errno_location() };
+    // SAFETY: the descriptor made above, closed once.
+    unsafe { libc::syscall(libc::SYS_close, fd) };
+    r != 0 && matches!(error, libc::ECONNREFUSED | libc::ENOENT)
+}
+
+/// The address of the recorder's socket at `path`.
+fn socket_address(path: &OsStr) -> io::Result<libc::sockaddr_un> {
     let bytes = path.as_bytes();
     // SAFETY: sockaddr_un is plain data; zeroed is a valid value.
     let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
@@ -586,6 +630,11 @@ fn connect(path: &OsStr) -> io::Result<OwnedFd> {
     for (d, &s) in addr.sun_path.iter_mut().zip(bytes) {
         *d = s.cast_signed();
     }
+    Ok(addr)
+}
+
+/// A `SOCK_SEQPACKET` connection to `addr`, close-on-exec.
+fn connect(addr: &libc::sockaddr_un) -> io::Result<OwnedFd> {
     // SAFETY: plain socket creation.
     let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0) };
     if fd < 0 {
@@ -597,7 +646,7 @@ fn connect(path: &OsStr) -> io::Result<OwnedFd> {
     let r = unsafe {
         libc::connect(
             fd.as_raw_fd(),
-            (&raw const addr).cast(),
+            std::ptr::from_ref(addr).cast(),
             std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t,
         )
     };

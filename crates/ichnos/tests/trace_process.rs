@@ -575,28 +575,7 @@ fn a_terminal_shows_a_status_line_while_the_program_runs() {
 fn the_program_runs_on_when_the_recorder_is_killed() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "slow.c", &[]);
-    let done = dir.path().join("done");
-    // Its socket's directory, which a killed recorder cannot remove, in
-    // the test's own.
-    let mut recorder = ichnos()
-        .env("XDG_RUNTIME_DIR", dir.path())
-        .arg("trace")
-        .arg("-o")
-        .arg(dir.path().join("t.data"))
-        .arg("--")
-        .arg(&exe)
-        .arg("1.5")
-        .arg(&done)
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
-    recorder.kill().unwrap();
-    recorder.wait().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !done.exists() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let (done, _) = killed_under(dir.path(), &exe, &[]);
     let text = std::fs::read_to_string(&done).expect("the program finished");
     assert!(text.starts_with("done "), "{text}");
     // The recording stands up to its last whole chunk, and says it is cut.
@@ -610,6 +589,66 @@ fn the_program_runs_on_when_the_recorder_is_killed() {
         !out.status.success() || stderr.contains("incomplete"),
         "{stderr}"
     );
+}
+
+/// A program that closed the runtime's socket (as daemons close every
+/// descriptor) runs on after the recorder is killed as one that kept it:
+/// its first hand-over after the kill waits for room (2 seconds) and
+/// finds the recorder gone from its listening socket, and the program
+/// runs on untraced. It used to wait 2 seconds for every buffer, for
+/// ever (it had no socket to find the recorder gone by): its 100,000
+/// calls after the loop alone would have taken 48 seconds.
+#[test]
+fn a_program_that_closed_the_runtimes_socket_runs_on_when_the_recorder_is_killed() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "slow.c", &[]);
+    let (done, killed) = killed_under(dir.path(), &exe, &["close"]);
+    let text = std::fs::read_to_string(&done).expect("the program finished");
+    let pid: u32 = text.split_whitespace().nth(2).unwrap().parse().unwrap();
+    let deadline = killed + Duration::from_secs(30);
+    while ichnos_profile::alive(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let after_kill = killed.elapsed();
+    assert!(
+        after_kill < Duration::from_secs(10),
+        "the program ended {after_kill:?} after the kill"
+    );
+}
+
+/// `slow.c` (1.5 seconds, `extra` after its file argument) traced, its
+/// recorder killed after 0.5 seconds, once the file it writes when done
+/// is there (30 seconds at most); the file, and when the kill was.
+fn killed_under(
+    dir: &std::path::Path,
+    exe: &std::path::Path,
+    extra: &[&str],
+) -> (std::path::PathBuf, Instant) {
+    let done = dir.join("done");
+    // Its socket's directory, which a killed recorder cannot remove, in
+    // the test's own.
+    let mut recorder = ichnos()
+        .env("XDG_RUNTIME_DIR", dir)
+        .arg("trace")
+        .arg("-o")
+        .arg(dir.join("t.data"))
+        .arg("--")
+        .arg(exe)
+        .arg("1.5")
+        .arg(&done)
+        .args(extra)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    recorder.kill().unwrap();
+    let killed = Instant::now();
+    recorder.wait().unwrap();
+    let deadline = killed + Duration::from_secs(30);
+    while !done.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (done, killed)
 }
 
 /// A trace cut short (a recorder killed, a file truncated) still times
