@@ -710,6 +710,9 @@ impl PrivateDir {
             .map(PathBuf::from)
             .filter(|p| p.is_dir())
             .unwrap_or_else(std::env::temp_dir);
+        // Absolute: a traced process reaches the socket by this path
+        // from wherever it has gone (a daemon's `chdir("/")`).
+        let base = std::path::absolute(base)?;
         for attempt in 0..100u32 {
             let path = base.join(format!("ichnos-trace-{}-{attempt}", std::process::id()));
             match std::fs::DirBuilder::new().mode_private().create(&path) {

@@ -324,6 +324,30 @@ fn a_process_that_closes_the_runtimes_socket_and_runs_on_is_traced_to_its_end() 
     assert_eq!(process_records(&dir.path().join("k.data")), "P C+ E!");
 }
 
+/// The recorder's socket is reached by an absolute path: a child forked
+/// after its parent changed directory (as daemons do) connects though
+/// the socket's directory was given relative (`XDG_RUNTIME_DIR=rt`); it
+/// could not ("cannot reach the recorder"), and ran untraced.
+#[test]
+fn a_child_forked_after_a_change_of_directory_reaches_the_recorder() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "process_ends.c", &[]);
+    std::fs::create_dir(dir.path().join("rt")).unwrap();
+    let out = ichnos()
+        .current_dir(dir.path())
+        .env("XDG_RUNTIME_DIR", "rt")
+        .args(["trace", "-o", "t.data", "--"])
+        .arg(&exe)
+        .arg("chdir-fork")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("2 processes"), "{stderr}");
+    let counts = calls(dir.path(), "t.data");
+    assert_eq!(counts.get("step"), Some(&8), "{counts:?}");
+}
+
 /// The recording's `Process` (P), `Calls` (C) and `Exit` (E) records in
 /// order, a run of `Calls` as `C+`, an `Exit` flagged cut short as `E!`.
 fn process_records(data: &std::path::Path) -> String {
