@@ -570,9 +570,9 @@ fn ours(fd: i32) -> bool {
 /// Known from the socket where it is still the runtime's: the recorder
 /// closed its end. Where the program closed it (its number may be
 /// another file's now, with bytes to read), the recorder's listening
-/// socket is asked instead: a recorder that is gone has closed it
-/// (refused) or removed it. (Else the program would wait for room for
-/// every buffer, for ever, after a recorder killed by SIGKILL.)
+/// socket is asked instead: a killed recorder's refuses connections.
+/// (Else the program would wait for room for every buffer, for ever,
+/// after a recorder killed by SIGKILL.)
 fn recorder_gone(c: &Channel) -> bool {
     let fd = c.socket.as_raw_fd();
     if ours(fd) {
@@ -582,10 +582,13 @@ fn recorder_gone(c: &Channel) -> bool {
 }
 
 /// Whether no recorder listens at `listener`: a connection to it is
-/// refused, or it is no longer there. A connection made is closed at
-/// once (the recorder takes it for one that ended before its hello);
-/// one that cannot be told (a full queue, no descriptor left) is taken
-/// for a recorder there. Async-signal-safe.
+/// refused (a killed recorder leaves its socket's file behind). A
+/// connection made is closed at once (the recorder takes it for one that
+/// ended before its hello); anything else (a full queue, no descriptor
+/// left, the path not reached from where the program now is: a chroot,
+/// another mount namespace, a uid the directory refuses) is taken for a
+/// recorder there: a recorder that ended normally says so in the shared
+/// buffer. Async-signal-safe.
 fn listener_gone(listener: &libc::sockaddr_un) -> bool {
     // SAFETY: a raw socket creation.
     let fd = unsafe {
@@ -612,7 +615,7 @@ fn listener_gone(listener: &libc::sockaddr_un) -> bool {
     let error = unsafe { *libc::__errno_location() };
     // SAFETY: the descriptor made above, closed once.
     unsafe { libc::syscall(libc::SYS_close, fd) };
-    r != 0 && matches!(error, libc::ECONNREFUSED | libc::ENOENT)
+    r != 0 && error == libc::ECONNREFUSED
 }
 
 /// The address of the recorder's socket at `path`.
