@@ -269,8 +269,12 @@ fn kernel_threads_are_recorded_with_dash_a_in_their_kernel_frames() {
     let data = dir.path().join("all.data");
     let perf_data = dir.path().join("perf.data");
     let big = dir.path().join("big");
+    // The file removed and synced, and a moment to settle, inside perf's
+    // window: ichnos records on after perf stops sampling (while perf
+    // writes its file out), and a kernel thread still busy with the file
+    // then counted more in ichnos than in perf.
     let write = format!(
-        "dd if=/dev/zero of={} bs=1M count=300 2>/dev/null; sync; rm -f {}",
+        "dd if=/dev/zero of={} bs=1M count=300 2>/dev/null; sync; rm -f {}; sync; sleep 0.3",
         big.display(),
         big.display()
     );
