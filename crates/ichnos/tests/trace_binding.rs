@@ -19,16 +19,13 @@ fn program_with_library(
     library_extra: &[&str],
     program_extra: &[&str],
 ) -> (PathBuf, PathBuf) {
-    let mut library_args = vec!["-shared", "-fPIC"];
-    library_args.extend_from_slice(library_extra);
-    let built = build(dir, "plugin.c", &library_args);
-    let library = dir.join("libplugin.so");
-    std::fs::rename(&built, &library).unwrap();
-    let rpath = format!("-Wl,-rpath,{}", dir.display());
-    let mut program_args = vec!["-Wl,--no-as-needed", library.to_str().unwrap(), &rpath];
-    program_args.extend_from_slice(program_extra);
-    let program = build(dir, "linked_main.c", &program_args);
-    (program, library)
+    build_with_library(
+        dir,
+        "plugin.c",
+        library_extra,
+        "linked_main.c",
+        program_extra,
+    )
 }
 
 /// Asserts that `object` bound both hooks lazily (the dynamic linker's

@@ -92,20 +92,7 @@ fn a_threads_first_call_holds_none_of_its_set_up() {
 /// `ctor_main.c` linked with the library built from `library` (with
 /// `library_extra`).
 fn ctor_main_with(dir: &Path, library: &str, library_extra: &[&str]) -> PathBuf {
-    let mut args = vec!["-shared", "-fPIC"];
-    args.extend_from_slice(library_extra);
-    let built = build(dir, library, &args);
-    let linked = dir.join(format!(
-        "lib{}.so",
-        built.file_name().unwrap().to_str().unwrap()
-    ));
-    std::fs::rename(&built, &linked).unwrap();
-    let rpath = format!("-Wl,-rpath,{}", dir.display());
-    build(
-        dir,
-        "ctor_main.c",
-        &["-Wl,--no-as-needed", linked.to_str().unwrap(), &rpath],
-    )
+    build_with_library(dir, library, library_extra, "ctor_main.c", &[]).0
 }
 
 #[test]

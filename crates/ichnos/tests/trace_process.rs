@@ -148,17 +148,7 @@ fn calls_at_exit_of_a_library_finalised_after_the_runtime_are_traced() {
 /// `exit_lib_main.c` linked with `exit_lib.cc` built with
 /// `library_extra`.
 fn exit_lib_main(dir: &std::path::Path, library_extra: &[&str]) -> std::path::PathBuf {
-    let mut args = vec!["-shared", "-fPIC"];
-    args.extend_from_slice(library_extra);
-    let built = build(dir, "exit_lib.cc", &args);
-    let linked = dir.join("libexit_lib.so");
-    std::fs::rename(&built, &linked).unwrap();
-    let rpath = format!("-Wl,-rpath,{}", dir.display());
-    build(
-        dir,
-        "exit_lib_main.c",
-        &["-Wl,--no-as-needed", linked.to_str().unwrap(), &rpath],
-    )
+    build_with_library(dir, "exit_lib.cc", library_extra, "exit_lib_main.c", &[]).0
 }
 
 /// A `fork` in the destructor of a library finalised after the runtime

@@ -60,6 +60,31 @@ pub fn build(dir: &Path, name: &str, extra: &[&str]) -> PathBuf {
     build_by(compiler, dir, name, extra)
 }
 
+/// The fixture `program` linked with the instrumented shared library
+/// built from the fixture `library` (with `library_extra`, as
+/// `lib<its stem>.so` in `dir`, found by the program's run path), with
+/// `program_extra`: the program, and the library.
+pub fn build_with_library(
+    dir: &Path,
+    library: &str,
+    library_extra: &[&str],
+    program: &str,
+    program_extra: &[&str],
+) -> (PathBuf, PathBuf) {
+    let mut library_args = vec!["-shared", "-fPIC"];
+    library_args.extend_from_slice(library_extra);
+    let built = build(dir, library, &library_args);
+    let linked = dir.join(format!(
+        "lib{}.so",
+        built.file_name().unwrap().to_str().unwrap()
+    ));
+    std::fs::rename(&built, &linked).unwrap();
+    let rpath = format!("-Wl,-rpath,{}", dir.display());
+    let mut program_args = vec!["-Wl,--no-as-needed", linked.to_str().unwrap(), &rpath];
+    program_args.extend_from_slice(program_extra);
+    (build(dir, program, &program_args), linked)
+}
+
 /// A fixture built by `compiler` (gcc, g++, clang, clang++).
 pub fn build_by(compiler: &str, dir: &Path, name: &str, extra: &[&str]) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
