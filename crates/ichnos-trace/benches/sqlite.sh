@@ -11,10 +11,7 @@ set -eu
 ROUNDS=${1:-5}
 ROWS=${2:-20000}
 ICHNOS=${ICHNOS:-target/release/ichnos}
-command -v uftrace >/dev/null || { echo "uftrace is missing: apt-get install uftrace" >&2; exit 1; }
-here=$(cd "$(dirname "$0")" && pwd)
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/common.sh"
 mkdir "$work/fetch"
 cat >"$work/fetch/Cargo.toml" <<'TOML'
 [package]
@@ -47,7 +44,6 @@ for r in $(seq "$ROUNDS"); do
     s=$(date +%s.%N); uftrace report -d "$work/uftrace.data" >/dev/null 2>&1; e=$(date +%s.%N)
     echo "report-uftrace $(awk -v s="$s" -v e="$e" 'BEGIN {printf "%.4f", e - s}')" >>"$work/times"
 done
-median() { grep "^$1 " "$work/times" | awk '{print $2}' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 # Calls: half the events the recorder counted (an entry and an exit each).
 events=$(sed -n 's/.* \([0-9,]*\) events.*/\1/p' "$work/full.err" | tr -d ,)
 calls=$((events / 2))

@@ -10,10 +10,7 @@ ROUNDS=${1:-5}
 N=${2:-5000000}
 THREADS=${3:-2}
 ICHNOS=${ICHNOS:-target/release/ichnos}
-command -v uftrace >/dev/null || { echo "uftrace is missing: apt-get install uftrace" >&2; exit 1; }
-here=$(cd "$(dirname "$0")" && pwd)
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/common.sh"
 gcc -O2 -finstrument-functions -pthread -o "$work/threads" "$here/threads.c"
 for r in $(seq "$ROUNDS"); do
     echo "untraced $("$work/threads" "$N" "$THREADS")" >>"$work/times"
@@ -22,7 +19,6 @@ for r in $(seq "$ROUNDS"); do
     rm -rf "$work/uftrace.data"
     echo "uftrace $(uftrace record -d "$work/uftrace.data" "$work/threads" "$N" "$THREADS" 2>/dev/null)" >>"$work/times"
 done
-median() { grep "^$1 " "$work/times" | awk '{print $2}' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 base=$(median untraced)
 echo "threads: $THREADS, calls each: $N, rounds: $ROUNDS (medians of the program's own time)"
 printf "%-10s %10s %22s\n" tool seconds "ns added/call/thread"

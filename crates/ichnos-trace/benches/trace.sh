@@ -9,10 +9,7 @@ set -eu
 ROUNDS=${1:-5}
 N=${2:-10000000}
 ICHNOS=${ICHNOS:-target/release/ichnos}
-command -v uftrace >/dev/null || { echo "uftrace is missing: apt-get install uftrace" >&2; exit 1; }
-here=$(cd "$(dirname "$0")" && pwd)
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/common.sh"
 gcc -O2 -finstrument-functions -o "$work/calls" "$here/calls.c"
 for r in $(seq "$ROUNDS"); do
     echo "untraced $("$work/calls" "$N")" >>"$work/times"
@@ -25,7 +22,6 @@ for r in $(seq "$ROUNDS"); do
     t=$(uftrace record -d "$work/uftrace.data" "$work/calls" "$N" 2>"$work/uftrace.err")
     echo "uftrace $t" >>"$work/times"
 done
-median() { grep "^$1 " "$work/times" | awk '{print $2}' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 base=$(median untraced)
 floor=$(median floor)
 ns() { awk -v t="$1" -v b="$2" -v n="$N" 'BEGIN {printf "%.1f", (t - b) * 1e9 / n}'; }

@@ -12,10 +12,7 @@ set -eu
 ROUNDS=${1:-3}
 SIZE=${2:-8388608}
 ICHNOS=${ICHNOS:-target/release/ichnos}
-command -v uftrace >/dev/null || { echo "uftrace is missing: apt-get install uftrace" >&2; exit 1; }
-here=$(cd "$(dirname "$0")" && pwd)
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/common.sh"
 lib=$(cargo metadata -q --format-version 1 --manifest-path "$here/../../../Cargo.toml" |
     python3 -c 'import json, sys, os; m = json.load(sys.stdin); print(next(os.path.dirname(p["manifest_path"]) for p in m["packages"] if p["name"] == "zstd-sys"))')/zstd/lib
 gcc -O2 -g -finstrument-functions -pthread -DZSTD_MULTITHREAD -DZSTD_DISABLE_ASM \
@@ -35,7 +32,6 @@ s=$(now); "$ICHNOS" report --trace --limit 0 -i "$work/full.data" >"$work/ichnos
 echo "report-ichnos $(took "$s")" >>"$work/times"
 s=$(now); uftrace report -d "$work/uftrace.data" >"$work/uftrace.txt" 2>/dev/null
 echo "report-uftrace $(took "$s")" >>"$work/times"
-median() { grep "^$1 " "$work/times" | awk '{print $2}' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 events=$(sed -n 's/.* \([0-9,]*\) events.*/\1/p' "$work/full.err" | tr -d ,)
 calls=$((events / 2))
 base=$(median untraced)
