@@ -123,11 +123,7 @@ pub(super) fn greet(conns: &mut [Conn], out: &mut Out) -> Result<bool, TraceErro
                 if !old.pidfd.as_ref().is_some_and(sys::has_ended) {
                     old.end_by = EndBy::Exec;
                 }
-                if let Some(mut consumer) = old.consumer.take() {
-                    let read = read_frames(old, out, &mut consumer, true);
-                    old.consumer = Some(consumer);
-                    read?;
-                }
+                read_buffer(old, out, true)?;
                 end(old, out, false)?;
             }
         }
@@ -185,12 +181,8 @@ pub(super) fn service(conn: &mut Conn, out: &mut Out) -> Result<bool, TraceError
             }
         }
     }
-    if let Some(mut consumer) = conn.consumer.take() {
-        // Everything there, where losses came: they come at the end.
-        let read = read_frames(conn, out, &mut consumer, gone || !losses.is_empty());
-        conn.consumer = Some(consumer);
-        busy |= read?;
-    }
+    // Everything there, where losses came: they come at the end.
+    busy |= read_buffer(conn, out, gone || !losses.is_empty())?;
     for loss in &losses {
         frames::loss_on_socket(conn, out, loss)?;
     }
@@ -208,11 +200,7 @@ pub(super) fn service(conn: &mut Conn, out: &mut Out) -> Result<bool, TraceError
         // have handed over more since the drain above, read to the end
         // now.
         let_go_running = ichnos_profile::alive(conn.pid);
-        if let Some(mut consumer) = conn.consumer.take() {
-            let read = read_frames(conn, out, &mut consumer, true);
-            conn.consumer = Some(consumer);
-            read?;
-        }
+        read_buffer(conn, out, true)?;
     }
     if gone {
         end(conn, out, let_go_running)?;
@@ -258,6 +246,17 @@ fn end(conn: &mut Conn, out: &mut Out, let_go_running: bool) -> Result<(), Trace
     }
     conn.closed = true;
     Ok(())
+}
+
+/// Reads the connection's shared buffer, if it has one ([`read_frames`]):
+/// to the end where the process is `gone`.
+fn read_buffer(conn: &mut Conn, out: &mut Out, gone: bool) -> Result<bool, TraceError> {
+    let Some(mut consumer) = conn.consumer.take() else {
+        return Ok(false);
+    };
+    let read = read_frames(conn, out, &mut consumer, gone);
+    conn.consumer = Some(consumer);
+    read
 }
 
 /// Reads the frames in the process's shared buffer where they lie, a
