@@ -44,19 +44,6 @@ for r in $(seq "$ROUNDS"); do
     s=$(date +%s.%N); uftrace report -d "$work/uftrace.data" >/dev/null 2>&1; e=$(date +%s.%N)
     echo "report-uftrace $(awk -v s="$s" -v e="$e" 'BEGIN {printf "%.4f", e - s}')" >>"$work/times"
 done
-# Calls: half the events the recorder counted (an entry and an exit each).
-events=$(sed -n 's/.* \([0-9,]*\) events.*/\1/p' "$work/full.err" | tr -d ,)
-calls=$((events / 2))
-base=$(median untraced)
-ns() { awk -v t="$1" -v b="$base" -v n="$calls" 'BEGIN {printf "%.1f", (t - b) * 1e9 / n}'; }
-echo "rows: $ROWS, calls: $calls, rounds: $ROUNDS (medians of the program's own time)"
-printf "%-10s %10s %16s\n" tool seconds "ns added/call"
-printf "%-10s %10s %16s\n" untraced "$base" -
-for t in ichnos ring uftrace; do
-    printf "%-10s %10s %16s\n" "$t" "$(median "$t")" "$(ns "$(median "$t")")"
-done
-full=$(stat -c %s "$work/full.data")
-uft=$(du -sb "$work/uftrace.data" | cut -f1)
-echo "bytes per call on disk: ichnos $(awk -v b="$full" -v n="$calls" 'BEGIN {printf "%.2f", b/n}'), uftrace $(awk -v b="$uft" -v n="$calls" 'BEGIN {printf "%.2f", b/n}')"
+per_call "rows: $ROWS, rounds: $ROUNDS (medians of the program's own time)" ichnos ring uftrace
 echo "per-function table: ichnos report --trace $(median report-ichnos) s, uftrace report $(median report-uftrace) s"
 echo "ichnos: $(tail -1 "$work/full.err")"

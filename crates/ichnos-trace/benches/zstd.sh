@@ -32,19 +32,7 @@ s=$(now); "$ICHNOS" report --trace --limit 0 -i "$work/full.data" >"$work/ichnos
 echo "report-ichnos $(took "$s")" >>"$work/times"
 s=$(now); uftrace report -d "$work/uftrace.data" >"$work/uftrace.txt" 2>/dev/null
 echo "report-uftrace $(took "$s")" >>"$work/times"
-events=$(sed -n 's/.* \([0-9,]*\) events.*/\1/p' "$work/full.err" | tr -d ,)
-calls=$((events / 2))
-base=$(median untraced)
-ns() { awk -v t="$1" -v b="$base" -v n="$calls" 'BEGIN {printf "%.1f", (t - b) * 1e9 / n}'; }
-echo "size: $SIZE, calls: $calls, rounds: $ROUNDS (medians of the wall time)"
-printf "%-10s %10s %16s\n" tool seconds "ns added/call"
-printf "%-10s %10s %16s\n" untraced "$base" -
-for t in ichnos uftrace; do
-    printf "%-10s %10s %16s\n" "$t" "$(median "$t")" "$(ns "$(median "$t")")"
-done
-full=$(stat -c %s "$work/full.data")
-uft=$(du -sb "$work/uftrace.data" | cut -f1)
-echo "bytes per call on disk: ichnos $(awk -v b="$full" -v n="$calls" 'BEGIN {printf "%.2f", b/n}'), uftrace $(awk -v b="$uft" -v n="$calls" 'BEGIN {printf "%.2f", b/n}')"
+per_call "size: $SIZE, rounds: $ROUNDS (medians of the wall time)" ichnos uftrace
 echo "per-function table: ichnos report --trace $(median report-ichnos) s, uftrace report $(median report-uftrace) s"
 # Calls per function: ichnos's columns are total, self, calls, avg, max
 # (each time a number and a unit), uftrace's total, self, calls.
