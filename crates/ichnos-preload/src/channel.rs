@@ -37,7 +37,7 @@ const LOST_SLOTS: usize = 64;
 pub(crate) struct Channel {
     socket: OwnedFd,
     /// The recorder's listening socket, asked whether the recorder is
-    /// there where the program closed `socket` ([`recorder_gone`]).
+    /// there where the program closed `socket` ([`recorder_is_gone`]).
     listener: libc::sockaddr_un,
     producer: Producer,
     /// Records of frames that could not be written, by thread, to be
@@ -212,7 +212,7 @@ impl Channel {
                 }
                 Err(e) => {
                     if matches!(e, RecordError::ConsumerGone)
-                        || (matches!(e, RecordError::TimedOut { .. }) && recorder_gone(c))
+                        || (matches!(e, RecordError::TimedOut { .. }) && recorder_is_gone(c))
                     {
                         c.dead = true;
                         crate::recorder_gone();
@@ -573,7 +573,7 @@ fn ours(fd: i32) -> bool {
 /// socket is asked instead: a killed recorder's refuses connections.
 /// (Else the program would wait for room for every buffer, for ever,
 /// after a recorder killed by SIGKILL.)
-fn recorder_gone(c: &Channel) -> bool {
+fn recorder_is_gone(c: &Channel) -> bool {
     let fd = c.socket.as_raw_fd();
     if ours(fd) {
         return poll_one(fd, libc::POLLIN, 0) & (libc::POLLHUP | libc::POLLERR | libc::POLLIN) != 0;
