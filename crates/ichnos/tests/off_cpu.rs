@@ -331,6 +331,25 @@ fn without_tracefs_the_software_switch_event_records_the_same_waits() {
     assert_eq!(off_cpu_event(&n.data), "context-switches");
 }
 
+/// Waits (10 seconds at most) until process `pid` holds a perf event
+/// for each online CPU.
+fn perf_events_opened(pid: u32) {
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::time::Instant::now() < deadline {
+        let events = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |fds| {
+            fds.filter_map(Result::ok)
+                .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+                .filter(|link| link.to_string_lossy().contains("perf_event"))
+                .count()
+        });
+        if events >= cpus {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// The whole machine recorded while the napper runs (160 rounds).
 fn whole_machine() -> Napped {
     let dir = tempfile::tempdir().unwrap();
@@ -343,6 +362,10 @@ fn whole_machine() -> Napped {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    // Its events open on every CPU first (a recorder starting slowly, as
+    // on a machine fresh from its build, missed the quick thread's 20 ms
+    // whole), then time to enable them.
+    perf_events_opened(recorder.id());
     std::thread::sleep(Duration::from_millis(700));
     let napper = ok(
         // 1.6 s of 5 ms spins and 5 ms naps: about 800 samples on the
