@@ -7,7 +7,8 @@
 //! which may remake indexes a change did not need to), and, in the
 //! workspace, its Cargo.lock, which pins addr2line, gimli, object and the
 //! demanglers. Built outside the workspace there is no lock to read, and
-//! the dependencies' versions are not covered.
+//! the dependencies' versions are not covered. `index/format.rs`
+//! continues it, when ichnos runs, over the C++ demangler found then.
 
 use std::path::{Path, PathBuf};
 

@@ -354,8 +354,10 @@ fn an_index_from_another_build_of_ichnos_is_not_read() {
 /// The generator an index records is the fingerprint docs/symbol-index.md
 /// and build.rs describe, computed here apart: FNV-1a over the crate's
 /// version, the workspace's Cargo.lock, then each source file under
-/// `src/` (sorted by path: its path, a zero byte, its bytes). A fix to the
-/// symbolizer's sources therefore makes a new generator.
+/// `src/` (sorted by path: its path, a zero byte, its bytes), then a zero
+/// byte and the path of the libstdc++ this process has mapped (its
+/// demangler spells C++ names). A fix to the symbolizer's sources, or
+/// another libstdc++, therefore makes a new generator.
 #[test]
 fn the_generator_fingerprints_the_crate_sources() {
     fn rs_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -393,6 +395,15 @@ fn the_generator_fingerprints_the_crate_sources() {
         feed(&std::fs::read(file).unwrap());
     }
     let bytes = small_index();
+    // The generator names the demangler: making the index loaded it.
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let libstdcxx = maps
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|path| path.contains("/libstdc++.so"))
+        .expect("libstdc++ is mapped");
+    feed(&[0]);
+    feed(libstdcxx.as_bytes());
     let generator = u64::from_le_bytes(bytes[128..136].try_into().unwrap());
     assert_eq!(generator, hash);
 }
@@ -404,7 +415,7 @@ fn the_generator_fingerprints_the_crate_sources() {
 fn index_from_the_spec(ranges: &[(u64, u32)], frames: &[[u32; 8]], strings: &[&str]) -> Vec<u8> {
     let mut f = Vec::new();
     f.extend_from_slice(b"ICHNSYMI");
-    f.extend_from_slice(&5u32.to_le_bytes());
+    f.extend_from_slice(&6u32.to_le_bytes());
     f.extend_from_slice(&4u32.to_le_bytes());
     let mut id = [0u8; 64];
     id[..4].copy_from_slice(&[0xde, 0xad, 0xbe, 0xef]);

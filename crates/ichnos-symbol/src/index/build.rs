@@ -50,7 +50,7 @@ pub(crate) fn build(
             object_size,
             source_kind,
             source_path: NONE,
-            generator: format::GENERATOR,
+            generator: format::generator(),
             ..Identity::default()
         },
         ..Contents::default()

@@ -9,16 +9,31 @@ pub(crate) const MAGIC: [u8; 8] = *b"ICHNSYMI";
 /// The version this crate writes and reads: of the layout, and of the
 /// rules answers are made by, so that indexes made before a change in
 /// what some address answers are not used (docs/symbol-index.md).
-pub(crate) const VERSION: u32 = 5;
+pub(crate) const VERSION: u32 = 6;
 /// Bytes before the first table.
 pub(crate) const HEADER_SIZE: usize = 136;
-/// The fingerprint of the code that makes answers (build.rs).
-pub(crate) const GENERATOR: u64 = {
+/// The fingerprint of the code that makes answers, as built (build.rs).
+const GENERATOR: u64 = {
     match u64::from_str_radix(env!("ICHNOS_SYMBOL_INDEX_GENERATOR"), 10) {
         Ok(n) => n,
         Err(_) => 0,
     }
 };
+/// The fingerprint of the code that makes answers: [`GENERATOR`], its
+/// FNV-1a continued over a zero byte and the C++ demangler this process
+/// found when it runs (docs/symbol-index.md).
+pub(crate) fn generator() -> u64 {
+    static GENERATOR_HERE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *GENERATOR_HERE.get_or_init(|| {
+        let demangler = crate::demangle::cpp_demangler();
+        std::iter::once(0u8)
+            .chain(demangler.bytes())
+            .fold(GENERATOR, |hash, b| {
+                (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+            })
+    })
+}
+
 /// Bytes of one frame record.
 pub(crate) const FRAME_SIZE: usize = 32;
 /// Longest build id the header holds.
@@ -98,7 +113,7 @@ pub(crate) struct Identity {
     /// debug file the answers came from, so a changed one is noticed.
     pub debug_size: u64,
     pub debug_mtime_ns: i64,
-    /// The fingerprint of the code that made the answers ([`GENERATOR`]).
+    /// The fingerprint of the code that made the answers ([`generator`]).
     pub generator: u64,
 }
 

@@ -163,7 +163,7 @@ impl SymbolIndex {
     /// answers; one made by another may answer some addresses differently.
     #[must_use]
     pub fn made_by_this_build(&self) -> bool {
-        self.header.identity.generator == format::GENERATOR
+        self.header.identity.generator == format::generator()
     }
 
     /// Whether the separate debug file the index was made from (if any)
