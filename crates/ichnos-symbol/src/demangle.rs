@@ -8,8 +8,8 @@
 //! template packs, literals, `std::` abbreviations) and misplaces some
 //! pointers and references. `cpp_demangle`'s name, with its templated
 //! constructors mended, is shown where libiberty is not asked: no
-//! libstdc++, a name libiberty could expand past any bound (see
-//! [`libiberty_bounded`]), or too little stack left to run it.
+//! libstdc++, or a name libiberty could expand past any bound (see
+//! [`libiberty_bounded`]).
 
 mod libiberty;
 

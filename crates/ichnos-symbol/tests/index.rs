@@ -355,8 +355,8 @@ fn an_index_from_another_build_of_ichnos_is_not_read() {
 /// and build.rs describe, computed here apart: FNV-1a over the crate's
 /// version, the workspace's Cargo.lock, then each source file under
 /// `src/` (sorted by path: its path, a zero byte, its bytes), then a zero
-/// byte and the path of the libstdc++ this process has mapped (its
-/// demangler spells C++ names). A fix to the symbolizer's sources, or
+/// byte, the path of the libstdc++ this process has mapped (its
+/// demangler spells C++ names), a space and that file's build id. A fix to the symbolizer's sources, or
 /// another libstdc++, therefore makes a new generator.
 #[test]
 fn the_generator_fingerprints_the_crate_sources() {
@@ -402,8 +402,18 @@ fn the_generator_fingerprints_the_crate_sources() {
         .filter_map(|l| l.split_whitespace().nth(5))
         .find(|path| path.contains("/libstdc++.so"))
         .expect("libstdc++ is mapped");
+    // Its build id as binutils reads it.
+    let notes = std::process::Command::new("readelf")
+        .args(["-n", libstdcxx])
+        .output()
+        .expect("readelf runs");
+    let notes = String::from_utf8(notes.stdout).unwrap();
+    let build_id = notes
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: "))
+        .expect("libstdc++ has a build id");
     feed(&[0]);
-    feed(libstdcxx.as_bytes());
+    feed(format!("{libstdcxx} {build_id}").as_bytes());
     let generator = u64::from_le_bytes(bytes[128..136].try_into().unwrap());
     assert_eq!(generator, hash);
 }

@@ -17,16 +17,23 @@
 //!
 //! Bounds. libiberty refuses a name longer than [`MAX_NAME`] itself (its
 //! parse arrays live on the stack, and it keeps their length within its
-//! recursion limit). It prints argument lists by recursion, one level an
-//! element, up to 1,024 levels: a 1 KiB name took 212 KiB of stack, one
-//! with a pack of 1,000 elements 343 KiB, so it runs only on a thread
-//! with [`MIN_STACK`] left (the C ABI may be called from a thread of a
-//! few hundred KiB). What it does not bound is the length of what it
-//! prints: [`demangle`](super::demangle) asks it only for names whose
-//! expansion is known to be small (`libiberty_bounded`).
+//! recursion limit). Its stack is not otherwise bounded: it prints
+//! argument lists by recursion, one level an element, and sizes arrays
+//! on the stack, 16 bytes times the product of a name's templates and
+//! its references to their parameters, each counted at most twice (a
+//! valid 1,016-byte name took 1.2 MiB; each template and reference takes
+//! 3 bytes of the name, so a 1 KiB name stays under 3 MiB). So it runs
+//! on a stack of its own,
+//! [`DEMANGLE_STACK`] mapped once a thread, switched to for the call
+//! (`psm`), whatever stack the caller is on: the C ABI may be called on a
+//! thread of a few hundred KiB, or a coroutine's stack. What it does not
+//! bound is the length of what it prints: [`demangle`](super::demangle)
+//! asks it only for names whose expansion is known to be small
+//! (`libiberty_bounded`).
 
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::fmt::Write;
 use std::mem::MaybeUninit;
 use std::sync::OnceLock;
 
@@ -40,12 +47,12 @@ type CxaDemangle =
 /// Checked here too, so a longer name costs no copy.
 pub(super) const MAX_NAME: usize = 1024;
 
-/// The stack a call must have left: well above the most a name of
-/// [`MAX_NAME`] bytes was measured to take (343 KiB).
-const MIN_STACK: usize = 1 << 20;
+/// The stack libiberty runs on: far above the most a name of
+/// [`MAX_NAME`] bytes can take. Only what is touched takes memory.
+const DEMANGLE_STACK: usize = 8 << 20;
 
-/// libstdc++'s demangler, loaded once: the function, and the file it
-/// came from. `None` where there is no libstdc++ to load.
+/// libstdc++'s demangler, loaded once: the function, and its
+/// [`identity`]. `None` where there is no libstdc++ to load.
 fn loaded() -> Option<&'static (CxaDemangle, String)> {
     static FOUND: OnceLock<Option<(CxaDemangle, String)>> = OnceLock::new();
     FOUND
@@ -74,14 +81,15 @@ fn loaded() -> Option<&'static (CxaDemangle, String)> {
             // SAFETY: libstdc++'s `__cxa_demangle` has exactly the C++
             // ABI's signature, which `CxaDemangle` spells.
             let function = unsafe { std::mem::transmute::<*mut c_void, CxaDemangle>(symbol) };
-            Some((function, file_of(symbol)))
+            Some((function, identity_of(symbol)))
         })
         .as_ref()
 }
 
-/// The file (its path resolved) whose mapping holds `symbol`; empty if
-/// the dynamic linker cannot say.
-fn file_of(symbol: *const c_void) -> String {
+/// The file whose mapping holds `symbol`: its path resolved, a space
+/// and its build id in hex (a library updated in place keeps its path);
+/// empty if the dynamic linker cannot say.
+fn identity_of(symbol: *const c_void) -> String {
     let mut info = MaybeUninit::<libc::Dl_info>::zeroed();
     // SAFETY: `dladdr` only reads the dynamic linker's tables and fills
     // `info`, which is valid for writes, and returns 0 if it cannot.
@@ -97,47 +105,117 @@ fn file_of(symbol: *const c_void) -> String {
     // which stays loaded (the handle is never closed).
     let name = unsafe { CStr::from_ptr(info.dli_fname) };
     let name = std::path::Path::new(name.to_str().unwrap_or_default());
-    std::fs::canonicalize(name)
-        .unwrap_or_else(|_| name.to_path_buf())
-        .to_string_lossy()
-        .into_owned()
+    let file = std::fs::canonicalize(name).unwrap_or_else(|_| name.to_path_buf());
+    let build_id = crate::object_file::build_id_of(&file).unwrap_or_default();
+    let mut identity = format!("{} ", file.display());
+    for b in build_id {
+        let _ = write!(identity, "{b:02x}");
+    }
+    identity
 }
 
 /// Which C++ demangler names are made with: the file libiberty's
-/// demangler is loaded from, or empty where there is none and
-/// `cpp_demangle` alone is used. Symbol indexes hold demangled names, so
+/// demangler is loaded from and its build id (`/usr/lib/.../libstdc++.so.6.0.30
+/// 1a2b...`), or empty where there is none and `cpp_demangle` alone is
+/// used. Symbol indexes hold demangled names, so
 /// this is part of what they are made by.
 pub(crate) fn identity() -> &'static str {
     loaded().map_or("", |(_, file)| file.as_str())
 }
 
 /// `name` demangled by libiberty, or `None`: no libstdc++ here, a name
-/// longer than [`MAX_NAME`] or holding a NUL, too little stack left, a
-/// name libiberty does not take for a mangled one, or an allocation it
-/// could not make.
+/// longer than [`MAX_NAME`] or holding a NUL, no stack to run it on (it
+/// cannot be mapped, or is in use: a signal handler demangling while its
+/// thread was), a name libiberty does not take for a mangled one, or an
+/// allocation it could not make.
 pub(super) fn demangle(name: &str) -> Option<String> {
-    if name.len() > MAX_NAME || stack_left().is_none_or(|left| left < MIN_STACK) {
+    if name.len() > MAX_NAME {
         return None;
     }
     call(&CString::new(name).ok()?)
 }
 
-/// `__cxa_demangle` asked for `name`, no bounds checked.
+thread_local! {
+    /// This thread's stack for libiberty: its lowest address, once mapped
+    /// (kept for the thread's life).
+    static STACK: Cell<Option<usize>> = const { Cell::new(None) };
+    /// Whether a call is on that stack now.
+    static ON_STACK: Cell<bool> = const { Cell::new(false) };
+}
+
+/// `f` run on this thread's stack for libiberty, or `None` if it has
+/// none or is running on it already.
+fn on_demangle_stack<R>(f: impl FnOnce() -> R) -> Option<R> {
+    if ON_STACK.with(Cell::get) {
+        return None;
+    }
+    let base = STACK.with(Cell::get).or_else(|| {
+        let base = map_stack()?;
+        STACK.with(|s| s.set(Some(base)));
+        Some(base)
+    })?;
+    ON_STACK.with(|on| on.set(true));
+    // SAFETY: `base` is the lowest address of a mapping of
+    // `DEMANGLE_STACK` bytes above a guard page, page-aligned (more than
+    // the 16 bytes x86-64's stacks need), readable and writable, kept
+    // for the thread's life and used by no one else (`ON_STACK`). `f`
+    // does not unwind: it calls C code and builds plain values.
+    let result = unsafe { psm::on_stack(base as *mut u8, DEMANGLE_STACK, f) };
+    ON_STACK.with(|on| on.set(false));
+    Some(result)
+}
+
+/// Maps a stack for libiberty, [`DEMANGLE_STACK`] bytes above a guard
+/// page, and returns its lowest address. Never unmapped: a thread keeps
+/// its own (an exited thread's costs 8 MiB of address space and the
+/// pages it touched).
+fn map_stack() -> Option<usize> {
+    let guard = 4096;
+    let len = DEMANGLE_STACK + guard;
+    // SAFETY: a private anonymous mapping where the kernel chooses
+    // touches no existing memory.
+    let mapped = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_STACK,
+            -1,
+            0,
+        )
+    };
+    if mapped == libc::MAP_FAILED {
+        return None;
+    }
+    // SAFETY: the mapping's first page, just made: an overflow of the
+    // stack above it faults there rather than writing below.
+    if unsafe { libc::mprotect(mapped, guard, libc::PROT_NONE) } != 0 {
+        // SAFETY: the mapping made above, unused.
+        unsafe { libc::munmap(mapped, len) };
+        return None;
+    }
+    Some(mapped as usize + guard)
+}
+
+/// `__cxa_demangle` asked for `name` on this thread's stack for
+/// libiberty, the name's length unchecked.
 fn call(name: &CStr) -> Option<String> {
     let (function, _) = loaded()?;
     let mut status: c_int = -4;
-    // SAFETY: `name` is NUL-terminated and outlives the call; a null
-    // buffer and length ask `__cxa_demangle` to allocate the answer with
-    // `malloc`; `status` is a valid `int` to write. It keeps no pointer
-    // after it returns, and is safe to call from any thread.
-    let demangled = unsafe {
-        function(
-            name.as_ptr(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            &raw mut status,
-        )
-    };
+    let demangled = on_demangle_stack(|| {
+        // SAFETY: `name` is NUL-terminated and outlives the call; a null
+        // buffer and length ask `__cxa_demangle` to allocate the answer
+        // with `malloc`; `status` is a valid `int` to write. It keeps no
+        // pointer after it returns, and is safe to call from any thread.
+        unsafe {
+            function(
+                name.as_ptr(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                &raw mut status,
+            )
+        }
+    })?;
     if demangled.is_null() {
         return None;
     }
@@ -155,47 +233,9 @@ fn call(name: &CStr) -> Option<String> {
     text
 }
 
-thread_local! {
-    /// The lowest address of this thread's stack, once asked.
-    static STACK_BOTTOM: Cell<Option<usize>> = const { Cell::new(None) };
-}
-
-/// The bytes of stack left below this call (stacks grow down on every
-/// platform ichnos runs on); `None` if the thread's stack is unknown.
-fn stack_left() -> Option<usize> {
-    let bottom = STACK_BOTTOM.with(|cached| {
-        cached.get().or_else(|| {
-            let bottom = stack_bottom()?;
-            cached.set(Some(bottom));
-            Some(bottom)
-        })
-    })?;
-    let here = 0u8;
-    (std::ptr::from_ref(&here) as usize).checked_sub(bottom)
-}
-
-/// The lowest address of the calling thread's stack, from its attributes
-/// (for the main thread glibc reads them from `/proc/self/maps` and the
-/// stack's limit: asked once a thread).
-fn stack_bottom() -> Option<usize> {
-    let mut attr = MaybeUninit::<libc::pthread_attr_t>::uninit();
-    // SAFETY: fills `attr`, valid for writes, with the calling thread's
-    // attributes, initialising it only when it returns 0.
-    if unsafe { libc::pthread_getattr_np(libc::pthread_self(), attr.as_mut_ptr()) } != 0 {
-        return None;
-    }
-    let (mut addr, mut size) = (std::ptr::null_mut::<c_void>(), 0usize);
-    // SAFETY: `attr` was initialised above; the out-pointers are valid
-    // for writes.
-    let got = unsafe { libc::pthread_attr_getstack(attr.as_ptr(), &raw mut addr, &raw mut size) };
-    // SAFETY: `attr` was initialised above and is destroyed once.
-    unsafe { libc::pthread_attr_destroy(attr.as_mut_ptr()) };
-    (got == 0 && !addr.is_null()).then_some(addr as usize)
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{call, demangle, identity, stack_left, MAX_NAME, MIN_STACK};
+    use super::{call, demangle, identity, MAX_NAME};
 
     /// libstdc++ is on every machine the tests run on (g++ builds their
     /// fixtures): its demangler is found and answers as c++filt does.
@@ -248,25 +288,49 @@ mod tests {
         assert_eq!(demangle(&longer), None);
     }
 
-    /// A thread with less stack than libiberty may need does not call it;
-    /// one with more does.
+    /// `f<int>(void (*)(int&, ..., A<int>, ...))` with `refs` references
+    /// to the template's parameter and `templates` uses of `A<int>`:
+    /// libiberty sizes arrays on its stack by the product of the two.
+    fn stack_hungry(refs: usize, templates: usize) -> String {
+        let seq = 2 * refs + 2 * templates;
+        let digits = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ";
+        let (mut n, mut id) = (seq, Vec::new());
+        loop {
+            id.insert(0, digits[n % 36]);
+            n /= 36;
+            if n == 0 {
+                break;
+            }
+        }
+        format!(
+            "_Z1fIiEvPFv{}{}ES{}_",
+            "RT_".repeat(refs),
+            "1AIiE".repeat(templates),
+            std::str::from_utf8(&id).unwrap()
+        )
+    }
+
+    /// A name libiberty needs 1.2 MiB of stack for, asked from a thread
+    /// of 256 KiB (whose own stack libiberty would overflow), is
+    /// demangled, on the stack for libiberty, as c++filt prints it.
     #[test]
-    fn only_with_stack_to_spare() {
-        let small = std::thread::Builder::new()
-            .stack_size(MIN_STACK / 2)
-            .spawn(|| (stack_left(), demangle("_Z3fooi")))
+    fn a_small_stack_is_not_libibertys() {
+        let name = stack_hungry(170, 98);
+        assert_eq!(name.len(), 1016, "{name}");
+        let cxxfilt = std::process::Command::new("c++filt")
+            .args(["-i", &name])
+            .output()
+            .expect("c++filt runs");
+        let theirs = String::from_utf8(cxxfilt.stdout).unwrap();
+        let theirs = theirs.trim();
+        assert!(theirs.starts_with("void f<int>(void (*)(int&"), "{theirs}");
+        let asked = name.clone();
+        let ours = std::thread::Builder::new()
+            .stack_size(256 << 10)
+            .spawn(move || demangle(&asked))
             .unwrap()
             .join()
             .unwrap();
-        assert!(small.0.is_some_and(|left| left < MIN_STACK), "{small:?}");
-        assert_eq!(small.1, None);
-        let large = std::thread::Builder::new()
-            .stack_size(4 * MIN_STACK)
-            .spawn(|| (stack_left(), demangle("_Z3fooi")))
-            .unwrap()
-            .join()
-            .unwrap();
-        assert!(large.0.is_some_and(|left| left >= MIN_STACK), "{large:?}");
-        assert_eq!(large.1.as_deref(), Some("foo(int)"));
+        assert_eq!(ours.as_deref(), Some(theirs));
     }
 }
