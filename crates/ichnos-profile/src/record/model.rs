@@ -30,6 +30,7 @@ mod java;
 mod jit;
 mod names;
 mod replaced;
+mod threads;
 
 use jit::{HeldName, JitName, JitState};
 
@@ -150,6 +151,14 @@ pub(crate) struct Spaces {
     pub by_pid: HashMap<u32, AddressSpace>,
     /// Thread names, by thread: (process, name).
     pub threads: HashMap<u32, (u32, Vec<u8>)>,
+    /// Threads whose exit record came, by thread: (process, when). A
+    /// CPU-wide event still samples a thread in the kernel's `do_exit`
+    /// after its exit record (on Linux 6.18 its exit record is written
+    /// before its memory is let go); such a sample is not one of a thread
+    /// to name anew.
+    exited: HashMap<u32, (u32, u64)>,
+    /// How many kept exits make the next forgetting of old ones.
+    forget_at: usize,
     /// The processes are not running here (a perf.data file read back):
     /// their names, mappings and code come from the records and the files
     /// alone, never from `/proc` or their memory, where another process
@@ -210,6 +219,8 @@ impl Spaces {
             next_asid: 1,
             by_pid: HashMap::new(),
             threads: HashMap::new(),
+            exited: HashMap::new(),
+            forget_at: threads::MANY_EXITED,
             offline: false,
             unnamed_jit: Vec::new(),
             unnamed_jit_processes: 0,
@@ -404,66 +415,6 @@ impl Spaces {
         self.by_pid.insert(pid, space);
         let thread_name = self.threads.get(&parent).map_or(name, |(_, n)| n.clone());
         self.name_thread(pid, tid, &thread_name, time, out);
-    }
-
-    /// Thread `tid` of `pid` is now called `name`.
-    pub fn name_thread(&mut self, pid: u32, tid: u32, name: &[u8], time: u64, out: &mut Output) {
-        if self
-            .threads
-            .get(&tid)
-            .is_some_and(|(p, n)| *p == pid && n == name)
-        {
-            return;
-        }
-        self.threads.insert(tid, (pid, name.to_vec()));
-        if tid == pid {
-            if let Some(space) = self.by_pid.get_mut(&pid) {
-                space.name = name.to_vec();
-            }
-        }
-        out.meta(&Record::Thread {
-            pid: u64::from(pid),
-            tid: u64::from(tid),
-            time: out.rel(time),
-            name,
-        });
-    }
-
-    /// Makes sure thread `tid` of `pid` has a name in the recording.
-    pub fn know_thread(&mut self, pid: u32, tid: u32, time: u64, out: &mut Output) {
-        if self.threads.get(&tid).is_some_and(|(p, _)| *p == pid) {
-            return;
-        }
-        let name = self
-            .comm(pid, tid)
-            .or_else(|| self.threads.get(&pid).map(|(_, n)| n.clone()))
-            .unwrap_or_default();
-        self.name_thread(pid, tid, &name, time, out);
-    }
-
-    /// A thread ended (the process, if `tid == pid`).
-    pub fn exit(&mut self, pid: u32, tid: u32, time: u64, out: &mut Output) {
-        out.meta(&Record::Exit {
-            pid: u64::from(pid),
-            tid: u64::from(tid),
-            time: out.rel(time),
-            flags: 0,
-        });
-        self.threads.remove(&tid);
-        // The process ends with its last thread: a leader that exits while
-        // others run leaves them its address space (exit_group's threads
-        // often end after their leader).
-        let others = self.threads.values().any(|(p, _)| *p == pid);
-        let Some(space) = self.by_pid.get_mut(&pid) else {
-            return;
-        };
-        if tid == pid && others {
-            space.leader_exited = true;
-        } else if !others && (tid == pid || space.leader_exited) {
-            if let Some(mut space) = self.by_pid.remove(&pid) {
-                self.ended(&mut space, time, out);
-            }
-        }
     }
 
     /// An executable mapping of `pid`; whether it was new.

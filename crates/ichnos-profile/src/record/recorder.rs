@@ -540,8 +540,11 @@ impl Recorder {
         };
         self.off_cpu.user_thread(tid);
         let stack = s.stack_user.unwrap_or_default();
-        self.spaces.get_or_synthesize(pid, time, &mut self.output);
-        self.spaces.know_thread(pid, tid, time, &mut self.output);
+        if !self.spaces.sampled(pid, tid, time, &mut self.output) {
+            // Past its exit, in a process that ended: no program's time.
+            self.off_cpu.kernel_threads += 1;
+            return;
+        }
         let in_kernel = s.misc & MISC_CPUMODE_MASK != MISC_USER;
         if in_kernel
             && !leaving

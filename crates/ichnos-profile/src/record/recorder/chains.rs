@@ -34,8 +34,11 @@ impl Recorder {
         if self.stack.is_empty() {
             return false;
         }
-        self.spaces.get_or_synthesize(pid, time, &mut self.output);
-        self.spaces.know_thread(pid, tid, time, &mut self.output);
+        if !self.spaces.sampled(pid, tid, time, &mut self.output) {
+            // Past its exit, in a process that ended: no program's time.
+            self.off_cpu.kernel_threads += 1;
+            return true;
+        }
         let stop = if self.stack.len() >= most {
             StackStop::DepthLimit
         } else {
@@ -64,8 +67,11 @@ impl Recorder {
         time: u64,
         cpu: u32,
     ) {
-        self.spaces.get_or_synthesize(pid, time, &mut self.output);
-        self.spaces.know_thread(pid, tid, time, &mut self.output);
+        if !self.spaces.sampled(pid, tid, time, &mut self.output) {
+            // Past its exit, in a process that ended: no program's time.
+            self.off_cpu.kernel_threads += 1;
+            return;
+        }
         let space = self.spaces.by_pid.get_mut(&pid).expect("made above");
         self.stack.clear();
         let (mut context, mut kernel, mut user, mut kernel_left_out) = (0, 0, false, false);
