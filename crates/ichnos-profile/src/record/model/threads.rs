@@ -50,13 +50,19 @@ impl Spaces {
 
     /// Makes sure a sample of thread `tid` of `pid` taken at `time` has
     /// an address space to go to, and its thread a name; `false` where
-    /// it has none: a thread sampled after its exit record, whose process
-    /// has ended. A thread sampled after its exit record in a process
-    /// that runs on keeps the name it had: named afresh, it would be
-    /// named from `/proc` (gone by then) or after its process, and a
-    /// leader that exited would take its process's name along (the last
-    /// name of a thread is the one a report shows).
+    /// it has none: a thread sampled after its exit record whose process
+    /// has ended, or one the kernel no longer numbers. A thread sampled
+    /// after its exit record in a process that runs on keeps the name it
+    /// had: named afresh, it would be named from `/proc` (gone by then)
+    /// or after its process, and a leader that exited would take its
+    /// process's name along (the last name of a thread is the one a
+    /// report shows).
     pub fn sampled(&mut self, pid: u32, tid: u32, time: u64, out: &mut Output) -> bool {
+        // -1: the kernel's number for a task it has let go of, later
+        // still in its exit.
+        if pid == u32::MAX || tid == u32::MAX {
+            return false;
+        }
         if self.exited.get(&tid).is_some_and(|&(p, _)| p == pid) {
             return self.by_pid.contains_key(&pid);
         }
@@ -136,6 +142,8 @@ mod tests {
         assert!(!spaces.by_pid.contains_key(&pid), "ended");
         assert!(!spaces.sampled(pid, pid, 6, &mut out), "ended");
         assert!(!spaces.by_pid.contains_key(&pid), "not made again");
+        assert!(!spaces.sampled(u32::MAX, u32::MAX, 6, &mut out));
+        assert!(!spaces.by_pid.contains_key(&u32::MAX));
         // A new thread of the same number, of a process that runs, is
         // named as any.
         spaces.begin(pid + 5, b"other", 7, &mut out);
