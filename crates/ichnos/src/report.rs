@@ -255,6 +255,14 @@ pub fn load(path: &Path, quiet: bool) -> Result<Loaded> {
                 crate::units::counted(summary.unknown_id, "sample", "samples")
             );
         }
+        if !quiet && summary.no_program > 0 {
+            eprintln!(
+                "note: {}: {} with no program's time to show (kernel threads, threads past \
+                 their exit whose process had ended) left out",
+                path.display(),
+                crate::units::counted(summary.no_program, "sample", "samples")
+            );
+        }
         if let (n @ 1.., why) = &summary.kernel_frames_left_out {
             if !quiet {
                 eprintln!(

@@ -342,7 +342,16 @@ impl Spaces {
             let name = self.comm(pid, pid).unwrap_or_default();
             self.begin(pid, &name, time, out);
             self.resync(pid, time, out);
-            self.name_thread(pid, pid, &name, time, out);
+            if self.exited_lately(pid, pid, time) {
+                // Its first thread exited already (a thread not known
+                // till now sampled after): the process ends with the
+                // others, and that thread is not brought back.
+                if let Some(space) = self.by_pid.get_mut(&pid) {
+                    space.leader_exited = true;
+                }
+            } else {
+                self.name_thread(pid, pid, &name, time, out);
+            }
         }
         self.by_pid.get_mut(&pid).expect("just made")
     }

@@ -14,8 +14,8 @@ use ichnos_data::{LostCause, Record, StackOut, StackStop};
 use ichnos_perf::attr::regs;
 use ichnos_perf::monotonic_ns;
 use ichnos_perf::record::{
-    Record as PerfRecord, Sample, CONTEXT_KERNEL, CONTEXT_USER, MISC_CPUMODE_MASK, MISC_USER,
-    REGS_ABI_NONE,
+    Record as PerfRecord, Sample, Switch, CONTEXT_KERNEL, CONTEXT_USER, MISC_CPUMODE_MASK,
+    MISC_USER, REGS_ABI_NONE,
 };
 
 use super::events;
@@ -143,6 +143,12 @@ pub(super) struct Recorder {
     /// Samples whose kernel frames were left out: offline, of a kernel
     /// not running here (no names for them).
     pub(super) kernel_frames_left_out: u64,
+}
+
+/// Whether `pid` or `tid` is -1: the kernel's number for a task it has
+/// let go of, later still in its exit (`perf_event_pid_type`).
+fn let_go(pid: u32, tid: u32) -> bool {
+    pid == u32::MAX || tid == u32::MAX
 }
 
 impl Recorder {
@@ -443,18 +449,7 @@ impl Recorder {
                 }
                 self.off_cpu.ended(e.tid);
             }
-            PerfRecord::Switch(sw) => {
-                if let (Some(tid), Some(time)) = (sw.sample_id.tid, sw.sample_id.time) {
-                    if sw.out {
-                        if self.off_cpu.sample_lost(tid, time) {
-                            self.left_unsampled(sw.sample_id.pid, tid, sw.sample_id.cpu, time);
-                        }
-                        self.off_cpu.left_preempted(tid, time, sw.preempted);
-                    } else {
-                        self.off_cpu.back(tid, time, true, &mut self.output);
-                    }
-                }
-            }
+            PerfRecord::Switch(sw) => self.switch(sw),
             PerfRecord::Lost(l) => {
                 self.lost += l.lost;
                 let time = l.sample_id.time.unwrap_or_else(|| self.now());
@@ -481,8 +476,47 @@ impl Recorder {
         }
     }
 
+    /// A thread switched off its CPU or back on.
+    fn switch(&mut self, sw: &Switch) {
+        let (Some(tid), Some(time)) = (sw.sample_id.tid, sw.sample_id.time) else {
+            return;
+        };
+        if let_go(sw.sample_id.pid.unwrap_or(0), tid) {
+            return;
+        }
+        if sw.out {
+            if self.off_cpu.sample_lost(tid, time) {
+                self.left_unsampled(sw.sample_id.pid, tid, sw.sample_id.cpu, time);
+            }
+            self.off_cpu.left_preempted(tid, time, sw.preempted);
+        } else {
+            self.off_cpu.back(tid, time, true, &mut self.output);
+        }
+    }
+
+    /// A sample's process, thread and time; `None` if it lacks one, or
+    /// is of a task the kernel let go of (counted: no program's time, and
+    /// no thread to keep any state for).
+    fn sample_ids(&mut self, s: &Sample<'_>) -> Option<(u32, u32, u64)> {
+        let (pid, tid, time) = (s.id.pid?, s.id.tid?, s.id.time?);
+        if let_go(pid, tid) {
+            self.off_cpu.kernel_threads += 1;
+            return None;
+        }
+        Some((pid, tid, time))
+    }
+
+    /// Whether a sample of thread `tid` of `pid` has an address space to
+    /// go to (`Spaces::sampled`); one that has none is counted with the
+    /// samples of no program's time.
+    pub(super) fn has_space_for(&mut self, pid: u32, tid: u32, time: u64) -> bool {
+        let sampled = self.spaces.sampled(pid, tid, time, &mut self.output);
+        self.off_cpu.kernel_threads += u64::from(!sampled);
+        sampled
+    }
+
     pub(super) fn sample(&mut self, s: &Sample<'_>, stack_cut: bool) {
-        let (Some(pid), Some(tid), Some(time)) = (s.id.pid, s.id.tid, s.id.time) else {
+        let Some((pid, tid, time)) = self.sample_ids(s) else {
             return;
         };
         let leaving = self.off_cpu.is_switch_sample(s.id.id);
@@ -540,9 +574,7 @@ impl Recorder {
         };
         self.off_cpu.user_thread(tid);
         let stack = s.stack_user.unwrap_or_default();
-        if !self.spaces.sampled(pid, tid, time, &mut self.output) {
-            // Past its exit, in a process that ended: no program's time.
-            self.off_cpu.kernel_threads += 1;
+        if !self.has_space_for(pid, tid, time) {
             return;
         }
         let in_kernel = s.misc & MISC_CPUMODE_MASK != MISC_USER;

@@ -464,3 +464,60 @@ fn kernel_frames_come_first_and_the_user_address_after_them_is_stored_plus_one()
     // The same walk after them.
     assert_eq!(stacks[0][3..], stacks[1][1..], "{stacks:x?}");
 }
+
+/// A CPU-wide event samples a thread in its exit after its exit record.
+/// Such a sample goes to its process while that runs on, without naming
+/// the thread anew (a phantom thread would keep the process from ending,
+/// and a new name would be the one a report shows); once the process has
+/// ended it is counted as no program's time, and the process is not
+/// made again. A sample numbered -1 (a task the kernel let go of) is
+/// counted likewise.
+#[test]
+fn samples_past_an_exit_record_name_nothing_and_make_no_process() {
+    // On a thread of its own: its number is not the process's.
+    std::thread::spawn(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let start = ichnos_perf::monotonic_ns();
+        let (mut recorder, writer) = recorder(format(), dir.path(), start);
+        let pid = std::process::id();
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() }.cast_unsigned();
+        sample_and_handle(&mut recorder, 256, start + 1_000);
+        assert!(recorder.spaces.threads.contains_key(&tid));
+        let exit = |tid, time| {
+            Record::Exit(ichnos_perf::record::TaskEvent {
+                pid,
+                ppid: pid,
+                tid,
+                ptid: pid,
+                time,
+                sample_id: SampleId::default(),
+            })
+        };
+        recorder.handle(&exit(tid, start + 2_000), false);
+        let samples = recorder.samples;
+        sample_and_handle(&mut recorder, 256, start + 3_000);
+        assert_eq!(recorder.samples, samples + 1, "kept, in its process");
+        assert!(!recorder.spaces.threads.contains_key(&tid), "named anew");
+        // The first thread exits: the process has no other, and ends.
+        recorder.handle(&exit(pid, start + 4_000), false);
+        assert!(!recorder.spaces.by_pid.contains_key(&pid));
+        let left_out = recorder.off_cpu.kernel_threads;
+        sample_and_handle(&mut recorder, 256, start + 5_000);
+        assert_eq!(recorder.samples, samples + 1, "kept past its process");
+        assert_eq!(recorder.off_cpu.kernel_threads, left_out + 1);
+        assert!(!recorder.spaces.by_pid.contains_key(&pid), "made again");
+        // -1 for both numbers.
+        let mut record = sample_here_copying(&format(), start + 6_000, 256, 256);
+        record[16..24].copy_from_slice(&u64::MAX.to_le_bytes());
+        let Ok(sample @ Record::Sample(_)) = parse(&format(), &record) else {
+            panic!("not a sample");
+        };
+        recorder.handle(&sample, false);
+        assert_eq!(recorder.off_cpu.kernel_threads, left_out + 2);
+        assert!(!recorder.spaces.by_pid.contains_key(&u32::MAX));
+        super::close(recorder.output, writer, 0).unwrap();
+    })
+    .join()
+    .unwrap();
+}

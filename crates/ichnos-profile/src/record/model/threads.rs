@@ -5,10 +5,12 @@ use ichnos_data::Record;
 
 use super::{Output, Spaces};
 
-/// How long a thread's exit is kept to recognise its later samples.
+/// How long after a thread's exit a sample of its number is taken for
+/// one past its exit (those come within milliseconds); a later one is of
+/// a new thread of that number whose fork record was lost.
 const EXITED_KEPT_NS: u64 = 1_000_000_000;
 
-/// Exits kept before older ones are forgotten.
+/// Exits kept before those older than [`EXITED_KEPT_NS`] are swept.
 pub(super) const MANY_EXITED: usize = 4096;
 
 impl Spaces {
@@ -63,7 +65,7 @@ impl Spaces {
         if pid == u32::MAX || tid == u32::MAX {
             return false;
         }
-        if self.exited.get(&tid).is_some_and(|&(p, _)| p == pid) {
+        if self.exited_lately(pid, tid, time) {
             return self.by_pid.contains_key(&pid);
         }
         self.get_or_synthesize(pid, time, out);
@@ -96,6 +98,15 @@ impl Spaces {
                 self.ended(&mut space, time, out);
             }
         }
+    }
+
+    /// Whether thread `tid` of `pid` exited at most [`EXITED_KEPT_NS`]
+    /// before `time` (a later sample is of a new thread of that number
+    /// whose fork record was lost).
+    pub(super) fn exited_lately(&self, pid: u32, tid: u32, time: u64) -> bool {
+        self.exited
+            .get(&tid)
+            .is_some_and(|&(p, when)| p == pid && time.saturating_sub(when) <= EXITED_KEPT_NS)
     }
 
     /// Forgets the exits before `time` once many are kept (samples of a

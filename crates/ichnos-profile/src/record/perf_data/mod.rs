@@ -117,6 +117,9 @@ pub struct PerfDataSummary {
     /// Samples whose kernel frames were left out, and why: the file's
     /// kernel is not the one running here, whose names would be wrong.
     pub kernel_frames_left_out: (u64, Option<String>),
+    /// Samples of no program's time, left out: kernel threads', and
+    /// threads' past their exit whose process had ended.
+    pub no_program: u64,
 }
 
 /// How often (in bytes of the data section walked past) the pages
@@ -333,6 +336,7 @@ fn finish(
             recorder.kernel_frames_left_out,
             converted.kernel.clone().and_then(Result::err),
         ),
+        no_program: recorder.off_cpu.kernel_threads,
     };
     let (written, profile) =
         recorder

@@ -34,9 +34,7 @@ impl Recorder {
         if self.stack.is_empty() {
             return false;
         }
-        if !self.spaces.sampled(pid, tid, time, &mut self.output) {
-            // Past its exit, in a process that ended: no program's time.
-            self.off_cpu.kernel_threads += 1;
+        if !self.has_space_for(pid, tid, time) {
             return true;
         }
         let stop = if self.stack.len() >= most {
@@ -67,9 +65,7 @@ impl Recorder {
         time: u64,
         cpu: u32,
     ) {
-        if !self.spaces.sampled(pid, tid, time, &mut self.output) {
-            // Past its exit, in a process that ended: no program's time.
-            self.off_cpu.kernel_threads += 1;
+        if !self.has_space_for(pid, tid, time) {
             return;
         }
         let space = self.spaces.by_pid.get_mut(&pid).expect("made above");
