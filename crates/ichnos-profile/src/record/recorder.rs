@@ -14,8 +14,8 @@ use ichnos_data::{LostCause, Record, StackOut, StackStop};
 use ichnos_perf::attr::regs;
 use ichnos_perf::monotonic_ns;
 use ichnos_perf::record::{
-    Record as PerfRecord, Sample, Switch, CONTEXT_KERNEL, CONTEXT_USER, MISC_CPUMODE_MASK,
-    MISC_USER, REGS_ABI_NONE,
+    Record as PerfRecord, Sample, CONTEXT_KERNEL, CONTEXT_USER, MISC_CPUMODE_MASK, MISC_USER,
+    REGS_ABI_NONE,
 };
 
 use super::events;
@@ -32,6 +32,7 @@ use crate::launch::Child;
 use crate::sys::Epoll;
 
 mod chains;
+mod switches;
 mod walk;
 
 fn pid_of(tid: u32, pids: &[u32]) -> Option<u32> {
@@ -147,7 +148,7 @@ pub(super) struct Recorder {
 
 /// Whether `pid` or `tid` is -1: the kernel's number for a task it has
 /// let go of, later still in its exit (`perf_event_pid_type`).
-fn let_go(pid: u32, tid: u32) -> bool {
+pub(super) fn let_go(pid: u32, tid: u32) -> bool {
     pid == u32::MAX || tid == u32::MAX
 }
 
@@ -476,24 +477,6 @@ impl Recorder {
         }
     }
 
-    /// A thread switched off its CPU or back on.
-    fn switch(&mut self, sw: &Switch) {
-        let (Some(tid), Some(time)) = (sw.sample_id.tid, sw.sample_id.time) else {
-            return;
-        };
-        if let_go(sw.sample_id.pid.unwrap_or(0), tid) {
-            return;
-        }
-        if sw.out {
-            if self.off_cpu.sample_lost(tid, time) {
-                self.left_unsampled(sw.sample_id.pid, tid, sw.sample_id.cpu, time);
-            }
-            self.off_cpu.left_preempted(tid, time, sw.preempted);
-        } else {
-            self.off_cpu.back(tid, time, true, &mut self.output);
-        }
-    }
-
     /// A sample's process, thread and time; `None` if it lacks one, or
     /// is of a task the kernel let go of (counted: no program's time, and
     /// no thread to keep any state for).
@@ -765,18 +748,6 @@ impl Recorder {
 }
 
 impl Recorder {
-    /// Thread `tid` of `pid` left `cpu` at `time` and its switch sample
-    /// was lost: its interval starts with a stack without frames.
-    fn left_unsampled(&mut self, pid: Option<u32>, tid: u32, cpu: Option<u32>, time: u64) {
-        let Some(pid) = pid else { return };
-        self.stack.clear();
-        if let Some(stack) = self.intern_stack(pid, time, StackStop::SampleLost) {
-            self.off_cpu
-                .left(pid, tid, cpu.unwrap_or(0), time, stack, false);
-            self.off_cpu.unsampled += 1;
-        }
-    }
-
     /// The number of the stack in `self.stack` (of `pid`'s address space,
     /// walked at `time`), written first if it is new and its JIT frames
     /// noted for naming.
