@@ -7,9 +7,9 @@
 //! and perf print it; `cpp_demangle` spells many names its own way (empty
 //! template packs, literals, `std::` abbreviations) and misplaces some
 //! pointers and references. `cpp_demangle`'s name, with its templated
-//! constructors mended, is shown where libiberty is not asked: no
-//! libstdc++, or a name libiberty could expand past any bound (see
-//! [`libiberty_bounded`]).
+//! constructors mended, is shown where libiberty is not asked or gives
+//! no answer: no libstdc++, a name libiberty could expand past any bound
+//! (see [`libiberty_bounded`]), one longer than it takes (1 KiB).
 
 mod libiberty;
 
@@ -356,18 +356,9 @@ mod tests {
     fn nested_expansions(levels: u32) -> String {
         let mut name = String::from("_Z1fIJiiiiiiiiEEvDpPFvT_E");
         for level in 1..levels {
-            let digits = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ";
-            let (mut seq, mut id) = (3 + 4 * (level - 1), Vec::new());
-            loop {
-                id.insert(0, digits[(seq % 36) as usize]);
-                seq /= 36;
-                if seq == 0 {
-                    break;
-                }
-            }
-            name.push_str("DpPFvT_S");
-            name.push_str(std::str::from_utf8(&id).unwrap());
-            name.push_str("_E");
+            name.push_str("DpPFvT_");
+            name.push_str(&substitution(3 + 4 * (i64::from(level) - 1)));
+            name.push('E');
         }
         name
     }
@@ -538,6 +529,24 @@ int main() { call([] {}); return 0; }
         );
     }
 
+    /// The Itanium ABI's back-reference to the substitution after the
+    /// first `i + 1` (`S_` for -1, the first; then `S<i in base 36>_`).
+    pub(super) fn substitution(i: i64) -> String {
+        if i < 0 {
+            return "S_".into();
+        }
+        let digits = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ";
+        let (mut i, mut id) = (i.unsigned_abs(), Vec::new());
+        loop {
+            id.insert(0, digits[(i % 36) as usize]);
+            i /= 36;
+            if i == 0 {
+                break;
+            }
+        }
+        format!("S{}_", String::from_utf8(id).unwrap())
+    }
+
     /// How many parameters a list `(a, b<c, d>) const` holds.
     fn parameters(list: &str) -> usize {
         let inner = &list[1..list.rfind(')').unwrap_or(1)];
@@ -684,21 +693,6 @@ int main() {
     /// demangled form grows about 1.6 times per level (c++filt prints
     /// 15,613 bytes for `n` = 14 and 107,019 for 18).
     fn exponential(n: u32) -> String {
-        fn substitution(i: i64) -> String {
-            if i < 0 {
-                return "S_".into();
-            }
-            let digits = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ";
-            let (mut i, mut id) = (i.unsigned_abs(), Vec::new());
-            loop {
-                id.insert(0, digits[(i % 36) as usize]);
-                i /= 36;
-                if i == 0 {
-                    break;
-                }
-            }
-            format!("S{}_", String::from_utf8(id).unwrap())
-        }
         let mut x = String::from("S_IiiE");
         for k in 2..i64::from(n) {
             x = format!("S_I{x}{}E", substitution(k - 2));

@@ -292,21 +292,11 @@ mod tests {
     /// to the template's parameter and `templates` uses of `A<int>`:
     /// libiberty sizes arrays on its stack by the product of the two.
     fn stack_hungry(refs: usize, templates: usize) -> String {
-        let seq = 2 * refs + 2 * templates;
-        let digits = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ";
-        let (mut n, mut id) = (seq, Vec::new());
-        loop {
-            id.insert(0, digits[n % 36]);
-            n /= 36;
-            if n == 0 {
-                break;
-            }
-        }
         format!(
-            "_Z1fIiEvPFv{}{}ES{}_",
+            "_Z1fIiEvPFv{}{}E{}",
             "RT_".repeat(refs),
             "1AIiE".repeat(templates),
-            std::str::from_utf8(&id).unwrap()
+            super::super::tests::substitution((2 * refs + 2 * templates).try_into().unwrap())
         )
     }
 
