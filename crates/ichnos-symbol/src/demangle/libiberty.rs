@@ -24,7 +24,8 @@
 //! valid 1,016-byte name took 1.2 MiB; each template and reference takes
 //! 3 bytes of the name, so a 1 KiB name stays under 3 MiB). So it runs
 //! on a stack of its own,
-//! [`DEMANGLE_STACK`] mapped once a thread, switched to for the call
+//! [`DEMANGLE_STACK`] mapped once a thread (unmapped as it ends),
+//! switched to for the call
 //! (`psm`), whatever stack the caller is on: the C ABI may be called on a
 //! thread of a few hundred KiB, or a coroutine's stack. What it does not
 //! bound is the length of what it prints: [`demangle`](super::demangle)
@@ -135,43 +136,65 @@ pub(super) fn demangle(name: &str) -> Option<String> {
     call(&CString::new(name).ok()?)
 }
 
+/// A thread's stack for libiberty: its lowest address once mapped (0
+/// before), unmapped when the thread ends.
+struct DemangleStack {
+    base: Cell<usize>,
+}
+
+impl Drop for DemangleStack {
+    fn drop(&mut self) {
+        let base = self.base.get();
+        if base != 0 {
+            // SAFETY: the mapping `map_stack` made, guard page and all,
+            // unmapped once as its thread ends: nothing runs on it then
+            // (a call on it holds the thread until it returns).
+            unsafe { libc::munmap((base - GUARD) as *mut c_void, DEMANGLE_STACK + GUARD) };
+        }
+    }
+}
+
 thread_local! {
-    /// This thread's stack for libiberty: its lowest address, once mapped
-    /// (kept for the thread's life).
-    static STACK: Cell<Option<usize>> = const { Cell::new(None) };
+    /// This thread's stack for libiberty, mapped when first needed.
+    static STACK: DemangleStack = const { DemangleStack { base: Cell::new(0) } };
     /// Whether a call is on that stack now.
     static ON_STACK: Cell<bool> = const { Cell::new(false) };
 }
 
 /// `f` run on this thread's stack for libiberty, or `None` if it has
-/// none or is running on it already.
+/// none (it cannot be mapped, or the thread is ending) or is running on
+/// it already.
 fn on_demangle_stack<R>(f: impl FnOnce() -> R) -> Option<R> {
-    if ON_STACK.with(Cell::get) {
+    if ON_STACK.try_with(Cell::get).unwrap_or(true) {
         return None;
     }
-    let base = STACK.with(Cell::get).or_else(|| {
-        let base = map_stack()?;
-        STACK.with(|s| s.set(Some(base)));
-        Some(base)
-    })?;
+    let base = STACK
+        .try_with(|stack| {
+            if stack.base.get() == 0 {
+                stack.base.set(map_stack()?);
+            }
+            Some(stack.base.get())
+        })
+        .ok()
+        .flatten()?;
     ON_STACK.with(|on| on.set(true));
     // SAFETY: `base` is the lowest address of a mapping of
     // `DEMANGLE_STACK` bytes above a guard page, page-aligned (more than
     // the 16 bytes x86-64's stacks need), readable and writable, kept
-    // for the thread's life and used by no one else (`ON_STACK`). `f`
+    // until the thread ends and used by no one else (`ON_STACK`). `f`
     // does not unwind: it calls C code and builds plain values.
     let result = unsafe { psm::on_stack(base as *mut u8, DEMANGLE_STACK, f) };
     ON_STACK.with(|on| on.set(false));
     Some(result)
 }
 
-/// Maps a stack for libiberty, [`DEMANGLE_STACK`] bytes above a guard
-/// page, and returns its lowest address. Never unmapped: a thread keeps
-/// its own (an exited thread's costs 8 MiB of address space and the
-/// pages it touched).
+/// The inaccessible page below a stack for libiberty.
+const GUARD: usize = 4096;
+
+/// Maps a stack for libiberty, [`DEMANGLE_STACK`] bytes above a
+/// [`GUARD`] page, and returns its lowest address.
 fn map_stack() -> Option<usize> {
-    let guard = 4096;
-    let len = DEMANGLE_STACK + guard;
+    let (guard, len) = (GUARD, DEMANGLE_STACK + GUARD);
     // SAFETY: a private anonymous mapping where the kernel chooses
     // touches no existing memory.
     let mapped = unsafe {
