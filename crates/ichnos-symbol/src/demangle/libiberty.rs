@@ -116,10 +116,10 @@ fn identity_of(symbol: *const c_void) -> String {
 }
 
 /// Which C++ demangler names are made with: the file libiberty's
-/// demangler is loaded from and its build id (`/usr/lib/.../libstdc++.so.6.0.30
-/// 1a2b...`), or empty where there is none and `cpp_demangle` alone is
-/// used. Symbol indexes hold demangled names, so
-/// this is part of what they are made by.
+/// demangler is loaded from and its build id
+/// (`/usr/lib/.../libstdc++.so.6.0.30 1a2b...`), or empty where there is
+/// none and `cpp_demangle` alone is used. Symbol indexes hold demangled
+/// names, so this is part of what they are made by.
 pub(crate) fn identity() -> &'static str {
     loaded().map_or("", |(_, file)| file.as_str())
 }
