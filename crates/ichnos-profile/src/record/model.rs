@@ -159,6 +159,10 @@ pub(crate) struct Spaces {
     exited: HashMap<u32, (u32, u64)>,
     /// How many kept exits make the next forgetting of old ones.
     forget_at: usize,
+    /// Processes that ended, by process: (their last address space,
+    /// when). Their last thread is sampled past its exit record while
+    /// the kernel lets its memory go, time perf counts to the process.
+    ended_lately_at: HashMap<u32, (u64, u64)>,
     /// The processes are not running here (a perf.data file read back):
     /// their names, mappings and code come from the records and the files
     /// alone, never from `/proc` or their memory, where another process
@@ -221,6 +225,7 @@ impl Spaces {
             threads: HashMap::new(),
             exited: HashMap::new(),
             forget_at: threads::MANY_EXITED,
+            ended_lately_at: HashMap::new(),
             offline: false,
             unnamed_jit: Vec::new(),
             unnamed_jit_processes: 0,

@@ -423,8 +423,9 @@ fn off_cpu_notes(off: &off_cpu::OffCpu) -> Vec<String> {
     if off.kernel_threads > 0 {
         notes.push(format!(
             "{} taken in the kernel with no user code to show (kernel threads, programs \
-             between exec and their first instruction, threads past their exit whose \
-             process had ended or that the kernel had let go of) {} left out",
+             between exec and their first instruction, threads past their exit that the \
+             kernel had let go of, or whose process had ended, without kernel frames) {} \
+             left out",
             count(off.kernel_threads, "sample", "samples"),
             were(off.kernel_threads)
         ));

@@ -489,13 +489,25 @@ impl Recorder {
         Some((pid, tid, time))
     }
 
-    /// Whether a sample of thread `tid` of `pid` has an address space to
-    /// go to (`Spaces::sampled`); one that has none is counted with the
-    /// samples of no program's time.
-    pub(super) fn has_space_for(&mut self, pid: u32, tid: u32, time: u64) -> bool {
-        let sampled = self.spaces.sampled(pid, tid, time, &mut self.output);
-        self.off_cpu.kernel_threads += u64::from(!sampled);
-        sampled
+    /// Whether sample `s` of thread `tid` of `pid` has an address space
+    /// to go to (`Spaces::sampled`). One that has none, taken on its CPU
+    /// past its exit record in a process that ended moments before, is
+    /// written there with its kernel frames ([`Self::sample_past_exit`]);
+    /// others are counted with the samples of no program's time.
+    pub(super) fn has_space_for(
+        &mut self,
+        s: &Sample<'_>,
+        (pid, tid, time, cpu): (u32, u32, u64, u32),
+        on_cpu: bool,
+    ) -> bool {
+        if self.spaces.sampled(pid, tid, time, &mut self.output) {
+            return true;
+        }
+        let ended = self.spaces.ended_lately(pid, time).filter(|_| on_cpu);
+        if !ended.is_some_and(|asid| self.sample_past_exit(s, asid, (pid, tid, time, cpu))) {
+            self.off_cpu.kernel_threads += 1;
+        }
+        false
     }
 
     pub(super) fn sample(&mut self, s: &Sample<'_>, stack_cut: bool) {
@@ -557,7 +569,7 @@ impl Recorder {
         };
         self.off_cpu.user_thread(tid);
         let stack = s.stack_user.unwrap_or_default();
-        if !self.has_space_for(pid, tid, time) {
+        if !self.has_space_for(s, (pid, tid, time, cpu), !leaving) {
             return;
         }
         let in_kernel = s.misc & MISC_CPUMODE_MASK != MISC_USER;

@@ -470,8 +470,10 @@ fn kernel_frames_come_first_and_the_user_address_after_them_is_stored_plus_one()
 /// the thread anew (a phantom thread would keep the process from ending,
 /// and a new name would be the one a report shows); once the process has
 /// ended it is counted as no program's time, and the process is not
-/// made again. A sample numbered -1 (a task the kernel let go of) is
-/// counted likewise.
+/// made again, unless it has kernel frames: then it is the kernel
+/// letting the process's memory go, written to the process's last address
+/// space with those frames (as perf counts it to the process). A sample
+/// numbered -1 (a task the kernel let go of) is counted likewise.
 #[test]
 fn samples_past_an_exit_record_name_nothing_and_make_no_process() {
     // On a thread of its own: its number is not the process's.
@@ -500,11 +502,41 @@ fn samples_past_an_exit_record_name_nothing_and_make_no_process() {
         assert_eq!(recorder.samples, samples + 1, "kept, in its process");
         assert!(!recorder.spaces.threads.contains_key(&tid), "named anew");
         // The first thread exits: the process has no other, and ends.
+        let asid = recorder.spaces.by_pid[&pid].asid;
         recorder.handle(&exit(pid, start + 4_000), false);
         assert!(!recorder.spaces.by_pid.contains_key(&pid));
         let left_out = recorder.off_cpu.kernel_threads;
         sample_and_handle(&mut recorder, 256, start + 5_000);
         assert_eq!(recorder.samples, samples + 1, "kept past its process");
+        assert_eq!(recorder.off_cpu.kernel_threads, left_out + 1);
+        assert!(!recorder.spaces.by_pid.contains_key(&pid), "made again");
+        // With kernel frames (the marker, then two addresses), taken in
+        // the kernel: written to the process that ended.
+        recorder.kernel_symbols = Some(super::kernel_frames::KernelSymbols::default());
+        let chained = ichnos_perf::record::SampleFormat {
+            sample_type: format().sample_type | ichnos_perf::attr::sample::CALLCHAIN,
+            ..format()
+        };
+        let user = sample_here_copying(&format(), start + 5_500, 256, 256);
+        let kernel = [0xffff_ffff_8120_0010u64, 0xffff_ffff_8130_0020];
+        // The callchain goes after the period (48 bytes in).
+        let mut record = user[..48].to_vec();
+        for word in [3, ichnos_perf::record::CONTEXT_KERNEL, kernel[0], kernel[1]] {
+            record.extend_from_slice(&word.to_le_bytes());
+        }
+        record.extend_from_slice(&user[48..]);
+        record[4..6].copy_from_slice(&1u16.to_le_bytes());
+        let size = u16::try_from(record.len()).unwrap();
+        record[6..8].copy_from_slice(&size.to_le_bytes());
+        let Ok(sample @ Record::Sample(_)) = parse(&chained, &record) else {
+            panic!("not a sample");
+        };
+        recorder.handle(&sample, false);
+        assert_eq!(
+            recorder.samples,
+            samples + 2,
+            "written to the ended process"
+        );
         assert_eq!(recorder.off_cpu.kernel_threads, left_out + 1);
         assert!(!recorder.spaces.by_pid.contains_key(&pid), "made again");
         // -1 for both numbers.
@@ -517,6 +549,33 @@ fn samples_past_an_exit_record_name_nothing_and_make_no_process() {
         assert_eq!(recorder.off_cpu.kernel_threads, left_out + 2);
         assert!(!recorder.spaces.by_pid.contains_key(&u32::MAX));
         super::close(recorder.output, writer, 0).unwrap();
+        // Read back: the last stack is the kernel's frames, in the
+        // process's address space, and the last sample is of that stack.
+        let file = std::fs::File::open(dir.path().join("x.data")).unwrap();
+        let mut reader = Reader::new(std::io::BufReader::new(file)).unwrap();
+        let (mut stacks, mut last_sample) = (Vec::new(), None);
+        while let Some(chunk) = reader.next_chunk().unwrap() {
+            for record in chunk.records() {
+                match record.unwrap() {
+                    Stored::Stack(stack) => stacks.push((
+                        stack.id,
+                        stack.asid,
+                        stack.frames.iter().collect::<Vec<u64>>(),
+                    )),
+                    Stored::Sample {
+                        pid, tid, stack, ..
+                    } => last_sample = Some((pid, tid, stack)),
+                    _ => {}
+                }
+            }
+        }
+        let (id, in_space, frames) = stacks.last().unwrap().clone();
+        assert_eq!((in_space, frames), (asid, kernel.to_vec()));
+        assert_eq!(
+            last_sample,
+            Some((u64::from(pid), u64::from(tid), id)),
+            "{stacks:x?}"
+        );
     })
     .join()
     .unwrap();

@@ -95,9 +95,17 @@ impl Spaces {
             space.leader_exited = true;
         } else if !others && (tid == pid || space.leader_exited) {
             if let Some(mut space) = self.by_pid.remove(&pid) {
+                self.ended_lately_at.insert(pid, (space.asid, time));
                 self.ended(&mut space, time, out);
             }
         }
+    }
+
+    /// The last address space of process `pid` if it ended at most
+    /// [`EXITED_KEPT_NS`] before `time`.
+    pub fn ended_lately(&self, pid: u32, time: u64) -> Option<u64> {
+        let &(asid, when) = self.ended_lately_at.get(&pid)?;
+        (time.saturating_sub(when) <= EXITED_KEPT_NS).then_some(asid)
     }
 
     /// Whether thread `tid` of `pid` exited at most [`EXITED_KEPT_NS`]
@@ -116,6 +124,7 @@ impl Spaces {
     fn forget_exits_before(&mut self, time: u64) {
         if self.exited.len() >= self.forget_at {
             self.exited.retain(|_, (_, when)| *when >= time);
+            self.ended_lately_at.retain(|_, (_, when)| *when >= time);
             self.forget_at = (2 * self.exited.len()).max(MANY_EXITED);
         }
     }

@@ -118,7 +118,8 @@ pub struct PerfDataSummary {
     /// kernel is not the one running here, whose names would be wrong.
     pub kernel_frames_left_out: (u64, Option<String>),
     /// Samples of no program's time, left out: kernel threads', and
-    /// threads' past their exit whose process had ended.
+    /// threads' past their exit whose process had ended, without kernel
+    /// frames.
     pub no_program: u64,
 }
 

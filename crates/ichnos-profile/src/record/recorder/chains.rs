@@ -2,7 +2,7 @@
 //! a stack copy: a kernel thread's (its kernel frames alone), and perf
 //! record -g's (the kernel's frame-pointer chain, read from perf.data).
 
-use ichnos_data::StackStop;
+use ichnos_data::{Record, StackOut, StackStop};
 use ichnos_perf::record::{Sample, CONTEXT_KERNEL, CONTEXT_MAX, CONTEXT_USER};
 
 use super::super::kernel_frames::{push_kernel_frames, KERNEL_HALF};
@@ -34,7 +34,7 @@ impl Recorder {
         if self.stack.is_empty() {
             return false;
         }
-        if !self.has_space_for(pid, tid, time) {
+        if !self.has_space_for(s, (pid, tid, time, cpu), true) {
             return true;
         }
         let stop = if self.stack.len() >= most {
@@ -44,6 +44,59 @@ impl Recorder {
         };
         let weight = self.off_cpu.sample_weight(tid, time, s.period.unwrap_or(1));
         self.write_sample(pid, tid, cpu, time, stop, weight);
+        self.complete += u64::from(stop == StackStop::Complete);
+        true
+    }
+
+    /// Sample `s` of thread `tid` of `pid`, taken on its CPU past its exit
+    /// record in a process whose last address space `asid` ended moments
+    /// before (the kernel letting its memory go): written there with its
+    /// kernel frames alone, as perf counts that time to the process (the
+    /// user memory is going, and with it the user frames). `false` if it
+    /// has no kernel frames to show.
+    pub(super) fn sample_past_exit(
+        &mut self,
+        s: &Sample<'_>,
+        asid: u64,
+        (pid, tid, time, cpu): (u32, u32, u64, u32),
+    ) -> bool {
+        if self.kernel_symbols.is_none() {
+            return false;
+        }
+        let most = usize::from(ichnos_perf::event::KERNEL_STACK_FRAMES);
+        self.stack.clear();
+        push_kernel_frames(s.callchain(), most, &mut self.stack);
+        if self.stack.is_empty() {
+            return false;
+        }
+        let stop = if self.stack.len() >= most {
+            StackStop::DepthLimit
+        } else {
+            StackStop::Complete
+        };
+        let (id, new) = self.interner.intern(asid, stop, &self.stack);
+        if new {
+            if let Some(kernel) = self.kernel_symbols.as_mut() {
+                kernel.name_frames(&self.stack, &mut self.output);
+            }
+            self.output.meta(&Record::StackOut(StackOut {
+                id: u64::from(id),
+                asid,
+                stop,
+                frames: &self.stack,
+            }));
+        }
+        let weight = self.off_cpu.sample_weight(tid, time, s.period.unwrap_or(1));
+        let rel = self.output.rel(time);
+        self.output.sample(&Record::Sample {
+            time: rel,
+            pid: u64::from(pid),
+            tid: u64::from(tid),
+            cpu: u64::from(cpu),
+            stack: u64::from(id),
+            weight,
+        });
+        self.samples += 1;
         self.complete += u64::from(stop == StackStop::Complete);
         true
     }
@@ -65,7 +118,11 @@ impl Recorder {
         time: u64,
         cpu: u32,
     ) {
-        if !self.has_space_for(pid, tid, time) {
+        if !self.spaces.sampled(pid, tid, time, &mut self.output) {
+            // Past its exit in a process that ended (perf.data's chains
+            // are read without the sample: its kernel frames are not
+            // written to the ended process, as `sample_past_exit` does).
+            self.off_cpu.kernel_threads += 1;
             return;
         }
         let space = self.spaces.by_pid.get_mut(&pid).expect("made above");
