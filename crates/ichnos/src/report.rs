@@ -258,7 +258,7 @@ pub fn load(path: &Path, quiet: bool) -> Result<Loaded> {
         if !quiet && summary.no_program > 0 {
             eprintln!(
                 "note: {}: {} with no program's time to show (kernel threads, threads past \
-                 their exit whose process had ended, without kernel frames) left out",
+                 their exit whose process had ended, without kernel frames to show) left out",
                 path.display(),
                 crate::units::counted(summary.no_program, "sample", "samples")
             );

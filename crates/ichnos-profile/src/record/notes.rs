@@ -424,8 +424,8 @@ fn off_cpu_notes(off: &off_cpu::OffCpu) -> Vec<String> {
         notes.push(format!(
             "{} taken in the kernel with no user code to show (kernel threads, programs \
              between exec and their first instruction, threads past their exit that the \
-             kernel had let go of, or whose process had ended, without kernel frames) {} \
-             left out",
+             kernel had let go of, or whose process had ended, without kernel frames to show) \
+             {} left out",
             count(off.kernel_threads, "sample", "samples"),
             were(off.kernel_threads)
         ));

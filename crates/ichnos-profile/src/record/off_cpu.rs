@@ -88,9 +88,11 @@ pub(super) struct OffCpu {
     exited: HashSet<u32>,
     /// Intervals written whose stacks reached the outermost frame.
     pub complete: u64,
-    /// Samples without user registers, of kernel threads on the whole
-    /// machine (sampled in the kernel, on their CPUs or leaving them):
-    /// no program's time, left out.
+    /// Samples of no program's time, left out: kernel threads' on the
+    /// whole machine (sampled in the kernel, on their CPUs or leaving
+    /// them), programs' between an exec and their first instruction, and
+    /// threads' past their exit that the kernel let go of or whose
+    /// process ended, without kernel frames to show.
     pub kernel_threads: u64,
     /// Intervals left out because their end was never seen (the thread
     /// left again first): a switch record was lost.

@@ -547,20 +547,13 @@ impl Recorder {
             }
             if s.callchain.is_some() {
                 // perf record -g: the kernel's frame-pointer chain.
-                self.sample_chain(s.callchain(), s.period, pid, tid, time, cpu);
+                self.sample_chain(s, s.callchain(), (pid, tid, time, cpu));
                 return;
             }
             if let Some(ip) = s.ip.filter(|_| s.misc & MISC_CPUMODE_MASK == MISC_USER) {
                 // perf record with no call graph: where the thread was,
                 // a stack of one frame.
-                self.sample_chain(
-                    [CONTEXT_USER, ip].into_iter(),
-                    s.period,
-                    pid,
-                    tid,
-                    time,
-                    cpu,
-                );
+                self.sample_chain(s, [CONTEXT_USER, ip].into_iter(), (pid, tid, time, cpu));
                 return;
             }
             self.lost += 1;

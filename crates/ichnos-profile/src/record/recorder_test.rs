@@ -539,6 +539,23 @@ fn samples_past_an_exit_record_name_nothing_and_make_no_process() {
         );
         assert_eq!(recorder.off_cpu.kernel_threads, left_out + 1);
         assert!(!recorder.spaces.by_pid.contains_key(&pid), "made again");
+        // The same as perf record -g takes it, the chain alone (no
+        // registers, no stack): written there too.
+        let chain_only = ichnos_perf::record::SampleFormat {
+            sample_type: chained.sample_type
+                & !(ichnos_perf::attr::sample::REGS_USER | ichnos_perf::attr::sample::STACK_USER),
+            regs_user: 0,
+            ..chained
+        };
+        let mut bare = record[..48 + 4 * 8].to_vec();
+        let size = u16::try_from(bare.len()).unwrap();
+        bare[6..8].copy_from_slice(&size.to_le_bytes());
+        let Ok(sample @ Record::Sample(_)) = parse(&chain_only, &bare) else {
+            panic!("not a sample");
+        };
+        recorder.handle(&sample, false);
+        assert_eq!(recorder.samples, samples + 3, "written without registers");
+        assert_eq!(recorder.off_cpu.kernel_threads, left_out + 1);
         // -1 for both numbers.
         let mut record = sample_here_copying(&format(), start + 6_000, 256, 256);
         record[16..24].copy_from_slice(&u64::MAX.to_le_bytes());
@@ -551,24 +568,7 @@ fn samples_past_an_exit_record_name_nothing_and_make_no_process() {
         super::close(recorder.output, writer, 0).unwrap();
         // Read back: the last stack is the kernel's frames, in the
         // process's address space, and the last sample is of that stack.
-        let file = std::fs::File::open(dir.path().join("x.data")).unwrap();
-        let mut reader = Reader::new(std::io::BufReader::new(file)).unwrap();
-        let (mut stacks, mut last_sample) = (Vec::new(), None);
-        while let Some(chunk) = reader.next_chunk().unwrap() {
-            for record in chunk.records() {
-                match record.unwrap() {
-                    Stored::Stack(stack) => stacks.push((
-                        stack.id,
-                        stack.asid,
-                        stack.frames.iter().collect::<Vec<u64>>(),
-                    )),
-                    Stored::Sample {
-                        pid, tid, stack, ..
-                    } => last_sample = Some((pid, tid, stack)),
-                    _ => {}
-                }
-            }
-        }
+        let (stacks, last_sample) = stacks_and_last_sample(&dir.path().join("x.data"));
         let (id, in_space, frames) = stacks.last().unwrap().clone();
         assert_eq!((in_space, frames), (asid, kernel.to_vec()));
         assert_eq!(
@@ -579,4 +579,31 @@ fn samples_past_an_exit_record_name_nothing_and_make_no_process() {
     })
     .join()
     .unwrap();
+}
+
+/// The stacks of the recording at `path` (id, address space, frames), and
+/// its last sample's process, thread and stack.
+#[allow(clippy::type_complexity)]
+fn stacks_and_last_sample(
+    path: &std::path::Path,
+) -> (Vec<(u64, u64, Vec<u64>)>, Option<(u64, u64, u64)>) {
+    let file = std::fs::File::open(path).unwrap();
+    let mut reader = Reader::new(std::io::BufReader::new(file)).unwrap();
+    let (mut stacks, mut last_sample) = (Vec::new(), None);
+    while let Some(chunk) = reader.next_chunk().unwrap() {
+        for record in chunk.records() {
+            match record.unwrap() {
+                Stored::Stack(stack) => stacks.push((
+                    stack.id,
+                    stack.asid,
+                    stack.frames.iter().collect::<Vec<u64>>(),
+                )),
+                Stored::Sample {
+                    pid, tid, stack, ..
+                } => last_sample = Some((pid, tid, stack)),
+                _ => {}
+            }
+        }
+    }
+    (stacks, last_sample)
 }

@@ -111,18 +111,11 @@ impl Recorder {
     /// user part is kept.
     pub(super) fn sample_chain(
         &mut self,
+        s: &Sample<'_>,
         chain: impl Iterator<Item = u64>,
-        period: Option<u64>,
-        pid: u32,
-        tid: u32,
-        time: u64,
-        cpu: u32,
+        (pid, tid, time, cpu): (u32, u32, u64, u32),
     ) {
-        if !self.spaces.sampled(pid, tid, time, &mut self.output) {
-            // Past its exit in a process that ended (perf.data's chains
-            // are read without the sample: its kernel frames are not
-            // written to the ended process, as `sample_past_exit` does).
-            self.off_cpu.kernel_threads += 1;
+        if !self.has_space_for(s, (pid, tid, time, cpu), true) {
             return;
         }
         let space = self.spaces.by_pid.get_mut(&pid).expect("made above");
@@ -183,7 +176,7 @@ impl Recorder {
         } else {
             StackStop::NoUnwindInfo
         };
-        self.write_sample(pid, tid, cpu, time, stop, period.unwrap_or(1));
+        self.write_sample(pid, tid, cpu, time, stop, s.period.unwrap_or(1));
         if outermost {
             self.complete += 1;
         }
