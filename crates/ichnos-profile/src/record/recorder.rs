@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use ichnos_code::elf::RowChoice;
 use ichnos_code::{FrameKind, Regs, StopReason, UnwindOptions};
-use ichnos_data::{LostCause, Record, StackOut, StackStop};
+use ichnos_data::{LostCause, Record, StackStop};
 use ichnos_perf::attr::regs;
 use ichnos_perf::monotonic_ns;
 use ichnos_perf::record::{
@@ -32,6 +32,7 @@ use crate::launch::Child;
 use crate::sys::Epoll;
 
 mod chains;
+mod stacks;
 mod switches;
 mod walk;
 
@@ -739,6 +740,17 @@ impl Recorder {
         let Some(id) = self.intern_stack(pid, time, stop) else {
             return;
         };
+        self.write_sample_of(id, (pid, tid, time, cpu), weight);
+    }
+
+    /// A sample of stack `id`, of thread `tid` of `pid` on `cpu` at
+    /// `time`, weighing `weight`.
+    fn write_sample_of(
+        &mut self,
+        id: u32,
+        (pid, tid, time, cpu): (u32, u32, u64, u32),
+        weight: u64,
+    ) {
         let rel = self.output.rel(time);
         self.output.sample(&Record::Sample {
             time: rel,
@@ -749,47 +761,6 @@ impl Recorder {
             weight,
         });
         self.samples += 1;
-    }
-}
-
-impl Recorder {
-    /// The number of the stack in `self.stack` (of `pid`'s address space,
-    /// walked at `time`), written first if it is new and its JIT frames
-    /// noted for naming.
-    fn intern_stack(&mut self, pid: u32, time: u64, stop: StackStop) -> Option<u32> {
-        // Code named anew where other code was (a look at the process's
-        // JIT code while this stack was walked): its stacks from here on
-        // belong to a new address space.
-        self.spaces.rename(pid, time, &mut self.output);
-        let (id, new) = self.intern_in_space(pid, time, stop)?;
-        // Its JIT code is named anew where other code was named, from a
-        // time before this sample: the stack is written again in the new
-        // address space, where that name is.
-        if new && self.spaces.rename(pid, time, &mut self.output) {
-            return self.intern_in_space(pid, time, stop).map(|(id, _)| id);
-        }
-        Some(id)
-    }
-
-    /// The number of the stack in `self.stack` in `pid`'s address space
-    /// as it is, and whether it is new there (then written, and its JIT
-    /// frames noted).
-    fn intern_in_space(&mut self, pid: u32, time: u64, stop: StackStop) -> Option<(u32, bool)> {
-        let space = self.spaces.by_pid.get_mut(&pid)?;
-        let (id, new) = self.interner.intern(space.asid, stop, &self.stack);
-        if new {
-            if let Some(kernel) = self.kernel_symbols.as_mut() {
-                kernel.name_frames(&self.stack, &mut self.output);
-            }
-            self.output.meta(&Record::StackOut(StackOut {
-                id: u64::from(id),
-                asid: space.asid,
-                stop,
-                frames: &self.stack,
-            }));
-            space.note_jit_frames(&self.stack, &mut self.output, time);
-        }
-        Some((id, new))
     }
 }
 

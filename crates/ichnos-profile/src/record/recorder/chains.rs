@@ -2,7 +2,7 @@
 //! a stack copy: a kernel thread's (its kernel frames alone), and perf
 //! record -g's (the kernel's frame-pointer chain, read from perf.data).
 
-use ichnos_data::{Record, StackOut, StackStop};
+use ichnos_data::StackStop;
 use ichnos_perf::record::{Sample, CONTEXT_KERNEL, CONTEXT_MAX, CONTEXT_USER};
 
 use super::super::kernel_frames::{push_kernel_frames, KERNEL_HALF};
@@ -28,20 +28,12 @@ impl Recorder {
         if self.kernel_symbols.is_none() || s.regs_user.is_none() {
             return false;
         }
-        let most = usize::from(ichnos_perf::event::KERNEL_STACK_FRAMES);
-        self.stack.clear();
-        push_kernel_frames(s.callchain(), most, &mut self.stack);
-        if self.stack.is_empty() {
+        let Some(stop) = self.kernel_stack(s) else {
             return false;
-        }
+        };
         if !self.has_space_for(s, (pid, tid, time, cpu), true) {
             return true;
         }
-        let stop = if self.stack.len() >= most {
-            StackStop::DepthLimit
-        } else {
-            StackStop::Complete
-        };
         let weight = self.off_cpu.sample_weight(tid, time, s.period.unwrap_or(1));
         self.write_sample(pid, tid, cpu, time, stop, weight);
         self.complete += u64::from(stop == StackStop::Complete);
@@ -63,42 +55,30 @@ impl Recorder {
         if self.kernel_symbols.is_none() {
             return false;
         }
+        let Some(stop) = self.kernel_stack(s) else {
+            return false;
+        };
+        let (id, _) = self.intern_in(asid, stop);
+        let weight = self.off_cpu.sample_weight(tid, time, s.period.unwrap_or(1));
+        self.write_sample_of(id, (pid, tid, time, cpu), weight);
+        self.complete += u64::from(stop == StackStop::Complete);
+        true
+    }
+
+    /// `self.stack` made the kernel frames of `s`'s callchain, and how
+    /// that stack ends; `None` if it has none.
+    fn kernel_stack(&mut self, s: &Sample<'_>) -> Option<StackStop> {
         let most = usize::from(ichnos_perf::event::KERNEL_STACK_FRAMES);
         self.stack.clear();
         push_kernel_frames(s.callchain(), most, &mut self.stack);
         if self.stack.is_empty() {
-            return false;
+            return None;
         }
-        let stop = if self.stack.len() >= most {
+        Some(if self.stack.len() >= most {
             StackStop::DepthLimit
         } else {
             StackStop::Complete
-        };
-        let (id, new) = self.interner.intern(asid, stop, &self.stack);
-        if new {
-            if let Some(kernel) = self.kernel_symbols.as_mut() {
-                kernel.name_frames(&self.stack, &mut self.output);
-            }
-            self.output.meta(&Record::StackOut(StackOut {
-                id: u64::from(id),
-                asid,
-                stop,
-                frames: &self.stack,
-            }));
-        }
-        let weight = self.off_cpu.sample_weight(tid, time, s.period.unwrap_or(1));
-        let rel = self.output.rel(time);
-        self.output.sample(&Record::Sample {
-            time: rel,
-            pid: u64::from(pid),
-            tid: u64::from(tid),
-            cpu: u64::from(cpu),
-            stack: u64::from(id),
-            weight,
-        });
-        self.samples += 1;
-        self.complete += u64::from(stop == StackStop::Complete);
-        true
+        })
     }
 
     /// A sample that carries the kernel's callchain and no registers
