@@ -28,12 +28,7 @@ impl Recorder {
     /// The number of the stack in `self.stack` in `pid`'s address space
     /// as it is, and whether it is new there (then written, and its JIT
     /// frames noted).
-    pub(super) fn intern_in_space(
-        &mut self,
-        pid: u32,
-        time: u64,
-        stop: StackStop,
-    ) -> Option<(u32, bool)> {
+    fn intern_in_space(&mut self, pid: u32, time: u64, stop: StackStop) -> Option<(u32, bool)> {
         let asid = self.spaces.by_pid.get(&pid)?.asid;
         let (id, new) = self.intern_in(asid, stop);
         if new {
